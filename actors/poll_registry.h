@@ -1,0 +1,61 @@
+// PollRegistry: holds the polls that wait for an update to be applied.
+//
+// Lives on its VariableShard's strand (they share it, so the shard calls it without a hop).
+// The shard files a poll with the part of its range not yet applied; each apply the shard
+// reports shrinks the waiting polls of the same (owner, variable, step); a poll whose range is
+// fully applied is answered. Polls released together are answered in priority order.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/actor.h"
+#include "common/interval_set.h"
+#include "common/types.h"
+
+namespace psched {
+
+// Whose update a poll waits for: a worker's own (async) or the aggregate (sync: kAllWorkers).
+struct PollKey {
+  WorkerId owner;
+  VariableId variable;
+  Step step = 0;
+  bool operator==(const PollKey&) const = default;
+};
+
+struct PollKeyHash {
+  size_t operator()(const PollKey& k) const noexcept {
+    return (size_t{k.owner.value} * 0x9E3779B97F4A7C15ull) ^ (size_t{k.variable.value} << 20) ^
+           k.step;
+  }
+};
+
+class PollRegistry : public Actor {
+ public:
+  // Called on the strand when the poll is ready (null) or can no longer be answered (error).
+  using Answer = std::function<void(std::exception_ptr)>;
+
+  explicit PollRegistry(const Strand& shard_strand) : Actor(shard_strand) {}
+
+  // Files a poll that waits until every index of `not_applied` is applied for `key`.
+  void wait(PollKey key, IntervalSet not_applied, Priority priority, Answer answer);
+  // Reports that `range` of `key`'s update is applied; answers the polls this completes.
+  void applied(PollKey key, ElementRange range);
+  // Fails every waiting poll with `error` (shutdown).
+  void fail_all(std::exception_ptr error);
+  // Number of polls waiting.
+  size_t waiting() const { return waiting_count_; }
+
+ private:
+  struct Waiting {
+    IntervalSet not_applied;
+    Priority priority;
+    Answer answer;
+  };
+  std::unordered_map<PollKey, std::vector<Waiting>, PollKeyHash> waiting_;
+  size_t waiting_count_ = 0;
+};
+
+}  // namespace psched

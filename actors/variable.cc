@@ -1,0 +1,182 @@
+#include "actors/variable.h"
+
+#include <cstring>
+
+#include "common/check.h"
+#include "common/error.h"
+
+namespace psched {
+namespace {
+
+AlignedBuffer filled(size_t elements, DType dtype, double value) {
+  AlignedBuffer buffer(elements * element_bytes(dtype));
+  visit_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    for (T& x : buffer.as<T>()) x = static_cast<T>(value);
+  });
+  return buffer;
+}
+
+}  // namespace
+
+Variable::Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
+                   Mode mode, uint32_t workers)
+    : spec_(std::move(spec)), part_(part), mode_(mode), workers_(workers),
+      value_(part.size() * element_bytes(spec_.dtype)) {
+  PSCHED_REQUIRE(initial.size() == value_.size(), initial.size(), value_.size());
+  std::memcpy(value_.data(), initial.data(), initial.size());
+  for (int slot = 0; slot < optim::state_slots(spec_.optimizer); ++slot)
+    state_.push_back(filled(part.size(), spec_.dtype,
+                            optim::initial_state_value(spec_.optimizer, slot)));
+  sync_.received.resize(workers);
+}
+
+void Variable::check_range(const char* what, ElementRange range) const {
+  if (range.begin >= range.end)
+    fail(ErrorCode::offset_out_of_range, "{} to variable '{}' rejected: empty range at offset {}",
+         what, spec_.name, range.begin);
+  if (!part_.contains(range))
+    fail(ErrorCode::offset_out_of_range,
+         "{} to variable '{}' rejected: elements [{}, {}) are outside this shard's part [{}, {}) "
+         "of size {}",
+         what, spec_.name, range.begin, range.end, part_.begin, part_.end, spec_.elements());
+}
+
+void Variable::check_push(WorkerId worker, Step step, ElementRange range, DType dtype,
+                          std::span<const std::byte> data, Step completed,
+                          const IntervalSet& received) const {
+  if (dtype != spec_.dtype)
+    fail(ErrorCode::dtype_mismatch, "push to variable '{}' rejected: dtype {} but registered as {}",
+         spec_.name, to_string(dtype), to_string(spec_.dtype));
+  check_range("push", range);
+  if (data.size() != range.size() * element_bytes(dtype))
+    fail(ErrorCode::shape_mismatch,
+         "push to variable '{}' rejected: {} bytes for {} elements of {} (expected {})",
+         spec_.name, data.size(), range.size(), to_string(dtype),
+         range.size() * element_bytes(dtype));
+  if (step <= completed)
+    fail(ErrorCode::stale_step,
+         "push to variable '{}' rejected: step {} of worker {} was already applied (last "
+         "complete step {})",
+         spec_.name, step, worker.value, completed);
+  if (step > completed + 1)
+    fail(ErrorCode::step_from_future,
+         "push to variable '{}' rejected: step {} from the future (next step is {})", spec_.name,
+         step, completed + 1);
+  if (received.overlaps(range))
+    fail(ErrorCode::stale_step,
+         "push to variable '{}' rejected: elements [{}, {}) of step {} from worker {} were "
+         "already received",
+         spec_.name, range.begin, range.end, step, worker.value);
+}
+
+std::vector<ElementRange> Variable::push(WorkerId worker, Step step, ElementRange range,
+                                         DType dtype, std::span<const std::byte> data) {
+  if (mode_ == Mode::sync) {
+    if (worker.value >= workers_)
+      fail(ErrorCode::invalid_argument,
+           "push to variable '{}' rejected: worker {} is not below the job's {} workers",
+           spec_.name, worker.value, workers_);
+    check_push(worker, step, range, dtype, data, sync_.completed, sync_.received[worker.value]);
+    return push_sync(worker, step, range, data);
+  }
+  const WorkerProgress& p = progress_[worker];
+  check_push(worker, step, range, dtype, data, p.completed, p.received);
+  return push_async(worker, step, range, data);
+}
+
+std::vector<ElementRange> Variable::push_async(WorkerId worker, Step step, ElementRange range,
+                                               std::span<const std::byte> data) {
+  WorkerProgress& p = progress_[worker];
+  if (p.t == 0) p.t = ++updates_;
+  apply(range, data.data(), p.t);
+  p.received.add(range);
+  if (p.received.size() == part_.size()) {
+    p.completed = step;
+    p.received.clear();
+    p.t = 0;
+  }
+  return {range};
+}
+
+std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, ElementRange range,
+                                              std::span<const std::byte> data) {
+  if (sync_.sum.size() == 0) sync_.sum = filled(part_.size(), spec_.dtype, 0.0);
+  visit_dtype(spec_.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* sum = sync_.sum.as<T>().data() + (range.begin - part_.begin);
+    const T* grad = reinterpret_cast<const T*>(data.data());
+    for (uint64_t i = 0; i < range.size(); ++i) sum[i] += grad[i];
+  });
+  sync_.received[worker.value].add(range);
+
+  IntervalSet ready;
+  ready.add(range);
+  for (const IntervalSet& received : sync_.received) ready = ready.intersect(received);
+  for (ElementRange r : sync_.applied.ranges()) ready.subtract(r);
+  std::vector<ElementRange> applied = ready.ranges();
+  apply_mean(applied, step);
+  for (ElementRange r : applied) sync_.applied.add(r);
+  if (sync_.applied.size() == part_.size()) {
+    sync_.completed = step;
+    sync_.applied.clear();
+    for (IntervalSet& received : sync_.received) received.clear();
+  }
+  return applied;
+}
+
+void Variable::apply_mean(const std::vector<ElementRange>& ready, uint64_t t) {
+  visit_dtype(spec_.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T scale = T(1) / static_cast<T>(workers_);
+    for (ElementRange r : ready) {
+      T* sum = sync_.sum.as<T>().data() + (r.begin - part_.begin);
+      for (uint64_t i = 0; i < r.size(); ++i) sum[i] *= scale;
+      apply(r, reinterpret_cast<const std::byte*>(sum), t);
+      std::memset(sum, 0, r.size() * sizeof(T));  // ready for the next step
+    }
+  });
+}
+
+void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t) {
+  uint64_t local = range.begin - part_.begin, n = range.size();
+  visit_dtype(spec_.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    std::array<std::span<T>, 3> slots;
+    for (size_t k = 0; k < state_.size(); ++k) slots[k] = state_[k].as<T>().subspan(local, n);
+    optim::apply(spec_.optimizer, value_.as<T>().subspan(local, n),
+                 std::span<const T>(reinterpret_cast<const T*>(grad), n),
+                 std::span<const std::span<T>>(slots.data(), state_.size()), t);
+  });
+}
+
+Step Variable::applied_step(WorkerId worker) const {
+  if (mode_ == Mode::sync) return sync_.completed;
+  auto it = progress_.find(worker);
+  return it == progress_.end() ? 0 : it->second.completed;
+}
+
+IntervalSet Variable::not_yet_applied(WorkerId worker, Step step, ElementRange range) const {
+  check_range("poll", range);
+  Step completed = applied_step(worker);
+  IntervalSet pending;
+  if (step <= completed) return pending;
+  if (step > completed + 1)
+    fail(ErrorCode::step_from_future,
+         "poll of variable '{}' rejected: step {} from the future (last complete step {})",
+         spec_.name, step, completed);
+  pending.add(range);
+  if (mode_ == Mode::sync) {
+    for (ElementRange r : sync_.applied.ranges()) pending.subtract(r);
+  } else if (auto it = progress_.find(worker); it != progress_.end()) {
+    for (ElementRange r : it->second.received.ranges()) pending.subtract(r);
+  }
+  return pending;
+}
+
+void Variable::read(ElementRange range, std::byte* out) const {
+  size_t bytes = element_bytes(spec_.dtype);
+  std::memcpy(out, value_.data() + (range.begin - part_.begin) * bytes, range.size() * bytes);
+}
+
+}  // namespace psched

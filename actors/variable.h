@@ -1,0 +1,97 @@
+// Variable: one shard's part of a variable with its optimizer state and update bookkeeping.
+// A plain value type owned by a VariableShard (and so touched only on that shard's strand).
+//
+// Steps: a worker's updates to a variable are numbered 1, 2, ...; step 0 is the initial value.
+// async: each partition is applied on arrival; a worker's step s is complete when its pushes
+//   of step s covered the whole part. Its next push must be of step s+1.
+// sync: partitions of step s are summed per element; an element range is applied (mean of the
+//   `workers` gradients) as soon as every worker pushed it; step s is complete when the whole
+//   part is applied. Pushes of step s+1 are accepted only after that.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/variable_spec.h"
+#include "common/aligned_buffer.h"
+#include "common/interval_set.h"
+#include "config/deployment.h"
+
+namespace psched {
+
+// The worker id under which sync-mode progress (the aggregate of all workers) is tracked.
+inline constexpr WorkerId kAllWorkers{UINT32_MAX};
+
+class Variable {
+ public:
+  // `initial` holds part.size() elements of spec.dtype.
+  Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial, Mode mode,
+           uint32_t workers);
+
+  const VariableSpec& spec() const { return spec_; }
+  ElementRange part() const { return part_; }
+  Mode mode() const { return mode_; }
+
+  // Validates, then applies (async) or accumulates (sync) one partition of `worker`'s gradient
+  // for `step`. `data` holds range.size() elements of `dtype` and is only read. Returns the
+  // ranges whose step-`step` update became applied by this push, under the owner polls wait on
+  // (the worker in async mode, kAllWorkers in sync mode). Throws psched::Error on bad input and
+  // then changes nothing.
+  std::vector<ElementRange> push(WorkerId worker, Step step, ElementRange range, DType dtype,
+                                 std::span<const std::byte> data);
+
+  // The part of `range` whose update for `step` is not applied yet (empty: answer at once).
+  // Throws on a range outside the part or a step from the future.
+  IntervalSet not_yet_applied(WorkerId worker, Step step, ElementRange range) const;
+
+  // The owner a poll from `worker` waits on.
+  WorkerId poll_owner(WorkerId worker) const { return mode_ == Mode::sync ? kAllWorkers : worker; }
+  // The last complete step of the owner of `worker`'s polls.
+  Step applied_step(WorkerId worker) const;
+
+  // Copies the current value of `range` (inside the part) to `out`.
+  void read(ElementRange range, std::byte* out) const;
+  // Throws offset_out_of_range unless `range` is non-empty and inside the part; `what` says
+  // which request it was ("push", "poll", ...).
+  void check_range(const char* what, ElementRange range) const;
+
+ private:
+  struct WorkerProgress {  // async mode
+    Step completed = 0;
+    IntervalSet received;  // of step completed + 1
+    uint64_t t = 0;        // update count given to step completed + 1 (0: not started)
+  };
+  struct SyncProgress {
+    Step completed = 0;
+    std::vector<IntervalSet> received;  // of step completed + 1, per worker
+    IntervalSet applied;                // of step completed + 1
+    AlignedBuffer sum;                  // per-element gradient sums of step completed + 1
+  };
+
+  void check_push(WorkerId worker, Step step, ElementRange range, DType dtype,
+                  std::span<const std::byte> data, Step completed,
+                  const IntervalSet& received) const;
+  std::vector<ElementRange> push_async(WorkerId worker, Step step, ElementRange range,
+                                       std::span<const std::byte> data);
+  std::vector<ElementRange> push_sync(WorkerId worker, Step step, ElementRange range,
+                                      std::span<const std::byte> data);
+  // Adds `data` into sync_.sum; then applies the mean over `ready` ranges.
+  void apply_mean(const std::vector<ElementRange>& ready, uint64_t t);
+  // One optimizer update of `range` from `grad` (range.size() elements of the dtype).
+  void apply(ElementRange range, const std::byte* grad, uint64_t t);
+
+  VariableSpec spec_;
+  ElementRange part_;
+  Mode mode_;
+  uint32_t workers_;
+  AlignedBuffer value_;                // part_.size() elements
+  std::vector<AlignedBuffer> state_;   // optimizer slots, each like value_
+  uint64_t updates_ = 0;               // async: updates started so far (the optimizer's t)
+  std::unordered_map<WorkerId, WorkerProgress> progress_;  // async
+  SyncProgress sync_;
+};
+
+}  // namespace psched

@@ -1,0 +1,146 @@
+#include "actors/variable_shard.h"
+
+#include "common/error.h"
+
+namespace psched {
+
+VariableShard::VariableShard(IoContext& io, ShardSettings settings,
+                             std::shared_ptr<BufferPool> pool)
+    : Actor(io), settings_(settings), pool_(std::move(pool)), polls_(strand()) {}
+
+VariableShard::~VariableShard() = default;
+
+Variable& VariableShard::find(const char* what, VariableId id) {
+  if (id.value >= variables_.size())
+    fail(ErrorCode::unknown_variable, "{} rejected: no variable with id {} on shard {}", what,
+         id.value, settings_.id.value);
+  return variables_[id.value];
+}
+
+void VariableShard::register_variable(VariableSpec spec, ElementRange part,
+                                      std::span<const std::byte> initial, RegisterReply reply) {
+  dispatch([this, spec = std::move(spec), part, initial, reply = std::move(reply)]() mutable {
+    try {
+      do_register(spec, part, initial, reply);
+    } catch (...) {
+      reply(std::current_exception(), VariableId(), false);
+    }
+  });
+}
+
+void VariableShard::do_register(VariableSpec& spec, ElementRange part,
+                                std::span<const std::byte> initial, const RegisterReply& reply) {
+  if (auto it = by_name_.find(spec.name); it != by_name_.end()) {
+    const Variable& existing = variables_[it->second.value];
+    if (!existing.spec().same_variable(spec) || existing.part() != part)
+      fail(ErrorCode::spec_conflict,
+           "register of variable '{}' rejected: it is registered with a different spec "
+           "(shape, dtype, optimizer or shard part differ)",
+           spec.name);
+    return reply(nullptr, it->second, false);
+  }
+  if (variables_.size() >= settings_.max_variables)
+    fail(ErrorCode::invalid_argument, "register of variable '{}' rejected: shard {} holds {} "
+         "variables, the configured limit", spec.name, settings_.id.value, variables_.size());
+  if (part.begin >= part.end || part.end > spec.elements())
+    fail(ErrorCode::offset_out_of_range,
+         "register of variable '{}' rejected: part [{}, {}) does not fit its {} elements",
+         spec.name, part.begin, part.end, spec.elements());
+  if (initial.size() != part.size() * element_bytes(spec.dtype))
+    fail(ErrorCode::shape_mismatch,
+         "register of variable '{}' rejected: initial value has {} bytes, expected {} ({} "
+         "elements of {})",
+         spec.name, initial.size(), part.size() * element_bytes(spec.dtype), part.size(),
+         to_string(spec.dtype));
+  optim::validate(spec.optimizer);
+  VariableId id(static_cast<uint32_t>(variables_.size()));
+  std::string name = spec.name;
+  variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers);
+  by_name_.emplace(std::move(name), id);
+  stats_.variables = variables_.size();
+  reply(nullptr, id, true);
+}
+
+void VariableShard::push(WorkerId worker, VariableId variable, Step step, ElementRange range,
+                         DType dtype, std::span<const std::byte> data, Receipt reply) {
+  dispatch([=, this, reply = std::move(reply)] {
+    try {
+      do_push(worker, variable, step, range, dtype, data);
+    } catch (...) {
+      ++stats_.pushes_rejected;
+      return reply(std::current_exception());
+    }
+    reply(nullptr);
+  });
+}
+
+void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRange range,
+                            DType dtype, std::span<const std::byte> data) {
+  Variable& variable = find("push", id);
+  std::vector<ElementRange> applied = variable.push(worker, step, range, dtype, data);
+  stats_.bytes_received += data.size();
+  stats_.partitions_applied += applied.size();
+  PollKey key{variable.poll_owner(worker), id, step};
+  for (ElementRange r : applied) polls_.applied(key, r);
+}
+
+void VariableShard::poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
+                         ValueReply reply) {
+  dispatch([=, this, reply = std::move(reply)]() mutable {
+    try {
+      do_poll(worker, variable, step, range, std::move(reply));
+    } catch (...) {
+      reply(std::current_exception(), PooledBuffer(), 0);
+    }
+  });
+}
+
+void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRange range,
+                            ValueReply reply) {
+  Variable& variable = find("poll", id);
+  IntervalSet pending = variable.not_yet_applied(worker, step, range);
+  PollKey key{variable.poll_owner(worker), id, step};
+  polls_.wait(key, std::move(pending), variable.spec().priority,
+              [this, id, worker, range, reply = std::move(reply)](std::exception_ptr error) {
+                if (error) return reply(error, PooledBuffer(), 0);
+                const Variable& v = variables_[id.value];
+                answer(v, range, v.applied_step(worker), reply);
+              });
+}
+
+void VariableShard::pull(VariableId variable, ElementRange range, ValueReply reply) {
+  dispatch([=, this, reply = std::move(reply)] {
+    try {
+      Variable& v = find("pull", variable);
+      v.check_range("pull", range);
+      answer(v, range, v.applied_step(kAllWorkers), reply);
+    } catch (...) {
+      reply(std::current_exception(), PooledBuffer(), 0);
+    }
+  });
+}
+
+void VariableShard::answer(const Variable& variable, ElementRange range, Step step,
+                           const ValueReply& reply) {
+  PooledBuffer value = pool_->take(range.size() * element_bytes(variable.spec().dtype));
+  variable.read(range, value.data());
+  stats_.bytes_sent += value.size();
+  reply(nullptr, std::move(value), step);
+}
+
+void VariableShard::stats(std::function<void(ShardStats)> reply) {
+  dispatch([this, reply = std::move(reply)] {
+    ShardStats s = stats_;
+    s.polls_waiting = polls_.waiting();
+    reply(s);
+  });
+}
+
+void VariableShard::shut_down() {
+  dispatch([this] {
+    polls_.fail_all(std::make_exception_ptr(
+        Error(ErrorCode::disconnected, "poll abandoned: the shard is shutting down")));
+  });
+}
+
+}  // namespace psched

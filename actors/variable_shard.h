@@ -1,0 +1,88 @@
+// VariableShard: the server-side actor that owns a set of variables (or this shard's ranges of
+// large ones) and their optimizer state, applies received partitions, and answers polls
+// through its PollRegistry.
+//
+// Every public method hops onto the shard's strand and replies there through the callback it
+// was given. Borrowed spans (initial values, gradients) must stay alive until the reply runs:
+// the RPC glue passes views into the received message, which lives until it answers.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/actor.h"
+#include "actors/poll_registry.h"
+#include "actors/variable.h"
+#include "common/buffer_pool.h"
+#include "config/deployment.h"
+
+namespace psched {
+
+struct ShardSettings {
+  ShardId id;
+  Mode mode = Mode::async;
+  uint32_t workers = 1;
+  uint64_t max_variables = 1 << 20;
+};
+
+// Counters a shard keeps; read with VariableShard::stats.
+struct ShardStats {
+  uint64_t variables = 0;
+  uint64_t bytes_received = 0;    // gradient payload bytes accepted
+  uint64_t bytes_sent = 0;        // value bytes answered to polls and pulls
+  uint64_t partitions_applied = 0;
+  uint64_t pushes_rejected = 0;
+  uint64_t polls_waiting = 0;
+};
+
+class VariableShard : public Actor {
+ public:
+  using RegisterReply = std::function<void(std::exception_ptr, VariableId, bool created)>;
+  using Receipt = std::function<void(std::exception_ptr)>;
+  // The value of the requested range (in a pooled buffer) and the step it reflects.
+  using ValueReply = std::function<void(std::exception_ptr, PooledBuffer, Step)>;
+
+  VariableShard(IoContext& io, ShardSettings settings, std::shared_ptr<BufferPool> pool);
+  ~VariableShard();
+
+  // Registers this shard's `part` of a variable with `initial` (part.size() elements).
+  // Idempotent for the same spec; a different spec for the name fails with spec_conflict.
+  void register_variable(VariableSpec spec, ElementRange part,
+                         std::span<const std::byte> initial, RegisterReply reply);
+  // Applies (async) or accumulates (sync) one partition of `worker`'s step-`step` gradient.
+  void push(WorkerId worker, VariableId variable, Step step, ElementRange range, DType dtype,
+            std::span<const std::byte> data, Receipt reply);
+  // Answers with the fresh value of `range` once `step`'s update of it is applied.
+  void poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
+            ValueReply reply);
+  // Answers with the current value of `range` at once.
+  void pull(VariableId variable, ElementRange range, ValueReply reply);
+  void stats(std::function<void(ShardStats)> reply);
+  // Fails every waiting poll (the server is stopping).
+  void shut_down();
+
+ private:
+  // The variable, or throws unknown_variable naming `what` ("push", "poll", ...).
+  Variable& find(const char* what, VariableId id);
+  void do_register(VariableSpec& spec, ElementRange part, std::span<const std::byte> initial,
+                   const RegisterReply& reply);
+  void do_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
+               std::span<const std::byte> data);
+  void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, ValueReply reply);
+  void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
+
+  ShardSettings settings_;
+  std::shared_ptr<BufferPool> pool_;
+  // Strand-owned state:
+  PollRegistry polls_;
+  std::vector<Variable> variables_;  // index = VariableId
+  std::unordered_map<std::string, VariableId> by_name_;
+  ShardStats stats_;
+};
+
+}  // namespace psched

@@ -1,0 +1,138 @@
+#include "actors/variable_shard.h"
+
+#include <optional>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "common/error.h"
+
+using namespace psched;
+
+namespace {
+
+struct ShardFixture {
+  IoContext io;
+  VariableShard shard{io, ShardSettings{ShardId(0), Mode::async, 2, 4}, BufferPool::create()};
+
+  void drain() {
+    io.restart();
+    io.run();
+  }
+
+  VariableId add(const std::string& name, std::vector<float> init, bool* created = nullptr) {
+    VariableSpec spec;
+    spec.name = name;
+    spec.shape = {init.size()};
+    spec.optimizer.lr = 1.0;
+    std::optional<VariableId> id;
+    std::exception_ptr error;
+    shard.register_variable(spec, {0, init.size()}, std::as_bytes(std::span(init)),
+                            [&](std::exception_ptr e, VariableId v, bool c) {
+                              error = e;
+                              id = v;
+                              if (created) *created = c;
+                            });
+    drain();
+    if (error) std::rethrow_exception(error);
+    return *id;
+  }
+};
+
+std::vector<float> floats(const PooledBuffer& b) {
+  std::vector<float> out(b.size() / 4);
+  std::memcpy(out.data(), b.data(), b.size());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("registering the same spec twice is a no-op that keeps the value") {
+  ShardFixture f;
+  bool created = false;
+  VariableId a = f.add("w", {1, 2}, &created);
+  CHECK(created);
+  VariableId b = f.add("w", {9, 9}, &created);
+  CHECK_FALSE(created);
+  CHECK(a == b);
+  std::vector<float> got;
+  f.shard.pull(a, {0, 2}, [&](std::exception_ptr, PooledBuffer v, Step) { got = floats(v); });
+  f.drain();
+  CHECK(got == std::vector<float>{1, 2});
+}
+
+TEST_CASE("a different spec under a registered name is a spec conflict") {
+  ShardFixture f;
+  f.add("w", {1, 2});
+  CHECK_THROWS_WITH_AS(f.add("w", {1, 2, 3}),
+                       doctest::Contains("registered with a different spec"), Error);
+}
+
+TEST_CASE("the shard refuses variables beyond its configured count") {
+  ShardFixture f;
+  for (int i = 0; i < 4; ++i) f.add("v" + std::to_string(i), {0});
+  CHECK_THROWS_WITH_AS(f.add("v4", {0}), doctest::Contains("configured limit"), Error);
+}
+
+TEST_CASE("a poll waits for the worker's own push and then returns the fresh value") {
+  ShardFixture f;
+  VariableId id = f.add("w", {1, 2});
+  std::optional<std::vector<float>> answer;
+  f.shard.poll(WorkerId(0), id, 1, {0, 2}, [&](std::exception_ptr e, PooledBuffer v, Step s) {
+    REQUIRE(!e);
+    CHECK(s == 1);
+    answer = floats(v);
+  });
+  f.drain();
+  CHECK_FALSE(answer);
+  std::vector<float> g{1, 1};
+  std::exception_ptr other_worker_error;
+  f.shard.push(WorkerId(1), id, 1, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+               [&](std::exception_ptr e) { other_worker_error = e; });
+  f.drain();
+  CHECK_FALSE(answer);  // async: another worker's update does not release worker 0's poll
+  f.shard.push(WorkerId(0), id, 1, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+               [](std::exception_ptr e) { REQUIRE(!e); });
+  f.drain();
+  REQUIRE(answer);
+  CHECK(*answer == std::vector<float>{-1, 0});
+}
+
+TEST_CASE("a poll for an applied step returns at once") {
+  ShardFixture f;
+  VariableId id = f.add("w", {1});
+  std::vector<float> g{1};
+  f.shard.push(WorkerId(0), id, 1, {0, 1}, DType::float32, std::as_bytes(std::span(g)),
+               [](std::exception_ptr) {});
+  f.drain();
+  bool answered = false;
+  f.shard.poll(WorkerId(0), id, 1, {0, 1}, [&](std::exception_ptr e, PooledBuffer, Step) {
+    answered = !e;
+  });
+  f.drain();
+  CHECK(answered);
+}
+
+TEST_CASE("requests naming an unknown variable fail with unknown_variable") {
+  ShardFixture f;
+  std::vector<float> g{1};
+  std::exception_ptr error;
+  f.shard.push(WorkerId(0), VariableId(3), 1, {0, 1}, DType::float32,
+               std::as_bytes(std::span(g)), [&](std::exception_ptr e) { error = e; });
+  f.drain();
+  REQUIRE(error);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(error), doctest::Contains("no variable with id 3"),
+                       Error);
+}
+
+TEST_CASE("shutting down fails the waiting polls") {
+  ShardFixture f;
+  VariableId id = f.add("w", {1});
+  std::exception_ptr error;
+  f.shard.poll(WorkerId(0), id, 1, {0, 1},
+               [&](std::exception_ptr e, PooledBuffer, Step) { error = e; });
+  f.drain();
+  f.shard.shut_down();
+  f.drain();
+  CHECK(error);
+}

@@ -1,0 +1,119 @@
+#include "actors/variable.h"
+
+#include <cstring>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "common/error.h"
+
+using namespace psched;
+
+namespace {
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+
+VariableSpec sgd_spec(uint64_t n, double lr = 1.0) {
+  VariableSpec spec;
+  spec.name = "layer/w";
+  spec.shape = {n};
+  spec.optimizer.kind = optim::OptimizerKind::sgd;
+  spec.optimizer.lr = lr;
+  return spec;
+}
+
+std::vector<float> value_of(const Variable& v) {
+  std::vector<float> out(v.part().size());
+  v.read(v.part(), reinterpret_cast<std::byte*>(out.data()));
+  return out;
+}
+
+ErrorCode code_of(auto&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  FAIL("no psched::Error thrown");
+  return ErrorCode::internal;
+}
+
+}  // namespace
+
+TEST_CASE("an async push is applied on arrival and completes the worker's step") {
+  std::vector<float> init{1, 2, 3, 4};
+  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 2);
+  std::vector<float> g{1, 1};
+  auto applied = v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
+  CHECK(applied == std::vector<ElementRange>{{0, 2}});
+  CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
+  CHECK(v.applied_step(WorkerId(0)) == 0);
+  CHECK(v.not_yet_applied(WorkerId(0), 1, {0, 4}).ranges() == std::vector<ElementRange>{{2, 4}});
+  v.push(WorkerId(0), 1, {2, 4}, DType::float32, bytes_of(g));
+  CHECK(v.applied_step(WorkerId(0)) == 1);
+  CHECK(v.not_yet_applied(WorkerId(0), 1, {0, 4}).empty());
+  CHECK(v.applied_step(WorkerId(1)) == 0);
+}
+
+TEST_CASE("sync mode applies the mean only once every worker pushed the range") {
+  std::vector<float> init{0, 0, 0, 0};
+  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::sync, 2);
+  std::vector<float> a{2, 2, 2, 2}, b{4, 4};
+  CHECK(v.push(WorkerId(0), 1, {0, 4}, DType::float32, bytes_of(a)).empty());
+  CHECK(value_of(v) == std::vector<float>{0, 0, 0, 0});
+  auto applied = v.push(WorkerId(1), 1, {2, 4}, DType::float32, bytes_of(b));
+  CHECK(applied == std::vector<ElementRange>{{2, 4}});
+  CHECK(value_of(v) == std::vector<float>{0, 0, -3, -3});
+  CHECK(v.applied_step(WorkerId(0)) == 0);
+  v.push(WorkerId(1), 1, {0, 2}, DType::float32, bytes_of(b));
+  CHECK(value_of(v) == std::vector<float>{-3, -3, -3, -3});
+  CHECK(v.applied_step(WorkerId(1)) == 1);
+  SUBCASE("and the next step starts from a clean sum") {
+    v.push(WorkerId(0), 2, {0, 4}, DType::float32, bytes_of(a));
+    v.push(WorkerId(1), 2, {0, 4}, DType::float32, bytes_of(a));
+    CHECK(value_of(v) == std::vector<float>{-5, -5, -5, -5});
+  }
+}
+
+TEST_CASE("a rejected push leaves the variable untouched") {
+  std::vector<float> init{1, 2, 3, 4};
+  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
+  std::vector<float> g{1, 1};
+  std::vector<double> wide{1, 1};
+  CHECK(code_of([&] { v.push(WorkerId(0), 1, {3, 5}, DType::float32, bytes_of(g)); }) ==
+        ErrorCode::offset_out_of_range);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), 1, {0, 2}, DType::float64, std::as_bytes(std::span(wide)));
+        }) == ErrorCode::dtype_mismatch);
+  CHECK(code_of([&] { v.push(WorkerId(0), 1, {0, 3}, DType::float32, bytes_of(g)); }) ==
+        ErrorCode::shape_mismatch);
+  CHECK(code_of([&] { v.push(WorkerId(0), 2, {0, 2}, DType::float32, bytes_of(g)); }) ==
+        ErrorCode::step_from_future);
+  v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
+  CHECK(code_of([&] { v.push(WorkerId(0), 1, {1, 3}, DType::float32, bytes_of(g)); }) ==
+        ErrorCode::stale_step);
+  CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
+}
+
+TEST_CASE("a step of a split variable completes when this shard's part is covered") {
+  std::vector<float> init{5, 6};
+  VariableSpec spec = sgd_spec(10);
+  Variable v(spec, {8, 10}, bytes_of(init), Mode::async, 1);
+  std::vector<float> g{1, 1};
+  CHECK(code_of([&] { v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)); }) ==
+        ErrorCode::offset_out_of_range);
+  v.push(WorkerId(0), 1, {8, 10}, DType::float32, bytes_of(g));
+  CHECK(v.applied_step(WorkerId(0)) == 1);
+  CHECK(value_of(v) == std::vector<float>{4, 5});
+}
+
+TEST_CASE("a poll for a step beyond the next one is from the future") {
+  std::vector<float> init{0};
+  Variable v(sgd_spec(1), {0, 1}, bytes_of(init), Mode::async, 1);
+  CHECK(v.not_yet_applied(WorkerId(0), 0, {0, 1}).empty());
+  CHECK(v.not_yet_applied(WorkerId(0), 1, {0, 1}).size() == 1);
+  CHECK(code_of([&] { v.not_yet_applied(WorkerId(0), 2, {0, 1}); }) ==
+        ErrorCode::step_from_future);
+}

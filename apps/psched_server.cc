@@ -1,0 +1,69 @@
+// psched-server: hosts the shards a deployment file names (all, or those given with --shard),
+// until SIGINT or SIGTERM.
+#include <csignal>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "config/deployment.h"
+#include "net/shard_host.h"
+
+namespace {
+
+struct Options {
+  std::string config;
+  std::vector<uint32_t> shards;
+  unsigned threads = std::max(2u, std::thread::hardware_concurrency());
+};
+
+int serve(const Options& options) {
+  psched::DeploymentConfig config = psched::load_deployment(options.config);
+  std::vector<psched::ShardId> shards;
+  for (uint32_t i : options.shards) shards.push_back(psched::ShardId(i));
+  if (shards.empty())
+    for (uint32_t i = 0; i < config.shards.size(); ++i) shards.push_back(psched::ShardId(i));
+
+  kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  auto io = kj::setupAsyncIo();
+  psched::ActorRuntime actors(options.threads);
+  psched::ShardHost host(config, shards, actors.io());
+  auto serving = host.listen(io.provider->getNetwork()).eagerlyEvaluate(nullptr);
+  psched::log_info("psched-server: {} shard(s), {} mode, {} worker(s), config {}", shards.size(),
+                   config.mode == psched::Mode::sync ? "sync" : "async", config.workers,
+                   options.config);
+
+  auto& port = io.unixEventPort;
+  auto signal = port.onSignal(SIGINT).exclusiveJoin(port.onSignal(SIGTERM));
+  auto stopped = serving.then([] { return siginfo_t{}; }).exclusiveJoin(kj::mv(signal));
+  siginfo_t info = stopped.wait(io.waitScope);
+  psched::log_info("psched-server: signal {} received, stopping", info.si_signo);
+  host.shut_down();
+  actors.stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"psched-server: parameter-server shards with priority scheduling"};
+  Options options;
+  app.add_option("--config", options.config, "deployment YAML file")->required()->check(
+      CLI::ExistingFile);
+  app.add_option("--shard", options.shards, "host only these shard indices (default: all)");
+  app.add_option("--threads", options.threads, "threads applying updates");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return serve(options);
+  } catch (const psched::Error& e) {
+    psched::log_error("psched-server: {}", e.what());
+    return 2;
+  } catch (const kj::Exception& e) {
+    psched::log_error("psched-server: {}", e.getDescription().cStr());
+    return 2;
+  }
+}

@@ -1,0 +1,133 @@
+#include "client/client.h"
+
+#include <kj/async-io.h>
+
+#include "common/error.h"
+#include "net/wire_convert.h"
+
+namespace psched {
+
+ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerId worker) {
+  ClientOptions options;
+  for (const ShardConfig& shard : config.shards) options.shards.push_back(shard.listen.to_string());
+  options.worker = worker;
+  options.token = config.auth_token;
+  options.scheduler = config.scheduler;
+  options.max_message_bytes = config.limits.max_message_bytes;
+  return options;
+}
+
+Client::Client(ClientOptions options) : options_(std::move(options)), actors_(1) {
+  std::promise<void> started;
+  auto ready = started.get_future();
+  kj_thread_ = std::thread([this, &started] { run_kj_thread(started); });
+  try {
+    ready.get();
+  } catch (...) {
+    mailbox_.close();
+    kj_thread_.join();
+    actors_.stop();
+    throw;
+  }
+}
+
+Client::~Client() {
+  actors_.stop();  // no more actor work that could post to the mailbox
+  mailbox_.close();
+  if (kj_thread_.joinable()) kj_thread_.join();
+}
+
+void Client::run_kj_thread(std::promise<void>& started) {
+  auto io = kj::setupAsyncIo();
+  try {
+    std::vector<kj::Own<ShardLink>> links;
+    auto& network = io.provider->getNetwork();
+    for (const std::string& address : options_.shards) {
+      auto stream = network.parseAddress(address)
+                        .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
+                        .catch_([address](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
+                          fail(ErrorCode::disconnected, "cannot connect to shard at {}: {}",
+                               address, e.getDescription().cStr());
+                        })
+                        .wait(io.waitScope);
+      links.push_back(kj::heap<ShardLink>(kj::mv(stream), options_.max_message_bytes));
+    }
+    WorkerOptions worker{options_.worker, options_.token, options_.scheduler};
+    worker_ = std::make_unique<Worker>(actors_.io(), mailbox_, kj::mv(links), worker);
+    worker_->connect().wait(io.waitScope);
+    layout_ = worker_->layout();
+  } catch (...) {
+    worker_.reset();
+    started.set_exception(std::current_exception());
+    return;
+  }
+  started.set_value();
+  mailbox_.run().wait(io.waitScope);
+  worker_.reset();
+}
+
+template <typename T, typename Work>
+T Client::on_kj_thread(Work work) {
+  auto result = std::make_shared<std::promise<T>>();
+  auto future = result->get_future();
+  mailbox_.post([result, work = std::move(work), this]() mutable {
+    try {
+      work().then(
+          [result](auto... value) { result->set_value(std::move(value)...); },
+          [result](kj::Exception&& e) {
+            result->set_exception(std::make_exception_ptr(from_kj_exception(e)));
+          }).detach([](kj::Exception&&) {});
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  });
+  return future.get();
+}
+
+VariableHandle Client::register_variable(const VariableSpec& spec, std::span<std::byte> value,
+                                         bool use_server_optimizer) {
+  return on_kj_thread<VariableHandle>([this, spec, value, use_server_optimizer] {
+    return worker_->register_variable(spec, value, use_server_optimizer);
+  });
+}
+
+void Client::pull(VariableHandle handle) {
+  on_kj_thread<void>([this, handle] { return worker_->pull(handle); });
+}
+
+void Client::push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
+  auto done = std::make_shared<std::promise<void>>();
+  {
+    std::lock_guard lock(pushes_mutex_);
+    auto [it, fresh] = pushes_.try_emplace({handle.value, step}, done->get_future());
+    if (!fresh)
+      fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
+           handle.value, step);
+  }
+  worker_->push(handle, step, gradient.data(), [done](std::exception_ptr error) {
+    error ? done->set_exception(error) : done->set_value();
+  });
+}
+
+void Client::wait(VariableHandle handle, Step step) {
+  std::future<void> done;
+  {
+    std::lock_guard lock(pushes_mutex_);
+    auto it = pushes_.find({handle.value, step});
+    if (it == pushes_.end())
+      fail(ErrorCode::invalid_argument, "wait for variable handle {} step {}: no such push",
+           handle.value, step);
+    done = std::move(it->second);
+    pushes_.erase(it);
+  }
+  done.get();
+}
+
+SchedulerStats Client::scheduler_stats() {
+  std::promise<SchedulerStats> result;
+  auto future = result.get_future();
+  worker_->scheduler().stats([&result](SchedulerStats s) { result.set_value(s); });
+  return future.get();
+}
+
+}  // namespace psched

@@ -1,0 +1,83 @@
+// psched's C++ client: the whole public API a trainer needs.
+//
+//   psched::Client client(psched::ClientOptions::from_config(config, psched::WorkerId(rank)));
+//   auto w = client.register_variable({.name = "fc1/w", .shape = {784, 128}}, weights_bytes);
+//   for (step = 1; ...; ++step) {
+//     ... backward writes grad ...
+//     client.push(w, step, grad_bytes);   // returns at once; scheduled by priority
+//     client.wait(w, step);               // fresh weights are now in weights_bytes
+//   }
+//
+// A Client owns two threads: one runs Cap'n Proto RPC (the KJ event loop), one runs the
+// worker's actors. All methods may be called from any thread.
+#pragma once
+
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/variable_spec.h"
+#include "client/worker.h"
+
+namespace psched {
+
+struct ClientOptions {
+  std::vector<std::string> shards;  // "host:port" of every shard, in config order
+  WorkerId worker;
+  std::string token;
+  SchedulerConfig scheduler;
+  uint64_t max_message_bytes = 64 << 20;
+
+  // Shards, token, scheduler and limits from a deployment file.
+  static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
+};
+
+class Client {
+ public:
+  // Connects to every shard. Throws psched::Error (bad_token, disconnected, ...) on failure.
+  explicit Client(ClientOptions options);
+  ~Client();  // waits for nothing: pushes still in flight are abandoned
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const ClusterLayout& layout() const { return layout_; }
+
+  // Registers a variable. `value` is the trainer's parameter memory: its content is the
+  // initial value (the first registration of a name wins; call pull() to adopt it) and fresh
+  // values are written into it. It must stay alive as long as the client.
+  // With `use_server_optimizer`, spec.optimizer is ignored and the deployment's default used.
+  VariableHandle register_variable(const VariableSpec& spec, std::span<std::byte> value,
+                                   bool use_server_optimizer = false);
+  // Starts pushing the variable's whole gradient for `step` (1, 2, ...); returns at once.
+  // `gradient` must stay alive and unchanged until wait(handle, step) returns.
+  void push(VariableHandle handle, Step step, std::span<const std::byte> gradient);
+  // Blocks until `step`'s fresh value is in the variable's memory; rethrows the push's error.
+  void wait(VariableHandle handle, Step step);
+  // Blocks; overwrites the variable's memory with the shards' current value.
+  void pull(VariableHandle handle);
+  // The scheduler's figures (bytes in flight, tasks started, ...).
+  SchedulerStats scheduler_stats();
+
+ private:
+  // Runs `work` on the KJ thread and blocks for its result.
+  template <typename T, typename Work>
+  T on_kj_thread(Work work);
+  void run_kj_thread(std::promise<void>& started);
+
+  ClientOptions options_;
+  ActorRuntime actors_;
+  KjMailbox mailbox_;
+  std::unique_ptr<Worker> worker_;  // created and destroyed on the KJ thread
+  ClusterLayout layout_;
+  std::thread kj_thread_;
+
+  std::mutex pushes_mutex_;
+  std::map<std::pair<uint32_t, Step>, std::future<void>> pushes_;  // guarded by pushes_mutex_
+};
+
+}  // namespace psched

@@ -1,0 +1,109 @@
+#include "client/worker.h"
+
+#include <cstring>
+
+#include "common/error.h"
+#include "net/wire_convert.h"
+
+namespace psched {
+namespace {
+
+std::vector<ShardLink*> raw(std::vector<kj::Own<ShardLink>>& links) {
+  std::vector<ShardLink*> out;
+  for (auto& link : links) out.push_back(link.get());
+  return out;
+}
+
+// Rejects with psched::Error instead of kj::Exception.
+template <typename T>
+kj::Promise<T> as_psched_error(kj::Promise<T> promise) {
+  return promise.catch_([](kj::Exception&& e) -> kj::Promise<T> {
+    throw from_kj_exception(e);
+  });
+}
+
+}  // namespace
+
+Worker::Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>> links,
+               WorkerOptions options)
+    : options_(std::move(options)),
+      links_(std::move(links)),
+      transport_(mailbox, raw(links_)),
+      scheduler_(io, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
+                 [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
+      pusher_(io, scheduler_, options_.scheduler.partition_bytes) {}
+
+Worker::~Worker() = default;
+
+kj::Promise<void> Worker::connect() {
+  kj::Vector<kj::Promise<ClusterLayout>> answers;
+  for (auto& link : links_) answers.add(link->connect(options_.id, options_.token));
+  return as_psched_error(kj::joinPromises(answers.releaseAsArray())
+                             .then([this](kj::Array<ClusterLayout> layouts) {
+                               for (size_t i = 0; i < layouts.size(); ++i)
+                                 check_layout(layouts[i], i);
+                               layout_ = layouts[0];
+                             }));
+}
+
+void Worker::check_layout(const ClusterLayout& layout, size_t link) const {
+  if (layout.shard_index.value != link || layout.shard_addresses.size() != links_.size())
+    fail(ErrorCode::bad_config,
+         "shard {} of the client's list says it is shard {} of {}: the client's shard list "
+         "differs from the deployment's",
+         link, layout.shard_index.value, layout.shard_addresses.size());
+  if (options_.scheduler.partition_bytes > layout.max_message_bytes)
+    fail(ErrorCode::bad_config, "partition_bytes {} exceed the shards' message limit of {} bytes",
+         options_.scheduler.partition_bytes, layout.max_message_bytes);
+}
+
+kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec,
+                                                      std::span<std::byte> value,
+                                                      bool use_server_optimizer) {
+  if (value.size() != spec.bytes())
+    fail(ErrorCode::shape_mismatch,
+         "register of variable '{}' rejected: memory of {} bytes for {} elements of {} ({} bytes)",
+         spec.name, value.size(), spec.elements(), to_string(spec.dtype), spec.bytes());
+  VariablePlan plan{spec.name, spec.priority, spec.dtype, spec.elements(), {}, value.data()};
+  size_t bytes = element_bytes(spec.dtype);
+  auto parts = place_variable(spec.name, spec.elements(), bytes, links_.size(), layout_.split_bytes);
+  kj::Vector<kj::Promise<VariableId>> ids;
+  for (const ShardPart& part : parts) {
+    auto initial = value.subspan(part.range.begin * bytes, part.range.size() * bytes);
+    ids.add(links_[part.shard.value]->register_part(spec, use_server_optimizer, part.range, initial));
+  }
+  return as_psched_error(kj::joinPromises(ids.releaseAsArray())
+                             .then([this, plan = std::move(plan), parts](
+                                       kj::Array<VariableId> ids) mutable {
+                               for (size_t i = 0; i < parts.size(); ++i)
+                                 plan.parts.push_back({parts[i].shard, ids[i], parts[i].range});
+                               VariableHandle handle(static_cast<uint32_t>(plans_.size()));
+                               plans_.push_back(plan);
+                               pusher_.add_variable(handle, std::move(plan));
+                               return handle;
+                             }));
+}
+
+const VariablePlan& Worker::plan(VariableHandle handle) const {
+  if (handle.value >= plans_.size())
+    fail(ErrorCode::unknown_variable, "no variable with handle {} is registered", handle.value);
+  return plans_[handle.value];
+}
+
+kj::Promise<void> Worker::pull(VariableHandle handle) {
+  const VariablePlan& p = plan(handle);
+  size_t bytes = element_bytes(p.dtype);
+  kj::Vector<kj::Promise<void>> answers;
+  for (const PlacedPart& part : p.parts)
+    answers.add(links_[part.shard.value]->pull(part.shard_variable, part.range,
+                                               p.value + part.range.begin * bytes,
+                                               part.range.size() * bytes));
+  return as_psched_error(kj::joinPromises(answers.releaseAsArray()));
+}
+
+void Worker::push(VariableHandle handle, Step step, const std::byte* gradient,
+                  GradientPusher::PushDone done) {
+  pusher_.push(handle, step, gradient, std::move(done));
+}
+
+}  // namespace psched

@@ -1,0 +1,67 @@
+// Worker: the worker side of psched inside one trainer process, without threads of its own.
+// It owns the shard links (KJ thread), the transport, and the Scheduler and GradientPusher
+// actors (on `io`). The threaded Client wraps it; tests drive it on one thread, polling the
+// KJ loop and the io_context in turn.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/gradient_pusher.h"
+#include "actors/scheduler.h"
+#include "net/cluster_layout.h"
+#include "net/kj_mailbox.h"
+#include "net/rpc_transport.h"
+#include "net/shard_link.h"
+
+namespace psched {
+
+struct WorkerOptions {
+  WorkerId id;
+  std::string token;
+  SchedulerConfig scheduler;
+};
+
+class Worker {
+ public:
+  // Built on the KJ thread, which drains `mailbox`. `links[i]` is shard i in config order.
+  Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>> links,
+         WorkerOptions options);
+  ~Worker();
+
+  // KJ thread. Connects to every shard and checks that they describe the same cluster.
+  kj::Promise<void> connect();
+  // KJ thread. Registers the variable on the shards that placement gives it. `value` is the
+  // trainer's parameter memory: its content is the initial value (the first registration of
+  // a name wins) and fresh values are written into it; it stays alive while the worker does.
+  kj::Promise<VariableHandle> register_variable(VariableSpec spec, std::span<std::byte> value,
+                                                bool use_server_optimizer);
+  // KJ thread. Overwrites the variable's memory with the shards' current value.
+  kj::Promise<void> pull(VariableHandle handle);
+
+  // Any thread. Pushes the whole gradient of `handle` for `step`; `done` runs (on the pusher's
+  // strand) when every partition's fresh value is in the variable's memory. The caller keeps
+  // `gradient` alive until then.
+  void push(VariableHandle handle, Step step, const std::byte* gradient,
+            GradientPusher::PushDone done);
+
+  // Valid after connect().
+  const ClusterLayout& layout() const { return layout_; }
+  Scheduler& scheduler() { return scheduler_; }
+
+ private:
+  void check_layout(const ClusterLayout& layout, size_t link) const;
+  const VariablePlan& plan(VariableHandle handle) const;
+
+  WorkerOptions options_;
+  std::vector<kj::Own<ShardLink>> links_;
+  RpcTransport transport_;
+  Scheduler scheduler_;
+  GradientPusher pusher_;
+  ClusterLayout layout_;
+  std::vector<VariablePlan> plans_;  // KJ thread's copy, index = handle
+};
+
+}  // namespace psched

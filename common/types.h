@@ -1,0 +1,41 @@
+// Small strong types for the numbers psched passes around, so a step is never mistaken for a
+// byte count or a worker id.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <functional>
+
+namespace psched {
+
+// A value of `Rep` that only compares with values of the same `Tag`.
+template <typename Tag, typename Rep>
+struct Strong {
+  Rep value{};
+
+  constexpr Strong() = default;
+  constexpr explicit Strong(Rep v) : value(v) {}
+  constexpr auto operator<=>(const Strong&) const = default;
+};
+
+// Identifies a trainer process within a job; 0 .. workers-1.
+using WorkerId = Strong<struct WorkerIdTag, uint32_t>;
+// Identifies a shard within a deployment; 0 .. shards-1 in config order.
+using ShardId = Strong<struct ShardIdTag, uint32_t>;
+// A shard-local handle for a registered variable, returned by register.
+using VariableId = Strong<struct VariableIdTag, uint32_t>;
+
+// Training step of an update. Steps are 1-based: step s is the s-th update a worker pushes to a
+// variable; "step 0" names the initial value.
+using Step = uint64_t;
+// Lower value = more urgent. Default: registration order (layer nearest the input first).
+using Priority = int64_t;
+
+}  // namespace psched
+
+template <typename Tag, typename Rep>
+struct std::hash<psched::Strong<Tag, Rep>> {
+  size_t operator()(const psched::Strong<Tag, Rep>& s) const noexcept {
+    return std::hash<Rep>{}(s.value);
+  }
+};

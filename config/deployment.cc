@@ -1,0 +1,317 @@
+#include "config/deployment.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "common/error.h"
+#include "config/byte_size.h"
+#include "config/config_node.h"
+
+namespace psched {
+namespace {
+
+using config::ConfigMap;
+using config::ConfigNode;
+using optim::OptimizerSpec;
+
+constexpr std::array<std::string_view, 8> kTopKeys = {
+    "mode", "workers", "auth", "shards", "split_bytes", "optimizer", "scheduler", "limits"};
+constexpr std::array<std::string_view, 2> kAuthKeys = {"token", "token_file"};
+constexpr std::array<std::string_view, 1> kShardKeys = {"listen"};
+constexpr std::array<std::string_view, 4> kSchedulerKeys = {"policy", "partition_bytes",
+                                                            "credit_bytes", "autotune"};
+constexpr std::array<std::string_view, 3> kLimitsKeys = {"max_message_bytes", "max_variables",
+                                                         "max_name_bytes"};
+
+constexpr std::array<std::pair<std::string_view, Mode>, 2> kModes = {{
+    {"async", Mode::async},
+    {"sync", Mode::sync},
+}};
+constexpr std::array<std::pair<std::string_view, SchedulePolicy>, 2> kPolicies = {{
+    {"priority", SchedulePolicy::priority},
+    {"fifo", SchedulePolicy::fifo},
+}};
+
+constexpr std::array<optim::OptimizerKind, 7> kOptimizerKinds = {
+    optim::OptimizerKind::sgd,     optim::OptimizerKind::momentum, optim::OptimizerKind::adam,
+    optim::OptimizerKind::adam_tf, optim::OptimizerKind::adamw,    optim::OptimizerKind::adagrad,
+    optim::OptimizerKind::rmsprop};
+
+// An OptimizerSpec hyper-parameter under its field name; exactly one member pointer is set.
+struct OptimizerField {
+  std::string_view name;
+  double OptimizerSpec::*number = nullptr;
+  bool OptimizerSpec::*flag = nullptr;
+};
+constexpr std::array<OptimizerField, 13> kOptimizerFields = {{
+    {"lr", &OptimizerSpec::lr},
+    {"momentum", &OptimizerSpec::momentum},
+    {"dampening", &OptimizerSpec::dampening},
+    {"nesterov", nullptr, &OptimizerSpec::nesterov},
+    {"beta1", &OptimizerSpec::beta1},
+    {"beta2", &OptimizerSpec::beta2},
+    {"eps", &OptimizerSpec::eps},
+    {"weight_decay", &OptimizerSpec::weight_decay},
+    {"amsgrad", nullptr, &OptimizerSpec::amsgrad},
+    {"lr_decay", &OptimizerSpec::lr_decay},
+    {"initial_accumulator_value", &OptimizerSpec::initial_accumulator_value},
+    {"alpha", &OptimizerSpec::alpha},
+    {"centered", nullptr, &OptimizerSpec::centered},
+}};
+
+// Room a push message needs besides its partition's bytes (name, step, range, framing).
+constexpr uint64_t kMessageHeadroomBytes = 64 << 10;
+
+YAML::Node load_yaml(const std::string& text, const std::string& file) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    fail(ErrorCode::bad_config, "{}:{}: malformed YAML: {}", file, std::max(e.mark.line, 0) + 1,
+         e.msg);
+  } catch (const YAML::Exception& e) {
+    fail(ErrorCode::bad_config, "{}: malformed YAML: {}", file, e.what());
+  }
+}
+
+// The token file's text without its trailing newline(s). `base_dir` resolves a relative path.
+std::string read_token_file(const ConfigNode& node, const std::filesystem::path& base_dir) {
+  std::filesystem::path path = read_string(node);
+  if (path.is_relative()) path = base_dir / path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) node.fail(fmt::format("cannot open '{}': {}", path.string(), std::strerror(errno)));
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) node.fail(fmt::format("cannot read '{}'", path.string()));
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty()) node.fail(fmt::format("'{}' is empty (expected the token)", path.string()));
+  return token;
+}
+
+// Empty when the section is absent: no auth. The token is never echoed in messages.
+std::string parse_auth(const ConfigNode& node, const std::filesystem::path& base_dir) {
+  ConfigMap auth(node, kAuthKeys);
+  if (node.is_null()) return {};
+  std::optional<ConfigNode> token = auth.find("token");
+  std::optional<ConfigNode> token_file = auth.find("token_file");
+  if (token && token_file) token_file->fail("set together with auth.token (expected only one)");
+  if (token_file) return read_token_file(*token_file, base_dir);
+  if (!token) node.fail_at(node.key_line(), "expected exactly one of: token, token_file");
+  std::string value = read_string(*token);
+  if (value.empty()) token->fail("is empty (expected a token, or no auth section)");
+  return value;
+}
+
+ListenAddress parse_listen(const ConfigNode& node) {
+  std::string text = read_string(node);  // outside the try: its errors carry their own prefix
+  try {
+    return parse_listen_address(text);
+  } catch (const Error& e) {
+    node.fail(e.what());
+  }
+}
+
+ShardConfig parse_shard(const ConfigNode& node) {
+  ConfigMap shard(node, kShardKeys);
+  return ShardConfig{.listen = parse_listen(shard.require("listen", "host:port"))};
+}
+
+std::vector<ShardConfig> parse_shards(const ConfigNode& node) {
+  constexpr std::string_view kExpected = "a list of shards, each with listen: host:port";
+  if (node.is_null() || !node.yaml().IsSequence()) node.fail(fmt::format("expected {}", kExpected));
+  if (node.yaml().size() == 0) node.fail(fmt::format("empty (expected {})", kExpected));
+  std::vector<ShardConfig> shards;
+  shards.reserve(node.yaml().size());
+  for (const YAML::Node& item : node.yaml()) {
+    ConfigNode shard(item, fmt::format("{}[{}]", node.path(), shards.size()), item.Mark(),
+                     node.file());
+    shards.push_back(parse_shard(shard));
+    for (size_t i = 0; i + 1 < shards.size(); ++i) {
+      if (shards[i].listen.to_string() != shards.back().listen.to_string()) continue;
+      shard.fail(fmt::format("listen address {} is also shards[{}]'s (expected one per shard)",
+                             shards.back().listen.to_string(), i));
+    }
+  }
+  return shards;
+}
+
+optim::OptimizerKind read_optimizer_kind(const ConfigNode& node) {
+  std::string name = read_string(node);
+  optim::OptimizerKind kind{};
+  if (optim::parse_optimizer_kind(name, kind)) return kind;
+  std::vector<std::string_view> names;
+  for (optim::OptimizerKind k : kOptimizerKinds) names.push_back(optim::to_string(k));
+  node.fail(fmt::format("'{}' is not one of: {}", name, fmt::join(names, ", ")));
+}
+
+std::vector<std::string_view> optimizer_keys() {
+  std::vector<std::string_view> keys = {"kind"};
+  for (const OptimizerField& field : kOptimizerFields) keys.push_back(field.name);
+  return keys;
+}
+
+OptimizerSpec parse_optimizer(const ConfigNode& node) {
+  ConfigMap map(node, optimizer_keys());
+  OptimizerSpec spec;
+  if (std::optional<ConfigNode> kind = map.find("kind")) spec.kind = read_optimizer_kind(*kind);
+  for (const OptimizerField& field : kOptimizerFields) {
+    std::optional<ConfigNode> value = map.find(field.name);
+    if (value && field.number) spec.*field.number = read_number(*value);
+    if (value && field.flag) spec.*field.flag = read_bool(*value);
+  }
+  try {
+    optim::validate(spec);
+  } catch (const Error& e) {
+    node.fail_at(node.key_line(), e.what());
+  }
+  return spec;
+}
+
+uint64_t read_partition_bytes(const ConfigNode& node) {
+  uint64_t bytes = read_byte_size(node, 1);
+  if (bytes % 8 != 0) {
+    node.fail(
+        fmt::format("{} is not a multiple of 8 (a partition must hold whole elements of "
+                    "every dtype)",
+                    bytes));
+  }
+  return bytes;
+}
+
+SchedulerConfig parse_scheduler(const ConfigNode& node) {
+  ConfigMap map(node, kSchedulerKeys);
+  SchedulerConfig out;
+  if (auto f = map.find("policy")) out.policy = read_choice(*f, kPolicies);
+  if (auto f = map.find("partition_bytes")) out.partition_bytes = read_partition_bytes(*f);
+  if (auto f = map.find("credit_bytes")) out.credit_bytes = read_byte_size(*f, 1);
+  if (auto f = map.find("autotune")) out.autotune = read_bool(*f);
+  return out;
+}
+
+LimitsConfig parse_limits(const ConfigNode& node) {
+  ConfigMap map(node, kLimitsKeys);
+  LimitsConfig out;
+  if (auto f = map.find("max_message_bytes")) out.max_message_bytes = read_byte_size(*f, 1);
+  if (auto f = map.find("max_variables")) out.max_variables = read_integer(*f, 1, UINT64_MAX);
+  if (auto f = map.find("max_name_bytes")) out.max_name_bytes = read_byte_size(*f, 1);
+  return out;
+}
+
+// A partition travels in one push message, so it must fit under the message limit. Blames
+// scheduler.partition_bytes when the file sets it, else limits.max_message_bytes.
+void check_partition_fits(const DeploymentConfig& config, const ConfigMap& top) {
+  const SchedulerConfig& scheduler = config.scheduler;
+  if (scheduler.partition_bytes + kMessageHeadroomBytes <= config.limits.max_message_bytes) return;
+  ConfigNode partition =
+      ConfigMap(top.find_or_null("scheduler"), kSchedulerKeys).find_or_null("partition_bytes");
+  ConfigNode limit =
+      ConfigMap(top.find_or_null("limits"), kLimitsKeys).find_or_null("max_message_bytes");
+  (partition.is_null() ? limit : partition)
+      .fail(fmt::format(
+          "scheduler.partition_bytes ({}) plus {} of message header exceeds "
+          "limits.max_message_bytes ({}) (expected a partition to fit in one message)",
+          format_byte_size(scheduler.partition_bytes), format_byte_size(kMessageHeadroomBytes),
+          format_byte_size(config.limits.max_message_bytes)));
+}
+
+DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::path& source) {
+  ConfigMap top(root, kTopKeys);
+  DeploymentConfig config;
+  config.source = source;
+  if (auto f = top.find("mode")) config.mode = read_choice(*f, kModes);
+  if (auto f = top.find("workers")) config.workers = read_integer(*f, 1, UINT32_MAX);
+  config.auth_token = parse_auth(top.find_or_null("auth"), source.parent_path());
+  config.shards =
+      parse_shards(top.require("shards", "a list of shards, each with listen: host:port"));
+  if (auto f = top.find("split_bytes")) config.split_bytes = read_byte_size(*f, 0);
+  config.optimizer = parse_optimizer(top.find_or_null("optimizer"));
+  config.scheduler = parse_scheduler(top.find_or_null("scheduler"));
+  config.limits = parse_limits(top.find_or_null("limits"));
+  check_partition_fits(config, top);
+  return config;
+}
+
+[[noreturn]] void bad_listen_address(std::string_view text, std::string_view reason) {
+  fail(ErrorCode::bad_config,
+       "'{}' is not a listen address: {} (expected host:port, e.g. 127.0.0.1:7000, "
+       "localhost:7000, [::1]:7000)",
+       text, reason);
+}
+
+bool is_host_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-._*%:", c) != nullptr;
+}
+
+// Splits "host:port" or "[v6]:port" into its parts; host is returned without brackets.
+std::pair<std::string_view, std::string_view> split_host_port(std::string_view text) {
+  if (text.starts_with('[')) {
+    size_t close = text.find(']');
+    if (close == text.npos || text.substr(close + 1, 1) != ":") {
+      bad_listen_address(text, "expected [address]:port");
+    }
+    std::string_view host = text.substr(1, close - 1);
+    if (host.find(':') == host.npos) bad_listen_address(text, "brackets are for IPv6 addresses");
+    return {host, text.substr(close + 2)};
+  }
+  size_t colon = text.rfind(':');
+  if (colon == text.npos) bad_listen_address(text, "no port");
+  std::string_view host = text.substr(0, colon);
+  if (host.find(':') != host.npos) bad_listen_address(text, "an IPv6 address needs brackets");
+  return {host, text.substr(colon + 1)};
+}
+
+}  // namespace
+
+std::string ListenAddress::to_string() const {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+ListenAddress parse_listen_address(const std::string& text) {
+  auto [host, port_text] = split_host_port(text);
+  if (host.empty()) bad_listen_address(text, "no host");
+  for (char c : host) {
+    if (!is_host_char(c)) bad_listen_address(text, fmt::format("'{}' in the host", c));
+  }
+  unsigned port = 0;
+  const char* end = port_text.data() + port_text.size();
+  auto [rest, ec] = std::from_chars(port_text.data(), end, port);
+  if (rest != end || port_text.empty() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    bad_listen_address(text, "the port is not a number");
+  }
+  if (port == 0 || port > 65535 || ec == std::errc::result_out_of_range) {
+    bad_listen_address(text, fmt::format("port {} is out of range 1-65535", port_text));
+  }
+  return ListenAddress{.host = std::string(host), .port = static_cast<uint16_t>(port)};
+}
+
+DeploymentConfig parse_deployment(const std::string& yaml_text,
+                                  const std::filesystem::path& source) {
+  const std::string file = source.string();
+  ConfigNode root(load_yaml(yaml_text, file), "", YAML::Mark::null_mark(), file);
+  return parse_sections(root, source);
+}
+
+DeploymentConfig load_deployment(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(file, ec)) {
+    fail(ErrorCode::bad_config, "{}: cannot open the deployment file: {}", file.string(),
+         in ? "it is a directory" : std::strerror(errno));
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_deployment(text, file);
+}
+
+}  // namespace psched

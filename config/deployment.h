@@ -1,0 +1,73 @@
+// A deployment, as one YAML file describes it (configs/local.yaml is the reference example).
+// Parsed once into these typed structs and validated at load; code receives them by const&.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace psched {
+
+enum class Mode {
+  async,  ///< each push applied on arrival; a worker's poll waits for its own update
+  sync,   ///< a shard applies the mean of all workers' step-s gradients once (BSP)
+};
+
+enum class SchedulePolicy {
+  priority,  ///< lowest priority value first, partitioned, credit-limited (default)
+  fifo,      ///< arrival order through the same code path (the benchmark baseline)
+};
+
+// "host:port" split; host may be a name, an IPv4 address or a bracketed IPv6 address.
+struct ListenAddress {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  std::string to_string() const;  // "host:port"; an IPv6 host in brackets, "[::1]:7000"
+};
+
+struct ShardConfig {
+  ListenAddress listen;
+};
+
+struct SchedulerConfig {
+  SchedulePolicy policy = SchedulePolicy::priority;
+  uint64_t partition_bytes = 1 << 20;  // largest partition a tensor is cut into
+  uint64_t credit_bytes = 4 << 20;     // bytes in flight at most (one larger partition may go alone)
+  bool autotune = false;
+};
+
+struct LimitsConfig {
+  uint64_t max_message_bytes = 64 << 20;  // Cap'n Proto traversal limit, both directions
+  uint64_t max_variables = 1 << 20;       // per shard
+  uint64_t max_name_bytes = 1024;
+};
+
+struct DeploymentConfig {
+  std::filesystem::path source;  // file it was loaded from (for messages)
+  Mode mode = Mode::async;
+  uint32_t workers = 1;            // workers in the job; sync mode aggregates this many
+  std::string auth_token;          // empty: no auth; from `auth: {token: ..}` or `auth: {token_file: ..}`
+  std::vector<ShardConfig> shards;  // at least one
+  uint64_t split_bytes = 4 << 20;  // variables larger than this are split across all shards
+  optim::OptimizerSpec optimizer;  // server default for registrations that name none
+  SchedulerConfig scheduler;       // worker side
+  LimitsConfig limits;
+};
+
+// Loads and validates a deployment file. Throws psched::Error(bad_config) whose message names
+// the file, the 1-based line, the key path and what was expected: "configs/x.yaml:7:
+// scheduler.credit_bytez: unknown key (expected one of: policy, partition_bytes, credit_bytes,
+// autotune)". Omitted keys keep the struct defaults above; `shards` is required. Byte-size keys
+// take a number of bytes or a size string ("4MiB", "512KiB", "2MB"; see config/byte_size.h).
+// `auth.token_file` is read relative to the file's folder, its trailing newline dropped.
+DeploymentConfig load_deployment(const std::filesystem::path& file);
+// The same from YAML text; `source` names it in messages.
+DeploymentConfig parse_deployment(const std::string& yaml_text, const std::filesystem::path& source);
+
+// Parses "127.0.0.1:7000", "localhost:7000", "[::1]:7000"; throws Error(bad_config) otherwise.
+ListenAddress parse_listen_address(const std::string& text);
+
+}  // namespace psched

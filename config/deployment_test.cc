@@ -1,0 +1,408 @@
+#include "config/deployment.h"
+
+#include <fstream>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include "common/error.h"
+
+namespace psched {
+namespace {
+
+const std::filesystem::path kSourceDir = PSCHED_SOURCE_DIR;
+
+DeploymentConfig parse(const std::string& yaml) { return parse_deployment(yaml, "configs/x.yaml"); }
+
+// The message parse() throws; fails the test unless it throws Error(bad_config).
+std::string error_of(const std::string& yaml) {
+  try {
+    parse(yaml);
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::bad_config);
+    return e.what();
+  }
+  FAIL("expected Error(bad_config) for:\n" << yaml);
+  return {};
+}
+
+// A fresh directory under the system temp dir, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "psched_config_XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ / name, std::ios::binary) << text;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+const std::string kOneShard = "shards:\n  - listen: 127.0.0.1:7000\n";
+
+TEST_CASE("the shipped configs/local.yaml loads and describes two local async shards") {
+  DeploymentConfig config = load_deployment(kSourceDir / "configs/local.yaml");
+  CHECK(config.source == kSourceDir / "configs/local.yaml");
+  CHECK(config.mode == Mode::async);
+  CHECK(config.workers == 2);
+  CHECK(config.auth_token.empty());
+  REQUIRE(config.shards.size() == 2);
+  CHECK(config.shards[0].listen.to_string() == "127.0.0.1:7410");
+  CHECK(config.shards[1].listen.to_string() == "127.0.0.1:7411");
+  CHECK(config.optimizer.kind == optim::OptimizerKind::sgd);
+  CHECK(config.optimizer.lr == 0.1);
+  CHECK(config.scheduler.policy == SchedulePolicy::priority);
+  CHECK(config.scheduler.partition_bytes == 1u << 20);
+  CHECK(config.scheduler.credit_bytes == 4u << 20);
+  CHECK(config.limits.max_message_bytes == 64u << 20);
+}
+
+TEST_CASE("the shipped configs/sync.yaml loads in sync mode") {
+  DeploymentConfig config = load_deployment(kSourceDir / "configs/sync.yaml");
+  CHECK(config.mode == Mode::sync);
+  CHECK(config.shards.size() == 2);
+}
+
+TEST_CASE("omitted keys take the struct defaults") {
+  DeploymentConfig config = parse(kOneShard);
+  const DeploymentConfig defaults;
+  CHECK(config.source == "configs/x.yaml");
+  CHECK(config.mode == defaults.mode);
+  CHECK(config.workers == defaults.workers);
+  CHECK(config.auth_token.empty());
+  CHECK(config.split_bytes == defaults.split_bytes);
+  CHECK(config.optimizer == optim::OptimizerSpec{});
+  CHECK(config.scheduler.policy == defaults.scheduler.policy);
+  CHECK(config.scheduler.partition_bytes == defaults.scheduler.partition_bytes);
+  CHECK(config.scheduler.credit_bytes == defaults.scheduler.credit_bytes);
+  CHECK(config.scheduler.autotune == defaults.scheduler.autotune);
+  CHECK(config.limits.max_message_bytes == defaults.limits.max_message_bytes);
+  CHECK(config.limits.max_variables == defaults.limits.max_variables);
+  CHECK(config.limits.max_name_bytes == defaults.limits.max_name_bytes);
+}
+
+TEST_CASE("empty sections read as all defaults") {
+  DeploymentConfig config = parse(kOneShard + "auth:\noptimizer:\nscheduler: {}\nlimits:\n");
+  CHECK(config.auth_token.empty());
+  CHECK(config.optimizer == optim::OptimizerSpec{});
+  CHECK(config.scheduler.partition_bytes == SchedulerConfig{}.partition_bytes);
+}
+
+TEST_CASE("every key is read into its field") {
+  DeploymentConfig config = parse(R"(mode: sync
+workers: 8
+auth: {token: s3cret}
+shards:
+  - listen: 10.0.0.1:7000
+  - listen: "[::1]:7001"
+  - listen: localhost:7002
+split_bytes: 1048576
+optimizer:
+  kind: adam
+  lr: 1e-3
+  beta1: 0.8
+  beta2: 0.99
+  eps: 0.0001
+  weight_decay: 0.01
+  amsgrad: true
+scheduler:
+  policy: fifo
+  partition_bytes: 512KiB
+  credit_bytes: 2MB
+  autotune: true
+limits:
+  max_message_bytes: 1GiB
+  max_variables: 100
+  max_name_bytes: 256B
+)");
+  CHECK(config.mode == Mode::sync);
+  CHECK(config.workers == 8);
+  CHECK(config.auth_token == "s3cret");
+  REQUIRE(config.shards.size() == 3);
+  CHECK(config.shards[0].listen.host == "10.0.0.1");
+  CHECK(config.shards[1].listen.host == "::1");
+  CHECK(config.shards[1].listen.port == 7001);
+  CHECK(config.shards[2].listen.host == "localhost");
+  CHECK(config.split_bytes == 1u << 20);
+  optim::OptimizerSpec adam{.kind = optim::OptimizerKind::adam,
+                            .lr = 1e-3,
+                            .beta1 = 0.8,
+                            .beta2 = 0.99,
+                            .eps = 1e-4,
+                            .weight_decay = 0.01,
+                            .amsgrad = true};
+  CHECK(config.optimizer == adam);
+  CHECK(config.scheduler.policy == SchedulePolicy::fifo);
+  CHECK(config.scheduler.partition_bytes == 512u << 10);
+  CHECK(config.scheduler.credit_bytes == 2000000u);
+  CHECK(config.scheduler.autotune);
+  CHECK(config.limits.max_message_bytes == 1u << 30);
+  CHECK(config.limits.max_variables == 100);
+  CHECK(config.limits.max_name_bytes == 256);
+}
+
+TEST_CASE("every optimizer hyper-parameter can be set by its field name") {
+  DeploymentConfig config = parse(kOneShard + R"(optimizer:
+  kind: rmsprop
+  lr: 0.5
+  momentum: 0.25
+  dampening: 0
+  nesterov: false
+  beta1: 0.5
+  beta2: 0.75
+  eps: 1e-6
+  weight_decay: 0.125
+  amsgrad: false
+  lr_decay: 0.0625
+  initial_accumulator_value: 0.1
+  alpha: 0.95
+  centered: true
+)");
+  optim::OptimizerSpec want{.kind = optim::OptimizerKind::rmsprop,
+                            .lr = 0.5,
+                            .momentum = 0.25,
+                            .beta1 = 0.5,
+                            .beta2 = 0.75,
+                            .eps = 1e-6,
+                            .weight_decay = 0.125,
+                            .lr_decay = 0.0625,
+                            .initial_accumulator_value = 0.1,
+                            .alpha = 0.95,
+                            .centered = true};
+  CHECK(config.optimizer == want);
+}
+
+TEST_CASE("size strings and plain integers both parse as byte sizes") {
+  auto partition = [](const std::string& value) {
+    return parse(kOneShard + "scheduler:\n  partition_bytes: " + value + "\n")
+        .scheduler.partition_bytes;
+  };
+  CHECK(partition("4096") == 4096u);
+  CHECK(partition("104B") == 104u);
+  CHECK(partition("512KiB") == 512u << 10);
+  CHECK(partition("4MiB") == 4u << 20);
+  CHECK(partition("2MB") == 2000000u);
+  CHECK(partition("\"8 KiB\"") == 8u << 10);
+  CHECK(parse(kOneShard + "split_bytes: 1GiB\nlimits: {max_message_bytes: 2GiB}\n").split_bytes ==
+        1u << 30);
+}
+
+TEST_CASE("an unknown key is named with its path, its line and the keys allowed there") {
+  CHECK(error_of(kOneShard + "scheduler:\n  policy: fifo\n  credit_bytez: 4MiB\n") ==
+        "configs/x.yaml:5: scheduler.credit_bytez: unknown key (expected one of: policy, "
+        "partition_bytes, credit_bytes, autotune)");
+  CHECK(error_of("mode: async\nhttp: 8080\n" + kOneShard)
+            .starts_with("configs/x.yaml:2: http: unknown key (expected one of: mode, workers, "
+                         "auth, shards, "));
+  CHECK(error_of(kOneShard + "optimizer: {kind: sgd, learning_rate: 1}\n")
+            .starts_with("configs/x.yaml:3: optimizer.learning_rate: unknown key (expected one of: "
+                         "kind, lr, "));
+  CHECK(error_of("shards:\n  - listen: 127.0.0.1:7000\n    port: 1\n") ==
+        "configs/x.yaml:3: shards[0].port: unknown key (expected one of: listen)");
+}
+
+TEST_CASE("a repeated key is an error naming both lines") {
+  CHECK(error_of("workers: 2\n" + kOneShard + "workers: 3\n") ==
+        "configs/x.yaml:4: workers: duplicate key (first at line 1)");
+}
+
+TEST_CASE("an enum value outside its choices lists the choices") {
+  CHECK(error_of("# comment\n\nmode: asink\n" + kOneShard) ==
+        "configs/x.yaml:3: mode: 'asink' is not one of: async, sync");
+  CHECK(error_of(kOneShard + "scheduler:\n  policy: lifo\n") ==
+        "configs/x.yaml:4: scheduler.policy: 'lifo' is not one of: priority, fifo");
+  CHECK(error_of(kOneShard + "optimizer:\n  kind: adamax\n") ==
+        "configs/x.yaml:4: optimizer.kind: 'adamax' is not one of: sgd, momentum, adam, adam_tf, "
+        "adamw, adagrad, rmsprop");
+}
+
+TEST_CASE("a bad byte size names the key, the line and the value") {
+  CHECK(error_of(kOneShard + "scheduler:\n  policy: fifo\n  partition_bytes: 12 furlongs\n")
+            .starts_with("configs/x.yaml:5: scheduler.partition_bytes: '12 furlongs' is not a "
+                         "byte size (expected"));
+  CHECK(error_of(kOneShard + "split_bytes: -1\n")
+            .starts_with("configs/x.yaml:3: split_bytes: '-1' is not a byte size"));
+  CHECK(error_of(kOneShard + "limits:\n  max_message_bytes: [1]\n") ==
+        "configs/x.yaml:4: limits.max_message_bytes: expected a byte size, got a list");
+}
+
+TEST_CASE("partition and credit sizes must be positive and partitions a multiple of 8") {
+  CHECK(error_of(kOneShard + "scheduler:\n  credit_bytes: 0\n") ==
+        "configs/x.yaml:4: scheduler.credit_bytes: must be at least 1, got 0");
+  CHECK(error_of(kOneShard + "scheduler:\n  partition_bytes: 0B\n") ==
+        "configs/x.yaml:4: scheduler.partition_bytes: must be at least 1, got 0B");
+  CHECK(error_of(kOneShard + "scheduler:\n  partition_bytes: 1001\n") ==
+        "configs/x.yaml:4: scheduler.partition_bytes: 1001 is not a multiple of 8 (a partition "
+        "must hold whole elements of every dtype)");
+}
+
+TEST_CASE("a partition must fit in one message") {
+  CHECK(error_of(kOneShard + "scheduler:\n  partition_bytes: 64MiB\n")
+            .starts_with("configs/x.yaml:4: scheduler.partition_bytes: scheduler.partition_bytes "
+                         "(64MiB) plus 64KiB "
+                         "of message header exceeds limits.max_message_bytes (64MiB)"));
+  CHECK(error_of(kOneShard + "limits:\n  max_message_bytes: 1MiB\n")
+            .starts_with(
+                "configs/x.yaml:4: limits.max_message_bytes: scheduler.partition_bytes (1MiB)"));
+}
+
+TEST_CASE("integers must be whole numbers within range") {
+  CHECK(error_of("workers: 0\n" + kOneShard) ==
+        "configs/x.yaml:1: workers: must be at least 1, got 0");
+  CHECK(error_of("workers: -3\n" + kOneShard) ==
+        "configs/x.yaml:1: workers: must be at least 1, got -3");
+  CHECK(error_of("workers: 4294967296\n" + kOneShard) ==
+        "configs/x.yaml:1: workers: must be at most 4294967295, got 4294967296");
+  CHECK(error_of("workers: two\n" + kOneShard) ==
+        "configs/x.yaml:1: workers: 'two' is not an integer");
+  CHECK(error_of("workers:\n" + kOneShard) ==
+        "configs/x.yaml:1: workers: missing value (expected an integer)");
+  CHECK(error_of(kOneShard + "limits: {max_variables: 1.5}\n") ==
+        "configs/x.yaml:3: limits.max_variables: '1.5' is not an integer");
+}
+
+TEST_CASE("booleans and numbers are checked") {
+  CHECK(error_of(kOneShard + "scheduler:\n  autotune: maybe\n") ==
+        "configs/x.yaml:4: scheduler.autotune: 'maybe' is not true or false");
+  CHECK(error_of(kOneShard + "optimizer:\n  lr: fast\n") ==
+        "configs/x.yaml:4: optimizer.lr: 'fast' is not a finite number");
+  CHECK(error_of(kOneShard + "optimizer:\n  lr: .nan\n") ==
+        "configs/x.yaml:4: optimizer.lr: '.nan' is not a finite number");
+}
+
+TEST_CASE("a missing or empty shard list names shards") {
+  CHECK(error_of("mode: async\n").starts_with("configs/x.yaml:1: shards: missing (expected"));
+  CHECK(error_of("").starts_with("configs/x.yaml:1: shards: missing (expected"));
+  CHECK(error_of("mode: async\nshards: []\n").starts_with("configs/x.yaml:2: shards: empty"));
+  CHECK(
+      error_of("mode: async\nshards:\n").starts_with("configs/x.yaml:2: shards: expected a list"));
+  CHECK(error_of("shards: 127.0.0.1:7000\n")
+            .starts_with("configs/x.yaml:1: shards: expected a list"));
+  CHECK(error_of("shards:\n  - 127.0.0.1:7000\n")
+            .starts_with("configs/x.yaml:2: shards[0]: expected a map with keys from: listen"));
+  CHECK(error_of("shards:\n  - {}\n") ==
+        "configs/x.yaml:2: shards[0].listen: missing (expected host:port)");
+  CHECK(error_of("shards:\n  - listen:\n") ==
+        "configs/x.yaml:2: shards[0].listen: missing value (expected a string)");
+}
+
+TEST_CASE("two shards on one address are an error") {
+  CHECK(error_of("shards:\n  - listen: 127.0.0.1:7000\n  - listen: 127.0.0.1:7001\n"
+                 "  - listen: 127.0.0.1:7000\n") ==
+        "configs/x.yaml:4: shards[2]: listen address 127.0.0.1:7000 is also shards[0]'s "
+        "(expected one per shard)");
+}
+
+TEST_CASE("a shard port must be in 1-65535") {
+  CHECK(error_of("shards:\n  - listen: 127.0.0.1:0\n") ==
+        "configs/x.yaml:2: shards[0].listen: '127.0.0.1:0' is not a listen address: port 0 is "
+        "out of range 1-65535 (expected host:port, e.g. 127.0.0.1:7000, localhost:7000, "
+        "[::1]:7000)");
+  CHECK(error_of("shards:\n  - listen: 127.0.0.1:7000\n  - listen: 127.0.0.1:65536\n")
+            .starts_with("configs/x.yaml:3: shards[1].listen: '127.0.0.1:65536' is not a listen "
+                         "address: port 65536 is out of range 1-65535"));
+}
+
+TEST_CASE("listen addresses parse names, IPv4 and bracketed IPv6") {
+  ListenAddress v4 = parse_listen_address("127.0.0.1:7000");
+  CHECK(v4.host == "127.0.0.1");
+  CHECK(v4.port == 7000);
+  CHECK(parse_listen_address("localhost:7000").host == "localhost");
+  ListenAddress v6 = parse_listen_address("[::1]:7000");
+  CHECK(v6.host == "::1");
+  CHECK(v6.port == 7000);
+  CHECK(v6.to_string() == "[::1]:7000");
+  CHECK(v4.to_string() == "127.0.0.1:7000");
+  CHECK(parse_listen_address("[fe80::1%eth0]:65535").to_string() == "[fe80::1%eth0]:65535");
+  for (const char* bad :
+       {"", "127.0.0.1", ":7000", "127.0.0.1:", "host:port", "::1:7000", "[::1]7000", "[::1:7000",
+        "[127.0.0.1]:7000", "a b:7000", "h:99999999999", "h:-1", "h:+1"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_listen_address(bad), Error);
+  }
+}
+
+TEST_CASE("auth takes exactly one of token and token_file") {
+  CHECK(parse(kOneShard + "auth:\n  token: \"s3cret\"\n").auth_token == "s3cret");
+  CHECK(error_of(kOneShard + "auth:\n  token: a\n  token_file: b\n") ==
+        "configs/x.yaml:5: auth.token_file: set together with auth.token (expected only one)");
+  CHECK(error_of(kOneShard + "auth: {}\n") ==
+        "configs/x.yaml:3: auth: expected exactly one of: token, token_file");
+  CHECK(error_of(kOneShard + "auth:\n  token: \"\"\n")
+            .starts_with("configs/x.yaml:4: auth.token: is empty"));
+  CHECK(
+      error_of(kOneShard + "auth:\n  password: x\n")
+          .starts_with(
+              "configs/x.yaml:4: auth.password: unknown key (expected one of: token, token_file)"));
+}
+
+TEST_CASE("token_file is read relative to the YAML file's folder without its trailing newline") {
+  TempDir dir;
+  dir.write("secret.txt", "t0ken\n");
+  dir.write("deploy.yaml", kOneShard + "auth:\n  token_file: secret.txt\n");
+  CHECK(load_deployment(dir.path() / "deploy.yaml").auth_token == "t0ken");
+  CHECK(parse_deployment(kOneShard + "auth: {token_file: secret.txt}\n", dir.path() / "any.yaml")
+            .auth_token == "t0ken");
+
+  dir.write("crlf.txt", "t0ken\r\n");
+  dir.write("deploy2.yaml",
+            kOneShard + "auth:\n  token_file: " + (dir.path() / "crlf.txt").string() + "\n");
+  CHECK(load_deployment(dir.path() / "deploy2.yaml").auth_token == "t0ken");
+
+  dir.write("empty.txt", "\n");
+  dir.write("deploy3.yaml", kOneShard + "auth:\n  token_file: empty.txt\n");
+  CHECK_THROWS_WITH_AS(load_deployment(dir.path() / "deploy3.yaml"),
+                       doctest::Contains(":4: auth.token_file: '"), Error);
+}
+
+TEST_CASE("a missing token_file names the key and the resolved path") {
+  TempDir dir;
+  dir.write("deploy.yaml", kOneShard + "auth:\n  token_file: nope.txt\n");
+  std::string path = (dir.path() / "deploy.yaml").string();
+  std::string secret = (dir.path() / "nope.txt").string();
+  CHECK_THROWS_WITH_AS(
+      load_deployment(path),
+      (path + ":4: auth.token_file: cannot open '" + secret + "': No such file or directory")
+          .c_str(),
+      Error);
+}
+
+TEST_CASE("optimizer settings that validate rejects name the optimizer section's line") {
+  std::string message = error_of(kOneShard + "optimizer:\n  kind: sgd\n  lr: -1\n");
+  CHECK(message.starts_with("configs/x.yaml:3: optimizer: "));
+  CHECK(message.find("lr") != std::string::npos);
+}
+
+TEST_CASE("malformed YAML names the line and yaml-cpp's message") {
+  CHECK(error_of("mode: async\nworkers: 2\n  bad: x\n" + kOneShard) ==
+        "configs/x.yaml:3: malformed YAML: illegal map value");
+  CHECK(error_of("mode: async\nworkers: 2\nshards: ]\n") ==
+        "configs/x.yaml:3: malformed YAML: illegal flow end");
+  CHECK(error_of("mode: async\nworkers: @2\n") ==
+        "configs/x.yaml:2: malformed YAML: unknown token");
+}
+
+TEST_CASE("a document that is not a map is an error") {
+  CHECK(error_of("- a\n- b\n")
+            .starts_with("configs/x.yaml:1: expected a map with keys from: mode, "));
+}
+
+TEST_CASE("a missing deployment file is an error naming the path") {
+  CHECK_THROWS_WITH_AS(load_deployment("configs/no_such_file.yaml"),
+                       "configs/no_such_file.yaml: cannot open the deployment file: No such file "
+                       "or directory",
+                       Error);
+  TempDir dir;
+  CHECK_THROWS_WITH_AS(load_deployment(dir.path()), doctest::Contains("it is a directory"), Error);
+}
+
+}  // namespace
+}  // namespace psched

@@ -1,0 +1,24 @@
+// The cluster layout a shard returns on connect: what a worker needs to place variables and
+// size its messages.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "config/deployment.h"
+
+namespace psched {
+
+struct ClusterLayout {
+  ShardId shard_index;                      // the shard that answered
+  std::vector<std::string> shard_addresses;  // all shards, in config order
+  uint64_t split_bytes = 0;
+  Mode mode = Mode::async;
+  uint32_t workers = 1;
+  uint64_t max_message_bytes = 0;
+  optim::OptimizerSpec default_optimizer;
+};
+
+}  // namespace psched

@@ -1,0 +1,87 @@
+# The psched wire protocol. This file is the contract between workers and shards.
+#
+# A worker connects to every shard it uses (Shard.connect), gets a Session capability and the
+# cluster layout, registers its variables on the shards the layout places them on, then pushes
+# gradient partitions and polls for the fresh values. Offsets and counts are in elements of the
+# variable's dtype and absolute within the whole variable (not the shard's part of it).
+#
+# Errors come back as Cap'n Proto exceptions whose description starts with "[code] ", code
+# being a psched::ErrorCode name (common/error.h), e.g. "[unknown_variable] push to variable
+# id 7 rejected: no such variable on shard 1".
+
+@0xb1a3f4c9d7e28a61;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("psched::wire");
+
+enum DType {
+  float32 @0;
+  float64 @1;
+}
+
+enum Mode {
+  async @0;  # each push applied on arrival
+  sync @1;   # the mean of all workers' step-s gradients applied once
+}
+
+struct OptimizerSpec {
+  kind @0 :Text;  # sgd, momentum, adam, adam_tf, adamw, adagrad, rmsprop
+  lr @1 :Float64;
+  momentum @2 :Float64;
+  dampening @3 :Float64;
+  nesterov @4 :Bool;
+  beta1 @5 :Float64;
+  beta2 @6 :Float64;
+  eps @7 :Float64;
+  weightDecay @8 :Float64;
+  amsgrad @9 :Bool;
+  lrDecay @10 :Float64;
+  initialAccumulatorValue @11 :Float64;
+  alpha @12 :Float64;
+  centered @13 :Bool;
+}
+
+struct VariableSpec {
+  name @0 :Text;
+  shape @1 :List(UInt64);
+  dtype @2 :DType;
+  priority @3 :Int64;  # lower is more urgent; clients default to registration order
+  optimizer @4 :OptimizerSpec;
+  useServerOptimizer @5 :Bool;  # true: ignore `optimizer`, use the deployment's default
+}
+
+struct ClusterLayout {
+  shardIndex @0 :UInt32;              # the shard that answered
+  shardAddresses @1 :List(Text);      # every shard, in config order ("host:port")
+  splitBytes @2 :UInt64;              # placement threshold (common/placement.h)
+  mode @3 :Mode;
+  workers @4 :UInt32;
+  maxMessageBytes @5 :UInt64;
+  defaultOptimizer @6 :OptimizerSpec;
+}
+
+interface Shard {
+  connect @0 (workerId :UInt32, token :Text) -> (session :Session, layout :ClusterLayout);
+  # Fails with [bad_token] when the token is wrong, [invalid_argument] when workerId is not
+  # below the deployment's worker count.
+}
+
+interface Session {
+  register @0 (spec :VariableSpec, begin :UInt64, end :UInt64, initialValue :Data)
+      -> (variable :UInt32, created :Bool);
+  # Registers this shard's part [begin, end) of a variable, placed by the layout. The same spec
+  # again is a no-op (created = false, the value stays); a different spec for the name fails
+  # with [spec_conflict]. initialValue holds (end - begin) elements.
+
+  push @1 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data) -> ();
+  # One partition of this worker's gradient for `step`. The reply is the receipt: the
+  # partition was validated and applied (async) or accumulated (sync).
+
+  poll @2 (variable :UInt32, step :UInt64, offset :UInt64, count :UInt64)
+      -> (value :Data, appliedStep :UInt64);
+  # The fresh value of [offset, offset+count) once `step`'s update of that range is applied:
+  # this worker's own update in async mode, the aggregate of all workers in sync mode.
+
+  pull @3 (variable :UInt32, offset :UInt64, count :UInt64) -> (value :Data, appliedStep :UInt64);
+  # The current value of the range, at once.
+}

@@ -1,0 +1,30 @@
+#include "net/rpc_connection.h"
+
+namespace psched {
+
+capnp::ReaderOptions reader_options(uint64_t max_message_bytes) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = (2 * max_message_bytes + (1 << 20)) / sizeof(capnp::word);
+  return options;
+}
+
+RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
+                             capnp::Capability::Client bootstrap, capnp::ReaderOptions options)
+    : stream_(kj::mv(stream)),
+      network_(*stream_, capnp::rpc::twoparty::Side::SERVER, options),
+      rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))) {}
+
+RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options)
+    : stream_(kj::mv(stream)),
+      network_(*stream_, capnp::rpc::twoparty::Side::CLIENT, options),
+      rpc_(capnp::makeRpcClient(network_)) {}
+
+capnp::Capability::Client RpcConnection::bootstrap() {
+  capnp::word scratch[4] = {};
+  capnp::MallocMessageBuilder message(scratch);
+  auto vat = message.getRoot<capnp::rpc::twoparty::VatId>();
+  vat.setSide(capnp::rpc::twoparty::Side::SERVER);
+  return rpc_.bootstrap(vat);
+}
+
+}  // namespace psched

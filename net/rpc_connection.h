@@ -1,0 +1,33 @@
+// RpcConnection: a two-party Cap'n Proto RPC system over one byte stream (a TCP connection or
+// an in-memory pipe), with psched's message size limits. KJ thread only.
+#pragma once
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+namespace psched {
+
+// Reader options for both ends: the traversal limit admits a payload of `max_message_bytes`
+// with room to spare, so a shard can answer an oversized one with [message_too_large] instead
+// of dropping the connection; twice over the limit the connection is dropped.
+capnp::ReaderOptions reader_options(uint64_t max_message_bytes);
+
+class RpcConnection {
+ public:
+  // Server side: serves `bootstrap` to the peer.
+  RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
+                capnp::ReaderOptions options);
+  // Client side: bootstrap() is the peer's capability.
+  RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options);
+
+  capnp::Capability::Client bootstrap();
+  // Resolves when the peer disconnects (or the stream breaks).
+  kj::Promise<void> on_disconnect() { return network_.onDisconnect(); }
+
+ private:
+  kj::Own<kj::AsyncIoStream> stream_;
+  capnp::TwoPartyVatNetwork network_;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc_;
+};
+
+}  // namespace psched

@@ -1,0 +1,35 @@
+#include "net/rpc_transport.h"
+
+#include "common/log.h"
+#include "net/wire_convert.h"
+
+namespace psched {
+
+RpcTransport::RpcTransport(KjMailbox& mailbox, std::vector<ShardLink*> links)
+    : mailbox_(mailbox), links_(std::move(links)), tasks_(*this) {}
+
+RpcTransport::~RpcTransport() noexcept = default;
+
+void RpcTransport::start(const PartitionTask& task, TaskDone done) {
+  mailbox_.post([this, task, done = std::move(done)]() mutable { carry(task, std::move(done)); });
+}
+
+void RpcTransport::carry(const PartitionTask& task, TaskDone done) {
+  ShardLink& link = *links_.at(task.shard.value);
+  auto push = link.push(task.shard_variable, task.step, task.range, task.dtype,
+                        {task.gradient, task.bytes});
+  // Sent now; if the push is rejected the poll is dropped with it.
+  // TODO(reliability): the shard keeps such an orphaned poll until the step is applied.
+  auto poll = link.poll(task.shard_variable, task.step, task.range, task.fresh_value, task.bytes);
+  tasks_.add(push.then([poll = kj::mv(poll)]() mutable { return kj::mv(poll); })
+                 .then([done] { done(nullptr); },
+                       [done](kj::Exception&& e) {
+                         done(std::make_exception_ptr(from_kj_exception(e)));
+                       }));
+}
+
+void RpcTransport::taskFailed(kj::Exception&& exception) {
+  log_error("transport: {}", exception.getDescription().cStr());
+}
+
+}  // namespace psched

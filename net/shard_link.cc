@@ -1,0 +1,101 @@
+#include "net/shard_link.h"
+
+#include <cstring>
+
+#include "common/check.h"
+#include "net/wire_convert.h"
+
+namespace psched {
+namespace {
+
+ClusterLayout from_wire(wire::ClusterLayout::Reader in) {
+  ClusterLayout layout;
+  layout.shard_index = ShardId(in.getShardIndex());
+  for (auto address : in.getShardAddresses()) layout.shard_addresses.emplace_back(address.cStr());
+  layout.split_bytes = in.getSplitBytes();
+  layout.mode = psched::from_wire(in.getMode());
+  layout.workers = in.getWorkers();
+  layout.max_message_bytes = in.getMaxMessageBytes();
+  layout.default_optimizer = psched::from_wire(in.getDefaultOptimizer());
+  return layout;
+}
+
+void copy_value(capnp::Data::Reader value, std::byte* out, size_t out_bytes) {
+  if (value.size() != out_bytes)
+    fail(ErrorCode::shape_mismatch, "shard answered {} bytes where {} were expected",
+         value.size(), out_bytes);
+  std::memcpy(out, value.begin(), out_bytes);
+}
+
+}  // namespace
+
+ShardLink::ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes)
+    : connection_(kj::mv(stream), reader_options(max_message_bytes)),
+      shard_(connection_.bootstrap().castAs<wire::Shard>()) {}
+
+wire::Session::Client& ShardLink::session() {
+  KJ_IF_MAYBE(s, session_) { return *s; }
+  fail(ErrorCode::invalid_argument, "call before connect: the shard session is not open");
+}
+
+kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string& token) {
+  auto request = shard_.connectRequest();
+  request.setWorkerId(worker.value);
+  request.setToken(token);
+  return request.send().then([this](capnp::Response<wire::Shard::ConnectResults> response) {
+    session_ = response.getSession();
+    return from_wire(response.getLayout());
+  });
+}
+
+kj::Promise<VariableId> ShardLink::register_part(const VariableSpec& spec,
+                                                 bool use_server_optimizer, ElementRange part,
+                                                 std::span<const std::byte> initial) {
+  auto request = session().registerRequest();
+  to_wire(spec, use_server_optimizer, request.initSpec());
+  request.setBegin(part.begin);
+  request.setEnd(part.end);
+  request.setInitialValue(
+      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(initial.data()), initial.size()));
+  return request.send().then([](capnp::Response<wire::Session::RegisterResults> response) {
+    return VariableId(response.getVariable());
+  });
+}
+
+kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange range, DType dtype,
+                                  std::span<const std::byte> gradient) {
+  auto request = session().pushRequest();
+  request.setVariable(variable.value);
+  request.setStep(step);
+  request.setOffset(range.begin);
+  request.setDtype(to_wire(dtype));
+  // TODO(perf): reference the trainer's memory (Orphanage::referenceExternalData) instead.
+  request.setData(
+      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(gradient.data()), gradient.size()));
+  return request.send().ignoreResult();
+}
+
+kj::Promise<void> ShardLink::poll(VariableId variable, Step step, ElementRange range,
+                                  std::byte* out, size_t out_bytes) {
+  auto request = session().pollRequest();
+  request.setVariable(variable.value);
+  request.setStep(step);
+  request.setOffset(range.begin);
+  request.setCount(range.size());
+  return request.send().then([out, out_bytes](capnp::Response<wire::Session::PollResults> r) {
+    copy_value(r.getValue(), out, out_bytes);
+  });
+}
+
+kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::byte* out,
+                                  size_t out_bytes) {
+  auto request = session().pullRequest();
+  request.setVariable(variable.value);
+  request.setOffset(range.begin);
+  request.setCount(range.size());
+  return request.send().then([out, out_bytes](capnp::Response<wire::Session::PullResults> r) {
+    copy_value(r.getValue(), out, out_bytes);
+  });
+}
+
+}  // namespace psched

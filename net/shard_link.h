@@ -1,0 +1,48 @@
+// ShardLink: a worker's connection to one shard. Each method starts one call and resolves
+// with its answer or rejects with the server's exception (use from_kj_exception to read it).
+// KJ thread only.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "actors/variable_spec.h"
+#include "common/placement.h"
+#include "net/cluster_layout.h"
+#include "net/psched.capnp.h"
+#include "net/rpc_connection.h"
+
+namespace psched {
+
+class ShardLink {
+ public:
+  // `max_message_bytes` sizes the reader (the shard's limit is learnt on connect).
+  ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes);
+
+  // Presents the worker's id and token; resolves with the shard's view of the cluster.
+  kj::Promise<ClusterLayout> connect(WorkerId worker, const std::string& token);
+  // Registers `part` of the variable; `initial` holds part.size() elements and is only read
+  // while the call is built. Resolves with the shard's id for it.
+  kj::Promise<VariableId> register_part(const VariableSpec& spec, bool use_server_optimizer,
+                                        ElementRange part, std::span<const std::byte> initial);
+  // Pushes one partition (`gradient` is copied into the request).
+  kj::Promise<void> push(VariableId variable, Step step, ElementRange range, DType dtype,
+                         std::span<const std::byte> gradient);
+  // The fresh value of `range` after `step`, copied into `out` (range.size() elements; the
+  // caller keeps it alive until the promise resolves or is dropped).
+  kj::Promise<void> poll(VariableId variable, Step step, ElementRange range, std::byte* out,
+                         size_t out_bytes);
+  // The current value of `range`, copied into `out`.
+  kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes);
+
+  kj::Promise<void> on_disconnect() { return connection_.on_disconnect(); }
+
+ private:
+  wire::Session::Client& session();
+
+  RpcConnection connection_;
+  wire::Shard::Client shard_;
+  kj::Maybe<wire::Session::Client> session_;
+};
+
+}  // namespace psched

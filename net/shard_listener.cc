@@ -1,0 +1,32 @@
+#include "net/shard_listener.h"
+
+#include "common/log.h"
+
+namespace psched {
+
+ShardListener::ShardListener(const ShardEndpoint& endpoint) : endpoint_(endpoint), tasks_(*this) {}
+
+kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver) {
+  return receiver.accept().then([this, &receiver](kj::Own<kj::AsyncIoStream> stream) {
+    serve(kj::mv(stream));
+    return listen(receiver);
+  });
+}
+
+void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
+  auto connection = kj::heap<RpcConnection>(
+      kj::mv(stream), kj::heap<ShardService>(endpoint_),
+      reader_options(endpoint_.config.limits.max_message_bytes));
+  ++connections_;
+  auto done = connection->on_disconnect();
+  tasks_.add(done.attach(kj::mv(connection)).then([this] { --connections_; }, [this](kj::Exception&& e) {
+    --connections_;
+    log_info("shard {}: connection dropped: {}", endpoint_.id.value, e.getDescription().cStr());
+  }));
+}
+
+void ShardListener::taskFailed(kj::Exception&& exception) {
+  log_error("shard {}: {}", endpoint_.id.value, exception.getDescription().cStr());
+}
+
+}  // namespace psched

@@ -1,0 +1,32 @@
+// ShardListener: accepts connections for one shard and serves each with its own RPC system
+// until the peer leaves. A connection that breaks (garbage, oversized frames, a dropped peer)
+// is dropped alone; the shard keeps serving the others. KJ thread only.
+#pragma once
+
+#include <kj/async-io.h>
+
+#include "net/rpc_connection.h"
+#include "net/shard_service.h"
+
+namespace psched {
+
+class ShardListener final : private kj::TaskSet::ErrorHandler {
+ public:
+  // `endpoint` outlives the listener.
+  explicit ShardListener(const ShardEndpoint& endpoint);
+
+  // Accepts on `receiver` until the returned promise is dropped.
+  kj::Promise<void> listen(kj::ConnectionReceiver& receiver);
+  // Serves one already-open stream (tests use in-memory pipes).
+  void serve(kj::Own<kj::AsyncIoStream> stream);
+  size_t connections() const { return connections_; }
+
+ private:
+  void taskFailed(kj::Exception&& exception) override;
+
+  const ShardEndpoint& endpoint_;
+  kj::TaskSet tasks_;
+  size_t connections_ = 0;
+};
+
+}  // namespace psched

@@ -1,0 +1,57 @@
+// The RPC face of a shard: Shard (connect) and Session (register, push, poll, pull) servers
+// that turn calls into VariableShard messages and the actor's replies back into answers.
+//
+// Runs on the KJ thread; the shard's replies arrive on its strand and cross back through
+// cross-thread fulfillers. Views into a call's parameters stay valid until it is answered
+// (calls are not cancellable), which is what lets the shard apply straight from them.
+#pragma once
+
+#include <string>
+
+#include "actors/variable_shard.h"
+#include "config/deployment.h"
+#include "net/psched.capnp.h"
+
+namespace psched {
+
+// What every connection to one shard shares; outlives the connections.
+struct ShardEndpoint {
+  VariableShard& shard;
+  const DeploymentConfig& config;
+  ShardId id;
+};
+
+class ShardService final : public wire::Shard::Server {
+ public:
+  explicit ShardService(const ShardEndpoint& endpoint) : endpoint_(endpoint) {}
+
+ protected:
+  kj::Promise<void> connect(ConnectContext context) override;
+
+ private:
+  const ShardEndpoint& endpoint_;
+};
+
+class SessionService final : public wire::Session::Server {
+ public:
+  SessionService(const ShardEndpoint& endpoint, WorkerId worker)
+      : endpoint_(endpoint), worker_(worker) {}
+
+ protected:
+  kj::Promise<void> register_(RegisterContext context) override;
+  kj::Promise<void> push(PushContext context) override;
+  kj::Promise<void> poll(PollContext context) override;
+  kj::Promise<void> pull(PullContext context) override;
+
+ private:
+  // [offset, offset + count) after checking it does not overflow.
+  ElementRange range(const char* what, uint64_t offset, uint64_t count) const;
+
+  const ShardEndpoint& endpoint_;
+  WorkerId worker_;
+};
+
+// True when `a` and `b` are equal, taking time that depends only on their lengths.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+}  // namespace psched

@@ -1,0 +1,138 @@
+#include "net/wire_convert.h"
+
+#include <string>
+
+namespace psched {
+
+wire::DType to_wire(DType dtype) {
+  return dtype == DType::float32 ? wire::DType::FLOAT32 : wire::DType::FLOAT64;
+}
+
+DType from_wire(wire::DType dtype) {
+  switch (dtype) {
+    case wire::DType::FLOAT32: return DType::float32;
+    case wire::DType::FLOAT64: return DType::float64;
+  }
+  fail(ErrorCode::dtype_mismatch, "unknown dtype number {} on the wire",
+       static_cast<unsigned>(dtype));
+}
+
+wire::Mode to_wire(Mode mode) { return mode == Mode::sync ? wire::Mode::SYNC : wire::Mode::ASYNC; }
+Mode from_wire(wire::Mode mode) { return mode == wire::Mode::SYNC ? Mode::sync : Mode::async; }
+
+void to_wire(const optim::OptimizerSpec& s, wire::OptimizerSpec::Builder out) {
+  std::string_view kind = optim::to_string(s.kind);
+  out.setKind(capnp::Text::Reader(kind.data(), kind.size()));
+  out.setLr(s.lr);
+  out.setMomentum(s.momentum);
+  out.setDampening(s.dampening);
+  out.setNesterov(s.nesterov);
+  out.setBeta1(s.beta1);
+  out.setBeta2(s.beta2);
+  out.setEps(s.eps);
+  out.setWeightDecay(s.weight_decay);
+  out.setAmsgrad(s.amsgrad);
+  out.setLrDecay(s.lr_decay);
+  out.setInitialAccumulatorValue(s.initial_accumulator_value);
+  out.setAlpha(s.alpha);
+  out.setCentered(s.centered);
+}
+
+optim::OptimizerSpec from_wire(wire::OptimizerSpec::Reader in) {
+  optim::OptimizerSpec s;
+  std::string kind(in.getKind().cStr());
+  if (!optim::parse_optimizer_kind(kind, s.kind))
+    fail(ErrorCode::invalid_argument, "unknown optimizer '{}'", kind);
+  s.lr = in.getLr();
+  s.momentum = in.getMomentum();
+  s.dampening = in.getDampening();
+  s.nesterov = in.getNesterov();
+  s.beta1 = in.getBeta1();
+  s.beta2 = in.getBeta2();
+  s.eps = in.getEps();
+  s.weight_decay = in.getWeightDecay();
+  s.amsgrad = in.getAmsgrad();
+  s.lr_decay = in.getLrDecay();
+  s.initial_accumulator_value = in.getInitialAccumulatorValue();
+  s.alpha = in.getAlpha();
+  s.centered = in.getCentered();
+  return s;
+}
+
+void to_wire(const VariableSpec& spec, bool use_server_optimizer,
+             wire::VariableSpec::Builder out) {
+  out.setName(spec.name);
+  auto shape = out.initShape(static_cast<unsigned>(spec.shape.size()));
+  for (unsigned i = 0; i < spec.shape.size(); ++i) shape.set(i, spec.shape[i]);
+  out.setDtype(to_wire(spec.dtype));
+  out.setPriority(spec.priority);
+  to_wire(spec.optimizer, out.initOptimizer());
+  out.setUseServerOptimizer(use_server_optimizer);
+}
+
+VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec& server_default,
+                       uint64_t max_name_bytes) {
+  VariableSpec spec;
+  auto name = in.getName();
+  if (name.size() == 0) fail(ErrorCode::invalid_argument, "register rejected: empty variable name");
+  if (name.size() > max_name_bytes)
+    fail(ErrorCode::invalid_argument,
+         "register rejected: variable name of {} bytes is over the limit of {}", name.size(),
+         max_name_bytes);
+  spec.name.assign(name.begin(), name.end());
+  for (uint64_t d : in.getShape()) spec.shape.push_back(d);
+  spec.dtype = from_wire(in.getDtype());
+  spec.priority = in.getPriority();
+  spec.optimizer = in.getUseServerOptimizer() ? server_default : from_wire(in.getOptimizer());
+  return spec;
+}
+
+namespace {
+
+kj::Exception::Type kj_type(ErrorCategory category) {
+  switch (category) {
+    case ErrorCategory::failed: return kj::Exception::Type::FAILED;
+    case ErrorCategory::overloaded: return kj::Exception::Type::OVERLOADED;
+    case ErrorCategory::disconnected: return kj::Exception::Type::DISCONNECTED;
+    case ErrorCategory::unimplemented: return kj::Exception::Type::UNIMPLEMENTED;
+  }
+  return kj::Exception::Type::FAILED;
+}
+
+}  // namespace
+
+kj::Exception to_kj_exception(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    auto text = fmt::format("[{}] {}", to_string(e.code()), e.what());
+    return kj::Exception(kj_type(category(e.code())), __FILE__, __LINE__,
+                         kj::heapString(text.data(), text.size()));
+  } catch (const kj::Exception& e) {
+    return e;
+  } catch (const std::exception& e) {
+    auto text = fmt::format("[internal] {}", e.what());
+    return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                         kj::heapString(text.data(), text.size()));
+  }
+}
+
+Error from_kj_exception(const kj::Exception& exception) {
+  std::string_view text(exception.getDescription().cStr());
+  if (auto open = text.find('['); open != std::string_view::npos) {
+    auto close = text.find("] ", open);
+    ErrorCode code;
+    if (close != std::string_view::npos &&
+        parse_error_code(text.substr(open + 1, close - open - 1), code))
+      return Error(code, std::string(text.substr(close + 2)));
+  }
+  if (exception.getType() == kj::Exception::Type::DISCONNECTED)
+    return Error(ErrorCode::disconnected, fmt::format("connection to the shard lost: {}", text));
+  if (exception.getType() == kj::Exception::Type::OVERLOADED)
+    return Error(ErrorCode::overloaded, std::string(text));
+  if (exception.getType() == kj::Exception::Type::UNIMPLEMENTED)
+    return Error(ErrorCode::unimplemented, std::string(text));
+  return Error(ErrorCode::internal, std::string(text));
+}
+
+}  // namespace psched

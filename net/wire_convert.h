@@ -1,0 +1,38 @@
+// Conversions between the wire types of psched.capnp and psched's C++ types, and between
+// psched::Error and Cap'n Proto exceptions (description "[code] message", type by category).
+#pragma once
+
+#include <exception>
+
+#include <kj/exception.h>
+
+#include "actors/variable_spec.h"
+#include "common/error.h"
+#include "config/deployment.h"
+#include "net/psched.capnp.h"
+
+namespace psched {
+
+wire::DType to_wire(DType dtype);
+DType from_wire(wire::DType dtype);
+wire::Mode to_wire(Mode mode);
+Mode from_wire(wire::Mode mode);
+
+void to_wire(const optim::OptimizerSpec& spec, wire::OptimizerSpec::Builder out);
+// Throws Error(invalid_argument) for an unknown optimizer kind.
+optim::OptimizerSpec from_wire(wire::OptimizerSpec::Reader in);
+
+// `spec.optimizer` is sent; `use_server_optimizer` tells the shard to ignore it.
+void to_wire(const VariableSpec& spec, bool use_server_optimizer, wire::VariableSpec::Builder out);
+// A server-side read; `server_default` replaces the optimizer when the spec asks for it.
+// Throws Error on a malformed spec (bad name, dtype, optimizer).
+VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec& server_default,
+                       uint64_t max_name_bytes);
+
+// The exception a shard answers a failed call with.
+kj::Exception to_kj_exception(std::exception_ptr error);
+// What a client raises for a failed call: psched::Error with the server's code and message
+// (disconnected when the peer went away).
+Error from_kj_exception(const kj::Exception& exception);
+
+}  // namespace psched
