@@ -34,7 +34,7 @@ void GradientPusher::add_variable(VariableHandle handle, VariablePlan plan) {
   });
 }
 
-void GradientPusher::push(VariableHandle handle, Step step, const std::byte* gradient,
+void GradientPusher::push(VariableHandle handle, Step step, std::span<const std::byte> gradient,
                           PushDone done) {
   dispatch([this, handle, step, gradient, done = std::move(done)]() mutable {
     auto it = variables_.find(handle);
@@ -44,9 +44,19 @@ void GradientPusher::push(VariableHandle handle, Step step, const std::byte* gra
           fmt::format("push rejected: no variable with handle {} is registered", handle.value))));
       return;
     }
+    const VariablePlan& plan = it->second;
+    if (gradient.size() != plan.elements * element_bytes(plan.dtype)) {
+      done(std::make_exception_ptr(Error(
+          ErrorCode::shape_mismatch,
+          fmt::format("push of variable '{}' rejected: gradient of {} bytes, expected {} ({} "
+                      "elements of {})",
+                      plan.name, gradient.size(), plan.elements * element_bytes(plan.dtype),
+                      plan.elements, to_string(plan.dtype)))));
+      return;
+    }
     std::vector<PartitionTask> tasks;
     try {
-      tasks = cut(it->second, step, gradient, partition_bytes_, next_task_id_);
+      tasks = cut(plan, step, gradient.data(), partition_bytes_, next_task_id_);
     } catch (...) {
       done(std::current_exception());  // a broken precondition, reported to the caller
       return;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -52,10 +53,11 @@ class GradientPusher : public Actor {
   // Registers (or replaces) the plan of `handle`. Checks on the caller's thread that the parts
   // cover [0, plan.elements) contiguously (PSCHED_REQUIRE).
   void add_variable(VariableHandle handle, VariablePlan plan);
-  // Cuts and queues the push. The caller keeps `gradient` (the whole variable's gradient,
-  // elements * element_bytes bytes) alive until `done` runs. An unregistered handle fails
+  // Cuts and queues the push. `gradient` is the whole variable's gradient (elements *
+  // element_bytes bytes, else done gets shape_mismatch); the caller keeps it alive until `done`
+  // runs. An unregistered handle fails
   // with Error(unknown_variable); a variable of 0 elements completes at once.
-  void push(VariableHandle handle, Step step, const std::byte* gradient, PushDone done);
+  void push(VariableHandle handle, Step step, std::span<const std::byte> gradient, PushDone done);
   // Changes the partition size for pushes from now on (the tuner).
   void set_partition_bytes(uint64_t bytes);
   // The scheduler's report for one task (any thread).

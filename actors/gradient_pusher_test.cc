@@ -89,7 +89,7 @@ struct PusherFixture {
     io.restart();
     io.run();
   }
-  PushResult& push(VariableHandle handle, Step step, const std::byte* gradient) {
+  PushResult& push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
     PushResult& result = results.emplace_back();
     pusher.push(handle, step, gradient, [this, &result](std::exception_ptr error) {
       CHECK(pusher.on_strand());
@@ -231,7 +231,7 @@ TEST_CASE("cut and add_variable reject parts that do not cover the variable") {
 TEST_CASE("a push of an unknown handle fails with unknown_variable") {
   PusherFixture f(8);
   std::vector<std::byte> grad(40);
-  PushResult& result = f.push(VariableHandle(7), 1, grad.data());
+  PushResult& result = f.push(VariableHandle(7), 1, grad);
   CHECK(result.calls == 1);
   REQUIRE(result.error);
   try {
@@ -248,7 +248,7 @@ TEST_CASE("a push completes only after all its partitions are done") {
   std::vector<std::byte> grad(40), value(40);
   f.pusher.add_variable(VariableHandle(0),
                         make_plan(DType::float32, 10, {{0, 3, 10}}, value.data()));
-  PushResult& result = f.push(VariableHandle(0), 4, grad.data());
+  PushResult& result = f.push(VariableHandle(0), 4, grad);
   REQUIRE(f.transport.started_ids() == Ids{1, 2, 3, 4});
   for (const auto& t : f.transport.started) {
     CHECK(t.step == 4);
@@ -264,7 +264,7 @@ TEST_CASE("a push completes only after all its partitions are done") {
   CHECK_FALSE(result.error);
 
   SUBCASE("and the next push gets fresh task ids") {
-    f.push(VariableHandle(0), 5, grad.data());
+    f.push(VariableHandle(0), 5, grad);
     CHECK(f.transport.started_ids() == Ids{1, 2, 3, 4, 5, 6, 7, 8});
   }
 }
@@ -274,7 +274,7 @@ TEST_CASE("a push reports the first error among its partitions") {
   std::vector<std::byte> grad(40), value(40);
   f.pusher.add_variable(VariableHandle(0),
                         make_plan(DType::float32, 10, {{0, 3, 10}}, value.data()));
-  PushResult& result = f.push(VariableHandle(0), 1, grad.data());
+  PushResult& result = f.push(VariableHandle(0), 1, grad);
   f.finish(3);
   f.finish(1, failure("first"));
   f.finish(4, failure("second"));
@@ -288,7 +288,7 @@ TEST_CASE("a push reports the first error among its partitions") {
 TEST_CASE("a push of a variable with no elements completes at once") {
   PusherFixture f(8);
   f.pusher.add_variable(VariableHandle(2), make_plan(DType::float32, 0, {}, nullptr));
-  PushResult& result = f.push(VariableHandle(2), 1, nullptr);
+  PushResult& result = f.push(VariableHandle(2), 1, {});
   CHECK(result.calls == 1);
   CHECK_FALSE(result.error);
   CHECK(f.transport.started.empty());
@@ -299,10 +299,10 @@ TEST_CASE("set_partition_bytes changes how later pushes are cut") {
   std::vector<std::byte> grad(40), value(40);
   f.pusher.add_variable(VariableHandle(0),
                         make_plan(DType::float32, 10, {{0, 3, 10}}, value.data()));
-  f.push(VariableHandle(0), 1, grad.data());
+  f.push(VariableHandle(0), 1, grad);
   CHECK(f.transport.started.size() == 1);
   f.pusher.set_partition_bytes(20);
-  f.push(VariableHandle(0), 2, grad.data());
+  f.push(VariableHandle(0), 2, grad);
   CHECK(f.transport.started.size() == 3);
   CHECK(f.transport.started[2].range == ElementRange{5, 10});
 }
@@ -315,8 +315,8 @@ TEST_CASE("partitions of a later, more urgent variable overtake a queued big one
                         make_plan(DType::float32, 16, {{0, 1, 16}}, big_value.data(), 5));
   f.pusher.add_variable(VariableHandle(1),
                         make_plan(DType::float32, 4, {{1, 1, 4}}, small_value.data(), 1));
-  PushResult& late = f.push(VariableHandle(0), 1, big.data());
-  PushResult& urgent = f.push(VariableHandle(1), 1, small.data());
+  PushResult& late = f.push(VariableHandle(0), 1, big);
+  PushResult& urgent = f.push(VariableHandle(1), 1, small);
   CHECK(f.transport.started_ids() == Ids{1});
   f.finish(1);
   CHECK(f.transport.started_ids() == Ids{1, 5});
@@ -334,7 +334,7 @@ TEST_CASE("a push completes when the transport finishes partitions inside start"
   std::vector<std::byte> grad(80), value(80);
   f.pusher.add_variable(VariableHandle(0),
                         make_plan(DType::float64, 10, {{0, 3, 6}, {1, 2, 10}}, value.data()));
-  PushResult& result = f.push(VariableHandle(0), 1, grad.data());
+  PushResult& result = f.push(VariableHandle(0), 1, grad);
   CHECK(f.transport.started.size() == 10);
   CHECK(result.calls == 1);
   CHECK_FALSE(result.error);

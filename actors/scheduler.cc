@@ -63,8 +63,8 @@ void Scheduler::stats(std::function<void(SchedulerStats)> reply) {
 
 void Scheduler::take_records(std::function<void(std::vector<TaskRecord>)> reply) {
   dispatch([this, reply = std::move(reply)] {
-    std::vector<TaskRecord> taken;
-    taken.swap(records_);
+    std::vector<TaskRecord> taken(records_.begin(), records_.end());
+    records_.clear();
     reply(std::move(taken));
   });
 }
@@ -86,7 +86,8 @@ void Scheduler::start(Queued queued) {
   stats_.bytes_in_flight += task.bytes;
   stats_.max_bytes_in_flight = std::max(stats_.max_bytes_in_flight, stats_.bytes_in_flight);
   ++stats_.started_tasks;
-  TaskRecord record{task.id, task.priority, task.bytes, queued.queued, Clock::now(), {}};
+  TaskRecord record{task.id,      stats_.started_tasks - 1, task.priority, task.bytes,
+                    queued.queued, Clock::now(),              {}};
   // `done` may run on any thread, even inside start(): always hop, never run finished() inline.
   auto done = [this, id = task.id, bytes = task.bytes, record](std::exception_ptr error) {
     post([this, id, bytes, record, error] { finished(id, bytes, record, error); });
@@ -105,6 +106,7 @@ void Scheduler::finished(uint64_t task_id, uint64_t bytes, TaskRecord record,
   stats_.bytes_in_flight -= bytes;
   ++stats_.finished_tasks;
   record.finished = Clock::now();
+  if (records_.size() == kMaxRecords) records_.pop_front();
   records_.push_back(record);
   if (on_task_done_) on_task_done_(task_id, error);
   start_ready();

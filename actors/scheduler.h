@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -24,6 +25,7 @@ namespace psched {
 // What happened to one task, for traces, the tuner and tests. Times are steady_clock.
 struct TaskRecord {
   uint64_t task_id = 0;
+  uint64_t start_index = 0;  // 0 for the first task this scheduler started, then 1, 2, ...
   Priority priority = 0;
   uint64_t bytes = 0;
   std::chrono::steady_clock::time_point queued, started, finished;
@@ -39,6 +41,8 @@ struct SchedulerStats {
 
 class Scheduler : public Actor {
  public:
+  static constexpr size_t kMaxRecords = 1 << 16;
+
   // Runs on the scheduler's strand when a task finished (fresh value written) or failed.
   using OnTaskDone = std::function<void(uint64_t task_id, std::exception_ptr)>;
 
@@ -53,7 +57,8 @@ class Scheduler : public Actor {
   void set_credit(uint64_t credit_bytes);
   // Calls `reply` on the strand with the current figures.
   void stats(std::function<void(SchedulerStats)> reply);
-  // Calls `reply` on the strand with the records of tasks finished since the last call.
+  // Calls `reply` on the strand with the records of tasks finished since the last call (the
+  // newest kMaxRecords of them: a scheduler nobody reads keeps bounded memory).
   void take_records(std::function<void(std::vector<TaskRecord>)> reply);
 
  private:
@@ -80,7 +85,7 @@ class Scheduler : public Actor {
   uint64_t next_sequence_ = 0;  // arrival counter, stamped on each task by enqueue
   std::priority_queue<Queued, std::vector<Queued>, Later> queue_;
   SchedulerStats stats_;
-  std::vector<TaskRecord> records_;
+  std::deque<TaskRecord> records_;  // the newest kMaxRecords finished tasks
 };
 
 }  // namespace psched

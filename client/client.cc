@@ -104,7 +104,7 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
       fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
            handle.value, step);
   }
-  worker_->push(handle, step, gradient.data(), [done](std::exception_ptr error) {
+  worker_->push(handle, step, gradient, [done](std::exception_ptr error) {
     error ? done->set_exception(error) : done->set_value();
   });
 }

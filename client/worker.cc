@@ -101,7 +101,7 @@ kj::Promise<void> Worker::pull(VariableHandle handle) {
   return as_psched_error(kj::joinPromises(answers.releaseAsArray()));
 }
 
-void Worker::push(VariableHandle handle, Step step, const std::byte* gradient,
+void Worker::push(VariableHandle handle, Step step, std::span<const std::byte> gradient,
                   GradientPusher::PushDone done) {
   pusher_.push(handle, step, gradient, std::move(done));
 }

@@ -44,7 +44,7 @@ class Worker {
   // Any thread. Pushes the whole gradient of `handle` for `step`; `done` runs (on the pusher's
   // strand) when every partition's fresh value is in the variable's memory. The caller keeps
   // `gradient` alive until then.
-  void push(VariableHandle handle, Step step, const std::byte* gradient,
+  void push(VariableHandle handle, Step step, std::span<const std::byte> gradient,
             GradientPusher::PushDone done);
 
   // Valid after connect().

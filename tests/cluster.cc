@@ -1,0 +1,86 @@
+#include "tests/cluster.h"
+
+#include <stdexcept>
+
+namespace psched::testing {
+
+DeploymentConfig cluster_config(uint32_t shards, uint32_t workers, Mode mode) {
+  DeploymentConfig config;
+  config.source = "in-process cluster";
+  config.mode = mode;
+  config.workers = workers;
+  for (uint32_t i = 0; i < shards; ++i)
+    config.shards.push_back({ListenAddress{"pipe", static_cast<uint16_t>(1000 + i)}});
+  return config;
+}
+
+Cluster::Cluster(DeploymentConfig config)
+    : config_(std::move(config)),
+      scope_(loop_),
+      mailbox_running_(mailbox_.run().eagerlyEvaluate(nullptr)) {
+  std::vector<ShardId> all;
+  for (uint32_t i = 0; i < config_.shards.size(); ++i) all.push_back(ShardId(i));
+  host_ = std::make_unique<ShardHost>(config_, all, io_);
+}
+
+Cluster::~Cluster() {
+  workers_.clear();
+  raw_links_.clear();
+  host_->shut_down();
+  settle();
+  host_.reset();
+}
+
+Worker& Cluster::add_worker(WorkerId id, SchedulerConfig scheduler, const std::string& token) {
+  std::vector<kj::Own<ShardLink>> links;
+  for (size_t s = 0; s < config_.shards.size(); ++s) {
+    auto pipe = kj::newTwoWayPipe();
+    host_->listener(s).serve(kj::mv(pipe.ends[0]));
+    links.push_back(kj::heap<ShardLink>(kj::mv(pipe.ends[1]), config_.limits.max_message_bytes));
+  }
+  auto worker = std::make_unique<Worker>(io_, mailbox_, kj::mv(links),
+                                         WorkerOptions{id, token, scheduler});
+  run(worker->connect());
+  workers_.push_back(std::move(worker));
+  return *workers_.back();
+}
+
+ShardLink& Cluster::open_link(uint32_t shard) {
+  auto pipe = kj::newTwoWayPipe();
+  host_->listener(shard).serve(kj::mv(pipe.ends[0]));
+  raw_links_.push_back(
+      kj::heap<ShardLink>(kj::mv(pipe.ends[1]), config_.limits.max_message_bytes));
+  return *raw_links_.back();
+}
+
+size_t Cluster::turn_actors() {
+  io_.restart();
+  return io_.poll();
+}
+
+void Cluster::run_until(const std::function<bool()>& done) {
+  for (size_t turn = 0; turn < kMaxTurns; ++turn) {
+    if (done()) return;
+    scope_.poll();
+    turn_actors();
+  }
+  stalled();
+}
+
+void Cluster::settle() {
+  // Quiet when a KJ turn and an actor turn in a row find nothing to do.
+  for (size_t turn = 0; turn < kMaxTurns; ++turn) {
+    scope_.poll();
+    if (turn_actors() == 0) {
+      scope_.poll();
+      if (turn_actors() == 0) return;
+    }
+  }
+  stalled();
+}
+
+void Cluster::stalled() {
+  throw std::runtime_error("the simulated cluster stalled: the awaited event never happened");
+}
+
+}  // namespace psched::testing

@@ -1,0 +1,65 @@
+// Cluster: a simulated psched cluster in one process and on one thread. Shards and workers
+// talk real Cap'n Proto RPC over in-memory pipes; the test drives the KJ event loop and the
+// actors' io_context in turn, so every run is deterministic (no threads, no sleeps).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <kj/async.h>
+
+#include "client/worker.h"
+#include "config/deployment.h"
+#include "net/shard_host.h"
+
+namespace psched::testing {
+
+// A deployment with `shards` shards (addresses are labels only: nothing listens).
+DeploymentConfig cluster_config(uint32_t shards, uint32_t workers, Mode mode);
+
+class Cluster {
+ public:
+  explicit Cluster(DeploymentConfig config);
+  ~Cluster();
+
+  // Connects a new worker to every shard; returns it once connected.
+  Worker& add_worker(WorkerId id, SchedulerConfig scheduler, const std::string& token = "");
+  // Opens a raw link to shard `shard` (for tests that send hand-made requests).
+  ShardLink& open_link(uint32_t shard);
+
+  // Runs the loops until `promise` resolves; returns its value (rethrows its failure).
+  template <typename T>
+  T run(kj::Promise<T> promise) {
+    for (size_t turn = 0; turn < kMaxTurns; ++turn) {
+      if (promise.poll(scope_)) return promise.wait(scope_);
+      turn_actors();
+    }
+    stalled();
+  }
+  // Runs the loops until `done()` holds.
+  void run_until(const std::function<bool()>& done);
+  // Runs the loops until nothing is left to do.
+  void settle();
+
+  const DeploymentConfig& config() const { return config_; }
+  ShardHost& host() { return *host_; }
+  kj::WaitScope& scope() { return scope_; }
+
+ private:
+  static constexpr size_t kMaxTurns = 1'000'000;
+  size_t turn_actors();
+  [[noreturn]] void stalled();
+
+  DeploymentConfig config_;
+  kj::EventLoop loop_;
+  kj::WaitScope scope_;
+  IoContext io_;  // after the loop: queued handlers may hold KJ fulfillers
+  KjMailbox mailbox_;
+  kj::Promise<void> mailbox_running_;
+  std::unique_ptr<ShardHost> host_;
+  std::vector<kj::Own<ShardLink>> raw_links_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+}  // namespace psched::testing

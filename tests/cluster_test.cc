@@ -1,0 +1,261 @@
+// End-to-end semantics on the simulated cluster: sync aggregation, async hand-off, priority
+// order and the credit window, through real RPC.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include <doctest/doctest.h>
+
+#include "common/error.h"
+#include "tests/cluster.h"
+
+using namespace psched;
+using namespace psched::testing;
+
+namespace {
+
+// A variable of the test model, with the trainer-side memory each worker keeps for it.
+struct TestVariable {
+  std::string name;
+  uint64_t elements;
+  DType dtype;
+};
+
+const std::vector<TestVariable> kModel = {
+    {"l1/w", 300, DType::float32},  // split across both shards
+    {"l1/b", 7, DType::float32},
+    {"l2/w", 100, DType::float64},  // split
+    {"l2/b", 3, DType::float64},
+};
+
+std::vector<std::byte> random_bytes(const TestVariable& v, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  std::vector<std::byte> out(v.elements * element_bytes(v.dtype));
+  visit_dtype(v.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    auto* p = reinterpret_cast<T*>(out.data());
+    for (uint64_t i = 0; i < v.elements; ++i) p[i] = static_cast<T>(normal(rng));
+  });
+  return out;
+}
+
+uint64_t grad_seed(uint32_t worker, Step step, size_t variable) {
+  return 1'000'000 + worker * 10'000 + step * 100 + variable;
+}
+
+optim::OptimizerSpec adam() {
+  optim::OptimizerSpec spec;
+  spec.kind = optim::OptimizerKind::adam;
+  spec.lr = 0.05;
+  spec.weight_decay = 0.01;
+  return spec;
+}
+
+// The sync-mode result computed directly: per step, the mean of every worker's gradient,
+// applied with the optimizer kernel to the whole variable.
+std::vector<std::byte> sequential_reference(size_t v, uint32_t workers, Step steps) {
+  const TestVariable& var = kModel[v];
+  std::vector<std::byte> value = random_bytes(var, v);
+  visit_dtype(var.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    optim::OptimizerSpec spec = adam();
+    std::vector<std::vector<T>> slots(optim::state_slots(spec), std::vector<T>(var.elements));
+    std::vector<std::span<T>> state(slots.begin(), slots.end());
+    auto param = std::span(reinterpret_cast<T*>(value.data()), var.elements);
+    for (Step s = 1; s <= steps; ++s) {
+      std::vector<T> mean(var.elements, T(0));
+      for (uint32_t w = 0; w < workers; ++w) {
+        auto g = random_bytes(var, grad_seed(w, s, v));
+        for (uint64_t i = 0; i < var.elements; ++i) mean[i] += reinterpret_cast<T*>(g.data())[i];
+      }
+      for (T& m : mean) m *= T(1) / static_cast<T>(workers);
+      optim::apply(spec, param, std::span<const T>(mean), state, s);
+    }
+  });
+  return value;
+}
+
+void check_close(const std::vector<std::byte>& got, const std::vector<std::byte>& want,
+                 DType dtype) {
+  REQUIRE(got.size() == want.size());
+  visit_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    auto* a = reinterpret_cast<const T*>(got.data());
+    auto* b = reinterpret_cast<const T*>(want.data());
+    for (size_t i = 0; i < got.size() / sizeof(T); ++i) {
+      // Shards sum the workers' gradients in arrival order; the reference in worker order.
+      double tolerance = 1e-6 * std::max(1.0, std::abs(double(b[i])));
+      CHECK_MESSAGE(std::abs(double(a[i]) - double(b[i])) <= tolerance, "element ", i);
+    }
+  });
+}
+
+struct TrainedWorker {
+  Worker* worker;
+  std::vector<std::vector<std::byte>> values;  // trainer memory, per variable
+  std::vector<VariableHandle> handles;
+};
+
+// Registers kModel on `worker` with adam and each variable's seeded initial value.
+TrainedWorker register_model(Cluster& cluster, Worker& worker) {
+  TrainedWorker t{&worker, {}, {}};
+  for (size_t v = 0; v < kModel.size(); ++v) t.values.push_back(random_bytes(kModel[v], v));
+  for (size_t v = 0; v < kModel.size(); ++v) {
+    VariableSpec spec{kModel[v].name, {kModel[v].elements}, kModel[v].dtype,
+                      static_cast<Priority>(v), adam()};
+    t.handles.push_back(cluster.run(worker.register_variable(spec, t.values[v], false)));
+  }
+  return t;
+}
+
+// Every worker pushes every variable (backward order) for steps 1..steps, waiting for all
+// fresh values before the next step, as a trainer's forward pass would.
+void train(Cluster& cluster, std::vector<TrainedWorker>& workers, Step steps) {
+  for (Step s = 1; s <= steps; ++s) {
+    std::vector<std::vector<std::byte>> grads;
+    size_t done = 0, expected = 0;
+    for (uint32_t w = 0; w < workers.size(); ++w)
+      for (size_t v = 0; v < kModel.size(); ++v) grads.push_back(random_bytes(kModel[v], grad_seed(w, s, v)));
+    for (uint32_t w = 0; w < workers.size(); ++w) {
+      for (size_t v = kModel.size(); v-- > 0;) {
+        ++expected;
+        workers[w].worker->push(workers[w].handles[v], s, grads[w * kModel.size() + v],
+                                [&done](std::exception_ptr error) {
+                                  REQUIRE_FALSE(error);
+                                  ++done;
+                                });
+      }
+    }
+    cluster.run_until([&] { return done == expected; });
+  }
+}
+
+std::vector<TrainedWorker> start_sync_cluster(Cluster& cluster, uint32_t workers,
+                                              SchedulerConfig scheduler) {
+  std::vector<TrainedWorker> out;
+  for (uint32_t w = 0; w < workers; ++w)
+    out.push_back(register_model(cluster, cluster.add_worker(WorkerId(w), scheduler)));
+  return out;
+}
+
+SchedulerConfig small_windows(SchedulePolicy policy) {
+  SchedulerConfig s;
+  s.policy = policy;
+  s.partition_bytes = 64;
+  s.credit_bytes = 256;
+  return s;
+}
+
+DeploymentConfig split_config(Mode mode, uint32_t workers) {
+  DeploymentConfig config = cluster_config(2, workers, mode);
+  config.split_bytes = 256;  // l1/w and l2/w are split across both shards
+  return config;
+}
+
+std::vector<std::vector<std::byte>> sync_run(SchedulePolicy policy) {
+  Cluster cluster(split_config(Mode::sync, 3));
+  auto workers = start_sync_cluster(cluster, 3, small_windows(policy));
+  train(cluster, workers, 4);
+  return workers[0].values;
+}
+
+}  // namespace
+
+TEST_CASE("sync mode on 2 shards and 3 workers equals the sequential reference") {
+  Cluster cluster(split_config(Mode::sync, 3));
+  auto workers = start_sync_cluster(cluster, 3, small_windows(SchedulePolicy::priority));
+  train(cluster, workers, 5);
+  for (size_t v = 0; v < kModel.size(); ++v) {
+    auto reference = sequential_reference(v, 3, 5);
+    for (auto& w : workers) check_close(w.values[v], reference, kModel[v].dtype);
+  }
+}
+
+TEST_CASE("priority and fifo scheduling give the same final parameters in sync mode") {
+  auto scheduled = sync_run(SchedulePolicy::priority);
+  auto fifo = sync_run(SchedulePolicy::fifo);
+  for (size_t v = 0; v < kModel.size(); ++v) check_close(scheduled[v], fifo[v], kModel[v].dtype);
+}
+
+TEST_CASE("in async mode a worker's poll returns after its own update, not the others'") {
+  DeploymentConfig config = split_config(Mode::async, 2);
+  config.optimizer.lr = 1.0;  // sgd: value -= gradient
+  Cluster cluster(config);
+  SchedulerConfig scheduler = small_windows(SchedulePolicy::priority);
+  Worker& a = cluster.add_worker(WorkerId(0), scheduler);
+  Worker& b = cluster.add_worker(WorkerId(1), scheduler);
+  std::vector<float> va(300, 1.f), vb(300, 1.f);
+  VariableSpec spec{"w", {300}, DType::float32, 0, {}};
+  auto ha = cluster.run(a.register_variable(spec, std::as_writable_bytes(std::span(va)), true));
+  auto hb = cluster.run(b.register_variable(spec, std::as_writable_bytes(std::span(vb)), true));
+
+  std::vector<float> ga(300, 0.25f), gb(300, 0.5f);
+  bool a_done = false, b_done = false;
+  a.push(ha, 1, std::as_bytes(std::span(ga)), [&](std::exception_ptr e) { a_done = !e; });
+  cluster.run_until([&] { return a_done; });
+  CHECK(va == std::vector<float>(300, 0.75f));  // worker 1 never pushed: no wait for it
+  CHECK(vb == std::vector<float>(300, 1.f));
+
+  b.push(hb, 1, std::as_bytes(std::span(gb)), [&](std::exception_ptr e) { b_done = !e; });
+  cluster.run_until([&] { return b_done; });
+  CHECK(vb == std::vector<float>(300, 0.25f));  // both updates applied, Hogwild-style
+  cluster.run(a.pull(ha));
+  CHECK(va == vb);
+}
+
+TEST_CASE("partitions start in priority order up to the credit and never exceed it") {
+  Cluster cluster(split_config(Mode::async, 1));
+  SchedulerConfig scheduler;
+  scheduler.partition_bytes = 128;  // 32 floats
+  scheduler.credit_bytes = 256;     // two partitions in flight
+  Worker& worker = cluster.add_worker(WorkerId(0), scheduler);
+  constexpr size_t kLayers = 6;
+  std::vector<std::vector<float>> values(kLayers, std::vector<float>(64, 0.f));
+  std::vector<float> grad(64, 1.f);
+  std::vector<VariableHandle> handles;
+  for (size_t l = 0; l < kLayers; ++l) {
+    VariableSpec spec{"layer" + std::to_string(l), {64}, DType::float32,
+                      static_cast<Priority>(l), {}};
+    handles.push_back(cluster.run(
+        worker.register_variable(spec, std::as_writable_bytes(std::span(values[l])), true)));
+  }
+  // Backward pass: the last layer's gradient is ready first.
+  size_t done = 0;
+  for (size_t l = kLayers; l-- > 0;)
+    worker.push(handles[l], 1, std::as_bytes(std::span(grad)),
+                [&](std::exception_ptr e) { done += !e; });
+  cluster.run_until([&] { return done == kLayers; });
+
+  std::vector<TaskRecord> records;
+  worker.scheduler().take_records([&](std::vector<TaskRecord> r) { records = std::move(r); });
+  SchedulerStats stats;
+  worker.scheduler().stats([&](SchedulerStats s) { stats = s; });
+  cluster.settle();
+  REQUIRE(records.size() == 2 * kLayers);
+  std::sort(records.begin(), records.end(),
+            [](auto& a, auto& b) { return a.start_index < b.start_index; });
+  // The last layer took the idle link; then the window drains strictly by priority.
+  std::vector<Priority> expected{5, 5, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4};
+  for (size_t i = 0; i < records.size(); ++i) CHECK(records[i].priority == expected[i]);
+  CHECK(stats.max_bytes_in_flight <= scheduler.credit_bytes);
+  CHECK(stats.max_bytes_in_flight == scheduler.credit_bytes);
+}
+
+TEST_CASE("bytes in flight never exceed the credit with three workers and random sizes") {
+  Cluster cluster(split_config(Mode::sync, 3));
+  SchedulerConfig scheduler = small_windows(SchedulePolicy::priority);
+  scheduler.partition_bytes = 40;
+  scheduler.credit_bytes = 120;
+  auto workers = start_sync_cluster(cluster, 3, scheduler);
+  train(cluster, workers, 3);
+  for (auto& w : workers) {
+    SchedulerStats stats;
+    w.worker->scheduler().stats([&](SchedulerStats s) { stats = s; });
+    cluster.settle();
+    CHECK(stats.max_bytes_in_flight <= scheduler.credit_bytes);
+    CHECK(stats.bytes_in_flight == 0);
+    CHECK(stats.finished_tasks == stats.started_tasks);
+  }
+}
