@@ -88,7 +88,7 @@ void VariableShard::poll(WorkerId worker, VariableId variable, Step step, Elemen
                          ValueReply reply) {
   dispatch([=, this, reply = std::move(reply)]() mutable {
     try {
-      do_poll(worker, variable, step, range, std::move(reply));
+      do_poll(worker, variable, step, range, reply);
     } catch (...) {
       reply(std::current_exception(), PooledBuffer(), 0);
     }
@@ -96,7 +96,7 @@ void VariableShard::poll(WorkerId worker, VariableId variable, Step step, Elemen
 }
 
 void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRange range,
-                            ValueReply reply) {
+                            ValueReply& reply) {
   Variable& variable = find("poll", id);
   IntervalSet pending = variable.not_yet_applied(worker, step, range);
   PollKey key{variable.poll_owner(worker), id, step};

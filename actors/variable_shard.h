@@ -73,7 +73,8 @@ class VariableShard : public Actor {
                    const RegisterReply& reply);
   void do_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                std::span<const std::byte> data);
-  void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, ValueReply reply);
+  // Moves `reply` away only once the poll is accepted (so the caller can still fail it).
+  void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
 
   ShardSettings settings_;

@@ -33,9 +33,14 @@ ShardLink::ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_byt
     : connection_(kj::mv(stream), reader_options(max_message_bytes)),
       shard_(connection_.bootstrap().castAs<wire::Shard>()) {}
 
-wire::Session::Client& ShardLink::session() {
-  KJ_IF_MAYBE(s, session_) { return *s; }
-  fail(ErrorCode::invalid_argument, "call before connect: the shard session is not open");
+wire::Session::Client* ShardLink::session() {
+  KJ_IF_MAYBE(s, session_) { return s; }
+  return nullptr;
+}
+
+kj::Exception ShardLink::not_connected() {
+  return to_kj_exception(std::make_exception_ptr(
+      Error(ErrorCode::invalid_argument, "call before connect: the shard session is not open")));
 }
 
 kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string& token) {
@@ -51,7 +56,8 @@ kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string
 kj::Promise<VariableId> ShardLink::register_part(const VariableSpec& spec,
                                                  bool use_server_optimizer, ElementRange part,
                                                  std::span<const std::byte> initial) {
-  auto request = session().registerRequest();
+  if (session() == nullptr) return not_connected();
+  auto request = session()->registerRequest();
   to_wire(spec, use_server_optimizer, request.initSpec());
   request.setBegin(part.begin);
   request.setEnd(part.end);
@@ -64,7 +70,8 @@ kj::Promise<VariableId> ShardLink::register_part(const VariableSpec& spec,
 
 kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange range, DType dtype,
                                   std::span<const std::byte> gradient) {
-  auto request = session().pushRequest();
+  if (session() == nullptr) return not_connected();
+  auto request = session()->pushRequest();
   request.setVariable(variable.value);
   request.setStep(step);
   request.setOffset(range.begin);
@@ -77,7 +84,8 @@ kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange r
 
 kj::Promise<void> ShardLink::poll(VariableId variable, Step step, ElementRange range,
                                   std::byte* out, size_t out_bytes) {
-  auto request = session().pollRequest();
+  if (session() == nullptr) return not_connected();
+  auto request = session()->pollRequest();
   request.setVariable(variable.value);
   request.setStep(step);
   request.setOffset(range.begin);
@@ -89,7 +97,8 @@ kj::Promise<void> ShardLink::poll(VariableId variable, Step step, ElementRange r
 
 kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::byte* out,
                                   size_t out_bytes) {
-  auto request = session().pullRequest();
+  if (session() == nullptr) return not_connected();
+  auto request = session()->pullRequest();
   request.setVariable(variable.value);
   request.setOffset(range.begin);
   request.setCount(range.size());

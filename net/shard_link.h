@@ -38,7 +38,10 @@ class ShardLink {
   kj::Promise<void> on_disconnect() { return connection_.on_disconnect(); }
 
  private:
-  wire::Session::Client& session();
+  // The session, or null before connect() succeeded.
+  wire::Session::Client* session();
+  // A rejection saying the session is not open.
+  static kj::Exception not_connected();
 
   RpcConnection connection_;
   wire::Shard::Client shard_;

@@ -45,11 +45,11 @@ Worker& Cluster::add_worker(WorkerId id, SchedulerConfig scheduler, const std::s
   return *workers_.back();
 }
 
-ShardLink& Cluster::open_link(uint32_t shard) {
+ShardLink& Cluster::open_link(uint32_t shard, uint64_t max_message_bytes) {
   auto pipe = kj::newTwoWayPipe();
   host_->listener(shard).serve(kj::mv(pipe.ends[0]));
-  raw_links_.push_back(
-      kj::heap<ShardLink>(kj::mv(pipe.ends[1]), config_.limits.max_message_bytes));
+  raw_links_.push_back(kj::heap<ShardLink>(
+      kj::mv(pipe.ends[1]), max_message_bytes ? max_message_bytes : config_.limits.max_message_bytes));
   return *raw_links_.back();
 }
 

@@ -25,8 +25,9 @@ class Cluster {
 
   // Connects a new worker to every shard; returns it once connected.
   Worker& add_worker(WorkerId id, SchedulerConfig scheduler, const std::string& token = "");
-  // Opens a raw link to shard `shard` (for tests that send hand-made requests).
-  ShardLink& open_link(uint32_t shard);
+  // Opens a raw link to shard `shard` (for tests that send hand-made requests); its own
+  // message limit is the deployment's unless `max_message_bytes` is given.
+  ShardLink& open_link(uint32_t shard, uint64_t max_message_bytes = 0);
 
   // Runs the loops until `promise` resolves; returns its value (rethrows its failure).
   template <typename T>

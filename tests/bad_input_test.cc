@@ -1,0 +1,197 @@
+// Bad input over real RPC: each request gets a typed error naming the problem, the variable is
+// untouched, and the shard keeps serving every other client.
+#include <cstring>
+
+#include <doctest/doctest.h>
+
+#include "common/error.h"
+#include "net/wire_convert.h"
+#include "tests/cluster.h"
+
+using namespace psched;
+using namespace psched::testing;
+
+namespace {
+
+constexpr uint64_t kElements = 16;
+const std::string kToken = "s3cret";
+
+struct BadInputFixture {
+  Cluster cluster{config()};
+  ShardLink& link = cluster.open_link(0);
+  VariableId id;
+  std::vector<float> initial = std::vector<float>(kElements, 2.f);
+  std::vector<float> expected = initial;  // the value every accepted push so far leads to
+  uint32_t next_good_worker = 1;
+
+  static DeploymentConfig config() {
+    DeploymentConfig c = cluster_config(1, 4, Mode::async);
+    c.auth_token = kToken;
+    c.limits.max_message_bytes = 4096;
+    c.optimizer.lr = 1.0;
+    return c;
+  }
+
+  BadInputFixture() {
+    cluster.run(link.connect(WorkerId(0), kToken));
+    id = cluster.run(link.register_part(spec(), true, {0, kElements}, bytes(initial)));
+  }
+
+  static VariableSpec spec() { return {"fc6/w", {kElements}, DType::float32, 0, {}}; }
+  static std::span<const std::byte> bytes(const std::vector<float>& v) {
+    return std::as_bytes(std::span(v));
+  }
+
+  // Runs `call`, expecting a psched::Error with `code` whose message contains `text`.
+  template <typename T>
+  void expect_error(kj::Promise<T> call, ErrorCode code, const std::string& text) {
+    try {
+      cluster.run(kj::mv(call));
+      FAIL("the call succeeded");
+    } catch (const kj::Exception& e) {
+      Error error = from_kj_exception(e);
+      CHECK_MESSAGE(error.code() == code, error.what());
+      CHECK_MESSAGE(std::string(error.what()).find(text) != std::string::npos, error.what());
+    }
+  }
+
+  std::vector<float> current_value() {
+    std::vector<float> out(kElements);
+    cluster.run(link.pull(id, {0, kElements}, reinterpret_cast<std::byte*>(out.data()),
+                          kElements * 4));
+    return out;
+  }
+
+  // Another worker on its own connection pushes and polls its step 1 successfully.
+  void check_others_served() {
+    ShardLink& other = cluster.open_link(0);
+    cluster.run(other.connect(WorkerId(next_good_worker++), kToken));
+    std::vector<float> grad(kElements, 1.f), fresh(kElements);
+    cluster.run(other.push(id, 1, {0, kElements}, DType::float32, bytes(grad)));
+    cluster.run(other.poll(id, 1, {0, kElements}, reinterpret_cast<std::byte*>(fresh.data()),
+                           kElements * 4));
+    for (float& x : expected) x -= 1.f;  // sgd, lr 1
+    CHECK(fresh == expected);
+  }
+
+  void check_untouched_and_serving() {
+    CHECK(current_value() == expected);
+    check_others_served();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a push to an unknown variable is rejected naming the id") {
+  BadInputFixture f;
+  std::vector<float> grad(4, 1.f);
+  f.expect_error(f.link.push(VariableId(42), 1, {0, 4}, DType::float32, f.bytes(grad)),
+                 ErrorCode::unknown_variable, "no variable with id 42");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a push whose bytes are not whole elements is a shape mismatch") {
+  BadInputFixture f;
+  std::vector<std::byte> odd(6);
+  f.expect_error(f.link.push(f.id, 1, {0, 1}, DType::float32, odd), ErrorCode::shape_mismatch,
+                 "6 bytes of data are not whole float32 elements");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a push of the wrong dtype is a dtype mismatch") {
+  BadInputFixture f;
+  std::vector<double> grad(4, 1.0);
+  f.expect_error(
+      f.link.push(f.id, 1, {0, 4}, DType::float64, std::as_bytes(std::span(grad))),
+      ErrorCode::dtype_mismatch, "dtype float64 but registered as float32");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a push reaching past the variable is out of range") {
+  BadInputFixture f;
+  std::vector<float> grad(4, 1.f);
+  f.expect_error(f.link.push(f.id, 1, {14, 18}, DType::float32, f.bytes(grad)),
+                 ErrorCode::offset_out_of_range,
+                 "push to variable 'fc6/w' rejected: elements [14, 18) are outside");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a push and a poll for a step from the future are rejected") {
+  BadInputFixture f;
+  std::vector<float> grad(kElements, 1.f), out(kElements);
+  f.expect_error(f.link.push(f.id, 3, {0, kElements}, DType::float32, f.bytes(grad)),
+                 ErrorCode::step_from_future, "step 3 from the future (next step is 1)");
+  f.expect_error(f.link.poll(f.id, 2, {0, kElements}, reinterpret_cast<std::byte*>(out.data()),
+                             kElements * 4),
+                 ErrorCode::step_from_future, "step 2 from the future");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a wrong token is refused at connect") {
+  BadInputFixture f;
+  ShardLink& intruder = f.cluster.open_link(0);
+  f.expect_error(intruder.connect(WorkerId(3), "guess"), ErrorCode::bad_token,
+                 "wrong auth token");
+  f.expect_error(intruder.push(f.id, 1, {0, 1}, DType::float32, {}),
+                 ErrorCode::invalid_argument, "session is not open");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a worker id outside the job is refused at connect") {
+  BadInputFixture f;
+  ShardLink& stranger = f.cluster.open_link(0);
+  f.expect_error(stranger.connect(WorkerId(7), kToken), ErrorCode::invalid_argument,
+                 "worker id 7 is not below the job's 4 workers");
+}
+
+TEST_CASE("a message over the size limit is rejected and a far larger one drops only its connection") {
+  BadInputFixture f;
+  std::vector<float> big(2048, 1.f);  // 8 KiB > the 4 KiB limit
+  f.expect_error(f.link.push(f.id, 1, {0, 2048}, DType::float32, f.bytes(big)),
+                 ErrorCode::message_too_large, "exceed the message limit of 4096 bytes");
+  f.check_untouched_and_serving();
+
+  ShardLink& flooder = f.cluster.open_link(0, 64 << 20);  // a client that ignores the limit
+  f.cluster.run(flooder.connect(WorkerId(3), kToken));
+  std::vector<float> huge(1 << 20, 1.f);  // 4 MiB: past what the reader accepts at all
+  try {
+    f.cluster.run(flooder.push(f.id, 1, {0, huge.size()}, DType::float32, f.bytes(huge)));
+    FAIL("the oversized push succeeded");
+  } catch (const kj::Exception& e) {
+    CHECK_MESSAGE(std::string(e.getDescription().cStr()).find("too large") != std::string::npos,
+                  std::string(e.getDescription().cStr()));
+  }
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("re-registering a name with a different spec is a conflict and keeps the variable") {
+  BadInputFixture f;
+  VariableSpec other = BadInputFixture::spec();
+  other.shape = {4, 4, 1};
+  f.expect_error(f.link.register_part(other, true, {0, kElements}, f.bytes(f.initial)),
+                 ErrorCode::spec_conflict, "'fc6/w' rejected: it is registered with a different spec");
+  std::vector<float> same(kElements, 9.f);
+  CHECK(f.cluster.run(f.link.register_part(BadInputFixture::spec(), true, {0, kElements},
+                                           f.bytes(same))) == f.id);
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a registration with a wrong-sized initial value is a shape mismatch") {
+  BadInputFixture f;
+  VariableSpec spec{"fc7/w", {8}, DType::float32, 0, {}};
+  std::vector<float> short_value(5);
+  f.expect_error(f.link.register_part(spec, true, {0, 8}, f.bytes(short_value)),
+                 ErrorCode::shape_mismatch, "initial value has 20 bytes, expected 32");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a registration with a bad optimizer setting names the field") {
+  BadInputFixture f;
+  VariableSpec spec{"fc8/w", {2}, DType::float32, 0, {}};
+  spec.optimizer.kind = optim::OptimizerKind::adam;
+  spec.optimizer.beta1 = 1.5;
+  std::vector<float> value(2);
+  f.expect_error(f.link.register_part(spec, false, {0, 2}, f.bytes(value)),
+                 ErrorCode::invalid_argument, "beta1");
+  f.check_untouched_and_serving();
+}
