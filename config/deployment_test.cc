@@ -58,7 +58,7 @@ TEST_CASE("the shipped configs/local.yaml loads and describes two local async sh
   CHECK(config.shards[0].listen.to_string() == "127.0.0.1:7410");
   CHECK(config.shards[1].listen.to_string() == "127.0.0.1:7411");
   CHECK(config.optimizer.kind == optim::OptimizerKind::sgd);
-  CHECK(config.optimizer.lr == 0.1);
+  CHECK(config.optimizer.lr == 0.5);
   CHECK(config.scheduler.policy == SchedulePolicy::priority);
   CHECK(config.scheduler.partition_bytes == 1u << 20);
   CHECK(config.scheduler.credit_bytes == 4u << 20);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# End to end over real sockets: psched-server on a test deployment, two example trainers
+# whose loss must fall, then a clean stop on SIGTERM.
+# Usage: server_process_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1
+source=$2
+work=$(mktemp -d)
+trap 'kill -KILL $server 2>/dev/null || true; rm -rf "$work"' EXIT
+
+sed -e 's/7410/17410/; s/7411/17411/' "$source/configs/local.yaml" > "$work/test.yaml"
+"$build/apps/psched-server" --config "$work/test.yaml" 2>"$work/server.log" &
+server=$!
+for _ in $(seq 400); do  # bounded wait for both shards to listen
+  [ "$(grep -c 'listening on' "$work/server.log")" -ge 2 ] && break
+  kill -0 $server 2>/dev/null || { cat "$work/server.log"; exit 1; }
+  sleep 0.05
+done
+
+for w in 0 1; do
+  "$build/apps/psched-example-trainer" --config "$work/test.yaml" --worker $w --steps 60 \
+      --print-every 59 > "$work/trainer$w.log" &
+  trainers[$w]=$!
+done
+for w in 0 1; do wait ${trainers[$w]}; done
+
+for w in 0 1; do
+  cat "$work/trainer$w.log"
+  floor=$(awk '/loss of the true model/{print $NF}' "$work/trainer$w.log")
+  first=$(awk '/step +1 /{print $6}' "$work/trainer$w.log")
+  last=$(awk '/step +60 /{print $6}' "$work/trainer$w.log")
+  # The loss must fall, to within 0.1 of the true model's loss on the data.
+  awk -v a="$first" -v b="$last" -v f="$floor" 'BEGIN { exit !(b < a && b < f + 0.1) }' ||
+    { echo "worker $w: loss did not fall to the optimum ($first -> $last, optimum $floor)"; exit 1; }
+done
+
+kill -TERM $server
+wait $server  # exits 0 after a clean stop; a hang is caught by ctest's timeout
+grep -q 'stopping' "$work/server.log"
+echo "server stopped cleanly"
