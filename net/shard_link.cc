@@ -76,9 +76,17 @@ kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange r
   request.setStep(step);
   request.setOffset(range.begin);
   request.setDtype(to_wire(dtype));
-  // TODO(perf): reference the trainer's memory (Orphanage::referenceExternalData) instead.
-  request.setData(
-      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(gradient.data()), gradient.size()));
+  capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(gradient.data()), gradient.size());
+  // Zero copy: the trainer's memory becomes a segment of the message. Cap'n Proto needs it
+  // word-aligned and whole words (it writes up to the next word boundary); otherwise copy.
+  if (reinterpret_cast<uintptr_t>(gradient.data()) % sizeof(capnp::word) == 0 &&
+      gradient.size() % sizeof(capnp::word) == 0) {
+    auto orphanage = capnp::Orphanage::getForMessageContaining(
+        wire::Session::PushParams::Builder(request));
+    request.adoptData(orphanage.referenceExternalData(data));
+  } else {
+    request.setData(data);
+  }
   return request.send().ignoreResult();
 }
 

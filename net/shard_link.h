@@ -25,7 +25,8 @@ class ShardLink {
   // while the call is built. Resolves with the shard's id for it.
   kj::Promise<VariableId> register_part(const VariableSpec& spec, bool use_server_optimizer,
                                         ElementRange part, std::span<const std::byte> initial);
-  // Pushes one partition (`gradient` is copied into the request).
+  // Pushes one partition. `gradient` is sent from where it lies when word-aligned (else
+  // copied): the caller keeps it alive and unchanged until the promise resolves or is dropped.
   kj::Promise<void> push(VariableId variable, Step step, ElementRange range, DType dtype,
                          std::span<const std::byte> gradient);
   // The fresh value of `range` after `step`, copied into `out` (range.size() elements; the
