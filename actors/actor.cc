@@ -6,7 +6,9 @@ ActorRuntime::ActorRuntime(unsigned threads) : work_(io_.get_executor()) {
   for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { io_.run(); });
 }
 
-ActorRuntime::~ActorRuntime() { stop(); }
+ActorRuntime::~ActorRuntime() {
+  stop();
+}
 
 void ActorRuntime::stop() {
   work_.reset();

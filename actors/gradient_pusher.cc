@@ -15,8 +15,7 @@ void check_parts(const VariablePlan& plan) {
   uint64_t covered = 0;
   for (const PlacedPart& part : plan.parts) {
     PSCHED_REQUIRE(part.range.begin == covered, plan.name, part.range.begin, covered);
-    PSCHED_REQUIRE(part.range.begin <= part.range.end, plan.name, part.range.begin,
-                   part.range.end);
+    PSCHED_REQUIRE(part.range.begin <= part.range.end, plan.name, part.range.begin, part.range.end);
     covered = part.range.end;
   }
   PSCHED_REQUIRE(covered == plan.elements, plan.name, covered, plan.elements);
@@ -46,12 +45,12 @@ void GradientPusher::push(VariableHandle handle, Step step, std::span<const std:
     }
     const VariablePlan& plan = it->second;
     if (gradient.size() != plan.elements * element_bytes(plan.dtype)) {
-      done(std::make_exception_ptr(Error(
-          ErrorCode::shape_mismatch,
-          fmt::format("push of variable '{}' rejected: gradient of {} bytes, expected {} ({} "
-                      "elements of {})",
-                      plan.name, gradient.size(), plan.elements * element_bytes(plan.dtype),
-                      plan.elements, to_string(plan.dtype)))));
+      done(std::make_exception_ptr(
+          Error(ErrorCode::shape_mismatch,
+                fmt::format("push of variable '{}' rejected: gradient of {} bytes, expected {} ({} "
+                            "elements of {})",
+                            plan.name, gradient.size(), plan.elements * element_bytes(plan.dtype),
+                            plan.elements, to_string(plan.dtype)))));
       return;
     }
     std::vector<PartitionTask> tasks;
@@ -94,8 +93,8 @@ void GradientPusher::task_done(uint64_t task_id, std::exception_ptr error) {
 }
 
 std::vector<PartitionTask> GradientPusher::cut(const VariablePlan& plan, Step step,
-                                               const std::byte* gradient,
-                                               uint64_t partition_bytes, uint64_t first_id) {
+                                               const std::byte* gradient, uint64_t partition_bytes,
+                                               uint64_t first_id) {
   check_parts(plan);
   std::vector<PartitionTask> tasks;
   if (plan.elements == 0) return tasks;

@@ -18,10 +18,10 @@ struct PartitionTask {
   uint64_t sequence = 0;  // arrival order: fifo order and the tie-break within a priority
   uint64_t bytes = 0;     // payload bytes; what counts against the credit window
 
-  ShardId shard;                // where the partition goes
-  VariableId shard_variable;    // the id that shard gave the variable
+  ShardId shard;              // where the partition goes
+  VariableId shard_variable;  // the id that shard gave the variable
   Step step = 0;
-  ElementRange range;           // elements of the whole variable this partition covers
+  ElementRange range;  // elements of the whole variable this partition covers
   DType dtype = DType::float32;
   // The range's gradient bytes. Owner: the trainer, alive until its push completes.
   const std::byte* gradient = nullptr;

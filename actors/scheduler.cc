@@ -86,8 +86,9 @@ void Scheduler::start(Queued queued) {
   stats_.bytes_in_flight += task.bytes;
   stats_.max_bytes_in_flight = std::max(stats_.max_bytes_in_flight, stats_.bytes_in_flight);
   ++stats_.started_tasks;
-  TaskRecord record{task.id,      stats_.started_tasks - 1, task.priority, task.bytes,
-                    queued.queued, Clock::now(),              {}};
+  TaskRecord record{
+      task.id, stats_.started_tasks - 1, task.priority, task.bytes, queued.queued, Clock::now(),
+      {}};
   // `done` may run on any thread, even inside start(): always hop, never run finished() inline.
   auto done = [this, id = task.id, bytes = task.bytes, record](std::exception_ptr error) {
     post([this, id, bytes, record, error] { finished(id, bytes, record, error); });

@@ -9,8 +9,8 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <queue>

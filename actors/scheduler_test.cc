@@ -123,8 +123,8 @@ using Ids = std::vector<uint64_t>;
 
 TEST_CASE("tasks start in priority order when the credit admits one at a time") {
   SchedulerFixture f(SchedulePolicy::priority, 100);
-  f.enqueue({make_task(1, 5, 100), make_task(2, 3, 100), make_task(3, 9, 100),
-             make_task(4, 1, 100), make_task(5, 3, 100)});
+  f.enqueue({make_task(1, 5, 100), make_task(2, 3, 100), make_task(3, 9, 100), make_task(4, 1, 100),
+             make_task(5, 3, 100)});
   CHECK(f.transport.started_ids() == Ids{4});
   for (uint64_t id : {4, 2, 5, 1}) f.finish(id);
   CHECK(f.transport.started_ids() == Ids{4, 2, 5, 1, 3});  // equal priority: arrival order
@@ -195,8 +195,8 @@ TEST_CASE("a newly queued high-priority task goes before queued low-priority one
   // ByteScheduler's case: backward produces layer L's big gradient first; layer 1's arrives
   // while L's partitions are still queued and must go next.
   SchedulerFixture f(SchedulePolicy::priority, 200);
-  f.enqueue({make_task(1, 10, 100), make_task(2, 10, 100), make_task(3, 10, 100),
-             make_task(4, 10, 100)});
+  f.enqueue(
+      {make_task(1, 10, 100), make_task(2, 10, 100), make_task(3, 10, 100), make_task(4, 10, 100)});
   CHECK(f.transport.started_ids() == Ids{1, 2});
   f.enqueue({make_task(5, 1, 100), make_task(6, 1, 100)});
   f.finish(1);
@@ -218,8 +218,8 @@ TEST_CASE("under fifo a newly queued high-priority task waits behind earlier arr
 
 TEST_CASE("set_credit applies to future starts") {
   SchedulerFixture f(SchedulePolicy::priority, 100);
-  f.enqueue({make_task(1, 0, 100), make_task(2, 1, 100), make_task(3, 2, 100),
-             make_task(4, 3, 100), make_task(5, 4, 100)});
+  f.enqueue({make_task(1, 0, 100), make_task(2, 1, 100), make_task(3, 2, 100), make_task(4, 3, 100),
+             make_task(5, 4, 100)});
   CHECK(f.transport.started_ids() == Ids{1});
 
   // Widening starts more at once.
@@ -312,8 +312,12 @@ TEST_CASE("take_records returns each finished task once, with its timeline") {
 
 TEST_CASE("bytes in flight never exceed the credit under a random workload") {
   SchedulePolicy policy = SchedulePolicy::priority;
-  SUBCASE("priority") { policy = SchedulePolicy::priority; }
-  SUBCASE("fifo") { policy = SchedulePolicy::fifo; }
+  SUBCASE("priority") {
+    policy = SchedulePolicy::priority;
+  }
+  SUBCASE("fifo") {
+    policy = SchedulePolicy::fifo;
+  }
 
   for (uint32_t seed = 1; seed <= 20; ++seed) {
     CAPTURE(seed);

@@ -21,13 +21,16 @@ AlignedBuffer filled(size_t elements, DType dtype, double value) {
 
 Variable::Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
                    Mode mode, uint32_t workers)
-    : spec_(std::move(spec)), part_(part), mode_(mode), workers_(workers),
+    : spec_(std::move(spec)),
+      part_(part),
+      mode_(mode),
+      workers_(workers),
       value_(part.size() * element_bytes(spec_.dtype)) {
   PSCHED_REQUIRE(initial.size() == value_.size(), initial.size(), value_.size());
   std::memcpy(value_.data(), initial.data(), initial.size());
   for (int slot = 0; slot < optim::state_slots(spec_.optimizer); ++slot)
-    state_.push_back(filled(part.size(), spec_.dtype,
-                            optim::initial_state_value(spec_.optimizer, slot)));
+    state_.push_back(
+        filled(part.size(), spec_.dtype, optim::initial_state_value(spec_.optimizer, slot)));
   sync_.received.resize(workers);
 }
 
@@ -51,9 +54,8 @@ void Variable::check_push(WorkerId worker, Step step, ElementRange range, DType 
   check_range("push", range);
   if (data.size() != range.size() * element_bytes(dtype))
     fail(ErrorCode::shape_mismatch,
-         "push to variable '{}' rejected: {} bytes for {} elements of {} (expected {})",
-         spec_.name, data.size(), range.size(), to_string(dtype),
-         range.size() * element_bytes(dtype));
+         "push to variable '{}' rejected: {} bytes for {} elements of {} (expected {})", spec_.name,
+         data.size(), range.size(), to_string(dtype), range.size() * element_bytes(dtype));
   if (step <= completed)
     fail(ErrorCode::stale_step,
          "push to variable '{}' rejected: step {} of worker {} was already applied (last "

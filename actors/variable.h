@@ -87,9 +87,9 @@ class Variable {
   ElementRange part_;
   Mode mode_;
   uint32_t workers_;
-  AlignedBuffer value_;                // part_.size() elements
-  std::vector<AlignedBuffer> state_;   // optimizer slots, each like value_
-  uint64_t updates_ = 0;               // async: updates started so far (the optimizer's t)
+  AlignedBuffer value_;               // part_.size() elements
+  std::vector<AlignedBuffer> state_;  // optimizer slots, each like value_
+  uint64_t updates_ = 0;              // async: updates started so far (the optimizer's t)
   std::unordered_map<WorkerId, WorkerProgress> progress_;  // async
   SyncProgress sync_;
 };

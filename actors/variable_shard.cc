@@ -40,8 +40,10 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
     return reply(nullptr, it->second, false);
   }
   if (variables_.size() >= settings_.max_variables)
-    fail(ErrorCode::invalid_argument, "register of variable '{}' rejected: shard {} holds {} "
-         "variables, the configured limit", spec.name, settings_.id.value, variables_.size());
+    fail(ErrorCode::invalid_argument,
+         "register of variable '{}' rejected: shard {} holds {} "
+         "variables, the configured limit",
+         spec.name, settings_.id.value, variables_.size());
   if (part.begin >= part.end || part.end > spec.elements())
     fail(ErrorCode::offset_out_of_range,
          "register of variable '{}' rejected: part [{}, {}) does not fit its {} elements",

@@ -33,8 +33,8 @@ struct ShardSettings {
 // Counters a shard keeps; read with VariableShard::stats.
 struct ShardStats {
   uint64_t variables = 0;
-  uint64_t bytes_received = 0;    // gradient payload bytes accepted
-  uint64_t bytes_sent = 0;        // value bytes answered to polls and pulls
+  uint64_t bytes_received = 0;  // gradient payload bytes accepted
+  uint64_t bytes_sent = 0;      // value bytes answered to polls and pulls
   uint64_t partitions_applied = 0;
   uint64_t pushes_rejected = 0;
   uint64_t polls_waiting = 0;
@@ -52,14 +52,13 @@ class VariableShard : public Actor {
 
   // Registers this shard's `part` of a variable with `initial` (part.size() elements).
   // Idempotent for the same spec; a different spec for the name fails with spec_conflict.
-  void register_variable(VariableSpec spec, ElementRange part,
-                         std::span<const std::byte> initial, RegisterReply reply);
+  void register_variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
+                         RegisterReply reply);
   // Applies (async) or accumulates (sync) one partition of `worker`'s step-`step` gradient.
   void push(WorkerId worker, VariableId variable, Step step, ElementRange range, DType dtype,
             std::span<const std::byte> data, Receipt reply);
   // Answers with the fresh value of `range` once `step`'s update of it is applied.
-  void poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
-            ValueReply reply);
+  void poll(WorkerId worker, VariableId variable, Step step, ElementRange range, ValueReply reply);
   // Answers with the current value of `range` at once.
   void pull(VariableId variable, ElementRange range, ValueReply reply);
   void stats(std::function<void(ShardStats)> reply);

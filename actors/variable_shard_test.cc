@@ -64,8 +64,8 @@ TEST_CASE("registering the same spec twice is a no-op that keeps the value") {
 TEST_CASE("a different spec under a registered name is a spec conflict") {
   ShardFixture f;
   f.add("w", {1, 2});
-  CHECK_THROWS_WITH_AS(f.add("w", {1, 2, 3}),
-                       doctest::Contains("registered with a different spec"), Error);
+  CHECK_THROWS_WITH_AS(f.add("w", {1, 2, 3}), doctest::Contains("registered with a different spec"),
+                       Error);
 }
 
 TEST_CASE("the shard refuses variables beyond its configured count") {
@@ -106,9 +106,8 @@ TEST_CASE("a poll for an applied step returns at once") {
                [](std::exception_ptr) {});
   f.drain();
   bool answered = false;
-  f.shard.poll(WorkerId(0), id, 1, {0, 1}, [&](std::exception_ptr e, PooledBuffer, Step) {
-    answered = !e;
-  });
+  f.shard.poll(WorkerId(0), id, 1, {0, 1},
+               [&](std::exception_ptr e, PooledBuffer, Step) { answered = !e; });
   f.drain();
   CHECK(answered);
 }
@@ -117,8 +116,8 @@ TEST_CASE("requests naming an unknown variable fail with unknown_variable") {
   ShardFixture f;
   std::vector<float> g{1};
   std::exception_ptr error;
-  f.shard.push(WorkerId(0), VariableId(3), 1, {0, 1}, DType::float32,
-               std::as_bytes(std::span(g)), [&](std::exception_ptr e) { error = e; });
+  f.shard.push(WorkerId(0), VariableId(3), 1, {0, 1}, DType::float32, std::as_bytes(std::span(g)),
+               [&](std::exception_ptr e) { error = e; });
   f.drain();
   REQUIRE(error);
   CHECK_THROWS_WITH_AS(std::rethrow_exception(error), doctest::Contains("no variable with id 3"),

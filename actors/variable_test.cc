@@ -82,18 +82,22 @@ TEST_CASE("a rejected push leaves the variable untouched") {
   Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
   std::vector<float> g{1, 1};
   std::vector<double> wide{1, 1};
-  CHECK(code_of([&] { v.push(WorkerId(0), 1, {3, 5}, DType::float32, bytes_of(g)); }) ==
-        ErrorCode::offset_out_of_range);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), 1, {3, 5}, DType::float32, bytes_of(g));
+        }) == ErrorCode::offset_out_of_range);
   CHECK(code_of([&] {
           v.push(WorkerId(0), 1, {0, 2}, DType::float64, std::as_bytes(std::span(wide)));
         }) == ErrorCode::dtype_mismatch);
-  CHECK(code_of([&] { v.push(WorkerId(0), 1, {0, 3}, DType::float32, bytes_of(g)); }) ==
-        ErrorCode::shape_mismatch);
-  CHECK(code_of([&] { v.push(WorkerId(0), 2, {0, 2}, DType::float32, bytes_of(g)); }) ==
-        ErrorCode::step_from_future);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), 1, {0, 3}, DType::float32, bytes_of(g));
+        }) == ErrorCode::shape_mismatch);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), 2, {0, 2}, DType::float32, bytes_of(g));
+        }) == ErrorCode::step_from_future);
   v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
-  CHECK(code_of([&] { v.push(WorkerId(0), 1, {1, 3}, DType::float32, bytes_of(g)); }) ==
-        ErrorCode::stale_step);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), 1, {1, 3}, DType::float32, bytes_of(g));
+        }) == ErrorCode::stale_step);
   CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
 }
 
@@ -102,8 +106,9 @@ TEST_CASE("a step of a split variable completes when this shard's part is covere
   VariableSpec spec = sgd_spec(10);
   Variable v(spec, {8, 10}, bytes_of(init), Mode::async, 1);
   std::vector<float> g{1, 1};
-  CHECK(code_of([&] { v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)); }) ==
-        ErrorCode::offset_out_of_range);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
+        }) == ErrorCode::offset_out_of_range);
   v.push(WorkerId(0), 1, {8, 10}, DType::float32, bytes_of(g));
   CHECK(v.applied_step(WorkerId(0)) == 1);
   CHECK(value_of(v) == std::vector<float>{4, 5});
@@ -114,6 +119,5 @@ TEST_CASE("a poll for a step beyond the next one is from the future") {
   Variable v(sgd_spec(1), {0, 1}, bytes_of(init), Mode::async, 1);
   CHECK(v.not_yet_applied(WorkerId(0), 0, {0, 1}).empty());
   CHECK(v.not_yet_applied(WorkerId(0), 1, {0, 1}).size() == 1);
-  CHECK(code_of([&] { v.not_yet_applied(WorkerId(0), 2, {0, 1}); }) ==
-        ErrorCode::step_from_future);
+  CHECK(code_of([&] { v.not_yet_applied(WorkerId(0), 2, {0, 1}); }) == ErrorCode::step_from_future);
 }

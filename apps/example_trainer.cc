@@ -21,7 +21,9 @@ struct Options {
   uint32_t print_every = 10;
 };
 
-std::span<std::byte> bytes(std::vector<float>& v) { return std::as_writable_bytes(std::span(v)); }
+std::span<std::byte> bytes(std::vector<float>& v) {
+  return std::as_writable_bytes(std::span(v));
+}
 
 int train(const Options& o) {
   using namespace psched;
@@ -33,8 +35,8 @@ int train(const Options& o) {
   // Input layer first: lower priority value goes first.
   auto hw = client.register_variable({.name = "logistic/w", .shape = {o.features}, .priority = 0},
                                      bytes(w), true);
-  auto hb = client.register_variable({.name = "logistic/b", .shape = {1}, .priority = 1},
-                                     bytes(b), true);
+  auto hb =
+      client.register_variable({.name = "logistic/b", .shape = {1}, .priority = 1}, bytes(b), true);
   client.pull(hw);
   client.pull(hb);
 
@@ -66,11 +68,14 @@ int train(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"psched-example-trainer: logistic regression against psched shards"};
   Options o;
-  app.add_option("--config", o.config, "deployment YAML file")->required()->check(CLI::ExistingFile);
+  app.add_option("--config", o.config, "deployment YAML file")
+      ->required()
+      ->check(CLI::ExistingFile);
   app.add_option("--worker", o.worker, "this worker's id (0 .. workers-1)");
   app.add_option("--steps", o.steps, "training steps");
   app.add_option("--features", o.features, "input features")->check(CLI::Range(1u, 1u << 24));
-  app.add_option("--samples", o.samples, "samples in this worker's data")->check(CLI::PositiveNumber);
+  app.add_option("--samples", o.samples, "samples in this worker's data")
+      ->check(CLI::PositiveNumber);
   app.add_option("--batch", o.batch, "samples per step")->check(CLI::PositiveNumber);
   app.add_option("--print-every", o.print_every, "print the loss every N steps")
       ->check(CLI::PositiveNumber);

@@ -37,7 +37,8 @@ LossAndGradient evaluate(const Dataset& data, const std::vector<float>& w, float
     double p = 1 / (1 + std::exp(-z)), y = data.y[i];
     out.loss -= y * std::log(std::max(p, 1e-12)) + (1 - y) * std::log(std::max(1 - p, 1e-12));
     out.accuracy += (p >= 0.5) == (y == 1);
-    for (uint32_t j = 0; j < data.features; ++j) out.grad_w[j] += static_cast<float>((p - y) * x[j]);
+    for (uint32_t j = 0; j < data.features; ++j)
+      out.grad_w[j] += static_cast<float>((p - y) * x[j]);
     grad_b += p - y;
   }
   double n = static_cast<double>(end - begin);

@@ -11,8 +11,8 @@ namespace psched::example {
 
 struct Dataset {
   uint32_t features = 0;
-  std::vector<float> x;  // samples x features, row-major
-  std::vector<float> y;  // 0 or 1
+  std::vector<float> x;             // samples x features, row-major
+  std::vector<float> y;             // 0 or 1
   std::vector<float> true_weights;  // features, then the bias
   size_t samples() const { return y.size(); }
 };

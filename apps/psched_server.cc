@@ -3,9 +3,9 @@
 #include <csignal>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
+#include <CLI/CLI.hpp>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -52,8 +52,9 @@ int serve(const Options& options) {
 int main(int argc, char** argv) {
   CLI::App app{"psched-server: parameter-server shards with priority scheduling"};
   Options options;
-  app.add_option("--config", options.config, "deployment YAML file")->required()->check(
-      CLI::ExistingFile);
+  app.add_option("--config", options.config, "deployment YAML file")
+      ->required()
+      ->check(CLI::ExistingFile);
   app.add_option("--shard", options.shards, "host only these shard indices (default: all)");
   app.add_option("--threads", options.threads, "threads applying updates");
   CLI11_PARSE(app, argc, argv);

@@ -72,11 +72,12 @@ T Client::on_kj_thread(Work work) {
   auto future = result->get_future();
   mailbox_.post([result, work = std::move(work), this]() mutable {
     try {
-      work().then(
-          [result](auto... value) { result->set_value(std::move(value)...); },
-          [result](kj::Exception&& e) {
-            result->set_exception(std::make_exception_ptr(from_kj_exception(e)));
-          }).detach([](kj::Exception&&) {});
+      work()
+          .then([result](auto... value) { result->set_value(std::move(value)...); },
+                [result](kj::Exception&& e) {
+                  result->set_exception(std::make_exception_ptr(from_kj_exception(e)));
+                })
+          .detach([](kj::Exception&&) {});
     } catch (...) {
       result->set_exception(std::current_exception());
     }

@@ -17,9 +17,7 @@ std::vector<ShardLink*> raw(std::vector<kj::Own<ShardLink>>& links) {
 // Rejects with psched::Error instead of kj::Exception.
 template <typename T>
 kj::Promise<T> as_psched_error(kj::Promise<T> promise) {
-  return promise.catch_([](kj::Exception&& e) -> kj::Promise<T> {
-    throw from_kj_exception(e);
-  });
+  return promise.catch_([](kj::Exception&& e) -> kj::Promise<T> { throw from_kj_exception(e); });
 }
 
 }  // namespace
@@ -29,8 +27,9 @@ Worker::Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>
     : options_(std::move(options)),
       links_(std::move(links)),
       transport_(mailbox, raw(links_)),
-      scheduler_(io, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
-                 [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
+      scheduler_(
+          io, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
+          [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
       pusher_(io, scheduler_, options_.scheduler.partition_bytes) {}
 
 Worker::~Worker() = default;
@@ -38,12 +37,11 @@ Worker::~Worker() = default;
 kj::Promise<void> Worker::connect() {
   kj::Vector<kj::Promise<ClusterLayout>> answers;
   for (auto& link : links_) answers.add(link->connect(options_.id, options_.token));
-  return as_psched_error(kj::joinPromises(answers.releaseAsArray())
-                             .then([this](kj::Array<ClusterLayout> layouts) {
-                               for (size_t i = 0; i < layouts.size(); ++i)
-                                 check_layout(layouts[i], i);
-                               layout_ = layouts[0];
-                             }));
+  return as_psched_error(
+      kj::joinPromises(answers.releaseAsArray()).then([this](kj::Array<ClusterLayout> layouts) {
+        for (size_t i = 0; i < layouts.size(); ++i) check_layout(layouts[i], i);
+        layout_ = layouts[0];
+      }));
 }
 
 void Worker::check_layout(const ClusterLayout& layout, size_t link) const {
@@ -57,8 +55,7 @@ void Worker::check_layout(const ClusterLayout& layout, size_t link) const {
          options_.scheduler.partition_bytes, layout.max_message_bytes);
 }
 
-kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec,
-                                                      std::span<std::byte> value,
+kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec, std::span<std::byte> value,
                                                       bool use_server_optimizer) {
   if (value.size() != spec.bytes())
     fail(ErrorCode::shape_mismatch,
@@ -66,22 +63,24 @@ kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec,
          spec.name, value.size(), spec.elements(), to_string(spec.dtype), spec.bytes());
   VariablePlan plan{spec.name, spec.priority, spec.dtype, spec.elements(), {}, value.data()};
   size_t bytes = element_bytes(spec.dtype);
-  auto parts = place_variable(spec.name, spec.elements(), bytes, links_.size(), layout_.split_bytes);
+  auto parts =
+      place_variable(spec.name, spec.elements(), bytes, links_.size(), layout_.split_bytes);
   kj::Vector<kj::Promise<VariableId>> ids;
   for (const ShardPart& part : parts) {
     auto initial = value.subspan(part.range.begin * bytes, part.range.size() * bytes);
-    ids.add(links_[part.shard.value]->register_part(spec, use_server_optimizer, part.range, initial));
+    ids.add(
+        links_[part.shard.value]->register_part(spec, use_server_optimizer, part.range, initial));
   }
-  return as_psched_error(kj::joinPromises(ids.releaseAsArray())
-                             .then([this, plan = std::move(plan), parts](
-                                       kj::Array<VariableId> ids) mutable {
-                               for (size_t i = 0; i < parts.size(); ++i)
-                                 plan.parts.push_back({parts[i].shard, ids[i], parts[i].range});
-                               VariableHandle handle(static_cast<uint32_t>(plans_.size()));
-                               plans_.push_back(plan);
-                               pusher_.add_variable(handle, std::move(plan));
-                               return handle;
-                             }));
+  return as_psched_error(
+      kj::joinPromises(ids.releaseAsArray())
+          .then([this, plan = std::move(plan), parts](kj::Array<VariableId> ids) mutable {
+            for (size_t i = 0; i < parts.size(); ++i)
+              plan.parts.push_back({parts[i].shard, ids[i], parts[i].range});
+            VariableHandle handle(static_cast<uint32_t>(plans_.size()));
+            plans_.push_back(plan);
+            pusher_.add_variable(handle, std::move(plan));
+            return handle;
+          }));
 }
 
 const VariablePlan& Worker::plan(VariableHandle handle) const {

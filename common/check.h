@@ -32,9 +32,9 @@ template <typename... Values>
 
 }  // namespace psched::detail
 
-#define PSCHED_REQUIRE(condition, ...)                                                   \
-  do {                                                                                   \
-    if (!(condition))                                                                    \
-      ::psched::detail::require_failed(__FILE__, __LINE__, #condition,                   \
-                                       #__VA_ARGS__ __VA_OPT__(, ) __VA_ARGS__);         \
+#define PSCHED_REQUIRE(condition, ...)                                           \
+  do {                                                                           \
+    if (!(condition))                                                            \
+      ::psched::detail::require_failed(__FILE__, __LINE__, #condition,           \
+                                       #__VA_ARGS__ __VA_OPT__(, ) __VA_ARGS__); \
   } while (false)

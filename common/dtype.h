@@ -11,7 +11,9 @@ enum class DType : uint8_t {
   float64,  ///< IEEE 754 binary64
 };
 
-constexpr size_t element_bytes(DType t) { return t == DType::float32 ? 4 : 8; }
+constexpr size_t element_bytes(DType t) {
+  return t == DType::float32 ? 4 : 8;
+}
 
 constexpr std::string_view to_string(DType t) {
   return t == DType::float32 ? "float32" : "float64";

@@ -41,10 +41,14 @@ enum class ErrorCode {
 
 constexpr ErrorCategory category(ErrorCode code) {
   switch (code) {
-    case ErrorCode::overloaded: return ErrorCategory::overloaded;
-    case ErrorCode::disconnected: return ErrorCategory::disconnected;
-    case ErrorCode::unimplemented: return ErrorCategory::unimplemented;
-    default: return ErrorCategory::failed;
+    case ErrorCode::overloaded:
+      return ErrorCategory::overloaded;
+    case ErrorCode::disconnected:
+      return ErrorCategory::disconnected;
+    case ErrorCode::unimplemented:
+      return ErrorCategory::unimplemented;
+    default:
+      return ErrorCategory::failed;
   }
 }
 

@@ -14,17 +14,23 @@ std::atomic<LogLevel> min_level{LogLevel::info};
 
 constexpr std::string_view level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::debug: return "debug";
-    case LogLevel::info: return "info";
-    case LogLevel::warn: return "warn";
-    case LogLevel::error: return "error";
+    case LogLevel::debug:
+      return "debug";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::warn:
+      return "warn";
+    case LogLevel::error:
+      return "error";
   }
   return "?";
 }
 
 }  // namespace
 
-void set_log_level(LogLevel level) { min_level = level; }
+void set_log_level(LogLevel level) {
+  min_level = level;
+}
 
 void log_line(LogLevel level, std::string_view message) {
   if (level < min_level.load()) return;

@@ -14,7 +14,9 @@ namespace psched::config {
 namespace {
 
 // 1-based line of a mark, or 0 when yaml-cpp gave the node no position.
-int line_of(const YAML::Mark& mark) { return mark.is_null() || mark.line < 0 ? 0 : mark.line + 1; }
+int line_of(const YAML::Mark& mark) {
+  return mark.is_null() || mark.line < 0 ? 0 : mark.line + 1;
+}
 
 std::string_view kind_name(const YAML::Node& node) {
   if (node.IsMap()) return "a map";
@@ -53,7 +55,9 @@ std::string ConfigNode::child_path(std::string_view key) const {
   return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
 }
 
-void ConfigNode::fail(std::string_view what) const { fail_at(line(), what); }
+void ConfigNode::fail(std::string_view what) const {
+  fail_at(line(), what);
+}
 
 void ConfigNode::fail_at(int line, std::string_view what) const {
   if (path_.empty()) psched::fail(ErrorCode::bad_config, "{}:{}: {}", *file_, line, what);
@@ -109,7 +113,9 @@ ConfigNode ConfigMap::require(std::string_view key, std::string_view expected) c
   return *found;
 }
 
-std::string read_string(const ConfigNode& node) { return scalar_text(node, "a string"); }
+std::string read_string(const ConfigNode& node) {
+  return scalar_text(node, "a string");
+}
 
 bool read_bool(const ConfigNode& node) {
   const std::string& text = scalar_text(node, "true or false");

@@ -35,7 +35,7 @@ struct ShardConfig {
 struct SchedulerConfig {
   SchedulePolicy policy = SchedulePolicy::priority;
   uint64_t partition_bytes = 1 << 20;  // largest partition a tensor is cut into
-  uint64_t credit_bytes = 4 << 20;     // bytes in flight at most (one larger partition may go alone)
+  uint64_t credit_bytes = 4 << 20;  // bytes in flight at most (one larger partition may go alone)
   bool autotune = false;
 };
 
@@ -48,12 +48,12 @@ struct LimitsConfig {
 struct DeploymentConfig {
   std::filesystem::path source;  // file it was loaded from (for messages)
   Mode mode = Mode::async;
-  uint32_t workers = 1;            // workers in the job; sync mode aggregates this many
-  std::string auth_token;          // empty: no auth; from `auth: {token: ..}` or `auth: {token_file: ..}`
+  uint32_t workers = 1;    // workers in the job; sync mode aggregates this many
+  std::string auth_token;  // empty: no auth; from `auth: {token: ..}` or `auth: {token_file: ..}`
   std::vector<ShardConfig> shards;  // at least one
-  uint64_t split_bytes = 4 << 20;  // variables larger than this are split across all shards
-  optim::OptimizerSpec optimizer;  // server default for registrations that name none
-  SchedulerConfig scheduler;       // worker side
+  uint64_t split_bytes = 4 << 20;   // variables larger than this are split across all shards
+  optim::OptimizerSpec optimizer;   // server default for registrations that name none
+  SchedulerConfig scheduler;        // worker side
   LimitsConfig limits;
 };
 
@@ -65,7 +65,8 @@ struct DeploymentConfig {
 // `auth.token_file` is read relative to the file's folder, its trailing newline dropped.
 DeploymentConfig load_deployment(const std::filesystem::path& file);
 // The same from YAML text; `source` names it in messages.
-DeploymentConfig parse_deployment(const std::string& yaml_text, const std::filesystem::path& source);
+DeploymentConfig parse_deployment(const std::string& yaml_text,
+                                  const std::filesystem::path& source);
 
 // Parses "127.0.0.1:7000", "localhost:7000", "[::1]:7000"; throws Error(bad_config) otherwise.
 ListenAddress parse_listen_address(const std::string& text);

@@ -13,7 +13,9 @@ namespace {
 
 const std::filesystem::path kSourceDir = PSCHED_SOURCE_DIR;
 
-DeploymentConfig parse(const std::string& yaml) { return parse_deployment(yaml, "configs/x.yaml"); }
+DeploymentConfig parse(const std::string& yaml) {
+  return parse_deployment(yaml, "configs/x.yaml");
+}
 
 // The message parse() throws; fails the test unless it throws Error(bad_config).
 std::string error_of(const std::string& yaml) {

@@ -12,7 +12,7 @@
 namespace psched {
 
 struct ClusterLayout {
-  ShardId shard_index;                      // the shard that answered
+  ShardId shard_index;                       // the shard that answered
   std::vector<std::string> shard_addresses;  // all shards, in config order
   uint64_t split_bytes = 0;
   Mode mode = Mode::async;

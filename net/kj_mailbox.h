@@ -27,9 +27,9 @@ class KjMailbox {
   kj::Promise<void> wait_for_mail();
 
   std::mutex mutex_;
-  std::vector<std::function<void()>> queue_;                   // guarded by mutex_
-  kj::Own<kj::CrossThreadPromiseFulfiller<void>> wake_;        // guarded by mutex_
-  bool closed_ = false;                                        // guarded by mutex_
+  std::vector<std::function<void()>> queue_;             // guarded by mutex_
+  kj::Own<kj::CrossThreadPromiseFulfiller<void>> wake_;  // guarded by mutex_
+  bool closed_ = false;                                  // guarded by mutex_
 };
 
 }  // namespace psched

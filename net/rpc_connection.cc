@@ -8,8 +8,8 @@ capnp::ReaderOptions reader_options(uint64_t max_message_bytes) {
   return options;
 }
 
-RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
-                             capnp::Capability::Client bootstrap, capnp::ReaderOptions options)
+RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
+                             capnp::ReaderOptions options)
     : stream_(kj::mv(stream)),
       network_(*stream_, capnp::rpc::twoparty::Side::SERVER, options),
       rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))) {}

@@ -27,8 +27,10 @@ kj::Promise<void> ShardHost::listen(kj::Network& network) {
   kj::Vector<kj::Promise<void>> accepting;
   for (auto& hosted : hosted_) {
     const ListenAddress& address = config_.shards[hosted->endpoint->id.value].listen;
-    auto bound = network.parseAddress(address.host, address.port)
-                     .then([](kj::Own<kj::NetworkAddress> a) { return a->listen(); });
+    auto bound =
+        network.parseAddress(address.host, address.port).then([](kj::Own<kj::NetworkAddress> a) {
+          return a->listen();
+        });
     accepting.add(bound.then(
         [h = hosted.get(), address](kj::Own<kj::ConnectionReceiver> receiver) {
           h->receiver = kj::mv(receiver);

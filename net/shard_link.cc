@@ -22,8 +22,8 @@ ClusterLayout from_wire(wire::ClusterLayout::Reader in) {
 
 void copy_value(capnp::Data::Reader value, std::byte* out, size_t out_bytes) {
   if (value.size() != out_bytes)
-    fail(ErrorCode::shape_mismatch, "shard answered {} bytes where {} were expected",
-         value.size(), out_bytes);
+    fail(ErrorCode::shape_mismatch, "shard answered {} bytes where {} were expected", value.size(),
+         out_bytes);
   std::memcpy(out, value.begin(), out_bytes);
 }
 
@@ -34,7 +34,9 @@ ShardLink::ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_byt
       shard_(connection_.bootstrap().castAs<wire::Shard>()) {}
 
 wire::Session::Client* ShardLink::session() {
-  KJ_IF_MAYBE(s, session_) { return s; }
+  KJ_IF_MAYBE (s, session_) {
+    return s;
+  }
   return nullptr;
 }
 
@@ -81,8 +83,8 @@ kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange r
   // word-aligned and whole words (it writes up to the next word boundary); otherwise copy.
   if (reinterpret_cast<uintptr_t>(gradient.data()) % sizeof(capnp::word) == 0 &&
       gradient.size() % sizeof(capnp::word) == 0) {
-    auto orphanage = capnp::Orphanage::getForMessageContaining(
-        wire::Session::PushParams::Builder(request));
+    auto orphanage =
+        capnp::Orphanage::getForMessageContaining(wire::Session::PushParams::Builder(request));
     request.adoptData(orphanage.referenceExternalData(data));
   } else {
     request.setData(data);

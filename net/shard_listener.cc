@@ -14,15 +14,18 @@ kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver) {
 }
 
 void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
-  auto connection = kj::heap<RpcConnection>(
-      kj::mv(stream), kj::heap<ShardService>(endpoint_),
-      reader_options(endpoint_.config.limits.max_message_bytes));
+  auto connection =
+      kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_),
+                              reader_options(endpoint_.config.limits.max_message_bytes));
   ++connections_;
   auto done = connection->on_disconnect();
-  tasks_.add(done.attach(kj::mv(connection)).then([this] { --connections_; }, [this](kj::Exception&& e) {
-    --connections_;
-    log_info("shard {}: connection dropped: {}", endpoint_.id.value, e.getDescription().cStr());
-  }));
+  tasks_.add(done.attach(kj::mv(connection))
+                 .then([this] { --connections_; },
+                       [this](kj::Exception&& e) {
+                         --connections_;
+                         log_info("shard {}: connection dropped: {}", endpoint_.id.value,
+                                  e.getDescription().cStr());
+                       }));
 }
 
 void ShardListener::taskFailed(kj::Exception&& exception) {

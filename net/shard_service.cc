@@ -14,8 +14,8 @@ using SharedFulfiller = std::shared_ptr<kj::Own<kj::CrossThreadPromiseFulfiller<
 template <typename T>
 std::pair<kj::Promise<T>, SharedFulfiller<T>> cross_thread_promise() {
   auto paf = kj::newPromiseAndCrossThreadFulfiller<T>();
-  return {kj::mv(paf.promise), std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<T>>>(
-                                   kj::mv(paf.fulfiller))};
+  return {kj::mv(paf.promise),
+          std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<T>>>(kj::mv(paf.fulfiller))};
 }
 
 struct ValueResult {
@@ -34,8 +34,8 @@ VariableShard::ValueReply value_reply(SharedFulfiller<ValueResult> f) {
 template <typename Results>
 void set_value(Results results, const ValueResult& r) {
   // TODO(perf): one copy here; the shard could write straight into the result buffer.
-  results.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.value.data()),
-                                       r.value.size()));
+  results.setValue(
+      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.value.data()), r.value.size()));
   results.setAppliedStep(r.step);
 }
 
@@ -55,13 +55,13 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
   if (!config.auth_token.empty() &&
       !constant_time_equal(std::string_view(token.cStr(), token.size()), config.auth_token))
     return to_kj_exception(std::make_exception_ptr(
-        Error(ErrorCode::bad_token, fmt::format("connect to shard {} rejected: wrong auth token",
-                                                endpoint_.id.value))));
+        Error(ErrorCode::bad_token,
+              fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value))));
   if (params.getWorkerId() >= config.workers)
-    return to_kj_exception(std::make_exception_ptr(Error(
-        ErrorCode::invalid_argument,
-        fmt::format("connect rejected: worker id {} is not below the job's {} workers",
-                    params.getWorkerId(), config.workers))));
+    return to_kj_exception(std::make_exception_ptr(
+        Error(ErrorCode::invalid_argument,
+              fmt::format("connect rejected: worker id {} is not below the job's {} workers",
+                          params.getWorkerId(), config.workers))));
 
   auto results = context.getResults();
   results.setSession(kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId())));
@@ -145,8 +145,7 @@ kj::Promise<void> SessionService::poll(PollContext context) {
     auto [promise, f] = cross_thread_promise<ValueResult>();
     endpoint_.shard.poll(worker_, VariableId(params.getVariable()), params.getStep(), r,
                          value_reply(f));
-    return promise.then(
-        [context](ValueResult r) mutable { set_value(context.getResults(), r); });
+    return promise.then([context](ValueResult r) mutable { set_value(context.getResults(), r); });
   } catch (...) {
     return to_kj_exception(std::current_exception());
   }
@@ -158,8 +157,7 @@ kj::Promise<void> SessionService::pull(PullContext context) {
     ElementRange r = range("pull", params.getOffset(), params.getCount());
     auto [promise, f] = cross_thread_promise<ValueResult>();
     endpoint_.shard.pull(VariableId(params.getVariable()), r, value_reply(f));
-    return promise.then(
-        [context](ValueResult r) mutable { set_value(context.getResults(), r); });
+    return promise.then([context](ValueResult r) mutable { set_value(context.getResults(), r); });
   } catch (...) {
     return to_kj_exception(std::current_exception());
   }

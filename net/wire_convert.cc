@@ -10,15 +10,21 @@ wire::DType to_wire(DType dtype) {
 
 DType from_wire(wire::DType dtype) {
   switch (dtype) {
-    case wire::DType::FLOAT32: return DType::float32;
-    case wire::DType::FLOAT64: return DType::float64;
+    case wire::DType::FLOAT32:
+      return DType::float32;
+    case wire::DType::FLOAT64:
+      return DType::float64;
   }
   fail(ErrorCode::dtype_mismatch, "unknown dtype number {} on the wire",
        static_cast<unsigned>(dtype));
 }
 
-wire::Mode to_wire(Mode mode) { return mode == Mode::sync ? wire::Mode::SYNC : wire::Mode::ASYNC; }
-Mode from_wire(wire::Mode mode) { return mode == wire::Mode::SYNC ? Mode::sync : Mode::async; }
+wire::Mode to_wire(Mode mode) {
+  return mode == Mode::sync ? wire::Mode::SYNC : wire::Mode::ASYNC;
+}
+Mode from_wire(wire::Mode mode) {
+  return mode == wire::Mode::SYNC ? Mode::sync : Mode::async;
+}
 
 void to_wire(const optim::OptimizerSpec& s, wire::OptimizerSpec::Builder out) {
   std::string_view kind = optim::to_string(s.kind);
@@ -59,8 +65,7 @@ optim::OptimizerSpec from_wire(wire::OptimizerSpec::Reader in) {
   return s;
 }
 
-void to_wire(const VariableSpec& spec, bool use_server_optimizer,
-             wire::VariableSpec::Builder out) {
+void to_wire(const VariableSpec& spec, bool use_server_optimizer, wire::VariableSpec::Builder out) {
   out.setName(spec.name);
   auto shape = out.initShape(static_cast<unsigned>(spec.shape.size()));
   for (unsigned i = 0; i < spec.shape.size(); ++i) shape.set(i, spec.shape[i]);
@@ -91,10 +96,14 @@ namespace {
 
 kj::Exception::Type kj_type(ErrorCategory category) {
   switch (category) {
-    case ErrorCategory::failed: return kj::Exception::Type::FAILED;
-    case ErrorCategory::overloaded: return kj::Exception::Type::OVERLOADED;
-    case ErrorCategory::disconnected: return kj::Exception::Type::DISCONNECTED;
-    case ErrorCategory::unimplemented: return kj::Exception::Type::UNIMPLEMENTED;
+    case ErrorCategory::failed:
+      return kj::Exception::Type::FAILED;
+    case ErrorCategory::overloaded:
+      return kj::Exception::Type::OVERLOADED;
+    case ErrorCategory::disconnected:
+      return kj::Exception::Type::DISCONNECTED;
+    case ErrorCategory::unimplemented:
+      return kj::Exception::Type::UNIMPLEMENTED;
   }
   return kj::Exception::Type::FAILED;
 }

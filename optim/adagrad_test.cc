@@ -10,8 +10,8 @@ TEST_CASE_TEMPLATE("adagrad matches the scalar torch formula on odd sizes", T, f
 }
 
 TEST_CASE_TEMPLATE(
-    "adagrad with lr decay, an initial accumulator and weight decay matches the torch formula",
-    T, float, double) {
+    "adagrad with lr decay, an initial accumulator and weight decay matches the torch formula", T,
+    float, double) {
   check_on_odd_sizes<T>(specs::adagrad_decay());
 }
 

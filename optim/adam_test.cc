@@ -14,13 +14,13 @@ TEST_CASE_TEMPLATE("adam with amsgrad matches the scalar torch formula on odd si
   check_on_odd_sizes<T>(specs::adam_amsgrad());
 }
 
-TEST_CASE_TEMPLATE("adam with weight decay matches the scalar torch formula on odd sizes", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("adam with weight decay matches the scalar torch formula on odd sizes", T, float,
+                   double) {
   check_on_odd_sizes<T>(specs::adam_weight_decay());
 }
 
-TEST_CASE_TEMPLATE("adam with amsgrad and weight decay matches the scalar torch formula", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("adam with amsgrad and weight decay matches the scalar torch formula", T, float,
+                   double) {
   check_on_odd_sizes<T>(specs::adam_amsgrad_weight_decay());
 }
 
@@ -33,8 +33,8 @@ TEST_CASE_TEMPLATE("adamw with amsgrad matches the scalar torch formula on odd s
   check_on_odd_sizes<T>(specs::adamw_amsgrad());
 }
 
-TEST_CASE_TEMPLATE("adam_tf matches the scalar TensorFlow ApplyAdam formula on odd sizes", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("adam_tf matches the scalar TensorFlow ApplyAdam formula on odd sizes", T, float,
+                   double) {
   check_on_odd_sizes<T>(specs::adam_tf());
 }
 

@@ -34,13 +34,20 @@ template <typename T>
 void apply_any(const OptimizerSpec& spec, const detail::Range<T>& range, uint64_t t) {
   check_sizes(spec, range, t);
   switch (spec.kind) {
-    case OptimizerKind::sgd: return detail::apply_sgd(spec, range);
-    case OptimizerKind::momentum: return detail::apply_momentum(spec, range, t);
-    case OptimizerKind::adam: return detail::apply_adam(spec, range, t);
-    case OptimizerKind::adam_tf: return detail::apply_adam_tf(spec, range, t);
-    case OptimizerKind::adamw: return detail::apply_adamw(spec, range, t);
-    case OptimizerKind::adagrad: return detail::apply_adagrad(spec, range, t);
-    case OptimizerKind::rmsprop: return detail::apply_rmsprop(spec, range);
+    case OptimizerKind::sgd:
+      return detail::apply_sgd(spec, range);
+    case OptimizerKind::momentum:
+      return detail::apply_momentum(spec, range, t);
+    case OptimizerKind::adam:
+      return detail::apply_adam(spec, range, t);
+    case OptimizerKind::adam_tf:
+      return detail::apply_adam_tf(spec, range, t);
+    case OptimizerKind::adamw:
+      return detail::apply_adamw(spec, range, t);
+    case OptimizerKind::adagrad:
+      return detail::apply_adagrad(spec, range, t);
+    case OptimizerKind::rmsprop:
+      return detail::apply_rmsprop(spec, range);
   }
   PSCHED_REQUIRE(false, static_cast<int>(spec.kind));
 }
@@ -65,13 +72,19 @@ bool parse_optimizer_kind(std::string_view name, OptimizerKind& out) {
 
 int state_slots(const OptimizerSpec& spec) {
   switch (spec.kind) {
-    case OptimizerKind::sgd: return 0;
-    case OptimizerKind::momentum: return 1;
+    case OptimizerKind::sgd:
+      return 0;
+    case OptimizerKind::momentum:
+      return 1;
     case OptimizerKind::adam:
-    case OptimizerKind::adamw: return spec.amsgrad ? 3 : 2;
-    case OptimizerKind::adam_tf: return 2;
-    case OptimizerKind::adagrad: return 1;
-    case OptimizerKind::rmsprop: return 1 + (spec.momentum > 0 ? 1 : 0) + (spec.centered ? 1 : 0);
+    case OptimizerKind::adamw:
+      return spec.amsgrad ? 3 : 2;
+    case OptimizerKind::adam_tf:
+      return 2;
+    case OptimizerKind::adagrad:
+      return 1;
+    case OptimizerKind::rmsprop:
+      return 1 + (spec.momentum > 0 ? 1 : 0) + (spec.centered ? 1 : 0);
   }
   return 0;
 }

@@ -40,8 +40,8 @@ struct OptimizerSpec {
   bool amsgrad = false;       // adam, adamw
   double lr_decay = 0.0;      // adagrad
   double initial_accumulator_value = 0.0;  // adagrad
-  double alpha = 0.99;        // rmsprop smoothing constant
-  bool centered = false;      // rmsprop
+  double alpha = 0.99;                     // rmsprop smoothing constant
+  bool centered = false;                   // rmsprop
 
   bool operator==(const OptimizerSpec&) const = default;
 };

@@ -37,12 +37,11 @@ OptimizerSpec with(OptimizerSpec spec, Change change) {
 }  // namespace
 
 TEST_CASE("every optimizer kind round-trips through its name") {
-  const OptimizerKind kinds[] = {OptimizerKind::sgd,     OptimizerKind::momentum,
-                                 OptimizerKind::adam,    OptimizerKind::adam_tf,
-                                 OptimizerKind::adamw,   OptimizerKind::adagrad,
-                                 OptimizerKind::rmsprop};
-  const std::string_view names[] = {"sgd", "momentum", "adam", "adam_tf",
-                                    "adamw", "adagrad", "rmsprop"};
+  const OptimizerKind kinds[] = {
+      OptimizerKind::sgd,   OptimizerKind::momentum, OptimizerKind::adam,   OptimizerKind::adam_tf,
+      OptimizerKind::adamw, OptimizerKind::adagrad,  OptimizerKind::rmsprop};
+  const std::string_view names[] = {"sgd",   "momentum", "adam",   "adam_tf",
+                                    "adamw", "adagrad",  "rmsprop"};
   for (size_t i = 0; i < std::size(kinds); ++i) {
     CHECK(to_string(kinds[i]) == names[i]);
     OptimizerKind parsed = OptimizerKind::sgd;
@@ -59,9 +58,9 @@ TEST_CASE("an unknown optimizer name does not parse and leaves the output alone"
 }
 
 TEST_CASE("validate accepts torch's defaults and every tested option combination") {
-  for (auto kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam,
-                    OptimizerKind::adam_tf, OptimizerKind::adamw, OptimizerKind::adagrad,
-                    OptimizerKind::rmsprop}) {
+  for (auto kind :
+       {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adam_tf,
+        OptimizerKind::adamw, OptimizerKind::adagrad, OptimizerKind::rmsprop}) {
     CAPTURE(to_string(kind));
     CHECK(rejection(OptimizerSpec{.kind = kind}) == "");
   }
@@ -136,8 +135,8 @@ TEST_CASE("apply rejects buffers whose sizes do not match") {
   std::vector<std::span<float>> one_slot{std::span<float>(m)};
   std::vector<std::span<float>> short_slot{std::span<float>(m), std::span<float>(short_v)};
   const std::span<float> p(param);
-  CHECK_THROWS_WITH_AS(apply(spec, p, short_grad, state, 1),
-                       doctest::Contains("grad.size() = 3"), std::logic_error);
+  CHECK_THROWS_WITH_AS(apply(spec, p, short_grad, state, 1), doctest::Contains("grad.size() = 3"),
+                       std::logic_error);
   CHECK_THROWS_AS(apply(spec, p, grad, one_slot, 1), std::logic_error);
   CHECK_THROWS_AS(apply(spec, p, grad, short_slot, 1), std::logic_error);
   CHECK_THROWS_WITH_AS(apply(spec, p, grad, state, 0), doctest::Contains("t >= 1"),
@@ -176,8 +175,8 @@ void check_split_equals_whole(const OptimizerSpec& spec, size_t size, size_t spl
   CHECK(whole.state == pieces.state);
 }
 
-TEST_CASE_TEMPLATE("a partition applied in two pieces equals the whole applied at once", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("a partition applied in two pieces equals the whole applied at once", T, float,
+                   double) {
   for (const auto& [name, spec] : all_option_combinations()) {
     CAPTURE(name);
     for (size_t split : {size_t{1}, size_t{511}, size_t{1022}}) {

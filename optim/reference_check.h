@@ -20,7 +20,9 @@ namespace psched::optim::testing {
 
 // Hyper-parameters are larger than the defaults where that makes each term visible.
 namespace specs {
-inline OptimizerSpec sgd() { return {.kind = OptimizerKind::sgd, .lr = 0.1}; }
+inline OptimizerSpec sgd() {
+  return {.kind = OptimizerKind::sgd, .lr = 0.1};
+}
 inline OptimizerSpec sgd_weight_decay() {
   return {.kind = OptimizerKind::sgd, .lr = 0.1, .weight_decay = 0.01};
 }
@@ -49,7 +51,9 @@ inline OptimizerSpec nesterov_weight_decay() {
 inline OptimizerSpec momentum_zero() {
   return {.kind = OptimizerKind::momentum, .lr = 0.1, .momentum = 0, .dampening = 0.5};
 }
-inline OptimizerSpec adam() { return {.kind = OptimizerKind::adam, .lr = 0.01}; }
+inline OptimizerSpec adam() {
+  return {.kind = OptimizerKind::adam, .lr = 0.01};
+}
 inline OptimizerSpec adam_amsgrad() {
   return {.kind = OptimizerKind::adam, .lr = 0.01, .amsgrad = true};
 }
@@ -80,7 +84,9 @@ inline OptimizerSpec adagrad_decay() {
           .lr_decay = 0.1,
           .initial_accumulator_value = 0.1};
 }
-inline OptimizerSpec rmsprop() { return {.kind = OptimizerKind::rmsprop, .lr = 0.01}; }
+inline OptimizerSpec rmsprop() {
+  return {.kind = OptimizerKind::rmsprop, .lr = 0.01};
+}
 inline OptimizerSpec rmsprop_weight_decay() {
   return {.kind = OptimizerKind::rmsprop, .lr = 0.01, .weight_decay = 0.01};
 }
@@ -208,8 +214,8 @@ void check_close(std::string_view what, const std::vector<T>& actual, const Expe
   double worst_excess = -1;  // error / allowed error; > 1 fails
   for (size_t i = 0; i < actual.size(); ++i) {
     const double a = actual[i], e = expected_at(i);
-    const double allowed = std::max(tol.relative * std::max(std::abs(a), std::abs(e)),
-                                    tol.absolute_floor);
+    const double allowed =
+        std::max(tol.relative * std::max(std::abs(a), std::abs(e)), tol.absolute_floor);
     const double excess = std::isnan(a) || std::isnan(e) ? 1e300 : std::abs(a - e) / allowed;
     if (excess > worst_excess) worst = i, worst_excess = excess;
   }
@@ -226,11 +232,12 @@ void check_close(std::string_view what, const std::vector<T>& actual, const Expe
 template <typename T, typename R>
 void check_variable(const KernelVariable<T>& kernel, const ReferenceVariable<R>& ref,
                     Tolerance tol) {
-  check_close("param", kernel.param, [&](size_t i) { return double(ref.elements[i].p); }, tol);
+  check_close(
+      "param", kernel.param, [&](size_t i) { return double(ref.elements[i].p); }, tol);
   for (size_t k = 0; k < kernel.state.size(); ++k) {
     CAPTURE(k);
-    check_close("state", kernel.state[k], [&](size_t i) { return double(ref.elements[i].s[k]); },
-                tol);
+    check_close(
+        "state", kernel.state[k], [&](size_t i) { return double(ref.elements[i].s[k]); }, tol);
   }
 }
 

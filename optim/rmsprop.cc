@@ -22,10 +22,14 @@ RmspropScalars<T> rmsprop_scalars(const OptimizerSpec& spec) {
   const bool with_momentum = spec.momentum > 0;
   const int momentum_slot = with_momentum ? 1 : -1;
   const int grad_avg_slot = spec.centered ? (with_momentum ? 2 : 1) : -1;
-  return {static_cast<T>(spec.lr),           static_cast<T>(spec.alpha),
-          static_cast<T>(1 - spec.alpha),    static_cast<T>(spec.eps),
-          static_cast<T>(spec.weight_decay), static_cast<T>(spec.momentum),
-          momentum_slot,                     grad_avg_slot};
+  return {static_cast<T>(spec.lr),
+          static_cast<T>(spec.alpha),
+          static_cast<T>(1 - spec.alpha),
+          static_cast<T>(spec.eps),
+          static_cast<T>(spec.weight_decay),
+          static_cast<T>(spec.momentum),
+          momentum_slot,
+          grad_avg_slot};
 }
 
 // Updates the averages and calls body(avg) with the lazy denominator

@@ -20,8 +20,8 @@ TEST_CASE_TEMPLATE("centered rmsprop matches the scalar torch formula on odd siz
   check_on_odd_sizes<T>(specs::rmsprop_centered());
 }
 
-TEST_CASE_TEMPLATE("rmsprop with momentum matches the scalar torch formula on odd sizes", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("rmsprop with momentum matches the scalar torch formula on odd sizes", T, float,
+                   double) {
   check_on_odd_sizes<T>(specs::rmsprop_momentum());
 }
 

@@ -130,13 +130,20 @@ void reference_rmsprop(const OptimizerSpec& o, Element<R>& e, R grad) {
 template <typename R>
 void reference_step(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t) {
   switch (o.kind) {
-    case OptimizerKind::sgd: return reference_sgd(o, e, grad);
-    case OptimizerKind::momentum: return reference_momentum(o, e, grad, t);
-    case OptimizerKind::adam: return reference_adam(o, e, grad, t, /*decoupled=*/false);
-    case OptimizerKind::adamw: return reference_adam(o, e, grad, t, /*decoupled=*/true);
-    case OptimizerKind::adam_tf: return reference_adam_tf(o, e, grad, t);
-    case OptimizerKind::adagrad: return reference_adagrad(o, e, grad, t);
-    case OptimizerKind::rmsprop: return reference_rmsprop(o, e, grad);
+    case OptimizerKind::sgd:
+      return reference_sgd(o, e, grad);
+    case OptimizerKind::momentum:
+      return reference_momentum(o, e, grad, t);
+    case OptimizerKind::adam:
+      return reference_adam(o, e, grad, t, /*decoupled=*/false);
+    case OptimizerKind::adamw:
+      return reference_adam(o, e, grad, t, /*decoupled=*/true);
+    case OptimizerKind::adam_tf:
+      return reference_adam_tf(o, e, grad, t);
+    case OptimizerKind::adagrad:
+      return reference_adagrad(o, e, grad, t);
+    case OptimizerKind::rmsprop:
+      return reference_rmsprop(o, e, grad);
   }
 }
 
@@ -151,13 +158,19 @@ Element<R> reference_initial_element(const OptimizerSpec& o, R p) {
 // How many of Element::s the formula of `o` uses.
 inline int reference_slot_count(const OptimizerSpec& o) {
   switch (o.kind) {
-    case OptimizerKind::sgd: return 0;
-    case OptimizerKind::momentum: return 1;
+    case OptimizerKind::sgd:
+      return 0;
+    case OptimizerKind::momentum:
+      return 1;
     case OptimizerKind::adam:
-    case OptimizerKind::adamw: return o.amsgrad ? 3 : 2;
-    case OptimizerKind::adam_tf: return 2;
-    case OptimizerKind::adagrad: return 1;
-    case OptimizerKind::rmsprop: return 1 + int(o.momentum > 0) + int(o.centered);
+    case OptimizerKind::adamw:
+      return o.amsgrad ? 3 : 2;
+    case OptimizerKind::adam_tf:
+      return 2;
+    case OptimizerKind::adagrad:
+      return 1;
+    case OptimizerKind::rmsprop:
+      return 1 + int(o.momentum > 0) + int(o.centered);
   }
   return -1;
 }

@@ -54,9 +54,12 @@ void apply_sgd(const OptimizerSpec& spec, const Range<T>& range) {
 template <typename T>
 void apply_momentum(const OptimizerSpec& spec, const Range<T>& range, uint64_t t) {
   if (spec.momentum == 0) return apply_sgd(spec, range);  // torch: no buffer without momentum
-  const MomentumScalars<T> s{static_cast<T>(spec.lr),       static_cast<T>(spec.weight_decay),
-                             static_cast<T>(spec.momentum), static_cast<T>(1 - spec.dampening),
-                             spec.nesterov,                 t == 1};
+  const MomentumScalars<T> s{static_cast<T>(spec.lr),
+                             static_cast<T>(spec.weight_decay),
+                             static_cast<T>(spec.momentum),
+                             static_cast<T>(1 - spec.dampening),
+                             spec.nesterov,
+                             t == 1};
   for_each_chunk(range, [&](const Chunk<T>& chunk) { momentum_chunk(s, chunk); });
 }
 

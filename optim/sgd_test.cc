@@ -9,13 +9,13 @@ TEST_CASE_TEMPLATE("plain sgd matches the scalar torch formula on odd sizes", T,
   check_on_odd_sizes<T>(specs::sgd());
 }
 
-TEST_CASE_TEMPLATE("sgd with weight decay matches the scalar torch formula on odd sizes", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("sgd with weight decay matches the scalar torch formula on odd sizes", T, float,
+                   double) {
   check_on_odd_sizes<T>(specs::sgd_weight_decay());
 }
 
-TEST_CASE_TEMPLATE("momentum without dampening matches the scalar torch formula on odd sizes",
-                   T, float, double) {
+TEST_CASE_TEMPLATE("momentum without dampening matches the scalar torch formula on odd sizes", T,
+                   float, double) {
   check_on_odd_sizes<T>(specs::momentum());
 }
 
@@ -24,8 +24,8 @@ TEST_CASE_TEMPLATE("momentum with dampening matches the scalar torch formula on 
   check_on_odd_sizes<T>(specs::momentum_dampening());
 }
 
-TEST_CASE_TEMPLATE("momentum with dampening and weight decay matches the scalar torch formula",
-                   T, float, double) {
+TEST_CASE_TEMPLATE("momentum with dampening and weight decay matches the scalar torch formula", T,
+                   float, double) {
   check_on_odd_sizes<T>(specs::momentum_weight_decay());
 }
 
@@ -34,8 +34,8 @@ TEST_CASE_TEMPLATE("nesterov momentum matches the scalar torch formula on odd si
   check_on_odd_sizes<T>(specs::nesterov());
 }
 
-TEST_CASE_TEMPLATE("nesterov momentum with weight decay matches the scalar torch formula", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("nesterov momentum with weight decay matches the scalar torch formula", T, float,
+                   double) {
   check_on_odd_sizes<T>(specs::nesterov_weight_decay());
 }
 

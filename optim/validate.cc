@@ -69,13 +69,18 @@ void validate(const OptimizerSpec& spec) {
   check.non_negative("lr", spec.lr);
   if (spec.kind != OptimizerKind::adam_tf) check.non_negative("weight_decay", spec.weight_decay);
   switch (spec.kind) {
-    case OptimizerKind::sgd: return;
-    case OptimizerKind::momentum: return validate_momentum(check, spec);
+    case OptimizerKind::sgd:
+      return;
+    case OptimizerKind::momentum:
+      return validate_momentum(check, spec);
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
-    case OptimizerKind::adam_tf: return validate_adam(check, spec);
-    case OptimizerKind::adagrad: return validate_adagrad(check, spec);
-    case OptimizerKind::rmsprop: return validate_rmsprop(check, spec);
+    case OptimizerKind::adam_tf:
+      return validate_adam(check, spec);
+    case OptimizerKind::adagrad:
+      return validate_adagrad(check, spec);
+    case OptimizerKind::rmsprop:
+      return validate_rmsprop(check, spec);
   }
 }
 

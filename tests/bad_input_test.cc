@@ -57,8 +57,8 @@ struct BadInputFixture {
 
   std::vector<float> current_value() {
     std::vector<float> out(kElements);
-    cluster.run(link.pull(id, {0, kElements}, reinterpret_cast<std::byte*>(out.data()),
-                          kElements * 4));
+    cluster.run(
+        link.pull(id, {0, kElements}, reinterpret_cast<std::byte*>(out.data()), kElements * 4));
     return out;
   }
 
@@ -101,9 +101,8 @@ TEST_CASE("a push whose bytes are not whole elements is a shape mismatch") {
 TEST_CASE("a push of the wrong dtype is a dtype mismatch") {
   BadInputFixture f;
   std::vector<double> grad(4, 1.0);
-  f.expect_error(
-      f.link.push(f.id, 1, {0, 4}, DType::float64, std::as_bytes(std::span(grad))),
-      ErrorCode::dtype_mismatch, "dtype float64 but registered as float32");
+  f.expect_error(f.link.push(f.id, 1, {0, 4}, DType::float64, std::as_bytes(std::span(grad))),
+                 ErrorCode::dtype_mismatch, "dtype float64 but registered as float32");
   f.check_untouched_and_serving();
 }
 
@@ -121,19 +120,18 @@ TEST_CASE("a push and a poll for a step from the future are rejected") {
   std::vector<float> grad(kElements, 1.f), out(kElements);
   f.expect_error(f.link.push(f.id, 3, {0, kElements}, DType::float32, f.bytes(grad)),
                  ErrorCode::step_from_future, "step 3 from the future (next step is 1)");
-  f.expect_error(f.link.poll(f.id, 2, {0, kElements}, reinterpret_cast<std::byte*>(out.data()),
-                             kElements * 4),
-                 ErrorCode::step_from_future, "step 2 from the future");
+  f.expect_error(
+      f.link.poll(f.id, 2, {0, kElements}, reinterpret_cast<std::byte*>(out.data()), kElements * 4),
+      ErrorCode::step_from_future, "step 2 from the future");
   f.check_untouched_and_serving();
 }
 
 TEST_CASE("a wrong token is refused at connect") {
   BadInputFixture f;
   ShardLink& intruder = f.cluster.open_link(0);
-  f.expect_error(intruder.connect(WorkerId(3), "guess"), ErrorCode::bad_token,
-                 "wrong auth token");
-  f.expect_error(intruder.push(f.id, 1, {0, 1}, DType::float32, {}),
-                 ErrorCode::invalid_argument, "session is not open");
+  f.expect_error(intruder.connect(WorkerId(3), "guess"), ErrorCode::bad_token, "wrong auth token");
+  f.expect_error(intruder.push(f.id, 1, {0, 1}, DType::float32, {}), ErrorCode::invalid_argument,
+                 "session is not open");
   f.check_untouched_and_serving();
 }
 
@@ -144,7 +142,8 @@ TEST_CASE("a worker id outside the job is refused at connect") {
                  "worker id 7 is not below the job's 4 workers");
 }
 
-TEST_CASE("a message over the size limit is rejected and a far larger one drops only its connection") {
+TEST_CASE(
+    "a message over the size limit is rejected and a far larger one drops only its connection") {
   BadInputFixture f;
   std::vector<float> big(2048, 1.f);  // 8 KiB > the 4 KiB limit
   f.expect_error(f.link.push(f.id, 1, {0, 2048}, DType::float32, f.bytes(big)),
@@ -169,7 +168,8 @@ TEST_CASE("re-registering a name with a different spec is a conflict and keeps t
   VariableSpec other = BadInputFixture::spec();
   other.shape = {4, 4, 1};
   f.expect_error(f.link.register_part(other, true, {0, kElements}, f.bytes(f.initial)),
-                 ErrorCode::spec_conflict, "'fc6/w' rejected: it is registered with a different spec");
+                 ErrorCode::spec_conflict,
+                 "'fc6/w' rejected: it is registered with a different spec");
   std::vector<float> same(kElements, 9.f);
   CHECK(f.cluster.run(f.link.register_part(BadInputFixture::spec(), true, {0, kElements},
                                            f.bytes(same))) == f.id);

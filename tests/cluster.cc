@@ -38,8 +38,8 @@ Worker& Cluster::add_worker(WorkerId id, SchedulerConfig scheduler, const std::s
     host_->listener(s).serve(kj::mv(pipe.ends[0]));
     links.push_back(kj::heap<ShardLink>(kj::mv(pipe.ends[1]), config_.limits.max_message_bytes));
   }
-  auto worker = std::make_unique<Worker>(io_, mailbox_, kj::mv(links),
-                                         WorkerOptions{id, token, scheduler});
+  auto worker =
+      std::make_unique<Worker>(io_, mailbox_, kj::mv(links), WorkerOptions{id, token, scheduler});
   run(worker->connect());
   workers_.push_back(std::move(worker));
   return *workers_.back();
@@ -49,7 +49,8 @@ ShardLink& Cluster::open_link(uint32_t shard, uint64_t max_message_bytes) {
   auto pipe = kj::newTwoWayPipe();
   host_->listener(shard).serve(kj::mv(pipe.ends[0]));
   raw_links_.push_back(kj::heap<ShardLink>(
-      kj::mv(pipe.ends[1]), max_message_bytes ? max_message_bytes : config_.limits.max_message_bytes));
+      kj::mv(pipe.ends[1]),
+      max_message_bytes ? max_message_bytes : config_.limits.max_message_bytes));
   return *raw_links_.back();
 }
 

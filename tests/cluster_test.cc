@@ -103,8 +103,8 @@ TrainedWorker register_model(Cluster& cluster, Worker& worker) {
   TrainedWorker t{&worker, {}, {}};
   for (size_t v = 0; v < kModel.size(); ++v) t.values.push_back(random_bytes(kModel[v], v));
   for (size_t v = 0; v < kModel.size(); ++v) {
-    VariableSpec spec{kModel[v].name, {kModel[v].elements}, kModel[v].dtype,
-                      static_cast<Priority>(v), adam()};
+    VariableSpec spec{
+        kModel[v].name, {kModel[v].elements}, kModel[v].dtype, static_cast<Priority>(v), adam()};
     t.handles.push_back(cluster.run(worker.register_variable(spec, t.values[v], false)));
   }
   return t;
@@ -117,7 +117,8 @@ void train(Cluster& cluster, std::vector<TrainedWorker>& workers, Step steps) {
     std::vector<std::vector<std::byte>> grads;
     size_t done = 0, expected = 0;
     for (uint32_t w = 0; w < workers.size(); ++w)
-      for (size_t v = 0; v < kModel.size(); ++v) grads.push_back(random_bytes(kModel[v], grad_seed(w, s, v)));
+      for (size_t v = 0; v < kModel.size(); ++v)
+        grads.push_back(random_bytes(kModel[v], grad_seed(w, s, v)));
     for (uint32_t w = 0; w < workers.size(); ++w) {
       for (size_t v = kModel.size(); v-- > 0;) {
         ++expected;
@@ -216,8 +217,8 @@ TEST_CASE("partitions start in priority order up to the credit and never exceed 
   std::vector<float> grad(64, 1.f);
   std::vector<VariableHandle> handles;
   for (size_t l = 0; l < kLayers; ++l) {
-    VariableSpec spec{"layer" + std::to_string(l), {64}, DType::float32,
-                      static_cast<Priority>(l), {}};
+    VariableSpec spec{
+        "layer" + std::to_string(l), {64}, DType::float32, static_cast<Priority>(l), {}};
     handles.push_back(cluster.run(
         worker.register_variable(spec, std::as_writable_bytes(std::span(values[l])), true)));
   }

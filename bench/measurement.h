@@ -1,0 +1,69 @@
+// Timing for the transport benchmark: run an iteration repeatedly for a time budget and keep
+// each iteration's wall time (steady clock), so throughput and latency percentiles come from
+// the same samples.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace psched::bench {
+
+// How long to measure one case.
+struct Budget {
+  double seconds = 1.0;         // stop starting iterations after this much wall time ...
+  uint64_t min_iterations = 5;  // ... but not before this many timed iterations ran
+  uint64_t warmup = 2;          // untimed iterations first (first-touch allocations, slow start)
+};
+
+// The figures of one case. Bytes are counted in one direction (what the client sends).
+struct Measurement {
+  uint64_t bytes_per_iteration = 0;
+  uint64_t iterations = 0;
+  double seconds = 0;                // wall time of the timed iterations together
+  std::vector<double> iteration_us;  // per-iteration wall time; empty when not recorded
+
+  double gb_per_s() const { return double(bytes_per_iteration) * iterations / seconds / 1e9; }
+  double iterations_per_s() const { return iterations / seconds; }
+  // The q-quantile (0..1, nearest rank) of iteration_us; 0 when none were recorded.
+  double percentile_us(double q) const {
+    if (iteration_us.empty()) return 0;
+    std::vector<double> sorted = iteration_us;
+    std::sort(sorted.begin(), sorted.end());
+    size_t rank = size_t(std::ceil(q * sorted.size()));
+    return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+  }
+};
+
+using BenchClock = std::chrono::steady_clock;
+
+inline double seconds_between(BenchClock::time_point a, BenchClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// True once the budget allows no further iteration to start.
+inline bool budget_spent(const Budget& budget, uint64_t done, BenchClock::time_point start) {
+  return done >= budget.min_iterations &&
+         seconds_between(start, BenchClock::now()) >= budget.seconds;
+}
+
+// Runs `iteration()` budget.warmup times untimed, then timed until the budget is spent.
+template <typename Iteration>
+Measurement time_iterations(const Budget& budget, uint64_t bytes_per_iteration,
+                            Iteration&& iteration) {
+  for (uint64_t i = 0; i < budget.warmup; ++i) iteration();
+  Measurement m{.bytes_per_iteration = bytes_per_iteration};
+  const auto start = BenchClock::now();
+  for (auto before = start; !budget_spent(budget, m.iterations, start); ++m.iterations) {
+    iteration();
+    const auto after = BenchClock::now();
+    m.iteration_us.push_back(seconds_between(before, after) * 1e6);
+    before = after;
+  }
+  m.seconds = seconds_between(start, BenchClock::now());
+  return m;
+}
+
+}  // namespace psched::bench

@@ -1,0 +1,206 @@
+#include "bench/tcp_echo.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <exception>
+#include <semaphore>
+#include <system_error>
+#include <vector>
+
+namespace psched::bench {
+namespace {
+
+[[noreturn]] void throw_errno(const char* what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+// Owns a socket descriptor.
+class Socket {
+ public:
+  explicit Socket(int fd) : fd_(fd) {
+    if (fd_ < 0) throw_errno("socket");
+  }
+  ~Socket() { ::close(fd_); }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+sockaddr_in loopback(uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
+void set_nodelay(int fd) {
+  int on = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on) != 0) throw_errno("TCP_NODELAY");
+}
+
+// Reads exactly `size` bytes; false when the peer closed before the first byte.
+bool read_exact(int fd, std::byte* data, uint64_t size) {
+  for (uint64_t done = 0; done < size;) {
+    ssize_t n = ::read(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("read");
+    if (n == 0 && done == 0) return false;
+    if (n == 0) throw std::system_error(ECONNRESET, std::generic_category(), "read: short");
+    done += uint64_t(n);
+  }
+  return true;
+}
+
+void write_all(int fd, const std::byte* data, uint64_t size) {
+  for (uint64_t done = 0; done < size;) {
+    ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("write");
+    done += uint64_t(n);
+  }
+}
+
+// Server side of one connection: size header, then echo requests until the peer closes.
+void serve_echo(int fd) {
+  set_nodelay(fd);
+  uint64_t size = 0;
+  if (!read_exact(fd, reinterpret_cast<std::byte*>(&size), sizeof size)) return;
+  std::vector<std::byte> buffer(size);
+  while (read_exact(fd, buffer.data(), size)) write_all(fd, buffer.data(), size);
+}
+
+// A client connection that has announced its request size.
+Socket connect_echo(uint16_t port, uint64_t size) {
+  Socket socket(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in address = loopback(port);
+  if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
+    throw_errno("connect");
+  set_nodelay(socket.fd());
+  write_all(socket.fd(), reinterpret_cast<const std::byte*>(&size), sizeof size);
+  return socket;
+}
+
+void round_trip(int fd, std::vector<std::byte>& request, std::vector<std::byte>& response) {
+  write_all(fd, request.data(), request.size());
+  if (!read_exact(fd, response.data(), response.size()))
+    throw std::system_error(ECONNRESET, std::generic_category(), "echo server closed");
+}
+
+}  // namespace
+
+TcpEchoServer::TcpEchoServer() : listen_fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+  if (listen_fd_ < 0) throw_errno("socket");
+  sockaddr_in address = loopback(0);
+  socklen_t length = sizeof address;
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      ::listen(listen_fd_, 4) != 0 ||
+      ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ::close(listen_fd_);
+    throw_errno("echo server bind/listen");
+  }
+  port_ = ntohs(address.sin_port);
+  thread_ = std::thread([this] { accept_loop(); });
+}
+
+TcpEchoServer::~TcpEchoServer() {
+  ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept() with an error (Linux)
+  thread_.join();
+  ::close(listen_fd_);
+}
+
+void TcpEchoServer::accept_loop() {
+  for (;;) {
+    int fd = ::accept(listen_fd_, nullptr, nullptr);
+    if (fd < 0 && errno == EINTR) continue;
+    if (fd < 0) return;  // shut down
+    Socket connection(fd);
+    try {
+      serve_echo(connection.fd());
+    } catch (const std::system_error&) {
+      // a broken connection is dropped alone; the client reports its own side
+    }
+  }
+}
+
+Measurement tcp_sequential(uint16_t port, uint64_t size, const Budget& budget) {
+  Socket socket = connect_echo(port, size);
+  std::vector<std::byte> request(size, std::byte{1}), response(size);
+  return time_iterations(budget, size, [&] { round_trip(socket.fd(), request, response); });
+}
+
+namespace {
+
+// Tokens for the reading side: one per request written, then one more when writing ended.
+struct PipelineState {
+  explicit PipelineState(unsigned window) : window(window) {}
+  std::counting_semaphore<> window;       // free request slots
+  std::counting_semaphore<> sent_tokens{0};
+  std::atomic<uint64_t> sent{0};
+  std::exception_ptr writer_error;  // set by the writer before its end token
+};
+
+void write_requests(int fd, uint64_t size, const Budget& budget, PipelineState& state) {
+  std::vector<std::byte> request(size, std::byte{1});
+  const auto start = BenchClock::now();
+  try {
+    while (!budget_spent(budget, state.sent.load(), start)) {
+      state.window.acquire();
+      write_all(fd, request.data(), size);
+      state.sent.fetch_add(1);
+      state.sent_tokens.release();
+    }
+  } catch (...) {
+    state.writer_error = std::current_exception();
+  }
+  state.sent_tokens.release();  // the end token
+}
+
+// Reads responses until the end token; returns how many were read.
+uint64_t read_responses(int fd, uint64_t size, PipelineState& state) {
+  std::vector<std::byte> response(size);
+  uint64_t received = 0;
+  for (;;) {
+    state.sent_tokens.acquire();
+    if (received == state.sent.load()) return received;  // it was the end token
+    if (!read_exact(fd, response.data(), size))
+      throw std::system_error(ECONNRESET, std::generic_category(), "echo server closed");
+    ++received;
+    state.window.release();
+  }
+}
+
+}  // namespace
+
+Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const Budget& budget) {
+  Socket socket = connect_echo(port, size);
+  std::vector<std::byte> request(size, std::byte{1}), response(size);
+  for (uint64_t i = 0; i < budget.warmup; ++i) round_trip(socket.fd(), request, response);
+  PipelineState state(window);
+  Measurement m{.bytes_per_iteration = size};
+  const auto start = BenchClock::now();
+  std::thread writer([&] { write_requests(socket.fd(), size, budget, state); });
+  try {
+    m.iterations = read_responses(socket.fd(), size, state);
+  } catch (...) {
+    ::shutdown(socket.fd(), SHUT_RDWR);  // the writer's next write fails; it ends
+    state.window.release(window);
+    writer.join();
+    throw;
+  }
+  writer.join();
+  if (state.writer_error) std::rethrow_exception(state.writer_error);
+  m.seconds = seconds_between(start, BenchClock::now());
+  return m;
+}
+
+}  // namespace psched::bench

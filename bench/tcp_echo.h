@@ -1,0 +1,38 @@
+// The transport benchmark's baseline: a plain TCP echo over POSIX sockets on 127.0.0.1, with
+// TCP_NODELAY on both ends and buffers reused. A connection first sends its request size
+// (8 bytes, host order); the server then loops: read exactly that many bytes, write them back.
+#pragma once
+
+#include <cstdint>
+#include <thread>
+
+#include "bench/measurement.h"
+
+namespace psched::bench {
+
+// Serves one connection at a time on a thread of its own, on an ephemeral loopback port.
+class TcpEchoServer {
+ public:
+  // Binds and listens before returning; throws std::system_error when it cannot.
+  TcpEchoServer();
+  ~TcpEchoServer();  // stops accepting and joins (the client must have closed its connection)
+  TcpEchoServer(const TcpEchoServer&) = delete;
+  TcpEchoServer& operator=(const TcpEchoServer&) = delete;
+
+  uint16_t port() const { return port_; }
+
+ private:
+  void accept_loop();
+
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+// One request in flight: per iteration, write `size` bytes and read `size` bytes back.
+Measurement tcp_sequential(uint16_t port, uint64_t size, const Budget& budget);
+// `window` requests in flight: a writer thread keeps sending while fewer than `window`
+// responses are outstanding; the calling thread reads. Records no per-iteration times.
+Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const Budget& budget);
+
+}  // namespace psched::bench

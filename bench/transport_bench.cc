@@ -1,0 +1,226 @@
+// psched-transport-bench: push throughput and latency per partition size through a real
+// psched shard (Client -> Cap'n Proto RPC -> ShardHost, all on 127.0.0.1 in this process)
+// against a plain TCP echo on the same loopback, in the same run (DESIGN.md section 6).
+// The ratios are the result; absolute figures only orient (the machine is shared).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/shard_thread.h"
+#include "bench/tcp_echo.h"
+#include "client/client.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "config/byte_size.h"
+
+namespace psched::bench {
+namespace {
+
+// The pipelined case: a variable of kPipelinePartitions partitions, kPipelineDepth in flight.
+constexpr uint64_t kPipelinePartitions = 8;
+constexpr unsigned kPipelineDepth = 4;
+constexpr uint64_t kMaxMessageBytes = uint64_t(256) << 20;
+
+struct Options {
+  std::vector<std::string> sizes{"4KiB", "64KiB", "1MiB", "4MiB"};
+  double seconds = 1.0;
+  uint16_t port = 17490;
+  unsigned server_threads = 1;
+  std::string json;
+  bool verbose = false;
+};
+
+// One size's four measurements.
+struct SizeResult {
+  uint64_t size = 0;
+  Measurement psched_sequential, tcp_sequential, psched_pipelined, tcp_pipelined;
+};
+
+// Parses --sizes; each must be a positive multiple of 4 bytes (float32 elements).
+std::vector<uint64_t> parse_sizes(const std::vector<std::string>& texts) {
+  std::vector<uint64_t> sizes;
+  for (const std::string& text : texts) {
+    std::optional<uint64_t> size = parse_byte_size(text);
+    if (!size || *size == 0 || *size % 4 != 0)
+      fail(ErrorCode::invalid_argument, "--sizes: '{}' is not a positive multiple of 4 bytes", text);
+    sizes.push_back(*size);
+  }
+  return sizes;
+}
+
+// One async shard on 127.0.0.1:port whose apply is real but cheap: sgd with lr 0.
+DeploymentConfig shard_config(uint16_t port) {
+  DeploymentConfig config;
+  config.source = "psched-transport-bench";
+  config.mode = Mode::async;
+  config.workers = 1;
+  config.shards.push_back({ListenAddress{"127.0.0.1", port}});
+  config.split_bytes = uint64_t(1) << 62;  // never split: one shard holds every variable
+  config.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
+  config.limits.max_message_bytes = kMaxMessageBytes;
+  return config;
+}
+
+ClientOptions client_options(uint16_t port, uint64_t partition_bytes, uint64_t credit_bytes) {
+  ClientOptions options;
+  options.shards = {ListenAddress{"127.0.0.1", port}.to_string()};
+  options.worker = WorkerId(0);
+  options.scheduler = {.policy = SchedulePolicy::priority,
+                       .partition_bytes = partition_bytes,
+                       .credit_bytes = credit_bytes};
+  options.max_message_bytes = kMaxMessageBytes;
+  return options;
+}
+
+// The listener is bound before ShardThread returns; the bounded retry is only a safety net.
+std::unique_ptr<Client> connect_client(const ClientOptions& options) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return std::make_unique<Client>(options);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::disconnected || attempt == 50) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+// push(step) + wait(step) on a fresh variable of `variable_bytes`, cut into `partition_bytes`
+// partitions with `credit_bytes` in flight.
+Measurement psched_case(uint16_t port, const std::string& name, uint64_t variable_bytes,
+                        uint64_t partition_bytes, uint64_t credit_bytes, const Budget& budget) {
+  auto client = connect_client(client_options(port, partition_bytes, credit_bytes));
+  std::vector<float> value(variable_bytes / 4, 1.f), gradient(variable_bytes / 4, 0.5f);
+  VariableSpec spec{.name = name, .shape = {value.size()}};
+  spec.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
+  auto handle = client->register_variable(spec, std::as_writable_bytes(std::span(value)));
+  const auto gradient_bytes = std::as_bytes(std::span(gradient));
+  Step step = 0;
+  return time_iterations(budget, variable_bytes, [&] {
+    client->push(handle, ++step, gradient_bytes);
+    client->wait(handle, step);
+  });
+}
+
+SizeResult measure_size(uint16_t shard_port, uint16_t tcp_port, uint64_t size,
+                        const Budget& budget) {
+  SizeResult r{.size = size};
+  const std::string label = format_byte_size(size);
+  r.psched_sequential = psched_case(shard_port, "seq/" + label, size, size, size, budget);
+  r.tcp_sequential = tcp_sequential(tcp_port, size, budget);
+  r.psched_pipelined = psched_case(shard_port, "pipe/" + label, kPipelinePartitions * size, size,
+                                   kPipelineDepth * size, budget);
+  r.tcp_pipelined = tcp_pipelined(tcp_port, size, kPipelineDepth, budget);
+  return r;
+}
+
+double ratio(const Measurement& psched, const Measurement& tcp) {
+  return psched.gb_per_s() / tcp.gb_per_s();
+}
+
+void print_row(uint64_t size, const Measurement& psched, const Measurement& tcp) {
+  fmt::print("{:>8} {:>12.3f} {:>10.3f} {:>7.3f} {:>12.1f} {:>12.1f} {:>10}\n",
+             format_byte_size(size), psched.gb_per_s(), tcp.gb_per_s(), ratio(psched, tcp),
+             psched.percentile_us(0.5), psched.percentile_us(0.99),
+             tcp.iteration_us.empty() ? std::string("-") : fmt::format("{:.1f}",
+                                                                       tcp.percentile_us(0.5)));
+}
+
+void print_header(const char* title) {
+  fmt::print("\n{}\n{:>8} {:>12} {:>10} {:>7} {:>12} {:>12} {:>10}\n", title, "size",
+             "psched GB/s", "TCP GB/s", "ratio", "psched p50us", "psched p99us", "TCP p50us");
+}
+
+void print_tables(const std::vector<SizeResult>& results) {
+  print_header("sequential: one request of `size` in flight (psched: 1 partition, credit = size)");
+  for (const SizeResult& r : results) print_row(r.size, r.psched_sequential, r.tcp_sequential);
+  print_header(
+      "pipelined: 4 requests of `size` in flight (psched: variable of 8 x size, credit 4 x size;"
+      " its latency is per 8-partition push+wait)");
+  for (const SizeResult& r : results) print_row(r.size, r.psched_pipelined, r.tcp_pipelined);
+  fmt::print(
+      "\nnote: both sides move `size` bytes to the server and `size` bytes back per request; GB/s"
+      " = 1e9 bytes/s counted one way; the psched figure includes the shard's optimizer apply"
+      " (sgd, lr 0) and the poll for the fresh value.\n");
+}
+
+nlohmann::json to_json(const Measurement& m) {
+  nlohmann::json j = {{"bytes_per_iteration", m.bytes_per_iteration},
+                      {"iterations", m.iterations},
+                      {"seconds", m.seconds},
+                      {"gb_per_s", m.gb_per_s()},
+                      {"iterations_per_s", m.iterations_per_s()}};
+  if (!m.iteration_us.empty()) {
+    j["p50_us"] = m.percentile_us(0.5);
+    j["p99_us"] = m.percentile_us(0.99);
+  }
+  return j;
+}
+
+nlohmann::json to_json(const Measurement& psched, const Measurement& tcp) {
+  return {{"psched", to_json(psched)}, {"tcp", to_json(tcp)}, {"ratio", ratio(psched, tcp)}};
+}
+
+void write_json(const std::string& path, const Options& options,
+                const std::vector<SizeResult>& results) {
+  nlohmann::json sizes = nlohmann::json::array();
+  for (const SizeResult& r : results)
+    sizes.push_back({{"size_bytes", r.size},
+                     {"size", format_byte_size(r.size)},
+                     {"sequential", to_json(r.psched_sequential, r.tcp_sequential)},
+                     {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined)}});
+  nlohmann::json doc = {{"benchmark", "transport"},
+                        {"seconds_per_case", options.seconds},
+                        {"pipeline_depth", kPipelineDepth},
+                        {"pipeline_partitions", kPipelinePartitions},
+                        {"server_threads", options.server_threads},
+                        {"sizes", sizes}};
+  std::ofstream out(path);
+  out << doc.dump(2) << "\n";
+  if (!out) fail(ErrorCode::invalid_argument, "--json: cannot write '{}'", path);
+}
+
+int run(const Options& options) {
+  if (!options.verbose) set_log_level(LogLevel::warn);
+  const std::vector<uint64_t> sizes = parse_sizes(options.sizes);
+  const Budget budget{.seconds = options.seconds};
+  TcpEchoServer echo;
+  ShardThread shard(shard_config(options.port), options.server_threads);
+  std::vector<SizeResult> results;
+  for (uint64_t size : sizes) results.push_back(measure_size(options.port, echo.port(), size, budget));
+  print_tables(results);
+  if (!options.json.empty()) write_json(options.json, options, results);
+  return 0;
+}
+
+}  // namespace
+}  // namespace psched::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{"psched-transport-bench: psched push+wait against a plain TCP echo on loopback"};
+  psched::bench::Options o;
+  app.add_option("--sizes", o.sizes, "partition sizes, comma-separated (4KiB,1MiB,...)")
+      ->delimiter(',');
+  app.add_option("--seconds", o.seconds, "time budget per case and size")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--port", o.port, "the shard's loopback port");
+  app.add_option("--server-threads", o.server_threads, "shard threads applying updates")
+      ->check(CLI::Range(1u, 256u));
+  app.add_option("--json", o.json, "also write every figure to this file");
+  app.add_flag("--verbose", o.verbose, "keep psched's info log");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return psched::bench::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "psched-transport-bench: %s\n", e.what());
+    return 1;
+  }
+}
