@@ -6,11 +6,25 @@
 
 namespace psched {
 
-void PollRegistry::wait(PollKey key, IntervalSet not_applied, Priority priority, Answer answer) {
+void PollRegistry::wait(PollKey key, PollTicket ticket, IntervalSet not_applied,
+                        Priority priority, Answer answer) {
   PSCHED_REQUIRE(on_strand());
   if (not_applied.empty()) return answer(nullptr);
-  waiting_[key].push_back({std::move(not_applied), priority, std::move(answer)});
+  PSCHED_REQUIRE(!keys_.contains(ticket), ticket.value);
+  waiting_[key].push_back({ticket, std::move(not_applied), priority, std::move(answer)});
+  keys_.emplace(ticket, key);
   ++waiting_count_;
+}
+
+void PollRegistry::withdraw(PollTicket ticket) {
+  PSCHED_REQUIRE(on_strand());
+  auto key = keys_.find(ticket);
+  if (key == keys_.end()) return;
+  auto polls = waiting_.find(key->second);
+  std::erase_if(polls->second, [ticket](const Waiting& w) { return w.ticket == ticket; });
+  if (polls->second.empty()) waiting_.erase(polls);
+  keys_.erase(key);
+  --waiting_count_;
 }
 
 void PollRegistry::applied(PollKey key, ElementRange range) {
@@ -30,6 +44,7 @@ void PollRegistry::applied(PollKey key, ElementRange range) {
   }
   if (polls.empty()) waiting_.erase(it);
   waiting_count_ -= ready.size();
+  for (const Waiting& poll : ready) keys_.erase(poll.ticket);
   std::stable_sort(ready.begin(), ready.end(),
                    [](const Waiting& a, const Waiting& b) { return a.priority < b.priority; });
   for (Waiting& poll : ready) poll.answer(nullptr);
@@ -39,6 +54,7 @@ void PollRegistry::fail_all(std::exception_ptr error) {
   PSCHED_REQUIRE(on_strand());
   auto all = std::move(waiting_);
   waiting_.clear();
+  keys_.clear();
   waiting_count_ = 0;
   for (auto& [key, polls] : all)
     for (Waiting& poll : polls) poll.answer(error);

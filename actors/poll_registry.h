@@ -25,6 +25,10 @@ struct PollKey {
   bool operator==(const PollKey&) const = default;
 };
 
+// Names one filed poll so its caller can withdraw it (the RPC glue does when a call is
+// cancelled, e.g. its connection dropped). Unique per shard.
+using PollTicket = Strong<struct PollTicketTag, uint64_t>;
+
 struct PollKeyHash {
   size_t operator()(const PollKey& k) const noexcept {
     return (size_t{k.owner.value} * 0x9E3779B97F4A7C15ull) ^ (size_t{k.variable.value} << 20) ^
@@ -40,7 +44,10 @@ class PollRegistry : public Actor {
   explicit PollRegistry(const Strand& shard_strand) : Actor(shard_strand) {}
 
   // Files a poll that waits until every index of `not_applied` is applied for `key`.
-  void wait(PollKey key, IntervalSet not_applied, Priority priority, Answer answer);
+  void wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Priority priority,
+            Answer answer);
+  // Forgets the poll with `ticket` unanswered; nothing happens when it was answered already.
+  void withdraw(PollTicket ticket);
   // Reports that `range` of `key`'s update is applied; answers the polls this completes.
   void applied(PollKey key, ElementRange range);
   // Fails every waiting poll with `error` (shutdown).
@@ -50,11 +57,13 @@ class PollRegistry : public Actor {
 
  private:
   struct Waiting {
+    PollTicket ticket;
     IntervalSet not_applied;
     Priority priority;
     Answer answer;
   };
   std::unordered_map<PollKey, std::vector<Waiting>, PollKeyHash> waiting_;
+  std::unordered_map<PollTicket, PollKey> keys_;  // of every waiting poll
   size_t waiting_count_ = 0;
 };
 

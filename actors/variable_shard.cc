@@ -87,22 +87,26 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
 }
 
 void VariableShard::poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
-                         ValueReply reply) {
+                         PollTicket ticket, ValueReply reply) {
   dispatch([=, this, reply = std::move(reply)]() mutable {
     try {
-      do_poll(worker, variable, step, range, reply);
+      do_poll(worker, variable, step, range, ticket, reply);
     } catch (...) {
       reply(std::current_exception(), PooledBuffer(), 0);
     }
   });
 }
 
+void VariableShard::withdraw_poll(PollTicket ticket) {
+  dispatch([this, ticket] { polls_.withdraw(ticket); });
+}
+
 void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRange range,
-                            ValueReply& reply) {
+                            PollTicket ticket, ValueReply& reply) {
   Variable& variable = find("poll", id);
   IntervalSet pending = variable.not_yet_applied(worker, step, range);
   PollKey key{variable.poll_owner(worker), id, step};
-  polls_.wait(key, std::move(pending), variable.spec().priority,
+  polls_.wait(key, ticket, std::move(pending), variable.spec().priority,
               [this, id, worker, range, reply = std::move(reply)](std::exception_ptr error) {
                 if (error) return reply(error, PooledBuffer(), 0);
                 const Variable& v = variables_[id.value];

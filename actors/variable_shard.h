@@ -58,7 +58,11 @@ class VariableShard : public Actor {
   void push(WorkerId worker, VariableId variable, Step step, ElementRange range, DType dtype,
             std::span<const std::byte> data, Receipt reply);
   // Answers with the fresh value of `range` once `step`'s update of it is applied.
-  void poll(WorkerId worker, VariableId variable, Step step, ElementRange range, ValueReply reply);
+  // `ticket` (unique per shard) lets the caller withdraw the poll.
+  void poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
+            PollTicket ticket, ValueReply reply);
+  // Forgets a waiting poll unanswered (its caller went away).
+  void withdraw_poll(PollTicket ticket);
   // Answers with the current value of `range` at once.
   void pull(VariableId variable, ElementRange range, ValueReply reply);
   void stats(std::function<void(ShardStats)> reply);
@@ -73,7 +77,8 @@ class VariableShard : public Actor {
   void do_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                std::span<const std::byte> data);
   // Moves `reply` away only once the poll is accepted (so the caller can still fail it).
-  void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, ValueReply& reply);
+  void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
+               ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
 
   ShardSettings settings_;

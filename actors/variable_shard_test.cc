@@ -78,7 +78,7 @@ TEST_CASE("a poll waits for the worker's own push and then returns the fresh val
   ShardFixture f;
   VariableId id = f.add("w", {1, 2});
   std::optional<std::vector<float>> answer;
-  f.shard.poll(WorkerId(0), id, 1, {0, 2}, [&](std::exception_ptr e, PooledBuffer v, Step s) {
+  f.shard.poll(WorkerId(0), id, 1, {0, 2}, PollTicket(1), [&](std::exception_ptr e, PooledBuffer v, Step s) {
     REQUIRE(!e);
     CHECK(s == 1);
     answer = floats(v);
@@ -106,7 +106,7 @@ TEST_CASE("a poll for an applied step returns at once") {
                [](std::exception_ptr) {});
   f.drain();
   bool answered = false;
-  f.shard.poll(WorkerId(0), id, 1, {0, 1},
+  f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(1),
                [&](std::exception_ptr e, PooledBuffer, Step) { answered = !e; });
   f.drain();
   CHECK(answered);
@@ -128,10 +128,32 @@ TEST_CASE("shutting down fails the waiting polls") {
   ShardFixture f;
   VariableId id = f.add("w", {1});
   std::exception_ptr error;
-  f.shard.poll(WorkerId(0), id, 1, {0, 1},
+  f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(1),
                [&](std::exception_ptr e, PooledBuffer, Step) { error = e; });
   f.drain();
   f.shard.shut_down();
   f.drain();
   CHECK(error);
+}
+
+TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds nothing") {
+  ShardFixture f;
+  VariableId id = f.add("w", {1});
+  int answers = 0;
+  f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(7),
+               [&](std::exception_ptr, PooledBuffer, Step) { ++answers; });
+  f.drain();
+  ShardStats stats;
+  f.shard.stats([&](ShardStats s) { stats = s; });
+  f.drain();
+  CHECK(stats.polls_waiting == 1);
+  f.shard.withdraw_poll(PollTicket(7));
+  f.shard.withdraw_poll(PollTicket(7));  // twice is harmless
+  std::vector<float> g{1};
+  f.shard.push(WorkerId(0), id, 1, {0, 1}, DType::float32, std::as_bytes(std::span(g)),
+               [](std::exception_ptr) {});
+  f.shard.stats([&](ShardStats s) { stats = s; });
+  f.drain();
+  CHECK(answers == 0);
+  CHECK(stats.polls_waiting == 0);
 }

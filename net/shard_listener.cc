@@ -4,7 +4,7 @@
 
 namespace psched {
 
-ShardListener::ShardListener(const ShardEndpoint& endpoint) : endpoint_(endpoint), tasks_(*this) {}
+ShardListener::ShardListener(ShardEndpoint& endpoint) : endpoint_(endpoint), tasks_(*this) {}
 
 kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver) {
   return receiver.accept().then([this, &receiver](kj::Own<kj::AsyncIoStream> stream) {

@@ -13,7 +13,7 @@ namespace psched {
 class ShardListener final : private kj::TaskSet::ErrorHandler {
  public:
   // `endpoint` outlives the listener.
-  explicit ShardListener(const ShardEndpoint& endpoint);
+  explicit ShardListener(ShardEndpoint& endpoint);
 
   // Accepts on `receiver` until the returned promise is dropped.
   kj::Promise<void> listen(kj::ConnectionReceiver& receiver);
@@ -24,7 +24,7 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
  private:
   void taskFailed(kj::Exception&& exception) override;
 
-  const ShardEndpoint& endpoint_;
+  ShardEndpoint& endpoint_;
   kj::TaskSet tasks_;
   size_t connections_ = 0;
 };

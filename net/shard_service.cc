@@ -143,9 +143,15 @@ kj::Promise<void> SessionService::poll(PollContext context) {
   try {
     ElementRange r = range("poll", params.getOffset(), params.getCount());
     auto [promise, f] = cross_thread_promise<ValueResult>();
-    endpoint_.shard.poll(worker_, VariableId(params.getVariable()), params.getStep(), r,
+    PollTicket ticket(endpoint_.next_poll_ticket++);
+    endpoint_.shard.poll(worker_, VariableId(params.getVariable()), params.getStep(), r, ticket,
                          value_reply(f));
-    return promise.then([context](ValueResult r) mutable { set_value(context.getResults(), r); });
+    // A poll may wait long; when its caller goes away (cancel, dropped connection) the promise
+    // is dropped and the shard forgets the poll. Polls borrow nothing from their parameters.
+    context.allowCancellation();
+    VariableShard& shard = endpoint_.shard;
+    return promise.then([context](ValueResult r) mutable { set_value(context.getResults(), r); })
+        .attach(kj::defer([&shard, ticket] { shard.withdraw_poll(ticket); }));
   } catch (...) {
     return to_kj_exception(std::current_exception());
   }

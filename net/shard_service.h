@@ -19,22 +19,23 @@ struct ShardEndpoint {
   VariableShard& shard;
   const DeploymentConfig& config;
   ShardId id;
+  uint64_t next_poll_ticket = 1;  // KJ thread only
 };
 
 class ShardService final : public wire::Shard::Server {
  public:
-  explicit ShardService(const ShardEndpoint& endpoint) : endpoint_(endpoint) {}
+  explicit ShardService(ShardEndpoint& endpoint) : endpoint_(endpoint) {}
 
  protected:
   kj::Promise<void> connect(ConnectContext context) override;
 
  private:
-  const ShardEndpoint& endpoint_;
+  ShardEndpoint& endpoint_;
 };
 
 class SessionService final : public wire::Session::Server {
  public:
-  SessionService(const ShardEndpoint& endpoint, WorkerId worker)
+  SessionService(ShardEndpoint& endpoint, WorkerId worker)
       : endpoint_(endpoint), worker_(worker) {}
 
  protected:
@@ -47,7 +48,7 @@ class SessionService final : public wire::Session::Server {
   // [offset, offset + count) after checking it does not overflow.
   ElementRange range(const char* what, uint64_t offset, uint64_t count) const;
 
-  const ShardEndpoint& endpoint_;
+  ShardEndpoint& endpoint_;
   WorkerId worker_;
 };
 

@@ -195,3 +195,24 @@ TEST_CASE("a registration with a bad optimizer setting names the field") {
                  ErrorCode::invalid_argument, "beta1");
   f.check_untouched_and_serving();
 }
+
+TEST_CASE("a dropped connection's waiting poll is forgotten and the shard serves the others") {
+  BadInputFixture f;
+  ShardLink& doomed = f.cluster.open_link(0);
+  f.cluster.run(doomed.connect(WorkerId(3), kToken));
+  std::vector<float> out(kElements);
+  auto waiting = doomed.poll(f.id, 1, {0, kElements}, reinterpret_cast<std::byte*>(out.data()),
+                             kElements * 4);
+  auto polls_waiting = [&] {
+    ShardStats stats;
+    f.cluster.host().shard(0).stats([&](ShardStats s) { stats = s; });
+    f.cluster.settle();
+    return stats.polls_waiting;
+  };
+  f.cluster.settle();
+  CHECK(polls_waiting() == 1);
+  f.cluster.drop_link(doomed);
+  f.cluster.settle();
+  CHECK(polls_waiting() == 0);
+  f.check_untouched_and_serving();
+}

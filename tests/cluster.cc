@@ -54,6 +54,10 @@ ShardLink& Cluster::open_link(uint32_t shard, uint64_t max_message_bytes) {
   return *raw_links_.back();
 }
 
+void Cluster::drop_link(ShardLink& link) {
+  std::erase_if(raw_links_, [&](const kj::Own<ShardLink>& l) { return l.get() == &link; });
+}
+
 size_t Cluster::turn_actors() {
   io_.restart();
   return io_.poll();

@@ -28,6 +28,8 @@ class Cluster {
   // Opens a raw link to shard `shard` (for tests that send hand-made requests); its own
   // message limit is the deployment's unless `max_message_bytes` is given.
   ShardLink& open_link(uint32_t shard, uint64_t max_message_bytes = 0);
+  // Closes a link from open_link, as a worker's process dying would.
+  void drop_link(ShardLink& link);
 
   // Runs the loops until `promise` resolves; returns its value (rethrows its failure).
   template <typename T>
