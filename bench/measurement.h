@@ -54,7 +54,8 @@ template <typename Iteration>
 Measurement time_iterations(const Budget& budget, uint64_t bytes_per_iteration,
                             Iteration&& iteration) {
   for (uint64_t i = 0; i < budget.warmup; ++i) iteration();
-  Measurement m{.bytes_per_iteration = bytes_per_iteration};
+  Measurement m;
+  m.bytes_per_iteration = bytes_per_iteration;
   const auto start = BenchClock::now();
   for (auto before = start; !budget_spent(budget, m.iterations, start); ++m.iterations) {
     iteration();

@@ -11,6 +11,7 @@
 #include <exception>
 #include <semaphore>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace psched::bench {
@@ -26,9 +27,11 @@ class Socket {
   explicit Socket(int fd) : fd_(fd) {
     if (fd_ < 0) throw_errno("socket");
   }
-  ~Socket() { ::close(fd_); }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
+  Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ~Socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Socket& operator=(Socket&&) = delete;
   int fd() const { return fd_; }
 
  private:
@@ -143,7 +146,7 @@ namespace {
 // Tokens for the reading side: one per request written, then one more when writing ended.
 struct PipelineState {
   explicit PipelineState(unsigned window) : window(window) {}
-  std::counting_semaphore<> window;       // free request slots
+  std::counting_semaphore<> window;  // free request slots
   std::counting_semaphore<> sent_tokens{0};
   std::atomic<uint64_t> sent{0};
   std::exception_ptr writer_error;  // set by the writer before its end token
@@ -186,7 +189,8 @@ Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const B
   std::vector<std::byte> request(size, std::byte{1}), response(size);
   for (uint64_t i = 0; i < budget.warmup; ++i) round_trip(socket.fd(), request, response);
   PipelineState state(window);
-  Measurement m{.bytes_per_iteration = size};
+  Measurement m;
+  m.bytes_per_iteration = size;
   const auto start = BenchClock::now();
   std::thread writer([&] { write_requests(socket.fd(), size, budget, state); });
   try {

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "bench/shard_thread.h"
@@ -51,7 +51,8 @@ std::vector<uint64_t> parse_sizes(const std::vector<std::string>& texts) {
   for (const std::string& text : texts) {
     std::optional<uint64_t> size = parse_byte_size(text);
     if (!size || *size == 0 || *size % 4 != 0)
-      fail(ErrorCode::invalid_argument, "--sizes: '{}' is not a positive multiple of 4 bytes", text);
+      fail(ErrorCode::invalid_argument, "--sizes: '{}' is not a positive multiple of 4 bytes",
+           text);
     sizes.push_back(*size);
   }
   return sizes;
@@ -99,7 +100,9 @@ Measurement psched_case(uint16_t port, const std::string& name, uint64_t variabl
                         uint64_t partition_bytes, uint64_t credit_bytes, const Budget& budget) {
   auto client = connect_client(client_options(port, partition_bytes, credit_bytes));
   std::vector<float> value(variable_bytes / 4, 1.f), gradient(variable_bytes / 4, 0.5f);
-  VariableSpec spec{.name = name, .shape = {value.size()}};
+  VariableSpec spec;
+  spec.name = name;
+  spec.shape = {value.size()};
   spec.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
   auto handle = client->register_variable(spec, std::as_writable_bytes(std::span(value)));
   const auto gradient_bytes = std::as_bytes(std::span(gradient));
@@ -112,7 +115,8 @@ Measurement psched_case(uint16_t port, const std::string& name, uint64_t variabl
 
 SizeResult measure_size(uint16_t shard_port, uint16_t tcp_port, uint64_t size,
                         const Budget& budget) {
-  SizeResult r{.size = size};
+  SizeResult r;
+  r.size = size;
   const std::string label = format_byte_size(size);
   r.psched_sequential = psched_case(shard_port, "seq/" + label, size, size, size, budget);
   r.tcp_sequential = tcp_sequential(tcp_port, size, budget);
@@ -126,17 +130,20 @@ double ratio(const Measurement& psched, const Measurement& tcp) {
   return psched.gb_per_s() / tcp.gb_per_s();
 }
 
+// A latency cell: "-" when the case recorded no per-iteration times.
+std::string latency_us(const Measurement& m, double q) {
+  return m.iteration_us.empty() ? std::string("-") : fmt::format("{:.1f}", m.percentile_us(q));
+}
+
 void print_row(uint64_t size, const Measurement& psched, const Measurement& tcp) {
-  fmt::print("{:>8} {:>12.3f} {:>10.3f} {:>7.3f} {:>12.1f} {:>12.1f} {:>10}\n",
-             format_byte_size(size), psched.gb_per_s(), tcp.gb_per_s(), ratio(psched, tcp),
-             psched.percentile_us(0.5), psched.percentile_us(0.99),
-             tcp.iteration_us.empty() ? std::string("-") : fmt::format("{:.1f}",
-                                                                       tcp.percentile_us(0.5)));
+  fmt::print("{:>8} {:>12.3f} {:>10.3f} {:>7.3f} {:>12} {:>12} {:>10}\n", format_byte_size(size),
+             psched.gb_per_s(), tcp.gb_per_s(), ratio(psched, tcp), latency_us(psched, 0.5),
+             latency_us(psched, 0.99), latency_us(tcp, 0.5));
 }
 
 void print_header(const char* title) {
-  fmt::print("\n{}\n{:>8} {:>12} {:>10} {:>7} {:>12} {:>12} {:>10}\n", title, "size",
-             "psched GB/s", "TCP GB/s", "ratio", "psched p50us", "psched p99us", "TCP p50us");
+  fmt::print("\n{}\n{:>8} {:>12} {:>10} {:>7} {:>12} {:>12} {:>10}\n", title, "size", "psched GB/s",
+             "TCP GB/s", "ratio", "psched p50us", "psched p99us", "TCP p50us");
 }
 
 void print_tables(const std::vector<SizeResult>& results) {
@@ -195,7 +202,8 @@ int run(const Options& options) {
   TcpEchoServer echo;
   ShardThread shard(shard_config(options.port), options.server_threads);
   std::vector<SizeResult> results;
-  for (uint64_t size : sizes) results.push_back(measure_size(options.port, echo.port(), size, budget));
+  for (uint64_t size : sizes)
+    results.push_back(measure_size(options.port, echo.port(), size, budget));
   print_tables(results);
   if (!options.json.empty()) write_json(options.json, options, results);
   return 0;
