@@ -6,13 +6,8 @@
 // runs its strand has stopped (ActorRuntime::stop, or the test's loop ends).
 #pragma once
 
-#include <utility>  // Boost 1.74's Asio misses it under g++ 12 / C++20; keep before Asio.
+#include "common/asio.h"
 
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
 #include <thread>
 #include <vector>
 

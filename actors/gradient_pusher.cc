@@ -23,8 +23,8 @@ void check_parts(const VariablePlan& plan) {
 
 }  // namespace
 
-GradientPusher::GradientPusher(IoContext& io, Scheduler& scheduler, uint64_t partition_bytes)
-    : Actor(io), scheduler_(scheduler), partition_bytes_(partition_bytes) {}
+GradientPusher::GradientPusher(Scheduler& scheduler, uint64_t partition_bytes)
+    : Actor(scheduler.strand()), scheduler_(scheduler), partition_bytes_(partition_bytes) {}
 
 void GradientPusher::add_variable(VariableHandle handle, VariablePlan plan) {
   check_parts(plan);

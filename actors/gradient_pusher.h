@@ -47,8 +47,9 @@ class GradientPusher : public Actor {
   // Runs on the pusher's strand with null or the first failure among the partitions.
   using PushDone = std::function<void(std::exception_ptr)>;
 
-  // `scheduler` outlives the pusher; route its task completions to task_done().
-  GradientPusher(IoContext& io, Scheduler& scheduler, uint64_t partition_bytes);
+  // `scheduler` outlives the pusher; route its task completions to task_done(). The pusher runs
+  // on the scheduler's strand, so handing tasks over and taking completions back costs no hop.
+  GradientPusher(Scheduler& scheduler, uint64_t partition_bytes);
 
   // Registers (or replaces) the plan of `handle`. Checks on the caller's thread that the parts
   // cover [0, plan.elements) contiguously (PSCHED_REQUIRE).

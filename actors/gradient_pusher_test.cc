@@ -83,7 +83,7 @@ struct PusherFixture {
   explicit PusherFixture(uint64_t partition_bytes, uint64_t credit = 1 << 20)
       : scheduler(io, SchedulePolicy::priority, credit, transport,
                   [this](uint64_t id, std::exception_ptr error) { pusher.task_done(id, error); }),
-        pusher(io, scheduler, partition_bytes) {}
+        pusher(scheduler, partition_bytes) {}
 
   void drain() {
     io.restart();

@@ -20,11 +20,12 @@ AlignedBuffer filled(size_t elements, DType dtype, double value) {
 }  // namespace
 
 Variable::Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
-                   Mode mode, uint32_t workers)
+                   Mode mode, uint32_t workers, ForkJoinPool* apply_pool)
     : spec_(std::move(spec)),
       part_(part),
       mode_(mode),
       workers_(workers),
+      apply_pool_(apply_pool),
       value_(part.size() * element_bytes(spec_.dtype)) {
   PSCHED_REQUIRE(initial.size() == value_.size(), initial.size(), value_.size());
   std::memcpy(value_.data(), initial.data(), initial.size());
@@ -141,7 +142,21 @@ void Variable::apply_mean(const std::vector<ElementRange>& ready, uint64_t t) {
 }
 
 void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t) {
+  uint64_t n = range.size();
+  if (apply_pool_ == nullptr || apply_pool_->width() == 1 || n <= kParallelApplyElements)
+    return apply_here(range, grad, t);
+  // Element-wise kernels: disjoint pieces give exactly the whole range's result.
+  uint64_t pieces = apply_pool_->width(), piece = (n + pieces - 1) / pieces;
+  size_t bytes = element_bytes(spec_.dtype);
+  apply_pool_->run(pieces, [&](size_t i) {
+    uint64_t begin = std::min(n, i * piece), end = std::min(n, begin + piece);
+    apply_here({range.begin + begin, range.begin + end}, grad + begin * bytes, t);
+  });
+}
+
+void Variable::apply_here(ElementRange range, const std::byte* grad, uint64_t t) {
   uint64_t local = range.begin - part_.begin, n = range.size();
+  if (n == 0) return;
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
     std::array<std::span<T>, 3> slots;

@@ -17,6 +17,7 @@
 
 #include "actors/variable_spec.h"
 #include "common/aligned_buffer.h"
+#include "common/fork_join_pool.h"
 #include "common/interval_set.h"
 #include "config/deployment.h"
 
@@ -27,9 +28,12 @@ inline constexpr WorkerId kAllWorkers{UINT32_MAX};
 
 class Variable {
  public:
-  // `initial` holds part.size() elements of spec.dtype.
+  // `initial` holds part.size() elements of spec.dtype. Updates of more than
+  // kParallelApplyElements run on `apply_pool` when given (it outlives the variable).
   Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial, Mode mode,
-           uint32_t workers);
+           uint32_t workers, ForkJoinPool* apply_pool = nullptr);
+
+  static constexpr uint64_t kParallelApplyElements = 1 << 18;
 
   const VariableSpec& spec() const { return spec_; }
   ElementRange part() const { return part_; }
@@ -80,13 +84,17 @@ class Variable {
                                       std::span<const std::byte> data);
   // Adds `data` into sync_.sum; then applies the mean over `ready` ranges.
   void apply_mean(const std::vector<ElementRange>& ready, uint64_t t);
-  // One optimizer update of `range` from `grad` (range.size() elements of the dtype).
+  // One optimizer update of `range` from `grad` (range.size() elements of the dtype), split
+  // over the apply pool when large.
   void apply(ElementRange range, const std::byte* grad, uint64_t t);
+  // The same on the calling thread.
+  void apply_here(ElementRange range, const std::byte* grad, uint64_t t);
 
   VariableSpec spec_;
   ElementRange part_;
   Mode mode_;
   uint32_t workers_;
+  ForkJoinPool* apply_pool_;
   AlignedBuffer value_;               // part_.size() elements
   std::vector<AlignedBuffer> state_;  // optimizer slots, each like value_
   uint64_t updates_ = 0;              // async: updates started so far (the optimizer's t)

@@ -5,8 +5,12 @@
 namespace psched {
 
 VariableShard::VariableShard(IoContext& io, ShardSettings settings,
-                             std::shared_ptr<BufferPool> pool)
-    : Actor(io), settings_(settings), pool_(std::move(pool)), polls_(strand()) {}
+                             std::shared_ptr<BufferPool> pool, ForkJoinPool* apply_pool)
+    : Actor(io),
+      settings_(settings),
+      pool_(std::move(pool)),
+      apply_pool_(apply_pool),
+      polls_(strand()) {}
 
 VariableShard::~VariableShard() = default;
 
@@ -57,7 +61,8 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
   optim::validate(spec.optimizer);
   VariableId id(static_cast<uint32_t>(variables_.size()));
   std::string name = spec.name;
-  variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers);
+  variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers,
+                          apply_pool_);
   by_name_.emplace(std::move(name), id);
   stats_.variables = variables_.size();
   reply(nullptr, id, true);

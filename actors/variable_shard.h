@@ -47,7 +47,9 @@ class VariableShard : public Actor {
   // The value of the requested range (in a pooled buffer) and the step it reflects.
   using ValueReply = std::function<void(std::exception_ptr, PooledBuffer, Step)>;
 
-  VariableShard(IoContext& io, ShardSettings settings, std::shared_ptr<BufferPool> pool);
+  // `apply_pool` (optional) applies large partitions on several threads; it outlives the shard.
+  VariableShard(IoContext& io, ShardSettings settings, std::shared_ptr<BufferPool> pool,
+                ForkJoinPool* apply_pool = nullptr);
   ~VariableShard();
 
   // Registers this shard's `part` of a variable with `initial` (part.size() elements).
@@ -83,6 +85,7 @@ class VariableShard : public Actor {
 
   ShardSettings settings_;
   std::shared_ptr<BufferPool> pool_;
+  ForkJoinPool* apply_pool_;
   // Strand-owned state:
   PollRegistry polls_;
   std::vector<Variable> variables_;  // index = VariableId

@@ -1,5 +1,6 @@
 #include "actors/variable.h"
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -120,4 +121,26 @@ TEST_CASE("a poll for a step beyond the next one is from the future") {
   CHECK(v.not_yet_applied(WorkerId(0), 0, {0, 1}).empty());
   CHECK(v.not_yet_applied(WorkerId(0), 1, {0, 1}).size() == 1);
   CHECK(code_of([&] { v.not_yet_applied(WorkerId(0), 2, {0, 1}); }) == ErrorCode::step_from_future);
+}
+
+TEST_CASE("a large update applied on the pool equals the update applied on one thread") {
+  uint64_t n = Variable::kParallelApplyElements * 2 + 3;
+  VariableSpec spec = sgd_spec(n);
+  spec.optimizer.kind = optim::OptimizerKind::adam;
+  spec.optimizer.lr = 0.01;
+  std::vector<float> init(n), g(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    init[i] = std::sin(double(i));
+    g[i] = std::cos(double(i) * 0.37);
+  }
+  ForkJoinPool pool(2);
+  Variable parallel(spec, {0, n}, bytes_of(init), Mode::async, 1, &pool);
+  Variable single(spec, {0, n}, bytes_of(init), Mode::async, 1);
+  for (Step s = 1; s <= 3; ++s) {
+    parallel.push(WorkerId(0), s, {0, n}, DType::float32, bytes_of(g));
+    single.push(WorkerId(0), s, {0, n}, DType::float32, bytes_of(g));
+  }
+  auto a = value_of(parallel), b = value_of(single);
+  CHECK(std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0);
+  CHECK(a != init);
 }

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "config/deployment.h"
 #include "net/shard_host.h"
 
@@ -18,9 +19,11 @@ struct Options {
   std::string config;
   std::vector<uint32_t> shards;
   unsigned threads = std::max(2u, std::thread::hardware_concurrency());
+  unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
 };
 
 int serve(const Options& options) {
+  psched::tune_malloc_for_large_messages();
   psched::DeploymentConfig config = psched::load_deployment(options.config);
   std::vector<psched::ShardId> shards;
   for (uint32_t i : options.shards) shards.push_back(psched::ShardId(i));
@@ -31,7 +34,7 @@ int serve(const Options& options) {
   kj::UnixEventPort::captureSignal(SIGTERM);
   auto io = kj::setupAsyncIo();
   psched::ActorRuntime actors(options.threads);
-  psched::ShardHost host(config, shards, actors.io());
+  psched::ShardHost host(config, shards, actors.io(), options.apply_helpers);
   auto serving = host.listen(io.provider->getNetwork()).eagerlyEvaluate(nullptr);
   psched::log_info("psched-server: {} shard(s), {} mode, {} worker(s), config {}", shards.size(),
                    config.mode == psched::Mode::sync ? "sync" : "async", config.workers,
@@ -56,7 +59,9 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--shard", options.shards, "host only these shard indices (default: all)");
-  app.add_option("--threads", options.threads, "threads applying updates");
+  app.add_option("--threads", options.threads, "threads running the shards");
+  app.add_option("--apply-threads", options.apply_helpers,
+                 "extra threads applying one large partition (default: cores - 1)");
   CLI11_PARSE(app, argc, argv);
   try {
     return serve(options);

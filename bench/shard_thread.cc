@@ -11,8 +11,8 @@
 
 namespace psched::bench {
 
-ShardThread::ShardThread(DeploymentConfig config, unsigned actor_threads)
-    : config_(std::move(config)), actor_threads_(actor_threads) {
+ShardThread::ShardThread(DeploymentConfig config, unsigned actor_threads, unsigned apply_helpers)
+    : config_(std::move(config)), actor_threads_(actor_threads), apply_helpers_(apply_helpers) {
   std::promise<void> started;
   auto ready = started.get_future();
   thread_ = std::thread([this, &started] { run(started); });
@@ -36,7 +36,7 @@ void ShardThread::run(std::promise<void>& started) {
   try {
     std::vector<ShardId> all;
     for (uint32_t i = 0; i < config_.shards.size(); ++i) all.push_back(ShardId(i));
-    host.emplace(config_, all, actors.io());
+    host.emplace(config_, all, actors.io(), apply_helpers_);
     serve(*host, io, started);
   } catch (...) {
     started.set_exception(std::current_exception());  // serve() throws only before `started`

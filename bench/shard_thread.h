@@ -21,7 +21,7 @@ class ShardThread {
  public:
   // Hosts every shard of `config` with `actor_threads` threads applying updates. Returns once
   // the listeners are bound; throws what binding threw (psched::Error naming the address).
-  ShardThread(DeploymentConfig config, unsigned actor_threads);
+  ShardThread(DeploymentConfig config, unsigned actor_threads, unsigned apply_helpers);
   // Stops the listeners, fails waiting polls, stops the actors and joins. Clients should be
   // gone by then.
   ~ShardThread();
@@ -38,6 +38,7 @@ class ShardThread {
 
   const DeploymentConfig config_;  // the ShardHost refers to it
   const unsigned actor_threads_;
+  const unsigned apply_helpers_;
   const kj::Executor* executor_ = nullptr;    // the KJ thread's; set before `started`
   kj::Own<kj::PromiseFulfiller<void>> stop_;  // KJ thread only (the destructor goes via executor_)
   std::exception_ptr listen_error_;           // KJ thread

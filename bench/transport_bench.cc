@@ -35,6 +35,7 @@ struct Options {
   double seconds = 1.0;
   uint16_t port = 17490;
   unsigned server_threads = 1;
+  unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   std::string json;
   bool verbose = false;
 };
@@ -200,7 +201,7 @@ int run(const Options& options) {
   const std::vector<uint64_t> sizes = parse_sizes(options.sizes);
   const Budget budget{.seconds = options.seconds};
   TcpEchoServer echo;
-  ShardThread shard(shard_config(options.port), options.server_threads);
+  ShardThread shard(shard_config(options.port), options.server_threads, options.apply_helpers);
   std::vector<SizeResult> results;
   for (uint64_t size : sizes)
     results.push_back(measure_size(options.port, echo.port(), size, budget));
@@ -222,6 +223,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", o.port, "the shard's loopback port");
   app.add_option("--server-threads", o.server_threads, "shard threads applying updates")
       ->check(CLI::Range(1u, 256u));
+  app.add_option("--apply-threads", o.apply_helpers,
+                 "extra threads applying one large partition (as psched-server; default cores - 1)");
   app.add_option("--json", o.json, "also write every figure to this file");
   app.add_flag("--verbose", o.verbose, "keep psched's info log");
   CLI11_PARSE(app, argc, argv);

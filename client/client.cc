@@ -3,6 +3,7 @@
 #include <kj/async-io.h>
 
 #include "common/error.h"
+#include "common/malloc_tuning.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -18,6 +19,7 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
 }
 
 Client::Client(ClientOptions options) : options_(std::move(options)), actors_(1) {
+  tune_malloc_for_large_messages();
   std::promise<void> started;
   auto ready = started.get_future();
   kj_thread_ = std::thread([this, &started] { run_kj_thread(started); });

@@ -9,7 +9,8 @@
 //   }
 //
 // A Client owns two threads: one runs Cap'n Proto RPC (the KJ event loop), one runs the
-// worker's actors. All methods may be called from any thread.
+// worker's actors. All methods may be called from any thread. Creating one tunes the process's
+// malloc for large messages (common/malloc_tuning.h).
 #pragma once
 
 #include <future>

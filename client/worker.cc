@@ -30,7 +30,7 @@ Worker::Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>
       scheduler_(
           io, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
           [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
-      pusher_(io, scheduler_, options_.scheduler.partition_bytes) {}
+      pusher_(scheduler_, options_.scheduler.partition_bytes) {}
 
 Worker::~Worker() = default;
 

@@ -1,5 +1,8 @@
 #include "net/rpc_connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
 namespace psched {
 
 capnp::ReaderOptions reader_options(uint64_t max_message_bytes) {
@@ -8,14 +11,22 @@ capnp::ReaderOptions reader_options(uint64_t max_message_bytes) {
   return options;
 }
 
+kj::Own<kj::AsyncIoStream> without_nagle(kj::Own<kj::AsyncIoStream> stream) {
+  int one = 1;
+  // Throws "unimplemented" for streams that are not sockets; those have no Nagle to turn off.
+  (void)kj::runCatchingExceptions(
+      [&] { stream->setsockopt(IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); });
+  return stream;
+}
+
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
                              capnp::ReaderOptions options)
-    : stream_(kj::mv(stream)),
+    : stream_(without_nagle(kj::mv(stream))),
       network_(*stream_, capnp::rpc::twoparty::Side::SERVER, options),
       rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))) {}
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options)
-    : stream_(kj::mv(stream)),
+    : stream_(without_nagle(kj::mv(stream))),
       network_(*stream_, capnp::rpc::twoparty::Side::CLIENT, options),
       rpc_(capnp::makeRpcClient(network_)) {}
 

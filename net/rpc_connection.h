@@ -12,6 +12,10 @@ namespace psched {
 // of dropping the connection; twice over the limit the connection is dropped.
 capnp::ReaderOptions reader_options(uint64_t max_message_bytes);
 
+// `stream` with Nagle's algorithm off when it is a TCP socket: a small poll sent right behind a
+// large push must not wait for the push's ACK. Other streams (in-memory pipes) pass unchanged.
+kj::Own<kj::AsyncIoStream> without_nagle(kj::Own<kj::AsyncIoStream> stream);
+
 class RpcConnection {
  public:
   // Server side: serves `bootstrap` to the peer.

@@ -6,15 +6,15 @@
 namespace psched {
 
 ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards,
-                     IoContext& io)
-    : config_(config), pool_(BufferPool::create()) {
+                     IoContext& io, unsigned apply_helpers)
+    : config_(config), pool_(BufferPool::create()), apply_pool_(apply_helpers) {
   for (ShardId id : shards) {
     if (id.value >= config.shards.size())
       fail(ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
            config.source.string(), id.value, config.shards.size());
     auto hosted = std::make_unique<Hosted>();
     ShardSettings settings{id, config.mode, config.workers, config.limits.max_variables};
-    hosted->shard = std::make_unique<VariableShard>(io, settings, pool_);
+    hosted->shard = std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_);
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
     hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint);
     hosted_.push_back(std::move(hosted));

@@ -12,8 +12,10 @@ namespace psched {
 
 class ShardHost {
  public:
-  // Hosts `shards` (indices into config.shards). `config` outlives the host.
-  ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards, IoContext& io);
+  // Hosts `shards` (indices into config.shards). `config` outlives the host. Large partitions
+  // are applied with `apply_helpers` threads besides the shard's own.
+  ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards, IoContext& io,
+            unsigned apply_helpers = 0);
   ~ShardHost();
 
   // Binds every hosted shard's listen address and accepts until the promise is dropped.
@@ -36,6 +38,7 @@ class ShardHost {
 
   const DeploymentConfig& config_;
   std::shared_ptr<BufferPool> pool_;
+  ForkJoinPool apply_pool_;
   std::vector<std::unique_ptr<Hosted>> hosted_;
 };
 

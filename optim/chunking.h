@@ -1,5 +1,5 @@
 // Internal to optim/: views of one apply() call's buffers as Eigen arrays, cut into chunks
-// that large ranges process in parallel (OpenMP).
+// processed one after the other.
 #pragma once
 
 #include <algorithm>
@@ -18,9 +18,6 @@ inline constexpr int kMaxStateSlots = 3;
 // passes over them.
 inline constexpr size_t kChunkElements = 8192;
 
-// Ranges with more elements than this run their chunks on OpenMP threads; smaller ones stay on
-// the calling thread (a thread team costs more than it saves there).
-inline constexpr size_t kParallelThreshold = 65536;
 
 // One contiguous piece of a range. Views into the caller's buffers; owns nothing. Only the
 // first state_slots(spec) entries of `state` are set.
@@ -61,13 +58,12 @@ Eigen::Map<const Array<T>> as_array(std::span<const T> s) {
   return {s.data(), static_cast<Eigen::Index>(s.size())};
 }
 
-// Calls kernel(Chunk<T>) once per chunk of `range`, in parallel above kParallelThreshold.
+// Calls kernel(Chunk<T>) once per chunk of `range`, in order.
 // `kernel` must touch only its chunk's elements and must not throw.
 template <typename T, typename Kernel>
 void for_each_chunk(const Range<T>& range, const Kernel& kernel) {
   const size_t size = range.param.size();
   const auto chunks = static_cast<std::ptrdiff_t>((size + kChunkElements - 1) / kChunkElements);
-#pragma omp parallel for schedule(static) if (size > kParallelThreshold)
   for (std::ptrdiff_t i = 0; i < chunks; ++i) {
     const size_t begin = static_cast<size_t>(i) * kChunkElements;
     kernel(range.slice(begin, std::min(kChunkElements, size - begin)));

@@ -70,7 +70,8 @@ void validate(const OptimizerSpec& spec);
 //   param[i], state[k][i]  <-  formula(param[i], grad[i], state[k][i], t)
 // `state` holds state_slots(spec) spans, each as long as `param`; `grad` as long as `param`.
 // `t` is the 1-based count of updates applied to this variable, this one included (bias
-// correction, adagrad's lr decay). Ranges above a size threshold run in parallel (OpenMP).
+// correction, adagrad's lr decay). Runs on the calling thread; element-wise, so a caller may
+// apply disjoint pieces of a range on several threads (the shard does, for large partitions).
 // `grad` may point straight into a received message: it is only read, never copied.
 // `spec` must have passed validate(); sizes and `t` are checked (PSCHED_REQUIRE). Arithmetic is
 // in the element type; hyper-parameters and the per-step scalars derived from them (bias
