@@ -46,7 +46,8 @@ std::vector<ElementRange> ranges_of(const std::vector<PartitionTask>& tasks) {
 // or finishes them inside start() with `finish_inside_start`.
 class HoldingTransport : public PartitionTransport {
  public:
-  void start(const PartitionTask& task, TaskDone done) override {
+  void start(const PartitionTask& task, TaskCallbacks callbacks) override {
+    TaskDone done = std::move(callbacks.done);
     started.push_back(task);
     if (finish_inside_start)
       done(nullptr);

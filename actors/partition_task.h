@@ -32,13 +32,24 @@ struct PartitionTask {
 // Called once per task, from any thread, with null or the failure (a psched::Error).
 using TaskDone = std::function<void(std::exception_ptr)>;
 
+// What a transport reports about one task, from any thread.
+struct TaskCallbacks {
+  // The partition no longer needs its credit although its fresh value is not back yet. Sync
+  // mode calls it on the push's receipt: a poll there waits for every worker, and credit held
+  // through it would let two workers each hold the credit the other needs to send what the
+  // other waits for. At most once, before `done`; when never called, `done` frees the credit.
+  std::function<void()> credit_free;
+  // The fresh value is in place (null) or the task failed. Exactly once.
+  TaskDone done;
+};
+
 class PartitionTransport {
  public:
   virtual ~PartitionTransport() = default;
   // Pushes the partition's gradient to its shard and polls the range's fresh value for
-  // `task.step` into task.fresh_value; then calls `done`. The task's pointers stay valid until
-  // `done` runs.
-  virtual void start(const PartitionTask& task, TaskDone done) = 0;
+  // `task.step` into task.fresh_value, reporting through `callbacks`. The task's pointers stay
+  // valid until `callbacks.done` runs.
+  virtual void start(const PartitionTask& task, TaskCallbacks callbacks) = 0;
 };
 
 }  // namespace psched

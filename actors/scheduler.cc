@@ -89,22 +89,37 @@ void Scheduler::start(Queued queued) {
   TaskRecord record{
       task.id, stats_.started_tasks - 1, task.priority, task.bytes, queued.queued, Clock::now(),
       {}};
-  // `done` may run on any thread, even inside start(): always hop, never run finished() inline.
-  auto done = [this, id = task.id, bytes = task.bytes, record](std::exception_ptr error) {
-    post([this, id, bytes, record, error] { finished(id, bytes, record, error); });
+  credit_held_.emplace(task.id, task.bytes);
+  // The callbacks may run on any thread, even inside start(): always hop, never run inline.
+  auto done = [this, record](std::exception_ptr error) {
+    post([this, record, error] { finished(record, error); });
   };
+  auto credit_free = [this, id = task.id] { post([this, id] { free_credit(id); }); };
   try {
-    transport_.start(task, done);
+    transport_.start(task, {credit_free, done});
   } catch (...) {
     // A transport that throws instead of calling `done` failed the task.
     done(std::current_exception());
   }
 }
 
-void Scheduler::finished(uint64_t task_id, uint64_t bytes, TaskRecord record,
-                         std::exception_ptr error) {
-  PSCHED_REQUIRE(bytes <= stats_.bytes_in_flight, task_id, bytes, stats_.bytes_in_flight);
-  stats_.bytes_in_flight -= bytes;
+void Scheduler::free_credit(uint64_t task_id) {
+  auto held = credit_held_.find(task_id);
+  if (held == credit_held_.end()) return;
+  PSCHED_REQUIRE(held->second <= stats_.bytes_in_flight, task_id, held->second,
+                 stats_.bytes_in_flight);
+  stats_.bytes_in_flight -= held->second;
+  credit_held_.erase(held);
+  start_ready();
+}
+
+void Scheduler::finished(TaskRecord record, std::exception_ptr error) {
+  uint64_t task_id = record.task_id;
+  auto held = credit_held_.find(task_id);
+  if (held != credit_held_.end()) {
+    stats_.bytes_in_flight -= held->second;
+    credit_held_.erase(held);
+  }
   ++stats_.finished_tasks;
   record.finished = Clock::now();
   if (records_.size() == kMaxRecords) records_.pop_front();

@@ -3,7 +3,8 @@
 // One queue of partition tasks per worker and one credit window. A task starts when it is the
 // best queued task (policy `priority`: lowest priority value, then arrival; policy `fifo`:
 // arrival only) and its bytes fit in the credit left; the credit is held from the start until
-// the transport reports the fresh value back. Bytes in flight never exceed credit_bytes, except
+// the transport reports the fresh value back (or, in sync mode, the push's receipt: see
+// TaskCallbacks::credit_free). Bytes in flight never exceed credit_bytes, except
 // that a single task larger than the whole credit starts alone when nothing is in flight.
 // Strict order: a smaller task never overtakes a better one that is waiting for credit.
 #pragma once
@@ -14,6 +15,7 @@
 #include <exception>
 #include <functional>
 #include <queue>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/actor.h"
@@ -75,8 +77,10 @@ class Scheduler : public Actor {
   void start_ready();
   // Takes the credit and hands the task to the transport. On strand.
   void start(Queued queued);
-  // The transport's `done`, after the hop back onto the strand: releases the credit.
-  void finished(uint64_t task_id, uint64_t bytes, TaskRecord record, std::exception_ptr error);
+  // The transport's `credit_free`, after the hop back onto the strand. Idempotent.
+  void free_credit(uint64_t task_id);
+  // The transport's `done`, after the hop back onto the strand: frees the credit if still held.
+  void finished(TaskRecord record, std::exception_ptr error);
 
   PartitionTransport& transport_;
   OnTaskDone on_task_done_;
@@ -85,7 +89,8 @@ class Scheduler : public Actor {
   uint64_t next_sequence_ = 0;  // arrival counter, stamped on each task by enqueue
   std::priority_queue<Queued, std::vector<Queued>, Later> queue_;
   SchedulerStats stats_;
-  std::deque<TaskRecord> records_;  // the newest kMaxRecords finished tasks
+  std::unordered_map<uint64_t, uint64_t> credit_held_;  // task id -> bytes, while held
+  std::deque<TaskRecord> records_;                      // the newest kMaxRecords finished tasks
 };
 
 }  // namespace psched

@@ -29,16 +29,26 @@ class RecordingTransport : public PartitionTransport {
   struct Running {
     PartitionTask task;
     TaskDone done;
+    std::function<void()> credit_free;
   };
 
-  void start(const PartitionTask& task, TaskDone done) override {
+  void start(const PartitionTask& task, TaskCallbacks callbacks) override {
+    TaskDone done = std::move(callbacks.done);
     if (on_start) on_start(task);
     started.push_back(task);
     if (finish_inside_start) {
       done(nullptr);
       return;
     }
-    running.push_back(Running{task, std::move(done)});
+    running.push_back(Running{task, std::move(done), std::move(callbacks.credit_free)});
+  }
+
+  // Calls the `credit_free` of running task `id`, which keeps running.
+  void free_credit(uint64_t id) {
+    auto it = std::find_if(running.begin(), running.end(),
+                           [id](const Running& r) { return r.task.id == id; });
+    REQUIRE(it != running.end());
+    it->credit_free();
   }
 
   // Calls the `done` of running task `id` (test thread, as a network thread would).
@@ -399,4 +409,21 @@ TEST_CASE("bytes in flight never exceed the credit under a random workload") {
     CHECK(s.max_bytes_in_flight == max_seen);
     CHECK(s.max_bytes_in_flight <= std::max(largest_credit, largest_task));
   }
+}
+
+TEST_CASE("a task whose credit is freed early lets the next start and still completes later") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 1, 100), make_task(2, 2, 100)});
+  CHECK(f.transport.started_ids() == Ids{1});
+  f.transport.free_credit(1);
+  f.drain();
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+  CHECK(f.stats().bytes_in_flight == 100);
+  CHECK(f.done_ids().empty());
+  f.transport.free_credit(1);  // twice changes nothing
+  f.finish(1);
+  CHECK(f.done_ids() == Ids{1});
+  CHECK(f.stats().bytes_in_flight == 100);  // task 2 still holds its credit
+  f.finish(2);
+  CHECK(f.stats().bytes_in_flight == 0);
 }

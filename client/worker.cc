@@ -41,6 +41,7 @@ kj::Promise<void> Worker::connect() {
       kj::joinPromises(answers.releaseAsArray()).then([this](kj::Array<ClusterLayout> layouts) {
         for (size_t i = 0; i < layouts.size(); ++i) check_layout(layouts[i], i);
         layout_ = layouts[0];
+        transport_.set_free_credit_on_receipt(layout_.mode == Mode::sync);
       }));
 }
 

@@ -18,14 +18,19 @@ class RpcTransport final : public PartitionTransport, private kj::TaskSet::Error
   RpcTransport(KjMailbox& mailbox, std::vector<ShardLink*> links);
   ~RpcTransport() noexcept override;
 
-  void start(const PartitionTask& task, TaskDone done) override;
+  void start(const PartitionTask& task, TaskCallbacks callbacks) override;
+  // With `on_receipt` (sync mode) a partition's credit is freed when its push is acknowledged,
+  // not when its fresh value is back (see TaskCallbacks::credit_free). KJ thread, before the
+  // first start.
+  void set_free_credit_on_receipt(bool on_receipt) { free_credit_on_receipt_ = on_receipt; }
 
  private:
-  void carry(const PartitionTask& task, TaskDone done);  // on the KJ thread
+  void carry(const PartitionTask& task, TaskCallbacks callbacks);  // on the KJ thread
   void taskFailed(kj::Exception&& exception) override;
 
   KjMailbox& mailbox_;
   std::vector<ShardLink*> links_;
+  bool free_credit_on_receipt_ = false;
   kj::TaskSet tasks_;
 };
 

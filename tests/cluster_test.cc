@@ -260,3 +260,36 @@ TEST_CASE("bytes in flight never exceed the credit with three workers and random
     CHECK(stats.finished_tasks == stats.started_tasks);
   }
 }
+
+TEST_CASE("sync workers whose gradients become ready in different orders do not deadlock") {
+  // Credit for one partition each. Worker 0 starts layer B before layer A is ready; worker 1
+  // has both ready and starts A first. If a sync poll held its credit until the aggregate came
+  // back, worker 0 would wait for worker 1's B and worker 1 for worker 0's A, forever.
+  DeploymentConfig config = cluster_config(1, 2, Mode::sync);
+  config.optimizer.lr = 0.5;  // sgd: 1 - 0.5 * mean(1, 1) = 0.5 exactly
+  Cluster cluster(config);
+  SchedulerConfig scheduler;
+  scheduler.partition_bytes = 64;
+  scheduler.credit_bytes = 64;
+  Worker& w0 = cluster.add_worker(WorkerId(0), scheduler);
+  Worker& w1 = cluster.add_worker(WorkerId(1), scheduler);
+  std::vector<std::vector<float>> values(4, std::vector<float>(16, 1.f));
+  std::vector<float> grad(16, 1.f);
+  auto add = [&](Worker& w, const std::string& name, Priority priority, size_t memory) {
+    VariableSpec spec{name, {16}, DType::float32, priority, {}};
+    return cluster.run(
+        w.register_variable(spec, std::as_writable_bytes(std::span(values[memory])), true));
+  };
+  VariableHandle a0 = add(w0, "A", 0, 0), b0 = add(w0, "B", 1, 1);
+  VariableHandle a1 = add(w1, "A", 0, 2), b1 = add(w1, "B", 1, 3);
+  size_t done = 0;
+  auto count = [&](std::exception_ptr e) { done += !e; };
+  w0.push(b0, 1, std::as_bytes(std::span(grad)), count);
+  cluster.settle();  // worker 0's B is in flight, waiting for worker 1's B
+  w1.push(a1, 1, std::as_bytes(std::span(grad)), count);
+  w1.push(b1, 1, std::as_bytes(std::span(grad)), count);
+  cluster.settle();
+  w0.push(a0, 1, std::as_bytes(std::span(grad)), count);
+  cluster.run_until([&] { return done == 4; });
+  for (auto& v : values) CHECK(v == std::vector<float>(16, 0.5f));
+}
