@@ -33,10 +33,10 @@ int train(const Options& o) {
 
   std::vector<float> w(o.features, 0.f), b(1, 0.f);
   // Input layer first: lower priority value goes first.
-  auto hw = client.register_variable({.name = "logistic/w", .shape = {o.features}, .priority = 0},
+  auto hw = client.register_variable({.name = "logistic/w", .shape = {o.features}, .priority = 0, .optimizer = {}},
                                      bytes(w), true);
   auto hb =
-      client.register_variable({.name = "logistic/b", .shape = {1}, .priority = 1}, bytes(b), true);
+      client.register_variable({.name = "logistic/b", .shape = {1}, .priority = 1, .optimizer = {}}, bytes(b), true);
   client.pull(hw);
   client.pull(hb);
 

@@ -52,6 +52,7 @@ void Client::run_kj_thread(std::promise<void>& started) {
                                address, e.getDescription().cStr());
                         })
                         .wait(io.waitScope);
+      if (options_.wrap_stream) stream = options_.wrap_stream(kj::mv(stream), io.provider->getTimer());
       links.push_back(kj::heap<ShardLink>(kj::mv(stream), options_.max_message_bytes));
     }
     WorkerOptions worker{options_.worker, options_.token, options_.scheduler};

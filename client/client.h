@@ -13,6 +13,7 @@
 // malloc for large messages (common/malloc_tuning.h).
 #pragma once
 
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -21,6 +22,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <kj/async-io.h>
 
 #include "actors/variable_spec.h"
 #include "client/worker.h"
@@ -33,6 +36,9 @@ struct ClientOptions {
   std::string token;
   SchedulerConfig scheduler;
   uint64_t max_message_bytes = 64 << 20;
+  // Optional: wraps each shard connection's stream on the client's KJ thread (benchmarks shape
+  // bandwidth with it). The timer is that thread's.
+  std::function<kj::Own<kj::AsyncIoStream>(kj::Own<kj::AsyncIoStream>, kj::Timer&)> wrap_stream;
 
   // Shards, token, scheduler and limits from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);

@@ -1,0 +1,226 @@
+// psched-bench: iteration time of emulated training on a model profile through real shards over
+// shaped links, for each scheduling policy, against the fluid-model ideal (DESIGN.md §6).
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench/emulated_trainer.h"
+#include "bench/fluid_model.h"
+#include "bench/shaped_link.h"
+#include "bench/shard_thread.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "config/byte_size.h"
+
+namespace psched::bench {
+namespace {
+
+constexpr uint64_t kMaxMessageBytes = uint64_t(256) << 20;
+constexpr uint64_t kWholeTensor = uint64_t(64) << 20;  // what "unpartitioned" sends at most
+constexpr uint64_t kUnlimitedCredit = uint64_t(1) << 60;
+constexpr int kWarmupIterations = 2;
+
+struct Options {
+  std::string model = "vgg16";
+  std::string models_dir = PSCHED_SOURCE_DIR "/configs/models";
+  uint32_t workers = 2;
+  uint32_t shards = 2;
+  std::string bandwidth;  // empty: the balanced rate
+  double max_link_bytes_per_s = 100e6;
+  double time_scale = 0;  // 0: automatic
+  std::vector<std::string> policies{"fifo", "priority", "partition-only", "priority-only"};
+  int iterations = 10;
+  std::string partition = "1MiB";
+  std::string credit = "4MiB";
+  std::string mode = "sync";
+  uint16_t port = 17500;
+  std::string json;
+};
+
+// "1gbit", "250mbit", "64kbit", "8000bit" or plain bits per second; returns bytes per second.
+double parse_rate(const std::string& text) {
+  static const std::pair<const char*, double> units[] = {
+      {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}};
+  for (auto [suffix, scale] : units) {
+    std::string_view s(text), u(suffix);
+    if (s.size() > u.size() && s.substr(s.size() - u.size()) == u)
+      return std::stod(std::string(s.substr(0, s.size() - u.size()))) * scale / 8;
+  }
+  return std::stod(text) / 8;
+}
+
+uint64_t byte_size(const std::string& text, const char* flag) {
+  auto bytes = parse_byte_size(text);
+  if (!bytes || *bytes == 0)
+    fail(ErrorCode::invalid_argument, "{} '{}' is not a positive byte size", flag, text);
+  return *bytes;
+}
+
+SchedulerConfig scheduler_for(const std::string& policy, const Options& o) {
+  uint64_t partition = byte_size(o.partition, "--partition-bytes");
+  uint64_t credit = byte_size(o.credit, "--credit-bytes");
+  if (policy == "fifo") return {SchedulePolicy::fifo, kWholeTensor, kUnlimitedCredit, false};
+  if (policy == "priority") return {SchedulePolicy::priority, partition, credit, false};
+  if (policy == "partition-only") return {SchedulePolicy::fifo, partition, credit, false};
+  if (policy == "priority-only")
+    return {SchedulePolicy::priority, kWholeTensor, kUnlimitedCredit, false};
+  fail(ErrorCode::invalid_argument,
+       "unknown policy '{}' (expected fifo, priority, partition-only or priority-only)", policy);
+}
+
+DeploymentConfig cluster_config(const Options& o) {
+  DeploymentConfig config;
+  config.source = "psched-bench";
+  config.mode = o.mode == "async" ? Mode::async : Mode::sync;
+  config.workers = o.workers;
+  for (uint32_t s = 0; s < o.shards; ++s)
+    config.shards.push_back({ListenAddress{"127.0.0.1", static_cast<uint16_t>(o.port + s)}});
+  config.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
+  config.limits.max_message_bytes = kMaxMessageBytes;
+  return config;
+}
+
+// One worker's up- and downlink, made on its client's KJ thread at the first connection.
+struct WorkerLinks {
+  double bytes_per_s;
+  std::unique_ptr<LinkShaper> up, down;
+};
+
+ClientOptions client_options(const DeploymentConfig& config, uint32_t worker,
+                             SchedulerConfig scheduler, std::shared_ptr<WorkerLinks> links) {
+  ClientOptions options = ClientOptions::from_config(config, WorkerId(worker));
+  options.scheduler = scheduler;
+  options.wrap_stream = [links](kj::Own<kj::AsyncIoStream> stream, kj::Timer& timer) {
+    if (!links->up) {
+      links->up = std::make_unique<LinkShaper>(timer, links->bytes_per_s);
+      links->down = std::make_unique<LinkShaper>(timer, links->bytes_per_s);
+    }
+    return kj::Own<kj::AsyncIoStream>(kj::heap<ShapedStream>(kj::mv(stream), *links->up, *links->down));
+  };
+  return options;
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](timeval t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+struct PolicyResult {
+  double iteration_s = 0;
+  double cpu_share = 0;  // CPU seconds used / (wall seconds x cores)
+};
+
+PolicyResult run_policy(const ModelProfile& profile, const Options& o,
+                        const std::string& policy, double link_bytes_per_s) {
+  DeploymentConfig config = cluster_config(o);
+  ShardThread shards(config, 1, std::max(1u, std::thread::hardware_concurrency()) - 1);
+  SchedulerConfig scheduler = scheduler_for(policy, o);
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<EmulatedTrainer>> trainers;
+  for (uint32_t w = 0; w < o.workers; ++w) {
+    auto links = std::make_shared<WorkerLinks>(WorkerLinks{link_bytes_per_s, nullptr, nullptr});
+    clients.push_back(std::make_unique<Client>(client_options(config, w, scheduler, links)));
+    trainers.push_back(std::make_unique<EmulatedTrainer>(*clients.back(), profile));
+  }
+  auto epoch = Clock::now();
+  double cpu_before = cpu_seconds();
+  std::vector<std::vector<double>> starts(o.workers);
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < o.workers; ++w)
+    threads.emplace_back([&, w] { starts[w] = trainers[w]->run(o.iterations, epoch); });
+  for (auto& t : threads) t.join();
+  double wall = std::chrono::duration<double>(Clock::now() - epoch).count();
+  PolicyResult result;
+  result.cpu_share = (cpu_seconds() - cpu_before) / (wall * std::thread::hardware_concurrency());
+  std::vector<double> per_worker;
+  for (auto& s : starts) per_worker.push_back(steady_iteration_s(s, kWarmupIterations));
+  result.iteration_s = *std::max_element(per_worker.begin(), per_worker.end());
+  return result;
+}
+
+std::vector<FluidLayer> fluid_layers(const ModelProfile& profile) {
+  std::vector<FluidLayer> layers;
+  for (const auto& l : profile.layers)
+    layers.push_back({l.forward_s, l.backward_s, static_cast<double>(l.bytes())});
+  return layers;
+}
+
+int run(const Options& o) {
+  ModelProfile real = load_profile(o.model, o.models_dir);
+  double balanced = balanced_link_rate(fluid_layers(real));
+  double bandwidth = o.bandwidth.empty() ? balanced : parse_rate(o.bandwidth);
+  double scale = o.time_scale > 0 ? o.time_scale : std::max(1.0, bandwidth / o.max_link_bytes_per_s);
+  ModelProfile profile = scale_compute(real, scale);
+  double link = bandwidth / scale;
+  auto ideal = simulate_fluid(fluid_layers(profile), link, FluidPolicy::priority);
+  std::printf("model %s: %zu layers, %.1f MB of parameters, compute %.3f s/iteration (unscaled)\n",
+              real.model.c_str(), real.layers.size(), real.bytes() / 1e6, real.compute_s());
+  std::printf("bandwidth %.3g Gbit/s%s; time scale %.2f: links shaped in process at %.1f MB/s, "
+              "compute x%.2f\n",
+              bandwidth * 8 / 1e9, o.bandwidth.empty() ? " (balanced: communication = compute)" : "",
+              scale, link / 1e6, scale);
+  std::printf("%-15s %10s %9s %9s %6s\n", "policy", "iter_s", "vs fifo", "of ideal", "cpu");
+  nlohmann::json results;
+  double fifo_s = 0;
+  for (const std::string& policy : o.policies) {
+    PolicyResult r = run_policy(profile, o, policy, link);
+    if (policy == "fifo") fifo_s = r.iteration_s;
+    std::printf("%-15s %10.4f %9s %8.1f%% %5.0f%%%s\n", policy.c_str(), r.iteration_s,
+                fifo_s > 0 ? fmt::format("{:.2f}x", fifo_s / r.iteration_s).c_str() : "-",
+                100 * ideal.iteration_s / r.iteration_s, 100 * r.cpu_share,
+                r.cpu_share > 0.85 ? "  (CPU-bound: the figure is not the link's)" : "");
+    std::fflush(stdout);
+    results[policy] = {{"iter_s", r.iteration_s / scale}, {"iter_scaled_s", r.iteration_s},
+                       {"cpu_share", r.cpu_share}};
+  }
+  std::printf("%-15s %10.4f\n%-15s %10.4f\n", "ideal (fluid)", ideal.iteration_s, "compute only",
+              profile.compute_s());
+  if (!o.json.empty()) {
+    nlohmann::json j{{"model", real.model},         {"bandwidth_bps", bandwidth * 8},
+                     {"workers", o.workers},        {"shards", o.shards},
+                     {"shaping", "inprocess"},      {"time_scale", scale},
+                     {"compute_s", real.compute_s()}, {"ideal_s", ideal.iteration_s / scale},
+                     {"results", results}};
+    std::ofstream(o.json) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace psched::bench
+
+int main(int argc, char** argv) {
+  psched::bench::Options o;
+  CLI::App app{"psched-bench: scheduling policies on a model profile against the ideal"};
+  app.add_option("--model", o.model, "profile name in configs/models, or a path to one");
+  app.add_option("--models-dir", o.models_dir, "where profile names are looked up");
+  app.add_option("--workers", o.workers)->check(CLI::Range(1u, 64u));
+  app.add_option("--shards", o.shards)->check(CLI::Range(1u, 64u));
+  app.add_option("--bandwidth", o.bandwidth, "per-worker link rate, e.g. 1gbit (default: balanced)");
+  app.add_option("--time-scale", o.time_scale, "compute x this, bandwidth / this (default: auto)");
+  app.add_option("--max-link-rate", o.max_link_bytes_per_s,
+                 "auto time scale keeps shaped links at most this many bytes/s");
+  app.add_option("--policy", o.policies, "fifo,priority,partition-only,priority-only")
+      ->delimiter(',');
+  app.add_option("--iters", o.iterations)->check(CLI::Range(3, 100000));
+  app.add_option("--partition-bytes", o.partition, "partition size for partitioned policies");
+  app.add_option("--credit-bytes", o.credit, "credit window for partitioned policies");
+  app.add_option("--mode", o.mode)->check(CLI::IsMember({"sync", "async"}));
+  app.add_option("--port", o.port, "first shard port on 127.0.0.1");
+  app.add_option("--json", o.json, "write the results here");
+  CLI11_PARSE(app, argc, argv);
+  psched::set_log_level(psched::LogLevel::warn);
+  try {
+    return psched::bench::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "psched-bench: %s\n", e.what());
+    return 1;
+  }
+}
