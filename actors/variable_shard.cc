@@ -112,7 +112,7 @@ void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRa
   IntervalSet pending = variable.not_yet_applied(worker, step, range);
   PollKey key{variable.poll_owner(worker), id, step};
   polls_.wait(key, ticket, std::move(pending), variable.spec().priority,
-              [this, id, worker, range, reply = std::move(reply)](std::exception_ptr error) {
+              [this, id, worker, range, reply](std::exception_ptr error) {
                 if (error) return reply(error, PooledBuffer(), 0);
                 const Variable& v = variables_[id.value];
                 answer(v, range, v.applied_step(worker), reply);
@@ -147,10 +147,11 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
   });
 }
 
-void VariableShard::shut_down() {
-  dispatch([this] {
+void VariableShard::shut_down(std::function<void()> done) {
+  dispatch([this, done = std::move(done)] {
     polls_.fail_all(std::make_exception_ptr(
         Error(ErrorCode::disconnected, "poll abandoned: the shard is shutting down")));
+    done();
   });
 }
 

@@ -68,8 +68,8 @@ class VariableShard : public Actor {
   // Answers with the current value of `range` at once.
   void pull(VariableId variable, ElementRange range, ValueReply reply);
   void stats(std::function<void(ShardStats)> reply);
-  // Fails every waiting poll (the server is stopping).
-  void shut_down();
+  // Fails every waiting poll (the server is stopping), then calls `done` on the strand.
+  void shut_down(std::function<void()> done);
 
  private:
   // The variable, or throws unknown_variable naming `what` ("push", "poll", ...).
@@ -78,7 +78,7 @@ class VariableShard : public Actor {
                    const RegisterReply& reply);
   void do_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                std::span<const std::byte> data);
-  // Moves `reply` away only once the poll is accepted (so the caller can still fail it).
+  // Copies `reply` (the caller's copy can still fail the poll if filing it throws).
   void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
                ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);

@@ -35,7 +35,7 @@ int serve(const Options& options) {
   auto io = kj::setupAsyncIo();
   psched::ActorRuntime actors(options.threads);
   psched::ShardHost host(config, shards, actors.io(), options.apply_helpers);
-  auto serving = host.listen(io.provider->getNetwork()).eagerlyEvaluate(nullptr);
+  auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate(nullptr);
   psched::log_info("psched-server: {} shard(s), {} mode, {} worker(s), config {}", shards.size(),
                    config.mode == psched::Mode::sync ? "sync" : "async", config.workers,
                    options.config);
@@ -45,9 +45,11 @@ int serve(const Options& options) {
   auto stopped = serving.then([] { return siginfo_t{}; }).exclusiveJoin(kj::mv(signal));
   siginfo_t info = stopped.wait(io.waitScope);
   psched::log_info("psched-server: signal {} received, stopping", info.si_signo);
-  host.shut_down();
+  host.shut_down().wait(io.waitScope);
+  io.waitScope.poll();  // send the abandoned polls' answers
   actors.stop();
-  return 0;
+  return 0;  // the host goes before the KJ loop it was built on
+
 }
 
 }  // namespace

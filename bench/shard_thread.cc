@@ -41,7 +41,10 @@ void ShardThread::run(std::promise<void>& started) {
   } catch (...) {
     started.set_exception(std::current_exception());  // serve() throws only before `started`
   }
-  if (host) host->shut_down();
+  if (host) {
+    host->shut_down().wait(io.waitScope);
+    io.waitScope.poll();
+  }
   actors.stop();  // before the host goes: its shards' handlers run on the actors
   stop_ = nullptr;
 }
@@ -50,7 +53,7 @@ void ShardThread::serve(ShardHost& host, kj::AsyncIoContext& io, std::promise<vo
   auto stop = kj::newPromiseAndFulfiller<void>();
   stop_ = kj::mv(stop.fulfiller);
   executor_ = &kj::getCurrentThreadExecutor();
-  auto serving = host.listen(io.provider->getNetwork()).eagerlyEvaluate([this](kj::Exception&& e) {
+  auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate([this](kj::Exception&& e) {
     listen_error_ = std::make_exception_ptr(from_kj_exception(e));
   });
   io.waitScope.poll();  // binds a numeric address: parse, listen(), accept loop started

@@ -77,7 +77,7 @@ ConfigMap::ConfigMap(const ConfigNode& node, std::span<const std::string_view> a
                           node.yaml().IsSequence() ? "a list" : "a single value"));
   }
   for (auto it = node.yaml().begin(); it != node.yaml().end(); ++it) {
-    const YAML::Node& key = it->first;
+    const YAML::Node key = it->first;  // the iterator's pair is a temporary
     int line = line_of(key.Mark());
     if (!key.IsScalar()) node.fail_at(line, "expected only plain keys (" + expected + ")");
     const std::string& name = key.Scalar();

@@ -1,5 +1,7 @@
 #include "net/kj_mailbox.h"
 
+#include "common/log.h"
+
 namespace psched {
 
 KjMailbox::KjMailbox() = default;
@@ -39,7 +41,15 @@ kj::Promise<void> KjMailbox::run() {
       tasks.swap(queue_);
       closed = closed_;
     }
-    for (auto& task : tasks) task();
+    for (auto& task : tasks) {
+      try {
+        task();
+      } catch (const std::exception& e) {
+        // A task reports its own failures through its callbacks; one that throws is a bug,
+        // which must not take the KJ thread (and every call in flight) down with it.
+        log_error("KJ mailbox task failed: {}", e.what());
+      }
+    }
     if (closed) return kj::READY_NOW;
     return run();
   });

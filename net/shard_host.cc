@@ -23,7 +23,7 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
 
 ShardHost::~ShardHost() = default;
 
-kj::Promise<void> ShardHost::listen(kj::Network& network) {
+kj::Promise<void> ShardHost::listen(kj::Network& network, kj::Timer& timer) {
   kj::Vector<kj::Promise<void>> accepting;
   for (auto& hosted : hosted_) {
     const ListenAddress& address = config_.shards[hosted->endpoint->id.value].listen;
@@ -32,10 +32,10 @@ kj::Promise<void> ShardHost::listen(kj::Network& network) {
           return a->listen();
         });
     accepting.add(bound.then(
-        [h = hosted.get(), address](kj::Own<kj::ConnectionReceiver> receiver) {
+        [h = hosted.get(), address, &timer](kj::Own<kj::ConnectionReceiver> receiver) {
           h->receiver = kj::mv(receiver);
           log_info("shard {} listening on {}", h->endpoint->id.value, address.to_string());
-          return h->listener->listen(*h->receiver);
+          return h->listener->listen(*h->receiver, timer);
         },
         [address](kj::Exception&& e) -> kj::Promise<void> {
           fail(ErrorCode::bad_config, "cannot listen on {}: {}", address.to_string(),
@@ -45,8 +45,16 @@ kj::Promise<void> ShardHost::listen(kj::Network& network) {
   return kj::joinPromises(accepting.releaseAsArray());
 }
 
-void ShardHost::shut_down() {
-  for (auto& hosted : hosted_) hosted->shard->shut_down();
+kj::Promise<void> ShardHost::shut_down() {
+  kj::Vector<kj::Promise<void>> done;
+  for (auto& hosted : hosted_) {
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(
+        kj::mv(paf.fulfiller));
+    hosted->shard->shut_down([fulfiller] { (*fulfiller)->fulfill(); });
+    done.add(kj::mv(paf.promise));
+  }
+  return kj::joinPromises(done.releaseAsArray());
 }
 
 }  // namespace psched

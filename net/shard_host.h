@@ -20,13 +20,15 @@ class ShardHost {
 
   // Binds every hosted shard's listen address and accepts until the promise is dropped.
   // Throws psched::Error naming the address when one cannot be bound.
-  kj::Promise<void> listen(kj::Network& network);
+  kj::Promise<void> listen(kj::Network& network, kj::Timer& timer);
   // The i-th hosted shard (in the order given to the constructor).
   VariableShard& shard(size_t i) { return *hosted_[i]->shard; }
   ShardListener& listener(size_t i) { return *hosted_[i]->listener; }
   size_t size() const { return hosted_.size(); }
-  // Fails waiting polls on every shard (before the process stops).
-  void shut_down();
+  // Fails waiting polls on every shard; resolves when all have, on the KJ thread. Turn the
+  // loop a little afterwards so the answers go out, then stop the actors, then destroy the host
+  // (while the KJ loop still exists).
+  kj::Promise<void> shut_down();
 
  private:
   struct Hosted {

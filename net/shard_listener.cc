@@ -6,11 +6,19 @@ namespace psched {
 
 ShardListener::ShardListener(ShardEndpoint& endpoint) : endpoint_(endpoint), tasks_(*this) {}
 
-kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver) {
-  return receiver.accept().then([this, &receiver](kj::Own<kj::AsyncIoStream> stream) {
-    serve(kj::mv(stream));
-    return listen(receiver);
-  });
+kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Timer& timer) {
+  return receiver.accept().then(
+      [this, &receiver, &timer](kj::Own<kj::AsyncIoStream> stream) {
+        serve(kj::mv(stream));
+        return listen(receiver, timer);
+      },
+      [this, &receiver, &timer](kj::Exception&& e) {
+        log_warn("shard {}: accept failed, retrying in 100 ms: {}", endpoint_.id.value,
+                 e.getDescription().cStr());
+        return timer.afterDelay(100 * kj::MILLISECONDS).then([this, &receiver, &timer] {
+          return listen(receiver, timer);
+        });
+      });
 }
 
 void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {

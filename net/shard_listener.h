@@ -4,6 +4,7 @@
 #pragma once
 
 #include <kj/async-io.h>
+#include <kj/timer.h>
 
 #include "net/rpc_connection.h"
 #include "net/shard_service.h"
@@ -15,8 +16,9 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
   // `endpoint` outlives the listener.
   explicit ShardListener(ShardEndpoint& endpoint);
 
-  // Accepts on `receiver` until the returned promise is dropped.
-  kj::Promise<void> listen(kj::ConnectionReceiver& receiver);
+  // Accepts on `receiver` until the returned promise is dropped. A failed accept (out of file
+  // descriptors, say) is logged and retried after a pause on `timer`; it never ends serving.
+  kj::Promise<void> listen(kj::ConnectionReceiver& receiver, kj::Timer& timer);
   // Serves one already-open stream (tests use in-memory pipes).
   void serve(kj::Own<kj::AsyncIoStream> stream);
   size_t connections() const { return connections_; }

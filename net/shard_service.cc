@@ -150,8 +150,11 @@ kj::Promise<void> SessionService::poll(PollContext context) {
     // is dropped and the shard forgets the poll. Polls borrow nothing from their parameters.
     context.allowCancellation();
     VariableShard& shard = endpoint_.shard;
+    std::weak_ptr<bool> alive = endpoint_.alive;
     return promise.then([context](ValueResult r) mutable { set_value(context.getResults(), r); })
-        .attach(kj::defer([&shard, ticket] { shard.withdraw_poll(ticket); }));
+        .attach(kj::defer([&shard, alive, ticket] {
+          if (alive.lock()) shard.withdraw_poll(ticket);
+        }));
   } catch (...) {
     return to_kj_exception(std::current_exception());
   }

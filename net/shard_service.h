@@ -20,6 +20,9 @@ struct ShardEndpoint {
   const DeploymentConfig& config;
   ShardId id;
   uint64_t next_poll_ticket = 1;  // KJ thread only
+  // Expires when the endpoint goes; cleanup that may outlive it (a cancelled poll's promise,
+  // destroyed with the event loop) checks it before touching the shard.
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 };
 
 class ShardService final : public wire::Shard::Server {

@@ -26,7 +26,7 @@ Cluster::Cluster(DeploymentConfig config)
 Cluster::~Cluster() {
   workers_.clear();
   raw_links_.clear();
-  host_->shut_down();
+  run(host_->shut_down());
   settle();
   host_.reset();
 }
