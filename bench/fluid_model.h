@@ -1,8 +1,10 @@
 // The scheduling benchmark's reference figures (DESIGN.md section 6, "Scheduling"): one
 // iteration of a layer profile through a fluid model of the worker's link, computed exactly by
-// an event-driven simulation. `FluidPolicy::priority` is the **ideal** (perfect preemption, no
-// per-message cost); `FluidPolicy::fifo` is its first-come-first-served counterpart, a sanity
-// check for the measured fifo run, not an ideal. docs/ideal_model.md states the model, its
+// an event-driven simulation. `FluidPolicy::priority` is the **ideal**, the limit of
+// partitioned strict priority as partitions get infinitely fine (preemption at any byte, each
+// byte back down as soon as it is up, no per-message cost); `FluidPolicy::fifo` models an
+// unpartitioned first-come-first-served baseline (whole tensors), a sanity check for the
+// measured fifo run, not an ideal. docs/ideal_model.md states the model, its
 // assumptions and a worked example.
 #pragma once
 
@@ -19,13 +21,19 @@ struct FluidLayer {
                           // fresh value coming back has the same size
 };
 
-// How each link direction chooses what to send.
+// How the link chooses what to send.
 enum class FluidPolicy {
-  // The ideal: at every instant the whole link rate goes to the pending tensor of the lowest
-  // layer index; a newly ready tensor of a lower index preempts at once (fluid, no cost).
+  // The ideal, the fluid limit of partitioned priority. Upstream: at every instant the whole
+  // rate goes to the pending gradient of the lowest layer index; a newly ready one of a lower
+  // index preempts at once (fluid, no cost). Downstream: each byte of a gradient may come back
+  // as soon as it has gone up; strict priority by layer index, work-conserving, a layer with
+  // nothing sent up but not yet down getting at most its upstream rate. With one rate both
+  // ways this makes the downstream follow the upstream byte for byte: a fresh value is back
+  // the instant its gradient's last byte is up.
   priority,
-  // Not an ideal: pending tensors are sent whole, one at a time, in the order they became
-  // ready (first come, first served; no preemption).
+  // Not an ideal: whole tensors, store and forward. Pending tensors are sent whole, one at a
+  // time, in the order they became ready (first come, first served; no preemption), and a
+  // fresh value is ready for downstream only when its whole gradient is up.
   fifo,
 };
 
@@ -55,10 +63,11 @@ struct FluidResult {
 // `link_bytes_per_s` in each direction, under `policy`, and returns the timeline's figures.
 //
 // The model (docs/ideal_model.md): compute is strictly sequential, forward 0..L-1 then
-// backward L-1..0. A layer's gradient is ready for upstream when its backward ends; when it is
-// fully sent its fresh value is at once ready for downstream (no server time, no latency, no
-// per-message cost). Layer i's forward in iteration k > 1 also waits for layer i's fresh value
-// of iteration k - 1.
+// backward L-1..0. A layer's gradient is ready for upstream when its backward ends. The server
+// costs nothing (no apply time, no latency, no per-message cost): under `priority` each byte
+// sent up is at once ready to come back; under `fifo` the fresh value is ready once the whole
+// gradient is up. Layer i's forward in iteration k > 1 also waits for all of layer i's fresh
+// value of iteration k - 1.
 //
 // Preconditions (checked, std::logic_error): `layers` is not empty; every time and byte count
 // is finite and >= 0; `link_bytes_per_s` > 0 (infinity allowed: every transfer then takes no

@@ -68,6 +68,12 @@ kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec, std::sp
       place_variable(spec.name, spec.elements(), bytes, links_.size(), layout_.split_bytes);
   kj::Vector<kj::Promise<VariableId>> ids;
   for (const ShardPart& part : parts) {
+    // TODO(scale): upload the initial value in message-sized pieces.
+    if (part.range.size() * bytes > layout_.max_message_bytes)
+      fail(ErrorCode::message_too_large,
+           "register of variable '{}' rejected: its part on shard {} holds {} bytes, over the "
+           "message limit of {} (raise limits.max_message_bytes or add shards)",
+           spec.name, part.shard.value, part.range.size() * bytes, layout_.max_message_bytes);
     auto initial = value.subspan(part.range.begin * bytes, part.range.size() * bytes);
     ids.add(
         links_[part.shard.value]->register_part(spec, use_server_optimizer, part.range, initial));
@@ -93,11 +99,16 @@ const VariablePlan& Worker::plan(VariableHandle handle) const {
 kj::Promise<void> Worker::pull(VariableHandle handle) {
   const VariablePlan& p = plan(handle);
   size_t bytes = element_bytes(p.dtype);
+  // In pieces of at most a partition, so any variable fits the message limit.
+  uint64_t piece = std::max<uint64_t>(1, options_.scheduler.partition_bytes / bytes);
   kj::Vector<kj::Promise<void>> answers;
-  for (const PlacedPart& part : p.parts)
-    answers.add(links_[part.shard.value]->pull(part.shard_variable, part.range,
-                                               p.value + part.range.begin * bytes,
-                                               part.range.size() * bytes));
+  for (const PlacedPart& part : p.parts) {
+    for (uint64_t begin = part.range.begin; begin < part.range.end; begin += piece) {
+      ElementRange r{begin, std::min(part.range.end, begin + piece)};
+      answers.add(links_[part.shard.value]->pull(part.shard_variable, r, p.value + r.begin * bytes,
+                                                 r.size() * bytes));
+    }
+  }
   return as_psched_error(kj::joinPromises(answers.releaseAsArray()));
 }
 
