@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "common/check.h"
+
 namespace psched::bench {
 
 EmulatedTrainer::EmulatedTrainer(Client& client, const ModelProfile& profile)
@@ -55,7 +57,7 @@ double steady_iteration_s(const std::vector<double>& starts, int warmup) {
   std::vector<double> durations;
   for (size_t k = static_cast<size_t>(warmup); k + 1 < starts.size(); ++k)
     durations.push_back(starts[k + 1] - starts[k]);
-  if (durations.empty()) return 0;
+  PSCHED_REQUIRE(!durations.empty(), starts.size(), warmup);
   std::nth_element(durations.begin(), durations.begin() + durations.size() / 2, durations.end());
   return durations[durations.size() / 2];
 }

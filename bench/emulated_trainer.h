@@ -40,7 +40,8 @@ class EmulatedTrainer {
   std::vector<std::vector<Tensor>> tensors_;  // per layer
 };
 
-// Median of the iteration durations after the first `warmup` iterations.
+// Median of the iteration durations after the first `warmup` iterations (there must be at
+// least one such duration: warmup + 2 starts).
 double steady_iteration_s(const std::vector<double>& starts, int warmup);
 
 }  // namespace psched::bench

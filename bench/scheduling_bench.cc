@@ -214,7 +214,8 @@ int main(int argc, char** argv) {
                  "auto time scale keeps shaped links at most this many bytes/s");
   app.add_option("--policy", o.policies, "fifo,priority,partition-only,priority-only")
       ->delimiter(',');
-  app.add_option("--iters", o.iterations)->check(CLI::Range(3, 100000));
+  app.add_option("--iters", o.iterations, "iterations per policy (two are warm-up)")
+      ->check(CLI::Range(psched::bench::kWarmupIterations + 2, 100000));
   app.add_option("--partition-bytes", o.partition, "partition size for partitioned policies");
   app.add_option("--credit-bytes", o.credit, "credit window for partitioned policies");
   app.add_option("--mode", o.mode)->check(CLI::IsMember({"sync", "async"}));
