@@ -40,6 +40,7 @@ kj::Promise<void> Worker::connect() {
   return as_psched_error(
       kj::joinPromises(answers.releaseAsArray()).then([this](kj::Array<ClusterLayout> layouts) {
         for (size_t i = 0; i < layouts.size(); ++i) check_layout(layouts[i], i);
+        check_same_cluster({layouts.begin(), layouts.end()});
         layout_ = layouts[0];
         transport_.set_free_credit_on_receipt(layout_.mode == Mode::sync);
       }));

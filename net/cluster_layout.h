@@ -21,4 +21,9 @@ struct ClusterLayout {
   optim::OptimizerSpec default_optimizer;
 };
 
+// Throws Error(bad_config) unless every shard describes the same cluster as shard 0 (mode,
+// workers, split threshold, message limit, default optimizer, shard list): shards started from
+// different deployment files would place and aggregate variables differently.
+void check_same_cluster(const std::vector<ClusterLayout>& layouts);
+
 }  // namespace psched

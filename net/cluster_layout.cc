@@ -1,0 +1,30 @@
+#include "net/cluster_layout.h"
+
+#include "common/error.h"
+
+namespace psched {
+namespace {
+
+// The first field in which `b` differs from `a`, or null.
+const char* first_difference(const ClusterLayout& a, const ClusterLayout& b) {
+  if (a.mode != b.mode) return "mode";
+  if (a.workers != b.workers) return "workers";
+  if (a.split_bytes != b.split_bytes) return "split_bytes";
+  if (a.max_message_bytes != b.max_message_bytes) return "limits.max_message_bytes";
+  if (!(a.default_optimizer == b.default_optimizer)) return "optimizer";
+  if (a.shard_addresses != b.shard_addresses) return "shards";
+  return nullptr;
+}
+
+}  // namespace
+
+void check_same_cluster(const std::vector<ClusterLayout>& layouts) {
+  for (size_t i = 1; i < layouts.size(); ++i)
+    if (const char* field = first_difference(layouts[0], layouts[i]))
+      fail(ErrorCode::bad_config,
+           "shard {} and shard 0 disagree on '{}': they were started from different "
+           "deployment files",
+           i, field);
+}
+
+}  // namespace psched
