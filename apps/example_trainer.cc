@@ -33,10 +33,11 @@ int train(const Options& o) {
 
   std::vector<float> w(o.features, 0.f), b(1, 0.f);
   // Input layer first: lower priority value goes first.
-  auto hw = client.register_variable({.name = "logistic/w", .shape = {o.features}, .priority = 0, .optimizer = {}},
-                                     bytes(w), true);
-  auto hb =
-      client.register_variable({.name = "logistic/b", .shape = {1}, .priority = 1, .optimizer = {}}, bytes(b), true);
+  auto hw = client.register_variable(
+      {.name = "logistic/w", .shape = {o.features}, .priority = 0, .optimizer = {}}, bytes(w),
+      true);
+  auto hb = client.register_variable(
+      {.name = "logistic/b", .shape = {1}, .priority = 1, .optimizer = {}}, bytes(b), true);
   client.pull(hw);
   client.pull(hb);
 
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
   }
   try {
     return train(o);
-  } catch (const psched::Error& e) {
+  } catch (const std::exception& e) {  // psched::Error names the problem; others are bugs
     std::fprintf(stderr, "psched-example-trainer: %s\n", e.what());
     return 1;
   }

@@ -45,20 +45,27 @@ void Client::run_kj_thread(std::promise<void>& started) {
     std::vector<kj::Own<ShardLink>> links;
     auto& network = io.provider->getNetwork();
     for (const std::string& address : options_.shards) {
-      auto stream = network.parseAddress(address)
-                        .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
-                        .catch_([address](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
-                          fail(ErrorCode::disconnected, "cannot connect to shard at {}: {}",
-                               address, e.getDescription().cStr());
-                        })
-                        .wait(io.waitScope);
-      if (options_.wrap_stream) stream = options_.wrap_stream(kj::mv(stream), io.provider->getTimer());
+      kj::Own<kj::AsyncIoStream> stream;
+      try {
+        stream = network.parseAddress(address)
+                     .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
+                     .wait(io.waitScope);
+      } catch (const kj::Exception& e) {
+        fail(ErrorCode::disconnected, "cannot connect to shard at {}: {}", address,
+             e.getDescription().cStr());
+      }
+      if (options_.wrap_stream)
+        stream = options_.wrap_stream(kj::mv(stream), io.provider->getTimer());
       links.push_back(kj::heap<ShardLink>(kj::mv(stream), options_.max_message_bytes));
     }
     WorkerOptions worker{options_.worker, options_.token, options_.scheduler};
     worker_ = std::make_unique<Worker>(actors_.io(), mailbox_, kj::mv(links), worker);
     worker_->connect().wait(io.waitScope);
     layout_ = worker_->layout();
+  } catch (const kj::Exception& e) {
+    worker_.reset();
+    started.set_exception(std::make_exception_ptr(from_kj_exception(e)));
+    return;
   } catch (...) {
     worker_.reset();
     started.set_exception(std::current_exception());

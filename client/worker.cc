@@ -14,10 +14,15 @@ std::vector<ShardLink*> raw(std::vector<kj::Own<ShardLink>>& links) {
   return out;
 }
 
-// Rejects with psched::Error instead of kj::Exception.
-template <typename T>
-kj::Promise<T> as_psched_error(kj::Promise<T> promise) {
-  return promise.catch_([](kj::Exception&& e) -> kj::Promise<T> { throw from_kj_exception(e); });
+// Runs `check` inside a KJ continuation so that a psched::Error it throws keeps its code: KJ
+// would turn a plain C++ exception into "std::exception: ..." and lose it.
+template <typename Check>
+void keeping_error_code(Check&& check) {
+  try {
+    check();
+  } catch (const Error&) {
+    kj::throwFatalException(to_kj_exception(std::current_exception()));
+  }
 }
 
 }  // namespace
@@ -37,13 +42,14 @@ Worker::~Worker() = default;
 kj::Promise<void> Worker::connect() {
   kj::Vector<kj::Promise<ClusterLayout>> answers;
   for (auto& link : links_) answers.add(link->connect(options_.id, options_.token));
-  return as_psched_error(
-      kj::joinPromises(answers.releaseAsArray()).then([this](kj::Array<ClusterLayout> layouts) {
-        for (size_t i = 0; i < layouts.size(); ++i) check_layout(layouts[i], i);
-        check_same_cluster({layouts.begin(), layouts.end()});
-        layout_ = layouts[0];
-        transport_.set_free_credit_on_receipt(layout_.mode == Mode::sync);
-      }));
+  return kj::joinPromises(answers.releaseAsArray()).then([this](kj::Array<ClusterLayout> layouts) {
+    keeping_error_code([&] {
+      for (size_t i = 0; i < layouts.size(); ++i) check_layout(layouts[i], i);
+      check_same_cluster({layouts.begin(), layouts.end()});
+    });
+    layout_ = layouts[0];
+    transport_.set_free_credit_on_receipt(layout_.mode == Mode::sync);
+  });
 }
 
 void Worker::check_layout(const ClusterLayout& layout, size_t link) const {
@@ -79,16 +85,15 @@ kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec, std::sp
     ids.add(
         links_[part.shard.value]->register_part(spec, use_server_optimizer, part.range, initial));
   }
-  return as_psched_error(
-      kj::joinPromises(ids.releaseAsArray())
-          .then([this, plan = std::move(plan), parts](kj::Array<VariableId> ids) mutable {
-            for (size_t i = 0; i < parts.size(); ++i)
-              plan.parts.push_back({parts[i].shard, ids[i], parts[i].range});
-            VariableHandle handle(static_cast<uint32_t>(plans_.size()));
-            plans_.push_back(plan);
-            pusher_.add_variable(handle, std::move(plan));
-            return handle;
-          }));
+  return (kj::joinPromises(ids.releaseAsArray())
+              .then([this, plan = std::move(plan), parts](kj::Array<VariableId> ids) mutable {
+                for (size_t i = 0; i < parts.size(); ++i)
+                  plan.parts.push_back({parts[i].shard, ids[i], parts[i].range});
+                VariableHandle handle(static_cast<uint32_t>(plans_.size()));
+                plans_.push_back(plan);
+                pusher_.add_variable(handle, std::move(plan));
+                return handle;
+              }));
 }
 
 const VariablePlan& Worker::plan(VariableHandle handle) const {
@@ -110,7 +115,7 @@ kj::Promise<void> Worker::pull(VariableHandle handle) {
                                                  r.size() * bytes));
     }
   }
-  return as_psched_error(kj::joinPromises(answers.releaseAsArray()));
+  return kj::joinPromises(answers.releaseAsArray());
 }
 
 void Worker::push(VariableHandle handle, Step step, std::span<const std::byte> gradient,

@@ -31,6 +31,10 @@ class Worker {
          WorkerOptions options);
   ~Worker();
 
+  // The promises below reject with kj::Exception whose description carries the psched error
+  // code ("[code] message"; read it with from_kj_exception); checks made before a promise
+  // exists throw psched::Error directly.
+  //
   // KJ thread. Connects to every shard and checks that they describe the same cluster.
   kj::Promise<void> connect();
   // KJ thread. Registers the variable on the shards that placement gives it. `value` is the

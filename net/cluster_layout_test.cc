@@ -28,8 +28,7 @@ TEST_CASE("shards started from one deployment file agree") {
 TEST_CASE("shards that disagree on the mode or the worker count are a bad config naming the key") {
   auto layouts = two_shards();
   layouts[1].mode = Mode::sync;
-  CHECK_THROWS_WITH_AS(check_same_cluster(layouts), doctest::Contains("disagree on 'mode'"),
-                       Error);
+  CHECK_THROWS_WITH_AS(check_same_cluster(layouts), doctest::Contains("disagree on 'mode'"), Error);
   layouts = two_shards();
   layouts[1].workers = 3;
   CHECK_THROWS_WITH_AS(check_same_cluster(layouts), doctest::Contains("disagree on 'workers'"),

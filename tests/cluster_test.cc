@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
+#include "net/wire_convert.h"
 #include "tests/cluster.h"
 
 using namespace psched;
@@ -292,4 +293,37 @@ TEST_CASE("sync workers whose gradients become ready in different orders do not 
   w0.push(a0, 1, std::as_bytes(std::span(grad)), count);
   cluster.run_until([&] { return done == 4; });
   for (auto& v : values) CHECK(v == std::vector<float>(16, 0.5f));
+}
+
+namespace {
+
+ErrorCode code_of_rejection(const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const kj::Exception& e) {
+    return from_kj_exception(e).code();
+  }
+  FAIL("no rejection");
+  return ErrorCode::internal;
+}
+
+}  // namespace
+
+TEST_CASE("a worker's rejections keep the error code, from the shard or from its own checks") {
+  DeploymentConfig config = cluster_config(2, 2, Mode::async);
+  config.limits.max_message_bytes = 1 << 20;
+  Cluster cluster(config);
+  SchedulerConfig too_big;
+  too_big.partition_bytes = 2 << 20;  // over the shards' message limit: refused on connect
+  CHECK(code_of_rejection([&] { cluster.add_worker(WorkerId(0), too_big); }) ==
+        ErrorCode::bad_config);
+
+  Worker& worker = cluster.add_worker(WorkerId(1), SchedulerConfig{});
+  std::vector<float> a(4), b(8);
+  VariableSpec spec{"w", {4}, DType::float32, 0, {}};
+  cluster.run(worker.register_variable(spec, std::as_writable_bytes(std::span(a)), true));
+  spec.shape = {8};
+  CHECK(code_of_rejection([&] {
+          cluster.run(worker.register_variable(spec, std::as_writable_bytes(std::span(b)), true));
+        }) == ErrorCode::spec_conflict);
 }
