@@ -103,23 +103,23 @@ void Scheduler::start(Queued queued) {
   }
 }
 
-void Scheduler::free_credit(uint64_t task_id) {
+void Scheduler::release_credit(uint64_t task_id) {
   auto held = credit_held_.find(task_id);
   if (held == credit_held_.end()) return;
   PSCHED_REQUIRE(held->second <= stats_.bytes_in_flight, task_id, held->second,
                  stats_.bytes_in_flight);
   stats_.bytes_in_flight -= held->second;
   credit_held_.erase(held);
+}
+
+void Scheduler::free_credit(uint64_t task_id) {
+  release_credit(task_id);
   start_ready();
 }
 
 void Scheduler::finished(TaskRecord record, std::exception_ptr error) {
   uint64_t task_id = record.task_id;
-  auto held = credit_held_.find(task_id);
-  if (held != credit_held_.end()) {
-    stats_.bytes_in_flight -= held->second;
-    credit_held_.erase(held);
-  }
+  release_credit(task_id);
   ++stats_.finished_tasks;
   record.finished = Clock::now();
   if (records_.size() == kMaxRecords) records_.pop_front();

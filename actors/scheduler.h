@@ -77,7 +77,9 @@ class Scheduler : public Actor {
   void start_ready();
   // Takes the credit and hands the task to the transport. On strand.
   void start(Queued queued);
-  // The transport's `credit_free`, after the hop back onto the strand. Idempotent.
+  // Gives the task's credit back if it still holds it. Idempotent.
+  void release_credit(uint64_t task_id);
+  // The transport's `credit_free`, after the hop back onto the strand: releases, starts more.
   void free_credit(uint64_t task_id);
   // The transport's `done`, after the hop back onto the strand: frees the credit if still held.
   void finished(TaskRecord record, std::exception_ptr error);
