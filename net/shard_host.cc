@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "net/cross_thread_promise.h"
 
 namespace psched {
 
@@ -48,11 +49,9 @@ kj::Promise<void> ShardHost::listen(kj::Network& network, kj::Timer& timer) {
 kj::Promise<void> ShardHost::shut_down() {
   kj::Vector<kj::Promise<void>> done;
   for (auto& hosted : hosted_) {
-    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(
-        kj::mv(paf.fulfiller));
+    auto [promise, fulfiller] = cross_thread_promise<void>();
     hosted->shard->shut_down([fulfiller] { (*fulfiller)->fulfill(); });
-    done.add(kj::mv(paf.promise));
+    done.add(kj::mv(promise));
   }
   return kj::joinPromises(done.releaseAsArray());
 }

@@ -2,21 +2,11 @@
 
 #include <memory>
 
+#include "net/cross_thread_promise.h"
 #include "net/wire_convert.h"
 
 namespace psched {
 namespace {
-
-// A cross-thread fulfiller that std::function can copy.
-template <typename T>
-using SharedFulfiller = std::shared_ptr<kj::Own<kj::CrossThreadPromiseFulfiller<T>>>;
-
-template <typename T>
-std::pair<kj::Promise<T>, SharedFulfiller<T>> cross_thread_promise() {
-  auto paf = kj::newPromiseAndCrossThreadFulfiller<T>();
-  return {kj::mv(paf.promise),
-          std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<T>>>(kj::mv(paf.fulfiller))};
-}
 
 struct ValueResult {
   PooledBuffer value;
