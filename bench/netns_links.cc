@@ -39,8 +39,38 @@ std::string find_tool(const char* tool) {
 
 std::string tool_path(const char* tool) {
   std::string path = find_tool(tool);
-  if (path.empty()) throw std::runtime_error(fmt::format("`{}` not found (package iproute2)", tool));
+  if (path.empty())
+    throw std::runtime_error(fmt::format("`{}` not found (package iproute2)", tool));
   return path;
+}
+
+// Starts argv[0] (a full path) with argv, stdout and stderr going to `out_fd`. Returns its pid,
+// or 0 with errno set.
+pid_t spawn(std::vector<std::string>& argv, int out_fd) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDERR_FILENO);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int error = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  errno = error;
+  return error == 0 ? pid : 0;
+}
+
+// Reads `fd` to its end and closes it.
+std::string read_all(int fd) {
+  std::string output;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) output.append(buffer, size_t(n));
+  close(fd);
+  while (!output.empty() && output.back() == '\n') output.pop_back();
+  return output;
 }
 
 // Runs argv (no shell: the arguments are passed as they are) and returns what it printed on
@@ -51,35 +81,20 @@ std::string run_command(std::vector<std::string> argv) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     throw std::runtime_error(fmt::format("`{}`: pipe: {}", command, std::strerror(errno)));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int spawn_error = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  pid_t pid = spawn(argv, fds[1]);
+  int spawn_error = errno;
   close(fds[1]);
-  std::string output;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) output.append(buffer, size_t(n));
-  close(fds[0]);
-  if (spawn_error != 0)
-    throw std::runtime_error(fmt::format("`{}` could not start: {}", command, std::strerror(spawn_error)));
+  std::string output = read_all(fds[0]);
+  if (pid == 0)
+    throw std::runtime_error(
+        fmt::format("`{}` could not start: {}", command, std::strerror(spawn_error)));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    while (!output.empty() && output.back() == '\n') output.pop_back();
-    throw std::runtime_error(fmt::format("`{}` failed ({} {}): {}", command,
-                                         WIFEXITED(status) ? "exit status" : "signal",
-                                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
-                                         output));
-  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error(fmt::format(
+        "`{}` failed ({} {}): {}", command, WIFEXITED(status) ? "exit status" : "signal",
+        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), output));
   return output;
 }
 
@@ -133,12 +148,14 @@ std::string NetnsLinks::unavailable_reason() {
 NetnsLinks::NetnsLinks(uint32_t workers, double bytes_per_s) {
   std::string base = fmt::format("{}{}-", kPrefix, getpid());
   shard_namespace_ = base + "s";
-  for (uint32_t w = 0; w < workers; ++w) worker_namespaces_.push_back(fmt::format("{}w{}", base, w));
+  for (uint32_t w = 0; w < workers; ++w)
+    worker_namespaces_.push_back(fmt::format("{}w{}", base, w));
   for (const std::string& name : stale_namespaces()) {
     try {
       run_command({"ip", "netns", "delete", name});
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "psched-bench: leaving stale namespace %s: %s\n", name.c_str(), e.what());
+      std::fprintf(stderr, "psched-bench: leaving stale namespace %s: %s\n", name.c_str(),
+                   e.what());
     }
   }
   try {
@@ -149,13 +166,20 @@ NetnsLinks::NetnsLinks(uint32_t workers, double bytes_per_s) {
   }
 }
 
-NetnsLinks::~NetnsLinks() { remove_all(); }
+NetnsLinks::~NetnsLinks() {
+  remove_all();
+}
 
-std::string NetnsLinks::shard_side_address(uint32_t worker) { return fmt::format("10.77.{}.1", worker); }
-std::string NetnsLinks::worker_side_address(uint32_t worker) { return fmt::format("10.77.{}.2", worker); }
+std::string NetnsLinks::shard_side_address(uint32_t worker) {
+  return fmt::format("10.77.{}.1", worker);
+}
+std::string NetnsLinks::worker_side_address(uint32_t worker) {
+  return fmt::format("10.77.{}.2", worker);
+}
 
 void NetnsLinks::build(double bytes_per_s) {
-  if (workers() > 250) throw std::runtime_error("NetnsLinks: at most 250 workers (10.77.<worker>.x)");
+  if (workers() > 250)
+    throw std::runtime_error("NetnsLinks: at most 250 workers (10.77.<worker>.x)");
   auto add_namespace = [this](const std::string& name) {
     run_command({"ip", "netns", "add", name});
     created_.push_back(name);
@@ -164,8 +188,8 @@ void NetnsLinks::build(double bytes_per_s) {
   TbfParams tbf = tbf_params(bytes_per_s);
   auto shape = [&tbf](const std::string& ns, const std::string& dev) {
     run_command({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                 fmt::format("{}bit", tbf.rate_bits_per_s), "burst", std::to_string(tbf.burst_bytes),
-                 "limit", std::to_string(tbf.limit_bytes)});
+                 fmt::format("{}bit", tbf.rate_bits_per_s), "burst",
+                 std::to_string(tbf.burst_bytes), "limit", std::to_string(tbf.limit_bytes)});
   };
   auto configure = [](const std::string& ns, const std::string& dev, const std::string& address) {
     run_command({"ip", "-n", ns, "addr", "add", address + "/24", "dev", dev});
@@ -178,8 +202,8 @@ void NetnsLinks::build(double bytes_per_s) {
     const std::string& ns = worker_namespaces_[w];
     std::string shard_dev = fmt::format("s{}", w);
     add_namespace(ns);
-    run_command({"ip", "-n", s, "link", "add", shard_dev, "mtu", mtu, "type", "veth", "peer", "name",
-                 "eth0", "netns", ns, "mtu", mtu});
+    run_command({"ip", "-n", s, "link", "add", shard_dev, "mtu", mtu, "type", "veth", "peer",
+                 "name", "eth0", "netns", ns, "mtu", mtu});
     configure(s, shard_dev, shard_side_address(w));
     configure(ns, "eth0", worker_side_address(w));
     shape(s, shard_dev);  // downlink: shard side egress
@@ -201,7 +225,8 @@ void NetnsLinks::remove_all() noexcept {
 uint64_t NetnsLinks::tbf_drops(uint32_t worker) const {
   uint64_t drops = 0;
   auto add = [&drops](const std::string& ns, const std::string& dev) {
-    auto qdiscs = nlohmann::json::parse(run_command({"tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev}));
+    auto qdiscs = nlohmann::json::parse(
+        run_command({"tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev}));
     for (const auto& q : qdiscs)
       if (q.value("kind", "") == "tbf") drops += q.value("drops", uint64_t(0));
   };
@@ -213,12 +238,14 @@ uint64_t NetnsLinks::tbf_drops(uint32_t worker) const {
 void NetnsLinks::enter(const std::string& name) {
   std::string path = fmt::format("{}/{}", kNetnsDir, name);
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
   int rc = setns(fd, CLONE_NEWNET);
   int error = errno;
   close(fd);
   if (rc != 0)
-    throw std::runtime_error(fmt::format("setns to network namespace {}: {}", name, std::strerror(error)));
+    throw std::runtime_error(
+        fmt::format("setns to network namespace {}: {}", name, std::strerror(error)));
 }
 
 }  // namespace psched::bench

@@ -51,7 +51,9 @@ class NetnsLinks {
 
   uint32_t workers() const { return uint32_t(worker_namespaces_.size()); }
   const std::string& shard_namespace() const { return shard_namespace_; }
-  const std::string& worker_namespace(uint32_t worker) const { return worker_namespaces_.at(worker); }
+  const std::string& worker_namespace(uint32_t worker) const {
+    return worker_namespaces_.at(worker);
+  }
   // The shard namespace's end of `worker`'s link: where that worker connects to shards.
   static std::string shard_side_address(uint32_t worker);
   static std::string worker_side_address(uint32_t worker);

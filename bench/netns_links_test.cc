@@ -20,7 +20,7 @@
 namespace psched::bench {
 namespace {
 
-constexpr int kSkipped = 77;  // SKIP_RETURN_CODE in bench/CMakeLists.txt
+constexpr int kSkipped = 77;   // SKIP_RETURN_CODE in bench/CMakeLists.txt
 constexpr double kRate = 5e6;  // bytes/s: 40 Mbit/s
 constexpr size_t kBytes = 3 << 20;
 
@@ -30,18 +30,20 @@ std::pair<int, uint16_t> listen_any() {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   socklen_t length = sizeof address;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 || listen(fd, 1) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      listen(fd, 1) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
     throw std::runtime_error("listener setup failed");
   return {fd, ntohs(address.sin_port)};
 }
 
 // Payload bytes per second from a socket made in namespace `from` to a listener in namespace
 // `to` at `to_address`, measured by the receiver from its first byte to the end of stream.
-double measured_rate(const std::string& from, const std::string& to, const std::string& to_address) {
+double measured_rate(const std::string& from, const std::string& to,
+                     const std::string& to_address) {
   auto [listener, port] = NetnsLinks::run_in(to, listen_any);
   // A socket belongs to the namespace it was created in, whichever thread uses it later.
-  int sender = NetnsLinks::run_in(from, [] { return socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); });
+  int sender =
+      NetnsLinks::run_in(from, [] { return socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); });
   auto received = std::async(std::launch::async, [listener = listener] {
     int fd = accept(listener, nullptr, nullptr);
     std::vector<char> buffer(1 << 16);
@@ -50,7 +52,8 @@ double measured_rate(const std::string& from, const std::string& to, const std::
     for (ssize_t n; (n = read(fd, buffer.data(), buffer.size())) > 0; total += size_t(n))
       if (total == 0) first = std::chrono::steady_clock::now();
     close(fd);
-    return double(total) / std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count();
+    return double(total) /
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count();
   });
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -86,8 +89,9 @@ TEST_CASE("each worker's link is shaped to its rate in both directions, and goes
                               NetnsLinks::shard_side_address(0));
     double down = measured_rate(links.shard_namespace(), links.worker_namespace(1),
                                 NetnsLinks::worker_side_address(1));
-    std::printf("link rate %.1f Mbit/s: worker 0 uplink %.1f Mbit/s, worker 1 downlink %.1f Mbit/s\n",
-                kRate * 8e-6, up * 8e-6, down * 8e-6);
+    std::printf(
+        "link rate %.1f Mbit/s: worker 0 uplink %.1f Mbit/s, worker 1 downlink %.1f Mbit/s\n",
+        kRate * 8e-6, up * 8e-6, down * 8e-6);
     CHECK(up < 1.5 * kRate);
     CHECK(down < 1.5 * kRate);
     CHECK(links.tbf_drops(0) == 0);

@@ -152,13 +152,15 @@ std::unique_ptr<Client> connect_worker(const Shaping& shaping, const Options& o,
                                        SchedulerConfig scheduler) {
   DeploymentConfig config = cluster_config(o, "127.0.0.1");
   if (!shaping.netns) {
-    auto links = std::make_shared<WorkerLinks>(WorkerLinks{shaping.link_bytes_per_s, nullptr, nullptr});
+    auto links =
+        std::make_shared<WorkerLinks>(WorkerLinks{shaping.link_bytes_per_s, nullptr, nullptr});
     return std::make_unique<Client>(client_options(config, w, scheduler, links));
   }
   ClientOptions options = ClientOptions::from_config(config, WorkerId(w));
   options.scheduler = scheduler;
   for (size_t s = 0; s < config.shards.size(); ++s)
-    options.shards[s] = ListenAddress{NetnsLinks::shard_side_address(w), config.shards[s].listen.port}.to_string();
+    options.shards[s] =
+        ListenAddress{NetnsLinks::shard_side_address(w), config.shards[s].listen.port}.to_string();
   return NetnsLinks::run_in(shaping.netns->worker_namespace(w),
                             [&] { return std::make_unique<Client>(std::move(options)); });
 }
@@ -225,7 +227,8 @@ int run(const Options& o) {
   std::printf("bandwidth %.3g Gbit/s%s; time scale %.2f: links shaped %s at %.1f MB/s, "
               "compute x%.2f\n",
               bandwidth * 8 / 1e9, o.bandwidth.empty() ? " (balanced: communication = compute)" : "",
-              scale, shaping.netns ? "by tc tbf on veth pairs between network namespaces" : "in process",
+              scale,
+              shaping.netns ? "by tc tbf on veth pairs between network namespaces" : "in process",
               link / 1e6, scale);
   if (!shaping.fallback_reason.empty())
     std::printf("shaping in process: tbf unavailable: %s\n", shaping.fallback_reason.c_str());
@@ -249,8 +252,9 @@ int run(const Options& o) {
   uint64_t drops = 0;
   for (uint32_t w = 0; shaping.netns && w < o.workers; ++w) drops += shaping.netns->tbf_drops(w);
   if (drops > 0)
-    std::printf("tbf dropped %llu packets: TCP's loss recovery, not only the rate, shaped the run\n",
-                static_cast<unsigned long long>(drops));
+    std::printf(
+        "tbf dropped %llu packets: TCP's loss recovery, not only the rate, shaped the run\n",
+        static_cast<unsigned long long>(drops));
   if (!o.json.empty()) {
     nlohmann::json j{{"model", real.model},         {"bandwidth_bps", bandwidth * 8},
                      {"workers", o.workers},        {"shards", o.shards},
