@@ -11,6 +11,7 @@
 
 #include "bench/emulated_trainer.h"
 #include "bench/fluid_model.h"
+#include "bench/netns_links.h"
 #include "bench/shaped_link.h"
 #include "bench/shard_thread.h"
 #include "common/error.h"
@@ -40,6 +41,7 @@ struct Options {
   std::string mode = "sync";
   uint16_t port = 17500;
   std::string json;
+  std::string shaping = "auto";
 };
 
 // "1gbit", "250mbit", "64kbit", "8000bit" or plain bits per second; returns bytes per second.
@@ -73,13 +75,13 @@ SchedulerConfig scheduler_for(const std::string& policy, const Options& o) {
        "unknown policy '{}' (expected fifo, priority, partition-only or priority-only)", policy);
 }
 
-DeploymentConfig cluster_config(const Options& o) {
+DeploymentConfig cluster_config(const Options& o, const std::string& host) {
   DeploymentConfig config;
   config.source = "psched-bench";
   config.mode = o.mode == "async" ? Mode::async : Mode::sync;
   config.workers = o.workers;
   for (uint32_t s = 0; s < o.shards; ++s)
-    config.shards.push_back({ListenAddress{"127.0.0.1", static_cast<uint16_t>(o.port + s)}});
+    config.shards.push_back({ListenAddress{host, static_cast<uint16_t>(o.port + s)}});
   config.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
   config.limits.max_message_bytes = kMaxMessageBytes;
   return config;
@@ -105,6 +107,64 @@ ClientOptions client_options(const DeploymentConfig& config, uint32_t worker,
   return options;
 }
 
+// How a run's links are shaped: by tc tbf between network namespaces (`netns` set, see
+// bench/netns_links.h), or in process by each client's LinkShapers.
+struct Shaping {
+  double link_bytes_per_s;
+  std::unique_ptr<NetnsLinks> netns;
+  std::string fallback_reason;  // why --shaping auto did not get tbf; empty otherwise
+  const char* name() const { return netns ? "tbf" : "inprocess"; }
+};
+
+// --shaping tbf where namespaces cannot be made: main() exits with kShapingUnavailable.
+struct ShapingUnavailable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+constexpr int kShapingUnavailable = 77;  // ctest's SKIP_RETURN_CODE for the tbf smoke test
+
+Shaping choose_shaping(const std::string& requested, uint32_t workers, double link_bytes_per_s) {
+  Shaping shaping{link_bytes_per_s, nullptr, {}};
+  if (requested == "inprocess") return shaping;
+  std::string why = NetnsLinks::unavailable_reason();
+  try {
+    if (why.empty()) shaping.netns = std::make_unique<NetnsLinks>(workers, link_bytes_per_s);
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!shaping.netns && requested == "tbf")
+    throw ShapingUnavailable(fmt::format("--shaping tbf unavailable: {}", why));
+  shaping.fallback_reason = why;
+  return shaping;
+}
+
+// The shards: under tbf hosted by threads in the shard namespace, listening on every address
+// there (worker i reaches them at its own veth's end); else here, on loopback.
+std::unique_ptr<ShardThread> start_shards(const Shaping& shaping, const Options& o) {
+  DeploymentConfig config = cluster_config(o, shaping.netns ? "0.0.0.0" : "127.0.0.1");
+  unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
+  auto start = [&] { return std::make_unique<ShardThread>(config, 1, apply_helpers); };
+  return shaping.netns ? NetnsLinks::run_in(shaping.netns->shard_namespace(), start) : start();
+}
+
+// Worker `w`'s client: under tbf made in the worker's namespace (its threads stay there) and
+// connecting to the shards over its own veth; else on loopback through in-process shapers.
+std::unique_ptr<Client> connect_worker(const Shaping& shaping, const Options& o, uint32_t w,
+                                       SchedulerConfig scheduler) {
+  DeploymentConfig config = cluster_config(o, "127.0.0.1");
+  if (!shaping.netns) {
+    auto links =
+        std::make_shared<WorkerLinks>(WorkerLinks{shaping.link_bytes_per_s, nullptr, nullptr});
+    return std::make_unique<Client>(client_options(config, w, scheduler, links));
+  }
+  ClientOptions options = ClientOptions::from_config(config, WorkerId(w));
+  options.scheduler = scheduler;
+  for (size_t s = 0; s < config.shards.size(); ++s)
+    options.shards[s] =
+        ListenAddress{NetnsLinks::shard_side_address(w), config.shards[s].listen.port}.to_string();
+  return NetnsLinks::run_in(shaping.netns->worker_namespace(w),
+                            [&] { return std::make_unique<Client>(std::move(options)); });
+}
+
 double cpu_seconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -118,15 +178,13 @@ struct PolicyResult {
 };
 
 PolicyResult run_policy(const ModelProfile& profile, const Options& o,
-                        const std::string& policy, double link_bytes_per_s) {
-  DeploymentConfig config = cluster_config(o);
-  ShardThread shards(config, 1, std::max(1u, std::thread::hardware_concurrency()) - 1);
+                        const std::string& policy, const Shaping& shaping) {
+  auto shards = start_shards(shaping, o);
   SchedulerConfig scheduler = scheduler_for(policy, o);
   std::vector<std::unique_ptr<Client>> clients;
   std::vector<std::unique_ptr<EmulatedTrainer>> trainers;
   for (uint32_t w = 0; w < o.workers; ++w) {
-    auto links = std::make_shared<WorkerLinks>(WorkerLinks{link_bytes_per_s, nullptr, nullptr});
-    clients.push_back(std::make_unique<Client>(client_options(config, w, scheduler, links)));
+    clients.push_back(connect_worker(shaping, o, w, scheduler));
     trainers.push_back(std::make_unique<EmulatedTrainer>(*clients.back(), profile));
   }
   auto epoch = Clock::now();
@@ -165,15 +223,20 @@ int run(const Options& o) {
   auto fluid_fifo = simulate_fluid(fluid_layers(profile), link, FluidPolicy::fifo);
   std::printf("model %s: %zu layers, %.1f MB of parameters, compute %.3f s/iteration (unscaled)\n",
               real.model.c_str(), real.layers.size(), real.bytes() / 1e6, real.compute_s());
-  std::printf("bandwidth %.3g Gbit/s%s; time scale %.2f: links shaped in process at %.1f MB/s, "
+  Shaping shaping = choose_shaping(o.shaping, o.workers, link);
+  std::printf("bandwidth %.3g Gbit/s%s; time scale %.2f: links shaped %s at %.1f MB/s, "
               "compute x%.2f\n",
               bandwidth * 8 / 1e9, o.bandwidth.empty() ? " (balanced: communication = compute)" : "",
-              scale, link / 1e6, scale);
+              scale,
+              shaping.netns ? "by tc tbf on veth pairs between network namespaces" : "in process",
+              link / 1e6, scale);
+  if (!shaping.fallback_reason.empty())
+    std::printf("shaping in process: tbf unavailable: %s\n", shaping.fallback_reason.c_str());
   std::printf("%-15s %10s %9s %9s %6s\n", "policy", "iter_s", "vs fifo", "of ideal", "cpu");
   nlohmann::json results;
   double fifo_s = 0;
   for (const std::string& policy : o.policies) {
-    PolicyResult r = run_policy(profile, o, policy, link);
+    PolicyResult r = run_policy(profile, o, policy, shaping);
     if (policy == "fifo") fifo_s = r.iteration_s;
     std::printf("%-15s %10.4f %9s %8.1f%% %5.0f%%%s\n", policy.c_str(), r.iteration_s,
                 fifo_s > 0 ? fmt::format("{:.2f}x", fifo_s / r.iteration_s).c_str() : "-",
@@ -186,10 +249,16 @@ int run(const Options& o) {
   std::printf("%-15s %10.4f\n%-15s %10.4f   (fifo on a perfect link)\n%-15s %10.4f\n",
               "ideal (fluid)", ideal.iteration_s, "fifo (fluid)", fluid_fifo.iteration_s,
               "compute only", profile.compute_s());
+  uint64_t drops = 0;
+  for (uint32_t w = 0; shaping.netns && w < o.workers; ++w) drops += shaping.netns->tbf_drops(w);
+  if (drops > 0)
+    std::printf(
+        "tbf dropped %llu packets: TCP's loss recovery, not only the rate, shaped the run\n",
+        static_cast<unsigned long long>(drops));
   if (!o.json.empty()) {
     nlohmann::json j{{"model", real.model},         {"bandwidth_bps", bandwidth * 8},
                      {"workers", o.workers},        {"shards", o.shards},
-                     {"shaping", "inprocess"},      {"time_scale", scale},
+                     {"shaping", shaping.name()},   {"time_scale", scale},
                      {"compute_s", real.compute_s()}, {"ideal_s", ideal.iteration_s / scale},
                      {"fifo_fluid_s", fluid_fifo.iteration_s / scale},
                      {"results", results}};
@@ -219,12 +288,19 @@ int main(int argc, char** argv) {
   app.add_option("--partition-bytes", o.partition, "partition size for partitioned policies");
   app.add_option("--credit-bytes", o.credit, "credit window for partitioned policies");
   app.add_option("--mode", o.mode)->check(CLI::IsMember({"sync", "async"}));
-  app.add_option("--port", o.port, "first shard port on 127.0.0.1");
+  app.add_option("--port", o.port, "first shard port (on 127.0.0.1, or in the shard namespace)");
   app.add_option("--json", o.json, "write the results here");
+  app.add_option("--shaping", o.shaping,
+                 "tbf: tc tbf on veth pairs between network namespaces (root; exits 77 where "
+                 "unavailable); inprocess; auto (default): tbf where available")
+      ->check(CLI::IsMember({"auto", "tbf", "inprocess"}));
   CLI11_PARSE(app, argc, argv);
   psched::set_log_level(psched::LogLevel::warn);
   try {
     return psched::bench::run(o);
+  } catch (const psched::bench::ShapingUnavailable& e) {
+    std::fprintf(stderr, "psched-bench: %s\n", e.what());
+    return psched::bench::kShapingUnavailable;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "psched-bench: %s\n", e.what());
     return 1;
