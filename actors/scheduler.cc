@@ -143,6 +143,8 @@ void Scheduler::admit(const Queued& queued, uint32_t fused_with) {
                     .start_index = stats_.started_tasks - 1,
                     .priority = task.priority,
                     .bytes = task.bytes,
+                    .shard = task.shard,
+                    .range = task.range,
                     .fused_with = fused_with,
                     .queued = queued.queued,
                     .started = Clock::now(),

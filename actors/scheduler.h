@@ -36,6 +36,8 @@ struct TaskRecord {
   uint64_t start_index = 0;  // 0 for the first task this scheduler started, then 1, 2, ...
   Priority priority = 0;
   uint64_t bytes = 0;
+  ShardId shard;
+  ElementRange range;
   uint32_t fused_with = 0;  // other tasks sent in the same message
   std::chrono::steady_clock::time_point queued, started;
   // The shard acknowledged the push; unset (epoch) when it did not.

@@ -141,4 +141,12 @@ SchedulerStats Client::scheduler_stats() {
   return future.get();
 }
 
+std::vector<TaskRecord> Client::take_records() {
+  std::promise<std::vector<TaskRecord>> result;
+  auto future = result.get_future();
+  worker_->scheduler().take_records(
+      [&result](std::vector<TaskRecord> r) { result.set_value(std::move(r)); });
+  return future.get();
+}
+
 }  // namespace psched

@@ -69,6 +69,9 @@ class Client {
   void pull(VariableHandle handle);
   // The scheduler's figures (bytes in flight, tasks started, ...).
   SchedulerStats scheduler_stats();
+  // The timelines of partitions finished since the last call (the newest
+  // Scheduler::kMaxRecords of them); write them with write_chrome_trace (client/chrome_trace.h).
+  std::vector<TaskRecord> take_records();
 
  private:
   // Runs `work` on the KJ thread and blocks for its result.
