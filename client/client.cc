@@ -141,6 +141,13 @@ SchedulerStats Client::scheduler_stats() {
   return future.get();
 }
 
+TuningState Client::tuning() {
+  std::promise<TuningState> result;
+  auto future = result.get_future();
+  worker_->pusher().tuning([&result](TuningState s) { result.set_value(s); });
+  return future.get();
+}
+
 std::vector<TaskRecord> Client::take_records() {
   std::promise<std::vector<TaskRecord>> result;
   auto future = result.get_future();

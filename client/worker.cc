@@ -37,6 +37,8 @@ Worker::Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>
           [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
       pusher_(scheduler_, options_.scheduler.partition_bytes) {
   scheduler_.set_fusion_bytes(options_.scheduler.fusion_bytes);
+  if (options_.scheduler.autotune)
+    pusher_.enable_autotune({options_.scheduler.partition_bytes, options_.scheduler.credit_bytes});
 }
 
 Worker::~Worker() = default;
