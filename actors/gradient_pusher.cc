@@ -94,7 +94,8 @@ void GradientPusher::tuning(std::function<void(TuningState)> reply) {
                tuner_->converged(),
                tuner_->searches(),
                tuner_->tuned_seconds(),
-               iterations_};
+               iterations_,
+               converged_after_};
     }
     reply(state);
   });
@@ -106,10 +107,12 @@ void GradientPusher::observe_step(Step step) {
   if (latest_step_ != 0) {
     ++iterations_;
     double seconds = std::chrono::duration<double>(now - latest_step_start_).count();
+    bool was_converged = tuner_->converged();
     if (auto change = tuner_->observe(seconds)) {
       partition_bytes_ = change->partition_bytes;
       scheduler_.set_credit(change->credit_bytes);
     }
+    if (tuner_->converged() && !was_converged) converged_after_ = iterations_;
   }
   latest_step_ = step;
   latest_step_start_ = now;

@@ -52,7 +52,8 @@ struct TuningState {
   bool converged = false;
   int searches = 0;
   double tuned_seconds = 0;
-  uint64_t iterations = 0;  // iteration times measured so far
+  uint64_t iterations = 0;       // iteration times measured so far
+  uint64_t converged_after = 0;  // `iterations` when the latest search converged (0: not yet)
 };
 
 class GradientPusher : public Actor {
@@ -114,6 +115,7 @@ class GradientPusher : public Actor {
   Step latest_step_ = 0;
   std::chrono::steady_clock::time_point latest_step_start_;
   uint64_t iterations_ = 0;
+  uint64_t converged_after_ = 0;
 };
 
 }  // namespace psched

@@ -1,5 +1,8 @@
 #include "bench/model_profile.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -72,6 +75,17 @@ ModelProfile scale_compute(ModelProfile profile, double time_scale) {
   for (auto& layer : profile.layers) {
     layer.forward_s *= time_scale;
     layer.backward_s *= time_scale;
+  }
+  return profile;
+}
+
+ModelProfile scale_bytes(ModelProfile profile, double divisor) {
+  for (auto& layer : profile.layers) {
+    for (auto& tensor : layer.tensors) {
+      auto pairs = static_cast<uint64_t>(std::llround(double(tensor.bytes) / 8 / divisor));
+      tensor.bytes = std::max<uint64_t>(1, pairs) * 8;
+      tensor.shape = {tensor.bytes / 4};
+    }
   }
   return profile;
 }

@@ -26,11 +26,12 @@ size_t take_lane(std::vector<TimePoint>& lane_ends, TimePoint start, TimePoint e
 
 }  // namespace
 
-nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers, TimePoint epoch) {
+nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
   nlohmann::json events = nlohmann::json::array();
   for (size_t pid = 0; pid < workers.size(); ++pid) {
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid},
                       {"args", {{"name", workers[pid].name}}}});
+    TimePoint epoch = workers[pid].epoch;
     std::vector<TaskRecord> records = workers[pid].records;
     std::sort(records.begin(), records.end(),
               [](const TaskRecord& a, const TaskRecord& b) { return a.queued < b.queued; });

@@ -24,10 +24,10 @@ namespace psched {
 struct TracedWorker {
   std::string name;  // shown as the process name, e.g. "priority / worker 0"
   std::vector<TaskRecord> records;
+  std::chrono::steady_clock::time_point epoch;  // the worker's time 0 in the trace
 };
 
-// The trace-event document; times are microseconds since `epoch`.
-nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers,
-                            std::chrono::steady_clock::time_point epoch);
+// The trace-event document; times are microseconds since each worker's epoch.
+nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers);
 
 }  // namespace psched

@@ -36,8 +36,8 @@ std::vector<nlohmann::json> named(const nlohmann::json& trace, const std::string
 TEST_CASE("overlapping partitions go on separate lanes and a free lane is reused") {
   auto t0 = Clock::now();
   auto trace = chrome_trace({{"w0", {record(1, t0, 0, 1, 3, 4), record(2, t0, 2, 3, 5, 6),
-                                     record(3, t0, 4, 5, 6, 7)}}},
-                            t0);
+                                     record(3, t0, 4, 5, 6, 7)},
+                             t0}});
   std::vector<int> lanes;
   for (const auto& e : trace["traceEvents"])
     if (e["ph"] == "X" && e["name"].get<std::string>().starts_with("p"))
@@ -47,7 +47,7 @@ TEST_CASE("overlapping partitions go on separate lanes and a free lane is reused
 
 TEST_CASE("a partition's phases tile its slice in order, in microseconds since the epoch") {
   auto t0 = Clock::now();
-  auto trace = chrome_trace({{"w0", {record(1, t0, 1, 2, 4, 7)}}}, t0);
+  auto trace = chrome_trace({{"w0", {record(1, t0, 1, 2, 4, 7)}, t0}});
   auto queued = named(trace, "queued"), to_applied = named(trace, "to applied"),
        back = named(trace, "value back"), receipt = named(trace, "receipt");
   REQUIRE(queued.size() == 1);
@@ -68,7 +68,7 @@ TEST_CASE("a partition's phases tile its slice in order, in microseconds since t
 
 TEST_CASE("an unknown or skewed shard time is shown as in flight or clamped into the slice") {
   auto t0 = Clock::now();
-  auto trace = chrome_trace({{"w0", {record(1, t0, 0, 1, -1, 3), record(2, t0, 4, 5, 9, 6)}}}, t0);
+  auto trace = chrome_trace({{"w0", {record(1, t0, 0, 1, -1, 3), record(2, t0, 4, 5, 9, 6)}, t0}});
   CHECK(named(trace, "in flight").size() == 1);
   auto back = named(trace, "value back");
   REQUIRE(back.size() == 1);
