@@ -72,9 +72,9 @@ class Autotuner {
   TuningPoint current_;
   int to_settle_;  // iterations still to ignore after a change
   TuningPoint center_;
-  std::vector<TuningPoint> pending_;      // of this round, still to measure
-  std::map<TuningPoint, double> costs_;   // measured in this search
-  std::vector<double> samples_;           // of current_, after settling
+  std::vector<TuningPoint> pending_;     // of this round, still to measure
+  std::map<TuningPoint, double> costs_;  // measured in this search
+  std::vector<double> samples_;          // of current_, after settling
   double tuned_seconds_ = 0;
   int searches_ = 0;
 };

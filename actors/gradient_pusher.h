@@ -6,9 +6,9 @@
 // the trainer's parameter memory.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
-#include <chrono>
 #include <functional>
 #include <optional>
 #include <span>

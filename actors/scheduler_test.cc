@@ -44,7 +44,8 @@ class RecordingTransport : public PartitionTransport {
   }
 
   // Records the group, then starts each task alone.
-  void start_fused(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override {
+  void start_fused(std::vector<PartitionTask> tasks,
+                   std::vector<TaskCallbacks> callbacks) override {
     std::vector<uint64_t> ids;
     for (const auto& t : tasks) ids.push_back(t.id);
     fused.push_back(ids);

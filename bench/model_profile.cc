@@ -24,8 +24,10 @@ ProfileTensor parse_tensor(const nlohmann::json& j) {
 }
 
 ProfileLayer parse_layer(const nlohmann::json& j) {
-  ProfileLayer layer{j.at("name").get<std::string>(), j.at("forward_s").get<double>(),
-                     j.at("backward_s").get<double>(), {}};
+  ProfileLayer layer{j.at("name").get<std::string>(),
+                     j.at("forward_s").get<double>(),
+                     j.at("backward_s").get<double>(),
+                     {}};
   for (const auto& t : j.at("tensors")) layer.tensors.push_back(parse_tensor(t));
   if (layer.tensors.empty()) fail(ErrorCode::bad_config, "layer '{}' has no tensors", layer.name);
   return layer;
@@ -56,8 +58,9 @@ ModelProfile load_profile(const std::string& name_or_path,
   std::filesystem::path path = name_or_path;
   if (!std::filesystem::exists(path)) path = models_dir / (name_or_path + ".json");
   std::ifstream in(path);
-  if (!in) fail(ErrorCode::bad_config, "no model profile '{}' (looked for {})", name_or_path,
-                path.string());
+  if (!in)
+    fail(ErrorCode::bad_config, "no model profile '{}' (looked for {})", name_or_path,
+         path.string());
   try {
     nlohmann::json j = nlohmann::json::parse(in);
     ModelProfile profile{j.at("model").get<std::string>(), path, {}};

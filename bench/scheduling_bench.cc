@@ -43,8 +43,8 @@ struct Options {
   std::string partition = "1MiB";
   std::string credit = "4MiB";
   std::string fusion = "64KiB";
-  double byte_scale = 0;        // 0: automatic
-  double max_iteration_s = 8;   // the automatic byte scale keeps compute-only below this
+  double byte_scale = 0;       // 0: automatic
+  double max_iteration_s = 8;  // the automatic byte scale keeps compute-only below this
   std::string trace;
   std::string mode = "sync";
   uint16_t port = 17500;
@@ -81,8 +81,7 @@ SchedulerConfig scheduler_for(const std::string& policy, const Options& o) {
   uint64_t fusion = o.fusion == "0" ? 0 : byte_size(o.fusion, "--fusion-bytes");
   using enum SchedulePolicy;
   if (policy == "fifo") return {fifo, kWholeTensor, kUnlimitedCredit, 0, false};
-  if (policy == "priority" || policy == "grid")
-    return {priority, partition, credit, fusion, false};
+  if (policy == "priority" || policy == "grid") return {priority, partition, credit, fusion, false};
   if (policy == "autotune") return {priority, partition, credit, fusion, true};
   if (policy == "partition-only") return {fifo, partition, credit, fusion, false};
   if (policy == "priority-only") return {priority, kWholeTensor, kUnlimitedCredit, 0, false};
@@ -119,7 +118,8 @@ ClientOptions client_options(const DeploymentConfig& config, uint32_t worker,
       links->up = std::make_unique<LinkShaper>(timer, links->bytes_per_s);
       links->down = std::make_unique<LinkShaper>(timer, links->bytes_per_s);
     }
-    return kj::Own<kj::AsyncIoStream>(kj::heap<ShapedStream>(kj::mv(stream), *links->up, *links->down));
+    return kj::Own<kj::AsyncIoStream>(
+        kj::heap<ShapedStream>(kj::mv(stream), *links->up, *links->down));
   };
   return options;
 }
@@ -191,8 +191,8 @@ double cpu_seconds() {
 
 struct PolicyResult {
   double iteration_s = 0;
-  double cpu_share = 0;  // CPU seconds used / (wall seconds x cores)
-  TuningState tuning;    // worker 0's, when autotuned
+  double cpu_share = 0;       // CPU seconds used / (wall seconds x cores)
+  TuningState tuning;         // worker 0's, when autotuned
   bool tuned_steady = false;  // iteration_s is measured after every tuner converged
 };
 
@@ -216,8 +216,9 @@ class ProgressBar {
       int k = iterations_;
       for (const auto& t : trainers_) k = std::min(k, t->started_iterations());
       int filled = kWidth * k / iterations_;
-      std::fprintf(stderr, "\r  %-15s [%s%s] %d/%d", label_.c_str(), std::string(filled, '#').c_str(),
-                   std::string(kWidth - filled, '.').c_str(), k, iterations_);
+      std::fprintf(stderr, "\r  %-15s [%s%s] %d/%d", label_.c_str(),
+                   std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(), k,
+                   iterations_);
       std::fflush(stderr);
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
@@ -275,7 +276,8 @@ PolicyResult run_policy(const ModelProfile& profile, const Options& o, const std
         std::max(result.iteration_s, steady_iteration_s(s, static_cast<int>(first)));
   if (trace)
     for (uint32_t w = 0; w < o.workers; ++w)
-      trace->push_back({fmt::format("{} / worker {}", label, w), clients[w]->take_records(), epoch});
+      trace->push_back(
+          {fmt::format("{} / worker {}", label, w), clients[w]->take_records(), epoch});
   return result;
 }
 
@@ -351,8 +353,8 @@ std::pair<double, double> choose_scales(const Options& o, const ModelProfile& re
                      ? o.byte_scale
                      : std::max(1.0, std::ceil(bandwidth * real.compute_s() /
                                                (o.max_link_bytes_per_s * o.max_iteration_s)));
-  double time = o.time_scale > 0 ? o.time_scale
-                                 : std::max(1.0, bandwidth / (bytes * o.max_link_bytes_per_s));
+  double time =
+      o.time_scale > 0 ? o.time_scale : std::max(1.0, bandwidth / (bytes * o.max_link_bytes_per_s));
   return {time, bytes};
 }
 
@@ -372,12 +374,12 @@ int run(const Options& o) {
   std::printf("model %s: %zu layers, %.1f MB of parameters, compute %.3f s/iteration (unscaled)\n",
               real.model.c_str(), real.layers.size(), real.bytes() / 1e6, real.compute_s());
   Shaping shaping = choose_shaping(o.shaping, o.workers, link);
-  std::printf("bandwidth %.3g Gbit/s%s; time scale %.2f: links shaped %s at %.1f MB/s, "
-              "compute x%.2f",
-              bandwidth * 8 / 1e9, o.bandwidth.empty() ? " (balanced: communication = compute)" : "",
-              scale,
-              shaping.netns ? "by tc tbf on veth pairs between network namespaces" : "in process",
-              link / 1e6, scale);
+  std::printf(
+      "bandwidth %.3g Gbit/s%s; time scale %.2f: links shaped %s at %.1f MB/s, "
+      "compute x%.2f",
+      bandwidth * 8 / 1e9, o.bandwidth.empty() ? " (balanced: communication = compute)" : "", scale,
+      shaping.netns ? "by tc tbf on veth pairs between network namespaces" : "in process",
+      link / 1e6, scale);
   if (byte_scale > 1) std::printf("; tensors / %.0f (%.1f MB)", byte_scale, profile.bytes() / 1e6);
   std::printf("\n");
   if (!shaping.fallback_reason.empty())
@@ -453,7 +455,8 @@ int main(int argc, char** argv) {
   app.add_option("--models-dir", o.models_dir, "where profile names are looked up");
   app.add_option("--workers", o.workers)->check(CLI::Range(1u, 64u));
   app.add_option("--shards", o.shards)->check(CLI::Range(1u, 64u));
-  app.add_option("--bandwidth", o.bandwidth, "per-worker link rate, e.g. 1gbit (default: balanced)");
+  app.add_option("--bandwidth", o.bandwidth,
+                 "per-worker link rate, e.g. 1gbit (default: balanced)");
   app.add_option("--time-scale", o.time_scale, "compute x this, bandwidth / this (default: auto)");
   app.add_option("--max-link-rate", o.max_link_bytes_per_s,
                  "auto time scale keeps shaped links at most this many bytes/s");
@@ -468,7 +471,8 @@ int main(int argc, char** argv) {
   app.add_option("--partition-bytes", o.partition, "partition size for partitioned policies");
   app.add_option("--credit-bytes", o.credit, "credit window for partitioned policies");
   app.add_option("--fusion-bytes", o.fusion, "tensor fusion size for partitioned policies; 0: off");
-  app.add_option("--byte-scale", o.byte_scale, "tensors / this (default: auto, see --max-iteration)");
+  app.add_option("--byte-scale", o.byte_scale,
+                 "tensors / this (default: auto, see --max-iteration)");
   app.add_option("--max-iteration", o.max_iteration_s,
                  "auto byte scale keeps the scaled compute-only iteration below this (seconds)");
   app.add_option("--trace", o.trace, "write per-partition timelines here (Chrome trace JSON)");

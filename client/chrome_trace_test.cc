@@ -35,9 +35,10 @@ std::vector<nlohmann::json> named(const nlohmann::json& trace, const std::string
 
 TEST_CASE("overlapping partitions go on separate lanes and a free lane is reused") {
   auto t0 = Clock::now();
-  auto trace = chrome_trace({{"w0", {record(1, t0, 0, 1, 3, 4), record(2, t0, 2, 3, 5, 6),
-                                     record(3, t0, 4, 5, 6, 7)},
-                             t0}});
+  auto trace = chrome_trace(
+      {{"w0",
+        {record(1, t0, 0, 1, 3, 4), record(2, t0, 2, 3, 5, 6), record(3, t0, 4, 5, 6, 7)},
+        t0}});
   std::vector<int> lanes;
   for (const auto& e : trace["traceEvents"])
     if (e["ph"] == "X" && e["name"].get<std::string>().starts_with("p"))

@@ -32,18 +32,17 @@ void RpcTransport::carry(const PartitionTask& task, TaskCallbacks callbacks) {
   auto poll = link.poll(task.shard_variable, task.step, task.range, task.fresh_value, task.bytes);
   TaskDone done = std::move(callbacks.done);
   auto applied = std::move(callbacks.applied);
-  tasks_.add(push.then([poll = kj::mv(poll), receipt = std::move(callbacks.receipt)]() mutable {
-                   receipt();
-                   return kj::mv(poll);
-                 })
-                 .then(
-                     [done, applied](int64_t applied_at_ns) {
-                       if (applied) applied(applied_at_ns);
-                       done(nullptr);
-                     },
-                     [done](kj::Exception&& e) {
-                       done(std::make_exception_ptr(from_kj_exception(e)));
-                     }));
+  tasks_.add(
+      push.then([poll = kj::mv(poll), receipt = std::move(callbacks.receipt)]() mutable {
+            receipt();
+            return kj::mv(poll);
+          })
+          .then(
+              [done, applied](int64_t applied_at_ns) {
+                if (applied) applied(applied_at_ns);
+                done(nullptr);
+              },
+              [done](kj::Exception&& e) { done(std::make_exception_ptr(from_kj_exception(e))); }));
 }
 
 void RpcTransport::carry_fused(const std::vector<PartitionTask>& tasks,
@@ -52,8 +51,8 @@ void RpcTransport::carry_fused(const std::vector<PartitionTask>& tasks,
   std::vector<FusedPartition> parts;
   for (const PartitionTask& t : tasks) {
     PSCHED_REQUIRE(t.shard == tasks.front().shard, t.id);
-    parts.push_back({t.shard_variable, t.step, t.range, t.dtype, {t.gradient, t.bytes},
-                     t.fresh_value});
+    parts.push_back(
+        {t.shard_variable, t.step, t.range, t.dtype, {t.gradient, t.bytes}, t.fresh_value});
   }
   auto push = link.push_fused(parts);
   auto poll = link.poll_fused(parts);
@@ -69,8 +68,8 @@ void RpcTransport::carry_fused(const std::vector<PartitionTask>& tasks,
     auto error = std::make_exception_ptr(from_kj_exception(e));
     for (size_t i = 0; i < shared->size(); ++i) finish(i, error);
   };
-  tasks_.add(push.then([shared, finish, poll = kj::mv(poll)](
-                           std::vector<std::exception_ptr> receipts) mutable {
+  tasks_.add(push.then([shared, finish,
+                        poll = kj::mv(poll)](std::vector<std::exception_ptr> receipts) mutable {
                    for (size_t i = 0; i < receipts.size(); ++i) {
                      if (receipts[i])
                        finish(i, receipts[i]);

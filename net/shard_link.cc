@@ -30,9 +30,8 @@ void copy_value(capnp::Data::Reader value, std::byte* out, size_t out_bytes) {
 // A fused call's per-partition error text ("[code] message"), or null for "".
 std::exception_ptr error_of(capnp::Text::Reader text) {
   if (text.size() == 0) return nullptr;
-  return std::make_exception_ptr(
-      from_kj_exception(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
-                                      kj::heapString(text.cStr(), text.size()))));
+  return std::make_exception_ptr(from_kj_exception(kj::Exception(
+      kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::heapString(text.cStr(), text.size()))));
 }
 
 }  // namespace
@@ -157,8 +156,8 @@ kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const Fuse
       [outs = std::move(outs)](capnp::Response<wire::Session::PollFusedResults> r) {
         auto values = r.getValues();
         if (values.size() != outs.size())
-          fail(ErrorCode::internal, "shard answered {} values to a fused poll of {}",
-               values.size(), outs.size());
+          fail(ErrorCode::internal, "shard answered {} values to a fused poll of {}", values.size(),
+               outs.size());
         std::vector<PollOutcome> out;
         for (unsigned i = 0; i < values.size(); ++i) {
           PollOutcome outcome{error_of(values[i].getError()), values[i].getAppliedAtNs()};

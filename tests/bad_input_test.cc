@@ -120,9 +120,17 @@ TEST_CASE("a fused push applies its good partitions and names the bad one") {
   std::vector<float> grad(4, 1.f), fresh(4, 0.f), none(4);
   std::vector<FusedPartition> parts{
       {f.id, 1, {0, 4}, DType::float32, f.bytes(grad), reinterpret_cast<std::byte*>(fresh.data())},
-      {VariableId(42), 1, {0, 4}, DType::float32, f.bytes(grad),
+      {VariableId(42),
+       1,
+       {0, 4},
+       DType::float32,
+       f.bytes(grad),
        reinterpret_cast<std::byte*>(none.data())},
-      {f.id, 1, {14, 18}, DType::float32, f.bytes(grad),
+      {f.id,
+       1,
+       {14, 18},
+       DType::float32,
+       f.bytes(grad),
        reinterpret_cast<std::byte*>(none.data())}};
   std::vector<std::exception_ptr> receipts = f.cluster.run(f.link.push_fused(parts));
   REQUIRE(receipts.size() == 3);
@@ -238,8 +246,8 @@ TEST_CASE("a dropped connection's waiting poll is forgotten and the shard serves
   ShardLink& doomed = f.cluster.open_link(0);
   f.cluster.run(doomed.connect(WorkerId(3), kToken));
   std::vector<float> out(kElements);
-  auto waiting = doomed.poll(f.id, 1, {0, kElements}, reinterpret_cast<std::byte*>(out.data()),
-                             kElements * 4);
+  auto waiting =
+      doomed.poll(f.id, 1, {0, kElements}, reinterpret_cast<std::byte*>(out.data()), kElements * 4);
   auto polls_waiting = [&] {
     ShardStats stats;
     f.cluster.host().shard(0).stats([&](ShardStats s) { stats = s; });
