@@ -86,7 +86,7 @@ void RpcTransport::carry_fused(const std::vector<PartitionTask>& tasks,
                          finish(i, outcomes[i].error);
                        }
                      },
-                     fail_all));
+                     kj::mv(fail_all)));
 }
 
 void RpcTransport::taskFailed(kj::Exception&& exception) {
