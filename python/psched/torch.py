@@ -22,6 +22,8 @@ Rules that follow from it:
 - The parameters must be contiguous CPU tensors, and must not be replaced (no `p.data = ...`).
 - Gradients are pushed from inside backward: changes to p.grad after backward (clipping, ...)
   are not seen. p.grad itself is left to torch as usual.
+- Each backward() is one step of every parameter it reaches: there is no accumulation of
+  gradients over several backward calls before an update.
 - In sync mode every worker must produce a gradient for every parameter each iteration (as with
   DistributedDataParallel), or the others wait for it.
 """

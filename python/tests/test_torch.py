@@ -117,3 +117,25 @@ def test_an_unknown_optimizer_is_refused():
     with pytest.raises(psched.Error, match="'lamb' is unknown") as error:
         psched.torch.optimizer_settings("lamb")
     assert error.value.code == "invalid_argument"
+
+
+def test_parameters_are_registered_in_forward_order_as_priorities(start_server):
+    server = start_server()
+    model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config)
+    names = [name for name, _ in model.module.named_parameters()]
+    assert [(v.name, v.priority) for v in model.client.variables] == \
+        [(name, index) for index, name in enumerate(names)]
+    model.client.close()
+
+
+def test_training_against_a_server_that_is_gone_raises_disconnected(start_server):
+    server = start_server()
+    model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config)
+    (x, y), = make_batches(1, BATCH)
+    F.cross_entropy(model(x), y).backward()
+    model.synchronize()
+    server.kill()
+    with pytest.raises(psched.DisconnectedError):
+        F.cross_entropy(model(x), y).backward()
+        model(x)
+    model.client.close()
