@@ -95,7 +95,6 @@ void bind_optimizer(py::module_& m) {
       .def_readonly("lr", &OptimizerSpec::lr)
       .def_readonly("momentum", &OptimizerSpec::momentum)
       .def_readonly("weight_decay", &OptimizerSpec::weight_decay)
-      .def("__eq__", [](const OptimizerSpec& a, const OptimizerSpec& b) { return a == b; })
       .def("__repr__", [](const OptimizerSpec& s) {
         return fmt::format("psched.Optimizer('{}', lr={})", to_string(s.kind), s.lr);
       });

@@ -2,7 +2,6 @@
 
 #include <fmt/ranges.h>
 
-#include "common/check.h"
 #include "common/error.h"
 
 namespace psched::python {
@@ -91,7 +90,6 @@ std::shared_ptr<PyVariable> PyClient::register_variable(
                                                           .handle = handle,
                                                           .value = value,
                                                           .in_flight = {}});
-  PSCHED_REQUIRE(handle.value == variables_.size());
   variables_.push_back(variable);
   by_name_.emplace(variable->name, variable);
   return variable;

@@ -69,7 +69,7 @@ class PyClient {
  private:
   Client& client();
 
-  std::vector<std::shared_ptr<PyVariable>> variables_;  // index = handle
+  std::vector<std::shared_ptr<PyVariable>> variables_;  // in registration order
   std::map<std::string, std::shared_ptr<PyVariable>, std::less<>> by_name_;
   std::unique_ptr<Client> client_;  // destroyed before the buffers above are released
 };
