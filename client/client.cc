@@ -125,7 +125,8 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
 Client::PendingPushes::iterator Client::find_push(VariableHandle handle, Step step) {
   auto it = pushes_.find({handle.value, step});
   if (it == pushes_.end())
-    fail(ErrorCode::invalid_argument, "wait for variable handle {} step {}: no such push",
+    fail(ErrorCode::invalid_argument,
+         "variable handle {} step {}: no such push (never pushed, or already waited for)",
          handle.value, step);
   return it;
 }
