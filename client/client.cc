@@ -1,5 +1,7 @@
 #include "client/client.h"
 
+#include <chrono>
+
 #include <kj/async-io.h>
 
 #include "common/error.h"
@@ -120,18 +122,30 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
   });
 }
 
+Client::PendingPushes::iterator Client::find_push(VariableHandle handle, Step step) {
+  auto it = pushes_.find({handle.value, step});
+  if (it == pushes_.end())
+    fail(ErrorCode::invalid_argument,
+         "variable handle {} step {}: no such push (never pushed, or already waited for)",
+         handle.value, step);
+  return it;
+}
+
 void Client::wait(VariableHandle handle, Step step) {
   std::future<void> done;
   {
     std::lock_guard lock(pushes_mutex_);
-    auto it = pushes_.find({handle.value, step});
-    if (it == pushes_.end())
-      fail(ErrorCode::invalid_argument, "wait for variable handle {} step {}: no such push",
-           handle.value, step);
+    auto it = find_push(handle, step);
     done = std::move(it->second);
     pushes_.erase(it);
   }
   done.get();
+}
+
+bool Client::ready(VariableHandle handle, Step step) {
+  std::lock_guard lock(pushes_mutex_);
+  return find_push(handle, step)->second.wait_for(std::chrono::seconds(0)) ==
+         std::future_status::ready;
 }
 
 SchedulerStats Client::scheduler_stats() {

@@ -65,6 +65,8 @@ class Client {
   void push(VariableHandle handle, Step step, std::span<const std::byte> gradient);
   // Blocks until `step`'s fresh value is in the variable's memory; rethrows the push's error.
   void wait(VariableHandle handle, Step step);
+  // Whether wait(handle, step) would return (or throw) at once; does not consume the push.
+  bool ready(VariableHandle handle, Step step);
   // Blocks; overwrites the variable's memory with the shards' current value.
   void pull(VariableHandle handle);
   // The scheduler's figures (bytes in flight, tasks started, ...).
@@ -80,6 +82,10 @@ class Client {
   template <typename T, typename Work>
   T on_kj_thread(Work work);
   void run_kj_thread(std::promise<void>& started);
+  using PendingPushes = std::map<std::pair<uint32_t, Step>, std::future<void>>;
+  // The push of (handle, step); throws Error(invalid_argument) when there is none. Caller holds
+  // pushes_mutex_.
+  PendingPushes::iterator find_push(VariableHandle handle, Step step);
 
   ClientOptions options_;
   ActorRuntime actors_;
@@ -89,7 +95,7 @@ class Client {
   std::thread kj_thread_;
 
   std::mutex pushes_mutex_;
-  std::map<std::pair<uint32_t, Step>, std::future<void>> pushes_;  // guarded by pushes_mutex_
+  PendingPushes pushes_;  // guarded by pushes_mutex_
 };
 
 }  // namespace psched

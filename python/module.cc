@@ -1,0 +1,197 @@
+// psched._core: the pybind11 binding of the C++ client. The package psched (psched/__init__.py)
+// re-exports it with the conveniences (configs from torchrun's environment, torch tensors);
+// read that file for the user-facing API.
+//
+// Errors: psched::Error becomes psched.Error (or its subclass for the error's category) with
+// the C++ message and `.code`, the ErrorCode's name ("shape_mismatch", "disconnected", ...).
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include "common/error.h"
+#include "config/deployment.h"
+#include "python/py_client.h"
+
+namespace psched::python {
+namespace {
+
+// The classes of psched/errors.py, one per ErrorCategory. sys.modules keeps them alive.
+struct ErrorTypes {
+  py::handle error, disconnected, overloaded, unimplemented;
+
+  py::handle of(ErrorCode code) const {
+    switch (category(code)) {
+      case ErrorCategory::disconnected:
+        return disconnected;
+      case ErrorCategory::overloaded:
+        return overloaded;
+      case ErrorCategory::unimplemented:
+        return unimplemented;
+      default:
+        return error;
+    }
+  }
+};
+
+// psched::Error -> psched.errors.<class>(message, code).
+void translate_errors() {
+  static ErrorTypes types;
+  py::module_ errors = py::module_::import("psched.errors");
+  types = {errors.attr("Error"), errors.attr("DisconnectedError"),
+           errors.attr("OverloadedError"), errors.attr("UnimplementedError")};
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      py::handle type = types.of(e.code());
+      PyErr_SetObject(type.ptr(), type(e.what(), to_string(e.code())).ptr());
+    }
+  });
+}
+
+optim::OptimizerSpec make_optimizer(const std::string& kind, const optim::OptimizerSpec& spec) {
+  optim::OptimizerSpec result = spec;
+  if (!optim::parse_optimizer_kind(kind, result.kind))
+    fail(ErrorCode::invalid_argument,
+         "optimizer '{}' is unknown (expected sgd, momentum, adam, adam_tf, adamw, adagrad or "
+         "rmsprop)",
+         kind);
+  optim::validate(result);
+  return result;
+}
+
+void bind_optimizer(py::module_& m) {
+  using optim::OptimizerSpec;
+  const OptimizerSpec d;  // defaults (PyTorch's)
+  py::class_<OptimizerSpec>(m, "Optimizer",
+                            "Optimizer settings for a variable; the formulas are torch.optim's "
+                            "(adam_tf: TensorFlow's ApplyAdam).")
+      .def(py::init([](const std::string& kind, double lr, double momentum, double dampening,
+                       bool nesterov, double beta1, double beta2, double eps,
+                       double weight_decay, bool amsgrad, double lr_decay,
+                       double initial_accumulator_value, double alpha, bool centered) {
+             return make_optimizer(kind, {.lr = lr,
+                                          .momentum = momentum,
+                                          .dampening = dampening,
+                                          .nesterov = nesterov,
+                                          .beta1 = beta1,
+                                          .beta2 = beta2,
+                                          .eps = eps,
+                                          .weight_decay = weight_decay,
+                                          .amsgrad = amsgrad,
+                                          .lr_decay = lr_decay,
+                                          .initial_accumulator_value = initial_accumulator_value,
+                                          .alpha = alpha,
+                                          .centered = centered});
+           }),
+           py::arg("kind"), py::kw_only(), py::arg("lr") = d.lr, py::arg("momentum") = d.momentum,
+           py::arg("dampening") = d.dampening, py::arg("nesterov") = d.nesterov,
+           py::arg("beta1") = d.beta1, py::arg("beta2") = d.beta2, py::arg("eps") = d.eps,
+           py::arg("weight_decay") = d.weight_decay, py::arg("amsgrad") = d.amsgrad,
+           py::arg("lr_decay") = d.lr_decay,
+           py::arg("initial_accumulator_value") = d.initial_accumulator_value,
+           py::arg("alpha") = d.alpha, py::arg("centered") = d.centered)
+      .def_property_readonly("kind",
+                             [](const OptimizerSpec& s) { return std::string(to_string(s.kind)); })
+      .def_readonly("lr", &OptimizerSpec::lr)
+      .def_readonly("momentum", &OptimizerSpec::momentum)
+      .def_readonly("weight_decay", &OptimizerSpec::weight_decay)
+      .def("__repr__", [](const OptimizerSpec& s) {
+        return fmt::format("psched.Optimizer('{}', lr={})", to_string(s.kind), s.lr);
+      });
+}
+
+void bind_deployment(py::module_& m) {
+  py::class_<DeploymentConfig>(m, "Deployment", "A deployment file, loaded and validated.")
+      .def_property_readonly("path", [](const DeploymentConfig& c) { return c.source.string(); })
+      .def_property_readonly("mode",
+                             [](const DeploymentConfig& c) {
+                               return c.mode == Mode::sync ? "sync" : "async";
+                             })
+      .def_readonly("workers", &DeploymentConfig::workers)
+      .def_property_readonly("shards", [](const DeploymentConfig& c) {
+        std::vector<std::string> shards;
+        for (const ShardConfig& s : c.shards) shards.push_back(s.listen.to_string());
+        return shards;
+      });
+  m.def("load_deployment", &load_deployment, py::arg("path"),
+        "Loads a deployment YAML file; raises psched.Error (code 'bad_config') naming the line.");
+}
+
+void bind_client_options(py::module_& m) {
+  py::class_<ClientOptions>(m, "ClientOptions", "Where and how a Client connects.")
+      .def(py::init<>())
+      .def_static(
+          "from_config",
+          [](const DeploymentConfig& c, uint32_t worker) {
+            return ClientOptions::from_config(c, WorkerId(worker));
+          },
+          py::arg("deployment"), py::arg("worker"))
+      .def_readwrite("shards", &ClientOptions::shards)
+      .def_readwrite("token", &ClientOptions::token)
+      .def_readwrite("max_message_bytes", &ClientOptions::max_message_bytes)
+      .def_property(
+          "worker", [](const ClientOptions& o) { return o.worker.value; },
+          [](ClientOptions& o, uint32_t w) { o.worker = WorkerId(w); })
+      .def_property(
+          "partition_bytes", [](const ClientOptions& o) { return o.scheduler.partition_bytes; },
+          [](ClientOptions& o, uint64_t b) { o.scheduler.partition_bytes = b; })
+      .def_property(
+          "credit_bytes", [](const ClientOptions& o) { return o.scheduler.credit_bytes; },
+          [](ClientOptions& o, uint64_t b) { o.scheduler.credit_bytes = b; })
+      .def_property(
+          "policy",
+          [](const ClientOptions& o) {
+            return o.scheduler.policy == SchedulePolicy::fifo ? "fifo" : "priority";
+          },
+          [](ClientOptions& o, const std::string& policy) {
+            if (policy != "fifo" && policy != "priority")
+              fail(ErrorCode::invalid_argument, "policy '{}' is not 'priority' or 'fifo'", policy);
+            o.scheduler.policy = policy == "fifo" ? SchedulePolicy::fifo : SchedulePolicy::priority;
+          });
+}
+
+void bind_client(py::module_& m) {
+  py::class_<PyVariable, std::shared_ptr<PyVariable>>(m, "Variable",
+                                                      "A registered variable (from register).")
+      .def_readonly("name", &PyVariable::name)
+      .def_property_readonly("shape",
+                             [](const PyVariable& v) {
+                               py::tuple shape(v.shape.size());
+                               for (size_t i = 0; i < v.shape.size(); ++i) shape[i] = v.shape[i];
+                               return shape;
+                             })
+      .def_property_readonly("dtype",
+                             [](const PyVariable& v) { return std::string(to_string(v.dtype)); })
+      .def_readonly("priority", &PyVariable::priority)
+      .def_readonly("value", &PyVariable::value, "The registered array (parameter memory).")
+      .def("__repr__", [](const PyVariable& v) {
+        return fmt::format("psched.Variable('{}', shape=({}), dtype={})", v.name,
+                           fmt::join(v.shape, ", "), to_string(v.dtype));
+      });
+
+  py::class_<PyClient>(m, "Client", "A worker's connection to every shard (client/client.h).")
+      .def(py::init<ClientOptions>(), py::arg("options"))
+      .def("register", &PyClient::register_variable, py::arg("name"), py::arg("value"),
+           py::kw_only(), py::arg("priority") = py::none(), py::arg("optimizer") = py::none())
+      .def("push", &PyClient::push, py::arg("variable"), py::arg("step"), py::arg("gradient"))
+      .def("wait", &PyClient::wait, py::arg("variable"), py::arg("step"))
+      .def("ready", &PyClient::ready, py::arg("variable"), py::arg("step"))
+      .def("pull", &PyClient::pull, py::arg("variable"))
+      .def("variable", &PyClient::variable, py::arg("name"))
+      .def_property_readonly("variables", &PyClient::variables)
+      .def("close", &PyClient::close)
+      .def_property_readonly("closed", &PyClient::closed);
+}
+
+}  // namespace
+}  // namespace psched::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace psched::python;
+  m.doc() = "psched's C++ client; use the package psched, which re-exports it.";
+  translate_errors();
+  bind_optimizer(m);
+  bind_deployment(m);
+  bind_client_options(m);
+  bind_client(m);
+}

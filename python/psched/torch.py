@@ -1,0 +1,120 @@
+"""psched.torch: train a PyTorch model through psched with a few added lines.
+
+    import psched.torch
+    model = psched.torch.DistributedModel(Net(), optimizer="adam", lr=1e-3)
+    for x, y in batches:
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()       # pushes each gradient as soon as backward produces it
+    model.synchronize()       # before reading the parameters outside forward (saving, ...)
+
+The shards run the optimizer; there is no torch.optim optimizer and no optimizer.step(). The
+deployment comes from `config` (default: $PSCHED_CONFIG) and the worker id from `worker`
+(default: $RANK, as torchrun sets it), or pass a connected psched.Client.
+
+How the overlap works: every parameter is a psched variable whose memory is the parameter's
+own storage. A hook on each parameter pushes its gradient the moment backward has produced it
+(the last layers first), and a forward pre-hook on each module waits only for that module's own
+parameters, so the next forward starts on the first layer while later layers' updates are still
+in flight. Priority is the order of model.named_parameters() (definition order, which for most
+models is forward order): the first layer's update, needed first, goes first.
+
+Rules that follow from it:
+- The parameters must be contiguous CPU tensors, and must not be replaced (no `p.data = ...`).
+- Gradients are pushed from inside backward: changes to p.grad after backward (clipping, ...)
+  are not seen. p.grad itself is left to torch as usual.
+- Each backward() is one step of every parameter it reaches: there is no accumulation of
+  gradients over several backward calls before an update.
+- In sync mode every worker must produce a gradient for every parameter each iteration (as with
+  DistributedDataParallel), or the others wait for it.
+"""
+import functools
+
+import torch
+
+import psched
+
+# torch.optim's defaults where psched's differ.
+_TORCH_DEFAULTS = {"adamw": {"weight_decay": 1e-2}, "adagrad": {"eps": 1e-10}}
+
+
+def optimizer_settings(name="sgd", **settings):
+    """A psched.Optimizer from torch.optim's name and settings: optimizer_settings("adam",
+    lr=1e-3, betas=(0.9, 0.999)) is torch.optim.Adam's formula with those settings. "sgd" with
+    momentum is torch.optim.SGD's momentum (psched kind "momentum")."""
+    settings = {**_TORCH_DEFAULTS.get(name, {}), **settings}
+    if "betas" in settings:
+        settings["beta1"], settings["beta2"] = settings.pop("betas")
+    if name == "sgd" and settings.get("momentum", 0) != 0:
+        name = "momentum"
+    return psched.Optimizer(name, **settings)
+
+
+class _Parameter:
+    """One parameter's variable and the step of its push not yet waited for (0: none)."""
+
+    def __init__(self, variable):
+        self.variable = variable
+        self.pushed = 0
+        self.in_flight = 0
+
+
+class DistributedModel(torch.nn.Module):
+    """Wraps `module` so that its parameters are trained by psched's shards.
+
+    optimizer: a torch.optim name ("sgd", "adam", "adamw", "adagrad", "rmsprop") or
+    psched-only "adam_tf", with torch.optim's keyword settings (lr, momentum, betas,
+    weight_decay, ...), or a psched.Optimizer. The parameters are registered under their
+    named_parameters() names; the first registration of a name wins and every worker adopts the
+    shards' value, so all workers start from the same parameters.
+    """
+
+    def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,
+                 **settings):
+        super().__init__()
+        self.module = module
+        if not isinstance(optimizer, psched.Optimizer):
+            optimizer = optimizer_settings(optimizer, **settings)
+        elif settings:
+            raise psched.Error(f"settings {sorted(settings)} given beside a psched.Optimizer")
+        self.client = client if client is not None else psched.connect(config, worker)
+        self._parameters_by_id = {}
+        for name, parameter in module.named_parameters():
+            if parameter.requires_grad:
+                self._add(name, parameter, optimizer)
+        for submodule in module.modules():
+            own = [self._parameters_by_id[id(p)] for p in submodule.parameters(recurse=False)
+                   if id(p) in self._parameters_by_id]
+            if own:
+                submodule.register_forward_pre_hook(functools.partial(self._wait_hook, own))
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def synchronize(self):
+        """Waits until every pushed gradient's update is in the parameters."""
+        self._wait(self._parameters_by_id.values())
+
+    def _add(self, name, parameter, optimizer):
+        variable = self.client.register(name, parameter, optimizer=optimizer)
+        self.client.pull(variable)
+        entry = _Parameter(variable)
+        self._parameters_by_id[id(parameter)] = entry
+        parameter.register_hook(functools.partial(self._push, entry))
+
+    def _push(self, entry, grad):
+        # Autograd may reuse or accumulate into `grad` later; the client needs it unchanged
+        # until the wait, so it gets its own contiguous copy.
+        self._wait([entry])  # the previous update, if no forward has waited for it
+        entry.pushed += 1
+        self.client.push(entry.variable, entry.pushed,
+                         grad.detach().clone(memory_format=torch.contiguous_format))
+        entry.in_flight = entry.pushed
+
+    def _wait_hook(self, entries, module, inputs):
+        self._wait(entries)
+
+    def _wait(self, entries):
+        for entry in entries:
+            if entry.in_flight:
+                step, entry.in_flight = entry.in_flight, 0
+                self.client.wait(entry.variable, step)

@@ -1,0 +1,77 @@
+// The C++ side of the Python module psched._core: a Client that takes Python buffers (numpy
+// arrays, or torch CPU tensors through their numpy view) and keeps them alive as long as the
+// C++ client may touch them.
+//
+// Memory (zero copy): a registered array *is* the variable's parameter memory; fresh values are
+// written into it by the client's threads. Its PyVariable keeps a reference to it, and the
+// PyClient keeps every PyVariable, so the memory outlives the C++ Client. A pushed gradient is
+// referenced until its wait() returns, or until the C++ Client is gone (close()).
+//
+// Threads and the GIL: every method is called with the GIL held; those that block (connect,
+// register, wait, pull, close) release it while C++ blocks. The client's own threads never
+// touch Python objects.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+
+#include "client/client.h"
+
+namespace psched::python {
+
+namespace py = pybind11;
+
+// A registered variable as Python sees it.
+struct PyVariable {
+  std::string name;
+  std::vector<uint64_t> shape;
+  DType dtype = DType::float32;
+  Priority priority = 0;
+  VariableHandle handle;
+  py::object value;  // the parameter memory (the registered array)
+  // Gradients of pushes not yet waited for, by step; released after their wait.
+  std::map<Step, py::object> in_flight;
+};
+
+class PyClient {
+ public:
+  // Connects to every shard (GIL released). Throws psched::Error.
+  explicit PyClient(ClientOptions options);
+  ~PyClient();
+
+  // Registers `value` (writable, C-contiguous float32/float64) as the variable `name`; its
+  // content is the initial value. Priority defaults to the registration order; no optimizer
+  // means the deployment's default.
+  std::shared_ptr<PyVariable> register_variable(std::string name, py::buffer value,
+                                                std::optional<Priority> priority,
+                                                std::optional<optim::OptimizerSpec> optimizer);
+  // Starts the push of `gradient` (C-contiguous, the variable's shape and dtype) for `step`;
+  // keeps a reference to it until wait(variable, step) returns.
+  void push(PyVariable& variable, Step step, py::buffer gradient);
+  // Blocks (GIL released) until step's fresh value is in the variable's memory.
+  void wait(PyVariable& variable, Step step);
+  // Whether wait(variable, step) would return at once.
+  bool ready(PyVariable& variable, Step step);
+  // Overwrites the variable's memory with the shards' current value (GIL released).
+  void pull(PyVariable& variable);
+  // The variable registered under `name`; Error(unknown_variable) when there is none.
+  std::shared_ptr<PyVariable> variable(const std::string& name) const;
+  const std::vector<std::shared_ptr<PyVariable>>& variables() const { return variables_; }
+  // Disconnects (GIL released); pushes in flight are abandoned. Later calls raise.
+  void close();
+  bool closed() const { return client_ == nullptr; }
+
+ private:
+  Client& client();
+
+  std::vector<std::shared_ptr<PyVariable>> variables_;  // in registration order
+  std::map<std::string, std::shared_ptr<PyVariable>, std::less<>> by_name_;
+  std::unique_ptr<Client> client_;  // destroyed before the buffers above are released
+};
+
+}  // namespace psched::python

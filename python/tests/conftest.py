@@ -1,0 +1,94 @@
+"""Fixtures: psched-server processes on free loopback ports, and a watchdog against hangs.
+
+ctest sets PYTHONPATH (the built package) and PSCHED_SERVER (the server binary); run by hand:
+PYTHONPATH=build/python /usr/bin/python3 -m pytest python/tests
+"""
+import faulthandler
+import os
+import pathlib
+import socket
+import subprocess
+import threading
+
+import pytest
+import torch
+
+SERVER = os.environ.get(
+    "PSCHED_SERVER", str(pathlib.Path(__file__).parents[2] / "build/apps/psched-server"))
+TEST_SECONDS = 120  # a test still running after this is hung: dump every stack and exit
+
+torch.set_num_threads(1)  # the tests run beside psched's own threads on small CI machines
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    faulthandler.dump_traceback_later(TEST_SECONDS, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def free_ports(count):
+    """Ports the kernel just handed out as free (another process could take one meanwhile)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+class Server:
+    """A psched-server process hosting every shard of a deployment written to `config`."""
+
+    def __init__(self, config, shards):
+        self.config = config
+        self.log = []
+        self.process = subprocess.Popen([SERVER, "--config", str(config), "--threads", "2",
+                                         "--apply-threads", "1"],
+                                        stderr=subprocess.PIPE, text=True)
+        listening = threading.Event()
+        threading.Thread(target=self._read_log, args=(shards, listening), daemon=True).start()
+        listening.wait()
+        if self.process.poll() is not None:
+            raise RuntimeError("psched-server did not start:\n" + "".join(self.log))
+
+    def _read_log(self, shards, listening):
+        # Drains the server's stderr (so it never blocks on a full pipe); sets `listening` when
+        # every shard listens or the server ended.
+        for line in self.process.stderr:
+            self.log.append(line)
+            if sum("listening on" in entry for entry in self.log) == shards:
+                listening.set()
+        listening.set()
+
+    def kill(self):
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1) -> Server."""
+    servers = []
+
+    def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1):
+        config = tmp_path / f"deployment{len(servers)}.yaml"
+        listen = "".join(f"  - listen: 127.0.0.1:{port}\n" for port in free_ports(shards))
+        config.write_text(f"mode: {mode}\nworkers: {workers}\nshards:\n{listen}"
+                          f"optimizer: {{kind: {optimizer}, lr: {lr}}}\n"
+                          "split_bytes: 2KiB\n"  # larger variables span both shards
+                          "scheduler: {partition_bytes: 1KiB, credit_bytes: 4KiB}\n")
+        servers.append(Server(config, shards))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()

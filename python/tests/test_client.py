@@ -1,0 +1,150 @@
+"""psched's Python client over real psched-server processes: zero-copy memory, the push/wait
+cycle, and errors as Python exceptions."""
+import numpy as np
+import pytest
+import torch
+
+import psched
+from conftest import free_ports
+
+
+def connect(server, worker=0):
+    return psched.connect(server.config, worker)
+
+
+def test_push_and_wait_update_the_registered_array_in_place(start_server):
+    server = start_server(optimizer="sgd", lr=0.5)
+    with connect(server) as client:
+        w = np.arange(1000, dtype=np.float64)  # spans both shards, several partitions
+        variable = client.register("w", w)
+        assert variable.value is w and variable.shape == (1000,) and variable.dtype == "float64"
+        grad = np.full(1000, 2.0)
+        client.push(variable, 1, grad)
+        client.wait(variable, 1)
+        np.testing.assert_array_equal(w, np.arange(1000) - 1.0)  # sgd: w -= 0.5 * 2
+
+
+def test_ready_polls_without_consuming_the_push(start_server):
+    server = start_server()
+    with connect(server) as client:
+        w = np.zeros((4, 3), dtype=np.float32)
+        client.register("w", w, optimizer=psched.Optimizer("sgd", lr=1.0))
+        client.push("w", 1, np.ones((4, 3), dtype=np.float32))
+        client.wait("w", 1)
+        assert (w == -1).all()
+        with pytest.raises(psched.Error, match="no such push.*already waited for") as error:
+            client.ready("w", 1)  # the wait consumed it
+        assert error.value.code == "invalid_argument"
+
+
+def test_a_torch_tensor_is_registered_without_a_copy(start_server):
+    server = start_server()
+    with connect(server) as client:
+        weight = torch.nn.Linear(8, 4).weight
+        before = weight.detach().clone()
+        client.register("linear/weight", weight, optimizer=psched.Optimizer("sgd", lr=0.25))
+        client.push("linear/weight", 1, torch.ones(4, 8))
+        client.wait("linear/weight", 1)
+        torch.testing.assert_close(weight.detach(), before - 0.25, rtol=0, atol=1e-7)
+
+
+def test_a_second_worker_adopts_the_first_registration_by_pull(start_server):
+    server = start_server(workers=2)
+    with connect(server, 0) as first, connect(server, 1) as second:
+        first.register("w", np.full(10, 3.0))
+        mine = np.zeros(10)
+        second.register("w", mine)
+        second.pull("w")
+        np.testing.assert_array_equal(mine, np.full(10, 3.0))
+
+
+def test_a_gradient_of_the_wrong_shape_is_refused_at_push(start_server):
+    server = start_server()
+    with connect(server) as client:
+        client.register("w", np.zeros((2, 3), dtype=np.float32))
+        with pytest.raises(psched.Error, match=r"shape \(3, 2\) differs.*\(2, 3\)") as error:
+            client.push("w", 1, np.zeros((3, 2), dtype=np.float32))
+        assert error.value.code == "shape_mismatch"
+
+
+def test_a_gradient_of_the_wrong_dtype_is_refused_at_push(start_server):
+    server = start_server()
+    with connect(server) as client:
+        client.register("w", np.zeros(6, dtype=np.float32))
+        with pytest.raises(psched.Error, match="gradient is float64, the variable is float32") \
+                as error:
+            client.push("w", 1, np.zeros(6))
+        assert error.value.code == "dtype_mismatch"
+
+
+def test_unsupported_and_non_contiguous_arrays_are_refused_at_register(start_server):
+    server = start_server()
+    with connect(server) as client:
+        with pytest.raises(psched.Error, match="not float32 or float64") as error:
+            client.register("ints", np.zeros(4, dtype=np.int32))
+        assert error.value.code == "dtype_mismatch"
+        with pytest.raises(psched.Error, match="not C-contiguous") as error:
+            client.register("strided", np.zeros((4, 4), dtype=np.float32).T)
+        assert error.value.code == "invalid_argument"
+
+
+def test_an_unknown_name_raises_unknown_variable(start_server):
+    server = start_server()
+    with connect(server) as client:
+        with pytest.raises(psched.Error, match="no variable 'nope'") as error:
+            client.push("nope", 1, np.zeros(1))
+        assert error.value.code == "unknown_variable"
+
+
+def test_a_conflicting_registration_raises_the_servers_message(start_server):
+    server = start_server(workers=2)
+    with connect(server, 0) as first, connect(server, 1) as second:
+        first.register("w", np.zeros(8))
+        with pytest.raises(psched.Error, match="'w'") as error:
+            second.register("w", np.zeros(9))
+        assert error.value.code == "spec_conflict"
+
+
+def test_a_server_that_is_gone_raises_disconnected_without_hanging(start_server):
+    server = start_server()
+    with connect(server) as client:
+        w = np.zeros(100, dtype=np.float32)
+        client.register("w", w)
+        client.push("w", 1, np.ones(100, dtype=np.float32))
+        client.wait("w", 1)
+        server.kill()
+        with pytest.raises(psched.DisconnectedError) as error:
+            client.push("w", 2, np.ones(100, dtype=np.float32))
+            client.wait("w", 2)
+        assert error.value.code == "disconnected"
+        with pytest.raises(psched.DisconnectedError):
+            client.pull("w")
+
+
+def test_connecting_to_no_server_raises_disconnected():
+    port = free_ports(1)[0]
+    with pytest.raises(psched.DisconnectedError, match=f"127.0.0.1:{port}"):
+        psched.connect(shards=[f"127.0.0.1:{port}"])
+
+
+def test_a_bad_config_names_the_file_and_line(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("shards:\n  - listen: 127.0.0.1:7410\nmode: sometimes\n")
+    with pytest.raises(psched.Error, match=r"bad.yaml:3.*mode") as error:
+        psched.connect(config)
+    assert error.value.code == "bad_config"
+
+
+def test_world_size_must_match_the_configs_workers(start_server, monkeypatch):
+    server = start_server(workers=2)
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(psched.Error, match="WORLD_SIZE=3.*workers: 2"):
+        psched.connect(server.config)
+
+
+def test_the_worker_id_comes_from_rank(start_server, monkeypatch):
+    server = start_server(workers=2)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("PSCHED_CONFIG", str(server.config))
+    with psched.connect() as client:
+        assert client.worker == 1 and client.deployment.workers == 2

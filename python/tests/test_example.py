@@ -1,0 +1,24 @@
+"""The digits example (python/examples/train_digits.py) with two worker processes, started as
+torchrun would start them (RANK, WORLD_SIZE), learns the digits."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "train_digits.py"
+
+
+def test_two_workers_learn_the_digits(start_server):
+    server = start_server(mode="sync", workers=2)
+    workers = [subprocess.Popen([sys.executable, str(EXAMPLE), "--epochs", "4"],
+                                env={**os.environ, "PSCHED_CONFIG": str(server.config),
+                                     "RANK": str(rank), "WORLD_SIZE": "2"},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for rank in range(2)]
+    outputs = [worker.communicate()[0] for worker in workers]
+    for worker, output in zip(workers, outputs):
+        assert worker.returncode == 0, output
+        losses = [float(v) for v in re.findall(r"loss (\S+)", output)]
+        accuracy = float(re.findall(r"test accuracy (\S+)", output)[-1])
+        assert len(losses) == 4 and losses[-1] < losses[0] / 2 and accuracy > 0.9, output
