@@ -40,6 +40,7 @@ void Scheduler::enqueue(std::vector<PartitionTask> tasks) {
     auto now = Clock::now();
     for (auto& task : tasks) {
       task.sequence = next_sequence_++;
+      ++stats_.queued_by_priority[task.priority];
       queue_.push(Queued{std::move(task), now});
     }
     start_ready();
@@ -56,6 +57,7 @@ void Scheduler::set_credit(uint64_t credit_bytes) {
 void Scheduler::stats(std::function<void(SchedulerStats)> reply) {
   dispatch([this, reply = std::move(reply)] {
     SchedulerStats now = stats_;
+    now.credit_bytes = credit_bytes_;
     now.queued_tasks = queue_.size();
     reply(now);
   });
@@ -77,6 +79,8 @@ void Scheduler::start_ready() {
     if (!fits(queue_.top().task.bytes, stats_.bytes_in_flight, credit_bytes_)) return;
     Queued best = queue_.top();
     queue_.pop();
+    auto same_priority = stats_.queued_by_priority.find(best.task.priority);
+    if (--same_priority->second == 0) stats_.queued_by_priority.erase(same_priority);
     start(std::move(best));
   }
 }

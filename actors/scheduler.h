@@ -14,6 +14,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <queue>
 #include <unordered_map>
 #include <vector>
@@ -34,11 +35,13 @@ struct TaskRecord {
 };
 
 struct SchedulerStats {
+  uint64_t credit_bytes = 0;         // the credit window now
   uint64_t bytes_in_flight = 0;      // credit held now: started tasks not yet finished
   uint64_t max_bytes_in_flight = 0;  // the most ever in flight at once
   uint64_t queued_tasks = 0;         // waiting now (enqueued, not yet started)
   uint64_t started_tasks = 0;        // ever started
   uint64_t finished_tasks = 0;       // ever finished (failures included)
+  std::map<Priority, uint64_t> queued_by_priority;  // queued_tasks by task priority (no zeros)
 };
 
 class Scheduler : public Actor {
