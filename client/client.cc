@@ -114,6 +114,13 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
     if (!fresh)
       fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
            handle.value, step);
+    if (step > newest_step_) {
+      auto now = std::chrono::steady_clock::now();
+      if (newest_step_ > 0)
+        iteration_seconds_.observe(std::chrono::duration<double>(now - newest_step_pushed_).count());
+      newest_step_ = step;
+      newest_step_pushed_ = now;
+    }
   }
   worker_->push(handle, step, gradient, [done](std::exception_ptr error) {
     error ? done->set_exception(error) : done->set_value();
@@ -139,6 +146,18 @@ SchedulerStats Client::scheduler_stats() {
   auto future = result.get_future();
   worker_->scheduler().stats([&result](SchedulerStats s) { result.set_value(s); });
   return future.get();
+}
+
+void Client::stats(std::function<void(WorkerStats)> reply) {
+  WorkerStats stats{options_.worker, {}, {}};
+  {
+    std::lock_guard lock(pushes_mutex_);
+    stats.iteration_seconds = iteration_seconds_;
+  }
+  worker_->scheduler().stats([stats, reply = std::move(reply)](SchedulerStats s) mutable {
+    stats.scheduler = std::move(s);
+    reply(std::move(stats));
+  });
 }
 
 }  // namespace psched

@@ -13,6 +13,7 @@
 // malloc for large messages (common/malloc_tuning.h).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <future>
 #include <map>
@@ -27,6 +28,7 @@
 
 #include "actors/variable_spec.h"
 #include "client/worker.h"
+#include "common/histogram.h"
 
 namespace psched {
 
@@ -42,6 +44,14 @@ struct ClientOptions {
 
   // Shards, token, scheduler and limits from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
+};
+
+// A worker's figures for the operator view (client/worker_monitor.h); a copy.
+struct WorkerStats {
+  WorkerId worker;
+  SchedulerStats scheduler;  // credit in use, queue depth by priority, tasks
+  // Iteration time: between the first pushes of consecutive steps (any variable).
+  Histogram iteration_seconds;
 };
 
 class Client {
@@ -69,6 +79,8 @@ class Client {
   void pull(VariableHandle handle);
   // The scheduler's figures (bytes in flight, tasks started, ...).
   SchedulerStats scheduler_stats();
+  // Calls `reply` with the worker's figures, on the scheduler's strand (do not block there).
+  void stats(std::function<void(WorkerStats)> reply);
 
  private:
   // Runs `work` on the KJ thread and blocks for its result.
@@ -84,7 +96,11 @@ class Client {
   std::thread kj_thread_;
 
   std::mutex pushes_mutex_;
-  std::map<std::pair<uint32_t, Step>, std::future<void>> pushes_;  // guarded by pushes_mutex_
+  // Guarded by pushes_mutex_:
+  std::map<std::pair<uint32_t, Step>, std::future<void>> pushes_;
+  Step newest_step_ = 0;  // the highest step pushed so far, and when its first push came
+  std::chrono::steady_clock::time_point newest_step_pushed_;
+  Histogram iteration_seconds_;
 };
 
 }  // namespace psched
