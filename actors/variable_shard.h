@@ -87,8 +87,8 @@ class VariableShard : public Actor {
             std::span<const std::byte> data, Receipt reply);
   // Answers with the fresh value of `range` once `step`'s update of it is applied.
   // `ticket` (unique per shard) lets the caller withdraw the poll.
-  void poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
-            PollTicket ticket, ValueReply reply);
+  void poll(WorkerId worker, VariableId variable, Step step, ElementRange range, PollTicket ticket,
+            ValueReply reply);
   // Forgets a waiting poll unanswered (its caller went away).
   void withdraw_poll(PollTicket ticket);
   // Answers with the current value of `range` at once.

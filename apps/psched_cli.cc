@@ -7,11 +7,11 @@
 
 #include "common/asio.h"  // first: it fixes Boost 1.74's Asio includes
 
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -71,9 +71,8 @@ uint64_t error_total(const json& status) {
 
 int status(const std::string& config_file) {
   psched::DeploymentConfig config = psched::load_deployment(config_file);
-  fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>11} {:>7}\n", "shard",
-             "state", "http", "workers", "variables", "polls", "received", "sent", "partitions",
-             "errors");
+  fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>11} {:>7}\n", "shard", "state",
+             "http", "workers", "variables", "polls", "received", "sent", "partitions", "errors");
   bool all_up = true;
   for (size_t i = 0; i < config.shards.size(); ++i) {
     std::string http = config.shards[i].http.to_string();

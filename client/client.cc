@@ -117,7 +117,8 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
     if (step > newest_step_) {
       auto now = std::chrono::steady_clock::now();
       if (newest_step_ > 0)
-        iteration_seconds_.observe(std::chrono::duration<double>(now - newest_step_pushed_).count());
+        iteration_seconds_.observe(
+            std::chrono::duration<double>(now - newest_step_pushed_).count());
       newest_step_ = step;
       newest_step_pushed_ = now;
     }

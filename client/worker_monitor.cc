@@ -8,7 +8,8 @@ std::string worker_metrics_text(const WorkerStats& stats) {
   const SchedulerStats& s = stats.scheduler;
   const MetricLabels worker = {{"worker", std::to_string(stats.worker.value)}};
   PrometheusText out;
-  out.family("psched_worker_credit_bytes", MetricType::gauge, "The credit window: bytes allowed in flight.");
+  out.family("psched_worker_credit_bytes", MetricType::gauge,
+             "The credit window: bytes allowed in flight.");
   out.sample("psched_worker_credit_bytes", worker, double(s.credit_bytes));
   out.family("psched_worker_credit_in_use_bytes", MetricType::gauge,
              "Credit held now by partitions in flight.");
@@ -35,7 +36,8 @@ std::string worker_metrics_text(const WorkerStats& stats) {
 nlohmann::json worker_status_json(const WorkerStats& stats) {
   const SchedulerStats& s = stats.scheduler;
   nlohmann::json queued = nlohmann::json::object();
-  for (const auto& [priority, count] : s.queued_by_priority) queued[std::to_string(priority)] = count;
+  for (const auto& [priority, count] : s.queued_by_priority)
+    queued[std::to_string(priority)] = count;
   const Histogram& iterations = stats.iteration_seconds;
   return {{"worker", stats.worker.value},
           {"credit_bytes", s.credit_bytes},

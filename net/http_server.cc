@@ -1,5 +1,6 @@
 #include "net/http_server.h"
 
+#include <array>
 #include <set>
 
 #include "common/asio.h"  // first: it fixes Boost 1.74's Asio includes
@@ -45,10 +46,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     parser_->header_limit(static_cast<uint32_t>(state_.limits.header_bytes));
     parser_->body_limit(0);
     stream_.expires_after(state_.limits.read_timeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->on_read(ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   // Answers with `status` and closes: for requests that cannot be served.
@@ -72,9 +72,28 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     stream_.expires_after(state_.limits.read_timeout);
     http::async_write(stream_, *response,
                       [self = shared_from_this(), response](beast::error_code ec, size_t) {
-                        if (ec || !self->keep_alive_) return self->close();
+                        if (ec) return self->close();
+                        if (!self->keep_alive_) return self->linger_close();
                         self->read();
                       });
+  }
+
+  // Ends our side, then discards what the client still sends until it closes or the read
+  // timeout passes: closing with unread input would reset the connection and could destroy
+  // the answer before the client reads it (a 431 after huge headers, say).
+  void linger_close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(state_.limits.read_timeout);
+    discard();
+  }
+
+  void discard() {
+    stream_.async_read_some(asio::buffer(discard_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->close();
+                              self->discard();
+                            });
   }
 
   void close() {
@@ -129,6 +148,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::empty_body>> parser_;
   bool keep_alive_ = false;
+  std::array<char, 4096> discard_;  // what linger_close reads and drops
 };
 
 namespace {
@@ -153,8 +173,8 @@ void accept(HttpServer::State& state) {
 tcp::endpoint resolve(asio::io_context& io, const ListenAddress& address) {
   tcp::resolver resolver(io);
   beast::error_code ec;
-  auto results = resolver.resolve(address.host, std::to_string(address.port),
-                                  tcp::resolver::passive, ec);
+  auto results =
+      resolver.resolve(address.host, std::to_string(address.port), tcp::resolver::passive, ec);
   if (ec || results.empty())
     fail(ErrorCode::bad_config, "cannot listen for HTTP on {}: {}", address.to_string(),
          ec ? ec.message() : "no address");
@@ -186,6 +206,8 @@ HttpServer::~HttpServer() {
   state_->sessions.clear();  // the thread is gone: nothing else touches them now
 }
 
-uint16_t HttpServer::port() const { return state_->acceptor.local_endpoint().port(); }
+uint16_t HttpServer::port() const {
+  return state_->acceptor.local_endpoint().port();
+}
 
 }  // namespace psched

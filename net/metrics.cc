@@ -48,8 +48,8 @@ std::string format_value(double value) {
 }  // namespace
 
 void PrometheusText::family(std::string_view name, MetricType type, std::string_view help) {
-  text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name,
-                       type_name(type));
+  text_ +=
+      fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name, type_name(type));
 }
 
 void PrometheusText::sample(std::string_view name, const MetricLabels& labels, double value) {

@@ -15,8 +15,8 @@ ShardMonitor::ShardMonitor(VariableShard& shard, const ShardListener& listener,
 
 void ShardMonitor::snapshot(bool with_variables, std::function<void(ShardSnapshot)> done) {
   auto uptime = std::chrono::steady_clock::now() - started_;
-  ShardSnapshot base{id_, {}, {}, listener_.connections(),
-                     std::chrono::duration<double>(uptime).count()};
+  ShardSnapshot base{
+      id_, {}, {}, listener_.connections(), std::chrono::duration<double>(uptime).count()};
   shard_.stats([this, base, with_variables, done = std::move(done)](ShardStats stats) mutable {
     base.stats = std::move(stats);
     if (!with_variables) return done(std::move(base));

@@ -20,8 +20,8 @@ class ShardMonitor {
   // `shard`, `listener` and `config` outlive the monitor; destroy it before stopping the
   // actors' io_context (a snapshot in flight then answers nobody, harmlessly).
   // Throws psched::Error naming the address when it cannot be bound.
-  ShardMonitor(VariableShard& shard, const ShardListener& listener,
-               const DeploymentConfig& config, ShardId id);
+  ShardMonitor(VariableShard& shard, const ShardListener& listener, const DeploymentConfig& config,
+               ShardId id);
 
   uint16_t port() const { return server_.port(); }
 

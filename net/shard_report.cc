@@ -28,16 +28,18 @@ json histogram_json(const Histogram& histogram) {
 json errors_json(const ShardStats& stats) {
   json by_code = json::object();
   for (size_t i = 0; i < kErrorCodeCount; ++i)
-    if (stats.errors[i] != 0) by_code[std::string(to_string(static_cast<ErrorCode>(i)))] = stats.errors[i];
+    if (stats.errors[i] != 0)
+      by_code[std::string(to_string(static_cast<ErrorCode>(i)))] = stats.errors[i];
   return by_code;
 }
 
 json recent_errors_json(const ShardStats& stats) {
   json recent = json::array();
   for (const RecentError& e : stats.recent_errors)
-    recent.push_back({{"time", fmt::format("{:%FT%TZ}", std::chrono::floor<std::chrono::seconds>(e.time))},
-                      {"code", to_string(e.code)},
-                      {"message", e.message}});
+    recent.push_back(
+        {{"time", fmt::format("{:%FT%TZ}", std::chrono::floor<std::chrono::seconds>(e.time))},
+         {"code", to_string(e.code)},
+         {"message", e.message}});
   return recent;
 }
 
@@ -75,8 +77,8 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   out.histogram("psched_shard_poll_wait_seconds", shard, s.poll_wait_seconds);
   single(out, "psched_shard_waiting_polls", MetricType::gauge,
          "Polls waiting for an update to be applied.", shard, double(s.polls_waiting));
-  single(out, "psched_shard_variables", MetricType::gauge, "Variable parts the shard holds.",
-         shard, double(s.variables));
+  single(out, "psched_shard_variables", MetricType::gauge, "Variable parts the shard holds.", shard,
+         double(s.variables));
   single(out, "psched_shard_connected_workers", MetricType::gauge,
          "Open RPC connections (one per connected worker).", shard, double(snapshot.connections));
   out.family("psched_shard_errors_total", MetricType::counter,
@@ -95,7 +97,8 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
   const ShardStats& s = snapshot.stats;
   json variables = json::array();
   for (const VariableStatus& v : snapshot.variables)
-    variables.push_back({{"name", v.name}, {"begin", v.part.begin}, {"end", v.part.end}, {"step", v.step}});
+    variables.push_back(
+        {{"name", v.name}, {"begin", v.part.begin}, {"end", v.part.end}, {"step", v.step}});
   return {{"shard", snapshot.id.value},
           {"uptime_seconds", snapshot.uptime_seconds},
           {"config", config_json(config)},

@@ -29,6 +29,13 @@ void set_value(Results results, const ValueResult& r) {
   results.setAppliedStep(r.step);
 }
 
+// The exception that answers a request the service refused before it reached the shard,
+// which counts it for the operator view.
+kj::Exception refuse(ShardEndpoint& endpoint, std::exception_ptr error) {
+  endpoint.shard.report_error(error);
+  return to_kj_exception(error);
+}
+
 }  // namespace
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -44,14 +51,18 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
   auto token = params.getToken();
   if (!config.auth_token.empty() &&
       !constant_time_equal(std::string_view(token.cStr(), token.size()), config.auth_token))
-    return to_kj_exception(std::make_exception_ptr(
-        Error(ErrorCode::bad_token,
-              fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value))));
+    return refuse(
+        endpoint_,
+        std::make_exception_ptr(Error(
+            ErrorCode::bad_token,
+            fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value))));
   if (params.getWorkerId() >= config.workers)
-    return to_kj_exception(std::make_exception_ptr(
-        Error(ErrorCode::invalid_argument,
-              fmt::format("connect rejected: worker id {} is not below the job's {} workers",
-                          params.getWorkerId(), config.workers))));
+    return refuse(
+        endpoint_,
+        std::make_exception_ptr(
+            Error(ErrorCode::invalid_argument,
+                  fmt::format("connect rejected: worker id {} is not below the job's {} workers",
+                              params.getWorkerId(), config.workers))));
 
   auto results = context.getResults();
   results.setSession(kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId())));
@@ -82,7 +93,7 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
     spec = from_wire(params.getSpec(), endpoint_.config.optimizer,
                      endpoint_.config.limits.max_name_bytes);
   } catch (...) {
-    return to_kj_exception(std::current_exception());
+    return refuse(endpoint_, std::current_exception());
   }
   auto initial = params.getInitialValue();
   auto [promise, f] = cross_thread_promise<std::pair<VariableId, bool>>();
@@ -124,7 +135,7 @@ kj::Promise<void> SessionService::push(PushContext context) {
                          });
     return kj::mv(promise);
   } catch (...) {
-    return to_kj_exception(std::current_exception());
+    return refuse(endpoint_, std::current_exception());
   }
 }
 
@@ -146,7 +157,7 @@ kj::Promise<void> SessionService::poll(PollContext context) {
           if (alive.lock()) shard.withdraw_poll(ticket);
         }));
   } catch (...) {
-    return to_kj_exception(std::current_exception());
+    return refuse(endpoint_, std::current_exception());
   }
 }
 
@@ -158,7 +169,7 @@ kj::Promise<void> SessionService::pull(PullContext context) {
     endpoint_.shard.pull(VariableId(params.getVariable()), r, value_reply(f));
     return promise.then([context](ValueResult r) mutable { set_value(context.getResults(), r); });
   } catch (...) {
-    return to_kj_exception(std::current_exception());
+    return refuse(endpoint_, std::current_exception());
   }
 }
 
