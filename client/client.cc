@@ -150,7 +150,8 @@ SchedulerStats Client::scheduler_stats() {
 }
 
 void Client::stats(std::function<void(WorkerStats)> reply) {
-  WorkerStats stats{options_.worker, {}, {}};
+  WorkerStats stats;
+  stats.worker = options_.worker;
   {
     std::lock_guard lock(pushes_mutex_);
     stats.iteration_seconds = iteration_seconds_;

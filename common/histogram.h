@@ -16,9 +16,11 @@ inline constexpr std::array<double, 14> kLatencyBucketsSeconds = {
 
 class Histogram {
  public:
+  // Buckets for latencies, kLatencyBucketsSeconds.
+  Histogram() : Histogram(kLatencyBucketsSeconds) {}
   // `upper_bounds` ascending; a last bucket (+Inf) is implied. The bounds must outlive the
   // histogram and its copies (use static arrays such as kLatencyBucketsSeconds).
-  explicit Histogram(std::span<const double> upper_bounds = kLatencyBucketsSeconds);
+  explicit Histogram(std::span<const double> upper_bounds);
 
   void observe(double value);
 

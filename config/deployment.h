@@ -31,7 +31,7 @@ struct ListenAddress {
 struct ShardConfig {
   ListenAddress listen;
   // The operator view (metrics, status, dashboard). Default: loopback, the listen port + 1000.
-  ListenAddress http;
+  ListenAddress http = {};
 };
 
 struct SchedulerConfig {

@@ -1,6 +1,7 @@
 #include "net/http_server.h"
 
 #include <array>
+#include <optional>
 #include <set>
 
 #include "common/asio.h"  // first: it fixes Boost 1.74's Asio includes
@@ -19,7 +20,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-constexpr std::string_view kServerName = "psched";
+constexpr const char* kServerName = "psched";
 
 }  // namespace
 

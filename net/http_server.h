@@ -61,8 +61,9 @@ class HttpServer {
   // The bound port (the one asked for, or the kernel's pick for port 0).
   uint16_t port() const;
 
+  struct State;  // the acceptor, routes and sessions (http_server.cc)
+
  private:
-  struct State;
   std::unique_ptr<State> state_;
   std::thread thread_;
 };
