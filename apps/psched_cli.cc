@@ -79,7 +79,7 @@ int status(const std::string& config_file) {
     std::optional<json> s = fetch_status(config.shards[i].http);
     if (!s) {
       all_up = false;
-      fmt::print("{:<5} {:<6} {:<21}\n", i, "down", http);
+      fmt::print("{:<5} {:<6} {}\n", i, "down", http);
       continue;
     }
     fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>11} {:>7}\n", i, "up", http,

@@ -197,13 +197,14 @@ def parse_metrics(text):
         families[family]["samples"].append((name, labels, value))
     for name, family in families.items():
         check(name.startswith("psched_"), f"{name}: not in the psched_ namespace")
-        check(family["samples"], f"{name}: a family without samples")
+        check("type" in family, f"{name}: # HELP without # TYPE")
         if family["type"] == "counter":
             check(name.endswith("_total"), f"counter {name} does not end in _total")
         else:
             check(not name.endswith("_total"), f"{family['type']} {name} ends in _total")
         if family["type"] == "histogram":
             check(name.endswith(UNITS), f"histogram {name} has no unit suffix")
+            check(family["samples"], f"histogram {name} without samples")
             check_histogram(name, family["samples"])
         for unit in ("milliseconds", "microseconds", "kilobytes", "megabytes"):
             check(unit not in name, f"{name}: use base units")
@@ -234,7 +235,7 @@ def check_histogram(name, samples):
 
 
 def value(families, name, shard, **labels):
-    for sample_name, sample_labels, v in families[name]["samples"]:
+    for sample_name, sample_labels, v in families[family_of(name, families)]["samples"]:
         if sample_name == name and sample_labels == {"shard": str(shard), **labels}:
             return v
     fail(f"no sample {name} for shard {shard} {labels}")
