@@ -8,12 +8,10 @@ std::string worker_metrics_text(const WorkerStats& stats) {
   const SchedulerStats& s = stats.scheduler;
   const MetricLabels worker = {{"worker", std::to_string(stats.worker.value)}};
   PrometheusText out;
-  out.family("psched_worker_credit_bytes", MetricType::gauge,
-             "The credit window: bytes allowed in flight.");
-  out.sample("psched_worker_credit_bytes", worker, double(s.credit_bytes));
-  out.family("psched_worker_credit_in_use_bytes", MetricType::gauge,
-             "Credit held now by partitions in flight.");
-  out.sample("psched_worker_credit_in_use_bytes", worker, double(s.bytes_in_flight));
+  out.single("psched_worker_credit_bytes", MetricType::gauge,
+             "The credit window: bytes allowed in flight.", worker, double(s.credit_bytes));
+  out.single("psched_worker_credit_in_use_bytes", MetricType::gauge,
+             "Credit held now by partitions in flight.", worker, double(s.bytes_in_flight));
   out.family("psched_worker_queued_partitions", MetricType::gauge,
              "Partitions waiting for credit, by priority (lower goes first).");
   for (const auto& [priority, count] : s.queued_by_priority) {
@@ -21,12 +19,11 @@ std::string worker_metrics_text(const WorkerStats& stats) {
     labels.emplace_back("priority", std::to_string(priority));
     out.sample("psched_worker_queued_partitions", labels, double(count));
   }
-  out.family("psched_worker_started_partitions_total", MetricType::counter,
-             "Partitions the scheduler started.");
-  out.sample("psched_worker_started_partitions_total", worker, double(s.started_tasks));
-  out.family("psched_worker_finished_partitions_total", MetricType::counter,
-             "Partitions whose fresh value came back (or that failed).");
-  out.sample("psched_worker_finished_partitions_total", worker, double(s.finished_tasks));
+  out.single("psched_worker_started_partitions_total", MetricType::counter,
+             "Partitions the scheduler started.", worker, double(s.started_tasks));
+  out.single("psched_worker_finished_partitions_total", MetricType::counter,
+             "Partitions whose fresh value came back (or that failed).", worker,
+             double(s.finished_tasks));
   out.family("psched_worker_iteration_seconds", MetricType::histogram,
              "Time between the first pushes of consecutive steps.");
   out.histogram("psched_worker_iteration_seconds", worker, stats.iteration_seconds);

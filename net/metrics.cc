@@ -52,6 +52,12 @@ void PrometheusText::family(std::string_view name, MetricType type, std::string_
       fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name, type_name(type));
 }
 
+void PrometheusText::single(std::string_view name, MetricType type, std::string_view help,
+                            const MetricLabels& labels, double value) {
+  family(name, type, help);
+  sample(name, labels, value);
+}
+
 void PrometheusText::sample(std::string_view name, const MetricLabels& labels, double value) {
   text_ += name;
   for (size_t i = 0; i < labels.size(); ++i)

@@ -31,6 +31,9 @@ class PrometheusText {
  public:
   // Starts a family: its # HELP and # TYPE lines.
   void family(std::string_view name, MetricType type, std::string_view help);
+  // A family with one sample: its HELP and TYPE lines, then the sample.
+  void single(std::string_view name, MetricType type, std::string_view help,
+              const MetricLabels& labels, double value);
   // One sample line `name{labels} value`.
   void sample(std::string_view name, const MetricLabels& labels, double value);
   // A histogram family's samples: cumulative `name_bucket{le=...}` up to +Inf, `name_sum`,

@@ -10,13 +10,6 @@ namespace {
 
 using nlohmann::json;
 
-// A counter or gauge family with the one sample of this shard.
-void single(PrometheusText& out, std::string_view name, MetricType type, std::string_view help,
-            const MetricLabels& shard, double value) {
-  out.family(name, type, help);
-  out.sample(name, shard, value);
-}
-
 json histogram_json(const Histogram& histogram) {
   json buckets = json::array();
   std::vector<uint64_t> cumulative = histogram.cumulative_counts();
@@ -62,25 +55,26 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   const ShardStats& s = snapshot.stats;
   const MetricLabels shard = {{"shard", std::to_string(snapshot.id.value)}};
   PrometheusText out;
-  single(out, "psched_shard_received_bytes_total", MetricType::counter,
-         "Gradient payload bytes the shard accepted.", shard, double(s.bytes_received));
-  single(out, "psched_shard_sent_bytes_total", MetricType::counter,
-         "Parameter value bytes the shard answered to polls and pulls.", shard,
-         double(s.bytes_sent));
-  single(out, "psched_shard_partitions_applied_total", MetricType::counter,
-         "Partition updates the shard applied.", shard, double(s.partitions_applied));
+  out.single("psched_shard_received_bytes_total", MetricType::counter,
+             "Gradient payload bytes the shard accepted.", shard, double(s.bytes_received));
+  out.single("psched_shard_sent_bytes_total", MetricType::counter,
+             "Parameter value bytes the shard answered to polls and pulls.", shard,
+             double(s.bytes_sent));
+  out.single("psched_shard_partitions_applied_total", MetricType::counter,
+             "Partition updates the shard applied.", shard, double(s.partitions_applied));
   out.family("psched_shard_apply_seconds", MetricType::histogram,
              "Time to validate and apply (sync: sum) one accepted push.");
   out.histogram("psched_shard_apply_seconds", shard, s.apply_seconds);
   out.family("psched_shard_poll_wait_seconds", MetricType::histogram,
              "Time from a poll's arrival to its answer.");
   out.histogram("psched_shard_poll_wait_seconds", shard, s.poll_wait_seconds);
-  single(out, "psched_shard_waiting_polls", MetricType::gauge,
-         "Polls waiting for an update to be applied.", shard, double(s.polls_waiting));
-  single(out, "psched_shard_variables", MetricType::gauge, "Variable parts the shard holds.", shard,
-         double(s.variables));
-  single(out, "psched_shard_connected_workers", MetricType::gauge,
-         "Open RPC connections (one per connected worker).", shard, double(snapshot.connections));
+  out.single("psched_shard_waiting_polls", MetricType::gauge,
+             "Polls waiting for an update to be applied.", shard, double(s.polls_waiting));
+  out.single("psched_shard_variables", MetricType::gauge, "Variable parts the shard holds.", shard,
+             double(s.variables));
+  out.single("psched_shard_connected_workers", MetricType::gauge,
+             "Open RPC connections (one per connected worker).", shard,
+             double(snapshot.connections));
   out.family("psched_shard_errors_total", MetricType::counter,
              "Requests the shard failed, by error code.");
   for (size_t i = 0; i < kErrorCodeCount; ++i) {
@@ -88,8 +82,8 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
     labels.emplace_back("code", std::string(to_string(static_cast<ErrorCode>(i))));
     out.sample("psched_shard_errors_total", labels, double(s.errors[i]));
   }
-  single(out, "psched_process_uptime_seconds", MetricType::gauge,
-         "Seconds since the server process started.", {}, snapshot.uptime_seconds);
+  out.single("psched_process_uptime_seconds", MetricType::gauge,
+             "Seconds since the server process started.", {}, snapshot.uptime_seconds);
   return out.text();
 }
 
