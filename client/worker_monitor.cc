@@ -53,12 +53,16 @@ HttpRoutes worker_routes(Client& client) {
   HttpRoutes routes;
   routes["/metrics"] = [&client](const HttpRequest&, HttpRespond respond) {
     client.stats([respond](WorkerStats s) {
-      respond({200, std::string(kPrometheusContentType), worker_metrics_text(s)});
+      respond({200, std::string(kPrometheusContentType), {}, [s = std::move(s)] {
+                 return worker_metrics_text(s);
+               }});
     });
   };
   routes["/status"] = [&client](const HttpRequest&, HttpRespond respond) {
     client.stats([respond](WorkerStats s) {
-      respond({200, "application/json", worker_status_json(s).dump()});
+      respond({200, "application/json", {}, [s = std::move(s)] {
+                 return worker_status_json(s).dump();
+               }});
     });
   };
   return routes;

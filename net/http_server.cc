@@ -67,7 +67,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     // Read-only data on an operator's network: the dashboard of one shard reads the others'.
     response->set(http::field::access_control_allow_origin, "*");
     if (answer.status == 405) response->set(http::field::allow, "GET");
-    response->body() = std::move(answer.body);
+    response->body() = answer.render_body ? answer.render_body() : std::move(answer.body);
     response->keep_alive(keep_alive_);
     response->prepare_payload();
     stream_.expires_after(state_.limits.read_timeout);

@@ -33,6 +33,9 @@ struct HttpResponse {
   unsigned status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  // When set, makes the body on the server's thread: a handler answering from an actor's
+  // strand hands over its snapshot and leaves the rendering off the strand.
+  std::function<std::string()> render_body = {};
 };
 
 // Answers one request; call it exactly once, from any thread.

@@ -17,27 +17,33 @@ void ShardMonitor::snapshot(bool with_variables, std::function<void(ShardSnapsho
   auto uptime = std::chrono::steady_clock::now() - started_;
   ShardSnapshot base{
       id_, {}, {}, listener_.connections(), std::chrono::duration<double>(uptime).count()};
-  shard_.stats([this, base, with_variables, done = std::move(done)](ShardStats stats) mutable {
-    base.stats = std::move(stats);
-    if (!with_variables) return done(std::move(base));
-    shard_.variables(kStatusVariables, [base = std::move(base), done = std::move(done)](
-                                           std::vector<VariableStatus> variables) mutable {
-      base.variables = std::move(variables);
-      done(std::move(base));
-    });
-  });
+  // The replies may run after the monitor is gone: they capture nothing of it.
+  shard_.stats(
+      [&shard = shard_, base, with_variables, done = std::move(done)](ShardStats stats) mutable {
+        base.stats = std::move(stats);
+        if (!with_variables) return done(std::move(base));
+        shard.variables(kStatusVariables, [base = std::move(base), done = std::move(done)](
+                                              std::vector<VariableStatus> variables) mutable {
+          base.variables = std::move(variables);
+          done(std::move(base));
+        });
+      });
 }
 
 HttpRoutes ShardMonitor::routes() {
   HttpRoutes routes;
   routes["/metrics"] = [this](const HttpRequest&, HttpRespond respond) {
     snapshot(false, [respond](ShardSnapshot s) {
-      respond({200, std::string(kPrometheusContentType), shard_metrics_text(s)});
+      respond({200, std::string(kPrometheusContentType), {}, [s = std::move(s)] {
+                 return shard_metrics_text(s);
+               }});
     });
   };
   routes["/status"] = [this](const HttpRequest&, HttpRespond respond) {
-    snapshot(true, [this, respond](ShardSnapshot s) {
-      respond({200, "application/json", shard_status_json(s, config_).dump()});
+    snapshot(true, [&config = config_, respond](ShardSnapshot s) {
+      respond({200, "application/json", {}, [s = std::move(s), &config] {
+                 return shard_status_json(s, config).dump();
+               }});
     });
   };
   routes["/"] = [](const HttpRequest&, HttpRespond respond) {

@@ -27,6 +27,7 @@ class ShardMonitor {
 
  private:
   // Calls `done` on the shard's strand with a snapshot; variables only when `with_variables`.
+  // `done` may run after the monitor is destroyed.
   void snapshot(bool with_variables, std::function<void(ShardSnapshot)> done);
   HttpRoutes routes();
 
