@@ -43,6 +43,7 @@ void GradientPusher::push(VariableHandle handle, Step step, std::span<const std:
           fmt::format("push rejected: no variable with handle {} is registered", handle.value))));
       return;
     }
+    if (tuner_) observe_step(step);
     const VariablePlan& plan = it->second;
     if (gradient.size() != plan.elements * element_bytes(plan.dtype)) {
       done(std::make_exception_ptr(
@@ -74,6 +75,47 @@ void GradientPusher::push(VariableHandle handle, Step step, std::span<const std:
 
 void GradientPusher::set_partition_bytes(uint64_t bytes) {
   dispatch([this, bytes] { partition_bytes_ = bytes; });
+}
+
+void GradientPusher::enable_autotune(TuningPoint start, AutotunerOptions options) {
+  dispatch([this, start, options] {
+    tuner_.emplace(start, options);
+    partition_bytes_ = tuner_->current().partition_bytes;
+    scheduler_.set_credit(tuner_->current().credit_bytes);
+  });
+}
+
+void GradientPusher::tuning(std::function<void(TuningState)> reply) {
+  dispatch([this, reply = std::move(reply)] {
+    TuningState state;
+    if (tuner_) {
+      state = {true,
+               tuner_->current(),
+               tuner_->converged(),
+               tuner_->searches(),
+               tuner_->tuned_seconds(),
+               iterations_,
+               converged_after_};
+    }
+    reply(state);
+  });
+}
+
+void GradientPusher::observe_step(Step step) {
+  if (step <= latest_step_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (latest_step_ != 0) {
+    ++iterations_;
+    double seconds = std::chrono::duration<double>(now - latest_step_start_).count();
+    bool was_converged = tuner_->converged();
+    if (auto change = tuner_->observe(seconds)) {
+      partition_bytes_ = change->partition_bytes;
+      scheduler_.set_credit(change->credit_bytes);
+    }
+    if (tuner_->converged() && !was_converged) converged_after_ = iterations_;
+  }
+  latest_step_ = step;
+  latest_step_start_ = now;
 }
 
 void GradientPusher::task_done(uint64_t task_id, std::exception_ptr error) {

@@ -6,15 +6,18 @@
 // the trainer's parameter memory.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "actors/actor.h"
+#include "actors/autotuner.h"
 #include "actors/partition_task.h"
 #include "actors/scheduler.h"
 
@@ -42,6 +45,17 @@ struct VariablePlan {
   std::byte* value = nullptr;
 };
 
+// What the autotuner is doing, for reports.
+struct TuningState {
+  bool enabled = false;
+  TuningPoint current;
+  bool converged = false;
+  int searches = 0;
+  double tuned_seconds = 0;
+  uint64_t iterations = 0;       // iteration times measured so far
+  uint64_t converged_after = 0;  // `iterations` when the latest search converged (0: not yet)
+};
+
 class GradientPusher : public Actor {
  public:
   // Runs on the pusher's strand with null or the first failure among the partitions.
@@ -59,8 +73,13 @@ class GradientPusher : public Actor {
   // runs. An unregistered handle fails
   // with Error(unknown_variable); a variable of 0 elements completes at once.
   void push(VariableHandle handle, Step step, std::span<const std::byte> gradient, PushDone done);
-  // Changes the partition size for pushes from now on (the tuner).
+  // Changes the partition size for pushes from now on.
   void set_partition_bytes(uint64_t bytes);
+  // Tunes partition_bytes and the scheduler's credit from now on (actors/autotuner.h),
+  // starting from `start`. An iteration ends where the first push of a new step arrives.
+  void enable_autotune(TuningPoint start, AutotunerOptions options = {});
+  // Calls `reply` on the strand with the tuner's state.
+  void tuning(std::function<void(TuningState)> reply);
   // The scheduler's report for one task (any thread).
   void task_done(uint64_t task_id, std::exception_ptr error);
 
@@ -80,6 +99,9 @@ class GradientPusher : public Actor {
     PushDone done;
   };
 
+  // A push of `step` arrived: feeds the tuner an iteration time when it starts a new step.
+  void observe_step(Step step);
+
   Scheduler& scheduler_;
   // Strand-owned state:
   uint64_t partition_bytes_;
@@ -88,6 +110,12 @@ class GradientPusher : public Actor {
   std::unordered_map<VariableHandle, VariablePlan> variables_;
   std::unordered_map<uint64_t, uint64_t> push_of_task_;  // task id -> push id
   std::unordered_map<uint64_t, PendingPush> pushes_;     // push id -> progress
+  // Autotuning (when enabled): the latest step pushed and when its first push came.
+  std::optional<Autotuner> tuner_;
+  Step latest_step_ = 0;
+  std::chrono::steady_clock::time_point latest_step_start_;
+  uint64_t iterations_ = 0;
+  uint64_t converged_after_ = 0;
 };
 
 }  // namespace psched

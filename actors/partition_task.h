@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/placement.h"
@@ -34,11 +36,13 @@ using TaskDone = std::function<void(std::exception_ptr)>;
 
 // What a transport reports about one task, from any thread.
 struct TaskCallbacks {
-  // The partition no longer needs its credit although its fresh value is not back yet. Sync
-  // mode calls it on the push's receipt: a poll there waits for every worker, and credit held
-  // through it would let two workers each hold the credit the other needs to send what the
-  // other waits for. At most once, before `done`; when never called, `done` frees the credit.
-  std::function<void()> credit_free;
+  // The shard acknowledged the push (validated, and applied or accumulated). At most once,
+  // before `done`; never when the push failed. The scheduler may free the task's credit here
+  // (sync mode: see Scheduler::set_free_credit_on_receipt).
+  std::function<void()> receipt;
+  // The shard's wall clock (ns since the Unix epoch) when it found the fresh value ready, for
+  // traces. At most once, before `done`; optional for transports.
+  std::function<void(int64_t applied_at_ns)> applied;
   // The fresh value is in place (null) or the task failed. Exactly once.
   TaskDone done;
 };
@@ -50,6 +54,12 @@ class PartitionTransport {
   // `task.step` into task.fresh_value, reporting through `callbacks`. The task's pointers stay
   // valid until `callbacks.done` runs.
   virtual void start(const PartitionTask& task, TaskCallbacks callbacks) = 0;
+  // The same for several small partitions bound for one shard, sent as one message each way
+  // where the transport can (tensor fusion); each task still reports through its own
+  // callbacks. `callbacks[i]` belongs to `tasks[i]`. By default, one start() per task.
+  virtual void start_fused(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) {
+    for (size_t i = 0; i < tasks.size(); ++i) start(tasks[i], std::move(callbacks[i]));
+  }
 };
 
 }  // namespace psched

@@ -1,6 +1,7 @@
 #include "actors/scheduler.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "common/check.h"
@@ -54,6 +55,14 @@ void Scheduler::set_credit(uint64_t credit_bytes) {
   });
 }
 
+void Scheduler::set_fusion_bytes(uint64_t bytes) {
+  dispatch([this, bytes] { fusion_bytes_ = bytes; });
+}
+
+void Scheduler::set_free_credit_on_receipt(bool on_receipt) {
+  dispatch([this, on_receipt] { free_credit_on_receipt_ = on_receipt; });
+}
+
 void Scheduler::stats(std::function<void(SchedulerStats)> reply) {
   dispatch([this, reply = std::move(reply)] {
     SchedulerStats now = stats_;
@@ -72,60 +81,142 @@ void Scheduler::take_records(std::function<void(std::vector<TaskRecord>)> reply)
 }
 
 void Scheduler::start_ready() {
-  // The transport may finish a task synchronously inside start(); its completion is posted, so
-  // the queue only changes here (or in a nested enqueue, which leaves it consistent). Nothing
-  // that points into the queue is kept across start().
-  while (!queue_.empty()) {
-    if (!fits(queue_.top().task.bytes, stats_.bytes_in_flight, credit_bytes_)) return;
-    Queued best = queue_.top();
+  // The transport may finish a task synchronously inside launch(); its completion is posted,
+  // so the queue only changes here (or in a nested enqueue, which leaves it consistent).
+  // Nothing that points into the queue is kept across launch().
+  while (!queue_.empty() && fits(queue_.top().task.bytes, stats_.bytes_in_flight, credit_bytes_))
+    start_next();
+}
+
+void Scheduler::start_next() {
+  Queued best = queue_.top();
+  queue_.pop();
+  if (!fusable(best.task)) {
+    admit(best, 0);
+    launch({best.task});
+    return;
+  }
+  // The run of fusable tasks that would start now anyway, in order, grouped by shard. A group
+  // that is full is sent at once and its shard starts a new one.
+  std::vector<std::vector<Queued>> groups;
+  std::unordered_map<ShardId, size_t> open;  // shard -> its group still being filled
+  std::unordered_map<ShardId, uint64_t> open_bytes;
+  std::vector<size_t> order;  // groups by their first task's start
+  auto add = [&](Queued q) {
+    auto it = open.find(q.task.shard);
+    if (it == open.end() || open_bytes[q.task.shard] + q.task.bytes > fusion_bytes_ ||
+        groups[it->second].size() == kMaxFusedTasks) {
+      open[q.task.shard] = groups.size();
+      open_bytes[q.task.shard] = 0;
+      order.push_back(groups.size());
+      groups.emplace_back();
+    }
+    open_bytes[q.task.shard] += q.task.bytes;
+    groups[open[q.task.shard]].push_back(std::move(q));
+  };
+  uint64_t gathered = best.task.bytes;
+  add(std::move(best));
+  while (!queue_.empty() && fusable(queue_.top().task) &&
+         fits(queue_.top().task.bytes, stats_.bytes_in_flight + gathered, credit_bytes_)) {
+    gathered += queue_.top().task.bytes;
+    add(queue_.top());
     queue_.pop();
-    auto same_priority = stats_.queued_by_priority.find(best.task.priority);
-    if (--same_priority->second == 0) stats_.queued_by_priority.erase(same_priority);
-    start(std::move(best));
+  }
+  for (size_t g : order) {
+    std::vector<PartitionTask> tasks;
+    for (const Queued& q : groups[g]) {
+      admit(q, static_cast<uint32_t>(groups[g].size() - 1));
+      tasks.push_back(q.task);
+    }
+    if (tasks.size() > 1) {
+      ++stats_.fused_messages;
+      stats_.fused_tasks += tasks.size();
+    }
+    launch(std::move(tasks));
   }
 }
 
-void Scheduler::start(Queued queued) {
+void Scheduler::admit(const Queued& queued, uint32_t fused_with) {
   const PartitionTask& task = queued.task;
+  auto same_priority = stats_.queued_by_priority.find(task.priority);
+  if (--same_priority->second == 0) stats_.queued_by_priority.erase(same_priority);
   stats_.bytes_in_flight += task.bytes;
   stats_.max_bytes_in_flight = std::max(stats_.max_bytes_in_flight, stats_.bytes_in_flight);
   ++stats_.started_tasks;
-  TaskRecord record{
-      task.id, stats_.started_tasks - 1, task.priority, task.bytes, queued.queued, Clock::now(),
-      {}};
-  credit_held_.emplace(task.id, task.bytes);
-  // The callbacks may run on any thread, even inside start(): always hop, never run inline.
-  auto done = [this, record](std::exception_ptr error) {
-    post([this, record, error] { finished(record, error); });
+  TaskRecord record{.task_id = task.id,
+                    .start_index = stats_.started_tasks - 1,
+                    .priority = task.priority,
+                    .bytes = task.bytes,
+                    .shard = task.shard,
+                    .range = task.range,
+                    .fused_with = fused_with,
+                    .queued = queued.queued,
+                    .started = Clock::now(),
+                    .receipt = {},
+                    .applied = {},
+                    .finished = {}};
+  in_flight_.emplace(task.id, InFlight{record, true});
+}
+
+void Scheduler::launch(std::vector<PartitionTask> tasks) {
+  // The callbacks may run on any thread, even inside the transport's start: always hop.
+  auto done_of = [this](uint64_t id, std::shared_ptr<int64_t> applied_at) -> TaskDone {
+    return [this, id, applied_at](std::exception_ptr error) {
+      post([this, id, error, applied_at] { finished(id, error, applied_at ? *applied_at : 0); });
+    };
   };
-  auto credit_free = [this, id = task.id] { post([this, id] { free_credit(id); }); };
+  std::vector<uint64_t> ids;
+  std::vector<TaskCallbacks> callbacks;
+  for (const PartitionTask& task : tasks) {
+    uint64_t id = task.id;
+    ids.push_back(id);
+    // Set before `done` runs, read after its hop: the post orders the two.
+    auto applied_at = std::make_shared<int64_t>(0);
+    callbacks.push_back({.receipt = [this, id] { post([this, id] { received(id); }); },
+                         .applied = [applied_at](int64_t ns) { *applied_at = ns; },
+                         .done = done_of(id, applied_at)});
+  }
   try {
-    transport_.start(task, {credit_free, done});
+    if (tasks.size() == 1)
+      transport_.start(tasks[0], std::move(callbacks[0]));
+    else
+      transport_.start_fused(std::move(tasks), std::move(callbacks));
   } catch (...) {
-    // A transport that throws instead of calling `done` failed the task.
-    done(std::current_exception());
+    // A transport that throws instead of calling `done` failed the tasks; finished() ignores
+    // a second report of a task it already reported.
+    for (uint64_t id : ids) done_of(id, nullptr)(std::current_exception());
   }
 }
 
-void Scheduler::release_credit(uint64_t task_id) {
-  auto held = credit_held_.find(task_id);
-  if (held == credit_held_.end()) return;
-  PSCHED_REQUIRE(held->second <= stats_.bytes_in_flight, task_id, held->second,
-                 stats_.bytes_in_flight);
-  stats_.bytes_in_flight -= held->second;
-  credit_held_.erase(held);
+void Scheduler::release_credit(InFlight& task) {
+  if (!task.holds_credit) return;
+  PSCHED_REQUIRE(task.record.bytes <= stats_.bytes_in_flight, task.record.task_id,
+                 task.record.bytes, stats_.bytes_in_flight);
+  stats_.bytes_in_flight -= task.record.bytes;
+  task.holds_credit = false;
 }
 
-void Scheduler::free_credit(uint64_t task_id) {
-  release_credit(task_id);
+void Scheduler::received(uint64_t task_id) {
+  auto it = in_flight_.find(task_id);
+  if (it == in_flight_.end()) return;
+  it->second.record.receipt = Clock::now();
+  if (!free_credit_on_receipt_) return;
+  release_credit(it->second);
   start_ready();
 }
 
-void Scheduler::finished(TaskRecord record, std::exception_ptr error) {
-  uint64_t task_id = record.task_id;
-  release_credit(task_id);
+void Scheduler::finished(uint64_t task_id, std::exception_ptr error, int64_t applied_at_ns) {
+  auto it = in_flight_.find(task_id);
+  if (it == in_flight_.end()) return;  // reported twice: the first report counted
+  release_credit(it->second);
+  TaskRecord record = it->second.record;
+  in_flight_.erase(it);
   ++stats_.finished_tasks;
   record.finished = Clock::now();
+  if (applied_at_ns != 0) {
+    auto wall_now = std::chrono::system_clock::now().time_since_epoch();
+    record.applied = record.finished - (wall_now - std::chrono::nanoseconds(applied_at_ns));
+  }
   if (records_.size() == kMaxRecords) records_.pop_front();
   records_.push_back(record);
   if (on_task_done_) on_task_done_(task_id, error);

@@ -3,10 +3,16 @@
 // One queue of partition tasks per worker and one credit window. A task starts when it is the
 // best queued task (policy `priority`: lowest priority value, then arrival; policy `fifo`:
 // arrival only) and its bytes fit in the credit left; the credit is held from the start until
-// the transport reports the fresh value back (or, in sync mode, the push's receipt: see
-// TaskCallbacks::credit_free). Bytes in flight never exceed credit_bytes, except
-// that a single task larger than the whole credit starts alone when nothing is in flight.
-// Strict order: a smaller task never overtakes a better one that is waiting for credit.
+// the transport reports the fresh value back (or the push's receipt, in sync mode: see
+// set_free_credit_on_receipt). Bytes in flight never exceed credit_bytes, except that a single
+// task larger than the whole credit starts alone when nothing is in flight. Strict order: a
+// smaller task never overtakes a better one that is waiting for credit.
+//
+// Tensor fusion: tasks smaller than fusion_bytes that start at the same moment (the next ones
+// in order, all fitting in the credit) are handed to the transport together, grouped by shard
+// into messages of at most fusion_bytes. Fusion never changes which tasks start or in what
+// order; it only saves per-message costs when small tasks queue up. A lone small task on an
+// idle link starts at once, unfused.
 #pragma once
 
 #include <chrono>
@@ -31,7 +37,16 @@ struct TaskRecord {
   uint64_t start_index = 0;  // 0 for the first task this scheduler started, then 1, 2, ...
   Priority priority = 0;
   uint64_t bytes = 0;
-  std::chrono::steady_clock::time_point queued, started, finished;
+  ShardId shard;
+  ElementRange range;
+  uint32_t fused_with = 0;  // other tasks sent in the same message
+  std::chrono::steady_clock::time_point queued, started;
+  // The shard acknowledged the push; unset (epoch) when it did not.
+  std::chrono::steady_clock::time_point receipt;
+  // When the shard found the fresh value ready, from its wall clock moved onto this steady
+  // clock (exact on one machine, off by the clock skew across machines); unset when unknown.
+  std::chrono::steady_clock::time_point applied;
+  std::chrono::steady_clock::time_point finished;
 };
 
 struct SchedulerStats {
@@ -41,12 +56,16 @@ struct SchedulerStats {
   uint64_t queued_tasks = 0;         // waiting now (enqueued, not yet started)
   uint64_t started_tasks = 0;        // ever started
   uint64_t finished_tasks = 0;       // ever finished (failures included)
+  uint64_t fused_messages = 0;       // transport calls that carried more than one task
+  uint64_t fused_tasks = 0;          // tasks that went in those
   std::map<Priority, uint64_t> queued_by_priority;  // queued_tasks by task priority (no zeros)
 };
 
 class Scheduler : public Actor {
  public:
   static constexpr size_t kMaxRecords = 1 << 16;
+  // At most this many tasks share a fused message (bounds its header overhead).
+  static constexpr size_t kMaxFusedTasks = 256;
 
   // Runs on the scheduler's strand when a task finished (fresh value written) or failed.
   using OnTaskDone = std::function<void(uint64_t task_id, std::exception_ptr)>;
@@ -60,6 +79,12 @@ class Scheduler : public Actor {
   void enqueue(std::vector<PartitionTask> tasks);
   // Changes the credit window from now on (the tuner); tasks in flight keep their credit.
   void set_credit(uint64_t credit_bytes);
+  // Fuses tasks smaller than `bytes` into messages of at most `bytes` from now on; 0: never.
+  void set_fusion_bytes(uint64_t bytes);
+  // With true (sync mode), a task's credit is freed at its push's receipt rather than when its
+  // fresh value is back: a sync poll waits for every worker, and credit held through it would
+  // let two workers each hold the credit the other needs to send what the other waits for.
+  void set_free_credit_on_receipt(bool on_receipt);
   // Calls `reply` on the strand with the current figures.
   void stats(std::function<void(SchedulerStats)> reply);
   // Calls `reply` on the strand with the records of tasks finished since the last call (the
@@ -76,26 +101,40 @@ class Scheduler : public Actor {
     bool operator()(const Queued& a, const Queued& b) const;
   };
 
+  // A started task: its timeline so far, and whether it still holds its credit.
+  struct InFlight {
+    TaskRecord record;
+    bool holds_credit = true;
+  };
+
   // Starts queued tasks, best first, while the best one fits the credit left. On strand.
   void start_ready();
-  // Takes the credit and hands the task to the transport. On strand.
-  void start(Queued queued);
+  bool fusable(const PartitionTask& task) const { return task.bytes < fusion_bytes_; }
+  // Starts the best task and, if it is fusable, the fusable ones after it that fit, grouped
+  // by shard. Requires the best task to fit.
+  void start_next();
+  // Takes the task's credit and records its start.
+  void admit(const Queued& queued, uint32_t fused_with);
+  // Hands admitted tasks (one, or a fused group for one shard) to the transport.
+  void launch(std::vector<PartitionTask> tasks);
   // Gives the task's credit back if it still holds it. Idempotent.
-  void release_credit(uint64_t task_id);
-  // The transport's `credit_free`, after the hop back onto the strand: releases, starts more.
-  void free_credit(uint64_t task_id);
+  void release_credit(InFlight& task);
+  // The transport's `receipt`, after the hop back onto the strand.
+  void received(uint64_t task_id);
   // The transport's `done`, after the hop back onto the strand: frees the credit if still held.
-  void finished(TaskRecord record, std::exception_ptr error);
+  void finished(uint64_t task_id, std::exception_ptr error, int64_t applied_at_ns);
 
   PartitionTransport& transport_;
   OnTaskDone on_task_done_;
   // Strand-owned state:
   uint64_t credit_bytes_;
+  uint64_t fusion_bytes_ = 0;
+  bool free_credit_on_receipt_ = false;
   uint64_t next_sequence_ = 0;  // arrival counter, stamped on each task by enqueue
   std::priority_queue<Queued, std::vector<Queued>, Later> queue_;
   SchedulerStats stats_;
-  std::unordered_map<uint64_t, uint64_t> credit_held_;  // task id -> bytes, while held
-  std::deque<TaskRecord> records_;                      // the newest kMaxRecords finished tasks
+  std::unordered_map<uint64_t, InFlight> in_flight_;  // task id -> started, not finished
+  std::deque<TaskRecord> records_;                    // the newest kMaxRecords finished tasks
 };
 
 }  // namespace psched

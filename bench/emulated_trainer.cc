@@ -45,6 +45,7 @@ std::vector<double> EmulatedTrainer::run(int iterations, Clock::time_point epoch
   std::vector<double> starts;
   for (Step step = 1; step <= static_cast<Step>(iterations); ++step) {
     starts.push_back(since_epoch());
+    started_.store(static_cast<int>(step), std::memory_order_relaxed);
     for (size_t l = 0; l < tensors_.size(); ++l) forward(l, step);
     for (size_t l = tensors_.size(); l-- > 0;) backward(l, step);
   }

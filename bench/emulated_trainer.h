@@ -5,6 +5,7 @@
 // fresh values of iteration k-1, as a real trainer's would.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <vector>
 
@@ -24,6 +25,8 @@ class EmulatedTrainer {
   // Runs iterations 1..iterations and waits for the last one's fresh values; returns each
   // iteration's start, in seconds since `epoch`.
   std::vector<double> run(int iterations, Clock::time_point epoch);
+  // Iterations started so far by run() (any thread: for a progress display).
+  int started_iterations() const { return started_.load(std::memory_order_relaxed); }
 
  private:
   struct Tensor {
@@ -38,6 +41,7 @@ class EmulatedTrainer {
   Client& client_;
   const ModelProfile& profile_;
   std::vector<std::vector<Tensor>> tensors_;  // per layer
+  std::atomic<int> started_{0};
 };
 
 // Median of the iteration durations after the first `warmup` iterations (there must be at

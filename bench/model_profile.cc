@@ -1,5 +1,8 @@
 #include "bench/model_profile.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -21,8 +24,10 @@ ProfileTensor parse_tensor(const nlohmann::json& j) {
 }
 
 ProfileLayer parse_layer(const nlohmann::json& j) {
-  ProfileLayer layer{j.at("name").get<std::string>(), j.at("forward_s").get<double>(),
-                     j.at("backward_s").get<double>(), {}};
+  ProfileLayer layer{j.at("name").get<std::string>(),
+                     j.at("forward_s").get<double>(),
+                     j.at("backward_s").get<double>(),
+                     {}};
   for (const auto& t : j.at("tensors")) layer.tensors.push_back(parse_tensor(t));
   if (layer.tensors.empty()) fail(ErrorCode::bad_config, "layer '{}' has no tensors", layer.name);
   return layer;
@@ -53,8 +58,9 @@ ModelProfile load_profile(const std::string& name_or_path,
   std::filesystem::path path = name_or_path;
   if (!std::filesystem::exists(path)) path = models_dir / (name_or_path + ".json");
   std::ifstream in(path);
-  if (!in) fail(ErrorCode::bad_config, "no model profile '{}' (looked for {})", name_or_path,
-                path.string());
+  if (!in)
+    fail(ErrorCode::bad_config, "no model profile '{}' (looked for {})", name_or_path,
+         path.string());
   try {
     nlohmann::json j = nlohmann::json::parse(in);
     ModelProfile profile{j.at("model").get<std::string>(), path, {}};
@@ -72,6 +78,17 @@ ModelProfile scale_compute(ModelProfile profile, double time_scale) {
   for (auto& layer : profile.layers) {
     layer.forward_s *= time_scale;
     layer.backward_s *= time_scale;
+  }
+  return profile;
+}
+
+ModelProfile scale_bytes(ModelProfile profile, double divisor) {
+  for (auto& layer : profile.layers) {
+    for (auto& tensor : layer.tensors) {
+      auto pairs = static_cast<uint64_t>(std::llround(double(tensor.bytes) / 8 / divisor));
+      tensor.bytes = std::max<uint64_t>(1, pairs) * 8;
+      tensor.shape = {tensor.bytes / 4};
+    }
   }
   return profile;
 }

@@ -38,5 +38,9 @@ ModelProfile load_profile(const std::string& name_or_path, const std::filesystem
 
 // The same profile with compute times multiplied by `time_scale`.
 ModelProfile scale_compute(ModelProfile profile, double time_scale);
+// The same profile with every tensor `divisor` times smaller (rounded to whole pairs of
+// float32 elements, at least one pair), for compute-bound runs whose real bytes would take
+// too long at the rate the machine can shape.
+ModelProfile scale_bytes(ModelProfile profile, double divisor);
 
 }  // namespace psched::bench

@@ -149,6 +149,21 @@ SchedulerStats Client::scheduler_stats() {
   return future.get();
 }
 
+TuningState Client::tuning() {
+  std::promise<TuningState> result;
+  auto future = result.get_future();
+  worker_->pusher().tuning([&result](TuningState s) { result.set_value(s); });
+  return future.get();
+}
+
+std::vector<TaskRecord> Client::take_records() {
+  std::promise<std::vector<TaskRecord>> result;
+  auto future = result.get_future();
+  worker_->scheduler().take_records(
+      [&result](std::vector<TaskRecord> r) { result.set_value(std::move(r)); });
+  return future.get();
+}
+
 void Client::stats(std::function<void(WorkerStats)> reply) {
   WorkerStats stats;
   stats.worker = options_.worker;

@@ -81,6 +81,11 @@ class Client {
   SchedulerStats scheduler_stats();
   // Calls `reply` with the worker's figures, on the scheduler's strand (do not block there).
   void stats(std::function<void(WorkerStats)> reply);
+  // The timelines of partitions finished since the last call (the newest
+  // Scheduler::kMaxRecords of them); write them with write_chrome_trace (client/chrome_trace.h).
+  std::vector<TaskRecord> take_records();
+  // What the autotuner (scheduler.autotune) is doing; enabled = false when it is off.
+  TuningState tuning();
 
  private:
   // Runs `work` on the KJ thread and blocks for its result.

@@ -35,7 +35,11 @@ Worker::Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>
       scheduler_(
           io, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
           [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
-      pusher_(scheduler_, options_.scheduler.partition_bytes) {}
+      pusher_(scheduler_, options_.scheduler.partition_bytes) {
+  scheduler_.set_fusion_bytes(options_.scheduler.fusion_bytes);
+  if (options_.scheduler.autotune)
+    pusher_.enable_autotune({options_.scheduler.partition_bytes, options_.scheduler.credit_bytes});
+}
 
 Worker::~Worker() = default;
 
@@ -48,7 +52,7 @@ kj::Promise<void> Worker::connect() {
       check_same_cluster({layouts.begin(), layouts.end()});
     });
     layout_ = layouts[0];
-    transport_.set_free_credit_on_receipt(layout_.mode == Mode::sync);
+    scheduler_.set_free_credit_on_receipt(layout_.mode == Mode::sync);
   });
 }
 

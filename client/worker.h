@@ -54,6 +54,7 @@ class Worker {
   // Valid after connect().
   const ClusterLayout& layout() const { return layout_; }
   Scheduler& scheduler() { return scheduler_; }
+  GradientPusher& pusher() { return pusher_; }
 
  private:
   void check_layout(const ClusterLayout& layout, size_t link) const;

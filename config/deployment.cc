@@ -32,8 +32,8 @@ constexpr std::array<std::string_view, 2> kAuthKeys = {"token", "token_file"};
 constexpr std::array<std::string_view, 2> kShardKeys = {"listen", "http"};
 // The default HTTP port is the shard's listen port plus this.
 constexpr unsigned kHttpPortOffset = 1000;
-constexpr std::array<std::string_view, 4> kSchedulerKeys = {"policy", "partition_bytes",
-                                                            "credit_bytes", "autotune"};
+constexpr std::array<std::string_view, 5> kSchedulerKeys = {
+    "policy", "partition_bytes", "credit_bytes", "fusion_bytes", "autotune"};
 constexpr std::array<std::string_view, 3> kLimitsKeys = {"max_message_bytes", "max_variables",
                                                          "max_name_bytes"};
 
@@ -219,6 +219,7 @@ SchedulerConfig parse_scheduler(const ConfigNode& node) {
   if (auto f = map.find("policy")) out.policy = read_choice(*f, kPolicies);
   if (auto f = map.find("partition_bytes")) out.partition_bytes = read_partition_bytes(*f);
   if (auto f = map.find("credit_bytes")) out.credit_bytes = read_byte_size(*f, 1);
+  if (auto f = map.find("fusion_bytes")) out.fusion_bytes = read_byte_size(*f, 0);
   if (auto f = map.find("autotune")) out.autotune = read_bool(*f);
   return out;
 }
@@ -232,20 +233,23 @@ LimitsConfig parse_limits(const ConfigNode& node) {
   return out;
 }
 
-// A partition travels in one push message, so it must fit under the message limit. Blames
-// scheduler.partition_bytes when the file sets it, else limits.max_message_bytes.
+// A partition, or a fused message of small ones, travels in one push message, so it must fit
+// under the message limit. Blames the larger of scheduler.partition_bytes and
+// scheduler.fusion_bytes when the file sets it, else limits.max_message_bytes.
 void check_partition_fits(const DeploymentConfig& config, const ConfigMap& top) {
   const SchedulerConfig& scheduler = config.scheduler;
-  if (scheduler.partition_bytes + kMessageHeadroomBytes <= config.limits.max_message_bytes) return;
-  ConfigNode partition =
-      ConfigMap(top.find_or_null("scheduler"), kSchedulerKeys).find_or_null("partition_bytes");
+  bool fusion = scheduler.fusion_bytes > scheduler.partition_bytes;
+  uint64_t message = fusion ? scheduler.fusion_bytes : scheduler.partition_bytes;
+  if (message + kMessageHeadroomBytes <= config.limits.max_message_bytes) return;
+  const char* key = fusion ? "fusion_bytes" : "partition_bytes";
+  ConfigNode setting = ConfigMap(top.find_or_null("scheduler"), kSchedulerKeys).find_or_null(key);
   ConfigNode limit =
       ConfigMap(top.find_or_null("limits"), kLimitsKeys).find_or_null("max_message_bytes");
-  (partition.is_null() ? limit : partition)
+  (setting.is_null() ? limit : setting)
       .fail(fmt::format(
-          "scheduler.partition_bytes ({}) plus {} of message header exceeds "
-          "limits.max_message_bytes ({}) (expected a partition to fit in one message)",
-          format_byte_size(scheduler.partition_bytes), format_byte_size(kMessageHeadroomBytes),
+          "scheduler.{} ({}) plus {} of message header exceeds limits.max_message_bytes ({}) "
+          "(expected a partition or a fused message to fit in one message)",
+          key, format_byte_size(message), format_byte_size(kMessageHeadroomBytes),
           format_byte_size(config.limits.max_message_bytes)));
 }
 

@@ -200,7 +200,7 @@ TEST_CASE("size strings and plain integers both parse as byte sizes") {
 TEST_CASE("an unknown key is named with its path, its line and the keys allowed there") {
   CHECK(error_of(kOneShard + "scheduler:\n  policy: fifo\n  credit_bytez: 4MiB\n") ==
         "configs/x.yaml:5: scheduler.credit_bytez: unknown key (expected one of: policy, "
-        "partition_bytes, credit_bytes, autotune)");
+        "partition_bytes, credit_bytes, fusion_bytes, autotune)");
   CHECK(error_of("mode: async\nhttp: 8080\n" + kOneShard)
             .starts_with("configs/x.yaml:2: http: unknown key (expected one of: mode, workers, "
                          "auth, shards, "));

@@ -60,6 +60,28 @@ struct ClusterLayout {
   defaultOptimizer @6 :OptimizerSpec;
 }
 
+struct Partition {  # one partition of a fused push; fields as in Session.push
+  variable @0 :UInt32;
+  step @1 :UInt64;
+  offset @2 :UInt64;
+  dtype @3 :DType;
+  data @4 :Data;
+}
+
+struct PolledRange {  # one range of a fused poll; fields as in Session.poll
+  variable @0 :UInt32;
+  step @1 :UInt64;
+  offset @2 :UInt64;
+  count @3 :UInt64;
+}
+
+struct PolledValue {  # one answer of a fused poll
+  value @0 :Data;
+  appliedStep @1 :UInt64;
+  appliedAtNs @2 :Int64;
+  error @3 :Text;  # "" when `value` holds the answer, else "[code] message" as poll's exception
+}
+
 interface Shard {
   connect @0 (workerId :UInt32, token :Text) -> (session :Session, layout :ClusterLayout);
   # Fails with [bad_token] when the token is wrong, [invalid_argument] when workerId is not
@@ -78,10 +100,20 @@ interface Session {
   # partition was validated and applied (async) or accumulated (sync).
 
   poll @2 (variable :UInt32, step :UInt64, offset :UInt64, count :UInt64)
-      -> (value :Data, appliedStep :UInt64);
+      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64);
   # The fresh value of [offset, offset+count) once `step`'s update of that range is applied:
   # this worker's own update in async mode, the aggregate of all workers in sync mode.
+  # appliedAtNs: the shard's wall clock (ns since the Unix epoch) when it found the range
+  # applied for this poll (for traces; only comparable across machines with synced clocks).
 
   pull @3 (variable :UInt32, offset :UInt64, count :UInt64) -> (value :Data, appliedStep :UInt64);
   # The current value of the range, at once.
+
+  pushFused @4 (partitions :List(Partition)) -> (errors :List(Text));
+  # Several small partitions in one message (tensor fusion), each accepted or rejected on its
+  # own exactly as if pushed alone, in list order: errors[i] is "" when partition i was
+  # accepted, else "[code] message".
+
+  pollFused @5 (ranges :List(PolledRange)) -> (values :List(PolledValue));
+  # Several polls in one message; answered when every range is ready or failed.
 }

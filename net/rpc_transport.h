@@ -1,7 +1,8 @@
 // RpcTransport: carries scheduled partitions over the shard links. start() may be called from
 // any thread (the scheduler's strand); the calls are made on the KJ thread through the mailbox.
 // The push and the poll of a partition are sent back to back (the poll does not wait for the
-// push's receipt), so a partition costs one round trip.
+// push's receipt), so a partition costs one round trip. Fused partitions travel as one
+// pushFused and one pollFused message.
 #pragma once
 
 #include <vector>
@@ -19,18 +20,16 @@ class RpcTransport final : public PartitionTransport, private kj::TaskSet::Error
   ~RpcTransport() noexcept override;
 
   void start(const PartitionTask& task, TaskCallbacks callbacks) override;
-  // With `on_receipt` (sync mode) a partition's credit is freed when its push is acknowledged,
-  // not when its fresh value is back (see TaskCallbacks::credit_free). KJ thread, before the
-  // first start.
-  void set_free_credit_on_receipt(bool on_receipt) { free_credit_on_receipt_ = on_receipt; }
+  void start_fused(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override;
 
  private:
-  void carry(const PartitionTask& task, TaskCallbacks callbacks);  // on the KJ thread
+  // On the KJ thread.
+  void carry(const PartitionTask& task, TaskCallbacks callbacks);
+  void carry_fused(const std::vector<PartitionTask>& tasks, std::vector<TaskCallbacks> callbacks);
   void taskFailed(kj::Exception&& exception) override;
 
   KjMailbox& mailbox_;
   std::vector<ShardLink*> links_;
-  bool free_credit_on_receipt_ = false;
   kj::TaskSet tasks_;
 };
 

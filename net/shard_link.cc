@@ -27,6 +27,13 @@ void copy_value(capnp::Data::Reader value, std::byte* out, size_t out_bytes) {
   std::memcpy(out, value.begin(), out_bytes);
 }
 
+// A fused call's per-partition error text ("[code] message"), or null for "".
+std::exception_ptr error_of(capnp::Text::Reader text) {
+  if (text.size() == 0) return nullptr;
+  return std::make_exception_ptr(from_kj_exception(kj::Exception(
+      kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::heapString(text.cStr(), text.size()))));
+}
+
 }  // namespace
 
 ShardLink::ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes)
@@ -92,8 +99,8 @@ kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange r
   return request.send().ignoreResult();
 }
 
-kj::Promise<void> ShardLink::poll(VariableId variable, Step step, ElementRange range,
-                                  std::byte* out, size_t out_bytes) {
+kj::Promise<int64_t> ShardLink::poll(VariableId variable, Step step, ElementRange range,
+                                     std::byte* out, size_t out_bytes) {
   if (session() == nullptr) return not_connected();
   auto request = session()->pollRequest();
   request.setVariable(variable.value);
@@ -102,7 +109,69 @@ kj::Promise<void> ShardLink::poll(VariableId variable, Step step, ElementRange r
   request.setCount(range.size());
   return request.send().then([out, out_bytes](capnp::Response<wire::Session::PollResults> r) {
     copy_value(r.getValue(), out, out_bytes);
+    return r.getAppliedAtNs();
   });
+}
+
+kj::Promise<std::vector<std::exception_ptr>> ShardLink::push_fused(
+    std::span<const FusedPartition> parts) {
+  if (session() == nullptr) return not_connected();
+  auto request = session()->pushFusedRequest();
+  auto list = request.initPartitions(static_cast<unsigned>(parts.size()));
+  for (unsigned i = 0; i < parts.size(); ++i) {
+    const FusedPartition& p = parts[i];
+    list[i].setVariable(p.variable.value);
+    list[i].setStep(p.step);
+    list[i].setOffset(p.range.begin);
+    list[i].setDtype(to_wire(p.dtype));
+    list[i].setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(p.gradient.data()),
+                                        p.gradient.size()));
+  }
+  size_t count = parts.size();
+  return request.send().then([count](capnp::Response<wire::Session::PushFusedResults> r) {
+    auto errors = r.getErrors();
+    if (errors.size() != count)
+      fail(ErrorCode::internal, "shard answered {} outcomes to a fused push of {}", errors.size(),
+           count);
+    std::vector<std::exception_ptr> out;
+    for (auto text : errors) out.push_back(error_of(text));
+    return out;
+  });
+}
+
+kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const FusedPartition> parts) {
+  if (session() == nullptr) return not_connected();
+  auto request = session()->pollFusedRequest();
+  auto list = request.initRanges(static_cast<unsigned>(parts.size()));
+  std::vector<std::pair<std::byte*, size_t>> outs;
+  for (unsigned i = 0; i < parts.size(); ++i) {
+    const FusedPartition& p = parts[i];
+    list[i].setVariable(p.variable.value);
+    list[i].setStep(p.step);
+    list[i].setOffset(p.range.begin);
+    list[i].setCount(p.range.size());
+    outs.emplace_back(p.out, p.range.size() * element_bytes(p.dtype));
+  }
+  return request.send().then(
+      [outs = std::move(outs)](capnp::Response<wire::Session::PollFusedResults> r) {
+        auto values = r.getValues();
+        if (values.size() != outs.size())
+          fail(ErrorCode::internal, "shard answered {} values to a fused poll of {}", values.size(),
+               outs.size());
+        std::vector<PollOutcome> out;
+        for (unsigned i = 0; i < values.size(); ++i) {
+          PollOutcome outcome{error_of(values[i].getError()), values[i].getAppliedAtNs()};
+          if (!outcome.error) {
+            try {
+              copy_value(values[i].getValue(), outs[i].first, outs[i].second);
+            } catch (...) {
+              outcome.error = std::current_exception();
+            }
+          }
+          out.push_back(outcome);
+        }
+        return out;
+      });
 }
 
 kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::byte* out,

@@ -3,8 +3,10 @@
 // KJ thread only.
 #pragma once
 
+#include <exception>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "actors/variable_spec.h"
 #include "common/placement.h"
@@ -13,6 +15,22 @@
 #include "net/rpc_connection.h"
 
 namespace psched {
+
+// One partition of a fused push and poll: its gradient goes up, its fresh value lands in `out`.
+struct FusedPartition {
+  VariableId variable;
+  Step step = 0;
+  ElementRange range;
+  DType dtype = DType::float32;
+  std::span<const std::byte> gradient;  // range.size() elements, copied into the message
+  std::byte* out = nullptr;             // room for range.size() elements
+};
+
+// What a poll found: the shard's wall clock (ns since the Unix epoch) when the value was ready.
+struct PollOutcome {
+  std::exception_ptr error;  // null: the value is in place
+  int64_t applied_at_ns = 0;
+};
 
 class ShardLink {
  public:
@@ -30,9 +48,16 @@ class ShardLink {
   kj::Promise<void> push(VariableId variable, Step step, ElementRange range, DType dtype,
                          std::span<const std::byte> gradient);
   // The fresh value of `range` after `step`, copied into `out` (range.size() elements; the
-  // caller keeps it alive until the promise resolves or is dropped).
-  kj::Promise<void> poll(VariableId variable, Step step, ElementRange range, std::byte* out,
-                         size_t out_bytes);
+  // caller keeps it alive until the promise resolves or is dropped). Resolves with the shard's
+  // wall-clock time of the answer.
+  kj::Promise<int64_t> poll(VariableId variable, Step step, ElementRange range, std::byte* out,
+                            size_t out_bytes);
+  // Pushes several partitions in one message; resolves with one outcome per partition (null:
+  // accepted), in order. Rejects only when the whole call failed (e.g. disconnected).
+  kj::Promise<std::vector<std::exception_ptr>> push_fused(std::span<const FusedPartition> parts);
+  // Polls several partitions in one message; each fresh value lands in its `out`, which the
+  // caller keeps alive until the promise resolves or is dropped.
+  kj::Promise<std::vector<PollOutcome>> poll_fused(std::span<const FusedPartition> parts);
   // The current value of `range`, copied into `out`.
   kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes);
 

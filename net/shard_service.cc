@@ -1,5 +1,6 @@
 #include "net/shard_service.h"
 
+#include <chrono>
 #include <memory>
 
 #include "net/cross_thread_promise.h"
@@ -8,25 +9,29 @@
 namespace psched {
 namespace {
 
-struct ValueResult {
-  PooledBuffer value;
-  Step step = 0;
-};
+int64_t wall_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // A ValueReply that fulfils `f` (on the shard's strand; the promise resolves on the KJ thread).
-VariableShard::ValueReply value_reply(SharedFulfiller<ValueResult> f) {
+VariableShard::ValueReply value_reply(SharedFulfiller<ValueAnswer> f) {
   return [f](std::exception_ptr error, PooledBuffer value, Step step) {
     if (error) return (*f)->reject(to_kj_exception(error));
-    (*f)->fulfill(ValueResult{std::move(value), step});
+    (*f)->fulfill(ValueAnswer{std::move(value), step, wall_clock_ns()});
   };
 }
 
-template <typename Results>
-void set_value(Results results, const ValueResult& r) {
-  // TODO(perf): one copy here; the shard could write straight into the result buffer.
-  results.setValue(
-      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.value.data()), r.value.size()));
-  results.setAppliedStep(r.step);
+capnp::Data::Reader data_of(const ValueAnswer& r) {
+  // TODO(perf): one copy where this is set; the shard could write straight into the result.
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.value.data()), r.value.size());
+}
+
+// "" for success, else the exception's "[code] message".
+kj::Promise<kj::String> error_text(kj::Promise<void> call) {
+  return call.then([] { return kj::str(""); },
+                   [](kj::Exception&& e) { return kj::str(e.getDescription()); });
 }
 
 // The exception that answers a request the service refused before it reached the shard,
@@ -110,64 +115,137 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
   });
 }
 
+SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step step,
+                                                     uint64_t offset, wire::DType wire_dtype,
+                                                     capnp::Data::Reader data) const {
+  uint64_t limit = endpoint_.config.limits.max_message_bytes;
+  if (data.size() > limit)
+    fail(ErrorCode::message_too_large,
+         "push to variable id {} rejected: {} bytes of data exceed the message limit of {} bytes",
+         variable, data.size(), limit);
+  DType dtype = from_wire(wire_dtype);
+  if (data.size() % element_bytes(dtype) != 0)
+    fail(ErrorCode::shape_mismatch,
+         "push to variable id {} rejected: {} bytes of data are not whole {} elements", variable,
+         data.size(), to_string(dtype));
+  return {VariableId(variable), step, range("push", offset, data.size() / element_bytes(dtype)),
+          dtype, {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
+}
+
+kj::Promise<void> SessionService::push_one(const PushArgs& push) {
+  auto [promise, f] = cross_thread_promise<void>();
+  endpoint_.shard.push(worker_, push.variable, push.step, push.range, push.dtype, push.data,
+                       [f](std::exception_ptr error) {
+                         if (error) return (*f)->reject(to_kj_exception(error));
+                         (*f)->fulfill();
+                       });
+  return kj::mv(promise);
+}
+
 kj::Promise<void> SessionService::push(PushContext context) {
   auto params = context.getParams();
-  auto data = params.getData();
-  uint64_t limit = endpoint_.config.limits.max_message_bytes;
   try {
-    if (data.size() > limit)
-      fail(ErrorCode::message_too_large,
-           "push to variable id {} rejected: {} bytes of data exceed the message limit of {} "
-           "bytes",
-           params.getVariable(), data.size(), limit);
-    DType dtype = from_wire(params.getDtype());
-    if (data.size() % element_bytes(dtype) != 0)
-      fail(ErrorCode::shape_mismatch,
-           "push to variable id {} rejected: {} bytes of data are not whole {} elements",
-           params.getVariable(), data.size(), to_string(dtype));
-    ElementRange r = range("push", params.getOffset(), data.size() / element_bytes(dtype));
-    auto [promise, f] = cross_thread_promise<void>();
-    endpoint_.shard.push(worker_, VariableId(params.getVariable()), params.getStep(), r, dtype,
-                         {reinterpret_cast<const std::byte*>(data.begin()), data.size()},
-                         [f](std::exception_ptr error) {
-                           if (error) return (*f)->reject(to_kj_exception(error));
-                           (*f)->fulfill();
-                         });
-    return kj::mv(promise);
+    return push_one(decode_push(params.getVariable(), params.getStep(), params.getOffset(),
+                                params.getDtype(), params.getData()));
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }
 }
 
+kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
+  auto partitions = context.getParams().getPartitions();
+  auto outcomes = kj::heapArrayBuilder<kj::Promise<kj::String>>(partitions.size());
+  // Each partition goes to the shard's strand in list order, so they apply in that order.
+  for (auto p : partitions) {
+    try {
+      outcomes.add(error_text(push_one(decode_push(p.getVariable(), p.getStep(), p.getOffset(),
+                                                   p.getDtype(), p.getData()))));
+    } catch (...) {
+      outcomes.add(error_text(refuse(endpoint_, std::current_exception())));
+    }
+  }
+  return kj::joinPromises(outcomes.finish()).then([context](kj::Array<kj::String> errors) mutable {
+    auto out = context.getResults().initErrors(static_cast<unsigned>(errors.size()));
+    for (unsigned i = 0; i < errors.size(); ++i) out.set(i, errors[i]);
+  });
+}
+
+kj::Promise<ValueAnswer> SessionService::poll_one(VariableId variable, Step step, uint64_t offset,
+                                                  uint64_t count) {
+  ElementRange r = range("poll", offset, count);
+  auto [promise, f] = cross_thread_promise<ValueAnswer>();
+  PollTicket ticket(endpoint_.next_poll_ticket++);
+  endpoint_.shard.poll(worker_, variable, step, r, ticket, value_reply(f));
+  // A poll may wait long; when its caller goes away (cancel, dropped connection) the promise
+  // is dropped and the shard forgets the poll. Polls borrow nothing from their parameters.
+  VariableShard& shard = endpoint_.shard;
+  std::weak_ptr<bool> alive = endpoint_.alive;
+  return promise.attach(kj::defer([&shard, alive, ticket] {
+    if (alive.lock()) shard.withdraw_poll(ticket);
+  }));
+}
+
 kj::Promise<void> SessionService::poll(PollContext context) {
   auto params = context.getParams();
   try {
-    ElementRange r = range("poll", params.getOffset(), params.getCount());
-    auto [promise, f] = cross_thread_promise<ValueResult>();
-    PollTicket ticket(endpoint_.next_poll_ticket++);
-    endpoint_.shard.poll(worker_, VariableId(params.getVariable()), params.getStep(), r, ticket,
-                         value_reply(f));
-    // A poll may wait long; when its caller goes away (cancel, dropped connection) the promise
-    // is dropped and the shard forgets the poll. Polls borrow nothing from their parameters.
+    auto answer = poll_one(VariableId(params.getVariable()), params.getStep(), params.getOffset(),
+                           params.getCount());
     context.allowCancellation();
-    VariableShard& shard = endpoint_.shard;
-    std::weak_ptr<bool> alive = endpoint_.alive;
-    return promise.then([context](ValueResult r) mutable { set_value(context.getResults(), r); })
-        .attach(kj::defer([&shard, alive, ticket] {
-          if (alive.lock()) shard.withdraw_poll(ticket);
-        }));
+    return answer.then([context](ValueAnswer r) mutable {
+      auto results = context.getResults();
+      results.setValue(data_of(r));
+      results.setAppliedStep(r.step);
+      results.setAppliedAtNs(r.answered_at_ns);
+    });
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }
+}
+
+kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
+  struct Outcome {
+    kj::Maybe<ValueAnswer> value;
+    kj::String error;
+  };
+  auto ranges = context.getParams().getRanges();
+  auto outcomes = kj::heapArrayBuilder<kj::Promise<Outcome>>(ranges.size());
+  for (auto r : ranges) {
+    kj::Promise<ValueAnswer> answer = nullptr;
+    try {
+      answer = poll_one(VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount());
+    } catch (...) {
+      answer = refuse(endpoint_, std::current_exception());
+    }
+    outcomes.add(answer.then([](ValueAnswer v) { return Outcome{kj::mv(v), kj::str("")}; },
+                             [](kj::Exception&& e) {
+                               return Outcome{nullptr, kj::str(e.getDescription())};
+                             }));
+  }
+  context.allowCancellation();
+  return kj::joinPromises(outcomes.finish()).then([context](kj::Array<Outcome> all) mutable {
+    auto out = context.getResults().initValues(static_cast<unsigned>(all.size()));
+    for (unsigned i = 0; i < all.size(); ++i) {
+      KJ_IF_MAYBE (v, all[i].value) {
+        out[i].setValue(data_of(*v));
+        out[i].setAppliedStep(v->step);
+        out[i].setAppliedAtNs(v->answered_at_ns);
+      } else {
+        out[i].setError(all[i].error);
+      }
+    }
+  });
 }
 
 kj::Promise<void> SessionService::pull(PullContext context) {
   auto params = context.getParams();
   try {
     ElementRange r = range("pull", params.getOffset(), params.getCount());
-    auto [promise, f] = cross_thread_promise<ValueResult>();
+    auto [promise, f] = cross_thread_promise<ValueAnswer>();
     endpoint_.shard.pull(VariableId(params.getVariable()), r, value_reply(f));
-    return promise.then([context](ValueResult r) mutable { set_value(context.getResults(), r); });
+    return promise.then([context](ValueAnswer r) mutable {
+      context.getResults().setValue(data_of(r));
+      context.getResults().setAppliedStep(r.step);
+    });
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }

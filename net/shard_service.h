@@ -6,6 +6,7 @@
 // (calls are not cancellable), which is what lets the shard apply straight from them.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "actors/variable_shard.h"
@@ -36,6 +37,13 @@ class ShardService final : public wire::Shard::Server {
   ShardEndpoint& endpoint_;
 };
 
+// A shard's answer to a poll or pull.
+struct ValueAnswer {
+  PooledBuffer value;
+  Step step = 0;
+  int64_t answered_at_ns = 0;  // wall clock on the shard's strand when the answer was made
+};
+
 class SessionService final : public wire::Session::Server {
  public:
   SessionService(ShardEndpoint& endpoint, WorkerId worker)
@@ -46,8 +54,27 @@ class SessionService final : public wire::Session::Server {
   kj::Promise<void> push(PushContext context) override;
   kj::Promise<void> poll(PollContext context) override;
   kj::Promise<void> pull(PullContext context) override;
+  kj::Promise<void> pushFused(PushFusedContext context) override;
+  kj::Promise<void> pollFused(PollFusedContext context) override;
 
  private:
+  struct PushArgs {
+    VariableId variable;
+    Step step;
+    ElementRange range;
+    DType dtype;
+    std::span<const std::byte> data;  // a view into the call's parameters
+  };
+
+  // Checks a push's size and dtype; throws psched::Error naming what is wrong.
+  PushArgs decode_push(uint32_t variable, Step step, uint64_t offset, wire::DType dtype,
+                       capnp::Data::Reader data) const;
+  // Hands the push to the shard; resolves with its receipt.
+  kj::Promise<void> push_one(const PushArgs& push);
+  // Files the poll with the shard; the promise withdraws it when dropped unanswered.
+  kj::Promise<ValueAnswer> poll_one(VariableId variable, Step step, uint64_t offset,
+                                     uint64_t count);
+
   // [offset, offset + count) after checking it does not overflow.
   ElementRange range(const char* what, uint64_t offset, uint64_t count) const;
 

@@ -115,6 +115,51 @@ TEST_CASE("a push reaching past the variable is out of range") {
   f.check_untouched_and_serving();
 }
 
+TEST_CASE("a fused push applies its good partitions and names the bad one") {
+  BadInputFixture f;
+  std::vector<float> grad(4, 1.f), fresh(4, 0.f), none(4);
+  std::vector<FusedPartition> parts{
+      {f.id, 1, {0, 4}, DType::float32, f.bytes(grad), reinterpret_cast<std::byte*>(fresh.data())},
+      {VariableId(42),
+       1,
+       {0, 4},
+       DType::float32,
+       f.bytes(grad),
+       reinterpret_cast<std::byte*>(none.data())},
+      {f.id,
+       1,
+       {14, 18},
+       DType::float32,
+       f.bytes(grad),
+       reinterpret_cast<std::byte*>(none.data())}};
+  std::vector<std::exception_ptr> receipts = f.cluster.run(f.link.push_fused(parts));
+  REQUIRE(receipts.size() == 3);
+  CHECK_FALSE(receipts[0]);
+  auto code_of = [](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& error) {
+      return error.code();
+    } catch (...) {
+    }
+    return ErrorCode::internal;
+  };
+  REQUIRE(receipts[1]);
+  CHECK(code_of(receipts[1]) == ErrorCode::unknown_variable);
+  REQUIRE(receipts[2]);
+  CHECK(code_of(receipts[2]) == ErrorCode::offset_out_of_range);
+
+  std::vector<PollOutcome> answers = f.cluster.run(f.link.poll_fused({parts.data(), 2}));
+  REQUIRE(answers.size() == 2);
+  CHECK_FALSE(answers[0].error);
+  CHECK(answers[0].applied_at_ns > 0);
+  CHECK(fresh == std::vector<float>(4, 1.f));  // 2 - lr 1 x 1
+  REQUIRE(answers[1].error);
+  CHECK(code_of(answers[1].error) == ErrorCode::unknown_variable);
+  for (int i = 0; i < 4; ++i) f.expected[i] -= 1.f;
+  f.check_untouched_and_serving();
+}
+
 TEST_CASE("a push and a poll for a step from the future are rejected") {
   BadInputFixture f;
   std::vector<float> grad(kElements, 1.f), out(kElements);
@@ -201,8 +246,8 @@ TEST_CASE("a dropped connection's waiting poll is forgotten and the shard serves
   ShardLink& doomed = f.cluster.open_link(0);
   f.cluster.run(doomed.connect(WorkerId(3), kToken));
   std::vector<float> out(kElements);
-  auto waiting = doomed.poll(f.id, 1, {0, kElements}, reinterpret_cast<std::byte*>(out.data()),
-                             kElements * 4);
+  auto waiting =
+      doomed.poll(f.id, 1, {0, kElements}, reinterpret_cast<std::byte*>(out.data()), kElements * 4);
   auto polls_waiting = [&] {
     ShardStats stats;
     f.cluster.host().shard(0).stats([&](ShardStats s) { stats = s; });

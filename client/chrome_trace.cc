@@ -1,0 +1,81 @@
+#include "client/chrome_trace.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace psched {
+namespace {
+
+using TimePoint = std::chrono::steady_clock::time_point;
+
+double micros(TimePoint t, TimePoint epoch) {
+  return std::chrono::duration<double, std::micro>(t - epoch).count();
+}
+
+bool is_set(TimePoint t) {
+  return t != TimePoint{};
+}
+
+// Index of the first lane free at `start` (its last slice ended by then); opens one if none.
+size_t take_lane(std::vector<TimePoint>& lane_ends, TimePoint start, TimePoint end) {
+  auto free =
+      std::find_if(lane_ends.begin(), lane_ends.end(), [start](TimePoint e) { return e <= start; });
+  if (free == lane_ends.end()) free = lane_ends.insert(lane_ends.end(), end);
+  *free = end;
+  return static_cast<size_t>(free - lane_ends.begin());
+}
+
+}  // namespace
+
+nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t pid = 0; pid < workers.size(); ++pid) {
+    events.push_back({{"ph", "M"},
+                      {"name", "process_name"},
+                      {"pid", pid},
+                      {"args", {{"name", workers[pid].name}}}});
+    TimePoint epoch = workers[pid].epoch;
+    std::vector<TaskRecord> records = workers[pid].records;
+    std::sort(records.begin(), records.end(),
+              [](const TaskRecord& a, const TaskRecord& b) { return a.queued < b.queued; });
+    std::vector<TimePoint> lane_ends;
+    for (const TaskRecord& r : records) {
+      size_t tid = take_lane(lane_ends, r.queued, r.finished);
+      auto slice = [&](const std::string& name, TimePoint from, TimePoint to, nlohmann::json args) {
+        nlohmann::json e{{"ph", "X"},
+                         {"name", name},
+                         {"pid", pid},
+                         {"tid", tid},
+                         {"ts", micros(from, epoch)},
+                         {"dur", std::max(0.0, micros(to, epoch) - micros(from, epoch))}};
+        if (!args.is_null()) e["args"] = std::move(args);
+        events.push_back(std::move(e));
+      };
+      slice(fmt::format("p{} s{} [{}, {})", r.priority, r.shard.value, r.range.begin, r.range.end),
+            r.queued, r.finished,
+            {{"task", r.task_id},
+             {"bytes", r.bytes},
+             {"fused_with", r.fused_with},
+             {"start_index", r.start_index}});
+      slice("queued", r.queued, r.started, nullptr);
+      if (is_set(r.applied)) {
+        TimePoint applied = std::clamp(r.applied, r.started, r.finished);
+        slice("to applied", r.started, applied, nullptr);
+        slice("value back", applied, r.finished, nullptr);
+      } else {
+        slice("in flight", r.started, r.finished, nullptr);
+      }
+      if (is_set(r.receipt))
+        events.push_back({{"ph", "i"},
+                          {"s", "t"},
+                          {"name", "receipt"},
+                          {"pid", pid},
+                          {"tid", tid},
+                          {"ts", micros(r.receipt, epoch)}});
+    }
+  }
+  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+}
+
+}  // namespace psched
