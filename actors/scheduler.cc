@@ -41,6 +41,7 @@ void Scheduler::enqueue(std::vector<PartitionTask> tasks) {
     auto now = Clock::now();
     for (auto& task : tasks) {
       task.sequence = next_sequence_++;
+      ++stats_.queued_by_priority[task.priority];
       queue_.push(Queued{std::move(task), now});
     }
     start_ready();
@@ -65,6 +66,7 @@ void Scheduler::set_free_credit_on_receipt(bool on_receipt) {
 void Scheduler::stats(std::function<void(SchedulerStats)> reply) {
   dispatch([this, reply = std::move(reply)] {
     SchedulerStats now = stats_;
+    now.credit_bytes = credit_bytes_;
     now.queued_tasks = queue_.size();
     reply(now);
   });
@@ -136,6 +138,8 @@ void Scheduler::start_next() {
 
 void Scheduler::admit(const Queued& queued, uint32_t fused_with) {
   const PartitionTask& task = queued.task;
+  auto same_priority = stats_.queued_by_priority.find(task.priority);
+  if (--same_priority->second == 0) stats_.queued_by_priority.erase(same_priority);
   stats_.bytes_in_flight += task.bytes;
   stats_.max_bytes_in_flight = std::max(stats_.max_bytes_in_flight, stats_.bytes_in_flight);
   ++stats_.started_tasks;

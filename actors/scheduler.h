@@ -20,6 +20,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <queue>
 #include <unordered_map>
 #include <vector>
@@ -49,6 +50,7 @@ struct TaskRecord {
 };
 
 struct SchedulerStats {
+  uint64_t credit_bytes = 0;         // the credit window now
   uint64_t bytes_in_flight = 0;      // credit held now: started tasks not yet finished
   uint64_t max_bytes_in_flight = 0;  // the most ever in flight at once
   uint64_t queued_tasks = 0;         // waiting now (enqueued, not yet started)
@@ -56,6 +58,7 @@ struct SchedulerStats {
   uint64_t finished_tasks = 0;       // ever finished (failures included)
   uint64_t fused_messages = 0;       // transport calls that carried more than one task
   uint64_t fused_tasks = 0;          // tasks that went in those
+  std::map<Priority, uint64_t> queued_by_priority;  // queued_tasks by task priority (no zeros)
 };
 
 class Scheduler : public Actor {

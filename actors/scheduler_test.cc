@@ -163,6 +163,8 @@ TEST_CASE("the fifo policy starts tasks in arrival order through the same code")
   f.enqueue({make_task(1, 5, 100), make_task(2, 3, 100)});
   f.enqueue({make_task(3, 9, 100), make_task(4, 1, 100)});
   CHECK(f.stats().queued_tasks == 3);
+  CHECK(f.stats().queued_by_priority == std::map<Priority, uint64_t>{{1, 1}, {3, 1}, {9, 1}});
+  CHECK(f.stats().credit_bytes == 100);
   for (uint64_t id : {1, 2, 3, 4}) f.finish(id);
   CHECK(f.transport.started_ids() == Ids{1, 2, 3, 4});
 }

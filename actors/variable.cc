@@ -1,5 +1,6 @@
 #include "actors/variable.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/check.h"
@@ -171,6 +172,13 @@ Step Variable::applied_step(WorkerId worker) const {
   if (mode_ == Mode::sync) return sync_.completed;
   auto it = progress_.find(worker);
   return it == progress_.end() ? 0 : it->second.completed;
+}
+
+Step Variable::latest_step() const {
+  if (mode_ == Mode::sync) return sync_.completed;
+  Step latest = 0;
+  for (const auto& [worker, progress] : progress_) latest = std::max(latest, progress.completed);
+  return latest;
 }
 
 IntervalSet Variable::not_yet_applied(WorkerId worker, Step step, ElementRange range) const {

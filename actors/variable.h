@@ -55,6 +55,8 @@ class Variable {
   WorkerId poll_owner(WorkerId worker) const { return mode_ == Mode::sync ? kAllWorkers : worker; }
   // The last complete step of the owner of `worker`'s polls.
   Step applied_step(WorkerId worker) const;
+  // The newest complete step: the aggregate's (sync) or the furthest worker's (async).
+  Step latest_step() const;
 
   // Copies the current value of `range` (inside the part) to `out`.
   void read(ElementRange range, std::byte* out) const;

@@ -1,8 +1,20 @@
 #include "actors/variable_shard.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "common/error.h"
 
 namespace psched {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
 
 VariableShard::VariableShard(IoContext& io, ShardSettings settings,
                              std::shared_ptr<BufferPool> pool, ForkJoinPool* apply_pool)
@@ -27,6 +39,7 @@ void VariableShard::register_variable(VariableSpec spec, ElementRange part,
     try {
       do_register(spec, part, initial, reply);
     } catch (...) {
+      count_error(std::current_exception());
       reply(std::current_exception(), VariableId(), false);
     }
   });
@@ -71,12 +84,15 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
 void VariableShard::push(WorkerId worker, VariableId variable, Step step, ElementRange range,
                          DType dtype, std::span<const std::byte> data, Receipt reply) {
   dispatch([=, this, reply = std::move(reply)] {
+    auto start = Clock::now();
     try {
       do_push(worker, variable, step, range, dtype, data);
     } catch (...) {
       ++stats_.pushes_rejected;
+      count_error(std::current_exception());
       return reply(std::current_exception());
     }
+    stats_.apply_seconds.observe(seconds_since(start));
     reply(nullptr);
   });
 }
@@ -97,6 +113,7 @@ void VariableShard::poll(WorkerId worker, VariableId variable, Step step, Elemen
     try {
       do_poll(worker, variable, step, range, ticket, reply);
     } catch (...) {
+      count_error(std::current_exception());
       reply(std::current_exception(), PooledBuffer(), 0);
     }
   });
@@ -112,8 +129,9 @@ void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRa
   IntervalSet pending = variable.not_yet_applied(worker, step, range);
   PollKey key{variable.poll_owner(worker), id, step};
   polls_.wait(key, ticket, std::move(pending), variable.spec().priority,
-              [this, id, worker, range, reply](std::exception_ptr error) {
+              [this, id, worker, range, reply, filed = Clock::now()](std::exception_ptr error) {
                 if (error) return reply(error, PooledBuffer(), 0);
+                stats_.poll_wait_seconds.observe(seconds_since(filed));
                 const Variable& v = variables_[id.value];
                 answer(v, range, v.applied_step(worker), reply);
               });
@@ -126,6 +144,7 @@ void VariableShard::pull(VariableId variable, ElementRange range, ValueReply rep
       v.check_range("pull", range);
       answer(v, range, v.applied_step(kAllWorkers), reply);
     } catch (...) {
+      count_error(std::current_exception());
       reply(std::current_exception(), PooledBuffer(), 0);
     }
   });
@@ -143,8 +162,31 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
   dispatch([this, reply = std::move(reply)] {
     ShardStats s = stats_;
     s.polls_waiting = polls_.waiting();
-    reply(s);
+    s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
+    reply(std::move(s));
   });
+}
+
+void VariableShard::variables(size_t limit,
+                              std::function<void(std::vector<VariableStatus>)> reply) {
+  dispatch([this, limit, reply = std::move(reply)] {
+    std::vector<VariableStatus> out;
+    out.reserve(std::min(limit, variables_.size()));
+    for (size_t i = 0; i < variables_.size() && out.size() < limit; ++i)
+      out.push_back({variables_[i].spec().name, variables_[i].part(), variables_[i].latest_step()});
+    reply(std::move(out));
+  });
+}
+
+void VariableShard::report_error(std::exception_ptr error) {
+  dispatch([this, error] { count_error(error); });
+}
+
+void VariableShard::count_error(std::exception_ptr error) {
+  Error e = to_error(error);
+  ++stats_.errors[static_cast<size_t>(e.code())];
+  if (recent_errors_.size() == kRecentErrors) recent_errors_.pop_front();
+  recent_errors_.push_back({std::chrono::system_clock::now(), e.code(), e.what()});
 }
 
 void VariableShard::shut_down(std::function<void()> done) {

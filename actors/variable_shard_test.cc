@@ -157,3 +157,29 @@ TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds noth
   CHECK(answers == 0);
   CHECK(stats.polls_waiting == 0);
 }
+
+TEST_CASE("the shard's stats count applies, poll waits and failed requests by code") {
+  ShardFixture f;
+  VariableId id = f.add("w", {0, 0});
+  f.shard.poll(WorkerId(0), id, 1, {0, 2}, PollTicket(1), [](auto...) {});
+  std::vector<float> g{1, 1};
+  f.shard.push(WorkerId(0), id, 1, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+               [](std::exception_ptr) {});
+  f.shard.push(WorkerId(0), id, 3, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+               [](std::exception_ptr) {});
+  f.shard.report_error(std::make_exception_ptr(Error(ErrorCode::bad_token, "wrong token")));
+  ShardStats stats;
+  std::vector<VariableStatus> variables;
+  f.shard.stats([&](ShardStats s) { stats = std::move(s); });
+  f.shard.variables(10, [&](std::vector<VariableStatus> v) { variables = std::move(v); });
+  f.drain();
+  CHECK(stats.apply_seconds.count() == 1);
+  CHECK(stats.poll_wait_seconds.count() == 1);
+  CHECK(stats.errors[static_cast<size_t>(ErrorCode::step_from_future)] == 1);
+  CHECK(stats.errors[static_cast<size_t>(ErrorCode::bad_token)] == 1);
+  REQUIRE(stats.recent_errors.size() == 2);
+  CHECK(stats.recent_errors[1].message == "wrong token");
+  REQUIRE(variables.size() == 1);
+  CHECK(variables[0].name == "w");
+  CHECK(variables[0].step == 1);
+}

@@ -1,11 +1,13 @@
 // psched-example-trainer: trains logistic regression on a generated data set against a psched
 // deployment, printing the loss per step. Run one per worker (--worker 0, 1, ...).
 #include <cstdio>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
 #include "apps/logistic_model.h"
 #include "client/client.h"
+#include "client/worker_monitor.h"
 #include "common/error.h"
 #include "config/deployment.h"
 
@@ -19,6 +21,8 @@ struct Options {
   uint32_t samples = 4096;
   uint32_t batch = 256;
   uint32_t print_every = 10;
+  std::string http;   // serve the worker's /metrics and /status here while training
+  bool hold = false;  // after training, keep serving until stdin closes
 };
 
 std::span<std::byte> bytes(std::vector<float>& v) {
@@ -30,6 +34,11 @@ int train(const Options& o) {
   DeploymentConfig config = load_deployment(o.config);
   example::Dataset data = example::make_dataset(o.features, o.samples, 1, 100 + o.worker);
   Client client(ClientOptions::from_config(config, WorkerId(o.worker)));
+  std::optional<HttpServer> http;
+  if (!o.http.empty()) {
+    http.emplace(parse_listen_address(o.http), worker_routes(client));
+    std::printf("worker %u: metrics on http://%s/metrics\n", o.worker, o.http.c_str());
+  }
 
   std::vector<float> w(o.features, 0.f), b(1, 0.f);
   // Input layer first: lower priority value goes first.
@@ -61,6 +70,12 @@ int train(const Options& o) {
       std::fflush(stdout);
     }
   }
+  if (o.hold) {
+    std::printf("worker %u: trained; serving until stdin closes\n", o.worker);
+    std::fflush(stdout);
+    while (std::getchar() != EOF) {
+    }
+  }
   return 0;
 }
 
@@ -80,6 +95,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "samples per step")->check(CLI::PositiveNumber);
   app.add_option("--print-every", o.print_every, "print the loss every N steps")
       ->check(CLI::PositiveNumber);
+  app.add_option("--http", o.http, "serve this worker's /metrics and /status on host:port");
+  app.add_flag("--hold", o.hold, "after training, keep serving until stdin closes");
   CLI11_PARSE(app, argc, argv);
   if (o.batch > o.samples) {
     std::fprintf(stderr, "--batch %u exceeds --samples %u\n", o.batch, o.samples);

@@ -12,6 +12,7 @@
 #include "common/malloc_tuning.h"
 #include "config/deployment.h"
 #include "net/shard_host.h"
+#include "net/shard_monitor.h"
 
 namespace {
 
@@ -36,6 +37,13 @@ int serve(const Options& options) {
   psched::ActorRuntime actors(options.threads);
   psched::ShardHost host(config, shards, actors.io(), options.apply_helpers);
   auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate(nullptr);
+  std::vector<std::unique_ptr<psched::ShardMonitor>> monitors;
+  for (size_t i = 0; i < host.size(); ++i) {
+    monitors.push_back(std::make_unique<psched::ShardMonitor>(host.shard(i), host.listener(i),
+                                                              config, shards[i]));
+    psched::log_info("shard {} dashboard on http://{}/ (also /metrics, /status)",
+                     shards[i].value, config.shards[shards[i].value].http.to_string());
+  }
   psched::log_info("psched-server: {} shard(s), {} mode, {} worker(s), config {}", shards.size(),
                    config.mode == psched::Mode::sync ? "sync" : "async", config.workers,
                    options.config);
@@ -45,6 +53,7 @@ int serve(const Options& options) {
   auto stopped = serving.then([] { return siginfo_t{}; }).exclusiveJoin(kj::mv(signal));
   siginfo_t info = stopped.wait(io.waitScope);
   psched::log_info("psched-server: signal {} received, stopping", info.si_signo);
+  monitors.clear();  // before the actors stop: a snapshot in flight then answers nobody
   host.shut_down().wait(io.waitScope);
   io.waitScope.poll();  // send the abandoned polls' answers
   actors.stop();

@@ -116,6 +116,14 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
     if (!fresh)
       fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
            handle.value, step);
+    if (step > newest_step_) {
+      auto now = std::chrono::steady_clock::now();
+      if (newest_step_ > 0)
+        iteration_seconds_.observe(
+            std::chrono::duration<double>(now - newest_step_pushed_).count());
+      newest_step_ = step;
+      newest_step_pushed_ = now;
+    }
   }
   worker_->push(handle, step, gradient, [done](std::exception_ptr error) {
     error ? done->set_exception(error) : done->set_value();
@@ -168,6 +176,19 @@ std::vector<TaskRecord> Client::take_records() {
   worker_->scheduler().take_records(
       [&result](std::vector<TaskRecord> r) { result.set_value(std::move(r)); });
   return future.get();
+}
+
+void Client::stats(std::function<void(WorkerStats)> reply) {
+  WorkerStats stats;
+  stats.worker = options_.worker;
+  {
+    std::lock_guard lock(pushes_mutex_);
+    stats.iteration_seconds = iteration_seconds_;
+  }
+  worker_->scheduler().stats([stats, reply = std::move(reply)](SchedulerStats s) mutable {
+    stats.scheduler = std::move(s);
+    reply(std::move(stats));
+  });
 }
 
 }  // namespace psched

@@ -13,6 +13,7 @@
 // malloc for large messages (common/malloc_tuning.h).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <future>
 #include <map>
@@ -27,6 +28,7 @@
 
 #include "actors/variable_spec.h"
 #include "client/worker.h"
+#include "common/histogram.h"
 
 namespace psched {
 
@@ -42,6 +44,14 @@ struct ClientOptions {
 
   // Shards, token, scheduler and limits from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
+};
+
+// A worker's figures for the operator view (client/worker_monitor.h); a copy.
+struct WorkerStats {
+  WorkerId worker;
+  SchedulerStats scheduler;  // credit in use, queue depth by priority, tasks
+  // Iteration time: between the first pushes of consecutive steps (any variable).
+  Histogram iteration_seconds;
 };
 
 class Client {
@@ -71,6 +81,8 @@ class Client {
   void pull(VariableHandle handle);
   // The scheduler's figures (bytes in flight, tasks started, ...).
   SchedulerStats scheduler_stats();
+  // Calls `reply` with the worker's figures, on the scheduler's strand (do not block there).
+  void stats(std::function<void(WorkerStats)> reply);
   // The timelines of partitions finished since the last call (the newest
   // Scheduler::kMaxRecords of them); write them with write_chrome_trace (client/chrome_trace.h).
   std::vector<TaskRecord> take_records();
@@ -95,7 +107,11 @@ class Client {
   std::thread kj_thread_;
 
   std::mutex pushes_mutex_;
-  PendingPushes pushes_;  // guarded by pushes_mutex_
+  // Guarded by pushes_mutex_:
+  PendingPushes pushes_;
+  Step newest_step_ = 0;  // the highest step pushed so far, and when its first push came
+  std::chrono::steady_clock::time_point newest_step_pushed_;
+  Histogram iteration_seconds_;
 };
 
 }  // namespace psched

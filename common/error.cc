@@ -6,7 +6,7 @@
 namespace psched {
 namespace {
 
-constexpr std::array<std::pair<ErrorCode, std::string_view>, 15> kNames{{
+constexpr std::array<std::pair<ErrorCode, std::string_view>, kErrorCodeCount> kNames{{
     {ErrorCode::unknown_variable, "unknown_variable"},
     {ErrorCode::shape_mismatch, "shape_mismatch"},
     {ErrorCode::dtype_mismatch, "dtype_mismatch"},
@@ -30,6 +30,18 @@ std::string_view to_string(ErrorCode code) {
   for (auto& [c, name] : kNames)
     if (c == code) return name;
   return "unknown";
+}
+
+Error to_error(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::internal, e.what());
+  } catch (...) {
+    return Error(ErrorCode::internal, "an exception that is not a std::exception");
+  }
 }
 
 bool parse_error_code(std::string_view name, ErrorCode& out) {

@@ -6,6 +6,7 @@
 // exception types, so a client gets the same code and message the server raised.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -38,6 +39,8 @@ enum class ErrorCode {
   unimplemented,        ///< the peer does not support the request
   internal,             ///< a bug on the server (a broken precondition); the message says where
 };
+// Number of ErrorCode values (they run from 0 to internal), for tables indexed by code.
+inline constexpr size_t kErrorCodeCount = static_cast<size_t>(ErrorCode::internal) + 1;
 
 constexpr ErrorCategory category(ErrorCode code) {
   switch (code) {
@@ -66,6 +69,9 @@ class Error : public std::runtime_error {
  private:
   ErrorCode code_;
 };
+
+// The Error in `error`; any other exception becomes an `internal` Error with its what().
+Error to_error(std::exception_ptr error);
 
 // Throws Error(code, fmt::format(fmt, args...)).
 template <typename... Args>

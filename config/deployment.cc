@@ -29,7 +29,9 @@ using optim::OptimizerSpec;
 constexpr std::array<std::string_view, 8> kTopKeys = {
     "mode", "workers", "auth", "shards", "split_bytes", "optimizer", "scheduler", "limits"};
 constexpr std::array<std::string_view, 2> kAuthKeys = {"token", "token_file"};
-constexpr std::array<std::string_view, 1> kShardKeys = {"listen"};
+constexpr std::array<std::string_view, 2> kShardKeys = {"listen", "http"};
+// The default HTTP port is the shard's listen port plus this.
+constexpr unsigned kHttpPortOffset = 1000;
 constexpr std::array<std::string_view, 5> kSchedulerKeys = {
     "policy", "partition_bytes", "credit_bytes", "fusion_bytes", "autotune"};
 constexpr std::array<std::string_view, 3> kLimitsKeys = {"max_message_bytes", "max_variables",
@@ -123,7 +125,34 @@ ListenAddress parse_listen(const ConfigNode& node) {
 
 ShardConfig parse_shard(const ConfigNode& node) {
   ConfigMap shard(node, kShardKeys);
-  return ShardConfig{.listen = parse_listen(shard.require("listen", "host:port"))};
+  ShardConfig out{.listen = parse_listen(shard.require("listen", "host:port")), .http = {}};
+  if (auto http = shard.find("http")) {
+    out.http = parse_listen(*http);
+  } else if (out.listen.port + kHttpPortOffset > 65535) {
+    node.fail(fmt::format("listen port {} + {} is no port for the default http address "
+                          "(expected an explicit http: host:port)",
+                          out.listen.port, kHttpPortOffset));
+  } else {
+    out.http.port = static_cast<uint16_t>(out.listen.port + kHttpPortOffset);
+  }
+  return out;
+}
+
+// Fails unless every listen and http address of the shards is different.
+void check_addresses_unique(const ConfigNode& node, const std::vector<ShardConfig>& shards) {
+  const ShardConfig& last = shards.back();
+  if (last.http.to_string() == last.listen.to_string())
+    node.fail(fmt::format("http address {} is also its listen address (expected another port)",
+                          last.http.to_string()));
+  for (size_t i = 0; i + 1 < shards.size(); ++i) {
+    for (const ListenAddress& mine : {last.listen, last.http}) {
+      for (const ListenAddress& theirs : {shards[i].listen, shards[i].http}) {
+        if (mine.to_string() != theirs.to_string()) continue;
+        node.fail(fmt::format("address {} is also shards[{}]'s (expected one per shard)",
+                              mine.to_string(), i));
+      }
+    }
+  }
 }
 
 std::vector<ShardConfig> parse_shards(const ConfigNode& node) {
@@ -136,11 +165,7 @@ std::vector<ShardConfig> parse_shards(const ConfigNode& node) {
     ConfigNode shard(item, fmt::format("{}[{}]", node.path(), shards.size()), item.Mark(),
                      node.file());
     shards.push_back(parse_shard(shard));
-    for (size_t i = 0; i + 1 < shards.size(); ++i) {
-      if (shards[i].listen.to_string() != shards.back().listen.to_string()) continue;
-      shard.fail(fmt::format("listen address {} is also shards[{}]'s (expected one per shard)",
-                             shards.back().listen.to_string(), i));
-    }
+    check_addresses_unique(shard, shards);
   }
   return shards;
 }

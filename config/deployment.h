@@ -30,6 +30,8 @@ struct ListenAddress {
 
 struct ShardConfig {
   ListenAddress listen;
+  // The operator view (metrics, status, dashboard). Default: loopback, the listen port + 1000.
+  ListenAddress http = {};
 };
 
 struct SchedulerConfig {

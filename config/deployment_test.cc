@@ -208,7 +208,7 @@ TEST_CASE("an unknown key is named with its path, its line and the keys allowed 
             .starts_with("configs/x.yaml:3: optimizer.learning_rate: unknown key (expected one of: "
                          "kind, lr, "));
   CHECK(error_of("shards:\n  - listen: 127.0.0.1:7000\n    port: 1\n") ==
-        "configs/x.yaml:3: shards[0].port: unknown key (expected one of: listen)");
+        "configs/x.yaml:3: shards[0].port: unknown key (expected one of: listen, http)");
 }
 
 TEST_CASE("a repeated key is an error naming both lines") {
@@ -299,7 +299,26 @@ TEST_CASE("a missing or empty shard list names shards") {
 TEST_CASE("two shards on one address are an error") {
   CHECK(error_of("shards:\n  - listen: 127.0.0.1:7000\n  - listen: 127.0.0.1:7001\n"
                  "  - listen: 127.0.0.1:7000\n") ==
-        "configs/x.yaml:4: shards[2]: listen address 127.0.0.1:7000 is also shards[0]'s "
+        "configs/x.yaml:4: shards[2]: address 127.0.0.1:7000 is also shards[0]'s "
+        "(expected one per shard)");
+}
+
+TEST_CASE("a shard's http address defaults to loopback at its listen port + 1000") {
+  DeploymentConfig config =
+      parse("shards:\n  - listen: 0.0.0.0:7000\n  - {listen: 127.0.0.1:7001, http: "
+            "0.0.0.0:9000}\n");
+  CHECK(config.shards[0].http.to_string() == "127.0.0.1:8000");
+  CHECK(config.shards[1].http.to_string() == "0.0.0.0:9000");
+  CHECK(error_of("shards:\n  - listen: 127.0.0.1:65000\n")
+            .starts_with("configs/x.yaml:2: shards[0]: listen port 65000 + 1000 is no port"));
+}
+
+TEST_CASE("an http address taken by another address of the deployment is an error") {
+  CHECK(error_of("shards:\n  - {listen: 127.0.0.1:7000, http: 127.0.0.1:7000}\n") ==
+        "configs/x.yaml:2: shards[0]: http address 127.0.0.1:7000 is also its listen address "
+        "(expected another port)");
+  CHECK(error_of("shards:\n  - listen: 127.0.0.1:7000\n  - listen: 127.0.0.1:8000\n") ==
+        "configs/x.yaml:3: shards[1]: address 127.0.0.1:8000 is also shards[0]'s "
         "(expected one per shard)");
 }
 

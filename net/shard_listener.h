@@ -3,6 +3,8 @@
 // is dropped alone; the shard keeps serving the others. KJ thread only.
 #pragma once
 
+#include <atomic>
+
 #include <kj/async-io.h>
 #include <kj/timer.h>
 
@@ -21,14 +23,15 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> listen(kj::ConnectionReceiver& receiver, kj::Timer& timer);
   // Serves one already-open stream (tests use in-memory pipes).
   void serve(kj::Own<kj::AsyncIoStream> stream);
-  size_t connections() const { return connections_; }
+  // Open connections now; any thread may read it (the operator view does).
+  size_t connections() const { return connections_.load(std::memory_order_relaxed); }
 
  private:
   void taskFailed(kj::Exception&& exception) override;
 
   ShardEndpoint& endpoint_;
   kj::TaskSet tasks_;
-  size_t connections_ = 0;
+  std::atomic<size_t> connections_ = 0;  // written on the KJ thread only
 };
 
 }  // namespace psched

@@ -34,6 +34,13 @@ kj::Promise<kj::String> error_text(kj::Promise<void> call) {
                    [](kj::Exception&& e) { return kj::str(e.getDescription()); });
 }
 
+// The exception that answers a request the service refused before it reached the shard,
+// which counts it for the operator view.
+kj::Exception refuse(ShardEndpoint& endpoint, std::exception_ptr error) {
+  endpoint.shard.report_error(error);
+  return to_kj_exception(error);
+}
+
 }  // namespace
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -49,14 +56,18 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
   auto token = params.getToken();
   if (!config.auth_token.empty() &&
       !constant_time_equal(std::string_view(token.cStr(), token.size()), config.auth_token))
-    return to_kj_exception(std::make_exception_ptr(
-        Error(ErrorCode::bad_token,
-              fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value))));
+    return refuse(
+        endpoint_,
+        std::make_exception_ptr(Error(
+            ErrorCode::bad_token,
+            fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value))));
   if (params.getWorkerId() >= config.workers)
-    return to_kj_exception(std::make_exception_ptr(
-        Error(ErrorCode::invalid_argument,
-              fmt::format("connect rejected: worker id {} is not below the job's {} workers",
-                          params.getWorkerId(), config.workers))));
+    return refuse(
+        endpoint_,
+        std::make_exception_ptr(
+            Error(ErrorCode::invalid_argument,
+                  fmt::format("connect rejected: worker id {} is not below the job's {} workers",
+                              params.getWorkerId(), config.workers))));
 
   auto results = context.getResults();
   results.setSession(kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId())));
@@ -87,7 +98,7 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
     spec = from_wire(params.getSpec(), endpoint_.config.optimizer,
                      endpoint_.config.limits.max_name_bytes);
   } catch (...) {
-    return to_kj_exception(std::current_exception());
+    return refuse(endpoint_, std::current_exception());
   }
   auto initial = params.getInitialValue();
   auto [promise, f] = cross_thread_promise<std::pair<VariableId, bool>>();
@@ -137,7 +148,7 @@ kj::Promise<void> SessionService::push(PushContext context) {
     return push_one(decode_push(params.getVariable(), params.getStep(), params.getOffset(),
                                 params.getDtype(), params.getData()));
   } catch (...) {
-    return to_kj_exception(std::current_exception());
+    return refuse(endpoint_, std::current_exception());
   }
 }
 
@@ -150,7 +161,7 @@ kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
       outcomes.add(error_text(push_one(decode_push(p.getVariable(), p.getStep(), p.getOffset(),
                                                    p.getDtype(), p.getData()))));
     } catch (...) {
-      outcomes.add(error_text(to_kj_exception(std::current_exception())));
+      outcomes.add(error_text(refuse(endpoint_, std::current_exception())));
     }
   }
   return kj::joinPromises(outcomes.finish()).then([context](kj::Array<kj::String> errors) mutable {
@@ -187,7 +198,7 @@ kj::Promise<void> SessionService::poll(PollContext context) {
       results.setAppliedAtNs(r.answered_at_ns);
     });
   } catch (...) {
-    return to_kj_exception(std::current_exception());
+    return refuse(endpoint_, std::current_exception());
   }
 }
 
@@ -203,7 +214,7 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
     try {
       answer = poll_one(VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount());
     } catch (...) {
-      answer = to_kj_exception(std::current_exception());
+      answer = refuse(endpoint_, std::current_exception());
     }
     outcomes.add(answer.then([](ValueAnswer v) { return Outcome{kj::mv(v), kj::str("")}; },
                              [](kj::Exception&& e) {
@@ -236,7 +247,7 @@ kj::Promise<void> SessionService::pull(PullContext context) {
       context.getResults().setAppliedStep(r.step);
     });
   } catch (...) {
-    return to_kj_exception(std::current_exception());
+    return refuse(endpoint_, std::current_exception());
   }
 }
 

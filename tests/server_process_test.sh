@@ -8,7 +8,7 @@ source=$2
 work=$(mktemp -d)
 trap 'kill -KILL $server 2>/dev/null || true; rm -rf "$work"' EXIT
 
-sed -e 's/7410/17410/; s/7411/17411/' "$source/configs/local.yaml" > "$work/test.yaml"
+sed -e 's/7410/17410/; s/7411/17411/; s/8410/18410/; s/8411/18411/' "$source/configs/local.yaml" > "$work/test.yaml"
 "$build/apps/psched-server" --config "$work/test.yaml" 2>"$work/server.log" &
 server=$!
 for _ in $(seq 400); do  # bounded wait for both shards to listen

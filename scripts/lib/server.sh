@@ -1,6 +1,6 @@
 # Sourced by scripts: start_server CONFIG starts build/apps/psched-server on every shard of the
-# deployment CONFIG, waits (bounded) until each shard listens, prints the server's log so far,
-# and stops the server when the calling script exits.
+# deployment CONFIG, waits (bounded) until each shard listens and serves its dashboard, prints
+# the server's log so far (in $server_log), and stops the server when the calling script exits.
 start_server() {
   local config=$1 shards
   server_log=$(mktemp -t psched-server.XXXXXX.log)
@@ -8,10 +8,11 @@ start_server() {
   server=$!
   trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$server_log"' EXIT
 
-  # The server writes one line per listening shard.
+  # The server writes one line per listening shard and one per dashboard.
   shards=$(grep -c '^\s*- listen:' "$config")
   for _ in $(seq 200); do
-    [ "$(grep -c 'listening on' "$server_log")" -ge "$shards" ] && break
+    [ "$(grep -c 'listening on' "$server_log")" -ge "$shards" ] &&
+      [ "$(grep -c 'dashboard on' "$server_log")" -ge "$shards" ] && break
     kill -0 $server 2>/dev/null || { cat "$server_log"; exit 1; }
     sleep 0.05
   done

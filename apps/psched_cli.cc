@@ -1,0 +1,116 @@
+// psched: the operator's command line. `psched status [--config FILE]` asks every shard of a
+// deployment for its /status over HTTP and prints one line per shard; a shard that does not
+// answer is shown as down. Exits 0 when every shard answered, 1 otherwise.
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "common/asio.h"  // first: it fixes Boost 1.74's Asio includes
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "config/deployment.h"
+
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = boost::asio::ip::tcp;
+using nlohmann::json;
+
+constexpr std::chrono::seconds kTimeout{3};
+
+// GET http://address/status parsed, or nothing when the shard does not answer in time.
+std::optional<json> fetch_status(const psched::ListenAddress& address) {
+  boost::asio::io_context io;
+  beast::tcp_stream stream(io);
+  std::optional<json> status;
+  http::request<http::empty_body> request(http::verb::get, "/status", 11);
+  request.set(http::field::host, address.to_string());
+  http::response<http::string_body> response;
+  beast::flat_buffer buffer;
+  tcp::resolver resolver(io);
+  stream.expires_after(kTimeout);  // one deadline for the whole exchange
+  resolver.async_resolve(address.host, std::to_string(address.port), [&](auto ec, auto results) {
+    if (ec) return;
+    stream.async_connect(results, [&](auto ec, auto) {
+      if (ec) return;
+      http::async_write(stream, request, [&](auto ec, auto) {
+        if (ec) return;
+        http::async_read(stream, buffer, response, [&](auto ec, auto) {
+          if (ec || response.result() != http::status::ok) return;
+          status = json::parse(response.body(), nullptr, /*allow_exceptions=*/false);
+          if (status->is_discarded()) status.reset();
+        });
+      });
+    });
+  });
+  io.run();
+  return status;
+}
+
+std::string human_bytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(n);
+  size_t i = 0;
+  while (v >= 1024 && i + 1 < std::size(units)) v /= 1024, ++i;
+  return i == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[i]);
+}
+
+uint64_t error_total(const json& status) {
+  uint64_t total = 0;
+  for (const auto& [code, count] : status.at("errors").items()) total += count.get<uint64_t>();
+  return total;
+}
+
+int status(const std::string& config_file) {
+  psched::DeploymentConfig config = psched::load_deployment(config_file);
+  fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>11} {:>7}\n", "shard", "state",
+             "http", "workers", "variables", "polls", "received", "sent", "partitions", "errors");
+  bool all_up = true;
+  for (size_t i = 0; i < config.shards.size(); ++i) {
+    std::string http = config.shards[i].http.to_string();
+    std::optional<json> s = fetch_status(config.shards[i].http);
+    if (!s) {
+      all_up = false;
+      fmt::print("{:<5} {:<6} {}\n", i, "down", http);
+      continue;
+    }
+    fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>11} {:>7}\n", i, "up", http,
+               s->at("connected_workers").get<uint64_t>(), s->at("variables").get<uint64_t>(),
+               s->at("polls_waiting").get<uint64_t>(),
+               human_bytes(s->at("bytes_received").get<uint64_t>()),
+               human_bytes(s->at("bytes_sent").get<uint64_t>()),
+               s->at("partitions_applied").get<uint64_t>(), error_total(*s));
+  }
+  return all_up ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"psched: the operator's command line"};
+  app.require_subcommand(1);
+  std::string config = "configs/local.yaml";
+  CLI::App* status_command =
+      app.add_subcommand("status", "print every shard's state (from its /status page)");
+  status_command->add_option("--config", config, "deployment YAML file")
+      ->check(CLI::ExistingFile)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return status(config);
+  } catch (const psched::Error& e) {
+    fmt::print(stderr, "psched status: {}\n", e.what());
+    return 2;
+  } catch (const json::exception& e) {
+    fmt::print(stderr, "psched status: unexpected /status document: {}\n", e.what());
+    return 2;
+  }
+}

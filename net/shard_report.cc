@@ -1,0 +1,113 @@
+#include "net/shard_report.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include "net/metrics.h"
+
+namespace psched {
+namespace {
+
+using nlohmann::json;
+
+json histogram_json(const Histogram& histogram) {
+  json buckets = json::array();
+  std::vector<uint64_t> cumulative = histogram.cumulative_counts();
+  for (size_t i = 0; i < histogram.upper_bounds().size(); ++i)
+    buckets.push_back({histogram.upper_bounds()[i], cumulative[i]});
+  return {{"count", histogram.count()}, {"sum", histogram.sum()}, {"buckets", buckets}};
+}
+
+json errors_json(const ShardStats& stats) {
+  json by_code = json::object();
+  for (size_t i = 0; i < kErrorCodeCount; ++i)
+    if (stats.errors[i] != 0)
+      by_code[std::string(to_string(static_cast<ErrorCode>(i)))] = stats.errors[i];
+  return by_code;
+}
+
+json recent_errors_json(const ShardStats& stats) {
+  json recent = json::array();
+  for (const RecentError& e : stats.recent_errors)
+    recent.push_back(
+        {{"time", fmt::format("{:%FT%TZ}", std::chrono::floor<std::chrono::seconds>(e.time))},
+         {"code", to_string(e.code)},
+         {"message", e.message}});
+  return recent;
+}
+
+json config_json(const DeploymentConfig& config) {
+  json shards = json::array();
+  for (const ShardConfig& s : config.shards)
+    shards.push_back({{"listen", s.listen.to_string()}, {"http", s.http.to_string()}});
+  return {{"file", config.source.string()},
+          {"mode", config.mode == Mode::sync ? "sync" : "async"},
+          {"workers", config.workers},
+          {"auth", !config.auth_token.empty()},
+          {"split_bytes", config.split_bytes},
+          {"optimizer", optim::to_string(config.optimizer.kind)},
+          {"shards", shards}};
+}
+
+}  // namespace
+
+std::string shard_metrics_text(const ShardSnapshot& snapshot) {
+  const ShardStats& s = snapshot.stats;
+  const MetricLabels shard = {{"shard", std::to_string(snapshot.id.value)}};
+  PrometheusText out;
+  out.single("psched_shard_received_bytes_total", MetricType::counter,
+             "Gradient payload bytes the shard accepted.", shard, double(s.bytes_received));
+  out.single("psched_shard_sent_bytes_total", MetricType::counter,
+             "Parameter value bytes the shard answered to polls and pulls.", shard,
+             double(s.bytes_sent));
+  out.single("psched_shard_partitions_applied_total", MetricType::counter,
+             "Partition updates the shard applied.", shard, double(s.partitions_applied));
+  out.family("psched_shard_apply_seconds", MetricType::histogram,
+             "Time to validate and apply (sync: sum) one accepted push.");
+  out.histogram("psched_shard_apply_seconds", shard, s.apply_seconds);
+  out.family("psched_shard_poll_wait_seconds", MetricType::histogram,
+             "Time from a poll's arrival to its answer.");
+  out.histogram("psched_shard_poll_wait_seconds", shard, s.poll_wait_seconds);
+  out.single("psched_shard_waiting_polls", MetricType::gauge,
+             "Polls waiting for an update to be applied.", shard, double(s.polls_waiting));
+  out.single("psched_shard_variables", MetricType::gauge, "Variable parts the shard holds.", shard,
+             double(s.variables));
+  out.single("psched_shard_connected_workers", MetricType::gauge,
+             "Open RPC connections (one per connected worker).", shard,
+             double(snapshot.connections));
+  out.family("psched_shard_errors_total", MetricType::counter,
+             "Requests the shard failed, by error code.");
+  for (size_t i = 0; i < kErrorCodeCount; ++i) {
+    MetricLabels labels = shard;
+    labels.emplace_back("code", std::string(to_string(static_cast<ErrorCode>(i))));
+    out.sample("psched_shard_errors_total", labels, double(s.errors[i]));
+  }
+  out.single("psched_process_uptime_seconds", MetricType::gauge,
+             "Seconds since the server process started.", {}, snapshot.uptime_seconds);
+  return out.text();
+}
+
+json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& config) {
+  const ShardStats& s = snapshot.stats;
+  json variables = json::array();
+  for (const VariableStatus& v : snapshot.variables)
+    variables.push_back(
+        {{"name", v.name}, {"begin", v.part.begin}, {"end", v.part.end}, {"step", v.step}});
+  return {{"shard", snapshot.id.value},
+          {"uptime_seconds", snapshot.uptime_seconds},
+          {"config", config_json(config)},
+          {"connected_workers", snapshot.connections},
+          {"variables", s.variables},
+          {"bytes_received", s.bytes_received},
+          {"bytes_sent", s.bytes_sent},
+          {"partitions_applied", s.partitions_applied},
+          {"pushes_rejected", s.pushes_rejected},
+          {"polls_waiting", s.polls_waiting},
+          {"apply_seconds", histogram_json(s.apply_seconds)},
+          {"poll_wait_seconds", histogram_json(s.poll_wait_seconds)},
+          {"errors", errors_json(s)},
+          {"recent_errors", recent_errors_json(s)},
+          {"variable_steps", variables}};
+}
+
+}  // namespace psched
