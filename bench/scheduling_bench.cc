@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +18,7 @@
 #include "bench/shaped_link.h"
 #include "bench/shard_thread.h"
 #include "client/chrome_trace.h"
+#include "client/worker_monitor.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "config/byte_size.h"
@@ -46,6 +48,7 @@ struct Options {
   double byte_scale = 0;       // 0: automatic
   double max_iteration_s = 8;  // the automatic byte scale keeps compute-only below this
   std::string trace;
+  std::string http;  // serve worker 0's /metrics and /status here while a policy runs
   std::string mode = "sync";
   uint16_t port = 17500;
   std::string json;
@@ -242,6 +245,9 @@ PolicyResult run_policy(const ModelProfile& profile, const Options& o, const std
     clients.push_back(connect_worker(shaping, o, w, scheduler));
     trainers.push_back(std::make_unique<EmulatedTrainer>(*clients.back(), profile));
   }
+  // Worker 0's operator view (client/worker_monitor.h); destroyed before the clients.
+  std::optional<HttpServer> http;
+  if (!o.http.empty()) http.emplace(parse_listen_address(o.http), worker_routes(*clients[0]));
   auto epoch = Clock::now();
   double cpu_before = cpu_seconds();
   std::vector<std::vector<double>> starts(o.workers);
@@ -475,6 +481,9 @@ int main(int argc, char** argv) {
                  "tensors / this (default: auto, see --max-iteration)");
   app.add_option("--max-iteration", o.max_iteration_s,
                  "auto byte scale keeps the scaled compute-only iteration below this (seconds)");
+  app.add_option("--http", o.http,
+                 "serve worker 0's /metrics and /status (credit, queue by priority, iteration "
+                 "time) on this host:port while each policy runs");
   app.add_option("--trace", o.trace, "write per-partition timelines here (Chrome trace JSON)");
   app.add_option("--mode", o.mode)->check(CLI::IsMember({"sync", "async"}));
   app.add_option("--port", o.port, "first shard port (on 127.0.0.1, or in the shard namespace)");
