@@ -2,6 +2,7 @@
 """Plots psched-bench results: iteration time per policy against bandwidth, one panel per model.
 
     scripts/plot_bench.py bench/results/*.json -o bench/results/iteration_time.svg
+    scripts/plot_bench.py bench/results/*.json --table    # a Markdown table instead
 
 Reads the JSON files `psched-bench --json` writes (any mix of models and bandwidths; files of
 one model at one bandwidth are merged), draws each policy's measured iteration time (real
@@ -71,13 +72,36 @@ def plot(runs, output):
     fig.savefig(output)
 
 
+def table(runs):
+    """Markdown: per model and bandwidth, each policy's time, speedup over fifo, share of ideal."""
+    lines = ["| model | Gbit/s | policy | iter_s | vs fifo | of ideal | ideal_s | compute_s |",
+             "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for model in sorted(runs):
+        for rate in sorted(runs[model]):
+            run = runs[model][rate]
+            fifo = run["results"].get("fifo", {}).get("iter_s")
+            for policy, r in run["results"].items():
+                speedup = f"{fifo / r['iter_s']:.2f}x" if fifo else "-"
+                lines.append(f"| {model} | {rate / 1e9:.4g} | {policy} | {r['iter_s']:.4f} | "
+                             f"{speedup} | {100 * run['ideal_s'] / r['iter_s']:.1f}% | "
+                             f"{run['ideal_s']:.4f} | {run['compute_s']:.4f} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="psched-bench --json files")
-    parser.add_argument("-o", "--output", required=True, help="image to write (.svg, .png)")
+    parser.add_argument("-o", "--output", help="image to write (.svg, .png)")
+    parser.add_argument("--table", action="store_true", help="print a Markdown table")
     args = parser.parse_args()
-    plot(load(args.results), args.output)
-    print(args.output)
+    if not args.output and not args.table:
+        parser.error("give -o FILE, --table, or both")
+    runs = load(args.results)
+    if args.table:
+        print(table(runs))
+    if args.output:
+        plot(runs, args.output)
+        print(args.output)
 
 
 if __name__ == "__main__":
