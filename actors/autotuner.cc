@@ -34,10 +34,11 @@ std::vector<TuningPoint> Autotuner::neighbours(TuningPoint p) const {
     q = clamp(q);
     if (q != p && std::find(out.begin(), out.end(), q) == out.end()) out.push_back(q);
   };
-  add({p.partition_bytes * 2, std::max(p.credit_bytes, p.partition_bytes * 2)});
-  add({p.partition_bytes / 2, p.credit_bytes});
-  add({p.partition_bytes, p.credit_bytes * 2});
-  if (p.credit_bytes / 2 >= p.partition_bytes) add({p.partition_bytes, p.credit_bytes / 2});
+  uint64_t k = step_;
+  add({p.partition_bytes * k, std::max(p.credit_bytes, p.partition_bytes * k)});
+  add({p.partition_bytes / k, p.credit_bytes});
+  add({p.partition_bytes, p.credit_bytes * k});
+  if (p.credit_bytes / k >= p.partition_bytes) add({p.partition_bytes, p.credit_bytes / k});
   return out;
 }
 
@@ -45,6 +46,7 @@ void Autotuner::begin_search(TuningPoint center) {
   phase_ = Phase::searching;
   ++searches_;
   costs_.clear();
+  step_ = std::max<uint64_t>(2, options_.first_step);
   center_ = center;
   pending_ = neighbours(center);
 }
@@ -67,6 +69,12 @@ TuningPoint Autotuner::finish_round() {
     pending_ = neighbours(best);
     if (auto next = next_candidate()) return *next;
     return finish_round();  // every neighbour of the new center is measured already
+  }
+  if (step_ > 2) {  // nothing better this far away: look closer
+    step_ /= 2;
+    pending_ = neighbours(center_);
+    if (auto next = next_candidate()) return *next;
+    return finish_round();
   }
   phase_ = Phase::watching;
   tuned_seconds_ = costs_[center_];

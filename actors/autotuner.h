@@ -2,9 +2,11 @@
 // iteration times, with no restart.
 //
 // The search is a compass search on a grid of powers of two: from the current point it
-// measures the point itself and its neighbours (partition x2 and /2, credit x2 and /2, keeping
-// credit >= partition and both within bounds), moves to the best one when it beats the current
-// point by more than `min_gain`, and stops when none does. Each point is measured as the
+// measures the point itself and its neighbours at the current step (partition x step and
+// / step, credit x step and / step, keeping credit >= partition and both within bounds), moves
+// to the best one when it beats the current point by more than `min_gain`, and otherwise
+// halves the step, from `first_step` down to 2; it stops when no neighbour at step 2 beats it.
+// The wide first step sees past a shallow slope that a gain threshold would stop at. Each point is measured as the
 // median of `measure_iterations` iterations after `settle_iterations` ignored ones (the
 // first iteration after a change still carries the old setting's transfers). Once converged it
 // watches the median of the latest iterations and searches again, from where it is, when that
@@ -36,6 +38,7 @@ struct AutotunerOptions {
   int measure_iterations = 3;
   double min_gain = 0.02;  // a move must be this much faster (fraction of the iteration time)
   double drift = 0.10;     // re-tune when iterations drift this far from the tuned time
+  uint64_t first_step = 4;  // a power of two, at least 2
 };
 
 class Autotuner {
@@ -72,6 +75,7 @@ class Autotuner {
   TuningPoint current_;
   int to_settle_;  // iterations still to ignore after a change
   TuningPoint center_;
+  uint64_t step_ = 2;
   std::vector<TuningPoint> pending_;     // of this round, still to measure
   std::map<TuningPoint, double> costs_;  // measured in this search
   std::vector<double> samples_;          // of current_, after settling

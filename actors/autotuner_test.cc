@@ -115,3 +115,18 @@ TEST_CASE("noise within the drift band does not start a search") {
   CHECK(tuner.searches() == 1);
   CHECK(tuner.converged());
 }
+
+TEST_CASE("the wide first step sees past a plateau that single steps would stop at") {
+  // Flat down to 512 KiB, 20% faster from 256 KiB: one halving shows no gain, two do.
+  auto plateau = [](TuningPoint p) { return p.partition_bytes <= 256 * KiB ? 0.8 : 1.0; };
+  Autotuner tuner({1 * MiB, 4 * MiB});
+  run_until_converged(tuner, plateau);
+  CHECK(tuner.current().partition_bytes <= 256 * KiB);
+  CHECK(tuner.tuned_seconds() == doctest::Approx(0.8));
+
+  AutotunerOptions single;
+  single.first_step = 2;
+  Autotuner narrow({1 * MiB, 4 * MiB}, single);
+  run_until_converged(narrow, plateau);
+  CHECK(narrow.current() == TuningPoint{1 * MiB, 4 * MiB});  // what the wide step is for
+}
