@@ -39,6 +39,9 @@ std::vector<TuningPoint> Autotuner::neighbours(TuningPoint p) const {
   add({p.partition_bytes / k, p.credit_bytes});
   add({p.partition_bytes, p.credit_bytes * k});
   if (p.credit_bytes / k >= p.partition_bytes) add({p.partition_bytes, p.credit_bytes / k});
+  // Both together, keeping partitions per window: the valley often runs along this diagonal.
+  add({p.partition_bytes / k, p.credit_bytes / k});
+  add({p.partition_bytes * k, p.credit_bytes * k});
   return out;
 }
 

@@ -3,12 +3,13 @@
 //
 // The search is a compass search on a grid of powers of two: from the current point it
 // measures the point itself and its neighbours at the current step (partition x step and
-// / step, credit x step and / step, keeping credit >= partition and both within bounds), moves
+// / step, credit x step and / step, and both together, keeping credit >= partition and both
+// within bounds), moves
 // to the best one when it beats the current point by more than `min_gain`, and otherwise
 // halves the step, from `first_step` down to 2; it stops when no neighbour at step 2 beats it.
-// The wide first step sees past a shallow slope that a gain threshold would stop at. Each point is measured as the
-// median of `measure_iterations` iterations after `settle_iterations` ignored ones (the
-// first iteration after a change still carries the old setting's transfers). Once converged it
+// The wide first step sees past a shallow slope that a gain threshold would stop at. Each point is
+// measured as the median of `measure_iterations` iterations after `settle_iterations` ignored ones
+// (the first iteration after a change still carries the old setting's transfers). Once converged it
 // watches the median of the latest iterations and searches again, from where it is, when that
 // drifts from the tuned time by more than `drift` (a changed model, network or load).
 //
@@ -36,8 +37,8 @@ struct AutotunerOptions {
   uint64_t max_credit_bytes = 256 << 20;
   int settle_iterations = 1;
   int measure_iterations = 3;
-  double min_gain = 0.02;  // a move must be this much faster (fraction of the iteration time)
-  double drift = 0.10;     // re-tune when iterations drift this far from the tuned time
+  double min_gain = 0.02;   // a move must be this much faster (fraction of the iteration time)
+  double drift = 0.10;      // re-tune when iterations drift this far from the tuned time
   uint64_t first_step = 4;  // a power of two, at least 2
 };
 

@@ -130,3 +130,15 @@ TEST_CASE("the wide first step sees past a plateau that single steps would stop 
   run_until_converged(narrow, plateau);
   CHECK(narrow.current() == TuningPoint{1 * MiB, 4 * MiB});  // what the wide step is for
 }
+
+TEST_CASE("a valley along the diagonal is followed by moving both sizes together") {
+  // Fast only where credit is 4 partitions and both are small: moving one size alone is worse.
+  auto valley = [](TuningPoint p) {
+    double ratio = std::log2(double(p.credit_bytes) / double(p.partition_bytes)) - 2;
+    double size = std::log2(double(p.partition_bytes) / double(256 * KiB));
+    return 1.0 + 0.3 * ratio * ratio + 0.05 * size * size;
+  };
+  Autotuner tuner({1 * MiB, 4 * MiB});
+  run_until_converged(tuner, valley);
+  CHECK(tuner.current() == TuningPoint{256 * KiB, 1 * MiB});
+}
