@@ -30,6 +30,10 @@ POLICY_STYLE = {
 }
 
 
+def policy_rank(policy):
+    return list(POLICY_STYLE).index(policy) if policy in POLICY_STYLE else len(POLICY_STYLE)
+
+
 def load(paths):
     """model -> bandwidth_bps -> {"results": {...}, "ideal_s", "compute_s"}"""
     runs = collections.defaultdict(dict)
@@ -54,8 +58,7 @@ def plot(runs, output):
         gbit = [r / 1e9 for r in rates]
         ax.plot(gbit, [by_rate[r]["ideal_s"] for r in rates], "k--", marker="_", markersize=14, label="ideal (fluid)")
         ax.plot(gbit, [by_rate[r]["compute_s"] for r in rates], "k:", marker="_", markersize=14, label="compute only")
-        policies = sorted({p for r in rates for p in by_rate[r]["results"]},
-                          key=lambda p: list(POLICY_STYLE).index(p) if p in POLICY_STYLE else 99)
+        policies = sorted({p for r in rates for p in by_rate[r]["results"]}, key=policy_rank)
         for policy in policies:
             points = [(r / 1e9, by_rate[r]["results"][policy]["iter_s"])
                       for r in rates if policy in by_rate[r]["results"]]
@@ -80,7 +83,8 @@ def table(runs):
         for rate in sorted(runs[model]):
             run = runs[model][rate]
             fifo = run["results"].get("fifo", {}).get("iter_s")
-            for policy, r in run["results"].items():
+            for policy in sorted(run["results"], key=policy_rank):
+                r = run["results"][policy]
                 speedup = f"{fifo / r['iter_s']:.2f}x" if fifo else "-"
                 lines.append(f"| {model} | {rate / 1e9:.4g} | {policy} | {r['iter_s']:.4f} | "
                              f"{speedup} | {100 * run['ideal_s'] / r['iter_s']:.1f}% | "
