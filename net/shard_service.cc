@@ -115,8 +115,8 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
   });
 }
 
-SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step step,
-                                                     uint64_t offset, wire::DType wire_dtype,
+SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step step, uint64_t offset,
+                                                     wire::DType wire_dtype,
                                                      capnp::Data::Reader data) const {
   uint64_t limit = endpoint_.config.limits.max_message_bytes;
   if (data.size() > limit)
@@ -128,8 +128,11 @@ SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step ste
     fail(ErrorCode::shape_mismatch,
          "push to variable id {} rejected: {} bytes of data are not whole {} elements", variable,
          data.size(), to_string(dtype));
-  return {VariableId(variable), step, range("push", offset, data.size() / element_bytes(dtype)),
-          dtype, {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
+  return {VariableId(variable),
+          step,
+          range("push", offset, data.size() / element_bytes(dtype)),
+          dtype,
+          {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
 }
 
 kj::Promise<void> SessionService::push_one(const PushArgs& push) {
@@ -158,8 +161,8 @@ kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
   // Each partition goes to the shard's strand in list order, so they apply in that order.
   for (auto p : partitions) {
     try {
-      outcomes.add(error_text(push_one(decode_push(p.getVariable(), p.getStep(), p.getOffset(),
-                                                   p.getDtype(), p.getData()))));
+      outcomes.add(error_text(push_one(
+          decode_push(p.getVariable(), p.getStep(), p.getOffset(), p.getDtype(), p.getData()))));
     } catch (...) {
       outcomes.add(error_text(refuse(endpoint_, std::current_exception())));
     }
@@ -216,10 +219,13 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
     } catch (...) {
       answer = refuse(endpoint_, std::current_exception());
     }
-    outcomes.add(answer.then([](ValueAnswer v) { return Outcome{kj::mv(v), kj::str("")}; },
-                             [](kj::Exception&& e) {
-                               return Outcome{nullptr, kj::str(e.getDescription())};
-                             }));
+    outcomes.add(answer.then(
+        [](ValueAnswer v) {
+          return Outcome{kj::mv(v), kj::str("")};
+        },
+        [](kj::Exception&& e) {
+          return Outcome{nullptr, kj::str(e.getDescription())};
+        }));
   }
   context.allowCancellation();
   return kj::joinPromises(outcomes.finish()).then([context](kj::Array<Outcome> all) mutable {

@@ -46,8 +46,7 @@ struct ValueAnswer {
 
 class SessionService final : public wire::Session::Server {
  public:
-  SessionService(ShardEndpoint& endpoint, WorkerId worker)
-      : endpoint_(endpoint), worker_(worker) {}
+  SessionService(ShardEndpoint& endpoint, WorkerId worker) : endpoint_(endpoint), worker_(worker) {}
 
  protected:
   kj::Promise<void> register_(RegisterContext context) override;
@@ -73,7 +72,7 @@ class SessionService final : public wire::Session::Server {
   kj::Promise<void> push_one(const PushArgs& push);
   // Files the poll with the shard; the promise withdraws it when dropped unanswered.
   kj::Promise<ValueAnswer> poll_one(VariableId variable, Step step, uint64_t offset,
-                                     uint64_t count);
+                                    uint64_t count);
 
   // [offset, offset + count) after checking it does not overflow.
   ElementRange range(const char* what, uint64_t offset, uint64_t count) const;
