@@ -42,8 +42,8 @@ struct Options {
   std::vector<std::string> policies{"fifo", "priority", "partition-only", "priority-only"};
   int iterations = 10;
   int tune_iterations = 40;
-  std::string partition = "1MiB";
-  std::string credit = "4MiB";
+  std::string partition = "256KiB";
+  std::string credit = "2MiB";
   std::string fusion = "64KiB";
   double byte_scale = 0;       // 0: automatic
   double max_iteration_s = 8;  // the automatic byte scale keeps compute-only below this

@@ -36,8 +36,8 @@ struct ShardConfig {
 
 struct SchedulerConfig {
   SchedulePolicy policy = SchedulePolicy::priority;
-  uint64_t partition_bytes = 1 << 20;  // largest partition a tensor is cut into
-  uint64_t credit_bytes = 4 << 20;   // bytes in flight at most (one larger partition may go alone)
+  uint64_t partition_bytes = 256 << 10;  // largest partition a tensor is cut into
+  uint64_t credit_bytes = 2 << 20;  // bytes in flight at most (one larger partition may go alone)
   uint64_t fusion_bytes = 64 << 10;  // partitions smaller than this that queue up share messages
   bool autotune = false;
 };

@@ -62,8 +62,8 @@ TEST_CASE("the shipped configs/local.yaml loads and describes two local async sh
   CHECK(config.optimizer.kind == optim::OptimizerKind::sgd);
   CHECK(config.optimizer.lr == 0.5);
   CHECK(config.scheduler.policy == SchedulePolicy::priority);
-  CHECK(config.scheduler.partition_bytes == 1u << 20);
-  CHECK(config.scheduler.credit_bytes == 4u << 20);
+  CHECK(config.scheduler.partition_bytes == 256u << 10);
+  CHECK(config.scheduler.credit_bytes == 2u << 20);
   CHECK(config.limits.max_message_bytes == 64u << 20);
 }
 
@@ -251,9 +251,9 @@ TEST_CASE("a partition must fit in one message") {
             .starts_with("configs/x.yaml:4: scheduler.partition_bytes: scheduler.partition_bytes "
                          "(64MiB) plus 64KiB "
                          "of message header exceeds limits.max_message_bytes (64MiB)"));
-  CHECK(error_of(kOneShard + "limits:\n  max_message_bytes: 1MiB\n")
+  CHECK(error_of(kOneShard + "limits:\n  max_message_bytes: 256KiB\n")
             .starts_with(
-                "configs/x.yaml:4: limits.max_message_bytes: scheduler.partition_bytes (1MiB)"));
+                "configs/x.yaml:4: limits.max_message_bytes: scheduler.partition_bytes (256KiB)"));
 }
 
 TEST_CASE("integers must be whole numbers within range") {
