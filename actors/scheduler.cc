@@ -96,23 +96,24 @@ void Scheduler::start_next() {
     launch({best.task});
     return;
   }
-  // The run of fusable tasks that would start now anyway, in order, grouped by shard. A group
-  // that is full is sent at once and its shard starts a new one.
-  std::vector<std::vector<Queued>> groups;
+  // The run of fusable tasks that would start now anyway, in order, grouped by shard. When a
+  // shard's open group is full, the shard opens another; groups go out in the order opened.
+  struct Group {
+    std::vector<Queued> tasks;
+    uint64_t bytes = 0;
+  };
+  std::vector<Group> groups;
   std::unordered_map<ShardId, size_t> open;  // shard -> its group still being filled
-  std::unordered_map<ShardId, uint64_t> open_bytes;
-  std::vector<size_t> order;  // groups by their first task's start
   auto add = [&](Queued q) {
     auto it = open.find(q.task.shard);
-    if (it == open.end() || open_bytes[q.task.shard] + q.task.bytes > fusion_bytes_ ||
-        groups[it->second].size() == kMaxFusedTasks) {
-      open[q.task.shard] = groups.size();
-      open_bytes[q.task.shard] = 0;
-      order.push_back(groups.size());
+    if (it == open.end() || groups[it->second].bytes + q.task.bytes > fusion_bytes_ ||
+        groups[it->second].tasks.size() == kMaxFusedTasks) {
+      it = open.insert_or_assign(q.task.shard, groups.size()).first;
       groups.emplace_back();
     }
-    open_bytes[q.task.shard] += q.task.bytes;
-    groups[open[q.task.shard]].push_back(std::move(q));
+    Group& group = groups[it->second];
+    group.bytes += q.task.bytes;
+    group.tasks.push_back(std::move(q));
   };
   uint64_t gathered = best.task.bytes;
   add(std::move(best));
@@ -122,10 +123,10 @@ void Scheduler::start_next() {
     add(queue_.top());
     queue_.pop();
   }
-  for (size_t g : order) {
+  for (const Group& group : groups) {
     std::vector<PartitionTask> tasks;
-    for (const Queued& q : groups[g]) {
-      admit(q, static_cast<uint32_t>(groups[g].size() - 1));
+    for (const Queued& q : group.tasks) {
+      admit(q, static_cast<uint32_t>(group.tasks.size() - 1));
       tasks.push_back(q.task);
     }
     if (tasks.size() > 1) {

@@ -296,7 +296,6 @@ std::vector<FluidLayer> fluid_layers(const ModelProfile& profile) {
 
 // Row of the table and entry of the JSON for one policy's result.
 struct Report {
-  const Options& o;
   double scale;
   double ideal_s;
   double fifo_s = 0;
@@ -391,7 +390,7 @@ int run(const Options& o) {
   if (!shaping.fallback_reason.empty())
     std::printf("shaping in process: tbf unavailable: %s\n", shaping.fallback_reason.c_str());
   std::printf("%-15s %10s %9s %9s %6s\n", "policy", "iter_s", "vs fifo", "of ideal", "cpu");
-  Report report{o, scale, ideal.iteration_s, 0, nlohmann::json::object()};
+  Report report{scale, ideal.iteration_s, 0, nlohmann::json::object()};
   std::vector<TracedWorker> trace;
   for (const std::string& policy : o.policies) {
     if (policy == "grid") {
