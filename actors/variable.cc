@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "actors/state_codec.h"
 #include "common/check.h"
 #include "common/error.h"
 
@@ -47,7 +48,7 @@ void Variable::check_range(const char* what, ElementRange range) const {
          what, spec_.name, range.begin, range.end, part_.begin, part_.end, spec_.elements());
 }
 
-void Variable::check_push(WorkerId worker, Step step, ElementRange range, DType dtype,
+bool Variable::check_push(WorkerId worker, Step step, ElementRange range, DType dtype,
                           std::span<const std::byte> data, Step completed,
                           const IntervalSet& received) const {
   if (dtype != spec_.dtype)
@@ -58,35 +59,41 @@ void Variable::check_push(WorkerId worker, Step step, ElementRange range, DType 
     fail(ErrorCode::shape_mismatch,
          "push to variable '{}' rejected: {} bytes for {} elements of {} (expected {})", spec_.name,
          data.size(), range.size(), to_string(dtype), range.size() * element_bytes(dtype));
-  if (step <= completed)
-    fail(ErrorCode::stale_step,
-         "push to variable '{}' rejected: step {} of worker {} was already applied (last "
-         "complete step {})",
-         spec_.name, step, worker.value, completed);
+  if (step <= completed) return true;
   if (step > completed + 1)
     fail(ErrorCode::step_from_future,
          "push to variable '{}' rejected: step {} from the future (next step is {})", spec_.name,
          step, completed + 1);
+  if (received.contains(range)) return true;
   if (received.overlaps(range))
     fail(ErrorCode::stale_step,
          "push to variable '{}' rejected: elements [{}, {}) of step {} from worker {} were "
-         "already received",
+         "partly received already (a retry must resend the same partition)",
          spec_.name, range.begin, range.end, step, worker.value);
+  return false;
 }
 
-std::vector<ElementRange> Variable::push(WorkerId worker, Step step, ElementRange range,
-                                         DType dtype, std::span<const std::byte> data) {
+bool Variable::check(WorkerId worker, Step step, ElementRange range, DType dtype,
+                     std::span<const std::byte> data) const {
   if (mode_ == Mode::sync) {
     if (worker.value >= workers_)
       fail(ErrorCode::invalid_argument,
            "push to variable '{}' rejected: worker {} is not below the job's {} workers",
            spec_.name, worker.value, workers_);
-    check_push(worker, step, range, dtype, data, sync_.completed, sync_.received[worker.value]);
-    return push_sync(worker, step, range, data);
+    return check_push(worker, step, range, dtype, data, sync_.completed,
+                      sync_.received[worker.value]);
   }
-  const WorkerProgress& p = progress_[worker];
-  check_push(worker, step, range, dtype, data, p.completed, p.received);
-  return push_async(worker, step, range, data);
+  static const WorkerProgress kFresh;
+  auto it = progress_.find(worker);
+  const WorkerProgress& p = it == progress_.end() ? kFresh : it->second;
+  return check_push(worker, step, range, dtype, data, p.completed, p.received);
+}
+
+PushOutcome Variable::push(WorkerId worker, Step step, ElementRange range, DType dtype,
+                           std::span<const std::byte> data) {
+  if (check(worker, step, range, dtype, data)) return {.duplicate = true};
+  if (mode_ == Mode::sync) return {.applied = push_sync(worker, step, range, data)};
+  return {.applied = push_async(worker, step, range, data)};
 }
 
 std::vector<ElementRange> Variable::push_async(WorkerId worker, Step step, ElementRange range,
@@ -202,6 +209,70 @@ IntervalSet Variable::not_yet_applied(WorkerId worker, Step step, ElementRange r
 void Variable::read(ElementRange range, std::byte* out) const {
   size_t bytes = element_bytes(spec_.dtype);
   std::memcpy(out, value_.data() + (range.begin - part_.begin) * bytes, range.size() * bytes);
+}
+
+void Variable::save(ByteWriter& out) const {
+  encode(out, spec_);
+  encode(out, part_);
+  out.blob(value_.bytes());
+  out.put<uint64_t>(state_.size());
+  for (const AlignedBuffer& slot : state_) out.blob(slot.bytes());
+  out.put(updates_);
+  out.put<uint64_t>(progress_.size());
+  for (const auto& [worker, p] : progress_) {
+    out.put(worker.value);
+    out.put(p.completed);
+    out.put(p.t);
+    encode(out, p.received);
+  }
+  out.put(sync_.completed);
+  for (const IntervalSet& received : sync_.received) encode(out, received);
+  encode(out, sync_.applied);
+  out.blob(sync_.sum.bytes());
+}
+
+Variable Variable::restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoinPool* apply_pool) {
+  VariableSpec spec = decode_spec(in);
+  ElementRange part = decode_range(in);
+  if (part.end > spec.elements() || part.begin >= part.end)
+    fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has part [{}, {}) of {} elements",
+         in.what(), spec.name, part.begin, part.end, spec.elements());
+  auto value = in.blob();
+  if (value.size() != part.size() * element_bytes(spec.dtype))
+    fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has {} bytes of value where {} fit",
+         in.what(), spec.name, value.size(), part.size() * element_bytes(spec.dtype));
+  Variable v(std::move(spec), part, value, mode, workers, apply_pool);
+  if (in.get<uint64_t>() != v.state_.size())
+    fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has the wrong number of optimizer slots",
+         in.what(), v.spec_.name);
+  for (AlignedBuffer& slot : v.state_) {
+    auto blob = in.blob();
+    if (blob.size() != slot.size())
+      fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has {} bytes of optimizer state",
+           in.what(), v.spec_.name, blob.size());
+    std::memcpy(slot.data(), blob.data(), blob.size());
+  }
+  v.updates_ = in.get<uint64_t>();
+  uint64_t progressing = in.get<uint64_t>();
+  for (uint64_t i = 0; i < progressing; ++i) {
+    WorkerId worker(in.get<uint32_t>());
+    WorkerProgress& p = v.progress_[worker];
+    p.completed = in.get<Step>();
+    p.t = in.get<uint64_t>();
+    p.received = decode_intervals(in);
+  }
+  v.sync_.completed = in.get<Step>();
+  for (IntervalSet& received : v.sync_.received) received = decode_intervals(in);
+  v.sync_.applied = decode_intervals(in);
+  auto sum = in.blob();
+  if (!sum.empty()) {
+    if (sum.size() != v.value_.size())
+      fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has {} bytes of gradient sums",
+           in.what(), v.spec_.name, sum.size());
+    v.sync_.sum = AlignedBuffer(sum.size());
+    std::memcpy(v.sync_.sum.data(), sum.data(), sum.size());
+  }
+  return v;
 }
 
 }  // namespace psched

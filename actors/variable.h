@@ -7,6 +7,10 @@
 // sync: partitions of step s are summed per element; an element range is applied (mean of the
 //   `workers` gradients) as soon as every worker pushed it; step s is complete when the whole
 //   part is applied. Pushes of step s+1 are accepted only after that.
+//
+// Exactly once: a push of a range the worker already pushed for that step (a retry after a
+// lost connection) is a duplicate: acknowledged, never applied again. A push that overlaps a
+// received range only in part is an error, as retries resend the same partitions.
 #pragma once
 
 #include <array>
@@ -17,6 +21,7 @@
 
 #include "actors/variable_spec.h"
 #include "common/aligned_buffer.h"
+#include "common/byte_codec.h"
 #include "common/fork_join_pool.h"
 #include "common/interval_set.h"
 #include "config/deployment.h"
@@ -25,6 +30,12 @@ namespace psched {
 
 // The worker id under which sync-mode progress (the aggregate of all workers) is tracked.
 inline constexpr WorkerId kAllWorkers{UINT32_MAX};
+
+// What a push did.
+struct PushOutcome {
+  bool duplicate = false;             // a retry of received data: acknowledged, not applied
+  std::vector<ElementRange> applied;  // ranges whose update for the step became applied
+};
 
 class Variable {
  public:
@@ -35,17 +46,28 @@ class Variable {
 
   static constexpr uint64_t kParallelApplyElements = 1 << 18;
 
+  // Writes everything the variable holds (spec, value, optimizer state, progress) so that
+  // restore() rebuilds an equal variable.
+  void save(ByteWriter& out) const;
+  // Reads what save() wrote; throws Error(corrupt_checkpoint) when it does not fit `mode` and
+  // `workers` or is malformed.
+  static Variable restore(ByteReader& in, Mode mode, uint32_t workers,
+                          ForkJoinPool* apply_pool = nullptr);
+
   const VariableSpec& spec() const { return spec_; }
   ElementRange part() const { return part_; }
   Mode mode() const { return mode_; }
 
   // Validates, then applies (async) or accumulates (sync) one partition of `worker`'s gradient
-  // for `step`. `data` holds range.size() elements of `dtype` and is only read. Returns the
-  // ranges whose step-`step` update became applied by this push, under the owner polls wait on
-  // (the worker in async mode, kAllWorkers in sync mode). Throws psched::Error on bad input and
-  // then changes nothing.
-  std::vector<ElementRange> push(WorkerId worker, Step step, ElementRange range, DType dtype,
-                                 std::span<const std::byte> data);
+  // for `step`. `data` holds range.size() elements of `dtype` and is only read. The outcome's
+  // ranges are those whose step-`step` update became applied by this push, under the owner
+  // polls wait on (the worker in async mode, kAllWorkers in sync mode). Throws psched::Error on
+  // bad input and then changes nothing.
+  PushOutcome push(WorkerId worker, Step step, ElementRange range, DType dtype,
+                   std::span<const std::byte> data);
+  // The validation push() does first: throws what it would throw; true for a duplicate.
+  bool check(WorkerId worker, Step step, ElementRange range, DType dtype,
+             std::span<const std::byte> data) const;
 
   // The part of `range` whose update for `step` is not applied yet (empty: answer at once).
   // Throws on a range outside the part or a step from the future.
@@ -77,7 +99,8 @@ class Variable {
     AlignedBuffer sum;                  // per-element gradient sums of step completed + 1
   };
 
-  void check_push(WorkerId worker, Step step, ElementRange range, DType dtype,
+  // Throws on bad input; true when the push is a duplicate.
+  bool check_push(WorkerId worker, Step step, ElementRange range, DType dtype,
                   std::span<const std::byte> data, Step completed,
                   const IntervalSet& received) const;
   std::vector<ElementRange> push_async(WorkerId worker, Step step, ElementRange range,

@@ -3,12 +3,23 @@
 #include <algorithm>
 #include <chrono>
 
+#include "actors/state_codec.h"
 #include "common/error.h"
 
 namespace psched {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Update log record kinds.
+constexpr uint8_t kRegisterRecord = 'R';
+constexpr uint8_t kPushRecord = 'P';
+
+int64_t wall_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -72,6 +83,7 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
          spec.name, initial.size(), part.size() * element_bytes(spec.dtype), part.size(),
          to_string(spec.dtype));
   optim::validate(spec.optimizer);
+  log_register(spec, part, initial);
   VariableId id(static_cast<uint32_t>(variables_.size()));
   std::string name = spec.name;
   variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers,
@@ -100,11 +112,16 @@ void VariableShard::push(WorkerId worker, VariableId variable, Step step, Elemen
 void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRange range,
                             DType dtype, std::span<const std::byte> data) {
   Variable& variable = find("push", id);
-  std::vector<ElementRange> applied = variable.push(worker, step, range, dtype, data);
+  if (variable.check(worker, step, range, dtype, data)) {
+    ++stats_.pushes_duplicate;
+    return;
+  }
+  log_push(worker, id, step, range, dtype, data);
+  PushOutcome outcome = variable.push(worker, step, range, dtype, data);
   stats_.bytes_received += data.size();
-  stats_.partitions_applied += applied.size();
+  stats_.partitions_applied += outcome.applied.size();
   PollKey key{variable.poll_owner(worker), id, step};
-  for (ElementRange r : applied) polls_.applied(key, r);
+  for (ElementRange r : outcome.applied) polls_.applied(key, r);
 }
 
 void VariableShard::poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
@@ -194,6 +211,140 @@ void VariableShard::shut_down(std::function<void()> done) {
     polls_.fail_all(std::make_exception_ptr(
         Error(ErrorCode::disconnected, "poll abandoned: the shard is shutting down")));
     done();
+  });
+}
+
+void VariableShard::log_register(const VariableSpec& spec, ElementRange part,
+                                 std::span<const std::byte> initial) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kRegisterRecord);
+  encode(record, spec);
+  encode(record, part);
+  record.blob(initial);
+  store_->append(record.bytes());
+}
+
+void VariableShard::log_push(WorkerId worker, VariableId id, Step step, ElementRange range,
+                             DType dtype, std::span<const std::byte> data) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kPushRecord);
+  record.put(worker.value);
+  record.put(id.value);
+  record.put(step);
+  encode(record, range);
+  record.put(static_cast<uint8_t>(dtype));
+  record.blob(data);
+  store_->append(record.bytes());
+}
+
+void VariableShard::replay(ByteReader& record) {
+  uint8_t kind = record.get<uint8_t>();
+  if (kind == kRegisterRecord) {
+    VariableSpec spec = decode_spec(record);
+    ElementRange part = decode_range(record);
+    auto initial = record.blob();
+    return do_register(spec, part, initial, [](std::exception_ptr, VariableId, bool) {});
+  }
+  if (kind != kPushRecord)
+    fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
+  WorkerId worker(record.get<uint32_t>());
+  VariableId id(record.get<uint32_t>());
+  Step step = record.get<Step>();
+  ElementRange range = decode_range(record);
+  auto dtype = static_cast<DType>(record.get<uint8_t>());
+  do_push(worker, id, step, range, dtype, record.blob());
+}
+
+std::vector<std::byte> VariableShard::snapshot() {
+  ByteWriter out;
+  out.put(settings_.id.value);
+  out.put(static_cast<uint8_t>(settings_.mode));
+  out.put(settings_.workers);
+  out.put(generation_);
+  out.put(wall_clock_ns());
+  out.put<uint64_t>(variables_.size());
+  for (const Variable& v : variables_) v.save(out);
+  return std::move(out.bytes());
+}
+
+std::filesystem::path VariableShard::write_checkpoint() {
+  ++generation_;
+  std::vector<std::byte> payload = snapshot();
+  if (settings_.update_log) store_->start_log(generation_);
+  std::filesystem::path file = store_->write_checkpoint(generation_, payload);
+  ++stats_.checkpoints_written;
+  return file;
+}
+
+void VariableShard::restore(std::function<void(std::exception_ptr, RestoreReport)> reply) {
+  dispatch([this, reply = std::move(reply)] {
+    RestoreReport report;
+    try {
+      if (settings_.checkpoint_directory.empty())
+        fail(ErrorCode::bad_config, "shard {} has no checkpoint directory", settings_.id.value);
+      auto store = std::make_unique<ShardStore>(settings_.checkpoint_directory, settings_.id);
+      auto found = store->load_latest(report.skipped);
+      if (!found && !report.skipped.empty())
+        fail(ErrorCode::corrupt_checkpoint,
+             "shard {}: no valid checkpoint in {} ({} corrupt; move them away to start empty): {}",
+             settings_.id.value, settings_.checkpoint_directory.string(), report.skipped.size(),
+             report.skipped.front());
+      if (found) {
+        ByteReader in(found->payload, found->file.string());
+        load(in);
+        generation_ = found->generation;
+        report.checkpoint = found->file;
+        report.replayed = store->replay(
+            found->generation, [this](ByteReader& record) { replay(record); }, report.skipped);
+      }
+      store_ = std::move(store);
+      report.written = write_checkpoint();
+      report.variables = variables_.size();
+    } catch (...) {
+      return reply(std::current_exception(), std::move(report));
+    }
+    reply(nullptr, std::move(report));
+  });
+}
+
+void VariableShard::load(ByteReader& in) {
+  uint32_t shard = in.get<uint32_t>();
+  auto mode = static_cast<Mode>(in.get<uint8_t>());
+  uint32_t workers = in.get<uint32_t>();
+  if (shard != settings_.id.value || mode != settings_.mode || workers != settings_.workers)
+    fail(ErrorCode::bad_config,
+         "{} holds shard {} in {} mode with {} workers; this deployment runs shard {} in {} mode "
+         "with {} workers",
+         in.what(), shard, mode == Mode::sync ? "sync" : "async", workers, settings_.id.value,
+         settings_.mode == Mode::sync ? "sync" : "async", settings_.workers);
+  in.get<uint64_t>();  // generation, also in the file name
+  in.get<int64_t>();   // written at
+  uint64_t count = in.get<uint64_t>();
+  for (uint64_t i = 0; i < count; ++i) {
+    variables_.push_back(Variable::restore(in, settings_.mode, settings_.workers, apply_pool_));
+    by_name_.emplace(variables_.back().spec().name, VariableId(static_cast<uint32_t>(i)));
+  }
+  if (!in.done())
+    fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes after the last variable", in.what(),
+         in.position());
+  stats_.variables = variables_.size();
+}
+
+void VariableShard::checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply) {
+  dispatch([this, reply = std::move(reply)] {
+    std::filesystem::path file;
+    try {
+      if (!store_)
+        fail(ErrorCode::bad_config, "shard {}: checkpoint before restore, or no directory",
+             settings_.id.value);
+      file = write_checkpoint();
+    } catch (...) {
+      count_error(std::current_exception());
+      return reply(std::current_exception(), {});
+    }
+    reply(nullptr, file);
   });
 }
 

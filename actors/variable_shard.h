@@ -11,6 +11,7 @@
 #include <chrono>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <span>
@@ -20,6 +21,7 @@
 
 #include "actors/actor.h"
 #include "actors/poll_registry.h"
+#include "actors/shard_store.h"
 #include "actors/variable.h"
 #include "common/buffer_pool.h"
 #include "common/error.h"
@@ -33,6 +35,18 @@ struct ShardSettings {
   Mode mode = Mode::async;
   uint32_t workers = 1;
   uint64_t max_variables = 1 << 20;
+  // Checkpoints and the update log (actors/shard_store.h) go here; empty: nothing persists.
+  std::filesystem::path checkpoint_directory;
+  bool update_log = true;  // log every accepted update between checkpoints
+};
+
+// What VariableShard::restore found and did.
+struct RestoreReport {
+  std::filesystem::path checkpoint;  // the checkpoint loaded; empty when none was found
+  uint64_t variables = 0;            // variable parts held after restoring
+  uint64_t replayed = 0;             // logged updates re-applied after the checkpoint
+  std::vector<std::string> skipped;  // corrupt checkpoints and torn log records, with reasons
+  std::filesystem::path written;     // the fresh checkpoint written after restoring
 };
 
 // A request a shard failed, kept for operators (VariableShard keeps the newest few).
@@ -50,6 +64,8 @@ struct ShardStats {
   uint64_t bytes_sent = 0;      // value bytes answered to polls and pulls
   uint64_t partitions_applied = 0;
   uint64_t pushes_rejected = 0;
+  uint64_t pushes_duplicate = 0;  // retries of received partitions, acknowledged not applied
+  uint64_t checkpoints_written = 0;
   uint64_t polls_waiting = 0;
   Histogram apply_seconds;      // per accepted push: validating and applying (or summing) it
   Histogram poll_wait_seconds;  // per answered poll: from its arrival to its answer
@@ -101,6 +117,14 @@ class VariableShard : public Actor {
   // Fails every waiting poll (the server is stopping), then calls `done` on the strand.
   void shut_down(std::function<void()> done);
 
+  // Loads the newest valid checkpoint and replays the update logs after it, then writes a
+  // fresh checkpoint and starts a new log. Call once, before serving, with a checkpoint
+  // directory configured; throws in the reply when none is or a file cannot be written.
+  void restore(std::function<void(std::exception_ptr, RestoreReport)> reply);
+  // Writes a checkpoint of everything the shard holds now and starts a new update log;
+  // replies with the file. Requires a prior restore().
+  void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply);
+
  private:
   // The variable, or throws unknown_variable naming `what` ("push", "poll", ...).
   Variable& find(const char* what, VariableId id);
@@ -114,6 +138,18 @@ class VariableShard : public Actor {
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
   // Counts a failed request and keeps it among the recent errors. On strand.
   void count_error(std::exception_ptr error);
+  // Appends a register or push record to the update log when logging. On strand.
+  void log_register(const VariableSpec& spec, ElementRange part,
+                    std::span<const std::byte> initial);
+  void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
+                std::span<const std::byte> data);
+  // Re-applies one logged record (restore). On strand.
+  void replay(ByteReader& record);
+  // Decodes a checkpoint's payload into the (empty) shard. On strand.
+  void load(ByteReader& in);
+  // Everything the shard holds, encoded, then generation_ + 1's log started. On strand.
+  std::vector<std::byte> snapshot();
+  std::filesystem::path write_checkpoint();
 
   ShardSettings settings_;
   std::shared_ptr<BufferPool> pool_;
@@ -124,6 +160,8 @@ class VariableShard : public Actor {
   std::unordered_map<std::string, VariableId> by_name_;
   ShardStats stats_;
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors
+  std::unique_ptr<ShardStore> store_;      // after restore(), when a directory is configured
+  uint64_t generation_ = 0;                // of the newest checkpoint taken
 };
 
 }  // namespace psched

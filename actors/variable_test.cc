@@ -47,7 +47,7 @@ TEST_CASE("an async push is applied on arrival and completes the worker's step")
   std::vector<float> init{1, 2, 3, 4};
   Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 2);
   std::vector<float> g{1, 1};
-  auto applied = v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
+  auto applied = v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)).applied;
   CHECK(applied == std::vector<ElementRange>{{0, 2}});
   CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
   CHECK(v.applied_step(WorkerId(0)) == 0);
@@ -62,9 +62,9 @@ TEST_CASE("sync mode applies the mean only once every worker pushed the range") 
   std::vector<float> init{0, 0, 0, 0};
   Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::sync, 2);
   std::vector<float> a{2, 2, 2, 2}, b{4, 4};
-  CHECK(v.push(WorkerId(0), 1, {0, 4}, DType::float32, bytes_of(a)).empty());
+  CHECK(v.push(WorkerId(0), 1, {0, 4}, DType::float32, bytes_of(a)).applied.empty());
   CHECK(value_of(v) == std::vector<float>{0, 0, 0, 0});
-  auto applied = v.push(WorkerId(1), 1, {2, 4}, DType::float32, bytes_of(b));
+  auto applied = v.push(WorkerId(1), 1, {2, 4}, DType::float32, bytes_of(b)).applied;
   CHECK(applied == std::vector<ElementRange>{{2, 4}});
   CHECK(value_of(v) == std::vector<float>{0, 0, -3, -3});
   CHECK(v.applied_step(WorkerId(0)) == 0);
@@ -100,6 +100,67 @@ TEST_CASE("a rejected push leaves the variable untouched") {
           v.push(WorkerId(0), 1, {1, 3}, DType::float32, bytes_of(g));
         }) == ErrorCode::stale_step);
   CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
+}
+
+TEST_CASE("a retried push is acknowledged as a duplicate and not applied again") {
+  std::vector<float> init{1, 2, 3, 4};
+  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
+  std::vector<float> g{1, 1};
+  CHECK_FALSE(v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  CHECK(v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  v.push(WorkerId(0), 1, {2, 4}, DType::float32, bytes_of(g));
+  // Step 1 is complete now: its retries are duplicates too.
+  PushOutcome retry = v.push(WorkerId(0), 1, {2, 4}, DType::float32, bytes_of(g));
+  CHECK(retry.duplicate);
+  CHECK(retry.applied.empty());
+  CHECK(value_of(v) == std::vector<float>{0, 1, 2, 3});
+}
+
+TEST_CASE("a sync retry after the step completed is a duplicate") {
+  std::vector<float> init{0, 0};
+  Variable v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
+  std::vector<float> g{2, 2};
+  v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
+  CHECK(v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  v.push(WorkerId(1), 1, {0, 2}, DType::float32, bytes_of(g));
+  CHECK(v.push(WorkerId(1), 1, {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  CHECK(v.applied_step(WorkerId(0)) == 1);
+  CHECK(value_of(v) == std::vector<float>{-2, -2});
+}
+
+TEST_CASE("a restored variable continues exactly like the one saved") {
+  VariableSpec spec = sgd_spec(4);
+  spec.optimizer.kind = optim::OptimizerKind::adam;
+  std::vector<float> init{1, 2, 3, 4};
+  for (Mode mode : {Mode::async, Mode::sync}) {
+    Variable original(spec, {0, 4}, bytes_of(init), mode, 2);
+    std::vector<float> g{0.5f, -1, 2, 0.25f}, head{0.5f, -1}, tail{2, 0.25f};
+    original.push(WorkerId(0), 1, {0, 4}, DType::float32, bytes_of(g));
+    original.push(WorkerId(1), 1, {0, 2}, DType::float32, bytes_of(head));  // a step half done
+    ByteWriter out;
+    original.save(out);
+    ByteReader in(out.bytes(), "test");
+    Variable copy = Variable::restore(in, mode, 2);
+    CHECK(in.done());
+    for (Variable* v : {&original, &copy}) {
+      v->push(WorkerId(1), 1, {2, 4}, DType::float32, bytes_of(tail));
+      v->push(WorkerId(0), 2, {0, 4}, DType::float32, bytes_of(g));
+    }
+    CHECK(value_of(copy) == value_of(original));
+    CHECK(copy.applied_step(WorkerId(0)) == original.applied_step(WorkerId(0)));
+    CHECK(copy.applied_step(WorkerId(1)) == original.applied_step(WorkerId(1)));
+  }
+}
+
+TEST_CASE("a truncated variable record is refused as corrupt, not misread") {
+  std::vector<float> init{1, 2};
+  Variable v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
+  ByteWriter out;
+  v.save(out);
+  auto bytes = out.bytes();
+  bytes.resize(bytes.size() - 3);  // cut short
+  ByteReader in(bytes, "cut");
+  CHECK(code_of([&] { Variable::restore(in, Mode::sync, 2); }) == ErrorCode::corrupt_checkpoint);
 }
 
 TEST_CASE("a step of a split variable completes when this shard's part is covered") {

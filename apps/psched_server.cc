@@ -1,5 +1,6 @@
 // psched-server: hosts the shards a deployment file names (all, or those given with --shard),
-// until SIGINT or SIGTERM.
+// until SIGINT or SIGTERM. With `checkpoint:` configured it restores each shard at start and
+// checkpoints periodically and at a clean stop.
 #include <csignal>
 #include <thread>
 
@@ -36,6 +37,8 @@ int serve(const Options& options) {
   auto io = kj::setupAsyncIo();
   psched::ActorRuntime actors(options.threads);
   psched::ShardHost host(config, shards, actors.io(), options.apply_helpers);
+  host.restore().wait(io.waitScope);
+  auto checkpointing = host.keep_checkpointing(io.provider->getTimer()).eagerlyEvaluate(nullptr);
   auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate(nullptr);
   std::vector<std::unique_ptr<psched::ShardMonitor>> monitors;
   for (size_t i = 0; i < host.size(); ++i) {
@@ -56,6 +59,8 @@ int serve(const Options& options) {
   monitors.clear();  // before the actors stop: a snapshot in flight then answers nobody
   host.shut_down().wait(io.waitScope);
   io.waitScope.poll();  // send the abandoned polls' answers
+  checkpointing = nullptr;
+  host.checkpoint().wait(io.waitScope);
   actors.stop();
   return 0;  // the host goes before the KJ loop it was built on
 

@@ -18,6 +18,8 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, kErrorCodeCount> kN
     {ErrorCode::message_too_large, "message_too_large"},
     {ErrorCode::invalid_argument, "invalid_argument"},
     {ErrorCode::bad_config, "bad_config"},
+    {ErrorCode::corrupt_checkpoint, "corrupt_checkpoint"},
+    {ErrorCode::sync_timeout, "sync_timeout"},
     {ErrorCode::overloaded, "overloaded"},
     {ErrorCode::disconnected, "disconnected"},
     {ErrorCode::unimplemented, "unimplemented"},

@@ -34,6 +34,8 @@ enum class ErrorCode {
   message_too_large,    ///< a message over the configured size limit
   invalid_argument,     ///< any other malformed request (bad name, bad optimizer setting, ...)
   bad_config,           ///< a deployment config that cannot be used
+  corrupt_checkpoint,   ///< a checkpoint or update log that fails its checksum or cannot be read
+  sync_timeout,         ///< sync mode: a step's workers did not all push within the timeout
   overloaded,           ///< the server is out of capacity for now
   disconnected,         ///< the connection to a shard was lost
   unimplemented,        ///< the peer does not support the request

@@ -26,8 +26,13 @@ using config::ConfigMap;
 using config::ConfigNode;
 using optim::OptimizerSpec;
 
-constexpr std::array<std::string_view, 8> kTopKeys = {
-    "mode", "workers", "auth", "shards", "split_bytes", "optimizer", "scheduler", "limits"};
+constexpr std::array<std::string_view, 11> kTopKeys = {
+    "mode",      "workers", "auth",       "shards", "split_bytes", "optimizer",
+    "scheduler", "limits",  "checkpoint", "sync",   "reconnect"};
+constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
+                                                             "update_log"};
+constexpr std::array<std::string_view, 2> kSyncKeys = {"timeout_seconds", "on_timeout"};
+constexpr std::array<std::string_view, 1> kReconnectKeys = {"timeout_seconds"};
 constexpr std::array<std::string_view, 2> kAuthKeys = {"token", "token_file"};
 constexpr std::array<std::string_view, 2> kShardKeys = {"listen", "http"};
 // The default HTTP port is the shard's listen port plus this.
@@ -40,6 +45,10 @@ constexpr std::array<std::string_view, 3> kLimitsKeys = {"max_message_bytes", "m
 constexpr std::array<std::pair<std::string_view, Mode>, 2> kModes = {{
     {"async", Mode::async},
     {"sync", Mode::sync},
+}};
+constexpr std::array<std::pair<std::string_view, SyncTimeoutAction>, 2> kTimeoutActions = {{
+    {"fail", SyncTimeoutAction::fail},
+    {"proceed", SyncTimeoutAction::proceed},
 }};
 constexpr std::array<std::pair<std::string_view, SchedulePolicy>, 2> kPolicies = {{
     {"priority", SchedulePolicy::priority},
@@ -233,6 +242,39 @@ LimitsConfig parse_limits(const ConfigNode& node) {
   return out;
 }
 
+double read_seconds(const ConfigNode& node) {
+  double seconds = read_number(node);
+  if (seconds < 0) node.fail(fmt::format("{} is negative (expected seconds, 0 or more)", seconds));
+  return seconds;
+}
+
+CheckpointConfig parse_checkpoint(const ConfigNode& node, const std::filesystem::path& base_dir) {
+  ConfigMap map(node, kCheckpointKeys);
+  CheckpointConfig out;
+  if (node.is_null()) return out;
+  out.directory = read_string(map.require("directory", "a directory for checkpoint files"));
+  if (out.directory.empty()) map.require("directory", "").fail("is empty (expected a directory)");
+  if (out.directory.is_relative()) out.directory = base_dir / out.directory;
+  if (auto f = map.find("interval_seconds")) out.interval_seconds = read_seconds(*f);
+  if (auto f = map.find("update_log")) out.update_log = read_bool(*f);
+  return out;
+}
+
+SyncConfig parse_sync(const ConfigNode& node) {
+  ConfigMap map(node, kSyncKeys);
+  SyncConfig out;
+  if (auto f = map.find("timeout_seconds")) out.timeout_seconds = read_seconds(*f);
+  if (auto f = map.find("on_timeout")) out.on_timeout = read_choice(*f, kTimeoutActions);
+  return out;
+}
+
+ReconnectConfig parse_reconnect(const ConfigNode& node) {
+  ConfigMap map(node, kReconnectKeys);
+  ReconnectConfig out;
+  if (auto f = map.find("timeout_seconds")) out.timeout_seconds = read_seconds(*f);
+  return out;
+}
+
 // A partition, or a fused message of small ones, travels in one push message, so it must fit
 // under the message limit. Blames the larger of scheduler.partition_bytes and
 // scheduler.fusion_bytes when the file sets it, else limits.max_message_bytes.
@@ -266,6 +308,9 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.optimizer = parse_optimizer(top.find_or_null("optimizer"));
   config.scheduler = parse_scheduler(top.find_or_null("scheduler"));
   config.limits = parse_limits(top.find_or_null("limits"));
+  config.checkpoint = parse_checkpoint(top.find_or_null("checkpoint"), source.parent_path());
+  config.sync = parse_sync(top.find_or_null("sync"));
+  config.reconnect = parse_reconnect(top.find_or_null("reconnect"));
   check_partition_fits(config, top);
   return config;
 }

@@ -48,6 +48,31 @@ struct LimitsConfig {
   uint64_t max_name_bytes = 1024;
 };
 
+// Durability of a shard's state (actors/shard_store.h). Each shard writes its own files
+// (shard-<index>.*), so shards may share a directory.
+struct CheckpointConfig {
+  std::filesystem::path directory;  // empty: nothing persists; relative to the YAML's folder
+  double interval_seconds = 300;    // between periodic checkpoints; 0: only at clean shutdown
+  bool update_log = true;  // log accepted updates, so a restart loses none acknowledged
+};
+
+enum class SyncTimeoutAction {
+  fail,     ///< polls of the stalled step fail with [sync_timeout] naming the missing workers
+  proceed,  ///< the step is applied with the mean of the workers that pushed; late pushes of
+            ///< it are acknowledged and dropped (counted)
+};
+
+// Sync mode's liveness: how long a step may wait for its last worker.
+struct SyncConfig {
+  double timeout_seconds = 0;  // from a step's first push on a variable part; 0: no timeout
+  SyncTimeoutAction on_timeout = SyncTimeoutAction::fail;
+};
+
+// Worker side: what a client does when a shard connection breaks.
+struct ReconnectConfig {
+  double timeout_seconds = 60;  // keep trying to reconnect this long, then fail what waits
+};
+
 struct DeploymentConfig {
   std::filesystem::path source;  // file it was loaded from (for messages)
   Mode mode = Mode::async;
@@ -58,6 +83,9 @@ struct DeploymentConfig {
   optim::OptimizerSpec optimizer;   // server default for registrations that name none
   SchedulerConfig scheduler;        // worker side
   LimitsConfig limits;
+  CheckpointConfig checkpoint;
+  SyncConfig sync;
+  ReconnectConfig reconnect;
 };
 
 // Loads and validates a deployment file. Throws psched::Error(bad_config) whose message names

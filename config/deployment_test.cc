@@ -396,6 +396,36 @@ TEST_CASE("a missing token_file names the key and the resolved path") {
       Error);
 }
 
+TEST_CASE("checkpoint, sync and reconnect sections read into their fields") {
+  DeploymentConfig c = parse(
+      "shards: [{listen: 127.0.0.1:7000}]\n"
+      "checkpoint: {directory: state, interval_seconds: 30, update_log: false}\n"
+      "sync: {timeout_seconds: 12.5, on_timeout: proceed}\n"
+      "reconnect: {timeout_seconds: 5}\n");
+  CHECK(c.checkpoint.directory == std::filesystem::path("configs/state"));
+  CHECK(c.checkpoint.interval_seconds == 30);
+  CHECK_FALSE(c.checkpoint.update_log);
+  CHECK(c.sync.timeout_seconds == 12.5);
+  CHECK(c.sync.on_timeout == SyncTimeoutAction::proceed);
+  CHECK(c.reconnect.timeout_seconds == 5);
+}
+
+TEST_CASE("without a checkpoint section nothing persists and sync waits forever") {
+  DeploymentConfig c = parse("shards: [{listen: 127.0.0.1:7000}]\n");
+  CHECK(c.checkpoint.directory.empty());
+  CHECK(c.sync.timeout_seconds == 0);
+  CHECK(c.sync.on_timeout == SyncTimeoutAction::fail);
+}
+
+TEST_CASE("a checkpoint section needs a directory and non-negative seconds") {
+  CHECK(error_of("shards: [{listen: 127.0.0.1:7000}]\ncheckpoint: {interval_seconds: 3}\n")
+            .find("checkpoint.directory: missing") != std::string::npos);
+  CHECK(error_of("shards: [{listen: 127.0.0.1:7000}]\nsync: {timeout_seconds: -1}\n")
+            .find("sync.timeout_seconds: -1 is negative") != std::string::npos);
+  CHECK(error_of("shards: [{listen: 127.0.0.1:7000}]\nsync: {on_timeout: wait}\n")
+            .find("'wait' is not one of: fail, proceed") != std::string::npos);
+}
+
 TEST_CASE("optimizer settings that validate rejects name the optimizer section's line") {
   std::string message = error_of(kOneShard + "optimizer:\n  kind: sgd\n  lr: -1\n");
   CHECK(message.starts_with("configs/x.yaml:3: optimizer: "));

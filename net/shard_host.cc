@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "net/cross_thread_promise.h"
+#include "net/wire_convert.h"
 
 namespace psched {
 
@@ -14,7 +15,8 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
       fail(ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
            config.source.string(), id.value, config.shards.size());
     auto hosted = std::make_unique<Hosted>();
-    ShardSettings settings{id, config.mode, config.workers, config.limits.max_variables};
+    ShardSettings settings{id, config.mode, config.workers, config.limits.max_variables,
+                           config.checkpoint.directory, config.checkpoint.update_log};
     hosted->shard = std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_);
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
     hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint);
@@ -54,6 +56,58 @@ kj::Promise<void> ShardHost::shut_down() {
     done.add(kj::mv(promise));
   }
   return kj::joinPromises(done.releaseAsArray());
+}
+
+kj::Promise<void> ShardHost::restore() {
+  if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
+  kj::Vector<kj::Promise<void>> done;
+  for (auto& hosted : hosted_) {
+    auto [promise, fulfiller] = cross_thread_promise<void>();
+    ShardId id = hosted->endpoint->id;
+    hosted->shard->restore([fulfiller, id](std::exception_ptr error, RestoreReport report) {
+      for (const std::string& skipped : report.skipped)
+        log_warn("shard {}: skipped {}", id.value, skipped);
+      if (error) return (*fulfiller)->reject(to_kj_exception(error));
+      if (report.checkpoint.empty())
+        log_info("shard {}: no checkpoint found, starting empty", id.value);
+      else
+        log_info("shard {}: restored {} variable part(s) from {} and {} logged update(s)",
+                 id.value, report.variables, report.checkpoint.string(), report.replayed);
+      log_info("shard {}: checkpoint {} written", id.value, report.written.string());
+      (*fulfiller)->fulfill();
+    });
+    done.add(kj::mv(promise));
+  }
+  return kj::joinPromises(done.releaseAsArray());
+}
+
+kj::Promise<void> ShardHost::checkpoint() {
+  if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
+  kj::Vector<kj::Promise<void>> done;
+  for (auto& hosted : hosted_) {
+    auto [promise, fulfiller] = cross_thread_promise<void>();
+    ShardId id = hosted->endpoint->id;
+    hosted->shard->checkpoint([fulfiller, id](std::exception_ptr error, std::filesystem::path file) {
+      if (error) return (*fulfiller)->reject(to_kj_exception(error));
+      log_info("shard {}: checkpoint {} written", id.value, file.string());
+      (*fulfiller)->fulfill();
+    });
+    done.add(kj::mv(promise));
+  }
+  return kj::joinPromises(done.releaseAsArray());
+}
+
+kj::Promise<void> ShardHost::keep_checkpointing(kj::Timer& timer) {
+  double interval = config_.checkpoint.interval_seconds;
+  if (config_.checkpoint.directory.empty() || interval <= 0) return kj::NEVER_DONE;
+  auto delay = static_cast<int64_t>(interval * 1e3) * kj::MILLISECONDS;
+  return timer.afterDelay(delay)
+      .then([this] { return checkpoint(); })
+      .catch_([](kj::Exception&& e) {
+        log_error("checkpoint failed, retrying at the next interval: {}",
+                  e.getDescription().cStr());
+      })
+      .then([this, &timer] { return keep_checkpointing(timer); });
 }
 
 }  // namespace psched

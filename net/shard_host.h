@@ -18,6 +18,17 @@ class ShardHost {
             unsigned apply_helpers = 0);
   ~ShardHost();
 
+  // With a checkpoint directory configured: restores every hosted shard from its newest valid
+  // checkpoint and update log (logging what it loaded and skipped). Call before listen().
+  // Rejects naming the shard when a restore fails. Without a directory: resolves at once.
+  kj::Promise<void> restore();
+  // Checkpoints every hosted shard now (when a directory is configured).
+  kj::Promise<void> checkpoint();
+  // Checkpoints every checkpoint.interval_seconds until the promise is dropped (never resolves
+  // when no directory or no interval is configured). A failed checkpoint is logged, and the
+  // next is tried at the next interval.
+  kj::Promise<void> keep_checkpointing(kj::Timer& timer);
+
   // Binds every hosted shard's listen address and accepts until the promise is dropped.
   // Throws psched::Error naming the address when one cannot be bound.
   kj::Promise<void> listen(kj::Network& network, kj::Timer& timer);

@@ -62,6 +62,11 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
              double(s.bytes_sent));
   out.single("psched_shard_partitions_applied_total", MetricType::counter,
              "Partition updates the shard applied.", shard, double(s.partitions_applied));
+  out.single("psched_shard_duplicate_pushes_total", MetricType::counter,
+             "Resent pushes the shard had already applied: acknowledged, not applied again.",
+             shard, double(s.pushes_duplicate));
+  out.single("psched_shard_checkpoints_total", MetricType::counter,
+             "Checkpoints the shard wrote.", shard, double(s.checkpoints_written));
   out.family("psched_shard_apply_seconds", MetricType::histogram,
              "Time to validate and apply (sync: sum) one accepted push.");
   out.histogram("psched_shard_apply_seconds", shard, s.apply_seconds);
@@ -102,6 +107,8 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
           {"bytes_sent", s.bytes_sent},
           {"partitions_applied", s.partitions_applied},
           {"pushes_rejected", s.pushes_rejected},
+          {"pushes_duplicate", s.pushes_duplicate},
+          {"checkpoints_written", s.checkpoints_written},
           {"polls_waiting", s.polls_waiting},
           {"apply_seconds", histogram_json(s.apply_seconds)},
           {"poll_wait_seconds", histogram_json(s.poll_wait_seconds)},
