@@ -17,6 +17,7 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   options.token = config.auth_token;
   options.scheduler = config.scheduler;
   options.max_message_bytes = config.limits.max_message_bytes;
+  options.reconnect_timeout_seconds = config.reconnect.timeout_seconds;
   return options;
 }
 
@@ -45,21 +46,12 @@ void Client::run_kj_thread(std::promise<void>& started) {
   auto io = kj::setupAsyncIo();
   try {
     std::vector<kj::Own<ShardLink>> links;
-    auto& network = io.provider->getNetwork();
-    for (const std::string& address : options_.shards) {
-      kj::Own<kj::AsyncIoStream> stream;
-      try {
-        stream = network.parseAddress(address)
-                     .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
-                     .wait(io.waitScope);
-      } catch (const kj::Exception& e) {
-        fail(ErrorCode::disconnected, "cannot connect to shard at {}: {}", address,
-             e.getDescription().cStr());
-      }
-      if (options_.wrap_stream)
-        stream = options_.wrap_stream(kj::mv(stream), io.provider->getTimer());
-      links.push_back(kj::heap<ShardLink>(kj::mv(stream), options_.max_message_bytes));
-    }
+    ReconnectPolicy policy{.timer = &io.provider->getTimer()};
+    policy.timeout =
+        static_cast<int64_t>(options_.reconnect_timeout_seconds * 1e3) * kj::MILLISECONDS;
+    for (const std::string& address : options_.shards)
+      links.push_back(kj::heap<ShardLink>(address, stream_opener(*io.provider, address),
+                                          options_.max_message_bytes, policy));
     WorkerOptions worker{options_.worker, options_.token, options_.scheduler};
     worker_ = std::make_unique<Worker>(actors_.io(), mailbox_, kj::mv(links), worker);
     worker_->connect().wait(io.waitScope);
@@ -76,6 +68,25 @@ void Client::run_kj_thread(std::promise<void>& started) {
   started.set_value();
   mailbox_.run().wait(io.waitScope);
   worker_.reset();
+}
+
+StreamOpener Client::stream_opener(kj::AsyncIoProvider& provider, const std::string& address) {
+  return [this, &provider, address] {
+    return provider.getNetwork()
+        .parseAddress(address)
+        .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
+        .then(
+            [this, &provider](kj::Own<kj::AsyncIoStream> stream) {
+              if (options_.wrap_stream)
+                stream = options_.wrap_stream(kj::mv(stream), provider.getTimer());
+              return stream;
+            },
+            [address](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
+              throw to_kj_exception(std::make_exception_ptr(
+                  Error(ErrorCode::disconnected, fmt::format("cannot connect to shard at {}: {}",
+                                                             address, e.getDescription().cStr()))));
+            });
+  };
 }
 
 template <typename T, typename Work>

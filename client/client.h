@@ -38,6 +38,7 @@ struct ClientOptions {
   std::string token;
   SchedulerConfig scheduler;
   uint64_t max_message_bytes = 64 << 20;
+  double reconnect_timeout_seconds = 60;  // a lost shard is retried this long (reconnect:)
   // Optional: wraps each shard connection's stream on the client's KJ thread (benchmarks shape
   // bandwidth with it). The timer is that thread's.
   std::function<kj::Own<kj::AsyncIoStream>(kj::Own<kj::AsyncIoStream>, kj::Timer&)> wrap_stream;
@@ -57,6 +58,8 @@ struct WorkerStats {
 class Client {
  public:
   // Connects to every shard. Throws psched::Error (bad_token, disconnected, ...) on failure.
+  // A connection lost later is re-opened for up to reconnect_timeout_seconds, and what was in
+  // flight on it is sent again (net/shard_link.h): the trainer notices nothing but the delay.
   explicit Client(ClientOptions options);
   ~Client();  // waits for nothing: pushes still in flight are abandoned
   Client(const Client&) = delete;
@@ -94,6 +97,8 @@ class Client {
   template <typename T, typename Work>
   T on_kj_thread(Work work);
   void run_kj_thread(std::promise<void>& started);
+  // Opens a TCP connection to `address` (wrapped by options_.wrap_stream); KJ thread.
+  StreamOpener stream_opener(kj::AsyncIoProvider& provider, const std::string& address);
   using PendingPushes = std::map<std::pair<uint32_t, Step>, std::future<void>>;
   // The push of (handle, step); throws Error(invalid_argument) when there is none. Caller holds
   // pushes_mutex_.

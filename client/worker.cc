@@ -25,6 +25,16 @@ void keeping_error_code(Check&& check) {
   }
 }
 
+// `call()` on `link`, and once more after the link reconnected when its connection was lost.
+template <typename Call>
+auto on_link(ShardLink& link, Call call) -> decltype(call()) {
+  uint64_t epoch = link.epoch();
+  return call().catch_([&link, epoch, call](kj::Exception&& e) mutable -> decltype(call()) {
+    if (e.getType() != kj::Exception::Type::DISCONNECTED) return kj::mv(e);
+    return link.recover(epoch).then([call]() mutable { return call(); });
+  });
+}
+
 }  // namespace
 
 Worker::Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>> links,
@@ -86,8 +96,10 @@ kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec, std::sp
            "message limit of {} (raise limits.max_message_bytes or add shards)",
            spec.name, part.shard.value, part.range.size() * bytes, layout_.max_message_bytes);
     auto initial = value.subspan(part.range.begin * bytes, part.range.size() * bytes);
-    ids.add(
-        links_[part.shard.value]->register_part(spec, use_server_optimizer, part.range, initial));
+    ShardLink& link = *links_[part.shard.value];
+    ids.add(on_link(link, [&link, spec, use_server_optimizer, range = part.range, initial] {
+      return link.register_part(spec, use_server_optimizer, range, initial);
+    }));
   }
   return (kj::joinPromises(ids.releaseAsArray())
               .then([this, plan = std::move(plan), parts](kj::Array<VariableId> ids) mutable {
@@ -115,8 +127,9 @@ kj::Promise<void> Worker::pull(VariableHandle handle) {
   for (const PlacedPart& part : p.parts) {
     for (uint64_t begin = part.range.begin; begin < part.range.end; begin += piece) {
       ElementRange r{begin, std::min(part.range.end, begin + piece)};
-      answers.add(links_[part.shard.value]->pull(part.shard_variable, r, p.value + r.begin * bytes,
-                                                 r.size() * bytes));
+      ShardLink& link = *links_[part.shard.value];
+      answers.add(on_link(link, [&link, id = part.shard_variable, r, out = p.value + r.begin * bytes,
+                                 n = r.size() * bytes] { return link.pull(id, r, out, n); }));
     }
   }
   return kj::joinPromises(answers.releaseAsArray());

@@ -44,6 +44,8 @@ class Worker {
                                                 bool use_server_optimizer);
   // KJ thread. Overwrites the variable's memory with the shards' current value.
   kj::Promise<void> pull(VariableHandle handle);
+  // Registrations, pulls and pushes whose connection is lost are sent again once the link
+  // has reconnected (net/shard_link.h); they fail only when it gives up.
 
   // Any thread. Pushes the whole gradient of `handle` for `step`; `done` runs (on the pusher's
   // strand) when every partition's fresh value is in the variable's memory. The caller keeps

@@ -5,6 +5,7 @@
 // pushFused and one pollFused message.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "actors/partition_task.h"
@@ -23,9 +24,13 @@ class RpcTransport final : public PartitionTransport, private kj::TaskSet::Error
   void start_fused(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override;
 
  private:
-  // On the KJ thread.
-  void carry(const PartitionTask& task, TaskCallbacks callbacks);
-  void carry_fused(const std::vector<PartitionTask>& tasks, std::vector<TaskCallbacks> callbacks);
+  struct Carried;
+  struct CarriedGroup;
+
+  // On the KJ thread. One attempt at carrying; on a lost connection, the next once the link
+  // has recovered.
+  kj::Promise<void> attempt(std::shared_ptr<Carried> carried);
+  kj::Promise<void> attempt_fused(std::shared_ptr<CarriedGroup> group);
   void taskFailed(kj::Exception&& exception) override;
 
   KjMailbox& mailbox_;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/log.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -34,47 +35,173 @@ std::exception_ptr error_of(capnp::Text::Reader text) {
       kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::heapString(text.cStr(), text.size()))));
 }
 
+template <typename... Args>
+kj::Exception error(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
+  return to_kj_exception(
+      std::make_exception_ptr(Error(code, fmt::format(format, std::forward<Args>(args)...))));
+}
+
 }  // namespace
 
+struct ShardLink::Connection {
+  Connection(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes)
+      : rpc(kj::mv(stream), reader_options(max_message_bytes)),
+        shard(rpc.bootstrap().castAs<wire::Shard>()) {}
+
+  RpcConnection rpc;
+  wire::Shard::Client shard;
+  kj::Maybe<wire::Session::Client> session;
+};
+
+ShardLink::ShardLink(std::string address, StreamOpener open, uint64_t max_message_bytes,
+                     ReconnectPolicy policy)
+    : address_(std::move(address)),
+      open_(std::move(open)),
+      max_message_bytes_(max_message_bytes),
+      policy_(policy) {
+  PSCHED_REQUIRE(policy_.timer != nullptr, address_);
+}
+
 ShardLink::ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes)
-    : connection_(kj::mv(stream), reader_options(max_message_bytes)),
-      shard_(connection_.bootstrap().castAs<wire::Shard>()) {}
+    : address_("a hand-made link"),
+      max_message_bytes_(max_message_bytes),
+      connection_(kj::heap<Connection>(kj::mv(stream), max_message_bytes)) {}
+
+ShardLink::~ShardLink() = default;
 
 wire::Session::Client* ShardLink::session() {
-  KJ_IF_MAYBE (s, session_) {
+  if (!connection_) return nullptr;
+  KJ_IF_MAYBE (s, connection_->session) {
     return s;
   }
   return nullptr;
 }
 
 kj::Exception ShardLink::not_connected() {
-  return to_kj_exception(std::make_exception_ptr(
-      Error(ErrorCode::invalid_argument, "call before connect: the shard session is not open")));
+  return error(ErrorCode::invalid_argument, "call before connect: the shard session is not open");
 }
 
 kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string& token) {
-  auto request = shard_.connectRequest();
-  request.setWorkerId(worker.value);
-  request.setToken(token);
-  return request.send().then([this](capnp::Response<wire::Shard::ConnectResults> response) {
-    session_ = response.getSession();
-    return from_wire(response.getLayout());
+  worker_ = worker;
+  token_ = token;
+  if (connection_) return present(*connection_);
+  return open_().then([this](kj::Own<kj::AsyncIoStream> stream) {
+    connection_ = kj::heap<Connection>(kj::mv(stream), max_message_bytes_);
+    return present(*connection_);
   });
+}
+
+kj::Promise<ClusterLayout> ShardLink::present(Connection& connection) {
+  auto request = connection.shard.connectRequest();
+  request.setWorkerId(worker_.value);
+  request.setToken(token_);
+  return request.send().then(
+      [&connection](capnp::Response<wire::Shard::ConnectResults> response) {
+        connection.session = response.getSession();
+        return from_wire(response.getLayout());
+      });
 }
 
 kj::Promise<VariableId> ShardLink::register_part(const VariableSpec& spec,
                                                  bool use_server_optimizer, ElementRange part,
                                                  std::span<const std::byte> initial) {
   if (session() == nullptr) return not_connected();
-  auto request = session()->registerRequest();
-  to_wire(spec, use_server_optimizer, request.initSpec());
-  request.setBegin(part.begin);
-  request.setEnd(part.end);
-  request.setInitialValue(
-      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(initial.data()), initial.size()));
-  return request.send().then([](capnp::Response<wire::Session::RegisterResults> response) {
-    return VariableId(response.getVariable());
-  });
+  Registered registered{spec, use_server_optimizer, part, initial, VariableId()};
+  return send_register(*connection_, registered)
+      .then([this, registered](Registration answer) mutable {
+        registered.id = answer.id;
+        registered_.push_back(std::move(registered));
+        return answer.id;
+      });
+}
+
+kj::Promise<ShardLink::Registration> ShardLink::send_register(Connection& connection,
+                                                              const Registered& part) {
+  KJ_IF_MAYBE (session, connection.session) {
+    auto request = session->registerRequest();
+    to_wire(part.spec, part.use_server_optimizer, request.initSpec());
+    request.setBegin(part.part.begin);
+    request.setEnd(part.part.end);
+    request.setInitialValue(capnp::Data::Reader(
+        reinterpret_cast<const kj::byte*>(part.value.data()), part.value.size()));
+    return request.send().then([](capnp::Response<wire::Session::RegisterResults> response) {
+      return Registration{VariableId(response.getVariable()), response.getCreated()};
+    });
+  }
+  return not_connected();
+}
+
+kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
+  if (failed_epoch < epoch_) return kj::READY_NOW;
+  if (!open_)
+    return error(ErrorCode::disconnected, "the connection to {} was lost (this link cannot reconnect)",
+                 address_);
+  if (recovering_now_) {
+    KJ_IF_MAYBE (attempt, recovering_) {
+      return attempt->addBranch();
+    }
+  }
+  recovering_now_ = true;
+  log_warn("worker {}: connection to shard {} lost, reconnecting", worker_.value, address_);
+  kj::TimePoint deadline = policy_.timer->now() + policy_.timeout;
+  recovering_ = reconnect(deadline, policy_.first_delay)
+                    .then(
+                        [this] {
+                          recovering_now_ = false;
+                          ++epoch_;
+                          ++reconnects_;
+                          log_info("worker {}: reconnected to shard {}", worker_.value, address_);
+                        },
+                        [this](kj::Exception&& e) {
+                          recovering_now_ = false;
+                          kj::throwFatalException(kj::mv(e));
+                        })
+                    .fork();
+  KJ_IF_MAYBE (attempt, recovering_) {
+    return attempt->addBranch();
+  }
+  KJ_UNREACHABLE;
+}
+
+kj::Promise<void> ShardLink::reconnect(kj::TimePoint deadline, kj::Duration delay) {
+  return open_()
+      .then([this](kj::Own<kj::AsyncIoStream> stream) {
+        // Kept until the link goes, like every connection: a failed attempt's calls may still
+        // hold references into it.
+        connections_.push_back(kj::heap<Connection>(kj::mv(stream), max_message_bytes_));
+        Connection& fresh = *connections_.back();
+        return present(fresh)
+            .then([this, &fresh](ClusterLayout) { return register_again(fresh); })
+            .then([this, &fresh] {
+              for (auto& c : connections_)
+                if (c.get() == &fresh) std::swap(c, connection_);
+            });
+      })
+      .catch_([this, deadline, delay](kj::Exception&& e) -> kj::Promise<void> {
+        if (e.getType() != kj::Exception::Type::DISCONNECTED) return kj::mv(e);
+        if (policy_.timer->now() + delay >= deadline)
+          return error(ErrorCode::disconnected, "shard {} unreachable for {} s: {}", address_,
+                       policy_.timeout / kj::SECONDS, e.getDescription().cStr());
+        return policy_.timer->afterDelay(delay).then([this, deadline, delay] {
+          return reconnect(deadline, std::min(delay * 2, policy_.max_delay));
+        });
+      });
+}
+
+kj::Promise<void> ShardLink::register_again(Connection& connection) {
+  kj::Vector<kj::Promise<void>> answers;
+  for (const Registered& part : registered_) {
+    answers.add(send_register(connection, part)
+                    .then([this, name = part.spec.name, id = part.id](Registration answer) {
+                      if (answer.created || answer.id != id)
+                        throw error(ErrorCode::bad_config,
+                                    "shard {} came back without variable '{}' (restarted "
+                                    "without a checkpoint directory?); the job cannot resume "
+                                    "on it",
+                                    address_, name);
+                    }));
+  }
+  return kj::joinPromises(answers.releaseAsArray());
 }
 
 kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange range, DType dtype,

@@ -1,12 +1,22 @@
 // ShardLink: a worker's connection to one shard. Each method starts one call and resolves
 // with its answer or rejects with the server's exception (use from_kj_exception to read it).
 // KJ thread only.
+//
+// Reconnecting: a link built with a StreamOpener can recover() after a call failed with a
+// lost connection: it opens a new stream, presents the same worker id and token, and
+// registers again every part registered through it (a restarted shard that restored its
+// checkpoint answers with the same ids). The caller then resends what was not answered; the
+// shard recognises a resent push it already applied and acknowledges it without applying it
+// again (actors/variable.h), so each push is applied exactly once.
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include <kj/timer.h>
 
 #include "actors/variable_spec.h"
 #include "common/placement.h"
@@ -32,13 +42,40 @@ struct PollOutcome {
   int64_t applied_at_ns = 0;
 };
 
+// Opens a new byte stream to the shard (a TCP connection; an in-memory pipe in tests).
+using StreamOpener = std::function<kj::Promise<kj::Own<kj::AsyncIoStream>>()>;
+
+struct ReconnectPolicy {
+  kj::Timer* timer = nullptr;                    // paces the retries
+  kj::Duration timeout = 60 * kj::SECONDS;       // give up after trying this long
+  kj::Duration first_delay = 50 * kj::MILLISECONDS;  // doubling up to max_delay between tries
+  kj::Duration max_delay = 2 * kj::SECONDS;
+};
+
 class ShardLink {
  public:
-  // `max_message_bytes` sizes the reader (the shard's limit is learnt on connect).
+  // A link that can reconnect: connect() opens the first stream. `address` names the shard in
+  // messages. `max_message_bytes` sizes the reader (the shard's limit is learnt on connect).
+  ShardLink(std::string address, StreamOpener open, uint64_t max_message_bytes,
+            ReconnectPolicy policy);
+  // A link over one stream that cannot reconnect (tests' hand-made clients).
   ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes);
+  ~ShardLink();
 
   // Presents the worker's id and token; resolves with the shard's view of the cluster.
   kj::Promise<ClusterLayout> connect(WorkerId worker, const std::string& token);
+
+  // Counts the connections this link has opened; a call started on connection `epoch()`
+  // that failed with a lost connection passes it to recover().
+  uint64_t epoch() const { return epoch_; }
+  // Reconnects after connection `failed_epoch` was lost; resolves at once when that already
+  // happened. Concurrent callers share one attempt. Rejects with [disconnected] naming the
+  // shard when it stays unreachable for the policy's timeout, or with the shard's error when
+  // it refuses the worker (a wrong token, a variable it no longer knows).
+  kj::Promise<void> recover(uint64_t failed_epoch);
+  // Times recover() reconnected.
+  uint64_t reconnects() const { return reconnects_; }
+  const std::string& address() const { return address_; }
   // Registers `part` of the variable; `initial` holds part.size() elements and is only read
   // while the call is built. Resolves with the shard's id for it.
   kj::Promise<VariableId> register_part(const VariableSpec& spec, bool use_server_optimizer,
@@ -61,17 +98,50 @@ class ShardLink {
   // The current value of `range`, copied into `out`.
   kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes);
 
-  kj::Promise<void> on_disconnect() { return connection_.on_disconnect(); }
 
  private:
-  // The session, or null before connect() succeeded.
+  struct Connection;
+  // A part registered through this link, registered again after a reconnect.
+  struct Registered {
+    VariableSpec spec;
+    bool use_server_optimizer;
+    ElementRange part;
+    std::span<const std::byte> value;  // the trainer's memory (alive as long as the worker)
+    VariableId id;
+  };
+
+  struct Registration {
+    VariableId id;
+    bool created = false;
+  };
+
+  // The current connection's session, or null before connect() succeeded.
   wire::Session::Client* session();
   // A rejection saying the session is not open.
   static kj::Exception not_connected();
+  // Presents the worker on `connection`; resolves with the shard's layout.
+  kj::Promise<ClusterLayout> present(Connection& connection);
+  kj::Promise<Registration> send_register(Connection& connection, const Registered& part);
+  // One attempt after another until `deadline`, `delay` apart (doubling up to max_delay):
+  // a new connection, presented and with every part registered again, becomes current.
+  kj::Promise<void> reconnect(kj::TimePoint deadline, kj::Duration delay);
+  kj::Promise<void> register_again(Connection& connection);
 
-  RpcConnection connection_;
-  wire::Shard::Client shard_;
-  kj::Maybe<wire::Session::Client> session_;
+  std::string address_;
+  StreamOpener open_;
+  uint64_t max_message_bytes_;
+  ReconnectPolicy policy_;
+  WorkerId worker_;
+  std::string token_;
+  kj::Own<Connection> connection_;  // the current one
+  // Earlier and attempted connections, kept until the link goes: calls that failed on them
+  // may still hold references into them. One per reconnect attempt that reached the shard.
+  std::vector<kj::Own<Connection>> connections_;
+  std::vector<Registered> registered_;
+  uint64_t epoch_ = 0;
+  uint64_t reconnects_ = 0;
+  bool recovering_now_ = false;
+  kj::Maybe<kj::ForkedPromise<void>> recovering_;
 };
 
 }  // namespace psched

@@ -33,10 +33,17 @@ Cluster::~Cluster() {
 
 Worker& Cluster::add_worker(WorkerId id, SchedulerConfig scheduler, const std::string& token) {
   std::vector<kj::Own<ShardLink>> links;
+  auto& plans = cuts_.emplace_back();
+  ReconnectPolicy policy{.timer = &timer_};
   for (size_t s = 0; s < config_.shards.size(); ++s) {
-    auto pipe = kj::newTwoWayPipe();
-    host_->listener(s).serve(kj::mv(pipe.ends[0]));
-    links.push_back(kj::heap<ShardLink>(kj::mv(pipe.ends[1]), config_.limits.max_message_bytes));
+    auto plan = plans.emplace_back(std::make_shared<CutPlan>());
+    StreamOpener open = [this, s, plan]() -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+      auto pipe = kj::newTwoWayPipe();
+      host_->listener(s).serve(kj::mv(pipe.ends[0]));
+      return kj::Own<kj::AsyncIoStream>(kj::heap<CuttingStream>(kj::mv(pipe.ends[1]), plan));
+    };
+    links.push_back(kj::heap<ShardLink>(config_.shards[s].listen.to_string(), open,
+                                        config_.limits.max_message_bytes, policy));
   }
   auto worker =
       std::make_unique<Worker>(io_, mailbox_, kj::mv(links), WorkerOptions{id, token, scheduler});
@@ -44,6 +51,14 @@ Worker& Cluster::add_worker(WorkerId id, SchedulerConfig scheduler, const std::s
   workers_.push_back(std::move(worker));
   return *workers_.back();
 }
+
+std::shared_ptr<CutPlan> Cluster::cut(size_t worker, uint32_t shard, uint64_t after_bytes) {
+  auto plan = cuts_.at(worker).at(shard);
+  plan->bytes_left = after_bytes;
+  return plan;
+}
+
+void Cluster::tick() { timer_.advanceTo(timer_.now() + kj::MILLISECONDS); }
 
 ShardLink& Cluster::open_link(uint32_t shard, uint64_t max_message_bytes) {
   auto pipe = kj::newTwoWayPipe();
@@ -67,7 +82,7 @@ void Cluster::run_until(const std::function<bool()>& done) {
   for (size_t turn = 0; turn < kMaxTurns; ++turn) {
     if (done()) return;
     scope_.poll();
-    turn_actors();
+    if (turn_actors() == 0) tick();
   }
   stalled();
 }

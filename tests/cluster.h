@@ -8,10 +8,12 @@
 #include <vector>
 
 #include <kj/async.h>
+#include <kj/timer.h>
 
 #include "client/worker.h"
 #include "config/deployment.h"
 #include "net/shard_host.h"
+#include "tests/cutting_stream.h"
 
 namespace psched::testing {
 
@@ -23,8 +25,12 @@ class Cluster {
   explicit Cluster(DeploymentConfig config);
   ~Cluster();
 
-  // Connects a new worker to every shard; returns it once connected.
+  // Connects a new worker to every shard; returns it once connected. Its links reconnect
+  // (over a new pipe) when their connection breaks.
   Worker& add_worker(WorkerId id, SchedulerConfig scheduler, const std::string& token = "");
+  // Cuts the connection of the `worker`-th added worker to `shard` once `after_bytes` more
+  // bytes were written on it. The plan, to read its cut count.
+  std::shared_ptr<CutPlan> cut(size_t worker, uint32_t shard, uint64_t after_bytes);
   // Opens a raw link to shard `shard` (for tests that send hand-made requests); its own
   // message limit is the deployment's unless `max_message_bytes` is given.
   ShardLink& open_link(uint32_t shard, uint64_t max_message_bytes = 0);
@@ -36,7 +42,7 @@ class Cluster {
   T run(kj::Promise<T> promise) {
     for (size_t turn = 0; turn < kMaxTurns; ++turn) {
       if (promise.poll(scope_)) return promise.wait(scope_);
-      turn_actors();
+      if (turn_actors() == 0) tick();
     }
     stalled();
   }
@@ -52,6 +58,8 @@ class Cluster {
  private:
   static constexpr size_t kMaxTurns = 1'000'000;
   size_t turn_actors();
+  // Moves the simulated clock (reconnect back-off) on by a millisecond.
+  void tick();
   [[noreturn]] void stalled();
 
   DeploymentConfig config_;
@@ -63,6 +71,8 @@ class Cluster {
   std::unique_ptr<ShardHost> host_;
   std::vector<kj::Own<ShardLink>> raw_links_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::vector<std::shared_ptr<CutPlan>>> cuts_;  // [worker][shard]
+  kj::TimerImpl timer_{kj::origin<kj::TimePoint>()};
 };
 
 }  // namespace psched::testing
