@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/malloc_tuning.h"
+#include "net/shard_connector.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -15,6 +16,7 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   for (const ShardConfig& shard : config.shards) options.shards.push_back(shard.listen.to_string());
   options.worker = worker;
   options.token = config.auth_token;
+  options.tls = config.tls;
   options.scheduler = config.scheduler;
   options.max_message_bytes = config.limits.max_message_bytes;
   return options;
@@ -45,19 +47,14 @@ void Client::run_kj_thread(std::promise<void>& started) {
   auto io = kj::setupAsyncIo();
   try {
     std::vector<kj::Own<ShardLink>> links;
-    auto& network = io.provider->getNetwork();
+    ShardConnector connector(io.provider->getNetwork(), options_.tls);
+    StreamWrap wrap;
+    if (options_.wrap_stream)
+      wrap = [this, &timer = io.provider->getTimer()](kj::Own<kj::AsyncIoStream> stream) {
+        return options_.wrap_stream(kj::mv(stream), timer);
+      };
     for (const std::string& address : options_.shards) {
-      kj::Own<kj::AsyncIoStream> stream;
-      try {
-        stream = network.parseAddress(address)
-                     .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
-                     .wait(io.waitScope);
-      } catch (const kj::Exception& e) {
-        fail(ErrorCode::disconnected, "cannot connect to shard at {}: {}", address,
-             e.getDescription().cStr());
-      }
-      if (options_.wrap_stream)
-        stream = options_.wrap_stream(kj::mv(stream), io.provider->getTimer());
+      auto stream = connector.open(address, wrap).wait(io.waitScope);
       links.push_back(kj::heap<ShardLink>(kj::mv(stream), options_.max_message_bytes));
     }
     WorkerOptions worker{options_.worker, options_.token, options_.scheduler};

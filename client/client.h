@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -38,11 +39,13 @@ struct ClientOptions {
   std::string token;
   SchedulerConfig scheduler;
   uint64_t max_message_bytes = 64 << 20;
+  // Present: connect over TLS, trusting tls->ca_file (read when the client starts; net/tls.h).
+  std::optional<TlsConfig> tls;
   // Optional: wraps each shard connection's stream on the client's KJ thread (benchmarks shape
   // bandwidth with it). The timer is that thread's.
   std::function<kj::Own<kj::AsyncIoStream>(kj::Own<kj::AsyncIoStream>, kj::Timer&)> wrap_stream;
 
-  // Shards, token, scheduler and limits from a deployment file.
+  // Shards, token, TLS, scheduler and limits from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
 };
 
