@@ -40,7 +40,7 @@ expect_refused() {  # YAML TEXT: the trainer fails and says TEXT
   grep -qF "$2" "$work/$1.log" || { echo "$1: expected '$2' in the error"; exit 1; }
 }
 
-expect_refused plain.yaml "[disconnected]"
+expect_refused plain.yaml "connection to the shard lost"
 grep -q 'TLS handshake failed, connection dropped' "$work/server.log"
 expect_refused other_ca.yaml "TLS handshake with shard at 127.0.0.1:17420 failed"
 grep -qF "not trusted" "$work/other_ca.yaml.log"
