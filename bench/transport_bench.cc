@@ -3,8 +3,8 @@
 // against a plain TCP echo on the same loopback, in the same run (DESIGN.md section 6).
 // The ratios are the result; absolute figures only orient (the machine is shared).
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -102,8 +102,8 @@ std::unique_ptr<Client> connect_client(const ClientOptions& options) {
 // push(step) + wait(step) on a fresh variable of `variable_bytes`, cut into `partition_bytes`
 // partitions with `credit_bytes` in flight.
 Measurement psched_case(const DeploymentConfig& shard, const std::string& name,
-                        uint64_t variable_bytes,
-                        uint64_t partition_bytes, uint64_t credit_bytes, const Budget& budget) {
+                        uint64_t variable_bytes, uint64_t partition_bytes, uint64_t credit_bytes,
+                        const Budget& budget) {
   auto client = connect_client(client_options(shard, partition_bytes, credit_bytes));
   std::vector<float> value(variable_bytes / 4, 1.f), gradient(variable_bytes / 4, 0.5f);
   VariableSpec spec;

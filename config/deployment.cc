@@ -117,7 +117,8 @@ std::optional<TlsConfig> parse_tls(const ConfigNode& node, const std::filesystem
   ConfigMap tls(node, kTlsKeys);
   if (node.is_null()) return std::nullopt;
   TlsConfig out{
-      .cert_file = read_file_path(tls.require("cert_file", "the shards' certificate, PEM"), base_dir),
+      .cert_file =
+          read_file_path(tls.require("cert_file", "the shards' certificate, PEM"), base_dir),
       .key_file = read_file_path(tls.require("key_file", "its private key, PEM"), base_dir),
       .ca_file = read_file_path(tls.require("ca_file", "the CA that workers trust, PEM"), base_dir),
       .server_name = {}};

@@ -411,11 +411,13 @@ TEST_CASE("without a tls section the shards speak plain TCP") {
   CHECK_FALSE(parse(kOneShard).tls.has_value());
 }
 
-TEST_CASE("tls files are resolved against the YAML file's folder and remember where they were named") {
-  DeploymentConfig config = parse_deployment(
-      kOneShard + "tls:\n  cert_file: shard.pem\n  key_file: /keys/shard.key\n"
-                  "  ca_file: ca.pem\n",
-      "/etc/psched/d.yaml");
+TEST_CASE(
+    "tls files are resolved against the YAML file's folder and remember where they were named") {
+  DeploymentConfig config =
+      parse_deployment(kOneShard +
+                           "tls:\n  cert_file: shard.pem\n  key_file: /keys/shard.key\n"
+                           "  ca_file: ca.pem\n",
+                       "/etc/psched/d.yaml");
   REQUIRE(config.tls.has_value());
   CHECK(config.tls->cert_file.path == "/etc/psched/shard.pem");
   CHECK(config.tls->cert_file.origin == "/etc/psched/d.yaml:4: tls.cert_file");

@@ -23,13 +23,14 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> ShardConnector::open(const std::string& 
                 Error(ErrorCode::disconnected, fmt::format("cannot connect to shard at {}: {}",
                                                            address, e.getDescription().cStr())))));
           });
-  return connected.then([this, address, wrap](kj::Own<kj::AsyncIoStream> stream)
-                            -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
-    if (wrap) stream = wrap(kj::mv(stream));
-    if (!context_) return kj::mv(stream);
-    return tls_client_handshake(*context_, kj::mv(stream), address,
-                                expected_server_name(*tls_, address));
-  });
+  return connected.then(
+      [this, address,
+       wrap](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+        if (wrap) stream = wrap(kj::mv(stream));
+        if (!context_) return kj::mv(stream);
+        return tls_client_handshake(*context_, kj::mv(stream), address,
+                                    expected_server_name(*tls_, address));
+      });
 }
 
 }  // namespace psched

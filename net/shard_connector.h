@@ -23,7 +23,8 @@ class ShardConnector {
   ShardConnector(kj::Network& network, const std::optional<TlsConfig>& tls);
   ~ShardConnector();
 
-  // Connects to the shard at `address` ("host:port"). Rejects with Error(disconnected) "cannot
+  // Connects to the shard at `address` ("host:port"); the connector outlives the promise
+  // (the stream may outlive the connector). Rejects with Error(disconnected) "cannot
   // connect to shard at <address>: ..." or with the handshake's error (tls_client_handshake).
   kj::Promise<kj::Own<kj::AsyncIoStream>> open(const std::string& address,
                                                const StreamWrap& wrap = {});

@@ -37,8 +37,8 @@ kj::Promise<void> ShardHost::listen(kj::Network& network, kj::Timer& timer) {
           return a->listen();
         });
     accepting.add(bound.then(
-        [h = hosted.get(), address, &timer, tls = tls_.get() != nullptr](
-            kj::Own<kj::ConnectionReceiver> receiver) {
+        [h = hosted.get(), address, &timer,
+         tls = tls_.get() != nullptr](kj::Own<kj::ConnectionReceiver> receiver) {
           h->receiver = kj::mv(receiver);
           log_info("shard {} listening on {}{}", h->endpoint->id.value, address.to_string(),
                    tls ? " (TLS)" : "");

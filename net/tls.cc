@@ -56,6 +56,21 @@ bool key_matches_certificate(const std::string& cert_pem, const std::string& key
   return cert && key && X509_check_private_key(cert.get(), key.get()) == 1;
 }
 
+// A worker's Error for its failed handshake with the shard at `address`.
+Error handshake_error(const kj::Exception& e, const std::string& address,
+                      const std::string& server_name) {
+  const char* cause = e.getDescription().cStr();
+  if (e.getType() == kj::Exception::Type::DISCONNECTED)
+    return Error(
+        ErrorCode::disconnected,
+        fmt::format("TLS handshake with shard at {} failed (does the shard serve TLS?): {}",
+                    address, cause));
+  return Error(ErrorCode::bad_config,
+               fmt::format("TLS handshake with shard at {} failed (expected a certificate for "
+                           "'{}' signed by a CA in tls.ca_file): {}",
+                           address, server_name, cause));
+}
+
 kj::TlsContext::Options modern_options() {
   kj::TlsContext::Options options;
   options.useSystemTrustStore = false;
@@ -73,9 +88,9 @@ kj::Own<kj::TlsContext> server_tls_context(const TlsConfig& config) {
       .privateKey = parse_pem<kj::TlsPrivateKey>(
           config.key_file, "an unencrypted PEM private key",
           [&] { return kj::TlsPrivateKey(kj::StringPtr(key_pem.c_str())); }),
-      .certificate = parse_pem<kj::TlsCertificate>(
-          config.cert_file, "a PEM certificate",
-          [&] { return kj::TlsCertificate(kj::StringPtr(cert_pem.c_str())); })};
+      .certificate = parse_pem<kj::TlsCertificate>(config.cert_file, "a PEM certificate", [&] {
+        return kj::TlsCertificate(kj::StringPtr(cert_pem.c_str()));
+      })};
   if (!key_matches_certificate(cert_pem, key_pem))
     fail_config_file(config.key_file,
                      fmt::format("is not the private key of {}", config.cert_file.path.string()));
@@ -101,15 +116,8 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> tls_client_handshake(kj::TlsContext& con
                                                              const std::string& server_name) {
   return context.wrapClient(kj::mv(stream), server_name)
       .catch_([address, server_name](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
-        bool broken = e.getType() == kj::Exception::Type::DISCONNECTED;
-        kj::throwFatalException(to_kj_exception(std::make_exception_ptr(Error(
-            broken ? ErrorCode::disconnected : ErrorCode::bad_config,
-            fmt::format("TLS handshake with shard at {} failed{}: {}", address,
-                        broken ? " (does the shard serve TLS?)"
-                               : fmt::format(" (expected a certificate for '{}' signed by a "
-                                             "CA in tls.ca_file)",
-                                             server_name),
-                        e.getDescription().cStr())))));
+        kj::throwFatalException(
+            to_kj_exception(std::make_exception_ptr(handshake_error(e, address, server_name))));
       });
 }
 

@@ -90,8 +90,26 @@ TEST_CASE("a worker that does not trust the shard's CA fails naming the shard's 
 
 TEST_CASE("a certificate that does not name the expected host is refused") {
   std::string message = handshake_error(test_tls(), "shard7.example.com");
-  CHECK(message.starts_with("TLS handshake with shard at 127.0.0.1:7410 failed (expected a "
-                            "certificate for 'shard7.example.com'"));
+  CHECK(
+      message.starts_with("TLS handshake with shard at 127.0.0.1:7410 failed (expected a "
+                          "certificate for 'shard7.example.com'"));
+}
+
+TEST_CASE("a shard that hangs up during the handshake is a disconnect") {
+  kj::EventLoop loop;
+  kj::WaitScope scope(loop);
+  auto client = client_tls_context(test_tls());
+  auto pipe = kj::newTwoWayPipe();
+  pipe.ends[0] = nullptr;
+  try {
+    tls_client_handshake(*client, kj::mv(pipe.ends[1]), "127.0.0.1:7410", "localhost").wait(scope);
+    FAIL("the handshake succeeded");
+  } catch (const kj::Exception& e) {
+    Error error = from_kj_exception(e);
+    CHECK_MESSAGE(error.code() == ErrorCode::disconnected, error.what());
+    CHECK(
+        std::string(error.what()).starts_with("TLS handshake with shard at 127.0.0.1:7410 failed"));
+  }
 }
 
 TEST_CASE("workers expect the listen host unless tls.server_name names another") {
@@ -121,9 +139,9 @@ TEST_CASE("unusable TLS files are errors naming the YAML key and the file") {
               .starts_with("x.yaml:3: tls.cert_file: '" + (kCerts / "README.md").string() +
                            "' is not a PEM certificate: "));
     config = test_tls("README.md");
-    CHECK(config_error([&] { client_tls_context(config); }) ==
-          "x.yaml:3: tls.ca_file: '" + (kCerts / "README.md").string() +
-              "' holds no PEM certificate");
+    CHECK(config_error([&] { client_tls_context(config); }) == "x.yaml:3: tls.ca_file: '" +
+                                                                   (kCerts / "README.md").string() +
+                                                                   "' holds no PEM certificate");
     config = test_tls();
     config.key_file = cert_file("server.pem", "key_file");
     CHECK(config_error([&] { server_tls_context(config); })
