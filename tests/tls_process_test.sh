@@ -22,13 +22,8 @@ tls_yaml() {  # CA_FILE OUT
 tls_yaml ca.pem tls.yaml
 tls_yaml other_ca.pem other_ca.yaml
 
-"$build/apps/psched-server" --config "$work/tls.yaml" 2>"$work/server.log" &
-server=$!
-for _ in $(seq 400); do  # bounded wait for both shards to listen
-  [ "$(grep -c 'listening on .* (TLS)' "$work/server.log")" -ge 2 ] && break
-  kill -0 $server 2>/dev/null || { cat "$work/server.log"; exit 1; }
-  sleep 0.05
-done
+source "$source/tests/process_lib.sh"
+start_server "$build" "$work/tls.yaml" "$work/server.log" 'listening on .* (TLS)'
 
 train() {  # YAML: runs one trainer, its output in $work/YAML.log
   "$build/apps/psched-example-trainer" --config "$work/$1" --worker 0 --steps 20 \
