@@ -4,6 +4,7 @@
 // The ratios are the result; absolute figures only orient (the machine is shared).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -37,6 +38,7 @@ struct Options {
   unsigned server_threads = 1;
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   std::string json;
+  std::string tls_dir;  // empty: plain TCP
   bool verbose = false;
 };
 
@@ -59,8 +61,9 @@ std::vector<uint64_t> parse_sizes(const std::vector<std::string>& texts) {
   return sizes;
 }
 
-// One async shard on 127.0.0.1:port whose apply is real but cheap: sgd with lr 0.
-DeploymentConfig shard_config(uint16_t port) {
+// One async shard on 127.0.0.1:port whose apply is real but cheap: sgd with lr 0. With
+// `tls_dir`, over TLS with its server.pem, server.key and ca.pem (tests/tls/ has such files).
+DeploymentConfig shard_config(uint16_t port, const std::filesystem::path& tls_dir) {
   DeploymentConfig config;
   config.source = "psched-transport-bench";
   config.mode = Mode::async;
@@ -69,17 +72,18 @@ DeploymentConfig shard_config(uint16_t port) {
   config.split_bytes = uint64_t(1) << 62;  // never split: one shard holds every variable
   config.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
   config.limits.max_message_bytes = kMaxMessageBytes;
+  if (tls_dir.empty()) return config;
+  auto file = [&](const char* name) { return ConfigFile{tls_dir / name, "--tls"}; };
+  config.tls = {file("server.pem"), file("server.key"), file("ca.pem"), {}};
   return config;
 }
 
-ClientOptions client_options(uint16_t port, uint64_t partition_bytes, uint64_t credit_bytes) {
-  ClientOptions options;
-  options.shards = {ListenAddress{"127.0.0.1", port}.to_string()};
-  options.worker = WorkerId(0);
+ClientOptions client_options(const DeploymentConfig& shard, uint64_t partition_bytes,
+                             uint64_t credit_bytes) {
+  ClientOptions options = ClientOptions::from_config(shard, WorkerId(0));
   options.scheduler = {.policy = SchedulePolicy::priority,
                        .partition_bytes = partition_bytes,
                        .credit_bytes = credit_bytes};
-  options.max_message_bytes = kMaxMessageBytes;
   return options;
 }
 
@@ -97,9 +101,10 @@ std::unique_ptr<Client> connect_client(const ClientOptions& options) {
 
 // push(step) + wait(step) on a fresh variable of `variable_bytes`, cut into `partition_bytes`
 // partitions with `credit_bytes` in flight.
-Measurement psched_case(uint16_t port, const std::string& name, uint64_t variable_bytes,
-                        uint64_t partition_bytes, uint64_t credit_bytes, const Budget& budget) {
-  auto client = connect_client(client_options(port, partition_bytes, credit_bytes));
+Measurement psched_case(const DeploymentConfig& shard, const std::string& name,
+                        uint64_t variable_bytes, uint64_t partition_bytes, uint64_t credit_bytes,
+                        const Budget& budget) {
+  auto client = connect_client(client_options(shard, partition_bytes, credit_bytes));
   std::vector<float> value(variable_bytes / 4, 1.f), gradient(variable_bytes / 4, 0.5f);
   VariableSpec spec;
   spec.name = name;
@@ -114,14 +119,14 @@ Measurement psched_case(uint16_t port, const std::string& name, uint64_t variabl
   });
 }
 
-SizeResult measure_size(uint16_t shard_port, uint16_t tcp_port, uint64_t size,
+SizeResult measure_size(const DeploymentConfig& shard, uint16_t tcp_port, uint64_t size,
                         const Budget& budget) {
   SizeResult r;
   r.size = size;
   const std::string label = format_byte_size(size);
-  r.psched_sequential = psched_case(shard_port, "seq/" + label, size, size, size, budget);
+  r.psched_sequential = psched_case(shard, "seq/" + label, size, size, size, budget);
   r.tcp_sequential = tcp_sequential(tcp_port, size, budget);
-  r.psched_pipelined = psched_case(shard_port, "pipe/" + label, kPipelinePartitions * size, size,
+  r.psched_pipelined = psched_case(shard, "pipe/" + label, kPipelinePartitions * size, size,
                                    kPipelineDepth * size, budget);
   r.tcp_pipelined = tcp_pipelined(tcp_port, size, kPipelineDepth, budget);
   return r;
@@ -190,6 +195,7 @@ void write_json(const std::string& path, const Options& options,
                         {"pipeline_depth", kPipelineDepth},
                         {"pipeline_partitions", kPipelinePartitions},
                         {"server_threads", options.server_threads},
+                        {"tls", !options.tls_dir.empty()},
                         {"sizes", sizes}};
   std::ofstream out(path);
   out << doc.dump(2) << "\n";
@@ -201,10 +207,10 @@ int run(const Options& options) {
   const std::vector<uint64_t> sizes = parse_sizes(options.sizes);
   const Budget budget{.seconds = options.seconds};
   TcpEchoServer echo;
-  ShardThread shard(shard_config(options.port), options.server_threads, options.apply_helpers);
+  const DeploymentConfig config = shard_config(options.port, options.tls_dir);
+  ShardThread shard(config, options.server_threads, options.apply_helpers);
   std::vector<SizeResult> results;
-  for (uint64_t size : sizes)
-    results.push_back(measure_size(options.port, echo.port(), size, budget));
+  for (uint64_t size : sizes) results.push_back(measure_size(config, echo.port(), size, budget));
   print_tables(results);
   if (!options.json.empty()) write_json(options.json, options, results);
   return 0;
@@ -226,6 +232,9 @@ int main(int argc, char** argv) {
   app.add_option("--apply-threads", o.apply_helpers,
                  "extra threads applying one large partition (as psched-server; default cores - 1)");
   app.add_option("--json", o.json, "also write every figure to this file");
+  app.add_option("--tls", o.tls_dir,
+                 "connect over TLS with DIR/server.pem, server.key and ca.pem (e.g. tests/tls)")
+      ->check(CLI::ExistingDirectory);
   app.add_flag("--verbose", o.verbose, "keep psched's info log");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/malloc_tuning.h"
+#include "net/shard_connector.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -15,6 +16,7 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   for (const ShardConfig& shard : config.shards) options.shards.push_back(shard.listen.to_string());
   options.worker = worker;
   options.token = config.auth_token;
+  options.tls = config.tls;
   options.scheduler = config.scheduler;
   options.max_message_bytes = config.limits.max_message_bytes;
   options.reconnect_timeout_seconds = config.reconnect.timeout_seconds;
@@ -44,14 +46,23 @@ Client::~Client() {
 
 void Client::run_kj_thread(std::promise<void>& started) {
   auto io = kj::setupAsyncIo();
+  std::optional<ShardConnector> connector;  // outlives the links, which reconnect with it
   try {
     std::vector<kj::Own<ShardLink>> links;
+    connector.emplace(io.provider->getNetwork(), options_.tls);
+    StreamWrap wrap;
+    if (options_.wrap_stream)
+      wrap = [this, &timer = io.provider->getTimer()](kj::Own<kj::AsyncIoStream> stream) {
+        return options_.wrap_stream(kj::mv(stream), timer);
+      };
     ReconnectPolicy policy{.timer = &io.provider->getTimer()};
     policy.timeout =
         static_cast<int64_t>(options_.reconnect_timeout_seconds * 1e3) * kj::MILLISECONDS;
-    for (const std::string& address : options_.shards)
-      links.push_back(kj::heap<ShardLink>(address, stream_opener(*io.provider, address),
-                                          options_.max_message_bytes, policy));
+    for (const std::string& address : options_.shards) {
+      StreamOpener open = [&connector, address, wrap] { return connector->open(address, wrap); };
+      links.push_back(
+          kj::heap<ShardLink>(address, std::move(open), options_.max_message_bytes, policy));
+    }
     WorkerOptions worker{options_.worker, options_.token, options_.scheduler};
     worker_ = std::make_unique<Worker>(actors_.io(), mailbox_, kj::mv(links), worker);
     worker_->connect().wait(io.waitScope);
@@ -68,25 +79,6 @@ void Client::run_kj_thread(std::promise<void>& started) {
   started.set_value();
   mailbox_.run().wait(io.waitScope);
   worker_.reset();
-}
-
-StreamOpener Client::stream_opener(kj::AsyncIoProvider& provider, const std::string& address) {
-  return [this, &provider, address] {
-    return provider.getNetwork()
-        .parseAddress(address)
-        .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
-        .then(
-            [this, &provider](kj::Own<kj::AsyncIoStream> stream) {
-              if (options_.wrap_stream)
-                stream = options_.wrap_stream(kj::mv(stream), provider.getTimer());
-              return stream;
-            },
-            [address](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
-              throw to_kj_exception(std::make_exception_ptr(
-                  Error(ErrorCode::disconnected, fmt::format("cannot connect to shard at {}: {}",
-                                                             address, e.getDescription().cStr()))));
-            });
-  };
 }
 
 template <typename T, typename Work>

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -39,11 +40,13 @@ struct ClientOptions {
   SchedulerConfig scheduler;
   uint64_t max_message_bytes = 64 << 20;
   double reconnect_timeout_seconds = 60;  // a lost shard is retried this long (reconnect:)
+  // Present: connect over TLS, trusting tls->ca_file (read when the client starts; net/tls.h).
+  std::optional<TlsConfig> tls;
   // Optional: wraps each shard connection's stream on the client's KJ thread (benchmarks shape
   // bandwidth with it). The timer is that thread's.
   std::function<kj::Own<kj::AsyncIoStream>(kj::Own<kj::AsyncIoStream>, kj::Timer&)> wrap_stream;
 
-  // Shards, token, scheduler and limits from a deployment file.
+  // Shards, token, TLS, scheduler and limits from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
 };
 
@@ -97,8 +100,6 @@ class Client {
   template <typename T, typename Work>
   T on_kj_thread(Work work);
   void run_kj_thread(std::promise<void>& started);
-  // Opens a TCP connection to `address` (wrapped by options_.wrap_stream); KJ thread.
-  StreamOpener stream_opener(kj::AsyncIoProvider& provider, const std::string& address);
   using PendingPushes = std::map<std::pair<uint32_t, Step>, std::future<void>>;
   // The push of (handle, step); throws Error(invalid_argument) when there is none. Caller holds
   // pushes_mutex_.

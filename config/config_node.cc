@@ -117,6 +117,13 @@ std::string read_string(const ConfigNode& node) {
   return scalar_text(node, "a string");
 }
 
+ConfigFile read_file_path(const ConfigNode& node, const std::filesystem::path& base_dir) {
+  std::filesystem::path path = read_string(node);
+  if (path.empty()) node.fail("is empty (expected a file name)");
+  return {.path = path.is_relative() ? base_dir / path : path,
+          .origin = fmt::format("{}:{}: {}", node.file(), node.line(), node.path())};
+}
+
 bool read_bool(const ConfigNode& node) {
   const std::string& text = scalar_text(node, "true or false");
   bool value = false;

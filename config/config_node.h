@@ -13,6 +13,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "config/config_file.h"
+
 namespace psched::config {
 
 // A YAML node and what a message about it needs: the file name, the key path
@@ -80,6 +82,8 @@ bool read_bool(const ConfigNode& node);           // true/false (and YAML's yes/
 double read_number(const ConfigNode& node);       // finite decimal, "0.001", "1e-3"
 uint64_t read_integer(const ConfigNode& node, uint64_t min, uint64_t max);  // decimal digits
 uint64_t read_byte_size(const ConfigNode& node, uint64_t min);  // parse_byte_size, >= min
+// A path, resolved against `base_dir` when relative; the file is not opened here.
+ConfigFile read_file_path(const ConfigNode& node, const std::filesystem::path& base_dir);
 
 // Index into `names` of the node's value; otherwise throws "'x' is not one of: a, b".
 size_t read_choice_index(const ConfigNode& node, std::span<const std::string_view> names);

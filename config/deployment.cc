@@ -26,14 +26,16 @@ using config::ConfigMap;
 using config::ConfigNode;
 using optim::OptimizerSpec;
 
-constexpr std::array<std::string_view, 11> kTopKeys = {
-    "mode",      "workers", "auth",       "shards", "split_bytes", "optimizer",
-    "scheduler", "limits",  "checkpoint", "sync",   "reconnect"};
+constexpr std::array<std::string_view, 12> kTopKeys = {
+    "mode",   "workers",   "auth",   "shards",     "tls",  "split_bytes",
+    "optimizer", "scheduler", "limits", "checkpoint", "sync", "reconnect"};
 constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
                                                              "update_log"};
 constexpr std::array<std::string_view, 2> kSyncKeys = {"timeout_seconds", "on_timeout"};
 constexpr std::array<std::string_view, 1> kReconnectKeys = {"timeout_seconds"};
 constexpr std::array<std::string_view, 2> kAuthKeys = {"token", "token_file"};
+constexpr std::array<std::string_view, 4> kTlsKeys = {"cert_file", "key_file", "ca_file",
+                                                      "server_name"};
 constexpr std::array<std::string_view, 2> kShardKeys = {"listen", "http"};
 // The default HTTP port is the shard's listen port plus this.
 constexpr unsigned kHttpPortOffset = 1000;
@@ -98,14 +100,11 @@ YAML::Node load_yaml(const std::string& text, const std::string& file) {
 
 // The token file's text without its trailing newline(s). `base_dir` resolves a relative path.
 std::string read_token_file(const ConfigNode& node, const std::filesystem::path& base_dir) {
-  std::filesystem::path path = read_string(node);
-  if (path.is_relative()) path = base_dir / path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) node.fail(fmt::format("cannot open '{}': {}", path.string(), std::strerror(errno)));
-  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) node.fail(fmt::format("cannot read '{}'", path.string()));
+  ConfigFile file = read_file_path(node, base_dir);
+  std::string token = read_config_file(file);
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
-  if (token.empty()) node.fail(fmt::format("'{}' is empty (expected the token)", path.string()));
+  if (token.empty()) fail_config_file(file, "is empty (expected the token)");
+  warn_if_shared(file);
   return token;
 }
 
@@ -121,6 +120,19 @@ std::string parse_auth(const ConfigNode& node, const std::filesystem::path& base
   std::string value = read_string(*token);
   if (value.empty()) token->fail("is empty (expected a token, or no auth section)");
   return value;
+}
+
+std::optional<TlsConfig> parse_tls(const ConfigNode& node, const std::filesystem::path& base_dir) {
+  ConfigMap tls(node, kTlsKeys);
+  if (node.is_null()) return std::nullopt;
+  TlsConfig out{
+      .cert_file =
+          read_file_path(tls.require("cert_file", "the shards' certificate, PEM"), base_dir),
+      .key_file = read_file_path(tls.require("key_file", "its private key, PEM"), base_dir),
+      .ca_file = read_file_path(tls.require("ca_file", "the CA that workers trust, PEM"), base_dir),
+      .server_name = {}};
+  if (auto name = tls.find("server_name")) out.server_name = read_string(*name);
+  return out;
 }
 
 ListenAddress parse_listen(const ConfigNode& node) {
@@ -302,6 +314,7 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   if (auto f = top.find("mode")) config.mode = read_choice(*f, kModes);
   if (auto f = top.find("workers")) config.workers = read_integer(*f, 1, UINT32_MAX);
   config.auth_token = parse_auth(top.find_or_null("auth"), source.parent_path());
+  config.tls = parse_tls(top.find_or_null("tls"), source.parent_path());
   config.shards =
       parse_shards(top.require("shards", "a list of shards, each with listen: host:port"));
   if (auto f = top.find("split_bytes")) config.split_bytes = read_byte_size(*f, 0);

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "config/config_file.h"
 #include "optim/optimizer.h"
 
 namespace psched {
@@ -73,11 +75,22 @@ struct ReconnectConfig {
   double timeout_seconds = 60;  // keep trying to reconnect this long, then fail what waits
 };
 
+// TLS on the shard connections (docs/security.md). Each side reads only its files, when it
+// starts: a shard server the certificate and key, a worker the CA.
+struct TlsConfig {
+  ConfigFile cert_file;  // the shard's certificate (PEM), then any intermediates
+  ConfigFile key_file;   // its private key (PEM, unencrypted)
+  ConfigFile ca_file;    // the CA certificate(s) workers trust (PEM); the system store is not used
+  // The name workers check each shard's certificate for; empty: the shard's listen host.
+  std::string server_name;
+};
+
 struct DeploymentConfig {
   std::filesystem::path source;  // file it was loaded from (for messages)
   Mode mode = Mode::async;
   uint32_t workers = 1;    // workers in the job; sync mode aggregates this many
   std::string auth_token;  // empty: no auth; from `auth: {token: ..}` or `auth: {token_file: ..}`
+  std::optional<TlsConfig> tls;     // absent: plain TCP
   std::vector<ShardConfig> shards;  // at least one
   uint64_t split_bytes = 4 << 20;   // variables larger than this are split across all shards
   optim::OptimizerSpec optimizer;   // server default for registrations that name none
@@ -93,7 +106,8 @@ struct DeploymentConfig {
 // scheduler.credit_bytez: unknown key (expected one of: policy, partition_bytes, credit_bytes,
 // autotune)". Omitted keys keep the struct defaults above; `shards` is required. Byte-size keys
 // take a number of bytes or a size string ("4MiB", "512KiB", "2MB"; see config/byte_size.h).
-// `auth.token_file` is read relative to the file's folder, its trailing newline dropped.
+// `auth.token_file` is read relative to the file's folder, its trailing newline dropped; the
+// `tls` files are resolved likewise but read only by whoever uses them (net/tls.h).
 DeploymentConfig load_deployment(const std::filesystem::path& file);
 // The same from YAML text; `source` names it in messages.
 DeploymentConfig parse_deployment(const std::string& yaml_text,

@@ -426,6 +426,49 @@ TEST_CASE("a checkpoint section needs a directory and non-negative seconds") {
             .find("'wait' is not one of: fail, proceed") != std::string::npos);
 }
 
+TEST_CASE("a token_file that is a directory names the key and the path") {
+  TempDir dir;
+  std::filesystem::create_directory(dir.path() / "secret");
+  CHECK_THROWS_WITH_AS(
+      parse_deployment(kOneShard + "auth: {token_file: secret}\n", dir.path() / "d.yaml"),
+      (dir.path().string() + "/d.yaml:3: auth.token_file: '" + (dir.path() / "secret").string() +
+       "' is a directory")
+          .c_str(),
+      Error);
+}
+
+TEST_CASE("without a tls section the shards speak plain TCP") {
+  CHECK_FALSE(parse(kOneShard).tls.has_value());
+}
+
+TEST_CASE(
+    "tls files are resolved against the YAML file's folder and remember where they were named") {
+  DeploymentConfig config =
+      parse_deployment(kOneShard +
+                           "tls:\n  cert_file: shard.pem\n  key_file: /keys/shard.key\n"
+                           "  ca_file: ca.pem\n",
+                       "/etc/psched/d.yaml");
+  REQUIRE(config.tls.has_value());
+  CHECK(config.tls->cert_file.path == "/etc/psched/shard.pem");
+  CHECK(config.tls->cert_file.origin == "/etc/psched/d.yaml:4: tls.cert_file");
+  CHECK(config.tls->key_file.path == "/keys/shard.key");
+  CHECK(config.tls->ca_file.path == "/etc/psched/ca.pem");
+  CHECK(config.tls->ca_file.origin == "/etc/psched/d.yaml:6: tls.ca_file");
+  CHECK(config.tls->server_name.empty());
+  CHECK(parse(kOneShard + "tls: {cert_file: a, key_file: b, ca_file: c, server_name: psched}\n")
+            .tls->server_name == "psched");
+}
+
+TEST_CASE("a tls section needs its three files and no other keys") {
+  CHECK(error_of(kOneShard + "tls: {cert_file: a, key_file: b}\n") ==
+        "configs/x.yaml:3: tls.ca_file: missing (expected the CA that workers trust, PEM)");
+  CHECK(error_of(kOneShard + "tls: {cert_file: a, key_file: b, ca_file: ''}\n") ==
+        "configs/x.yaml:3: tls.ca_file: is empty (expected a file name)");
+  CHECK(error_of(kOneShard + "tls:\n  cert_file: a\n  key_file: b\n  ca_file: c\n  verify: no\n")
+            .starts_with("configs/x.yaml:7: tls.verify: unknown key (expected one of: cert_file, "
+                         "key_file, ca_file, server_name)"));
+}
+
 TEST_CASE("optimizer settings that validate rejects name the optimizer section's line") {
   std::string message = error_of(kOneShard + "optimizer:\n  kind: sgd\n  lr: -1\n");
   CHECK(message.starts_with("configs/x.yaml:3: optimizer: "));

@@ -4,12 +4,16 @@
 #include "common/log.h"
 #include "net/cross_thread_promise.h"
 #include "net/wire_convert.h"
+#include "net/tls.h"
 
 namespace psched {
 
 ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards,
                      IoContext& io, unsigned apply_helpers)
-    : config_(config), pool_(BufferPool::create()), apply_pool_(apply_helpers) {
+    : config_(config),
+      tls_(config.tls ? server_tls_context(*config.tls) : kj::Own<kj::TlsContext>()),
+      pool_(BufferPool::create()),
+      apply_pool_(apply_helpers) {
   for (ShardId id : shards) {
     if (id.value >= config.shards.size())
       fail(ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
@@ -19,7 +23,7 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.checkpoint.directory, config.checkpoint.update_log};
     hosted->shard = std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_);
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
-    hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint);
+    hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint, tls_.get());
     hosted_.push_back(std::move(hosted));
   }
 }
@@ -35,9 +39,11 @@ kj::Promise<void> ShardHost::listen(kj::Network& network, kj::Timer& timer) {
           return a->listen();
         });
     accepting.add(bound.then(
-        [h = hosted.get(), address, &timer](kj::Own<kj::ConnectionReceiver> receiver) {
+        [h = hosted.get(), address, &timer,
+         tls = tls_.get() != nullptr](kj::Own<kj::ConnectionReceiver> receiver) {
           h->receiver = kj::mv(receiver);
-          log_info("shard {} listening on {}", h->endpoint->id.value, address.to_string());
+          log_info("shard {} listening on {}{}", h->endpoint->id.value, address.to_string(),
+                   tls ? " (TLS)" : "");
           return h->listener->listen(*h->receiver, timer);
         },
         [address](kj::Exception&& e) -> kj::Promise<void> {

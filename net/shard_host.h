@@ -13,7 +13,9 @@ namespace psched {
 class ShardHost {
  public:
   // Hosts `shards` (indices into config.shards). `config` outlives the host. Large partitions
-  // are applied with `apply_helpers` threads besides the shard's own.
+  // are applied with `apply_helpers` threads besides the shard's own. With config.tls, reads
+  // the certificate and key now (throws Error(bad_config) when they cannot be used) and serves
+  // TLS only.
   ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards, IoContext& io,
             unsigned apply_helpers = 0);
   ~ShardHost();
@@ -50,6 +52,7 @@ class ShardHost {
   };
 
   const DeploymentConfig& config_;
+  kj::Own<kj::TlsContext> tls_;  // null without config.tls; before the listeners that use it
   std::shared_ptr<BufferPool> pool_;
   ForkJoinPool apply_pool_;
   std::vector<std::unique_ptr<Hosted>> hosted_;

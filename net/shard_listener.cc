@@ -4,7 +4,8 @@
 
 namespace psched {
 
-ShardListener::ShardListener(ShardEndpoint& endpoint) : endpoint_(endpoint), tasks_(*this) {}
+ShardListener::ShardListener(ShardEndpoint& endpoint, kj::TlsContext* tls)
+    : endpoint_(endpoint), tls_(tls), tasks_(*this) {}
 
 kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Timer& timer) {
   return receiver.accept().then(
@@ -22,6 +23,16 @@ kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Ti
 }
 
 void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
+  if (!tls_) return serve_rpc(kj::mv(stream));
+  tasks_.add(tls_->wrapServer(kj::mv(stream))
+                 .then([this](kj::Own<kj::AsyncIoStream> secure) { serve_rpc(kj::mv(secure)); },
+                       [this](kj::Exception&& e) {
+                         log_warn("shard {}: TLS handshake failed, connection dropped: {}",
+                                  endpoint_.id.value, e.getDescription().cStr());
+                       }));
+}
+
+void ShardListener::serve_rpc(kj::Own<kj::AsyncIoStream> stream) {
   auto connection =
       kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_),
                               reader_options(endpoint_.config.limits.max_message_bytes));

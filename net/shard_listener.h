@@ -1,11 +1,14 @@
 // ShardListener: accepts connections for one shard and serves each with its own RPC system
 // until the peer leaves. A connection that breaks (garbage, oversized frames, a dropped peer)
-// is dropped alone; the shard keeps serving the others. KJ thread only.
+// is dropped alone; the shard keeps serving the others. With TLS, every connection first
+// completes a TLS handshake; one that fails (a client without TLS) is dropped alone too. KJ
+// thread only.
 #pragma once
 
 #include <atomic>
 
 #include <kj/async-io.h>
+#include <kj/compat/tls.h>
 #include <kj/timer.h>
 
 #include "net/rpc_connection.h"
@@ -15,21 +18,23 @@ namespace psched {
 
 class ShardListener final : private kj::TaskSet::ErrorHandler {
  public:
-  // `endpoint` outlives the listener.
-  explicit ShardListener(ShardEndpoint& endpoint);
+  // `endpoint`, and `tls` when given (net/tls.h server_tls_context), outlive the listener.
+  explicit ShardListener(ShardEndpoint& endpoint, kj::TlsContext* tls = nullptr);
 
   // Accepts on `receiver` until the returned promise is dropped. A failed accept (out of file
   // descriptors, say) is logged and retried after a pause on `timer`; it never ends serving.
   kj::Promise<void> listen(kj::ConnectionReceiver& receiver, kj::Timer& timer);
-  // Serves one already-open stream (tests use in-memory pipes).
+  // Serves one already-open stream (tests use in-memory pipes), after the TLS handshake.
   void serve(kj::Own<kj::AsyncIoStream> stream);
   // Open connections now; any thread may read it (the operator view does).
   size_t connections() const { return connections_.load(std::memory_order_relaxed); }
 
  private:
+  void serve_rpc(kj::Own<kj::AsyncIoStream> stream);
   void taskFailed(kj::Exception&& exception) override;
 
   ShardEndpoint& endpoint_;
+  kj::TlsContext* tls_;  // null: plain TCP
   kj::TaskSet tasks_;
   std::atomic<size_t> connections_ = 0;  // written on the KJ thread only
 };

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
+#include "net/shard_service.h"
 #include "net/wire_convert.h"
 #include "tests/cluster.h"
 
@@ -178,6 +179,15 @@ TEST_CASE("a wrong token is refused at connect") {
   f.expect_error(intruder.push(f.id, 1, {0, 1}, DType::float32, {}), ErrorCode::invalid_argument,
                  "session is not open");
   f.check_untouched_and_serving();
+}
+
+TEST_CASE("tokens compare equal only when every byte and the length match") {
+  CHECK(constant_time_equal("s3cret", "s3cret"));
+  CHECK(constant_time_equal("", ""));
+  for (const char* other : {"s3creT", "S3cret", "s3cre", "s3crett", ""})
+    CHECK_FALSE(constant_time_equal(other, "s3cret"));
+  CHECK_FALSE(constant_time_equal(std::string_view("s3cre\0", 6), "s3cret"));
+  CHECK_FALSE(constant_time_equal("s3cret", std::string_view("s3cret\0", 7)));
 }
 
 TEST_CASE("a worker id outside the job is refused at connect") {

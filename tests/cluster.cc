@@ -1,6 +1,9 @@
 #include "tests/cluster.h"
 
+#include <filesystem>
 #include <stdexcept>
+
+#include "net/tls.h"
 
 namespace psched::testing {
 
@@ -14,6 +17,17 @@ DeploymentConfig cluster_config(uint32_t shards, uint32_t workers, Mode mode) {
   return config;
 }
 
+TlsConfig test_tls_config(const std::string& ca_file) {
+  const std::filesystem::path dir = std::filesystem::path(PSCHED_SOURCE_DIR) / "tests/tls";
+  auto file = [&](const std::string& name, const std::string& key) {
+    return ConfigFile{.path = dir / name, .origin = "in-process cluster: tls." + key};
+  };
+  return {.cert_file = file("server.pem", "cert_file"),
+          .key_file = file("server.key", "key_file"),
+          .ca_file = file(ca_file, "ca_file"),
+          .server_name = {}};
+}
+
 Cluster::Cluster(DeploymentConfig config)
     : config_(std::move(config)),
       scope_(loop_),
@@ -21,6 +35,7 @@ Cluster::Cluster(DeploymentConfig config)
   std::vector<ShardId> all;
   for (uint32_t i = 0; i < config_.shards.size(); ++i) all.push_back(ShardId(i));
   host_ = std::make_unique<ShardHost>(config_, all, io_);
+  if (config_.tls) client_tls_ = client_tls_context(*config_.tls);
 }
 
 Cluster::~Cluster() {
@@ -35,13 +50,9 @@ Worker& Cluster::add_worker(WorkerId id, SchedulerConfig scheduler, const std::s
   std::vector<kj::Own<ShardLink>> links;
   auto& plans = cuts_.emplace_back();
   ReconnectPolicy policy{.timer = &timer_};
-  for (size_t s = 0; s < config_.shards.size(); ++s) {
+  for (uint32_t s = 0; s < config_.shards.size(); ++s) {
     auto plan = plans.emplace_back(std::make_shared<CutPlan>());
-    StreamOpener open = [this, s, plan]() -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
-      auto pipe = kj::newTwoWayPipe();
-      host_->listener(s).serve(kj::mv(pipe.ends[0]));
-      return kj::Own<kj::AsyncIoStream>(kj::heap<CuttingStream>(kj::mv(pipe.ends[1]), plan));
-    };
+    StreamOpener open = [this, s, plan] { return open_stream(s, plan); };
     links.push_back(kj::heap<ShardLink>(config_.shards[s].listen.to_string(), open,
                                         config_.limits.max_message_bytes, policy));
   }
@@ -59,6 +70,17 @@ std::shared_ptr<CutPlan> Cluster::cut(size_t worker, uint32_t shard, uint64_t af
 }
 
 void Cluster::tick() { timer_.advanceTo(timer_.now() + kj::MILLISECONDS); }
+
+kj::Promise<kj::Own<kj::AsyncIoStream>> Cluster::open_stream(uint32_t shard,
+                                                              std::shared_ptr<CutPlan> plan) {
+  auto pipe = kj::newTwoWayPipe();
+  host_->listener(shard).serve(kj::mv(pipe.ends[0]));
+  kj::Own<kj::AsyncIoStream> stream = kj::heap<CuttingStream>(kj::mv(pipe.ends[1]), plan);
+  if (!client_tls_) return kj::mv(stream);
+  std::string address = config_.shards[shard].listen.to_string();
+  return tls_client_handshake(*client_tls_, kj::mv(stream), address,
+                              expected_server_name(*config_.tls, address));
+}
 
 ShardLink& Cluster::open_link(uint32_t shard, uint64_t max_message_bytes) {
   auto pipe = kj::newTwoWayPipe();

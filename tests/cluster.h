@@ -5,9 +5,11 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <kj/async.h>
+#include <kj/compat/tls.h>
 #include <kj/timer.h>
 
 #include "client/worker.h"
@@ -19,19 +21,23 @@ namespace psched::testing {
 
 // A deployment with `shards` shards (addresses are labels only: nothing listens).
 DeploymentConfig cluster_config(uint32_t shards, uint32_t workers, Mode mode);
+// The throwaway certificates in tests/tls/: server.pem (localhost, 127.0.0.1) signed by
+// ca.pem; workers trust `ca_file` there ("other_ca.pem" signed nothing of ours).
+TlsConfig test_tls_config(const std::string& ca_file = "ca.pem");
 
 class Cluster {
  public:
   explicit Cluster(DeploymentConfig config);
   ~Cluster();
 
-  // Connects a new worker to every shard; returns it once connected. Its links reconnect
-  // (over a new pipe) when their connection breaks.
+  // Connects a new worker to every shard (over TLS when config.tls is set); returns it once
+  // connected. Its links reconnect (over a new pipe) when their connection breaks.
   Worker& add_worker(WorkerId id, SchedulerConfig scheduler, const std::string& token = "");
   // Cuts the connection of the `worker`-th added worker to `shard` once `after_bytes` more
   // bytes were written on it. The plan, to read its cut count.
   std::shared_ptr<CutPlan> cut(size_t worker, uint32_t shard, uint64_t after_bytes);
-  // Opens a raw link to shard `shard` (for tests that send hand-made requests); its own
+  // Opens a raw link to shard `shard` (for tests that send hand-made requests), always without
+  // TLS; its own
   // message limit is the deployment's unless `max_message_bytes` is given.
   ShardLink& open_link(uint32_t shard, uint64_t max_message_bytes = 0);
   // Closes a link from open_link, as a worker's process dying would.
@@ -61,6 +67,9 @@ class Cluster {
   // Moves the simulated clock (reconnect back-off) on by a millisecond.
   void tick();
   [[noreturn]] void stalled();
+  // A worker's stream to `shard`: an in-memory pipe the shard serves, cut as `plan` says,
+  // then TLS if configured.
+  kj::Promise<kj::Own<kj::AsyncIoStream>> open_stream(uint32_t shard, std::shared_ptr<CutPlan> plan);
 
   DeploymentConfig config_;
   kj::EventLoop loop_;
@@ -69,6 +78,7 @@ class Cluster {
   KjMailbox mailbox_;
   kj::Promise<void> mailbox_running_;
   std::unique_ptr<ShardHost> host_;
+  kj::Own<kj::TlsContext> client_tls_;  // null without config.tls
   std::vector<kj::Own<ShardLink>> raw_links_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::vector<std::shared_ptr<CutPlan>>> cuts_;  // [worker][shard]

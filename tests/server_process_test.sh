@@ -9,13 +9,8 @@ work=$(mktemp -d)
 trap 'kill -KILL $server 2>/dev/null || true; rm -rf "$work"' EXIT
 
 sed -e 's/7410/17410/; s/7411/17411/; s/8410/18410/; s/8411/18411/' "$source/configs/local.yaml" > "$work/test.yaml"
-"$build/apps/psched-server" --config "$work/test.yaml" 2>"$work/server.log" &
-server=$!
-for _ in $(seq 400); do  # bounded wait for both shards to listen
-  [ "$(grep -c 'listening on' "$work/server.log")" -ge 2 ] && break
-  kill -0 $server 2>/dev/null || { cat "$work/server.log"; exit 1; }
-  sleep 0.05
-done
+source "$source/tests/process_lib.sh"
+start_server "$build" "$work/test.yaml" "$work/server.log"
 
 for w in 0 1; do
   "$build/apps/psched-example-trainer" --config "$work/test.yaml" --worker $w --steps 60 \

@@ -1,0 +1,83 @@
+// The simulated cluster with TLS on every shard connection (the certificates in tests/tls/).
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "common/error.h"
+#include "net/wire_convert.h"
+#include "tests/cluster.h"
+
+using namespace psched;
+using namespace psched::testing;
+
+namespace {
+
+constexpr uint64_t kElements = 64;  // split across both shards (split_bytes is 0)
+
+// Two TLS shards whose listen host, 127.0.0.1, is what workers check certificates for.
+DeploymentConfig tls_config(const std::string& ca_file = "ca.pem") {
+  DeploymentConfig config = cluster_config(2, 2, Mode::async);
+  for (ShardConfig& shard : config.shards) shard.listen.host = "127.0.0.1";
+  config.tls = test_tls_config(ca_file);
+  config.split_bytes = 0;
+  config.optimizer.lr = 1.0;  // sgd: each step subtracts the gradient
+  return config;
+}
+
+// Registers a variable of ones and pushes gradients of ones for `steps` steps; returns its
+// value afterwards (1 - steps everywhere when every push went through).
+std::vector<float> train_ones(Cluster& cluster, Worker& worker, const std::string& name,
+                              Step steps) {
+  std::vector<float> value(kElements, 1.f);
+  const std::vector<float> gradient(kElements, 1.f);
+  VariableSpec spec{name, {kElements}, DType::float32, 0, {}};
+  VariableHandle handle =
+      cluster.run(worker.register_variable(spec, std::as_writable_bytes(std::span(value)), true));
+  for (Step s = 1; s <= steps; ++s) {
+    bool done = false;
+    worker.push(handle, s, std::as_bytes(std::span(gradient)), [&](std::exception_ptr error) {
+      REQUIRE_FALSE(error);
+      done = true;
+    });
+    cluster.run_until([&] { return done; });
+  }
+  return value;
+}
+
+TEST_CASE("workers connected over TLS train") {
+  Cluster cluster(tls_config());
+  std::vector<float> trained = train_ones(cluster, cluster.add_worker(WorkerId(0), {}), "w", 3);
+  CHECK(trained == std::vector<float>(kElements, -2.f));
+  CHECK(cluster.host().listener(0).connections() == 1);
+}
+
+TEST_CASE("a worker without TLS is dropped and the shard keeps serving the others") {
+  Cluster cluster(tls_config());
+  ShardLink& plain = cluster.open_link(0);
+  try {
+    cluster.run(plain.connect(WorkerId(1), ""));
+    FAIL("a plain connection to a TLS shard was served");
+  } catch (const kj::Exception& e) {
+    CHECK_MESSAGE(from_kj_exception(e).code() == ErrorCode::disconnected, e.getDescription());
+  }
+  std::vector<float> trained = train_ones(cluster, cluster.add_worker(WorkerId(0), {}), "w", 2);
+  CHECK(trained == std::vector<float>(kElements, -1.f));
+}
+
+TEST_CASE("a worker that trusts another CA fails naming the shard it tried") {
+  Cluster cluster(tls_config("other_ca.pem"));
+  try {
+    cluster.add_worker(WorkerId(0), {});
+    FAIL("a worker connected to a shard whose certificate it cannot trust");
+  } catch (const kj::Exception& e) {
+    Error error = from_kj_exception(e);
+    CHECK(error.code() == ErrorCode::bad_config);
+    std::string message = error.what();
+    CHECK_MESSAGE(message.starts_with("TLS handshake with shard at 127.0.0.1:1000 failed"),
+                  message);
+    CHECK_MESSAGE(message.find("not trusted") != std::string::npos, message);
+  }
+}
+
+}  // namespace

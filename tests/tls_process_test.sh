@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# TLS and the auth token over real sockets: psched-server serving TLS and asking for a token
+# from a file; an example trainer that trains through it; a trainer without TLS refused while
+# the server keeps serving; a trainer that trusts another CA told which shard it could not trust.
+# Usage: tls_process_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1
+source=$2
+work=$(mktemp -d)
+trap 'kill -KILL $server 2>/dev/null || true; rm -rf "$work"' EXIT
+
+cp "$source"/tests/tls/{ca.pem,other_ca.pem,server.pem,server.key} "$work/"
+printf 's3cret\n' > "$work/token"
+chmod 600 "$work/server.key" "$work/token"
+sed -e 's/7410/17420/; s/7411/17421/; s/8410/18420/; s/8411/18421/' \
+    "$source/configs/local.yaml" > "$work/plain.yaml"
+echo 'auth: {token_file: token}' >> "$work/plain.yaml"
+tls_yaml() {  # CA_FILE OUT
+  cp "$work/plain.yaml" "$work/$2"
+  echo "tls: {cert_file: server.pem, key_file: server.key, ca_file: $1}" >> "$work/$2"
+}
+tls_yaml ca.pem tls.yaml
+tls_yaml other_ca.pem other_ca.yaml
+
+source "$source/tests/process_lib.sh"
+start_server "$build" "$work/tls.yaml" "$work/server.log" 'listening on .* (TLS)'
+
+train() {  # YAML: runs one trainer, its output in $work/YAML.log
+  "$build/apps/psched-example-trainer" --config "$work/$1" --worker 0 --steps 20 \
+      --print-every 19 > "$work/$1.log" 2>&1
+}
+expect_refused() {  # YAML TEXT: the trainer fails and says TEXT
+  if train "$1"; then echo "$1: the trainer was served"; exit 1; fi
+  cat "$work/$1.log"
+  grep -qF "$2" "$work/$1.log" || { echo "$1: expected '$2' in the error"; exit 1; }
+}
+
+expect_refused plain.yaml "connection to the shard lost"
+grep -q 'TLS handshake failed, connection dropped' "$work/server.log"
+expect_refused other_ca.yaml "TLS handshake with shard at 127.0.0.1:17420 failed"
+grep -qF "not trusted" "$work/other_ca.yaml.log"
+train tls.yaml || { cat "$work/tls.yaml.log" "$work/server.log"; exit 1; }
+grep -E 'step +20 ' "$work/tls.yaml.log"
+
+kill -TERM $server
+wait $server
+echo "TLS served, plain and untrusted clients refused, server stopped cleanly"
