@@ -60,4 +60,16 @@ void PollRegistry::fail_all(std::exception_ptr error) {
     for (Waiting& poll : polls) poll.answer(error);
 }
 
+size_t PollRegistry::fail(PollKey key, std::exception_ptr error) {
+  PSCHED_REQUIRE(on_strand());
+  auto it = waiting_.find(key);
+  if (it == waiting_.end()) return 0;
+  std::vector<Waiting> polls = std::move(it->second);
+  waiting_.erase(it);
+  for (const Waiting& poll : polls) keys_.erase(poll.ticket);
+  waiting_count_ -= polls.size();
+  for (Waiting& poll : polls) poll.answer(error);
+  return polls.size();
+}
+
 }  // namespace psched

@@ -52,6 +52,8 @@ class PollRegistry : public Actor {
   void applied(PollKey key, ElementRange range);
   // Fails every waiting poll with `error` (shutdown).
   void fail_all(std::exception_ptr error);
+  // Fails the polls waiting for `key` with `error`; returns how many there were.
+  size_t fail(PollKey key, std::exception_ptr error);
   // Number of polls waiting.
   size_t waiting() const { return waiting_count_; }
 

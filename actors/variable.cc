@@ -136,6 +136,51 @@ std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, Elemen
   return applied;
 }
 
+bool Variable::step_in_progress() const {
+  return std::any_of(sync_.received.begin(), sync_.received.end(),
+                     [](const IntervalSet& r) { return !r.empty(); });
+}
+
+std::vector<uint32_t> Variable::missing_workers() const {
+  std::vector<uint32_t> out;
+  for (uint32_t w = 0; w < sync_.received.size(); ++w)
+    if (sync_.received[w].size() != part_.size()) out.push_back(w);
+  return out;
+}
+
+std::vector<ElementRange> Variable::complete_step_without_missing() {
+  IntervalSet open;
+  open.add(part_);
+  for (ElementRange r : sync_.applied.ranges()) open.subtract(r);
+  // Cut the open elements where any worker's received ranges begin or end; in each piece the
+  // same workers pushed every element.
+  std::vector<uint64_t> cuts;
+  for (ElementRange r : open.ranges()) cuts.insert(cuts.end(), {r.begin, r.end});
+  for (const IntervalSet& received : sync_.received)
+    for (ElementRange r : received.ranges()) cuts.insert(cuts.end(), {r.begin, r.end});
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  Step step = sync_.completed + 1;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    ElementRange piece{cuts[i], cuts[i + 1]};
+    if (!open.contains(piece)) continue;
+    auto pushed = std::count_if(sync_.received.begin(), sync_.received.end(),
+                                [&](const IntervalSet& r) { return r.contains(piece); });
+    if (pushed == 0) continue;
+    visit_dtype(spec_.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      T* sum = sync_.sum.as<T>().data() + (piece.begin - part_.begin);
+      for (uint64_t k = 0; k < piece.size(); ++k) sum[k] /= static_cast<T>(pushed);
+      apply(piece, reinterpret_cast<const std::byte*>(sum), step);
+      std::memset(sum, 0, piece.size() * sizeof(T));
+    });
+  }
+  sync_.completed = step;
+  sync_.applied.clear();
+  for (IntervalSet& received : sync_.received) received.clear();
+  return open.ranges();
+}
+
 void Variable::apply_mean(const std::vector<ElementRange>& ready, uint64_t t) {
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);

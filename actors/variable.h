@@ -73,6 +73,16 @@ class Variable {
   // Throws on a range outside the part or a step from the future.
   IntervalSet not_yet_applied(WorkerId worker, Step step, ElementRange range) const;
 
+  // sync: whether some worker pushed part of the step after the last complete one.
+  bool step_in_progress() const;
+  // sync: the workers that have not pushed all of the step in progress, ascending.
+  std::vector<uint32_t> missing_workers() const;
+  // sync: completes the step in progress without the missing workers. Each element not yet
+  // applied gets the mean of the gradients of the workers that pushed it; an element nobody
+  // pushed keeps its value and optimizer state. Returns the ranges polls may now be answered
+  // for (all of the part that was not applied).
+  std::vector<ElementRange> complete_step_without_missing();
+
   // The owner a poll from `worker` waits on.
   WorkerId poll_owner(WorkerId worker) const { return mode_ == Mode::sync ? kAllWorkers : worker; }
   // The last complete step of the owner of `worker`'s polls.

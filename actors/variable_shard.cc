@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include <fmt/ranges.h>
+
 #include "actors/state_codec.h"
 #include "common/error.h"
+#include "common/log.h"
 
 namespace psched {
 namespace {
@@ -14,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 // Update log record kinds.
 constexpr uint8_t kRegisterRecord = 'R';
 constexpr uint8_t kPushRecord = 'P';
+constexpr uint8_t kTimeoutRecord = 'T';  // a sync step completed without its missing workers
 
 int64_t wall_clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -113,7 +117,7 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
                             DType dtype, std::span<const std::byte> data) {
   Variable& variable = find("push", id);
   if (variable.check(worker, step, range, dtype, data)) {
-    ++stats_.pushes_duplicate;
+    ++(is_late(id, worker, step) ? stats_.pushes_late : stats_.pushes_duplicate);
     return;
   }
   log_push(worker, id, step, range, dtype, data);
@@ -122,6 +126,65 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
   stats_.partitions_applied += outcome.applied.size();
   PollKey key{variable.poll_owner(worker), id, step};
   for (ElementRange r : outcome.applied) polls_.applied(key, r);
+  if (settings_.mode == Mode::sync) track_sync_step(id, variable);
+}
+
+void VariableShard::track_sync_step(VariableId id, const Variable& variable) {
+  if (!variable.step_in_progress())
+    step_began_.erase(id.value);
+  else
+    step_began_.try_emplace(id.value, Clock::now());
+}
+
+bool VariableShard::is_late(VariableId id, WorkerId worker, Step step) const {
+  auto it = completed_without_.find(id.value);
+  if (it == completed_without_.end() || it->second.first != step) return false;
+  const auto& missing = it->second.second;
+  return std::find(missing.begin(), missing.end(), worker.value) != missing.end();
+}
+
+void VariableShard::enforce_sync_timeout(Clock::time_point now) {
+  dispatch([this, now] {
+    if (settings_.mode != Mode::sync || settings_.sync.timeout_seconds <= 0) return;
+    std::vector<uint32_t> overdue;
+    for (const auto& [id, began] : step_began_)
+      if (std::chrono::duration<double>(now - began).count() >= settings_.sync.timeout_seconds)
+        overdue.push_back(id);
+    for (uint32_t id : overdue)
+      time_out(VariableId(id), variables_[id],
+               std::chrono::duration<double>(now - step_began_[id]).count());
+  });
+}
+
+void VariableShard::time_out(VariableId id, Variable& variable, double waited_seconds) {
+  Step step = variable.applied_step(kAllWorkers) + 1;
+  std::vector<uint32_t> missing = variable.missing_workers();
+  bool proceed = settings_.sync.on_timeout == SyncTimeoutAction::proceed;
+  auto error = std::make_exception_ptr(Error(
+      ErrorCode::sync_timeout,
+      fmt::format("step {} of variable '{}' on shard {} waited {:.1f} s for worker(s) {}{}",
+                  step, variable.spec().name, settings_.id.value, waited_seconds,
+                  fmt::join(missing, ", "),
+                  proceed ? "; applied without them (their pushes of it are dropped)" : "")));
+  ++stats_.sync_timeouts;
+  count_error(error);
+  log_warn("{}", to_error(error).what());
+  PollKey key{kAllWorkers, id, step};
+  if (!proceed) {
+    polls_.fail(key, error);
+    step_began_[id.value] = Clock::now();  // fail the polls filed from now on after as long
+    return;
+  }
+  if (store_ && store_->logging()) {
+    ByteWriter record;
+    record.put(kTimeoutRecord);
+    record.put(id.value);
+    record.put(step);
+    store_->append(record.bytes());
+  }
+  for (ElementRange r : variable.complete_step_without_missing()) polls_.applied(key, r);
+  completed_without_[id.value] = {step, std::move(missing)};
+  step_began_.erase(id.value);
 }
 
 void VariableShard::poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
@@ -246,6 +309,13 @@ void VariableShard::replay(ByteReader& record) {
     ElementRange part = decode_range(record);
     auto initial = record.blob();
     return do_register(spec, part, initial, [](std::exception_ptr, VariableId, bool) {});
+  }
+  if (kind == kTimeoutRecord) {
+    Variable& variable = find("replay", VariableId(record.get<uint32_t>()));
+    if (record.get<Step>() != variable.applied_step(kAllWorkers) + 1)
+      fail(ErrorCode::corrupt_checkpoint, "{}: a timed-out step out of order", record.what());
+    variable.complete_step_without_missing();
+    return;
   }
   if (kind != kPushRecord)
     fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);

@@ -38,6 +38,7 @@ struct ShardSettings {
   // Checkpoints and the update log (actors/shard_store.h) go here; empty: nothing persists.
   std::filesystem::path checkpoint_directory;
   bool update_log = true;  // log every accepted update between checkpoints
+  SyncConfig sync;         // sync mode: how long a step waits for its last worker
 };
 
 // What VariableShard::restore found and did.
@@ -66,6 +67,8 @@ struct ShardStats {
   uint64_t pushes_rejected = 0;
   uint64_t pushes_duplicate = 0;  // retries of received partitions, acknowledged not applied
   uint64_t checkpoints_written = 0;
+  uint64_t sync_timeouts = 0;  // sync steps that waited past sync.timeout_seconds
+  uint64_t pushes_late = 0;    // pushes of a step completed without their worker (dropped)
   uint64_t polls_waiting = 0;
   Histogram apply_seconds;      // per accepted push: validating and applying (or summing) it
   Histogram poll_wait_seconds;  // per answered poll: from its arrival to its answer
@@ -117,6 +120,12 @@ class VariableShard : public Actor {
   // Fails every waiting poll (the server is stopping), then calls `done` on the strand.
   void shut_down(std::function<void()> done);
 
+  // Sync mode: acts on every step that has waited sync.timeout_seconds or more at `now` for
+  // its last worker, as sync.on_timeout says (config/deployment.h): fails its waiting polls
+  // with [sync_timeout] naming the missing workers (and waits on), or applies it without them.
+  // psched-server calls it periodically; tests with a chosen `now`.
+  void enforce_sync_timeout(std::chrono::steady_clock::time_point now);
+
   // Loads the newest valid checkpoint and replays the update logs after it, then writes a
   // fresh checkpoint and starts a new log. Call once, before serving, with a checkpoint
   // directory configured; throws in the reply when none is or a file cannot be written.
@@ -143,6 +152,11 @@ class VariableShard : public Actor {
                     std::span<const std::byte> initial);
   void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                 std::span<const std::byte> data);
+  // Tracks when `variable`'s sync step began, after a push to it. On strand.
+  void track_sync_step(VariableId id, const Variable& variable);
+  // Whether a duplicate push is a late one of a step completed without its worker.
+  bool is_late(VariableId id, WorkerId worker, Step step) const;
+  void time_out(VariableId id, Variable& variable, double waited_seconds);
   // Re-applies one logged record (restore). On strand.
   void replay(ByteReader& record);
   // Decodes a checkpoint's payload into the (empty) shard. On strand.
@@ -160,6 +174,10 @@ class VariableShard : public Actor {
   std::unordered_map<std::string, VariableId> by_name_;
   ShardStats stats_;
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors
+  // Sync mode: when the step in progress of each variable began (its first push).
+  std::unordered_map<uint32_t, std::chrono::steady_clock::time_point> step_began_;
+  // Sync mode: per variable, the last step completed without some workers, and those workers.
+  std::unordered_map<uint32_t, std::pair<Step, std::vector<uint32_t>>> completed_without_;
   std::unique_ptr<ShardStore> store_;      // after restore(), when a directory is configured
   uint64_t generation_ = 0;                // of the newest checkpoint taken
 };

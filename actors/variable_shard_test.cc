@@ -183,3 +183,95 @@ TEST_CASE("the shard's stats count applies, poll waits and failed requests by co
   CHECK(variables[0].name == "w");
   CHECK(variables[0].step == 1);
 }
+
+namespace {
+
+// Three sync workers; worker 2 never pushes.
+struct SyncTimeoutFixture {
+  IoContext io;
+  VariableShard shard;
+  VariableId id;
+
+  explicit SyncTimeoutFixture(SyncTimeoutAction action)
+      : shard(io,
+              ShardSettings{ShardId(0), Mode::sync, 3, 4, {}, true, SyncConfig{10, action}},
+              BufferPool::create()) {
+    VariableSpec spec;
+    spec.name = "w";
+    spec.shape = {2};
+    spec.optimizer.lr = 1.0;
+    std::vector<float> init{0, 0};
+    shard.register_variable(spec, {0, 2}, std::as_bytes(std::span(init)),
+                            [&](std::exception_ptr, VariableId v, bool) { id = v; });
+    drain();
+  }
+  void drain() {
+    io.restart();
+    io.run();
+  }
+  void push(uint32_t worker, Step step, std::vector<float> g) {
+    shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+               [](std::exception_ptr e) {
+                 if (e) std::rethrow_exception(e);
+               });
+    drain();
+  }
+  ShardStats stats() {
+    ShardStats out;
+    shard.stats([&](ShardStats s) { out = s; });
+    drain();
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a sync step past its timeout fails its polls naming the missing worker") {
+  SyncTimeoutFixture f(SyncTimeoutAction::fail);
+  f.push(0, 1, {1, 1});
+  f.push(1, 1, {3, 3});
+  std::exception_ptr answer;
+  f.shard.poll(WorkerId(0), f.id, 1, {0, 2}, PollTicket(1),
+               [&](std::exception_ptr e, PooledBuffer, Step) { answer = e; });
+  f.drain();
+  auto start = std::chrono::steady_clock::now();
+  f.shard.enforce_sync_timeout(start + std::chrono::seconds(5));  // not yet overdue
+  f.drain();
+  CHECK_FALSE(answer);
+  f.shard.enforce_sync_timeout(start + std::chrono::seconds(11));
+  f.drain();
+  REQUIRE(answer);
+  CHECK(to_error(answer).code() == ErrorCode::sync_timeout);
+  CHECK(std::string(to_error(answer).what()).find("worker(s) 2") != std::string::npos);
+  CHECK(f.stats().sync_timeouts == 1);
+  // The step still completes when the missing worker comes back.
+  f.push(2, 1, {5, 5});
+  std::vector<float> value;
+  f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, PooledBuffer v, Step) { value = floats(v); });
+  f.drain();
+  CHECK(value == std::vector<float>{-3, -3});
+}
+
+TEST_CASE("a sync step past its timeout proceeds with the mean of the workers that pushed") {
+  SyncTimeoutFixture f(SyncTimeoutAction::proceed);
+  f.push(0, 1, {1, 1});
+  f.push(1, 1, {3, 3});
+  std::optional<std::vector<float>> answer;
+  f.shard.poll(WorkerId(0), f.id, 1, {0, 2}, PollTicket(1),
+               [&](std::exception_ptr e, PooledBuffer v, Step) {
+                 if (!e) answer = floats(v);
+               });
+  f.drain();
+  f.shard.enforce_sync_timeout(std::chrono::steady_clock::now() + std::chrono::seconds(11));
+  f.drain();
+  REQUIRE(answer);
+  CHECK(*answer == std::vector<float>{-2, -2});
+  // The missing worker's late push is acknowledged, counted and dropped; step 2 goes on.
+  f.push(2, 1, {5, 5});
+  CHECK(f.stats().pushes_late == 1);
+  for (uint32_t w = 0; w < 3; ++w) f.push(w, 2, {3, 3});
+  std::vector<float> value;
+  f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, PooledBuffer v, Step) { value = floats(v); });
+  f.drain();
+  CHECK(value == std::vector<float>{-5, -5});
+}

@@ -2,6 +2,7 @@
 // deployment, printing the loss per step. Run one per worker (--worker 0, 1, ...).
 #include <cstdio>
 #include <optional>
+#include <stdexcept>
 
 #include <CLI/CLI.hpp>
 
@@ -23,7 +24,16 @@ struct Options {
   uint32_t print_every = 10;
   std::string http;   // serve the worker's /metrics and /status here while training
   bool hold = false;  // after training, keep serving until stdin closes
+  std::string dump;   // write the trained parameters here, one exact hex float per line
 };
+
+void dump_parameters(const std::string& file, const std::vector<float>& w, float b) {
+  std::FILE* out = std::fopen(file.c_str(), "w");
+  if (!out) throw std::runtime_error("cannot write --dump file " + file);
+  for (float x : w) std::fprintf(out, "%a\n", double(x));
+  std::fprintf(out, "%a\n", double(b));
+  std::fclose(out);
+}
 
 std::span<std::byte> bytes(std::vector<float>& v) {
   return std::as_writable_bytes(std::span(v));
@@ -70,6 +80,7 @@ int train(const Options& o) {
       std::fflush(stdout);
     }
   }
+  if (!o.dump.empty()) dump_parameters(o.dump, w, b[0]);
   if (o.hold) {
     std::printf("worker %u: trained; serving until stdin closes\n", o.worker);
     std::fflush(stdout);
@@ -97,6 +108,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--http", o.http, "serve this worker's /metrics and /status on host:port");
   app.add_flag("--hold", o.hold, "after training, keep serving until stdin closes");
+  app.add_option("--dump", o.dump, "write the trained parameters to this file (hex floats)");
   CLI11_PARSE(app, argc, argv);
   if (o.batch > o.samples) {
     std::fprintf(stderr, "--batch %u exceeds --samples %u\n", o.batch, o.samples);

@@ -39,6 +39,8 @@ int serve(const Options& options) {
   psched::ShardHost host(config, shards, actors.io(), options.apply_helpers);
   host.restore().wait(io.waitScope);
   auto checkpointing = host.keep_checkpointing(io.provider->getTimer()).eagerlyEvaluate(nullptr);
+  auto liveness =
+      host.keep_enforcing_sync_timeout(io.provider->getTimer()).eagerlyEvaluate(nullptr);
   auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate(nullptr);
   std::vector<std::unique_ptr<psched::ShardMonitor>> monitors;
   for (size_t i = 0; i < host.size(); ++i) {
@@ -60,6 +62,7 @@ int serve(const Options& options) {
   host.shut_down().wait(io.waitScope);
   io.waitScope.poll();  // send the abandoned polls' answers
   checkpointing = nullptr;
+  liveness = nullptr;
   host.checkpoint().wait(io.waitScope);
   actors.stop();
   return 0;  // the host goes before the KJ loop it was built on

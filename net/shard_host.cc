@@ -1,5 +1,8 @@
 #include "net/shard_host.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "net/cross_thread_promise.h"
@@ -19,8 +22,13 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
       fail(ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
            config.source.string(), id.value, config.shards.size());
     auto hosted = std::make_unique<Hosted>();
-    ShardSettings settings{id, config.mode, config.workers, config.limits.max_variables,
-                           config.checkpoint.directory, config.checkpoint.update_log};
+    ShardSettings settings{id,
+                           config.mode,
+                           config.workers,
+                           config.limits.max_variables,
+                           config.checkpoint.directory,
+                           config.checkpoint.update_log,
+                           config.sync};
     hosted->shard = std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_);
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
     hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint, tls_.get());
@@ -114,6 +122,17 @@ kj::Promise<void> ShardHost::keep_checkpointing(kj::Timer& timer) {
                   e.getDescription().cStr());
       })
       .then([this, &timer] { return keep_checkpointing(timer); });
+}
+
+kj::Promise<void> ShardHost::keep_enforcing_sync_timeout(kj::Timer& timer) {
+  double timeout = config_.sync.timeout_seconds;
+  if (config_.mode != Mode::sync || timeout <= 0) return kj::NEVER_DONE;
+  // A step is acted on at most a quarter of the timeout (or 100 ms) late.
+  auto period = static_cast<int64_t>(std::max(0.1, timeout / 4) * 1e3) * kj::MILLISECONDS;
+  return timer.afterDelay(period).then([this, &timer] {
+    for (auto& hosted : hosted_) hosted->shard->enforce_sync_timeout(std::chrono::steady_clock::now());
+    return keep_enforcing_sync_timeout(timer);
+  });
 }
 
 }  // namespace psched

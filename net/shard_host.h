@@ -31,6 +31,10 @@ class ShardHost {
   // next is tried at the next interval.
   kj::Promise<void> keep_checkpointing(kj::Timer& timer);
 
+  // Sync mode with sync.timeout_seconds: has the shards act on overdue steps until the
+  // promise is dropped (VariableShard::enforce_sync_timeout). Otherwise never resolves.
+  kj::Promise<void> keep_enforcing_sync_timeout(kj::Timer& timer);
+
   // Binds every hosted shard's listen address and accepts until the promise is dropped.
   // Throws psched::Error naming the address when one cannot be bound.
   kj::Promise<void> listen(kj::Network& network, kj::Timer& timer);

@@ -67,6 +67,12 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
              shard, double(s.pushes_duplicate));
   out.single("psched_shard_checkpoints_total", MetricType::counter,
              "Checkpoints the shard wrote.", shard, double(s.checkpoints_written));
+  out.single("psched_shard_sync_timeouts_total", MetricType::counter,
+             "Sync steps that waited past sync.timeout_seconds for a worker.", shard,
+             double(s.sync_timeouts));
+  out.single("psched_shard_late_pushes_total", MetricType::counter,
+             "Pushes of a sync step applied without their worker: acknowledged, dropped.", shard,
+             double(s.pushes_late));
   out.family("psched_shard_apply_seconds", MetricType::histogram,
              "Time to validate and apply (sync: sum) one accepted push.");
   out.histogram("psched_shard_apply_seconds", shard, s.apply_seconds);
@@ -109,6 +115,8 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
           {"pushes_rejected", s.pushes_rejected},
           {"pushes_duplicate", s.pushes_duplicate},
           {"checkpoints_written", s.checkpoints_written},
+          {"sync_timeouts", s.sync_timeouts},
+          {"pushes_late", s.pushes_late},
           {"polls_waiting", s.polls_waiting},
           {"apply_seconds", histogram_json(s.apply_seconds)},
           {"poll_wait_seconds", histogram_json(s.poll_wait_seconds)},

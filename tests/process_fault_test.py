@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""Faults against real processes on loopback, each bounded in time:
+
+  kill     psched-server is killed (SIGKILL) while two sync-mode example trainers push, then
+           restarted on the same checkpoint directory: the trainers reconnect by themselves and
+           their final parameters equal, bit for bit, those of a run without the kill.
+  soak     two sync trainers reach the shards through a proxy that cuts random connections:
+           the shards accept exactly the pushed bytes once (psched_shard_received_bytes_total),
+           count the resent ones as duplicates, and the parameters equal the run without cuts.
+  deadworker  a sync trainer is killed; with sync.on_timeout: fail the other one stops with a
+           [sync_timeout] error naming it; with proceed it trains to the end.
+
+Usage: process_fault_test.py kill|soak|deadworker BUILD_DIR SOURCE_DIR
+Standard library only.
+"""
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+LISTEN = [17450, 17451]
+HTTP = [18450, 18451]
+PROXY = [17460, 17461]
+STEPS = 400
+FEATURES = 64
+
+
+def fail(message):
+    raise AssertionError(message)
+
+
+def check(condition, message):
+    if not condition:
+        fail(message)
+
+
+def config_text(extra, ports=LISTEN):
+    text = "mode: sync\nworkers: 2\nshards:\n"
+    for listen, http in zip(ports, HTTP):
+        text += f"  - {{listen: 127.0.0.1:{listen}, http: 127.0.0.1:{http}}}\n"
+    text += "optimizer: {kind: adam, lr: 0.05}\nreconnect: {timeout_seconds: 30}\n"
+    return text + extra
+
+
+class Job:
+    """A deployment in a temp dir: its server, its trainers and their logs."""
+
+    def __init__(self, build, name, extra="", trainer_ports=LISTEN):
+        self.build = build
+        self.work = tempfile.mkdtemp(prefix=f"psched_{name}_")
+        self.config = self.write("server.yaml", config_text(extra))
+        self.trainer_config = self.write("trainer.yaml", config_text(extra, trainer_ports))
+        self.server = None
+        self.server_log = os.path.join(self.work, "server.log")
+        self.trainers = {}
+
+    def write(self, name, text):
+        path = os.path.join(self.work, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def start_server(self):
+        log = open(self.server_log, "a")
+        start = os.path.getsize(self.server_log)
+        self.server = subprocess.Popen(
+            [os.path.join(self.build, "apps", "psched-server"), "--config", self.config],
+            stderr=log)
+        for _ in range(600):
+            text = open(self.server_log).read()[start:]
+            if text.count("listening on") == 2:
+                return
+            if self.server.poll() is not None:
+                fail("psched-server exited:\n" + text)
+            time.sleep(0.05)
+        fail("psched-server did not start:\n" + text)
+
+    def start_trainer(self, worker, steps=STEPS):
+        log = open(os.path.join(self.work, f"trainer{worker}.log"), "w")
+        self.trainers[worker] = subprocess.Popen(
+            [os.path.join(self.build, "apps", "psched-example-trainer"),
+             "--config", self.trainer_config, "--worker", str(worker), "--steps", str(steps),
+             "--print-every", "10", "--dump", self.dump_file(worker)],
+            stdout=log, stderr=subprocess.STDOUT)
+
+    def dump_file(self, worker):
+        return os.path.join(self.work, f"params{worker}.txt")
+
+    def trainer_log(self, worker):
+        return open(os.path.join(self.work, f"trainer{worker}.log")).read()
+
+    def step_reached(self, worker):
+        steps = re.findall(r"step +(\d+) ", self.trainer_log(worker))
+        return int(steps[-1]) if steps else 0
+
+    def wait_trainers(self, timeout=240):
+        deadline = time.time() + timeout
+        for worker, process in self.trainers.items():
+            try:
+                process.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                self.dump_logs()
+                fail(f"trainer {worker} did not finish")
+
+    def params(self, worker):
+        with open(self.dump_file(worker)) as f:
+            return f.read()
+
+    def metric(self, name):
+        total = 0.0
+        for port in HTTP:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+            for line in text.decode().splitlines():
+                if line.startswith(name + "{") or line.startswith(name + " "):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self):
+        for process in list(self.trainers.values()) + [self.server]:
+            if process and process.poll() is None:
+                process.kill()
+                process.wait()
+
+    def dump_logs(self):
+        print("--- server log\n" + open(self.server_log).read())
+        for worker in self.trainers:
+            print(f"--- trainer {worker}\n" + self.trainer_log(worker))
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def wait_until(condition, what, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    fail(f"timed out waiting for {what}")
+
+
+def run_clean(build, name):
+    """The reference: both trainers to the end, no faults. Returns worker 0's parameters."""
+    job = Job(build, name + "_reference")
+    try:
+        job.start_server()
+        for w in (0, 1):
+            job.start_trainer(w)
+        job.wait_trainers()
+        for w in (0, 1):
+            check(job.trainers[w].returncode == 0, f"reference trainer {w} failed:\n" +
+                  job.trainer_log(w))
+        check(job.params(0) == job.params(1), "sync workers ended with different parameters")
+        return job.params(0)
+    finally:
+        job.cleanup()
+
+
+def test_kill(build):
+    reference = run_clean(build, "kill")
+    job = Job(build, "kill", "checkpoint: {directory: state, interval_seconds: 0.2}\n")
+    try:
+        job.start_server()
+        for w in (0, 1):
+            job.start_trainer(w)
+        wait_until(lambda: job.step_reached(0) >= 100, "trainer 0 to reach step 100")
+        job.server.send_signal(signal.SIGKILL)
+        job.server.wait()
+        killed_at = job.step_reached(0)
+        job.start_server()
+        job.wait_trainers()
+        for w in (0, 1):
+            check(job.trainers[w].returncode == 0,
+                  f"trainer {w} did not survive the restart:\n" + job.trainer_log(w))
+            check("reconnected" in job.trainer_log(w), f"trainer {w} never reconnected")
+        log = open(job.server_log).read()
+        check("restored 2 variable part(s)" in log or "restored 1 variable part(s)" in log,
+              "the restarted server did not say what it restored:\n" + log)
+        check(job.params(0) == reference,
+              "parameters after a SIGKILL and restart differ from the run without it")
+        print(f"kill: server killed near step {killed_at}; "
+              f"{re.findall(r'restored .*', log)}; final parameters equal the reference")
+        job.server.send_signal(signal.SIGTERM)
+        job.server.wait(timeout=30)
+    except Exception:
+        job.dump_logs()
+        raise
+    finally:
+        job.cleanup()
+
+
+class ChaosProxy:
+    """Forwards each PROXY port to its shard; cuts a random open connection every 50-300 ms."""
+
+    def __init__(self, seed):
+        self.random = random.Random(seed)
+        self.pairs = []
+        self.lock = threading.Lock()
+        self.running = True
+        self.cuts = 0
+        self.listeners = []
+        for front, back in zip(PROXY, LISTEN):
+            listener = socket.create_server(("127.0.0.1", front), reuse_port=True)
+            self.listeners.append(listener)
+            threading.Thread(target=self.accept, args=(listener, back), daemon=True).start()
+        threading.Thread(target=self.chaos, daemon=True).start()
+
+    def accept(self, listener, back):
+        while self.running:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", back))
+            with self.lock:
+                self.pairs.append((client, server))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def chaos(self):
+        while self.running:
+            time.sleep(self.random.uniform(0.05, 0.3))
+            with self.lock:
+                if not self.pairs:
+                    continue
+                pair = self.pairs.pop(self.random.randrange(len(self.pairs)))
+                self.cuts += 1
+            for s in pair:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self):
+        self.running = False
+        for listener in self.listeners:
+            listener.close()
+
+
+def test_soak(build):
+    reference = run_clean(build, "soak")
+    job = Job(build, "soak", trainer_ports=PROXY)
+    proxy = ChaosProxy(seed=7)
+    try:
+        job.start_server()
+        for w in (0, 1):
+            job.start_trainer(w)
+        job.wait_trainers()
+        proxy.stop()
+        for w in (0, 1):
+            check(job.trainers[w].returncode == 0,
+                  f"trainer {w} failed under random disconnects:\n" + job.trainer_log(w))
+        reconnects = sum(job.trainer_log(w).count("reconnected to shard") for w in (0, 1))
+        pushed_bytes = 2 * STEPS * (FEATURES + 1) * 4  # workers x steps x (w and b) floats
+        received = job.metric("psched_shard_received_bytes_total")
+        duplicates = job.metric("psched_shard_duplicate_pushes_total")
+        print(f"soak: {proxy.cuts} connections cut, {reconnects} reconnects, "
+              f"{pushed_bytes} bytes pushed, {received:.0f} accepted, "
+              f"{duplicates:.0f} duplicate pushes acknowledged")
+        check(proxy.cuts >= 5, f"only {proxy.cuts} cuts: the soak did not exercise reconnects")
+        check(received == pushed_bytes,
+              f"shards accepted {received:.0f} bytes of {pushed_bytes} pushed (lost or doubled)")
+        check(job.params(0) == reference,
+              "parameters under random disconnects differ from the run without them")
+    except Exception:
+        job.dump_logs()
+        raise
+    finally:
+        proxy.stop()
+        job.cleanup()
+
+
+def test_dead_worker(build):
+    for action in ("fail", "proceed"):
+        job = Job(build, "dead_" + action, f"sync: {{timeout_seconds: 1, on_timeout: {action}}}\n")
+        try:
+            job.start_server()
+            job.start_trainer(0, steps=100_000)
+            job.start_trainer(1, steps=100_000)
+            wait_until(lambda: job.step_reached(1) >= 20, "trainer 1 to reach step 20")
+            job.trainers[1].kill()
+            job.trainers[1].wait()
+            if action == "fail":
+                job.trainers[0].wait(timeout=60)
+                log = job.trainer_log(0)
+                check(job.trainers[0].returncode != 0 and "waited" in log and
+                      "worker(s) 1" in log,
+                      "the survivor did not stop with a sync timeout naming worker 1:\n" + log)
+                print("deadworker fail: " + log.strip().splitlines()[-1])
+            else:
+                reached = job.step_reached(0)
+                wait_until(lambda: job.step_reached(0) >= reached + 3,
+                           "trainer 0 to go on without worker 1")
+                timeouts = job.metric("psched_shard_sync_timeouts_total")
+                check(timeouts >= 1, "no sync timeout counted")
+                print(f"deadworker proceed: trainer 0 went on from step {reached} to "
+                      f"{job.step_reached(0)}; {timeouts:.0f} timed-out steps counted")
+        except Exception:
+            job.dump_logs()
+            raise
+        finally:
+            job.cleanup()
+
+
+def main():
+    test, build, _source = sys.argv[1:4]
+    {"kill": test_kill, "soak": test_soak, "deadworker": test_dead_worker}[test](build)
+
+
+if __name__ == "__main__":
+    main()
