@@ -53,6 +53,7 @@ void ShardThread::serve(ShardHost& host, kj::AsyncIoContext& io, std::promise<vo
   auto stop = kj::newPromiseAndFulfiller<void>();
   stop_ = kj::mv(stop.fulfiller);
   executor_ = &kj::getCurrentThreadExecutor();
+  host.restore().wait(io.waitScope);  // with a checkpoint directory configured
   auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate([this](kj::Exception&& e) {
     listen_error_ = std::make_exception_ptr(from_kj_exception(e));
   });

@@ -39,6 +39,7 @@ struct Options {
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   std::string json;
   std::string tls_dir;  // empty: plain TCP
+  std::string checkpoint_dir;  // empty: no update log
   bool verbose = false;
 };
 
@@ -63,7 +64,9 @@ std::vector<uint64_t> parse_sizes(const std::vector<std::string>& texts) {
 
 // One async shard on 127.0.0.1:port whose apply is real but cheap: sgd with lr 0. With
 // `tls_dir`, over TLS with its server.pem, server.key and ca.pem (tests/tls/ has such files).
-DeploymentConfig shard_config(uint16_t port, const std::filesystem::path& tls_dir) {
+// With `checkpoint_dir`, the shard logs every update there before acknowledging it.
+DeploymentConfig shard_config(uint16_t port, const std::filesystem::path& tls_dir,
+                              const std::filesystem::path& checkpoint_dir) {
   DeploymentConfig config;
   config.source = "psched-transport-bench";
   config.mode = Mode::async;
@@ -72,6 +75,8 @@ DeploymentConfig shard_config(uint16_t port, const std::filesystem::path& tls_di
   config.split_bytes = uint64_t(1) << 62;  // never split: one shard holds every variable
   config.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
   config.limits.max_message_bytes = kMaxMessageBytes;
+  config.checkpoint.directory = checkpoint_dir;
+  config.checkpoint.interval_seconds = 0;
   if (tls_dir.empty()) return config;
   auto file = [&](const char* name) { return ConfigFile{tls_dir / name, "--tls"}; };
   config.tls = {file("server.pem"), file("server.key"), file("ca.pem"), {}};
@@ -196,6 +201,7 @@ void write_json(const std::string& path, const Options& options,
                         {"pipeline_partitions", kPipelinePartitions},
                         {"server_threads", options.server_threads},
                         {"tls", !options.tls_dir.empty()},
+                        {"update_log", !options.checkpoint_dir.empty()},
                         {"sizes", sizes}};
   std::ofstream out(path);
   out << doc.dump(2) << "\n";
@@ -207,7 +213,8 @@ int run(const Options& options) {
   const std::vector<uint64_t> sizes = parse_sizes(options.sizes);
   const Budget budget{.seconds = options.seconds};
   TcpEchoServer echo;
-  const DeploymentConfig config = shard_config(options.port, options.tls_dir);
+  const DeploymentConfig config =
+      shard_config(options.port, options.tls_dir, options.checkpoint_dir);
   ShardThread shard(config, options.server_threads, options.apply_helpers);
   std::vector<SizeResult> results;
   for (uint64_t size : sizes) results.push_back(measure_size(config, echo.port(), size, budget));
@@ -235,6 +242,8 @@ int main(int argc, char** argv) {
   app.add_option("--tls", o.tls_dir,
                  "connect over TLS with DIR/server.pem, server.key and ca.pem (e.g. tests/tls)")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "the shard logs every update there (checkpoint.update_log), as a durable one");
   app.add_flag("--verbose", o.verbose, "keep psched's info log");
   CLI11_PARSE(app, argc, argv);
   try {
