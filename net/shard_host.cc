@@ -62,23 +62,27 @@ kj::Promise<void> ShardHost::listen(kj::Network& network, kj::Timer& timer) {
   return kj::joinPromises(accepting.releaseAsArray());
 }
 
-kj::Promise<void> ShardHost::shut_down() {
+template <typename Ask>
+kj::Promise<void> ShardHost::on_every_shard(Ask ask) {
   kj::Vector<kj::Promise<void>> done;
   for (auto& hosted : hosted_) {
     auto [promise, fulfiller] = cross_thread_promise<void>();
-    hosted->shard->shut_down([fulfiller] { (*fulfiller)->fulfill(); });
+    ask(*hosted->shard, hosted->endpoint->id, fulfiller);
     done.add(kj::mv(promise));
   }
   return kj::joinPromises(done.releaseAsArray());
 }
 
+kj::Promise<void> ShardHost::shut_down() {
+  return on_every_shard([](VariableShard& shard, ShardId, SharedFulfiller<void> fulfiller) {
+    shard.shut_down([fulfiller] { (*fulfiller)->fulfill(); });
+  });
+}
+
 kj::Promise<void> ShardHost::restore() {
   if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
-  kj::Vector<kj::Promise<void>> done;
-  for (auto& hosted : hosted_) {
-    auto [promise, fulfiller] = cross_thread_promise<void>();
-    ShardId id = hosted->endpoint->id;
-    hosted->shard->restore([fulfiller, id](std::exception_ptr error, RestoreReport report) {
+  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
+    shard.restore([fulfiller, id](std::exception_ptr error, RestoreReport report) {
       for (const std::string& skipped : report.skipped)
         log_warn("shard {}: skipped {}", id.value, skipped);
       if (error) return (*fulfiller)->reject(to_kj_exception(error));
@@ -90,25 +94,18 @@ kj::Promise<void> ShardHost::restore() {
       log_info("shard {}: checkpoint {} written", id.value, report.written.string());
       (*fulfiller)->fulfill();
     });
-    done.add(kj::mv(promise));
-  }
-  return kj::joinPromises(done.releaseAsArray());
+  });
 }
 
 kj::Promise<void> ShardHost::checkpoint() {
   if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
-  kj::Vector<kj::Promise<void>> done;
-  for (auto& hosted : hosted_) {
-    auto [promise, fulfiller] = cross_thread_promise<void>();
-    ShardId id = hosted->endpoint->id;
-    hosted->shard->checkpoint([fulfiller, id](std::exception_ptr error, std::filesystem::path file) {
+  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
+    shard.checkpoint([fulfiller, id](std::exception_ptr error, std::filesystem::path file) {
       if (error) return (*fulfiller)->reject(to_kj_exception(error));
       log_info("shard {}: checkpoint {} written", id.value, file.string());
       (*fulfiller)->fulfill();
     });
-    done.add(kj::mv(promise));
-  }
-  return kj::joinPromises(done.releaseAsArray());
+  });
 }
 
 kj::Promise<void> ShardHost::keep_checkpointing(kj::Timer& timer) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "actors/variable_shard.h"
+#include "net/cross_thread_promise.h"
 #include "net/shard_listener.h"
 
 namespace psched {
@@ -48,6 +49,10 @@ class ShardHost {
   kj::Promise<void> shut_down();
 
  private:
+  // Calls ask(shard, id, fulfiller) for every hosted shard; resolves when all fulfilled.
+  template <typename Ask>
+  kj::Promise<void> on_every_shard(Ask ask);
+
   struct Hosted {
     std::unique_ptr<VariableShard> shard;
     std::unique_ptr<ShardEndpoint> endpoint;
