@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/device.h"
 #include "optim/optimizer.h"
 
 namespace psched {
@@ -32,6 +33,9 @@ struct ShardConfig {
   ListenAddress listen;
   // The operator view (metrics, status, dashboard). Default: loopback, the listen port + 1000.
   ListenAddress http = {};
+  // Where the shard keeps its variables and optimizer state and applies updates: `cpu` (the
+  // default) or `cuda:N`, GPU N (docs/gpu.md). Checked when the server starts, not here.
+  optim::DeviceSpec device = {};
 };
 
 struct SchedulerConfig {
