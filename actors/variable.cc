@@ -21,7 +21,8 @@ AlignedBuffer filled(size_t elements, DType dtype, double value) {
 }  // namespace
 
 Variable::Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
-                   Mode mode, uint32_t workers, ForkJoinPool* apply_pool)
+                   Mode mode, uint32_t workers, ForkJoinPool* apply_pool,
+                   optim::ComputeDevice* device)
     : spec_(std::move(spec)),
       part_(part),
       mode_(mode),
@@ -30,7 +31,8 @@ Variable::Variable(VariableSpec spec, ElementRange part, std::span<const std::by
       value_(part.size() * element_bytes(spec_.dtype)) {
   PSCHED_REQUIRE(initial.size() == value_.size(), initial.size(), value_.size());
   std::memcpy(value_.data(), initial.data(), initial.size());
-  for (int slot = 0; slot < optim::state_slots(spec_.optimizer); ++slot)
+  if (device != nullptr) device_ = device->allocate(spec_.optimizer, spec_.dtype, initial);
+  for (int slot = 0; !device_ && slot < optim::state_slots(spec_.optimizer); ++slot)
     state_.push_back(
         filled(part.size(), spec_.dtype, optim::initial_state_value(spec_.optimizer, slot)));
   sync_.received.resize(workers);
@@ -144,6 +146,7 @@ void Variable::apply_mean(const std::vector<ElementRange>& ready, uint64_t t) {
 
 void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t) {
   uint64_t n = range.size();
+  if (device_) return apply_on_device(range, grad, t);
   if (apply_pool_ == nullptr || apply_pool_->width() == 1 || n <= kParallelApplyElements)
     return apply_here(range, grad, t);
   // Element-wise kernels: disjoint pieces give exactly the whole range's result.
@@ -153,6 +156,12 @@ void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t) {
     uint64_t begin = std::min(n, i * piece), end = std::min(n, begin + piece);
     apply_here({range.begin + begin, range.begin + end}, grad + begin * bytes, t);
   });
+}
+
+void Variable::apply_on_device(ElementRange range, const std::byte* grad, uint64_t t) {
+  size_t bytes = element_bytes(spec_.dtype);
+  uint64_t local = range.begin - part_.begin, n = range.size();
+  device_->apply(local, {grad, n * bytes}, t, value_.bytes().subspan(local * bytes, n * bytes));
 }
 
 void Variable::apply_here(ElementRange range, const std::byte* grad, uint64_t t) {
@@ -202,6 +211,14 @@ IntervalSet Variable::not_yet_applied(WorkerId worker, Step step, ElementRange r
 void Variable::read(ElementRange range, std::byte* out) const {
   size_t bytes = element_bytes(spec_.dtype);
   std::memcpy(out, value_.data() + (range.begin - part_.begin) * bytes, range.size() * bytes);
+}
+
+void Variable::read_state(int slot, ElementRange range, std::byte* out) const {
+  PSCHED_REQUIRE(slot >= 0 && slot < optim::state_slots(spec_.optimizer), slot);
+  PSCHED_REQUIRE(part_.contains(range), range.begin, range.end, part_.begin, part_.end);
+  size_t bytes = element_bytes(spec_.dtype), local = range.begin - part_.begin;
+  if (device_) return device_->read_state(slot, local, {out, range.size() * bytes});
+  std::memcpy(out, state_[slot].data() + local * bytes, range.size() * bytes);
 }
 
 }  // namespace psched

@@ -17,11 +17,13 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 VariableShard::VariableShard(IoContext& io, ShardSettings settings,
-                             std::shared_ptr<BufferPool> pool, ForkJoinPool* apply_pool)
+                             std::shared_ptr<BufferPool> pool, ForkJoinPool* apply_pool,
+                             optim::ComputeDevice* device)
     : Actor(io),
       settings_(settings),
       pool_(std::move(pool)),
       apply_pool_(apply_pool),
+      device_(device),
       polls_(strand()) {}
 
 VariableShard::~VariableShard() = default;
@@ -75,7 +77,7 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
   VariableId id(static_cast<uint32_t>(variables_.size()));
   std::string name = spec.name;
   variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers,
-                          apply_pool_);
+                          apply_pool_, device_);
   by_name_.emplace(std::move(name), id);
   stats_.variables = variables_.size();
   reply(nullptr, id, true);

@@ -13,7 +13,9 @@ namespace psched {
 class ShardHost {
  public:
   // Hosts `shards` (indices into config.shards). `config` outlives the host. Large partitions
-  // are applied with `apply_helpers` threads besides the shard's own.
+  // are applied with `apply_helpers` threads besides the shard's own, or on the shard's GPU
+  // (its `device`). Throws psched::Error(bad_config) naming the shard and its device when that
+  // device cannot be used.
   ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards, IoContext& io,
             unsigned apply_helpers = 0);
   ~ShardHost();
@@ -32,6 +34,7 @@ class ShardHost {
 
  private:
   struct Hosted {
+    std::unique_ptr<optim::ComputeDevice> device;  // null for cpu; outlives `shard`
     std::unique_ptr<VariableShard> shard;
     std::unique_ptr<ShardEndpoint> endpoint;
     std::unique_ptr<ShardListener> listener;

@@ -1,0 +1,81 @@
+// Variables on a GPU against the same variables on the CPU: two workers push each step in
+// partitions, async and sync, and polls would read the same values; the optimizer state on
+// the device matches too (the CPU kernels' tolerance rule, reference_check.h).
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+#include "actors/variable.h"
+#include "optim/device.h"
+#include "optim/reference_check.h"
+
+namespace psched {
+namespace {
+
+using optim::testing::check_close;
+using optim::testing::random_values;
+using optim::testing::same_arithmetic_tolerance;
+
+constexpr size_t kStagingBytes = 64 << 10;
+constexpr uint64_t kPartition = 12345;  // elements; not a divisor of the part
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+
+std::vector<float> value_of(const Variable& v) {
+  std::vector<float> out(v.part().size());
+  v.read(v.part(), reinterpret_cast<std::byte*>(out.data()));
+  return out;
+}
+
+std::vector<float> state_of(const Variable& v, int slot) {
+  std::vector<float> out(v.part().size());
+  v.read_state(slot, v.part(), reinterpret_cast<std::byte*>(out.data()));
+  return out;
+}
+
+void check_same(const Variable& gpu, const Variable& cpu) {
+  const auto tol = same_arithmetic_tolerance<float>();
+  const std::vector<float> cpu_value = value_of(cpu);
+  check_close("value", value_of(gpu), [&](size_t i) { return double(cpu_value[i]); }, tol);
+  for (int k = 0; k < optim::state_slots(cpu.spec().optimizer); ++k) {
+    CAPTURE(k);
+    const std::vector<float> cpu_state = state_of(cpu, k);
+    check_close("state", state_of(gpu, k), [&](size_t i) { return double(cpu_state[i]); }, tol);
+  }
+}
+
+TEST_CASE("a variable on the GPU applies pushes as one on the CPU does, async and sync") {
+  auto device = optim::ComputeDevice::open({optim::DeviceSpec::Kind::cuda, 0}, kStagingBytes);
+  const VariableSpec spec{.name = "fc/w",
+                          .shape = {60000},
+                          .dtype = DType::float32,
+                          .priority = 0,
+                          .optimizer = optim::testing::specs::adam_amsgrad_weight_decay()};
+  const ElementRange part{7000, 57000};
+  std::mt19937 rng(7);
+  const std::vector<float> initial = random_values<float>(rng, part.size(), 1.0);
+  for (Mode mode : {Mode::async, Mode::sync}) {
+    CAPTURE(mode == Mode::sync);
+    Variable cpu(spec, part, bytes_of(initial), mode, 2);
+    Variable gpu(spec, part, bytes_of(initial), mode, 2, nullptr, device.get());
+    for (Step step = 1; step <= 3; ++step) {
+      for (uint32_t worker = 0; worker < 2; ++worker) {
+        for (uint64_t begin = part.begin; begin < part.end; begin += kPartition) {
+          const ElementRange range{begin, std::min(part.end, begin + kPartition)};
+          const std::vector<float> grad = random_values<float>(rng, range.size(), 1.0);
+          auto cpu_applied = cpu.push(WorkerId(worker), step, range, spec.dtype, bytes_of(grad));
+          auto gpu_applied = gpu.push(WorkerId(worker), step, range, spec.dtype, bytes_of(grad));
+          CHECK(gpu_applied == cpu_applied);
+        }
+      }
+      CAPTURE(step);
+      check_same(gpu, cpu);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace psched
