@@ -91,24 +91,27 @@ __global__ void adagrad_kernel(DeviceRange<T> r, AdagradArgs<T> a) {
 
 template <typename T>
 __global__ void rmsprop_kernel(DeviceRange<T> r, RmspropArgs<T> a) {
+  // The optional slots, picked once (a runtime index into `r.state` would spill it to memory).
+  T* const grad_avgs = a.grad_avg_slot < 0 ? nullptr : r.state[a.grad_avg_slot];
+  T* const buffers = a.momentum_slot < 0 ? nullptr : r.state[a.momentum_slot];
   for (uint64_t i = first_index(); i < r.size; i += grid_stride()) {
     const T p = r.param[i];
     const T g = l2_grad(r.grad[i], a.weight_decay, p);
     const T square_avg = a.alpha * r.state[0][i] + a.one_minus_alpha * g * g;
     r.state[0][i] = square_avg;
     T avg;
-    if (a.grad_avg_slot < 0) {
+    if (grad_avgs == nullptr) {
       avg = sqrt(square_avg) + a.eps;
     } else {
-      const T grad_avg = a.alpha * r.state[a.grad_avg_slot][i] + a.one_minus_alpha * g;
-      r.state[a.grad_avg_slot][i] = grad_avg;
+      const T grad_avg = a.alpha * grad_avgs[i] + a.one_minus_alpha * g;
+      grad_avgs[i] = grad_avg;
       avg = sqrt(square_avg - grad_avg * grad_avg) + a.eps;
     }
-    if (a.momentum_slot < 0) {
+    if (buffers == nullptr) {
       r.param[i] = p - a.lr * g / avg;
     } else {
-      const T buf = a.momentum * r.state[a.momentum_slot][i] + g / avg;
-      r.state[a.momentum_slot][i] = buf;
+      const T buf = a.momentum * buffers[i] + g / avg;
+      buffers[i] = buf;
       r.param[i] = p - a.lr * buf;
     }
   }
