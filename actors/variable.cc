@@ -221,4 +221,12 @@ void Variable::read_state(int slot, ElementRange range, std::byte* out) const {
   std::memcpy(out, state_[slot].data() + local * bytes, range.size() * bytes);
 }
 
+void Variable::write_state(int slot, ElementRange range, const std::byte* in) {
+  PSCHED_REQUIRE(slot >= 0 && slot < optim::state_slots(spec_.optimizer), slot);
+  PSCHED_REQUIRE(part_.contains(range), range.begin, range.end, part_.begin, part_.end);
+  size_t bytes = element_bytes(spec_.dtype), local = range.begin - part_.begin;
+  if (device_) return device_->write_state(slot, local, {in, range.size() * bytes});
+  std::memcpy(state_[slot].data() + local * bytes, in, range.size() * bytes);
+}
+
 }  // namespace psched

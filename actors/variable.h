@@ -69,6 +69,8 @@ class Variable {
   // Copies optimizer state slot `slot` (optimizer.h's slot order) of `range` (inside the part)
   // to `out`, from the device when the state lives on one.
   void read_state(int slot, ElementRange range, std::byte* out) const;
+  // The reverse (restoring a checkpoint): overwrites slot `slot` of `range` with `in`.
+  void write_state(int slot, ElementRange range, const std::byte* in);
   // Throws offset_out_of_range unless `range` is non-empty and inside the part; `what` says
   // which request it was ("push", "poll", ...).
   void check_range(const char* what, ElementRange range) const;

@@ -77,5 +77,31 @@ TEST_CASE("a variable on the GPU applies pushes as one on the CPU does, async an
   }
 }
 
+TEST_CASE("optimizer state written to a GPU variable reads back the same and is updated there") {
+  auto device = optim::ComputeDevice::open({optim::DeviceSpec::Kind::cuda, 0}, kStagingBytes);
+  const VariableSpec spec{.name = "b",
+                          .shape = {3000},
+                          .dtype = DType::float32,
+                          .priority = 0,
+                          .optimizer = optim::testing::specs::rmsprop_centered_momentum()};
+  std::mt19937 rng(11);
+  const std::vector<float> initial = random_values<float>(rng, 3000, 1.0);
+  Variable cpu(spec, {0, 3000}, bytes_of(initial), Mode::async, 1);
+  Variable gpu(spec, {0, 3000}, bytes_of(initial), Mode::async, 1, nullptr, device.get());
+  for (int k = 0; k < optim::state_slots(spec.optimizer); ++k) {
+    const std::vector<float> restored = random_values<float>(rng, 3000, 0.1);
+    std::vector<float> square = restored;  // square_avg (slot 0) must stay >= grad_avg^2
+    for (float& x : square) x = 1 + x * x;
+    const auto& slot = k == 0 ? square : restored;
+    cpu.write_state(k, {0, 3000}, reinterpret_cast<const std::byte*>(slot.data()));
+    gpu.write_state(k, {0, 3000}, reinterpret_cast<const std::byte*>(slot.data()));
+    CHECK(state_of(gpu, k) == slot);
+  }
+  const std::vector<float> grad = random_values<float>(rng, 3000, 1.0);
+  cpu.push(WorkerId(0), 1, {0, 3000}, spec.dtype, bytes_of(grad));
+  gpu.push(WorkerId(0), 1, {0, 3000}, spec.dtype, bytes_of(grad));
+  check_same(gpu, cpu);
+}
+
 }  // namespace
 }  // namespace psched

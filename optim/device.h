@@ -54,6 +54,9 @@ class DeviceVariable {
   // Copies elements [offset, offset + out.size() / element bytes) of optimizer state slot
   // `slot` (optimizer.h's slot order) to host memory `out`.
   virtual void read_state(int slot, uint64_t offset, std::span<std::byte> out) const = 0;
+  // The reverse: overwrites those elements of slot `slot` with host memory `in` (restoring a
+  // checkpoint).
+  virtual void write_state(int slot, uint64_t offset, std::span<const std::byte> in) = 0;
 };
 
 // A shard's handle on its device: for CUDA, the GPU's streams and the pooled pinned buffers

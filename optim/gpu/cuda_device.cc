@@ -77,10 +77,14 @@ class CudaVariable final : public DeviceVariable {
   void apply(uint64_t offset, std::span<const std::byte> grad, uint64_t t,
              std::span<std::byte> fresh) override;
   void read_state(int slot, uint64_t offset, std::span<std::byte> out) const override;
+  void write_state(int slot, uint64_t offset, std::span<const std::byte> in) override;
 
  private:
   template <typename T>
   DeviceRange<T> range(uint64_t first, uint64_t count, const std::byte* device_grad) const;
+  // Device address of byte `offset * element bytes` of state slot `slot`, after checking that
+  // `bytes` from there fit in the slot.
+  std::byte* state_at(int slot, uint64_t offset, size_t bytes) const;
   void fill_slot(DeviceMemory& slot, double value) const;
 
   CudaDevice& device_;
@@ -204,14 +208,25 @@ void CudaVariable::apply(uint64_t offset, std::span<const std::byte> grad, uint6
                    });
 }
 
-void CudaVariable::read_state(int slot, uint64_t offset, std::span<std::byte> out) const {
-  const size_t bytes = element_bytes(dtype_);
+std::byte* CudaVariable::state_at(int slot, uint64_t offset, size_t bytes) const {
+  const size_t element = element_bytes(dtype_);
   PSCHED_REQUIRE(slot >= 0 && static_cast<size_t>(slot) < state_.size(), slot, state_.size());
-  PSCHED_REQUIRE(offset + out.size() / bytes <= size_, offset, out.size(), size_);
+  PSCHED_REQUIRE(offset + bytes / element <= size_, offset, bytes, size_);
+  return state_[slot].data() + offset * element;
+}
+
+void CudaVariable::read_state(int slot, uint64_t offset, std::span<std::byte> out) const {
+  std::byte* from = state_at(slot, offset, out.size());
   device_.make_current();
-  check_cuda(cudaMemcpy(out.data(), state_[slot].data() + offset * bytes, out.size(),
-                        cudaMemcpyDeviceToHost),
+  check_cuda(cudaMemcpy(out.data(), from, out.size(), cudaMemcpyDeviceToHost),
              "copying optimizer state from cuda:{}", device_.spec().ordinal);
+}
+
+void CudaVariable::write_state(int slot, uint64_t offset, std::span<const std::byte> in) {
+  std::byte* to = state_at(slot, offset, in.size());
+  device_.make_current();
+  check_cuda(cudaMemcpy(to, in.data(), in.size(), cudaMemcpyHostToDevice),
+             "copying optimizer state to cuda:{}", device_.spec().ordinal);
 }
 
 // Why no device can be used, or an empty string.
