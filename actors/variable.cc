@@ -22,7 +22,8 @@ AlignedBuffer filled(size_t elements, DType dtype, double value) {
 }  // namespace
 
 Variable::Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
-                   Mode mode, uint32_t workers, ForkJoinPool* apply_pool)
+                   Mode mode, uint32_t workers, ForkJoinPool* apply_pool,
+                   optim::ComputeDevice* device)
     : spec_(std::move(spec)),
       part_(part),
       mode_(mode),
@@ -31,7 +32,8 @@ Variable::Variable(VariableSpec spec, ElementRange part, std::span<const std::by
       value_(part.size() * element_bytes(spec_.dtype)) {
   PSCHED_REQUIRE(initial.size() == value_.size(), initial.size(), value_.size());
   std::memcpy(value_.data(), initial.data(), initial.size());
-  for (int slot = 0; slot < optim::state_slots(spec_.optimizer); ++slot)
+  if (device != nullptr) device_ = device->allocate(spec_.optimizer, spec_.dtype, initial);
+  for (int slot = 0; !device_ && slot < optim::state_slots(spec_.optimizer); ++slot)
     state_.push_back(
         filled(part.size(), spec_.dtype, optim::initial_state_value(spec_.optimizer, slot)));
   sync_.received.resize(workers);
@@ -196,6 +198,7 @@ void Variable::apply_mean(const std::vector<ElementRange>& ready, uint64_t t) {
 
 void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t) {
   uint64_t n = range.size();
+  if (device_) return apply_on_device(range, grad, t);
   if (apply_pool_ == nullptr || apply_pool_->width() == 1 || n <= kParallelApplyElements)
     return apply_here(range, grad, t);
   // Element-wise kernels: disjoint pieces give exactly the whole range's result.
@@ -205,6 +208,12 @@ void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t) {
     uint64_t begin = std::min(n, i * piece), end = std::min(n, begin + piece);
     apply_here({range.begin + begin, range.begin + end}, grad + begin * bytes, t);
   });
+}
+
+void Variable::apply_on_device(ElementRange range, const std::byte* grad, uint64_t t) {
+  size_t bytes = element_bytes(spec_.dtype);
+  uint64_t local = range.begin - part_.begin, n = range.size();
+  device_->apply(local, {grad, n * bytes}, t, value_.bytes().subspan(local * bytes, n * bytes));
 }
 
 void Variable::apply_here(ElementRange range, const std::byte* grad, uint64_t t) {
@@ -260,8 +269,13 @@ void Variable::save(ByteWriter& out) const {
   encode(out, spec_);
   encode(out, part_);
   out.blob(value_.bytes());
-  out.put<uint64_t>(state_.size());
-  for (const AlignedBuffer& slot : state_) out.blob(slot.bytes());
+  int slots = optim::state_slots(spec_.optimizer);
+  out.put<uint64_t>(slots);
+  std::vector<std::byte> state(value_.size());
+  for (int slot = 0; slot < slots; ++slot) {
+    read_state(slot, part_, state.data());  // from the device when it holds the state
+    out.blob(state);
+  }
   out.put(updates_);
   out.put<uint64_t>(progress_.size());
   for (const auto& [worker, p] : progress_) {
@@ -276,7 +290,8 @@ void Variable::save(ByteWriter& out) const {
   out.blob(sync_.sum.bytes());
 }
 
-Variable Variable::restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoinPool* apply_pool) {
+Variable Variable::restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoinPool* apply_pool,
+                           optim::ComputeDevice* device) {
   VariableSpec spec = decode_spec(in);
   ElementRange part = decode_range(in);
   if (part.end > spec.elements() || part.begin >= part.end)
@@ -286,16 +301,17 @@ Variable Variable::restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoin
   if (value.size() != part.size() * element_bytes(spec.dtype))
     fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has {} bytes of value where {} fit",
          in.what(), spec.name, value.size(), part.size() * element_bytes(spec.dtype));
-  Variable v(std::move(spec), part, value, mode, workers, apply_pool);
-  if (in.get<uint64_t>() != v.state_.size())
+  Variable v(std::move(spec), part, value, mode, workers, apply_pool, device);
+  int slots = optim::state_slots(v.spec_.optimizer);
+  if (in.get<uint64_t>() != static_cast<uint64_t>(slots))
     fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has the wrong number of optimizer slots",
          in.what(), v.spec_.name);
-  for (AlignedBuffer& slot : v.state_) {
+  for (int slot = 0; slot < slots; ++slot) {
     auto blob = in.blob();
-    if (blob.size() != slot.size())
+    if (blob.size() != v.value_.size())
       fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has {} bytes of optimizer state",
            in.what(), v.spec_.name, blob.size());
-    std::memcpy(slot.data(), blob.data(), blob.size());
+    v.write_state(slot, part, blob.data());
   }
   v.updates_ = in.get<uint64_t>();
   uint64_t progressing = in.get<uint64_t>();
@@ -318,6 +334,22 @@ Variable Variable::restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoin
     std::memcpy(v.sync_.sum.data(), sum.data(), sum.size());
   }
   return v;
+}
+
+void Variable::read_state(int slot, ElementRange range, std::byte* out) const {
+  PSCHED_REQUIRE(slot >= 0 && slot < optim::state_slots(spec_.optimizer), slot);
+  PSCHED_REQUIRE(part_.contains(range), range.begin, range.end, part_.begin, part_.end);
+  size_t bytes = element_bytes(spec_.dtype), local = range.begin - part_.begin;
+  if (device_) return device_->read_state(slot, local, {out, range.size() * bytes});
+  std::memcpy(out, state_[slot].data() + local * bytes, range.size() * bytes);
+}
+
+void Variable::write_state(int slot, ElementRange range, const std::byte* in) {
+  PSCHED_REQUIRE(slot >= 0 && slot < optim::state_slots(spec_.optimizer), slot);
+  PSCHED_REQUIRE(part_.contains(range), range.begin, range.end, part_.begin, part_.end);
+  size_t bytes = element_bytes(spec_.dtype), local = range.begin - part_.begin;
+  if (device_) return device_->write_state(slot, local, {in, range.size() * bytes});
+  std::memcpy(state_[slot].data() + local * bytes, in, range.size() * bytes);
 }
 
 }  // namespace psched

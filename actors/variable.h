@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "common/fork_join_pool.h"
 #include "common/interval_set.h"
 #include "config/deployment.h"
+#include "optim/device.h"
 
 namespace psched {
 
@@ -40,9 +42,13 @@ struct PushOutcome {
 class Variable {
  public:
   // `initial` holds part.size() elements of spec.dtype. Updates of more than
-  // kParallelApplyElements run on `apply_pool` when given (it outlives the variable).
+  // kParallelApplyElements run on `apply_pool` when given (it outlives the variable). With
+  // `device` (which outlives the variable) the optimizer state lives on that device and updates
+  // run there; the value is kept both there and here, for reads. Throws psched::Error
+  // (overloaded) when the device has no room.
   Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial, Mode mode,
-           uint32_t workers, ForkJoinPool* apply_pool = nullptr);
+           uint32_t workers, ForkJoinPool* apply_pool = nullptr,
+           optim::ComputeDevice* device = nullptr);
 
   static constexpr uint64_t kParallelApplyElements = 1 << 18;
 
@@ -52,7 +58,8 @@ class Variable {
   // Reads what save() wrote; throws Error(corrupt_checkpoint) when it does not fit `mode` and
   // `workers` or is malformed.
   static Variable restore(ByteReader& in, Mode mode, uint32_t workers,
-                          ForkJoinPool* apply_pool = nullptr);
+                          ForkJoinPool* apply_pool = nullptr,
+                          optim::ComputeDevice* device = nullptr);
 
   const VariableSpec& spec() const { return spec_; }
   ElementRange part() const { return part_; }
@@ -92,6 +99,11 @@ class Variable {
 
   // Copies the current value of `range` (inside the part) to `out`.
   void read(ElementRange range, std::byte* out) const;
+  // Copies optimizer state slot `slot` (optimizer.h's slot order) of `range` (inside the part)
+  // to `out`, from the device when the state lives on one.
+  void read_state(int slot, ElementRange range, std::byte* out) const;
+  // The reverse (restoring a checkpoint): overwrites slot `slot` of `range` with `in`.
+  void write_state(int slot, ElementRange range, const std::byte* in);
   // Throws offset_out_of_range unless `range` is non-empty and inside the part; `what` says
   // which request it was ("push", "poll", ...).
   void check_range(const char* what, ElementRange range) const;
@@ -124,6 +136,8 @@ class Variable {
   void apply(ElementRange range, const std::byte* grad, uint64_t t);
   // The same on the calling thread.
   void apply_here(ElementRange range, const std::byte* grad, uint64_t t);
+  // The same on device_, whole; the fresh values are copied back into value_.
+  void apply_on_device(ElementRange range, const std::byte* grad, uint64_t t);
 
   VariableSpec spec_;
   ElementRange part_;
@@ -131,7 +145,8 @@ class Variable {
   uint32_t workers_;
   ForkJoinPool* apply_pool_;
   AlignedBuffer value_;               // part_.size() elements
-  std::vector<AlignedBuffer> state_;  // optimizer slots, each like value_
+  std::vector<AlignedBuffer> state_;  // optimizer slots, each like value_; empty with device_
+  std::unique_ptr<optim::DeviceVariable> device_;  // value and state on a device, or null
   uint64_t updates_ = 0;              // async: updates started so far (the optimizer's t)
   std::unordered_map<WorkerId, WorkerProgress> progress_;  // async
   SyncProgress sync_;

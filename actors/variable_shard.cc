@@ -32,11 +32,13 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 VariableShard::VariableShard(IoContext& io, ShardSettings settings,
-                             std::shared_ptr<BufferPool> pool, ForkJoinPool* apply_pool)
+                             std::shared_ptr<BufferPool> pool, ForkJoinPool* apply_pool,
+                             optim::ComputeDevice* device)
     : Actor(io),
       settings_(settings),
       pool_(std::move(pool)),
       apply_pool_(apply_pool),
+      device_(device),
       polls_(strand()) {}
 
 VariableShard::~VariableShard() = default;
@@ -91,7 +93,7 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
   VariableId id(static_cast<uint32_t>(variables_.size()));
   std::string name = spec.name;
   variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers,
-                          apply_pool_);
+                          apply_pool_, device_);
   by_name_.emplace(std::move(name), id);
   stats_.variables = variables_.size();
   reply(nullptr, id, true);
@@ -393,7 +395,8 @@ void VariableShard::load(ByteReader& in) {
   in.get<int64_t>();   // written at
   uint64_t count = in.get<uint64_t>();
   for (uint64_t i = 0; i < count; ++i) {
-    variables_.push_back(Variable::restore(in, settings_.mode, settings_.workers, apply_pool_));
+    variables_.push_back(
+        Variable::restore(in, settings_.mode, settings_.workers, apply_pool_, device_));
     by_name_.emplace(variables_.back().spec().name, VariableId(static_cast<uint32_t>(i)));
   }
   if (!in.done())

@@ -93,8 +93,10 @@ class VariableShard : public Actor {
   using ValueReply = std::function<void(std::exception_ptr, PooledBuffer, Step)>;
 
   // `apply_pool` (optional) applies large partitions on several threads; it outlives the shard.
+  // `device` (optional, outlives the shard) holds the variables and applies their updates
+  // instead (a GPU); the apply pool is then unused.
   VariableShard(IoContext& io, ShardSettings settings, std::shared_ptr<BufferPool> pool,
-                ForkJoinPool* apply_pool = nullptr);
+                ForkJoinPool* apply_pool = nullptr, optim::ComputeDevice* device = nullptr);
   ~VariableShard();
 
   // Registers this shard's `part` of a variable with `initial` (part.size() elements).
@@ -168,6 +170,7 @@ class VariableShard : public Actor {
   ShardSettings settings_;
   std::shared_ptr<BufferPool> pool_;
   ForkJoinPool* apply_pool_;
+  optim::ComputeDevice* device_;
   // Strand-owned state:
   PollRegistry polls_;
   std::vector<Variable> variables_;  // index = VariableId

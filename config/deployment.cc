@@ -36,7 +36,7 @@ constexpr std::array<std::string_view, 1> kReconnectKeys = {"timeout_seconds"};
 constexpr std::array<std::string_view, 2> kAuthKeys = {"token", "token_file"};
 constexpr std::array<std::string_view, 4> kTlsKeys = {"cert_file", "key_file", "ca_file",
                                                       "server_name"};
-constexpr std::array<std::string_view, 2> kShardKeys = {"listen", "http"};
+constexpr std::array<std::string_view, 3> kShardKeys = {"listen", "http", "device"};
 // The default HTTP port is the shard's listen port plus this.
 constexpr unsigned kHttpPortOffset = 1000;
 constexpr std::array<std::string_view, 5> kSchedulerKeys = {
@@ -144,9 +144,18 @@ ListenAddress parse_listen(const ConfigNode& node) {
   }
 }
 
+optim::DeviceSpec read_device(const ConfigNode& node) {
+  std::string text = read_string(node);
+  optim::DeviceSpec device;
+  if (!optim::parse_device(text, device))
+    node.fail(fmt::format("'{}' is not a device (expected cpu or cuda:N, e.g. cuda:0)", text));
+  return device;
+}
+
 ShardConfig parse_shard(const ConfigNode& node) {
   ConfigMap shard(node, kShardKeys);
   ShardConfig out{.listen = parse_listen(shard.require("listen", "host:port")), .http = {}};
+  if (auto device = shard.find("device")) out.device = read_device(*device);
   if (auto http = shard.find("http")) {
     out.http = parse_listen(*http);
   } else if (out.listen.port + kHttpPortOffset > 65535) {

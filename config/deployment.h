@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/config_file.h"
+#include "optim/device.h"
 #include "optim/optimizer.h"
 
 namespace psched {
@@ -34,6 +35,9 @@ struct ShardConfig {
   ListenAddress listen;
   // The operator view (metrics, status, dashboard). Default: loopback, the listen port + 1000.
   ListenAddress http = {};
+  // Where the shard keeps its variables and optimizer state and applies updates: `cpu` (the
+  // default) or `cuda:N`, GPU N (docs/gpu.md). Checked when the server starts, not here.
+  optim::DeviceSpec device = {};
 };
 
 struct SchedulerConfig {

@@ -10,6 +10,23 @@
 #include "net/tls.h"
 
 namespace psched {
+namespace {
+
+// The shard's compute device, or null for cpu.
+std::unique_ptr<optim::ComputeDevice> open_device(const DeploymentConfig& config, ShardId id) {
+  const optim::DeviceSpec& device = config.shards[id.value].device;
+  if (device.kind == optim::DeviceSpec::Kind::cpu) return nullptr;
+  try {
+    auto opened = optim::ComputeDevice::open(device);
+    log_info("shard {} keeps its variables on {}", id.value, optim::to_string(device));
+    return opened;
+  } catch (const Error& e) {
+    fail(ErrorCode::bad_config, "{}: shards[{}].device: {}", config.source.string(), id.value,
+         e.what());
+  }
+}
+
+}  // namespace
 
 ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards,
                      IoContext& io, unsigned apply_helpers)
@@ -22,6 +39,7 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
       fail(ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
            config.source.string(), id.value, config.shards.size());
     auto hosted = std::make_unique<Hosted>();
+    hosted->device = open_device(config, id);
     ShardSettings settings{id,
                            config.mode,
                            config.workers,
@@ -29,7 +47,8 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.checkpoint.directory,
                            config.checkpoint.update_log,
                            config.sync};
-    hosted->shard = std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_);
+    hosted->shard = std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_,
+                                                    hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
     hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint, tls_.get());
     hosted_.push_back(std::move(hosted));

@@ -14,9 +14,9 @@ namespace psched {
 class ShardHost {
  public:
   // Hosts `shards` (indices into config.shards). `config` outlives the host. Large partitions
-  // are applied with `apply_helpers` threads besides the shard's own. With config.tls, reads
-  // the certificate and key now (throws Error(bad_config) when they cannot be used) and serves
-  // TLS only.
+  // are applied with `apply_helpers` threads besides the shard's own, or on the shard's GPU
+  // (its `device`). With config.tls, reads the certificate and key now and serves TLS only.
+  // Throws Error(bad_config) naming what cannot be used (a device, a certificate).
   ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards, IoContext& io,
             unsigned apply_helpers = 0);
   ~ShardHost();
@@ -54,6 +54,7 @@ class ShardHost {
   kj::Promise<void> on_every_shard(Ask ask);
 
   struct Hosted {
+    std::unique_ptr<optim::ComputeDevice> device;  // null for cpu; outlives `shard`
     std::unique_ptr<VariableShard> shard;
     std::unique_ptr<ShardEndpoint> endpoint;
     std::unique_ptr<ShardListener> listener;

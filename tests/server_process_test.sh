@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end over real sockets: psched-server on a test deployment, two example trainers
-# whose loss must fall, then a clean stop on SIGTERM.
+# whose loss must fall, then a clean stop on SIGTERM; then a shard on a missing GPU refused.
 # Usage: server_process_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -33,3 +33,11 @@ kill -TERM $server
 wait $server  # exits 0 after a clean stop; a hang is caught by ctest's timeout
 grep -q 'stopping' "$work/server.log"
 echo "server stopped cleanly"
+
+# A shard on a GPU this machine lacks is refused at start, naming the file, shard and device.
+sed -e 's/^    http: 127.0.0.1:18410$/&\n    device: cuda:1000/' "$work/test.yaml" > "$work/gpu.yaml"
+status=0
+"$build/apps/psched-server" --config "$work/gpu.yaml" 2>"$work/gpu.log" || status=$?
+grep -q "gpu.yaml: shards\[0\].device: device cuda:1000 is not available: " "$work/gpu.log" &&
+  [ $status -eq 2 ] || { cat "$work/gpu.log"; echo "expected exit 2, got $status"; exit 1; }
+echo "a shard on a missing GPU is refused: $(cat "$work/gpu.log")"
