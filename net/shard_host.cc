@@ -50,7 +50,8 @@ kj::Promise<void> ShardHost::shut_down() {
   kj::Vector<kj::Promise<void>> done;
   for (auto& hosted : hosted_) {
     auto [promise, fulfiller] = cross_thread_promise<void>();
-    hosted->shard->shut_down([fulfiller] { (*fulfiller)->fulfill(); });
+    // clang 14 (the fuzz build) cannot capture a structured binding by name.
+    hosted->shard->shut_down([fulfiller = fulfiller] { (*fulfiller)->fulfill(); });
     done.add(kj::mv(promise));
   }
   return kj::joinPromises(done.releaseAsArray());

@@ -22,9 +22,15 @@ kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Ti
 }
 
 void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
-  auto connection =
-      kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_),
-                              reader_options(endpoint_.config.limits.max_message_bytes));
+  const LimitsConfig& limits = endpoint_.config.limits;
+  if (connections() >= limits.max_connections) {
+    log_warn("shard {}: connection closed: {} are open, the limit (limits.max_connections)",
+             endpoint_.id.value, connections());
+    return;  // dropping the stream closes it
+  }
+  auto connection = kj::heap<RpcConnection>(
+      kj::mv(stream), kj::heap<ShardService>(endpoint_), reader_options(limits.max_message_bytes));
+  connection->limit_unanswered_calls(2 * limits.max_message_bytes);
   ++connections_;
   auto done = connection->on_disconnect();
   tasks_.add(done.attach(kj::mv(connection))

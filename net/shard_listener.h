@@ -21,7 +21,9 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
   // Accepts on `receiver` until the returned promise is dropped. A failed accept (out of file
   // descriptors, say) is logged and retried after a pause on `timer`; it never ends serving.
   kj::Promise<void> listen(kj::ConnectionReceiver& receiver, kj::Timer& timer);
-  // Serves one already-open stream (tests use in-memory pipes).
+  // Serves one already-open stream (tests use in-memory pipes); closes it at once when
+  // limits.max_connections are open. A connection's unanswered calls may hold twice
+  // limits.max_message_bytes before the shard stops reading from it.
   void serve(kj::Own<kj::AsyncIoStream> stream);
   // Open connections now; any thread may read it (the operator view does).
   size_t connections() const { return connections_.load(std::memory_order_relaxed); }
