@@ -59,7 +59,7 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
   if (variables_.size() >= settings_.max_variables)
     fail(ErrorCode::invalid_argument,
          "register of variable '{}' rejected: shard {} holds {} "
-         "variables, the limit (limits.max_variables)",
+         "variables, the configured limit",
          spec.name, settings_.id.value, variables_.size());
   if (part.begin >= part.end || part.end > spec.elements())
     fail(ErrorCode::offset_out_of_range,
