@@ -46,7 +46,7 @@ struct SchedulerConfig {
 // naming the field and the limit, and changes nothing.
 struct LimitsConfig {
   // Largest message either way (Cap'n Proto traversal limit). A connection's unanswered calls
-  // may hold twice this much before the shard stops reading from it.
+  // may hold twice this (+ 1 KiB per allowed waiting poll) before the shard stops reading it.
   uint64_t max_message_bytes = 64 << 20;
   uint64_t max_variables = 1 << 20;  // per shard
   uint64_t max_name_bytes = 1024;    // a variable's name
@@ -57,6 +57,9 @@ struct LimitsConfig {
   uint64_t max_connections = 1024;      // open RPC connections per shard; more are closed at once
   uint64_t max_waiting_polls = 1 << 16;  // unanswered polls (fused ranges count one each) per
                                          // connection
+  // A connection silent this long in the middle of a message is dropped (between messages it
+  // may be silent for ever).
+  uint64_t stall_timeout_seconds = 60;
 };
 // Workers fuse at most this many partitions into one message (actors/scheduler.h).
 inline constexpr uint64_t kMinFusedPartitionsLimit = 256;

@@ -129,6 +129,7 @@ limits:
   max_fused_partitions: 300
   max_connections: 50
   max_waiting_polls: 7
+  stall_timeout_seconds: 5
 )");
   CHECK(config.mode == Mode::sync);
   CHECK(config.workers == 8);
@@ -159,6 +160,7 @@ limits:
   CHECK(config.limits.max_fused_partitions == 300);
   CHECK(config.limits.max_connections == 50);
   CHECK(config.limits.max_waiting_polls == 7);
+  CHECK(config.limits.stall_timeout_seconds == 5);
 }
 
 TEST_CASE("every optimizer hyper-parameter can be set by its field name") {

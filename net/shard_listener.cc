@@ -1,15 +1,24 @@
 #include "net/shard_listener.h"
 
 #include "common/log.h"
+#include "net/frame_deadline.h"
 
 namespace psched {
+namespace {
+
+// More than a poll message takes per range it asks for. Waiting polls never fill the budget
+// for unanswered calls, so the shard keeps reading the pushes that will answer them.
+constexpr uint64_t kPollMessageBytes = 1024;
+
+}  // namespace
 
 ShardListener::ShardListener(ShardEndpoint& endpoint) : endpoint_(endpoint), tasks_(*this) {}
 
 kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Timer& timer) {
   return receiver.accept().then(
       [this, &receiver, &timer](kj::Own<kj::AsyncIoStream> stream) {
-        serve(kj::mv(stream));
+        kj::Duration stall = endpoint_.config.limits.stall_timeout_seconds * kj::SECONDS;
+        serve(with_frame_deadline(kj::mv(stream), timer, stall));
         return listen(receiver, timer);
       },
       [this, &receiver, &timer](kj::Exception&& e) {
@@ -28,9 +37,10 @@ void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
              endpoint_.id.value, connections());
     return;  // dropping the stream closes it
   }
-  auto connection = kj::heap<RpcConnection>(
-      kj::mv(stream), kj::heap<ShardService>(endpoint_), reader_options(limits.max_message_bytes));
-  connection->limit_unanswered_calls(2 * limits.max_message_bytes);
+  auto connection = kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_),
+                                            reader_options(limits.max_message_bytes));
+  connection->limit_unanswered_calls(2 * limits.max_message_bytes +
+                                     kPollMessageBytes * limits.max_waiting_polls);
   ++connections_;
   auto done = connection->on_disconnect();
   tasks_.add(done.attach(kj::mv(connection))
