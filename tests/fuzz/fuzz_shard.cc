@@ -11,7 +11,7 @@ namespace {
 // stream (owned by the shard's connection, which may end first) and FuzzShard::feed.
 struct Feed {
   std::span<const uint8_t> rest;
-  bool closed = false;  // the end of the input was delivered
+  bool closed = false;         // the end of the input was delivered
   kj::byte* buffer = nullptr;  // of the waiting read
   size_t max = 0;
   kj::Own<kj::PromiseFulfiller<size_t>> read;  // null when no read waits
@@ -77,7 +77,9 @@ Mode input_mode(std::span<const uint8_t> input) {
   return !input.empty() && (input[0] & 1) ? Mode::sync : Mode::async;
 }
 
-bool input_eager(std::span<const uint8_t> input) { return !input.empty() && (input[0] & 2); }
+bool input_eager(std::span<const uint8_t> input) {
+  return !input.empty() && (input[0] & 2);
+}
 
 FuzzShard::FuzzShard(Mode mode) : config_(fuzz_config(mode)), scope_(loop_) {
   ShardSettings settings{ShardId(0), config_.mode, config_.workers, config_.limits.max_variables};

@@ -1,6 +1,6 @@
 // psched-fuzz-seeds DIR: writes the fuzzer's seed inputs to DIR, one file per scenario. Each is
-// the options byte (fuzz_shard.h) and the bytes a real ShardLink client sent to a FuzzShard while running the
-// scenario (connect, register, push, poll, pull, fused calls, and requests that fail).
+// the options byte (fuzz_shard.h) and the bytes a real ShardLink client sent to a FuzzShard while
+// running the scenario (connect, register, push, poll, pull, fused calls, and requests that fail).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -29,7 +29,8 @@ class RecordingStream final : public kj::AsyncIoStream {
     return inner_->write(buffer, size);
   }
   kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
-    for (auto piece : pieces) sent_.append(reinterpret_cast<const char*>(piece.begin()), piece.size());
+    for (auto piece : pieces)
+      sent_.append(reinterpret_cast<const char*>(piece.begin()), piece.size());
     return inner_->write(pieces);
   }
   kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
@@ -40,8 +41,12 @@ class RecordingStream final : public kj::AsyncIoStream {
   std::string& sent_;
 };
 
-std::span<const std::byte> bytes(const std::vector<float>& v) { return std::as_bytes(std::span(v)); }
-std::byte* out(std::vector<float>& v) { return reinterpret_cast<std::byte*>(v.data()); }
+std::span<const std::byte> bytes(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+std::byte* out(std::vector<float>& v) {
+  return reinterpret_cast<std::byte*>(v.data());
+}
 
 VariableSpec spec(std::string name, std::vector<uint64_t> shape) {
   VariableSpec s{std::move(name), std::move(shape), DType::float32, 0, {}};
@@ -56,8 +61,8 @@ struct Client {
   ShardLink& link;
   VariableId add(const std::string& name, uint64_t elements) {
     std::vector<float> initial(elements, 1.f);
-    return shard.run(link.register_part(spec(name, {elements}), false, {0, elements},
-                                        bytes(initial)));
+    return shard.run(
+        link.register_part(spec(name, {elements}), false, {0, elements}, bytes(initial)));
   }
   // Runs `call`, which is expected to fail.
   template <typename T>
