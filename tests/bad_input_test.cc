@@ -286,8 +286,8 @@ TEST_CASE("a registration over the name or shape limits names the limit") {
                  ErrorCode::invalid_argument, "(limits.max_shape_dims)");
   // 2^62 float32 elements: 2^64 bytes, which would wrap to an empty initial value.
   VariableSpec huge{"huge", {1ull << 62}, DType::float32, 0, {}};
-  f.expect_error(f.link.register_part(huge, true, {0, 1ull << 62}, {}),
-                 ErrorCode::invalid_argument, "shape [4611686018427387904] has more than");
+  f.expect_error(f.link.register_part(huge, true, {0, 1ull << 62}, {}), ErrorCode::invalid_argument,
+                 "shape [4611686018427387904] has more than");
   f.check_untouched_and_serving();
 }
 
@@ -296,7 +296,11 @@ TEST_CASE("a fused push or poll over the partition limit is refused whole naming
   std::vector<float> grad(1, 1.f), out(kFusedLimit + 1);
   std::vector<FusedPartition> parts;
   for (uint64_t i = 0; i <= kFusedLimit; ++i)
-    parts.push_back({f.id, 1, {i % kElements, i % kElements + 1}, DType::float32, f.bytes(grad),
+    parts.push_back({f.id,
+                     1,
+                     {i % kElements, i % kElements + 1},
+                     DType::float32,
+                     f.bytes(grad),
                      reinterpret_cast<std::byte*>(&out[i])});
   f.expect_error(f.link.push_fused(parts), ErrorCode::invalid_argument,
                  "pushFused rejected: 257 partitions are over the limit of 256 "
@@ -312,7 +316,11 @@ TEST_CASE("a fused poll whose answer would not fit the message limit is refused 
   std::vector<float> grad(kElements, 1.f), out(65 * kElements);
   std::vector<FusedPartition> parts;
   for (uint64_t i = 0; i < 65; ++i)
-    parts.push_back({f.id, 0, {0, kElements}, DType::float32, f.bytes(grad),
+    parts.push_back({f.id,
+                     0,
+                     {0, kElements},
+                     DType::float32,
+                     f.bytes(grad),
                      reinterpret_cast<std::byte*>(&out[i * kElements])});
   f.expect_error(f.link.poll_fused(parts), ErrorCode::message_too_large,
                  "pollFused rejected: its ranges hold over 1024 elements");
@@ -330,8 +338,9 @@ TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answer
                                   reinterpret_cast<std::byte*>(out[i].data()), kElements * 4));
   f.expect_error(waiter.poll(f.id, 1, {0, kElements},
                              reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
-                 ErrorCode::overloaded, "4 polls of this connection are waiting, the limit "
-                                        "(limits.max_waiting_polls)");
+                 ErrorCode::overloaded,
+                 "4 polls of this connection are waiting, the limit "
+                 "(limits.max_waiting_polls)");
   // The worker's own push answers its waiting polls; then it may poll again.
   std::vector<float> grad(kElements, 1.f);
   f.cluster.run(waiter.push(f.id, 1, {0, kElements}, DType::float32, f.bytes(grad)));
