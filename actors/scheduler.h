@@ -64,8 +64,9 @@ struct SchedulerStats {
 class Scheduler : public Actor {
  public:
   static constexpr size_t kMaxRecords = 1 << 16;
-  // At most this many tasks share a fused message (bounds its header overhead).
-  static constexpr size_t kMaxFusedTasks = 256;
+  // At most this many tasks share a fused message (bounds its header overhead); every shard
+  // accepts that many (limits.max_fused_partitions).
+  static constexpr size_t kMaxFusedTasks = kMinFusedPartitionsLimit;
 
   // Runs on the scheduler's strand when a task finished (fresh value written) or failed.
   using OnTaskDone = std::function<void(uint64_t task_id, std::exception_ptr)>;

@@ -41,8 +41,10 @@ constexpr std::array<std::string_view, 3> kShardKeys = {"listen", "http", "devic
 constexpr unsigned kHttpPortOffset = 1000;
 constexpr std::array<std::string_view, 5> kSchedulerKeys = {
     "policy", "partition_bytes", "credit_bytes", "fusion_bytes", "autotune"};
-constexpr std::array<std::string_view, 3> kLimitsKeys = {"max_message_bytes", "max_variables",
-                                                         "max_name_bytes"};
+constexpr std::array<std::string_view, 9> kLimitsKeys = {
+    "max_message_bytes", "max_variables",     "max_name_bytes",
+    "max_shape_dims",    "max_token_bytes",   "max_fused_partitions",
+    "max_connections",   "max_waiting_polls", "stall_timeout_seconds"};
 
 constexpr std::array<std::pair<std::string_view, Mode>, 2> kModes = {{
     {"async", Mode::async},
@@ -260,6 +262,15 @@ LimitsConfig parse_limits(const ConfigNode& node) {
   if (auto f = map.find("max_message_bytes")) out.max_message_bytes = read_byte_size(*f, 1);
   if (auto f = map.find("max_variables")) out.max_variables = read_integer(*f, 1, UINT64_MAX);
   if (auto f = map.find("max_name_bytes")) out.max_name_bytes = read_byte_size(*f, 1);
+  if (auto f = map.find("max_shape_dims")) out.max_shape_dims = read_integer(*f, 1, UINT32_MAX);
+  if (auto f = map.find("max_token_bytes")) out.max_token_bytes = read_byte_size(*f, 1);
+  if (auto f = map.find("max_fused_partitions"))
+    out.max_fused_partitions = read_integer(*f, kMinFusedPartitionsLimit, UINT32_MAX);
+  if (auto f = map.find("max_connections")) out.max_connections = read_integer(*f, 1, UINT32_MAX);
+  if (auto f = map.find("max_waiting_polls"))
+    out.max_waiting_polls = read_integer(*f, 1, UINT32_MAX);
+  if (auto f = map.find("stall_timeout_seconds"))
+    out.stall_timeout_seconds = read_integer(*f, 1, 86400);
   return out;
 }
 

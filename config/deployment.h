@@ -48,11 +48,27 @@ struct SchedulerConfig {
   bool autotune = false;
 };
 
+// What one shard accepts from its clients; a request over a limit is rejected with an error
+// naming the field and the limit, and changes nothing.
 struct LimitsConfig {
-  uint64_t max_message_bytes = 64 << 20;  // Cap'n Proto traversal limit, both directions
-  uint64_t max_variables = 1 << 20;       // per shard
-  uint64_t max_name_bytes = 1024;
+  // Largest message either way (Cap'n Proto traversal limit). A connection's unanswered calls
+  // may hold twice this (+ 1 KiB per allowed waiting poll) before the shard stops reading it.
+  uint64_t max_message_bytes = 64 << 20;
+  uint64_t max_variables = 1 << 20;  // per shard
+  uint64_t max_name_bytes = 1024;    // a variable's name
+  uint64_t max_shape_dims = 32;      // dimensions of a variable's shape
+  uint64_t max_token_bytes = 4096;   // the auth token a connect presents
+  // Partitions of one pushFused, ranges of one pollFused; at least 256 (what workers fuse).
+  uint64_t max_fused_partitions = 1024;
+  uint64_t max_connections = 1024;      // open RPC connections per shard; more are closed at once
+  uint64_t max_waiting_polls = 1 << 16;  // unanswered polls (fused ranges count one each) per
+                                         // connection
+  // A connection silent this long in the middle of a message is dropped (between messages it
+  // may be silent for ever).
+  uint64_t stall_timeout_seconds = 60;
 };
+// Workers fuse at most this many partitions into one message (actors/scheduler.h).
+inline constexpr uint64_t kMinFusedPartitionsLimit = 256;
 
 // Durability of a shard's state (actors/shard_store.h). Each shard writes its own files
 // (shard-<index>.*), so shards may share a directory.

@@ -124,6 +124,12 @@ limits:
   max_message_bytes: 1GiB
   max_variables: 100
   max_name_bytes: 256B
+  max_shape_dims: 8
+  max_token_bytes: 1KiB
+  max_fused_partitions: 300
+  max_connections: 50
+  max_waiting_polls: 7
+  stall_timeout_seconds: 5
 )");
   CHECK(config.mode == Mode::sync);
   CHECK(config.workers == 8);
@@ -149,6 +155,12 @@ limits:
   CHECK(config.limits.max_message_bytes == 1u << 30);
   CHECK(config.limits.max_variables == 100);
   CHECK(config.limits.max_name_bytes == 256);
+  CHECK(config.limits.max_shape_dims == 8);
+  CHECK(config.limits.max_token_bytes == 1024);
+  CHECK(config.limits.max_fused_partitions == 300);
+  CHECK(config.limits.max_connections == 50);
+  CHECK(config.limits.max_waiting_polls == 7);
+  CHECK(config.limits.stall_timeout_seconds == 5);
 }
 
 TEST_CASE("every optimizer hyper-parameter can be set by its field name") {
@@ -254,6 +266,13 @@ TEST_CASE("a partition must fit in one message") {
   CHECK(error_of(kOneShard + "limits:\n  max_message_bytes: 256KiB\n")
             .starts_with(
                 "configs/x.yaml:4: limits.max_message_bytes: scheduler.partition_bytes (256KiB)"));
+}
+
+TEST_CASE("a shard must accept the fused messages workers send") {
+  CHECK(error_of(kOneShard + "limits:\n  max_fused_partitions: 100\n") ==
+        "configs/x.yaml:4: limits.max_fused_partitions: must be at least 256, got 100");
+  CHECK(error_of(kOneShard + "limits:\n  max_connections: 0\n") ==
+        "configs/x.yaml:4: limits.max_connections: must be at least 1, got 0");
 }
 
 TEST_CASE("integers must be whole numbers within range") {

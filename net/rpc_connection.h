@@ -25,6 +25,9 @@ class RpcConnection {
   RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options);
 
   capnp::Capability::Client bootstrap();
+  // Stops reading from the peer while its unanswered calls hold more than `bytes` (their
+  // messages stay in memory until answered); reading resumes as answers go out.
+  void limit_unanswered_calls(uint64_t bytes) { rpc_.setFlowLimit(bytes / sizeof(capnp::word)); }
   // Resolves when the peer disconnects (or the stream breaks).
   kj::Promise<void> on_disconnect() { return network_.onDisconnect(); }
 

@@ -1,8 +1,16 @@
 #include "net/shard_listener.h"
 
 #include "common/log.h"
+#include "net/frame_deadline.h"
 
 namespace psched {
+namespace {
+
+// More than a poll message takes per range it asks for. Waiting polls never fill the budget
+// for unanswered calls, so the shard keeps reading the pushes that will answer them.
+constexpr uint64_t kPollMessageBytes = 1024;
+
+}  // namespace
 
 ShardListener::ShardListener(ShardEndpoint& endpoint, kj::TlsContext* tls)
     : endpoint_(endpoint), tls_(tls), tasks_(*this) {}
@@ -10,7 +18,8 @@ ShardListener::ShardListener(ShardEndpoint& endpoint, kj::TlsContext* tls)
 kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Timer& timer) {
   return receiver.accept().then(
       [this, &receiver, &timer](kj::Own<kj::AsyncIoStream> stream) {
-        serve(kj::mv(stream));
+        kj::Duration stall = endpoint_.config.limits.stall_timeout_seconds * kj::SECONDS;
+        serve(with_frame_deadline(kj::mv(stream), timer, stall));
         return listen(receiver, timer);
       },
       [this, &receiver, &timer](kj::Exception&& e) {
@@ -23,6 +32,12 @@ kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Ti
 }
 
 void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
+  const LimitsConfig& limits = endpoint_.config.limits;
+  if (connections() >= limits.max_connections) {
+    log_warn("shard {}: connection closed: {} are open, the limit (limits.max_connections)",
+             endpoint_.id.value, connections());
+    return;  // dropping the stream closes it
+  }
   if (!tls_) return serve_rpc(kj::mv(stream));
   tasks_.add(tls_->wrapServer(kj::mv(stream))
                  .then([this](kj::Own<kj::AsyncIoStream> secure) { serve_rpc(kj::mv(secure)); },
@@ -33,9 +48,11 @@ void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
 }
 
 void ShardListener::serve_rpc(kj::Own<kj::AsyncIoStream> stream) {
-  auto connection =
-      kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_),
-                              reader_options(endpoint_.config.limits.max_message_bytes));
+  const LimitsConfig& limits = endpoint_.config.limits;
+  auto connection = kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_),
+                                            reader_options(limits.max_message_bytes));
+  connection->limit_unanswered_calls(2 * limits.max_message_bytes +
+                                     kPollMessageBytes * limits.max_waiting_polls);
   ++connections_;
   auto done = connection->on_disconnect();
   tasks_.add(done.attach(kj::mv(connection))

@@ -23,8 +23,12 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
 
   // Accepts on `receiver` until the returned promise is dropped. A failed accept (out of file
   // descriptors, say) is logged and retried after a pause on `timer`; it never ends serving.
+  // An accepted connection silent for limits.stall_timeout_seconds inside a message is dropped.
   kj::Promise<void> listen(kj::ConnectionReceiver& receiver, kj::Timer& timer);
-  // Serves one already-open stream (tests use in-memory pipes), after the TLS handshake.
+  // Serves one already-open stream (tests use in-memory pipes), after the TLS handshake;
+  // closes it at once when limits.max_connections are open. A connection's unanswered calls
+  // may hold twice limits.max_message_bytes plus 1 KiB per allowed waiting poll before the
+  // shard stops reading from it.
   void serve(kj::Own<kj::AsyncIoStream> stream);
   // Open connections now; any thread may read it (the operator view does).
   size_t connections() const { return connections_.load(std::memory_order_relaxed); }

@@ -1,5 +1,6 @@
 #include "net/shard_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -54,6 +55,12 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
   auto params = context.getParams();
   const DeploymentConfig& config = endpoint_.config;
   auto token = params.getToken();
+  if (token.size() > config.limits.max_token_bytes)
+    return refuse(endpoint_, std::make_exception_ptr(Error(
+                                 ErrorCode::invalid_argument,
+                                 fmt::format("connect rejected: token of {} bytes is over the "
+                                             "limit of {} (limits.max_token_bytes)",
+                                             token.size(), config.limits.max_token_bytes))));
   if (!config.auth_token.empty() &&
       !constant_time_equal(std::string_view(token.cStr(), token.size()), config.auth_token))
     return refuse(
@@ -84,6 +91,14 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
   return kj::READY_NOW;
 }
 
+void SessionService::check_fused(const char* what, size_t parts) const {
+  uint64_t limit = endpoint_.config.limits.max_fused_partitions;
+  if (parts > limit)
+    fail(ErrorCode::invalid_argument,
+         "{} rejected: {} partitions are over the limit of {} (limits.max_fused_partitions)", what,
+         parts, limit);
+}
+
 ElementRange SessionService::range(const char* what, uint64_t offset, uint64_t count) const {
   if (offset > UINT64_MAX - count)
     fail(ErrorCode::offset_out_of_range, "{} rejected: offset {} + count {} overflows", what,
@@ -95,8 +110,7 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
   auto params = context.getParams();
   VariableSpec spec;
   try {
-    spec = from_wire(params.getSpec(), endpoint_.config.optimizer,
-                     endpoint_.config.limits.max_name_bytes);
+    spec = from_wire(params.getSpec(), endpoint_.config.optimizer, endpoint_.config.limits);
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }
@@ -105,7 +119,8 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
   endpoint_.shard.register_variable(
       kj::mv(spec), {params.getBegin(), params.getEnd()},
       {reinterpret_cast<const std::byte*>(initial.begin()), initial.size()},
-      [f](std::exception_ptr error, VariableId id, bool created) {
+      // f = f: clang 14 (the fuzz build) cannot capture a structured binding by name.
+      [f = f](std::exception_ptr error, VariableId id, bool created) {
         if (error) return (*f)->reject(to_kj_exception(error));
         (*f)->fulfill(std::make_pair(id, created));
       });
@@ -121,7 +136,8 @@ SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step ste
   uint64_t limit = endpoint_.config.limits.max_message_bytes;
   if (data.size() > limit)
     fail(ErrorCode::message_too_large,
-         "push to variable id {} rejected: {} bytes of data exceed the message limit of {} bytes",
+         "push to variable id {} rejected: {} bytes of data exceed the message limit of {} bytes "
+         "(limits.max_message_bytes)",
          variable, data.size(), limit);
   DType dtype = from_wire(wire_dtype);
   if (data.size() % element_bytes(dtype) != 0)
@@ -138,7 +154,7 @@ SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step ste
 kj::Promise<void> SessionService::push_one(const PushArgs& push) {
   auto [promise, f] = cross_thread_promise<void>();
   endpoint_.shard.push(worker_, push.variable, push.step, push.range, push.dtype, push.data,
-                       [f](std::exception_ptr error) {
+                       [f = f](std::exception_ptr error) {
                          if (error) return (*f)->reject(to_kj_exception(error));
                          (*f)->fulfill();
                        });
@@ -157,6 +173,11 @@ kj::Promise<void> SessionService::push(PushContext context) {
 
 kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
   auto partitions = context.getParams().getPartitions();
+  try {
+    check_fused("pushFused", partitions.size());
+  } catch (...) {
+    return refuse(endpoint_, std::current_exception());
+  }
   auto outcomes = kj::heapArrayBuilder<kj::Promise<kj::String>>(partitions.size());
   // Each partition goes to the shard's strand in list order, so they apply in that order.
   for (auto p : partitions) {
@@ -173,9 +194,28 @@ kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
   });
 }
 
+void SessionService::check_answer_fits(capnp::List<wire::PolledRange>::Reader ranges) const {
+  uint64_t limit = endpoint_.config.limits.max_message_bytes, elements = 0;
+  for (auto r : ranges) {
+    elements += std::min<uint64_t>(r.getCount(), limit);  // stays below 2 x limit
+    if (elements > limit / sizeof(float))
+      fail(ErrorCode::message_too_large,
+           "pollFused rejected: its ranges hold over {} elements, which do not fit the message "
+           "limit of {} bytes (limits.max_message_bytes)",
+           limit / sizeof(float), limit);
+  }
+}
+
 kj::Promise<ValueAnswer> SessionService::poll_one(VariableId variable, Step step, uint64_t offset,
                                                   uint64_t count) {
   ElementRange r = range("poll", offset, count);
+  uint64_t limit = endpoint_.config.limits.max_waiting_polls;
+  if (*waiting_polls_ >= limit)
+    fail(ErrorCode::overloaded,
+         "poll rejected: {} polls of this connection are waiting, the limit "
+         "(limits.max_waiting_polls)",
+         *waiting_polls_);
+  ++*waiting_polls_;
   auto [promise, f] = cross_thread_promise<ValueAnswer>();
   PollTicket ticket(endpoint_.next_poll_ticket++);
   endpoint_.shard.poll(worker_, variable, step, r, ticket, value_reply(f));
@@ -183,7 +223,8 @@ kj::Promise<ValueAnswer> SessionService::poll_one(VariableId variable, Step step
   // is dropped and the shard forgets the poll. Polls borrow nothing from their parameters.
   VariableShard& shard = endpoint_.shard;
   std::weak_ptr<bool> alive = endpoint_.alive;
-  return promise.attach(kj::defer([&shard, alive, ticket] {
+  return promise.attach(kj::defer([&shard, alive, ticket, waiting = waiting_polls_] {
+    --*waiting;
     if (alive.lock()) shard.withdraw_poll(ticket);
   }));
 }
@@ -211,6 +252,12 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
     kj::String error;
   };
   auto ranges = context.getParams().getRanges();
+  try {
+    check_fused("pollFused", ranges.size());
+    check_answer_fits(ranges);
+  } catch (...) {
+    return refuse(endpoint_, std::current_exception());
+  }
   auto outcomes = kj::heapArrayBuilder<kj::Promise<Outcome>>(ranges.size());
   for (auto r : ranges) {
     kj::Promise<ValueAnswer> answer = nullptr;

@@ -76,9 +76,16 @@ class SessionService final : public wire::Session::Server {
 
   // [offset, offset + count) after checking it does not overflow.
   ElementRange range(const char* what, uint64_t offset, uint64_t count) const;
+  // Throws unless a fused call of `parts` partitions is within limits.max_fused_partitions.
+  void check_fused(const char* what, size_t parts) const;
+  // Throws unless the answer to a fused poll of `ranges` fits the message limit (as float32).
+  void check_answer_fits(capnp::List<wire::PolledRange>::Reader ranges) const;
 
   ShardEndpoint& endpoint_;
   WorkerId worker_;
+  // This connection's unanswered polls (KJ thread only); shared with the polls, which may
+  // be dropped after the service.
+  std::shared_ptr<uint64_t> waiting_polls_ = std::make_shared<uint64_t>(0);
 };
 
 // True when `a` and `b` are equal, taking time that depends only on their lengths.

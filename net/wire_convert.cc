@@ -1,6 +1,10 @@
 #include "net/wire_convert.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
 
 namespace psched {
 
@@ -47,8 +51,9 @@ void to_wire(const optim::OptimizerSpec& s, wire::OptimizerSpec::Builder out) {
 optim::OptimizerSpec from_wire(wire::OptimizerSpec::Reader in) {
   optim::OptimizerSpec s;
   std::string kind(in.getKind().cStr());
-  if (!optim::parse_optimizer_kind(kind, s.kind))
-    fail(ErrorCode::invalid_argument, "unknown optimizer '{}'", kind);
+  if (!optim::parse_optimizer_kind(kind, s.kind))  // quotes a long kind's start only
+    fail(ErrorCode::invalid_argument, "unknown optimizer '{}' ({} bytes)", kind.substr(0, 32),
+         kind.size());
   s.lr = in.getLr();
   s.momentum = in.getMomentum();
   s.dampening = in.getDampening();
@@ -75,17 +80,45 @@ void to_wire(const VariableSpec& spec, bool use_server_optimizer, wire::Variable
   out.setUseServerOptimizer(use_server_optimizer);
 }
 
+namespace {
+
+// The shape, checked against the limit on dimensions and for a byte size that fits 64 bits.
+std::vector<uint64_t> shape_from_wire(const std::string& name, capnp::List<uint64_t>::Reader in,
+                                      uint64_t max_dims) {
+  if (in.size() > max_dims)
+    fail(ErrorCode::invalid_argument,
+         "register of variable '{}' rejected: shape of {} dimensions is over the limit of {} "
+         "(limits.max_shape_dims)",
+         name, in.size(), max_dims);
+  std::vector<uint64_t> shape;
+  for (uint64_t d : in) shape.push_back(d);
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return shape;  // no elements
+  constexpr uint64_t kMaxElements = UINT64_MAX / 8;  // whose bytes fit 64 bits in every dtype
+  uint64_t elements = 1;
+  for (uint64_t d : shape) {
+    if (elements > kMaxElements / d)
+      fail(ErrorCode::invalid_argument,
+           "register of variable '{}' rejected: shape [{}] has more than {} elements", name,
+           fmt::join(shape, ", "), kMaxElements);
+    elements *= d;
+  }
+  return shape;
+}
+
+}  // namespace
+
 VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec& server_default,
-                       uint64_t max_name_bytes) {
+                       const LimitsConfig& limits) {
   VariableSpec spec;
   auto name = in.getName();
   if (name.size() == 0) fail(ErrorCode::invalid_argument, "register rejected: empty variable name");
-  if (name.size() > max_name_bytes)
+  if (name.size() > limits.max_name_bytes)
     fail(ErrorCode::invalid_argument,
-         "register rejected: variable name of {} bytes is over the limit of {}", name.size(),
-         max_name_bytes);
+         "register rejected: variable name of {} bytes is over the limit of {} "
+         "(limits.max_name_bytes)",
+         name.size(), limits.max_name_bytes);
   spec.name.assign(name.begin(), name.end());
-  for (uint64_t d : in.getShape()) spec.shape.push_back(d);
+  spec.shape = shape_from_wire(spec.name, in.getShape(), limits.max_shape_dims);
   spec.dtype = from_wire(in.getDtype());
   spec.priority = in.getPriority();
   spec.optimizer = in.getUseServerOptimizer() ? server_default : from_wire(in.getOptimizer());

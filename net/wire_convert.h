@@ -25,9 +25,10 @@ optim::OptimizerSpec from_wire(wire::OptimizerSpec::Reader in);
 // `spec.optimizer` is sent; `use_server_optimizer` tells the shard to ignore it.
 void to_wire(const VariableSpec& spec, bool use_server_optimizer, wire::VariableSpec::Builder out);
 // A server-side read; `server_default` replaces the optimizer when the spec asks for it.
-// Throws Error on a malformed spec (bad name, dtype, optimizer).
+// Throws Error on a malformed spec (bad name, dtype, optimizer), one over `limits` (name bytes,
+// shape dimensions) or one whose size in bytes does not fit 64 bits.
 VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec& server_default,
-                       uint64_t max_name_bytes);
+                       const LimitsConfig& limits);
 
 // The exception a shard answers a failed call with.
 kj::Exception to_kj_exception(std::exception_ptr error);

@@ -38,7 +38,7 @@ TEST_CASE("a variable spec round-trips through the wire types") {
   capnp::MallocMessageBuilder message;
   auto builder = message.initRoot<wire::VariableSpec>();
   to_wire(spec, false, builder);
-  VariableSpec back = from_wire(builder.asReader(), optim::OptimizerSpec{}, 1024);
+  VariableSpec back = from_wire(builder.asReader(), optim::OptimizerSpec{}, LimitsConfig{});
   CHECK(back.same_variable(spec));
   CHECK(back.priority == 3);
 }
@@ -51,7 +51,7 @@ TEST_CASE("a spec asking for the server optimizer gets the server default") {
   to_wire(spec, true, builder);
   optim::OptimizerSpec server;
   server.kind = optim::OptimizerKind::adam;
-  CHECK(from_wire(builder.asReader(), server, 1024).optimizer == server);
+  CHECK(from_wire(builder.asReader(), server, LimitsConfig{}).optimizer == server);
 }
 
 TEST_CASE("an over-long variable name is rejected naming the limit") {
@@ -60,6 +60,57 @@ TEST_CASE("an over-long variable name is rejected naming the limit") {
   capnp::MallocMessageBuilder message;
   auto builder = message.initRoot<wire::VariableSpec>();
   to_wire(spec, false, builder);
-  CHECK_THROWS_WITH_AS(from_wire(builder.asReader(), {}, 1024),
-                       doctest::Contains("over the limit of 1024"), Error);
+  CHECK_THROWS_WITH_AS(from_wire(builder.asReader(), {}, LimitsConfig{}),
+                       doctest::Contains("over the limit of 1024 (limits.max_name_bytes)"), Error);
+}
+
+TEST_CASE("a shape with more dimensions than the limit is rejected naming the limit") {
+  VariableSpec spec{"w", std::vector<uint64_t>(33, 1), DType::float32, 0, {}};
+  capnp::MallocMessageBuilder message;
+  auto builder = message.initRoot<wire::VariableSpec>();
+  to_wire(spec, false, builder);
+  CHECK_THROWS_WITH_AS(
+      from_wire(builder.asReader(), {}, LimitsConfig{}),
+      doctest::Contains("shape of 33 dimensions is over the limit of 32 (limits.max_shape_dims)"),
+      Error);
+}
+
+TEST_CASE("a shape whose byte size overflows 64 bits is rejected") {
+  SUBCASE("product past 2^64") {
+    VariableSpec spec{"w", {1ull << 32, 1ull << 32, 2}, DType::float32, 0, {}};
+    capnp::MallocMessageBuilder message;
+    auto builder = message.initRoot<wire::VariableSpec>();
+    to_wire(spec, false, builder);
+    CHECK_THROWS_WITH_AS(from_wire(builder.asReader(), {}, LimitsConfig{}),
+                         doctest::Contains("shape [4294967296, 4294967296, 2] has more than"),
+                         Error);
+  }
+  SUBCASE("elements fit but their bytes do not") {
+    VariableSpec spec{"w", {1ull << 62}, DType::float32, 0, {}};
+    capnp::MallocMessageBuilder message;
+    auto builder = message.initRoot<wire::VariableSpec>();
+    to_wire(spec, false, builder);
+    CHECK_THROWS_AS(from_wire(builder.asReader(), {}, LimitsConfig{}), Error);
+  }
+  SUBCASE("a zero dimension is no overflow") {
+    VariableSpec spec{"w", {UINT64_MAX, UINT64_MAX, 0}, DType::float32, 0, {}};
+    capnp::MallocMessageBuilder message;
+    auto builder = message.initRoot<wire::VariableSpec>();
+    to_wire(spec, false, builder);
+    CHECK(from_wire(builder.asReader(), {}, LimitsConfig{}).elements() == 0);
+  }
+}
+
+TEST_CASE("an unknown optimizer kind is quoted only by its start") {
+  capnp::MallocMessageBuilder message;
+  auto builder = message.initRoot<wire::OptimizerSpec>();
+  std::string kind(100000, 'k');
+  builder.setKind(kind);
+  try {
+    from_wire(builder.asReader());
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) ==
+          fmt::format("unknown optimizer '{}' (100000 bytes)", std::string(32, 'k')));
+  }
 }

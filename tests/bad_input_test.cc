@@ -15,6 +15,8 @@ using namespace psched::testing;
 namespace {
 
 constexpr uint64_t kElements = 16;
+constexpr uint64_t kFusedLimit = 256;
+constexpr uint64_t kWaitingPollLimit = 4;
 const std::string kToken = "s3cret";
 
 struct BadInputFixture {
@@ -29,6 +31,9 @@ struct BadInputFixture {
     DeploymentConfig c = cluster_config(1, 4, Mode::async);
     c.auth_token = kToken;
     c.limits.max_message_bytes = 4096;
+    c.limits.max_fused_partitions = kFusedLimit;
+    c.limits.max_waiting_polls = kWaitingPollLimit;
+    c.limits.max_token_bytes = 64;
     c.optimizer.lr = 1.0;
     return c;
   }
@@ -270,4 +275,109 @@ TEST_CASE("a dropped connection's waiting poll is forgotten and the shard serves
   f.cluster.settle();
   CHECK(polls_waiting() == 0);
   f.check_untouched_and_serving();
+}
+
+TEST_CASE("a token over the length limit is refused at connect naming the limit") {
+  BadInputFixture f;
+  ShardLink& link = f.cluster.open_link(0);
+  f.expect_error(link.connect(WorkerId(3), std::string(65, 't')), ErrorCode::invalid_argument,
+                 "token of 65 bytes is over the limit of 64 (limits.max_token_bytes)");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a registration over the name or shape limits names the limit") {
+  BadInputFixture f;
+  std::vector<float> value(2);
+  VariableSpec long_name{std::string(1025, 'n'), {2}, DType::float32, 0, {}};
+  f.expect_error(f.link.register_part(long_name, true, {0, 2}, f.bytes(value)),
+                 ErrorCode::invalid_argument, "(limits.max_name_bytes)");
+  VariableSpec deep{"deep", std::vector<uint64_t>(33, 1), DType::float32, 0, {}};
+  f.expect_error(f.link.register_part(deep, true, {0, 1}, f.bytes(value)),
+                 ErrorCode::invalid_argument, "(limits.max_shape_dims)");
+  // 2^62 float32 elements: 2^64 bytes, which would wrap to an empty initial value.
+  VariableSpec huge{"huge", {1ull << 62}, DType::float32, 0, {}};
+  f.expect_error(f.link.register_part(huge, true, {0, 1ull << 62}, {}), ErrorCode::invalid_argument,
+                 "shape [4611686018427387904] has more than");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a fused push or poll over the partition limit is refused whole naming the limit") {
+  BadInputFixture f;
+  std::vector<float> grad(1, 1.f), out(kFusedLimit + 1);
+  std::vector<FusedPartition> parts;
+  for (uint64_t i = 0; i <= kFusedLimit; ++i)
+    parts.push_back({f.id,
+                     1,
+                     {i % kElements, i % kElements + 1},
+                     DType::float32,
+                     f.bytes(grad),
+                     reinterpret_cast<std::byte*>(&out[i])});
+  f.expect_error(f.link.push_fused(parts), ErrorCode::invalid_argument,
+                 "pushFused rejected: 257 partitions are over the limit of 256 "
+                 "(limits.max_fused_partitions)");
+  f.expect_error(f.link.poll_fused(parts), ErrorCode::invalid_argument,
+                 "pollFused rejected: 257 partitions are over the limit of 256");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a fused poll whose answer would not fit the message limit is refused whole") {
+  BadInputFixture f;
+  // 65 ranges of the whole variable: 1040 elements, over the 1024 float32 of a 4 KiB message.
+  std::vector<float> grad(kElements, 1.f), out(65 * kElements);
+  std::vector<FusedPartition> parts;
+  for (uint64_t i = 0; i < 65; ++i)
+    parts.push_back({f.id,
+                     0,
+                     {0, kElements},
+                     DType::float32,
+                     f.bytes(grad),
+                     reinterpret_cast<std::byte*>(&out[i * kElements])});
+  f.expect_error(f.link.poll_fused(parts), ErrorCode::message_too_large,
+                 "pollFused rejected: its ranges hold over 1024 elements");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answers free room") {
+  BadInputFixture f;
+  ShardLink& waiter = f.cluster.open_link(0);
+  f.cluster.run(waiter.connect(WorkerId(3), kToken));
+  std::vector<std::vector<float>> out(kWaitingPollLimit + 1, std::vector<float>(kElements));
+  std::vector<kj::Promise<int64_t>> waiting;
+  for (uint64_t i = 0; i < kWaitingPollLimit; ++i)
+    waiting.push_back(waiter.poll(f.id, 1, {0, kElements},
+                                  reinterpret_cast<std::byte*>(out[i].data()), kElements * 4));
+  f.expect_error(waiter.poll(f.id, 1, {0, kElements},
+                             reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
+                 ErrorCode::overloaded,
+                 "4 polls of this connection are waiting, the limit "
+                 "(limits.max_waiting_polls)");
+  // The worker's own push answers its waiting polls; then it may poll again.
+  std::vector<float> grad(kElements, 1.f);
+  f.cluster.run(waiter.push(f.id, 1, {0, kElements}, DType::float32, f.bytes(grad)));
+  for (auto& poll : waiting) f.cluster.run(kj::mv(poll));
+  f.cluster.run(waiter.poll(f.id, 1, {0, kElements},
+                            reinterpret_cast<std::byte*>(out.back().data()), kElements * 4));
+  for (float& x : f.expected) x -= 1.f;
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a connection past the shard's connection limit is closed and others are served") {
+  DeploymentConfig config = BadInputFixture::config();
+  config.limits.max_connections = 2;
+  Cluster cluster(config);
+  ShardLink& first = cluster.open_link(0);
+  ShardLink& second = cluster.open_link(0);
+  cluster.run(first.connect(WorkerId(0), kToken));
+  cluster.run(second.connect(WorkerId(1), kToken));
+  ShardLink& third = cluster.open_link(0);
+  try {
+    cluster.run(third.connect(WorkerId(2), kToken));
+    FAIL("a third connection was served");
+  } catch (const kj::Exception& e) {
+    CHECK(from_kj_exception(e).code() == ErrorCode::disconnected);
+  }
+  cluster.drop_link(first);
+  cluster.settle();
+  ShardLink& again = cluster.open_link(0);
+  cluster.run(again.connect(WorkerId(2), kToken));
 }

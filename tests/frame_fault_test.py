@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Frame faults against a real psched-server on loopback: garbage bytes, truncated and
+stalled frames, oversized frames and too many connections. After each fault the shard still serves a
+well-behaved client (an example trainer as a new worker), and after hundreds of oversized
+frames and garbage connections its resident memory has grown by less than MEMORY_BOUND.
+
+Usage: frame_fault_test.py BUILD_DIR
+Standard library only. Every wait is bounded (socket timeouts); nothing sleeps to synchronise.
+"""
+import json
+import os
+import random
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+LISTEN, HTTP = 17480, 18480  # this test's ports (other tests use 17410-17461)
+WORKERS = 64                 # each check trains as a new worker
+MAX_MESSAGE = 1 << 20
+MAX_CONNECTIONS = 16
+MEMORY_BOUND = 64 << 20
+STALL_SECONDS = 2
+WAIT = 30  # seconds a socket waits for the server before the test gives up
+
+CONFIG = f"""mode: async
+workers: {WORKERS}
+shards:
+  - listen: 127.0.0.1:{LISTEN}
+    http: 127.0.0.1:{HTTP}
+limits:
+  max_message_bytes: {MAX_MESSAGE}
+  max_connections: {MAX_CONNECTIONS}
+  stall_timeout_seconds: {STALL_SECONDS}
+"""
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def frame_header(segment_words):
+    """A Cap'n Proto stream frame header: segment count - 1, each segment's size in words,
+    padded to a whole word."""
+    header = struct.pack("<I", len(segment_words) - 1)
+    header += b"".join(struct.pack("<I", w) for w in segment_words)
+    return header + b"\0" * (-len(header) % 8)
+
+
+class Server:
+    def __init__(self, build):
+        self.build = build
+        self.work = tempfile.mkdtemp(prefix="psched_frame_fault_")
+        self.config = os.path.join(self.work, "test.yaml")
+        open(self.config, "w").write(CONFIG)
+        self.log = open(os.path.join(self.work, "server.log"), "w+")
+        self.process = subprocess.Popen(
+            [os.path.join(build, "apps", "psched-server"), "--config", self.config],
+            stderr=self.log)
+        self.next_worker = 0
+        for _ in range(400):  # bounded wait until the shard serves RPC and HTTP
+            if "listening on" in self.text() and "dashboard on" in self.text():
+                return
+            check(self.process.poll() is None, "psched-server exited:\n" + self.text())
+            time.sleep(0.05)
+        raise AssertionError("psched-server did not start:\n" + self.text())
+
+    def text(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def rss_bytes(self):
+        for line in open(f"/proc/{self.process.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def wait_connections(self, count):
+        """Waits (bounded) until the shard reports `count` open RPC connections."""
+        for _ in range(400):
+            with urllib.request.urlopen(f"http://127.0.0.1:{HTTP}/status", timeout=WAIT) as r:
+                if json.load(r)["connected_workers"] == count:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"the shard never reported {count} open connections")
+
+    def connect(self):
+        s = socket.create_connection(("127.0.0.1", LISTEN), timeout=WAIT)
+        s.settimeout(WAIT)
+        return s
+
+    def check_serving(self, after):
+        """A new worker trains 5 steps: connect, register, push, poll."""
+        check(self.process.poll() is None, f"after {after}: the server died:\n" + self.text())
+        worker = self.next_worker
+        self.next_worker += 1
+        run = subprocess.run(
+            [os.path.join(self.build, "apps", "psched-example-trainer"), "--config", self.config,
+             "--worker", str(worker), "--steps", "5", "--print-every", "5"],
+            capture_output=True, text=True, timeout=120)
+        check(run.returncode == 0,
+              f"after {after}: worker {worker} failed:\n{run.stdout}{run.stderr}\n" + self.text())
+        print(f"ok: {after}; worker {worker} trained", flush=True)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        shutil.rmtree(self.work)
+
+
+def closed_by_server(s):
+    """Reads until the server closes the connection (an answer may come first)."""
+    try:
+        while s.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    s.close()
+    return True
+
+
+def send_and_expect_close(server, data, then_close_sending=False):
+    """Sends `data` (then closes the sending side, if asked) and expects the server to close."""
+    s = server.connect()
+    try:
+        s.sendall(data)
+        if then_close_sending:
+            s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # the server closed first: fine
+    closed_by_server(s)
+
+
+def garbage(server):
+    rng = random.Random(5)
+    # Random bytes may announce a frame longer than they are: the client then closes its side.
+    for size in [1, 7, 8, 100, 4096, 1 << 16]:
+        send_and_expect_close(server, bytes(rng.getrandbits(8) for _ in range(size)), True)
+    send_and_expect_close(server, b"\xff" * 8)  # 2^32 segments: refused from the first word
+    # A well-formed frame whose message is not an RPC message (a struct of garbage pointers).
+    body = bytes(rng.getrandbits(8) for _ in range(64))
+    send_and_expect_close(server, frame_header([8]) + body)
+    server.check_serving("garbage bytes")
+
+
+def truncated(server):
+    # A valid header announcing 100 words; 40 bytes of body; then the client closes.
+    s = server.connect()
+    s.sendall(frame_header([100]) + b"\0" * 40)
+    s.shutdown(socket.SHUT_WR)
+    closed_by_server(s)
+    # Cut inside the segment table, then close.
+    s = server.connect()
+    s.sendall(struct.pack("<I", 3) + struct.pack("<I", 10))
+    s.shutdown(socket.SHUT_WR)
+    closed_by_server(s)
+    # A half frame, then silence: the shard serves others meanwhile and drops the stalled
+    # connection after the stall timeout (the socket's own timeout bounds the wait).
+    stalled = server.connect()
+    stalled.sendall(frame_header([1000]) + b"\0" * 4000)
+    server.check_serving("a stalled half frame")
+    closed_by_server(stalled)
+    check("(limits.stall_timeout_seconds)" in server.text(), "no log line names the stall")
+    server.check_serving("truncated frames")
+
+
+def oversized(server):
+    before = server.rss_bytes()
+    for i in range(200):
+        # Beyond the traversal limit (about 2 x max_message_bytes): refused from the header.
+        send_and_expect_close(server, frame_header([1 << 28]))
+        send_and_expect_close(server, frame_header([1 << 20] * 4))
+        send_and_expect_close(server, frame_header([0xFFFFFFFF, 0xFFFFFFFF]))
+    # Within the traversal limit but over max_message_bytes, body sent in full: the garbage
+    # body is refused, and the memory it took is given back.
+    for i in range(20):
+        words = (3 * MAX_MESSAGE // 2) // 8
+        send_and_expect_close(server, frame_header([words]) + b"\x01" * (words * 8))
+    grown = server.rss_bytes() - before
+    print(f"resident memory grew {grown >> 10} KiB over 620 oversized frames", flush=True)
+    check(grown < MEMORY_BOUND, f"resident memory grew {grown} bytes")
+    server.check_serving("oversized frames")
+
+
+def many_connections(server):
+    before = server.rss_bytes()
+    rng = random.Random(7)
+    for round in range(10):
+        sockets = [server.connect() for _ in range(3 * MAX_CONNECTIONS)]
+        for s in sockets:
+            try:
+                s.sendall(bytes(rng.getrandbits(8) for _ in range(256)))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        for s in sockets:
+            closed_by_server(s)
+    grown = server.rss_bytes() - before
+    check(grown < MEMORY_BOUND, f"resident memory grew {grown} bytes")
+    server.wait_connections(0)
+    server.check_serving(f"{10 * 3 * MAX_CONNECTIONS} garbage connections, {3 * MAX_CONNECTIONS} at a time")
+
+
+def connection_limit(server):
+    # Idle connections up to the limit stay open; the next one is closed at once.
+    server.wait_connections(0)
+    held = [server.connect() for _ in range(MAX_CONNECTIONS)]
+    server.wait_connections(MAX_CONNECTIONS)
+    closed_by_server(server.connect())
+    check("limits.max_connections" in server.text(), "no log line names the connection limit")
+    for s in held:
+        s.close()
+    server.wait_connections(0)
+    server.check_serving(f"{MAX_CONNECTIONS} idle connections and one over the limit")
+
+
+def main():
+    build = sys.argv[1]
+    server = Server(build)
+    try:
+        server.check_serving("start")
+        for fault in [garbage, truncated, oversized, many_connections, connection_limit]:
+            fault(server)
+    finally:
+        server.stop()
+    print("all frame faults survived")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+#include "tests/fuzz/fuzz_shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace psched::fuzz {
+namespace {
+
+// What a fed connection's client sends, and the shard's read waiting for it. Shared by the
+// stream (owned by the shard's connection, which may end first) and FuzzShard::feed.
+struct Feed {
+  std::span<const uint8_t> rest;
+  bool closed = false;         // the end of the input was delivered
+  kj::byte* buffer = nullptr;  // of the waiting read
+  size_t max = 0;
+  kj::Own<kj::PromiseFulfiller<size_t>> read;  // null when no read waits
+
+  // Answers the waiting read with up to its `max` bytes, or with the end of the input (the
+  // client closed). False when no read waits (any more) or the end was delivered.
+  bool deliver() {
+    if (closed || !read || !read->isWaiting()) return false;
+    size_t n = std::min(max, rest.size());
+    std::memcpy(buffer, rest.data(), n);
+    rest = rest.subspan(n);
+    closed = n == 0;
+    auto answered = kj::mv(read);
+    answered->fulfill(kj::cp(n));
+    return true;
+  }
+};
+
+// The shard's end of a fed connection: reads wait for Feed::deliver; writes are dropped.
+class FedStream final : public kj::AsyncIoStream {
+ public:
+  explicit FedStream(std::shared_ptr<Feed> feed) : feed_(std::move(feed)) {}
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
+    auto read = kj::newPromiseAndFulfiller<size_t>();
+    feed_->buffer = static_cast<kj::byte*>(buffer);
+    feed_->max = max;
+    feed_->read = kj::mv(read.fulfiller);
+    return kj::mv(read.promise);
+  }
+  kj::Promise<void> write(const void*, size_t) override { return kj::READY_NOW; }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>>) override {
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return kj::NEVER_DONE; }
+  void shutdownWrite() override {}
+
+ private:
+  std::shared_ptr<Feed> feed_;
+};
+
+}  // namespace
+
+DeploymentConfig fuzz_config(Mode mode) {
+  DeploymentConfig config;
+  config.source = "fuzz";
+  config.mode = mode;
+  config.workers = 2;
+  config.auth_token = "fuzz";
+  config.shards.push_back({ListenAddress{"pipe", 1000}});
+  config.limits.max_message_bytes = 1 << 20;
+  config.limits.max_variables = 8;
+  config.limits.max_name_bytes = 64;
+  config.limits.max_shape_dims = 4;
+  config.limits.max_token_bytes = 64;
+  config.limits.max_fused_partitions = kMinFusedPartitionsLimit;
+  config.limits.max_connections = 4;
+  config.limits.max_waiting_polls = 16;
+  return config;
+}
+
+Mode input_mode(std::span<const uint8_t> input) {
+  return !input.empty() && (input[0] & 1) ? Mode::sync : Mode::async;
+}
+
+bool input_eager(std::span<const uint8_t> input) {
+  return !input.empty() && (input[0] & 2);
+}
+
+FuzzShard::FuzzShard(Mode mode) : config_(fuzz_config(mode)), scope_(loop_) {
+  ShardSettings settings{ShardId(0), config_.mode, config_.workers, config_.limits.max_variables};
+  shard_ = std::make_unique<VariableShard>(io_, settings, BufferPool::create());
+  endpoint_ = std::make_unique<ShardEndpoint>(ShardEndpoint{*shard_, config_, ShardId(0)});
+  listener_ = std::make_unique<ShardListener>(*endpoint_);
+}
+
+FuzzShard::~FuzzShard() {
+  settle();
+  auto [promise, fulfiller] = kj::newPromiseAndFulfiller<void>();
+  shard_->shut_down([f = fulfiller.get()] { f->fulfill(); });
+  run(kj::mv(promise));
+  listener_.reset();
+  settle();
+}
+
+kj::Own<kj::AsyncIoStream> FuzzShard::connect() {
+  auto pipe = kj::newTwoWayPipe();
+  listener_->serve(kj::mv(pipe.ends[0]));
+  return kj::mv(pipe.ends[1]);
+}
+
+void FuzzShard::feed(std::span<const uint8_t> bytes, bool eager) {
+  auto feed = std::make_shared<Feed>(Feed{bytes});
+  listener_->serve(kj::heap<FedStream>(feed));
+  if (eager) {
+    do scope_.poll();
+    while (feed->deliver());
+  }
+  do settle();
+  while (feed->deliver());
+}
+
+void FuzzShard::settle() {
+  for (size_t turn = 0; turn < kMaxTurns; ++turn) {
+    scope_.poll();
+    if (turn_actors() == 0) {
+      scope_.poll();
+      if (turn_actors() == 0) return;
+    }
+  }
+  stalled();
+}
+
+ShardStats FuzzShard::stats() {
+  auto [promise, fulfiller] = kj::newPromiseAndFulfiller<ShardStats>();
+  shard_->stats([f = fulfiller.get()](ShardStats s) { f->fulfill(kj::mv(s)); });
+  return run(kj::mv(promise));
+}
+
+size_t FuzzShard::turn_actors() {
+  io_.restart();
+  return io_.poll();
+}
+
+void FuzzShard::stalled() {
+  throw std::runtime_error("the fuzz shard never quieted: a handler loops");
+}
+
+void run_input(std::span<const uint8_t> input) {
+  FuzzShard shard(input_mode(input));
+  shard.feed(input.empty() ? input : input.subspan(1), input_eager(input));
+}
+
+}  // namespace psched::fuzz

@@ -1,0 +1,75 @@
+// FuzzShard: one shard with its actor, RPC endpoint and listener, on one thread, for feeding
+// a client connection's raw bytes to the real decode and handler path (the libFuzzer target,
+// the corpus replay test and the seed generator share it). Deterministic: the KJ event loop
+// and the shard's io_context are turned in turn on the calling thread, with no timers.
+//
+// The shard reads a fed connection one read at a time, each only once both loops are idle, so
+// every message is handled and answered before the next arrives, as a client that waits for
+// its answers would have it (Cap'n Proto reuses question ids once answered). Eager delivery
+// instead hands out the whole input before the shard's actor runs at all, so the connection
+// may close while the shard still works on its calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include <kj/async-io.h>
+
+#include "actors/variable_shard.h"
+#include "config/deployment.h"
+#include "net/shard_listener.h"
+
+namespace psched::fuzz {
+
+// The deployment the fuzzer runs against: 2 workers, token "fuzz", and limits small enough
+// that inputs reach them (1 MiB messages, 8 variables, 16 waiting polls).
+DeploymentConfig fuzz_config(Mode mode);
+
+// A fuzz input: its first byte holds options (bit 0: sync mode, bit 1: eager delivery), the
+// rest is what one client sends on its connection.
+Mode input_mode(std::span<const uint8_t> input);
+bool input_eager(std::span<const uint8_t> input);
+
+class FuzzShard {
+ public:
+  explicit FuzzShard(Mode mode);
+  ~FuzzShard();
+
+  // Opens a connection to the shard over an in-memory pipe; returns the client's end.
+  kj::Own<kj::AsyncIoStream> connect();
+  // Serves a connection whose client sends `bytes` and then closes its side; the shard's
+  // answers are dropped. Returns when the shard has read it all or stopped reading, and both
+  // loops are idle.
+  void feed(std::span<const uint8_t> bytes, bool eager = false);
+  // Runs the loops until `promise` resolves; returns its value (rethrows its failure).
+  template <typename T>
+  T run(kj::Promise<T> promise) {
+    for (size_t turn = 0; turn < kMaxTurns; ++turn) {
+      if (promise.poll(scope_)) return promise.wait(scope_);
+      turn_actors();
+    }
+    stalled();
+  }
+  // Runs the loops until neither has work left (bounded; throws when it never quiets).
+  void settle();
+  ShardStats stats();
+
+ private:
+  static constexpr size_t kMaxTurns = 100'000;
+  size_t turn_actors();
+  [[noreturn]] void stalled();
+
+  DeploymentConfig config_;
+  kj::EventLoop loop_;
+  kj::WaitScope scope_;
+  IoContext io_;  // after the loop: queued handlers may hold KJ fulfillers
+  std::unique_ptr<VariableShard> shard_;
+  std::unique_ptr<ShardEndpoint> endpoint_;
+  std::unique_ptr<ShardListener> listener_;
+};
+
+// Runs one fuzz input through a fresh FuzzShard.
+void run_input(std::span<const uint8_t> input);
+
+}  // namespace psched::fuzz
