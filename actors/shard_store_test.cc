@@ -264,3 +264,24 @@ TEST_CASE("old generations are deleted once two newer checkpoints exist") {
   CHECK(std::filesystem::exists(store.checkpoint_file(5)));
   CHECK(std::filesystem::exists(store.log_file(5)));
 }
+
+TEST_CASE("pushes accepted while a checkpoint is written go to the new log and survive") {
+  TempDir dir;
+  {
+    ShardLife life(dir.path);
+    life.restore();
+    VariableId w = life.add("w", {1, 2, 3, 4});
+    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    std::filesystem::path written;
+    life.shard.checkpoint([&](std::exception_ptr, std::filesystem::path f) { written = f; });
+    std::vector<float> g{0.5f, -1, 2, 0.25f};
+    life.shard.push(WorkerId(0), w, 2, {0, 4}, DType::float32, std::as_bytes(std::span(g)),
+                    [](std::exception_ptr e) { REQUIRE_FALSE(e); });
+    life.drain();  // returns once the checkpoint's reply is back
+    CHECK_FALSE(written.empty());
+    CHECK(life.stats().checkpoints_written == 2);  // the one restore wrote, and this one
+  }
+  ShardLife again(dir.path);
+  CHECK(again.restore().replayed == 1);
+  CHECK(again.value(VariableId(0), 4) == uninterrupted(2));
+}

@@ -341,11 +341,15 @@ std::vector<std::byte> VariableShard::snapshot() {
   return std::move(out.bytes());
 }
 
-std::filesystem::path VariableShard::write_checkpoint() {
+std::vector<std::byte> VariableShard::begin_checkpoint() {
   ++generation_;
   std::vector<std::byte> payload = snapshot();
   if (settings_.update_log) store_->start_log(generation_);
-  std::filesystem::path file = store_->write_checkpoint(generation_, payload);
+  return payload;
+}
+
+std::filesystem::path VariableShard::write_checkpoint() {
+  std::filesystem::path file = store_->write_checkpoint(generation_, begin_checkpoint());
   ++stats_.checkpoints_written;
   return file;
 }
@@ -406,18 +410,39 @@ void VariableShard::load(ByteReader& in) {
 }
 
 void VariableShard::checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply) {
-  dispatch([this, reply = std::move(reply)] {
-    std::filesystem::path file;
+  dispatch([this, reply = std::move(reply)]() mutable {
     try {
       if (!store_)
         fail(ErrorCode::bad_config, "shard {}: checkpoint before restore, or no directory",
              settings_.id.value);
-      file = write_checkpoint();
+      auto payload = std::make_shared<std::vector<std::byte>>(begin_checkpoint());
+      if (!writer_) writer_ = std::make_unique<ActorRuntime>(1);
+      // The file is written off the strand: pushes go on meanwhile, into the new log. The work
+      // guard keeps the shard's io_context running until the reply is back on the strand.
+      boost::asio::post(writer_->io(), [this, generation = generation_, payload,
+                                       reply = std::move(reply),
+                                       busy = boost::asio::make_work_guard(
+                                           strand().get_inner_executor())]() mutable {
+        std::exception_ptr error;
+        std::filesystem::path file;
+        try {
+          file = store_->write_checkpoint(generation, *payload);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        post([this, error, file, reply = std::move(reply)] {
+          if (error) {
+            count_error(error);
+            return reply(error, {});
+          }
+          ++stats_.checkpoints_written;
+          reply(nullptr, file);
+        });
+      });
     } catch (...) {
       count_error(std::current_exception());
-      return reply(std::current_exception(), {});
+      reply(std::current_exception(), {});
     }
-    reply(nullptr, file);
   });
 }
 

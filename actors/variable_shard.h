@@ -132,8 +132,9 @@ class VariableShard : public Actor {
   // fresh checkpoint and starts a new log. Call once, before serving, with a checkpoint
   // directory configured; throws in the reply when none is or a file cannot be written.
   void restore(std::function<void(std::exception_ptr, RestoreReport)> reply);
-  // Writes a checkpoint of everything the shard holds now and starts a new update log;
-  // replies with the file. Requires a prior restore().
+  // Takes a checkpoint of everything the shard holds now and starts a new update log; the
+  // file is written on the shard's writer thread while pushes go on, then the reply comes
+  // with its path. Checkpoints are written in the order taken. Requires a prior restore().
   void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply);
 
  private:
@@ -163,8 +164,11 @@ class VariableShard : public Actor {
   void replay(ByteReader& record);
   // Decodes a checkpoint's payload into the (empty) shard. On strand.
   void load(ByteReader& in);
-  // Everything the shard holds, encoded, then generation_ + 1's log started. On strand.
+  // Everything the shard holds, encoded. On strand.
   std::vector<std::byte> snapshot();
+  // The next generation's snapshot, with its update log started. On strand.
+  std::vector<std::byte> begin_checkpoint();
+  // begin_checkpoint, written before returning (restore, before serving). On strand.
   std::filesystem::path write_checkpoint();
 
   ShardSettings settings_;
@@ -183,6 +187,9 @@ class VariableShard : public Actor {
   std::unordered_map<uint32_t, std::pair<Step, std::vector<uint32_t>>> completed_without_;
   std::unique_ptr<ShardStore> store_;      // after restore(), when a directory is configured
   uint64_t generation_ = 0;                // of the newest checkpoint taken
+  // Writes checkpoint files, one after another; started by the first checkpoint(). Last: it
+  // joins first, while the store lives.
+  std::unique_ptr<ActorRuntime> writer_;
 };
 
 }  // namespace psched
