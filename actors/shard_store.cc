@@ -198,6 +198,12 @@ std::filesystem::path ShardStore::write_checkpoint(uint64_t generation,
 }
 
 void ShardStore::delete_before(uint64_t generation) const {
+  // Temporary files of writes a crash interrupted (this shard writes one at a time).
+  for (uint64_t g : generations(".ckpt.tmp")) {
+    std::filesystem::path stale = checkpoint_file(g);
+    stale += ".tmp";
+    std::filesystem::remove(stale);
+  }
   for (const char* suffix : {".ckpt", ".log"})
     for (uint64_t g : generations(suffix))
       if (g < generation)

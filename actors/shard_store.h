@@ -61,7 +61,8 @@ class ShardStore {
   bool logging() const { return log_fd_ >= 0; }
 
   // Writes generation `generation`'s checkpoint (temporary file, fsync, rename, fsync of the
-  // directory), then deletes the files of generations older than the one before it.
+  // directory), then deletes the files of generations older than the one before it and the
+  // temporary files of interrupted writes.
   // Returns the checkpoint's path. Throws Error(internal) naming the file on failure.
   std::filesystem::path write_checkpoint(uint64_t generation,
                                          std::span<const std::byte> payload) const;

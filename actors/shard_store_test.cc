@@ -257,12 +257,14 @@ TEST_CASE("old generations are deleted once two newer checkpoints exist") {
   TempDir dir;
   ShardLife life(dir.path);
   life.restore();
+  std::ofstream(dir.path / "shard-0.00000001.ckpt.tmp") << "a write a crash interrupted";
   for (int i = 0; i < 4; ++i) life.checkpoint();
   ShardStore store(dir.path, ShardId(0));
   CHECK_FALSE(std::filesystem::exists(store.checkpoint_file(3)));
   CHECK(std::filesystem::exists(store.checkpoint_file(4)));
   CHECK(std::filesystem::exists(store.checkpoint_file(5)));
   CHECK(std::filesystem::exists(store.log_file(5)));
+  CHECK_FALSE(std::filesystem::exists(dir.path / "shard-0.00000001.ckpt.tmp"));
 }
 
 TEST_CASE("pushes accepted while a checkpoint is written go to the new log and survive") {
