@@ -6,8 +6,8 @@
 
 namespace psched {
 
-void PollRegistry::wait(PollKey key, PollTicket ticket, IntervalSet not_applied,
-                        Priority priority, Answer answer) {
+void PollRegistry::wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Priority priority,
+                        Answer answer) {
   PSCHED_REQUIRE(on_strand());
   if (not_applied.empty()) return answer(nullptr);
   PSCHED_REQUIRE(!keys_.contains(ticket), ticket.value);

@@ -55,7 +55,9 @@ void write_all(int fd, std::vector<iovec> parts, const std::filesystem::path& fi
   }
 }
 
-iovec io(const void* data, size_t size) { return {const_cast<void*>(data), size}; }
+iovec io(const void* data, size_t size) {
+  return {const_cast<void*>(data), size};
+}
 
 void fsync_path(const std::filesystem::path& path, int flags) {
   int fd = ::open(path.c_str(), flags);

@@ -149,7 +149,7 @@ TEST_CASE("a restart restores the checkpoint and replays the logged updates afte
     life.checkpoint();
     life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
     life.push(WorkerId(0), w, 3, {0, 2}, {0.5f, -1});  // half a step: logged, not complete
-  }  // killed: no checkpoint at the end
+  }                                                    // killed: no checkpoint at the end
   ShardLife again(dir.path);
   RestoreReport report = again.restore();
   CHECK_FALSE(report.checkpoint.empty());

@@ -15,8 +15,8 @@ optim::OptimizerSpec decode_optimizer(ByteReader& in) {
   optim::OptimizerSpec o;
   auto kind = in.get<uint8_t>();
   if (kind > static_cast<uint8_t>(optim::OptimizerKind::rmsprop))
-    fail(ErrorCode::corrupt_checkpoint, "{}: unknown optimizer kind {} at byte {}", in.what(),
-         kind, in.position());
+    fail(ErrorCode::corrupt_checkpoint, "{}: unknown optimizer kind {} at byte {}", in.what(), kind,
+         in.position());
   o.kind = static_cast<optim::OptimizerKind>(kind);
   for (double* x : {&o.lr, &o.momentum, &o.dampening, &o.beta1, &o.beta2, &o.eps, &o.weight_decay,
                     &o.lr_decay, &o.initial_accumulator_value, &o.alpha})

@@ -147,7 +147,7 @@ class Variable {
   AlignedBuffer value_;               // part_.size() elements
   std::vector<AlignedBuffer> state_;  // optimizer slots, each like value_; empty with device_
   std::unique_ptr<optim::DeviceVariable> device_;  // value and state on a device, or null
-  uint64_t updates_ = 0;              // async: updates started so far (the optimizer's t)
+  uint64_t updates_ = 0;  // async: updates started so far (the optimizer's t)
   std::unordered_map<WorkerId, WorkerProgress> progress_;  // async
   SyncProgress sync_;
 };

@@ -162,12 +162,12 @@ void VariableShard::time_out(VariableId id, Variable& variable, double waited_se
   Step step = variable.applied_step(kAllWorkers) + 1;
   std::vector<uint32_t> missing = variable.missing_workers();
   bool proceed = settings_.sync.on_timeout == SyncTimeoutAction::proceed;
-  auto error = std::make_exception_ptr(Error(
-      ErrorCode::sync_timeout,
-      fmt::format("step {} of variable '{}' on shard {} waited {:.1f} s for worker(s) {}{}",
-                  step, variable.spec().name, settings_.id.value, waited_seconds,
-                  fmt::join(missing, ", "),
-                  proceed ? "; applied without them (their pushes of it are dropped)" : "")));
+  auto error = std::make_exception_ptr(
+      Error(ErrorCode::sync_timeout,
+            fmt::format("step {} of variable '{}' on shard {} waited {:.1f} s for worker(s) {}{}",
+                        step, variable.spec().name, settings_.id.value, waited_seconds,
+                        fmt::join(missing, ", "),
+                        proceed ? "; applied without them (their pushes of it are dropped)" : "")));
   ++stats_.sync_timeouts;
   count_error(error);
   log_warn("{}", to_error(error).what());
@@ -409,7 +409,8 @@ void VariableShard::load(ByteReader& in) {
   stats_.variables = variables_.size();
 }
 
-void VariableShard::checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply) {
+void VariableShard::checkpoint(
+    std::function<void(std::exception_ptr, std::filesystem::path)> reply) {
   dispatch([this, reply = std::move(reply)]() mutable {
     try {
       if (!store_)
@@ -419,26 +420,26 @@ void VariableShard::checkpoint(std::function<void(std::exception_ptr, std::files
       if (!writer_) writer_ = std::make_unique<ActorRuntime>(1);
       // The file is written off the strand: pushes go on meanwhile, into the new log. The work
       // guard keeps the shard's io_context running until the reply is back on the strand.
-      boost::asio::post(writer_->io(), [this, generation = generation_, payload,
-                                       reply = std::move(reply),
-                                       busy = boost::asio::make_work_guard(
-                                           strand().get_inner_executor())]() mutable {
-        std::exception_ptr error;
-        std::filesystem::path file;
-        try {
-          file = store_->write_checkpoint(generation, *payload);
-        } catch (...) {
-          error = std::current_exception();
-        }
-        post([this, error, file, reply = std::move(reply)] {
-          if (error) {
-            count_error(error);
-            return reply(error, {});
-          }
-          ++stats_.checkpoints_written;
-          reply(nullptr, file);
-        });
-      });
+      boost::asio::post(
+          writer_->io(),
+          [this, generation = generation_, payload, reply = std::move(reply),
+           busy = boost::asio::make_work_guard(strand().get_inner_executor())]() mutable {
+            std::exception_ptr error;
+            std::filesystem::path file;
+            try {
+              file = store_->write_checkpoint(generation, *payload);
+            } catch (...) {
+              error = std::current_exception();
+            }
+            post([this, error, file, reply = std::move(reply)] {
+              if (error) {
+                count_error(error);
+                return reply(error, {});
+              }
+              ++stats_.checkpoints_written;
+              reply(nullptr, file);
+            });
+          });
     } catch (...) {
       count_error(std::current_exception());
       reply(std::current_exception(), {});

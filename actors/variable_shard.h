@@ -185,8 +185,8 @@ class VariableShard : public Actor {
   std::unordered_map<uint32_t, std::chrono::steady_clock::time_point> step_began_;
   // Sync mode: per variable, the last step completed without some workers, and those workers.
   std::unordered_map<uint32_t, std::pair<Step, std::vector<uint32_t>>> completed_without_;
-  std::unique_ptr<ShardStore> store_;      // after restore(), when a directory is configured
-  uint64_t generation_ = 0;                // of the newest checkpoint taken
+  std::unique_ptr<ShardStore> store_;  // after restore(), when a directory is configured
+  uint64_t generation_ = 0;            // of the newest checkpoint taken
   // Writes checkpoint files, one after another; started by the first checkpoint(). Last: it
   // joins first, while the store lives.
   std::unique_ptr<ActorRuntime> writer_;

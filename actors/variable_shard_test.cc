@@ -78,11 +78,12 @@ TEST_CASE("a poll waits for the worker's own push and then returns the fresh val
   ShardFixture f;
   VariableId id = f.add("w", {1, 2});
   std::optional<std::vector<float>> answer;
-  f.shard.poll(WorkerId(0), id, 1, {0, 2}, PollTicket(1), [&](std::exception_ptr e, PooledBuffer v, Step s) {
-    REQUIRE(!e);
-    CHECK(s == 1);
-    answer = floats(v);
-  });
+  f.shard.poll(WorkerId(0), id, 1, {0, 2}, PollTicket(1),
+               [&](std::exception_ptr e, PooledBuffer v, Step s) {
+                 REQUIRE(!e);
+                 CHECK(s == 1);
+                 answer = floats(v);
+               });
   f.drain();
   CHECK_FALSE(answer);
   std::vector<float> g{1, 1};
@@ -193,8 +194,7 @@ struct SyncTimeoutFixture {
   VariableId id;
 
   explicit SyncTimeoutFixture(SyncTimeoutAction action)
-      : shard(io,
-              ShardSettings{ShardId(0), Mode::sync, 3, 4, {}, true, SyncConfig{10, action}},
+      : shard(io, ShardSettings{ShardId(0), Mode::sync, 3, 4, {}, true, SyncConfig{10, action}},
               BufferPool::create()) {
     VariableSpec spec;
     spec.name = "w";

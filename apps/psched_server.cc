@@ -41,13 +41,14 @@ int serve(const Options& options) {
   auto checkpointing = host.keep_checkpointing(io.provider->getTimer()).eagerlyEvaluate(nullptr);
   auto liveness =
       host.keep_enforcing_sync_timeout(io.provider->getTimer()).eagerlyEvaluate(nullptr);
-  auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate(nullptr);
+  auto serving =
+      host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate(nullptr);
   std::vector<std::unique_ptr<psched::ShardMonitor>> monitors;
   for (size_t i = 0; i < host.size(); ++i) {
-    monitors.push_back(std::make_unique<psched::ShardMonitor>(host.shard(i), host.listener(i),
-                                                              config, shards[i]));
-    psched::log_info("shard {} dashboard on http://{}/ (also /metrics, /status)",
-                     shards[i].value, config.shards[shards[i].value].http.to_string());
+    monitors.push_back(
+        std::make_unique<psched::ShardMonitor>(host.shard(i), host.listener(i), config, shards[i]));
+    psched::log_info("shard {} dashboard on http://{}/ (also /metrics, /status)", shards[i].value,
+                     config.shards[shards[i].value].http.to_string());
   }
   psched::log_info("psched-server: {} shard(s), {} mode, {} worker(s), config {}", shards.size(),
                    config.mode == psched::Mode::sync ? "sync" : "async", config.workers,
@@ -66,7 +67,6 @@ int serve(const Options& options) {
   host.checkpoint().wait(io.waitScope);
   actors.stop();
   return 0;  // the host goes before the KJ loop it was built on
-
 }
 
 }  // namespace

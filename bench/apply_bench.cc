@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "actors/variable.h"
 #include "bench/measurement.h"
@@ -80,7 +80,9 @@ double gpu_seconds(cudaStream_t stream, double budget, const Enqueue& enqueue) {
   return per_call;
 }
 
-double gb_per_s(uint64_t bytes, double seconds) { return double(bytes) / seconds / 1e9; }
+double gb_per_s(uint64_t bytes, double seconds) {
+  return double(bytes) / seconds / 1e9;
+}
 
 VariableSpec variable_spec(const std::string& optimizer, uint64_t elements) {
   VariableSpec spec{.name = "bench/w",
@@ -123,8 +125,8 @@ void measure_kernel(const Options& o, const VariableSpec& spec, cudaStream_t str
   const int slots = optim::state_slots(spec.optimizer);
   DeviceMemory param(bytes), grad(bytes);
   std::vector<DeviceMemory> state;
-  optim::gpu::DeviceRange<float> range{reinterpret_cast<float*>(param.data()),
-                                       reinterpret_cast<const float*>(grad.data()), {}, n};
+  optim::gpu::DeviceRange<float> range{
+      reinterpret_cast<float*>(param.data()), reinterpret_cast<const float*>(grad.data()), {}, n};
   for (int k = 0; k < slots; ++k) {
     state.emplace_back(bytes);
     range.state[k] = reinterpret_cast<float*>(state.back().data());
@@ -132,9 +134,8 @@ void measure_kernel(const Options& o, const VariableSpec& spec, cudaStream_t str
   for (DeviceMemory* m : {&param, &grad}) check_cuda(cudaMemset(m->data(), 0, bytes), "clearing");
   for (DeviceMemory& m : state) check_cuda(cudaMemset(m.data(), 0, bytes), "clearing");
   uint64_t t = 0;
-  const double s = gpu_seconds(stream, o.seconds, [&] {
-    optim::gpu::enqueue_apply(spec.optimizer, range, ++t, stream);
-  });
+  const double s = gpu_seconds(
+      stream, o.seconds, [&] { optim::gpu::enqueue_apply(spec.optimizer, range, ++t, stream); });
   row.gpu_kernel = gb_per_s(bytes, s);
   row.kernel_traffic = gb_per_s(bytes * (3 + 2 * slots), s);
 }
@@ -203,13 +204,13 @@ int run(const Options& o) {
 }  // namespace psched::bench
 
 int main(int argc, char** argv) {
-  CLI::App app{"psched-apply-bench: optimizer apply GB/s on the CPU and a GPU, and the GPU's "
-               "copy bandwidths"};
+  CLI::App app{
+      "psched-apply-bench: optimizer apply GB/s on the CPU and a GPU, and the GPU's "
+      "copy bandwidths"};
   psched::bench::Options o;
   app.add_option("--sizes", o.sizes, "variable sizes, comma-separated (4MiB,...,1GiB)")
       ->delimiter(',');
-  app.add_option("--optimizers", o.optimizers, "optimizer kinds, comma-separated")
-      ->delimiter(',');
+  app.add_option("--optimizers", o.optimizers, "optimizer kinds, comma-separated")->delimiter(',');
   app.add_option("--seconds", o.seconds, "time budget per figure")->check(CLI::PositiveNumber);
   app.add_option("--device", o.device, "CUDA device number");
   app.add_option("--apply-threads", o.apply_helpers,

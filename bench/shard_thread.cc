@@ -54,9 +54,10 @@ void ShardThread::serve(ShardHost& host, kj::AsyncIoContext& io, std::promise<vo
   stop_ = kj::mv(stop.fulfiller);
   executor_ = &kj::getCurrentThreadExecutor();
   host.restore().wait(io.waitScope);  // with a checkpoint directory configured
-  auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate([this](kj::Exception&& e) {
-    listen_error_ = std::make_exception_ptr(from_kj_exception(e));
-  });
+  auto serving = host.listen(io.provider->getNetwork(), io.provider->getTimer())
+                     .eagerlyEvaluate([this](kj::Exception&& e) {
+                       listen_error_ = std::make_exception_ptr(from_kj_exception(e));
+                     });
   io.waitScope.poll();  // binds a numeric address: parse, listen(), accept loop started
   if (listen_error_) std::rethrow_exception(listen_error_);
   started.set_value();

@@ -38,7 +38,7 @@ struct Options {
   unsigned server_threads = 1;
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   std::string json;
-  std::string tls_dir;  // empty: plain TCP
+  std::string tls_dir;         // empty: plain TCP
   std::string checkpoint_dir;  // empty: no update log
   bool verbose = false;
 };
@@ -236,8 +236,9 @@ int main(int argc, char** argv) {
   app.add_option("--port", o.port, "the shard's loopback port");
   app.add_option("--server-threads", o.server_threads, "shard threads applying updates")
       ->check(CLI::Range(1u, 256u));
-  app.add_option("--apply-threads", o.apply_helpers,
-                 "extra threads applying one large partition (as psched-server; default cores - 1)");
+  app.add_option(
+      "--apply-threads", o.apply_helpers,
+      "extra threads applying one large partition (as psched-server; default cores - 1)");
   app.add_option("--json", o.json, "also write every figure to this file");
   app.add_option("--tls", o.tls_dir,
                  "connect over TLS with DIR/server.pem, server.key and ca.pem (e.g. tests/tls)")

@@ -128,8 +128,9 @@ kj::Promise<void> Worker::pull(VariableHandle handle) {
     for (uint64_t begin = part.range.begin; begin < part.range.end; begin += piece) {
       ElementRange r{begin, std::min(part.range.end, begin + piece)};
       ShardLink& link = *links_[part.shard.value];
-      answers.add(on_link(link, [&link, id = part.shard_variable, r, out = p.value + r.begin * bytes,
-                                 n = r.size() * bytes] { return link.pull(id, r, out, n); }));
+      answers.add(
+          on_link(link, [&link, id = part.shard_variable, r, out = p.value + r.begin * bytes,
+                         n = r.size() * bytes] { return link.pull(id, r, out, n); }));
     }
   }
   return kj::joinPromises(answers.releaseAsArray());

@@ -21,11 +21,11 @@ static_assert(std::endian::native == std::endian::little, "checkpoints are littl
 class ByteWriter {
  public:
   template <typename T>
-    requires std::is_arithmetic_v<T>
-  void put(T value) {
-    raw(std::as_bytes(std::span(&value, 1)));
+  requires std::is_arithmetic_v<T>
+  void put(T value) { raw(std::as_bytes(std::span(&value, 1))); }
+  void raw(std::span<const std::byte> bytes) {
+    out_.insert(out_.end(), bytes.begin(), bytes.end());
   }
-  void raw(std::span<const std::byte> bytes) { out_.insert(out_.end(), bytes.begin(), bytes.end()); }
   void blob(std::span<const std::byte> bytes) {
     put<uint64_t>(bytes.size());
     raw(bytes);
@@ -44,8 +44,7 @@ class ByteReader {
   ByteReader(std::span<const std::byte> in, std::string what) : in_(in), what_(std::move(what)) {}
 
   template <typename T>
-    requires std::is_arithmetic_v<T>
-  T get() {
+  requires std::is_arithmetic_v<T> T get() {
     T value;
     std::memcpy(&value, take(sizeof(T)).data(), sizeof(T));
     return value;
@@ -53,8 +52,8 @@ class ByteReader {
   // The next `n` bytes, a view into the input.
   std::span<const std::byte> take(uint64_t n) {
     if (n > in_.size() - at_)
-      fail(ErrorCode::corrupt_checkpoint, "{}: truncated at byte {} (needs {} more, has {})",
-           what_, at_, n, in_.size() - at_);
+      fail(ErrorCode::corrupt_checkpoint, "{}: truncated at byte {} (needs {} more, has {})", what_,
+           at_, n, in_.size() - at_);
     auto out = in_.subspan(at_, n);
     at_ += n;
     return out;

@@ -27,7 +27,7 @@ using config::ConfigNode;
 using optim::OptimizerSpec;
 
 constexpr std::array<std::string_view, 12> kTopKeys = {
-    "mode",   "workers",   "auth",   "shards",     "tls",  "split_bytes",
+    "mode",      "workers",   "auth",   "shards",     "tls",  "split_bytes",
     "optimizer", "scheduler", "limits", "checkpoint", "sync", "reconnect"};
 constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
                                                              "update_log"};
@@ -161,9 +161,10 @@ ShardConfig parse_shard(const ConfigNode& node) {
   if (auto http = shard.find("http")) {
     out.http = parse_listen(*http);
   } else if (out.listen.port + kHttpPortOffset > 65535) {
-    node.fail(fmt::format("listen port {} + {} is no port for the default http address "
-                          "(expected an explicit http: host:port)",
-                          out.listen.port, kHttpPortOffset));
+    node.fail(
+        fmt::format("listen port {} + {} is no port for the default http address "
+                    "(expected an explicit http: host:port)",
+                    out.listen.port, kHttpPortOffset));
   } else {
     out.http.port = static_cast<uint16_t>(out.listen.port + kHttpPortOffset);
   }

@@ -43,7 +43,7 @@ struct ShardConfig {
 struct SchedulerConfig {
   SchedulePolicy policy = SchedulePolicy::priority;
   uint64_t partition_bytes = 256 << 10;  // largest partition a tensor is cut into
-  uint64_t credit_bytes = 2 << 20;  // bytes in flight at most (one larger partition may go alone)
+  uint64_t credit_bytes = 2 << 20;   // bytes in flight at most (one larger partition may go alone)
   uint64_t fusion_bytes = 64 << 10;  // partitions smaller than this that queue up share messages
   bool autotune = false;
 };
@@ -60,7 +60,7 @@ struct LimitsConfig {
   uint64_t max_token_bytes = 4096;   // the auth token a connect presents
   // Partitions of one pushFused, ranges of one pollFused; at least 256 (what workers fuse).
   uint64_t max_fused_partitions = 1024;
-  uint64_t max_connections = 1024;      // open RPC connections per shard; more are closed at once
+  uint64_t max_connections = 1024;       // open RPC connections per shard; more are closed at once
   uint64_t max_waiting_polls = 1 << 16;  // unanswered polls (fused ranges count one each) per
                                          // connection
   // A connection silent this long in the middle of a message is dropped (between messages it
@@ -75,7 +75,7 @@ inline constexpr uint64_t kMinFusedPartitionsLimit = 256;
 struct CheckpointConfig {
   std::filesystem::path directory;  // empty: nothing persists; relative to the YAML's folder
   double interval_seconds = 300;    // between periodic checkpoints; 0: only at clean shutdown
-  bool update_log = true;  // log accepted updates, so a restart loses none acknowledged
+  bool update_log = true;           // log accepted updates, so a restart loses none acknowledged
 };
 
 enum class SyncTimeoutAction {

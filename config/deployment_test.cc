@@ -323,9 +323,9 @@ TEST_CASE("two shards on one address are an error") {
 }
 
 TEST_CASE("a shard's http address defaults to loopback at its listen port + 1000") {
-  DeploymentConfig config =
-      parse("shards:\n  - listen: 0.0.0.0:7000\n  - {listen: 127.0.0.1:7001, http: "
-            "0.0.0.0:9000}\n");
+  DeploymentConfig config = parse(
+      "shards:\n  - listen: 0.0.0.0:7000\n  - {listen: 127.0.0.1:7001, http: "
+      "0.0.0.0:9000}\n");
   CHECK(config.shards[0].http.to_string() == "127.0.0.1:8000");
   CHECK(config.shards[1].http.to_string() == "0.0.0.0:9000");
   CHECK(error_of("shards:\n  - listen: 127.0.0.1:65000\n")

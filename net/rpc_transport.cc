@@ -99,10 +99,9 @@ kj::Promise<void> RpcTransport::attempt(std::shared_ptr<Carried> c) {
               c->callbacks.done(error_of(e));
               return kj::READY_NOW;
             }
-            return link.recover(epoch).then([this, c] { return attempt(c); },
-                                            [c](kj::Exception&& e) {
-                                              c->callbacks.done(error_of(e));
-                                            });
+            return link.recover(epoch).then(
+                [this, c] { return attempt(c); },
+                [c](kj::Exception&& e) { c->callbacks.done(error_of(e)); });
           });
 }
 
@@ -122,11 +121,12 @@ kj::Promise<void> RpcTransport::attempt_fused(std::shared_ptr<CarriedGroup> grou
   // A partition finishes at a rejected push, else at its poll's answer; a poll that failed
   // because the shard stopped is carried again, as is everything when the call was lost.
   auto carried =
-      push.then([group, live, poll = kj::mv(poll)](std::vector<std::exception_ptr> receipts) mutable {
-            for (size_t k = 0; k < live.size(); ++k)
-              receipts[k] ? group->finish(live[k], receipts[k]) : group->receipt(live[k]);
-            return kj::mv(poll);
-          })
+      push.then(
+              [group, live, poll = kj::mv(poll)](std::vector<std::exception_ptr> receipts) mutable {
+                for (size_t k = 0; k < live.size(); ++k)
+                  receipts[k] ? group->finish(live[k], receipts[k]) : group->receipt(live[k]);
+                return kj::mv(poll);
+              })
           .then([group, live](std::vector<PollOutcome> outcomes) {
             for (size_t k = 0; k < live.size(); ++k) {
               size_t i = live[k];
@@ -142,11 +142,12 @@ kj::Promise<void> RpcTransport::attempt_fused(std::shared_ptr<CarriedGroup> grou
     return link.recover(epoch).then([this, group] { return attempt_fused(group); },
                                     [group](kj::Exception&& e) { group->finish_all(error_of(e)); });
   };
-  return carried.then(kj::cp(again), [group, again](kj::Exception&& e) mutable -> kj::Promise<void> {
-    if (connection_lost(e)) return again();
-    group->finish_all(error_of(e));
-    return kj::READY_NOW;
-  });
+  return carried.then(kj::cp(again),
+                      [group, again](kj::Exception&& e) mutable -> kj::Promise<void> {
+                        if (connection_lost(e)) return again();
+                        group->finish_all(error_of(e));
+                        return kj::READY_NOW;
+                      });
 }
 
 void RpcTransport::taskFailed(kj::Exception&& exception) {

@@ -6,8 +6,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "net/cross_thread_promise.h"
-#include "net/wire_convert.h"
 #include "net/tls.h"
+#include "net/wire_convert.h"
 
 namespace psched {
 namespace {
@@ -47,8 +47,8 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.checkpoint.directory,
                            config.checkpoint.update_log,
                            config.sync};
-    hosted->shard = std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_,
-                                                    hosted->device.get());
+    hosted->shard =
+        std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_, hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
     hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint, tls_.get());
     hosted_.push_back(std::move(hosted));
@@ -108,8 +108,8 @@ kj::Promise<void> ShardHost::restore() {
       if (report.checkpoint.empty())
         log_info("shard {}: no checkpoint found, starting empty", id.value);
       else
-        log_info("shard {}: restored {} variable part(s) from {} and {} logged update(s)",
-                 id.value, report.variables, report.checkpoint.string(), report.replayed);
+        log_info("shard {}: restored {} variable part(s) from {} and {} logged update(s)", id.value,
+                 report.variables, report.checkpoint.string(), report.replayed);
       log_info("shard {}: checkpoint {} written", id.value, report.written.string());
       (*fulfiller)->fulfill();
     });
@@ -146,7 +146,8 @@ kj::Promise<void> ShardHost::keep_enforcing_sync_timeout(kj::Timer& timer) {
   // A step is acted on at most a quarter of the timeout (or 100 ms) late.
   auto period = static_cast<int64_t>(std::max(0.1, timeout / 4) * 1e3) * kj::MILLISECONDS;
   return timer.afterDelay(period).then([this, &timer] {
-    for (auto& hosted : hosted_) hosted->shard->enforce_sync_timeout(std::chrono::steady_clock::now());
+    for (auto& hosted : hosted_)
+      hosted->shard->enforce_sync_timeout(std::chrono::steady_clock::now());
     return keep_enforcing_sync_timeout(timer);
   });
 }

@@ -95,11 +95,10 @@ kj::Promise<ClusterLayout> ShardLink::present(Connection& connection) {
   auto request = connection.shard.connectRequest();
   request.setWorkerId(worker_.value);
   request.setToken(token_);
-  return request.send().then(
-      [&connection](capnp::Response<wire::Shard::ConnectResults> response) {
-        connection.session = response.getSession();
-        return from_wire(response.getLayout());
-      });
+  return request.send().then([&connection](capnp::Response<wire::Shard::ConnectResults> response) {
+    connection.session = response.getSession();
+    return from_wire(response.getLayout());
+  });
 }
 
 kj::Promise<VariableId> ShardLink::register_part(const VariableSpec& spec,
@@ -134,8 +133,8 @@ kj::Promise<ShardLink::Registration> ShardLink::send_register(Connection& connec
 kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
   if (failed_epoch < epoch_) return kj::READY_NOW;
   if (!open_)
-    return error(ErrorCode::disconnected, "the connection to {} was lost (this link cannot reconnect)",
-                 address_);
+    return error(ErrorCode::disconnected,
+                 "the connection to {} was lost (this link cannot reconnect)", address_);
   if (recovering_now_) {
     KJ_IF_MAYBE (attempt, recovering_) {
       return attempt->addBranch();

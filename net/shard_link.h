@@ -46,8 +46,8 @@ struct PollOutcome {
 using StreamOpener = std::function<kj::Promise<kj::Own<kj::AsyncIoStream>>()>;
 
 struct ReconnectPolicy {
-  kj::Timer* timer = nullptr;                    // paces the retries
-  kj::Duration timeout = 60 * kj::SECONDS;       // give up after trying this long
+  kj::Timer* timer = nullptr;                        // paces the retries
+  kj::Duration timeout = 60 * kj::SECONDS;           // give up after trying this long
   kj::Duration first_delay = 50 * kj::MILLISECONDS;  // doubling up to max_delay between tries
   kj::Duration max_delay = 2 * kj::SECONDS;
 };
@@ -97,7 +97,6 @@ class ShardLink {
   kj::Promise<std::vector<PollOutcome>> poll_fused(std::span<const FusedPartition> parts);
   // The current value of `range`, copied into `out`.
   kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes);
-
 
  private:
   struct Connection;

@@ -63,10 +63,10 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   out.single("psched_shard_partitions_applied_total", MetricType::counter,
              "Partition updates the shard applied.", shard, double(s.partitions_applied));
   out.single("psched_shard_duplicate_pushes_total", MetricType::counter,
-             "Resent pushes the shard had already applied: acknowledged, not applied again.",
-             shard, double(s.pushes_duplicate));
-  out.single("psched_shard_checkpoints_total", MetricType::counter,
-             "Checkpoints the shard wrote.", shard, double(s.checkpoints_written));
+             "Resent pushes the shard had already applied: acknowledged, not applied again.", shard,
+             double(s.pushes_duplicate));
+  out.single("psched_shard_checkpoints_total", MetricType::counter, "Checkpoints the shard wrote.",
+             shard, double(s.checkpoints_written));
   out.single("psched_shard_sync_timeouts_total", MetricType::counter,
              "Sync steps that waited past sync.timeout_seconds for a worker.", shard,
              double(s.sync_timeouts));

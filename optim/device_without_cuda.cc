@@ -6,7 +6,9 @@
 
 namespace psched::optim {
 
-bool built_with_cuda() { return false; }
+bool built_with_cuda() {
+  return false;
+}
 
 std::unique_ptr<ComputeDevice> ComputeDevice::open(const DeviceSpec& device, size_t) {
   PSCHED_REQUIRE(device.kind == DeviceSpec::Kind::cuda, to_string(device));

@@ -69,10 +69,12 @@ std::shared_ptr<CutPlan> Cluster::cut(size_t worker, uint32_t shard, uint64_t af
   return plan;
 }
 
-void Cluster::tick() { timer_.advanceTo(timer_.now() + kj::MILLISECONDS); }
+void Cluster::tick() {
+  timer_.advanceTo(timer_.now() + kj::MILLISECONDS);
+}
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> Cluster::open_stream(uint32_t shard,
-                                                              std::shared_ptr<CutPlan> plan) {
+                                                             std::shared_ptr<CutPlan> plan) {
   auto pipe = kj::newTwoWayPipe();
   host_->listener(shard).serve(kj::mv(pipe.ends[0]));
   kj::Own<kj::AsyncIoStream> stream = kj::heap<CuttingStream>(kj::mv(pipe.ends[1]), plan);

@@ -69,7 +69,8 @@ class Cluster {
   [[noreturn]] void stalled();
   // A worker's stream to `shard`: an in-memory pipe the shard serves, cut as `plan` says,
   // then TLS if configured.
-  kj::Promise<kj::Own<kj::AsyncIoStream>> open_stream(uint32_t shard, std::shared_ptr<CutPlan> plan);
+  kj::Promise<kj::Own<kj::AsyncIoStream>> open_stream(uint32_t shard,
+                                                      std::shared_ptr<CutPlan> plan);
 
   DeploymentConfig config_;
   kj::EventLoop loop_;

@@ -138,8 +138,8 @@ void CudaDevice::run_pieces(std::span<const std::byte> grad, size_t element_byte
     drain(slot);
     std::memcpy(slot.staging.data(), grad.data() + begin, bytes);
     cudaStream_t stream = slot.stream.get();
-    check_cuda(cudaMemcpyAsync(slot.grad.data(), slot.staging.data(), bytes,
-                               cudaMemcpyHostToDevice, stream),
+    check_cuda(cudaMemcpyAsync(slot.grad.data(), slot.staging.data(), bytes, cudaMemcpyHostToDevice,
+                               stream),
                "copying {} gradient bytes to cuda:{}", bytes, ordinal_);
     enqueue(begin / element_bytes, bytes / element_bytes, slot.grad.data(), stream);
     check_cuda(cudaMemcpyAsync(slot.staging.data(), device_value + begin, bytes,
@@ -202,8 +202,8 @@ void CudaVariable::apply(uint64_t offset, std::span<const std::byte> grad, uint6
                    [&](uint64_t first, uint64_t count, const std::byte* device_grad, Stream s) {
                      visit_dtype(dtype_, [&](auto zero) {
                        using T = decltype(zero);
-                       enqueue_apply(optimizer_, range<T>(offset + first, count, device_grad),
-                                     t, s);
+                       enqueue_apply(optimizer_, range<T>(offset + first, count, device_grad), t,
+                                     s);
                      });
                    });
 }
@@ -247,10 +247,11 @@ std::string unavailable_reason(uint32_t ordinal) {
 }  // namespace
 }  // namespace gpu
 
-bool built_with_cuda() { return true; }
+bool built_with_cuda() {
+  return true;
+}
 
-std::unique_ptr<ComputeDevice> ComputeDevice::open(const DeviceSpec& device,
-                                                   size_t staging_bytes) {
+std::unique_ptr<ComputeDevice> ComputeDevice::open(const DeviceSpec& device, size_t staging_bytes) {
   PSCHED_REQUIRE(device.kind == DeviceSpec::Kind::cuda, to_string(device));
   PSCHED_REQUIRE(staging_bytes >= 8 && staging_bytes % 8 == 0, staging_bytes);
   if (std::string why = gpu::unavailable_reason(device.ordinal); !why.empty())

@@ -18,9 +18,12 @@ SgdArgs<T> sgd_args(const OptimizerSpec& spec) {
 
 template <typename T>
 MomentumArgs<T> momentum_args(const OptimizerSpec& spec, uint64_t t) {
-  return {static_cast<T>(spec.lr),       static_cast<T>(spec.weight_decay),
-          static_cast<T>(spec.momentum), static_cast<T>(1 - spec.dampening),
-          spec.nesterov,                 t == 1};
+  return {static_cast<T>(spec.lr),
+          static_cast<T>(spec.weight_decay),
+          static_cast<T>(spec.momentum),
+          static_cast<T>(1 - spec.dampening),
+          spec.nesterov,
+          t == 1};
 }
 
 template <typename T>

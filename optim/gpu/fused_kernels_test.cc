@@ -63,11 +63,13 @@ void check_against_cpu(ComputeDevice& device, const OptimizerSpec& spec, size_t 
     cpu.step(spec, grad, t);
     apply_in_pieces(*gpu, grad, t, gpu_param);
     const Tolerance tol = same_arithmetic_tolerance<T>();
-    check_close("param", gpu_param, [&](size_t i) { return double(cpu.param[i]); }, tol);
+    check_close(
+        "param", gpu_param, [&](size_t i) { return double(cpu.param[i]); }, tol);
     for (int k = 0; k < state_slots(spec); ++k) {
       CAPTURE(k);
       const std::vector<T> slot = read_slot<T>(*gpu, k, size);
-      check_close("state", slot, [&](size_t i) { return double(cpu.state[k][i]); }, tol);
+      check_close(
+          "state", slot, [&](size_t i) { return double(cpu.state[k][i]); }, tol);
     }
   }
 }

@@ -13,7 +13,7 @@ template <typename T>
 struct DeviceRange {
   T* param;
   const T* grad;
-  T* state[3];  // the first state_slots(spec) are set, in optimizer.h's slot order
+  T* state[3];    // the first state_slots(spec) are set, in optimizer.h's slot order
   uint64_t size;  // elements
 };
 
