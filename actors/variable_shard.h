@@ -94,6 +94,7 @@ class FreshValue {
       : variable_(variable), range_(range), step_(step) {}
   // The step whose update the value reflects.
   Step step() const { return step_; }
+  Priority priority() const { return variable_.spec().priority; }
   uint64_t bytes() const { return range_.size() * element_bytes(variable_.spec().dtype); }
   // Copies the value into `out` (bytes() bytes).
   void read_into(std::byte* out) const { variable_.read(range_, out); }

@@ -6,6 +6,42 @@
 #include "net/read_buffer.h"
 
 namespace psched {
+namespace {
+
+// Reports each completed write; everything else passes through.
+class WriteWatch final : public kj::AsyncIoStream {
+ public:
+  WriteWatch(kj::Own<kj::AsyncIoStream> inner, std::shared_ptr<std::function<void()>> written)
+      : inner_(kj::mv(inner)), written_(std::move(written)) {}
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
+    return inner_->tryRead(buffer, min, max);
+  }
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    return watched(inner_->write(buffer, size));
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    return watched(inner_->write(pieces));
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
+  void shutdownWrite() override { inner_->shutdownWrite(); }
+  void abortRead() override { inner_->abortRead(); }
+  void setsockopt(int level, int option, const void* value, uint length) override {
+    inner_->setsockopt(level, option, value, length);
+  }
+
+ private:
+  kj::Promise<void> watched(kj::Promise<void> write) {
+    return write.then([written = written_] {
+      if (*written) (*written)();
+    });
+  }
+
+  kj::Own<kj::AsyncIoStream> inner_;
+  std::shared_ptr<std::function<void()>> written_;
+};
+
+}  // namespace
 
 capnp::ReaderOptions reader_options(uint64_t max_message_bytes) {
   capnp::ReaderOptions options;
@@ -23,7 +59,7 @@ kj::Own<kj::AsyncIoStream> without_nagle(kj::Own<kj::AsyncIoStream> stream) {
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
                              capnp::ReaderOptions options)
-    : stream_(with_read_buffer(without_nagle(kj::mv(stream)))),
+    : stream_(kj::heap<WriteWatch>(with_read_buffer(without_nagle(kj::mv(stream))), written_)),
       network_(*stream_, capnp::rpc::twoparty::Side::SERVER, options),
       rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))) {}
 

@@ -5,6 +5,9 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
+#include <functional>
+#include <memory>
+
 namespace psched {
 
 // Reader options for both ends: the traversal limit admits a payload of `max_message_bytes`
@@ -30,8 +33,13 @@ class RpcConnection {
   void limit_unanswered_calls(uint64_t bytes) { rpc_.setFlowLimit(bytes / sizeof(capnp::word)); }
   // Resolves when the peer disconnects (or the stream breaks).
   kj::Promise<void> on_disconnect() { return network_.onDisconnect(); }
+  // Bytes of messages queued to write and not yet written.
+  uint64_t queued_bytes() { return network_.getCurrentQueueSize(); }
+  // Calls `callback` (on this loop) each time a write to the peer completes.
+  void on_written(std::function<void()> callback) { *written_ = std::move(callback); }
 
  private:
+  std::shared_ptr<std::function<void()>> written_ = std::make_shared<std::function<void()>>();
   kj::Own<kj::AsyncIoStream> stream_;
   capnp::TwoPartyVatNetwork network_;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc_;

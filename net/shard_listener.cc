@@ -49,13 +49,19 @@ void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
 
 void ShardListener::serve_rpc(kj::Own<kj::AsyncIoStream> stream) {
   const LimitsConfig& limits = endpoint_.config.limits;
-  auto connection = kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_),
-                                            reader_options(limits.max_message_bytes));
+  auto order = kj::refcounted<AnswerOrder>();
+  auto connection =
+      kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_, kj::addRef(*order)),
+                              reader_options(limits.max_message_bytes));
+  order->serve(*connection);
   connection->limit_unanswered_calls(2 * limits.max_message_bytes +
                                      kPollMessageBytes * limits.max_waiting_polls);
   ++connections_;
   auto done = connection->on_disconnect();
-  tasks_.add(done.attach(kj::mv(connection))
+  // The order closes before the connection goes.
+  auto close_order = kj::defer([order = kj::mv(order)]() mutable { order->close(); });
+  tasks_.add(done.attach(kj::mv(close_order))
+                 .attach(kj::mv(connection))
                  .then([this] { --connections_; },
                        [this](kj::Exception&& e) {
                          --connections_;

@@ -75,7 +75,8 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
                               params.getWorkerId(), config.workers))));
 
   auto results = context.getResults();
-  results.setSession(kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId())));
+  results.setSession(
+      kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId()), kj::addRef(*order_)));
   auto layout = results.initLayout();
   layout.setShardIndex(endpoint_.id.value);
   auto addresses = layout.initShardAddresses(static_cast<unsigned>(config.shards.size()));
@@ -216,13 +217,15 @@ kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint6
   ++*waiting_polls_;
   auto [promise, f] = reply_promise<void>();
   PollTicket ticket(endpoint_.next_poll_ticket++);
-  endpoint_.shard.poll(worker_, variable, step, r, ticket,
-                       [f = f, write = std::move(write)](std::exception_ptr error,
-                                                         const FreshValue* value) {
-                         if (error) return (*f)->reject(to_kj_exception(error));
-                         write(*value, wall_clock_ns());
-                         (*f)->fulfill();
-                       });
+  endpoint_.shard.poll(
+      worker_, variable, step, r, ticket,
+      [f = f, write = std::move(write),
+       order = std::make_shared<kj::Own<AnswerOrder>>(kj::addRef(*order_))](
+          std::exception_ptr error, const FreshValue* value) {
+        if (error) return (*f)->reject(to_kj_exception(error));
+        write(*value, wall_clock_ns());
+        (*order)->submit(value->priority(), value->bytes(), kj::mv(*f));
+      });
   // A poll may wait long; when its caller goes away (cancel, dropped connection) the promise
   // is dropped and the shard forgets the poll at once, before the call's results (which
   // `write` fills) go away. Polls borrow nothing from their parameters.

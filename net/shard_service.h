@@ -13,6 +13,7 @@
 
 #include "actors/variable_shard.h"
 #include "config/deployment.h"
+#include "net/answer_order.h"
 #include "net/psched.capnp.h"
 
 namespace psched {
@@ -28,20 +29,24 @@ struct ShardEndpoint {
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 };
 
+// One per connection; its sessions send their poll answers in `order`.
 class ShardService final : public wire::Shard::Server {
  public:
-  explicit ShardService(ShardEndpoint& endpoint) : endpoint_(endpoint) {}
+  ShardService(ShardEndpoint& endpoint, kj::Own<AnswerOrder> order)
+      : endpoint_(endpoint), order_(kj::mv(order)) {}
 
  protected:
   kj::Promise<void> connect(ConnectContext context) override;
 
  private:
   ShardEndpoint& endpoint_;
+  kj::Own<AnswerOrder> order_;
 };
 
 class SessionService final : public wire::Session::Server {
  public:
-  SessionService(ShardEndpoint& endpoint, WorkerId worker) : endpoint_(endpoint), worker_(worker) {}
+  SessionService(ShardEndpoint& endpoint, WorkerId worker, kj::Own<AnswerOrder> order)
+      : endpoint_(endpoint), worker_(worker), order_(kj::mv(order)) {}
 
  protected:
   kj::Promise<void> register_(RegisterContext context) override;
@@ -67,8 +72,9 @@ class SessionService final : public wire::Session::Server {
   kj::Promise<void> push_one(const PushArgs& push);
   // Writes a ready poll's value into the call's results, with the shard's wall clock then.
   using WriteValue = std::function<void(const FreshValue&, int64_t answered_at_ns)>;
-  // Files the poll with the shard; resolves once `write` has run. Dropped unanswered, the
-  // promise withdraws the poll.
+  // Files the poll with the shard; once its value is ready, `write` puts it into the results
+  // and the promise resolves when the connection's AnswerOrder lets the answer go. Dropped
+  // unanswered, the promise withdraws the poll.
   kj::Promise<void> poll_one(VariableId variable, Step step, uint64_t offset, uint64_t count,
                              WriteValue write);
 
@@ -81,6 +87,7 @@ class SessionService final : public wire::Session::Server {
 
   ShardEndpoint& endpoint_;
   WorkerId worker_;
+  kj::Own<AnswerOrder> order_;  // the connection's
   // This connection's unanswered polls; shared with the polls, which may be dropped after the
   // service.
   std::shared_ptr<uint64_t> waiting_polls_ = std::make_shared<uint64_t>(0);

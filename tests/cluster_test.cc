@@ -316,6 +316,49 @@ TEST_CASE("sync workers whose gradients become ready in different orders do not 
   for (auto& v : values) CHECK(v == std::vector<float>(16, 0.5f));
 }
 
+TEST_CASE("a first-layer answer overtakes last-layer answers queued on a busy connection") {
+  // Sync mode: worker 0's polls wait for worker 1. Worker 0 stops reading; worker 1 completes
+  // the last layer (32 answers of 64 KiB for worker 0, more than the connection's 1 MiB
+  // window), then the first layer. Worker 0's first-layer value must come back before the
+  // last layer's is complete, not behind all of it.
+  DeploymentConfig config = cluster_config(1, 2, Mode::sync);
+  Cluster cluster(config);
+  SchedulerConfig scheduler;
+  scheduler.partition_bytes = 64 << 10;
+  scheduler.credit_bytes = 4 << 20;
+  scheduler.fusion_bytes = 0;
+  Worker& w0 = cluster.add_worker(WorkerId(0), scheduler);
+  Worker& w1 = cluster.add_worker(WorkerId(1), scheduler);
+  constexpr uint64_t kLast = 32 * (64 << 10) / 4, kFirst = (64 << 10) / 4;
+  std::vector<std::vector<float>> memory = {std::vector<float>(kLast), std::vector<float>(kFirst),
+                                            std::vector<float>(kLast), std::vector<float>(kFirst)};
+  auto add = [&](Worker& w, const std::string& name, Priority priority, size_t m) {
+    VariableSpec spec{name, {memory[m].size()}, DType::float32, priority, {}};
+    return cluster.run(
+        w.register_variable(spec, std::as_writable_bytes(std::span(memory[m])), true));
+  };
+  VariableHandle last0 = add(w0, "last", 9, 0), first0 = add(w0, "first", 0, 1);
+  VariableHandle last1 = add(w1, "last", 9, 2), first1 = add(w1, "first", 0, 3);
+  std::vector<float> grad(kLast, 1.f);
+  auto bytes = [&](uint64_t n) { return std::as_bytes(std::span(grad.data(), n)); };
+  std::vector<std::string> finished;  // worker 0's pushes, in the order they completed
+  size_t others = 0;
+  w0.push(last0, 1, bytes(kLast), [&](std::exception_ptr) { finished.push_back("last"); });
+  w0.push(first0, 1, bytes(kFirst), [&](std::exception_ptr) { finished.push_back("first"); });
+  cluster.settle();  // both pushed and receipted; their polls wait for worker 1
+  auto plan = cluster.cut(0, 0, CutPlan::kNever);
+  auto resume = kj::newPromiseAndFulfiller<void>();
+  plan->reads_held = resume.promise.fork();
+  w1.push(last1, 1, bytes(kLast), [&](std::exception_ptr) { ++others; });
+  cluster.settle();  // worker 0's last-layer answers are ready; the connection backs up
+  w1.push(first1, 1, bytes(kFirst), [&](std::exception_ptr) { ++others; });
+  cluster.settle();
+  resume.fulfiller->fulfill();
+  cluster.run_until([&] { return finished.size() == 2 && others == 2; });
+  plan->reads_held = nullptr;
+  CHECK(finished == std::vector<std::string>{"first", "last"});
+}
+
 namespace {
 
 ErrorCode code_of_rejection(const std::function<void()>& run) {

@@ -18,6 +18,9 @@ struct CutPlan {
   uint64_t bytes_left = kNever;  // written before the cut
   uint64_t cuts = 0;             // cuts made
   uint64_t open = 0;             // streams made with this plan and not yet destroyed
+  // While set, reads wait for it (as a peer that stopped reading: the other side's writes
+  // back up); reset it after fulfilling what it was forked from.
+  kj::Maybe<kj::ForkedPromise<void>> reads_held;
 };
 
 class CuttingStream final : public kj::AsyncIoStream {
@@ -29,6 +32,11 @@ class CuttingStream final : public kj::AsyncIoStream {
   ~CuttingStream() noexcept(false) { --plan_->open; }
 
   kj::Promise<size_t> tryRead(void* buffer, size_t min_bytes, size_t max_bytes) override {
+    KJ_IF_MAYBE (held, plan_->reads_held) {
+      return held->addBranch().then([this, buffer, min_bytes, max_bytes] {
+        return inner_->tryRead(buffer, min_bytes, max_bytes);
+      });
+    }
     return inner_->tryRead(buffer, min_bytes, max_bytes);
   }
   kj::Promise<void> write(const void* buffer, size_t size) override;
