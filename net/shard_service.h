@@ -11,6 +11,7 @@
 
 #include "actors/variable_shard.h"
 #include "config/deployment.h"
+#include "net/connection_admission.h"
 #include "net/psched.capnp.h"
 
 namespace psched {
@@ -28,13 +29,22 @@ struct ShardEndpoint {
 
 class ShardService final : public wire::Shard::Server {
  public:
-  explicit ShardService(ShardEndpoint& endpoint) : endpoint_(endpoint) {}
+  // `admission` (optional; outlives the service) is told when `ticket`'s connection
+  // authenticates, and logs refused connects.
+  explicit ShardService(ShardEndpoint& endpoint, ConnectionAdmission* admission = nullptr,
+                        std::shared_ptr<ConnectionTicket> ticket = nullptr)
+      : endpoint_(endpoint), admission_(admission), ticket_(std::move(ticket)) {}
 
  protected:
   kj::Promise<void> connect(ConnectContext context) override;
 
  private:
+  // Counts the refused connect, logs it (rate-limited) and returns its exception.
+  kj::Exception refuse_connect(Error error);
+
   ShardEndpoint& endpoint_;
+  ConnectionAdmission* admission_;
+  std::shared_ptr<ConnectionTicket> ticket_;
 };
 
 // A shard's answer to a poll or pull.
