@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-LISTEN, HTTP = 17490, 18490  # this test's ports
+LISTEN, HTTP = 17520, 18520  # this test's ports (the transport bench uses 17490)
 
 
 def check(condition, message):
@@ -134,13 +134,13 @@ def disk_full(shard, as_root):
     for line in client.stdout:
         if line.startswith("acknowledged 10"):
             if as_root:  # fill the disk, then free 8 KiB: the next 32 KiB record is torn
-                with open(filler, "wb") as f:
-                    try:
-                        while True:
-                            f.write(b"\0" * 4096)
-                            f.flush()
-                    except OSError:
-                        pass
+                fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+                try:
+                    while True:
+                        os.write(fd, b"\0" * 4096)
+                except OSError:
+                    pass
+                os.close(fd)
                 os.truncate(filler, max(0, os.path.getsize(filler) - 8192))
             else:
                 subprocess.run(["prlimit", f"--pid={shard.process.pid}",
