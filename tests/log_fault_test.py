@@ -144,7 +144,7 @@ def disk_full(shard, as_root):
                 os.truncate(filler, max(0, os.path.getsize(filler) - 8192))
             else:
                 subprocess.run(["prlimit", f"--pid={shard.process.pid}",
-                                f"--fsize={os.path.getsize(log_file) + 8192}"], check=True)
+                                f"--fsize={os.path.getsize(log_file) + 8192}:unlimited"], check=True)
         if line.startswith("io_error"):
             error = line
             reason = "No space left on device" if as_root else "File too large"
@@ -152,7 +152,7 @@ def disk_full(shard, as_root):
             if as_root:
                 os.remove(filler)
             else:
-                subprocess.run(["prlimit", f"--pid={shard.process.pid}", "--fsize=unlimited"],
+                subprocess.run(["prlimit", f"--pid={shard.process.pid}", "--fsize=unlimited:unlimited"],
                                check=True)
             client.stdin.write("space again\n")
             client.stdin.flush()
