@@ -13,22 +13,33 @@
 
 namespace psched {
 
-bool RefusalLog::refused(std::string_view peer, std::string_view reason, Clock::time_point now) {
-  if (now - window_start_ >= window_) {
-    if (left_out_ > 0)
-      log_warn("shard {}: {} more refusal(s) were not logged in the last {} s", shard_.value,
-               left_out_, std::chrono::duration_cast<std::chrono::seconds>(window_).count());
-    window_start_ = now;
-    logged_ = 0;
-    left_out_ = 0;
+bool RefusalLog::refused(std::string_view kind, std::string_view peer, std::string_view reason,
+                         Clock::time_point now) {
+  auto it = std::find_if(windows_.begin(), windows_.end(),
+                         [&](const Window& w) { return w.kind == kind; });
+  if (it == windows_.end()) it = windows_.insert(windows_.end(), Window{std::string(kind)});
+  Window& w = *it;
+  if (w.logged == 0 || now - w.start >= window_) {
+    if (w.left_out > 0)
+      log_warn("shard {}: {} more refusal(s) ({}) were not logged", shard_.value, w.left_out,
+               kind);
+    w.start = now;
+    w.logged = 0;
+    w.left_out = 0;
   }
-  if (logged_ >= burst_) {
-    ++left_out_;
+  if (w.logged >= burst_) {
+    ++w.left_out;
     return false;
   }
-  ++logged_;
+  ++w.logged;
   log_warn("shard {}: refused {}: {}", shard_.value, peer, reason);
   return true;
+}
+
+uint64_t RefusalLog::left_out(std::string_view kind) const {
+  for (const Window& w : windows_)
+    if (w.kind == kind) return w.left_out;
+  return 0;
 }
 
 ConnectionAdmission::ConnectionAdmission(ShardId shard, std::string address,
@@ -41,7 +52,7 @@ std::shared_ptr<ConnectionTicket> ConnectionAdmission::open(
     std::shared_ptr<ConnectionTicket> oldest = waiting_.front();
     waiting_.erase(waiting_.begin());
     oldest->waiting = false;
-    refused(*oldest,
+    refused("max_unauthenticated_connections", *oldest,
             fmt::format("closed: {} connections are waiting to authenticate, the limit "
                         "(limits.max_unauthenticated_connections), and this is the oldest",
                         limits_.max_unauthenticated_connections));
@@ -62,7 +73,7 @@ void ConnectionAdmission::authenticate(ConnectionTicket& ticket) {
                 fmt::format("shard {} is at max_connections ({}, limits.max_connections); "
                             "retry later",
                             address_, limits_.max_connections));
-    refused(ticket, error.what());
+    refused("max_connections", ticket, error.what());
     throw error;
   }
   ticket.authenticated = true;
@@ -84,8 +95,9 @@ void ConnectionAdmission::closed(ConnectionTicket& ticket) {
   }
 }
 
-void ConnectionAdmission::refused(const ConnectionTicket& ticket, std::string_view reason) {
-  log_.refused(ticket.peer, reason, RefusalLog::Clock::now());
+void ConnectionAdmission::refused(std::string_view kind, const ConnectionTicket& ticket,
+                                  std::string_view reason) {
+  log_.refused(kind, ticket.peer, reason, RefusalLog::Clock::now());
 }
 
 std::string peer_name(kj::AsyncIoStream& stream) {

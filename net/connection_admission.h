@@ -27,26 +27,33 @@
 
 namespace psched {
 
-// Logs refusals, at most `burst` lines per `window`; the next line after a quiet spell says
-// how many were left out. Times are passed in, so tests choose them.
+// Logs refusals, at most `burst` lines per `window` for each kind of refusal (so a flood of one
+// kind hides no other); the first line of a later window says how many were left out. Times
+// are passed in, so tests choose them.
 class RefusalLog {
  public:
   using Clock = std::chrono::steady_clock;
   explicit RefusalLog(ShardId shard, uint64_t burst = 20,
                       Clock::duration window = std::chrono::seconds(10))
       : shard_(shard), burst_(burst), window_(window) {}
-  // Logs "shard N: refused PEER: REASON" unless `burst` lines went out in this window. Returns
-  // whether it logged.
-  bool refused(std::string_view peer, std::string_view reason, Clock::time_point now);
-  uint64_t left_out() const { return left_out_; }  // in the current window, so far
+  // Logs "shard N: refused PEER: REASON" unless `burst` lines of `kind` (a constant naming
+  // the limit or check) went out in this window. Returns whether it logged.
+  bool refused(std::string_view kind, std::string_view peer, std::string_view reason,
+               Clock::time_point now);
+  // Refusals of `kind` left out in its current window, so far.
+  uint64_t left_out(std::string_view kind) const;
 
  private:
+  struct Window {
+    std::string kind;
+    Clock::time_point start{};
+    uint64_t logged = 0;
+    uint64_t left_out = 0;
+  };
   ShardId shard_;
   uint64_t burst_;
   Clock::duration window_;
-  Clock::time_point window_start_{};
-  uint64_t logged_ = 0;    // in the current window
-  uint64_t left_out_ = 0;  // in the current window
+  std::vector<Window> windows_;  // one per kind seen (a handful)
 };
 
 // One connection's standing. Shared by the listener's task for the connection and its
@@ -74,8 +81,8 @@ class ConnectionAdmission {
   void authenticate(ConnectionTicket& ticket);
   // The connection is gone (closed by either side).
   void closed(ConnectionTicket& ticket);
-  // Logs that `ticket`'s peer was refused for `reason` (rate-limited).
-  void refused(const ConnectionTicket& ticket, std::string_view reason);
+  // Logs that `ticket`'s peer was refused for `reason` (rate-limited per `kind`).
+  void refused(std::string_view kind, const ConnectionTicket& ticket, std::string_view reason);
 
   uint64_t authenticated() const { return authenticated_; }
   uint64_t waiting() const { return waiting_.size(); }

@@ -78,13 +78,15 @@ TEST_CASE("a connect past max_connections is refused as overloaded, naming the s
   CHECK(admission.authenticated() == 1);
 }
 
-TEST_CASE("refusals are logged up to a burst per window, then counted") {
+TEST_CASE("refusals are logged up to a burst per window and kind, then counted") {
   RefusalLog log(ShardId(0), 3, std::chrono::seconds(10));
   auto t0 = RefusalLog::Clock::time_point() + std::chrono::hours(1);
   int logged = 0;
-  for (int i = 0; i < 100; ++i) logged += log.refused("peer", "wrong token", t0);
+  for (int i = 0; i < 100; ++i) logged += log.refused("connect", "peer", "wrong token", t0);
   CHECK(logged == 3);
-  CHECK(log.left_out() == 97);
-  CHECK(log.refused("peer", "wrong token", t0 + std::chrono::seconds(11)));
-  CHECK(log.left_out() == 0);
+  CHECK(log.left_out("connect") == 97);
+  CHECK(log.refused("auth_timeout_seconds", "peer", "no connect", t0));  // another kind
+  CHECK_FALSE(log.refused("connect", "peer", "wrong token", t0 + std::chrono::seconds(9)));
+  CHECK(log.refused("connect", "peer", "wrong token", t0 + std::chrono::seconds(11)));
+  CHECK(log.left_out("connect") == 0);
 }

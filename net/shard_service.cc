@@ -52,7 +52,7 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
 }
 
 kj::Exception ShardService::refuse_connect(Error error) {
-  if (admission_ && ticket_) admission_->refused(*ticket_, error.what());
+  if (admission_ && ticket_) admission_->refused("connect", *ticket_, error.what());
   return refuse(endpoint_, std::make_exception_ptr(std::move(error)));
 }
 

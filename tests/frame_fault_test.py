@@ -246,7 +246,7 @@ def refusals(server):
     wrong = os.path.join(server.work, "wrong.yaml")
     open(wrong, "w").write(CONFIG.replace(TOKEN, "not-the-token"))
     out, _ = server.trainer(config=wrong).communicate(timeout=120)
-    check("bad_token" in out, "a wrong token was not refused:\n" + out)
+    check("wrong auth token" in out, "a wrong token was not refused:\n" + out)
     check("refused 127.0.0.1:" in server.text() and "wrong auth token" in server.text(),
           "the refusal is not in the server log:\n" + server.text())
     print("ok: a wrong token is refused and logged", flush=True)
