@@ -1,20 +1,27 @@
 #include "actors/actor.h"
 
+#include "common/log.h"
+
 namespace psched {
 
-ActorRuntime::ActorRuntime(unsigned threads) : work_(io_.get_executor()) {
-  for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { io_.run(); });
+ActorLoop::ActorLoop()
+    : thread_(std::this_thread::get_id()),
+      later_(*this),
+      inbox_running_(inbox_.run().eagerlyEvaluate([](kj::Exception&& e) {
+        log_error("actor loop inbox: {}", e.getDescription().cStr());
+      })) {}
+
+ActorLoop::~ActorLoop() noexcept(false) {
+  inbox_.close();
 }
 
-ActorRuntime::~ActorRuntime() {
-  stop();
+void ActorLoop::post(kj::Function<void()> task) {
+  if (!here()) return inbox_.post(kj::mv(task));
+  later_.add(kj::evalLater([task = kj::mv(task)]() mutable { task(); }));
 }
 
-void ActorRuntime::stop() {
-  work_.reset();
-  for (auto& t : threads_)
-    if (t.joinable()) t.join();
-  threads_.clear();
+void ActorLoop::taskFailed(kj::Exception&& exception) {
+  log_error("actor task failed: {}", exception.getDescription().cStr());
 }
 
 }  // namespace psched

@@ -1,65 +1,77 @@
-// The actor runtime: every actor owns its state and runs its handlers one at a time on a
-// Boost.Asio strand. Other actors and threads talk to it only through its public methods,
-// which hop onto the strand (or run at once when already on it). No locks inside actors.
+// The actor runtime: one event loop per thread, the way Seastar runs one shard per core.
 //
-// Lifetime: handlers capture `this`. The owner destroys an actor only after the io_context that
-// runs its strand has stopped (ActorRuntime::stop, or the test's loop ends).
+// An ActorLoop is a thread's KJ event loop as actors see it: the same loop that owns that
+// thread's sockets, Cap'n Proto connections and timers. Every actor lives on one loop and runs
+// its handlers there one at a time, so actors need no locks. Actors on the same loop call each
+// other directly (no hop, no copy); other threads reach an actor through its loop's inbox.
+//
+// Lifetime: handlers capture `this`. An actor is built and destroyed on its loop's thread;
+// work posted to it from other threads must be done (or the loop closed) before it goes.
 #pragma once
 
-#include "common/asio.h"
-
 #include <thread>
-#include <vector>
+#include <utility>
+
+#include <kj/async.h>
+#include <kj/function.h>
+
+#include "actors/inbox.h"
 
 namespace psched {
 
-using IoContext = boost::asio::io_context;
-using Strand = boost::asio::strand<IoContext::executor_type>;
+class ActorLoop final : private kj::TaskSet::ErrorHandler {
+ public:
+  // Binds to the KJ event loop current on this thread, which must run (wait or poll) for
+  // anything posted here to happen.
+  ActorLoop();
+  ~ActorLoop() noexcept(false);  // on the loop's thread; drops work still queued
+  ActorLoop(const ActorLoop&) = delete;
+  ActorLoop& operator=(const ActorLoop&) = delete;
+
+  // True on the thread that runs this loop.
+  bool here() const { return std::this_thread::get_id() == thread_; }
+  // Runs `task` on the loop in a later turn. Any thread; tasks from one thread run in the
+  // order posted. A task that throws is a bug: it is logged, and the loop goes on.
+  void post(kj::Function<void()> task);
+  // From now on, drops what other threads post (the loop is going away). Any thread.
+  void close() { inbox_.close(); }
+
+ private:
+  void taskFailed(kj::Exception&& exception) override;
+
+  std::thread::id thread_;
+  Inbox inbox_;  // posts from other threads
+  kj::TaskSet later_;  // posts from the loop's own thread
+  kj::Promise<void> inbox_running_;
+};
 
 class Actor {
  public:
-  explicit Actor(IoContext& io) : strand_(boost::asio::make_strand(io)) {}
-  // Shares `strand` with actors that always work together (a shard and its poll registry), so
-  // they call each other without a hop.
-  explicit Actor(const Strand& strand) : strand_(strand) {}
+  explicit Actor(ActorLoop& loop) : loop_(loop) {}
   Actor(const Actor&) = delete;
   Actor& operator=(const Actor&) = delete;
 
-  // True inside one of this actor's handlers.
-  bool on_strand() const { return strand_.running_in_this_thread(); }
-  const Strand& strand() const { return strand_; }
+  // True on the actor's loop thread (inside a handler, or code that may call it directly).
+  bool on_loop() const { return loop_.here(); }
+  ActorLoop& loop() const { return loop_; }
 
  protected:
-  // Queues `handler` on the strand (always a hop). Handlers may be move-only.
+  // Queues `handler` to run on the loop in a later turn (always a hop, even from the loop).
   template <typename Handler>
   void post(Handler&& handler) {
-    boost::asio::post(strand_, std::forward<Handler>(handler));
+    loop_.post(kj::Function<void()>(std::forward<Handler>(handler)));
   }
-  // Runs `handler` at once when already on the strand, else queues it.
+  // Runs `handler` at once on the loop thread, else queues it there.
   template <typename Handler>
   void dispatch(Handler&& handler) {
-    boost::asio::dispatch(strand_, std::forward<Handler>(handler));
+    if (on_loop())
+      handler();
+    else
+      post(std::forward<Handler>(handler));
   }
 
  private:
-  Strand strand_;
-};
-
-// An io_context run by a fixed pool of threads, for processes (server, client library).
-// Tests instead poll one io_context on their own thread for deterministic order.
-class ActorRuntime {
- public:
-  explicit ActorRuntime(unsigned threads);
-  ~ActorRuntime();  // stops and joins
-
-  IoContext& io() { return io_; }
-  // Lets the threads finish queued handlers, then joins them. Idempotent.
-  void stop();
-
- private:
-  IoContext io_;
-  boost::asio::executor_work_guard<IoContext::executor_type> work_;
-  std::vector<std::thread> threads_;
+  ActorLoop& loop_;
 };
 
 }  // namespace psched

@@ -14,7 +14,7 @@
 // drifts from the tuned time by more than `drift` (a changed model, network or load).
 //
 // A plain value type with no clock and no threads: the caller feeds it iteration times
-// (GradientPusher does, on its strand) and applies what it answers.
+// (GradientPusher does, on its loop) and applies what it answers.
 #pragma once
 
 #include <cstdint>

@@ -24,7 +24,7 @@ void check_parts(const VariablePlan& plan) {
 }  // namespace
 
 GradientPusher::GradientPusher(Scheduler& scheduler, uint64_t partition_bytes)
-    : Actor(scheduler.strand()), scheduler_(scheduler), partition_bytes_(partition_bytes) {}
+    : Actor(scheduler.loop()), scheduler_(scheduler), partition_bytes_(partition_bytes) {}
 
 void GradientPusher::add_variable(VariableHandle handle, VariablePlan plan) {
   check_parts(plan);

@@ -58,11 +58,11 @@ struct TuningState {
 
 class GradientPusher : public Actor {
  public:
-  // Runs on the pusher's strand with null or the first failure among the partitions.
+  // Runs on the pusher's loop with null or the first failure among the partitions.
   using PushDone = std::function<void(std::exception_ptr)>;
 
   // `scheduler` outlives the pusher; route its task completions to task_done(). The pusher runs
-  // on the scheduler's strand, so handing tasks over and taking completions back costs no hop.
+  // on the scheduler's loop, so handing tasks over and taking completions back costs no hop.
   GradientPusher(Scheduler& scheduler, uint64_t partition_bytes);
 
   // Registers (or replaces) the plan of `handle`. Checks on the caller's thread that the parts
@@ -78,7 +78,7 @@ class GradientPusher : public Actor {
   // Tunes partition_bytes and the scheduler's credit from now on (actors/autotuner.h),
   // starting from `start`. An iteration ends where the first push of a new step arrives.
   void enable_autotune(TuningPoint start, AutotunerOptions options = {});
-  // Calls `reply` on the strand with the tuner's state.
+  // Calls `reply` on the loop with the tuner's state.
   void tuning(std::function<void(TuningState)> reply);
   // The scheduler's report for one task (any thread).
   void task_done(uint64_t task_id, std::exception_ptr error);
@@ -103,7 +103,7 @@ class GradientPusher : public Actor {
   void observe_step(Step step);
 
   Scheduler& scheduler_;
-  // Strand-owned state:
+  // Loop-owned state:
   uint64_t partition_bytes_;
   uint64_t next_task_id_ = 1;
   uint64_t next_push_id_ = 1;

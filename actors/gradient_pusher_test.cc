@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "actors/test_loop.h"
 #include "common/error.h"
 
 using namespace psched;
@@ -82,18 +83,17 @@ struct PushResult {
 // A pusher wired to a scheduler and a holding transport, on one io_context the test polls.
 struct PusherFixture {
   explicit PusherFixture(uint64_t partition_bytes, uint64_t credit = 1 << 20)
-      : scheduler(io, SchedulePolicy::priority, credit, transport,
+      : scheduler(io.actors, SchedulePolicy::priority, credit, transport,
                   [this](uint64_t id, std::exception_ptr error) { pusher.task_done(id, error); }),
         pusher(scheduler, partition_bytes) {}
 
   void drain() {
-    io.restart();
-    io.run();
+    io.drain();
   }
   PushResult& push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
     PushResult& result = results.emplace_back();
     pusher.push(handle, step, gradient, [this, &result](std::exception_ptr error) {
-      CHECK(pusher.on_strand());
+      CHECK(pusher.on_loop());
       ++result.calls;
       result.error = error;
     });
@@ -105,7 +105,7 @@ struct PusherFixture {
     drain();
   }
 
-  IoContext io;
+  testing::TestLoop io;
   HoldingTransport transport;
   Scheduler scheduler;
   GradientPusher pusher;

@@ -8,7 +8,7 @@ namespace psched {
 
 void PollRegistry::wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Priority priority,
                         Answer answer) {
-  PSCHED_REQUIRE(on_strand());
+  PSCHED_REQUIRE(on_loop());
   if (not_applied.empty()) return answer(nullptr);
   PSCHED_REQUIRE(!keys_.contains(ticket), ticket.value);
   waiting_[key].push_back({ticket, std::move(not_applied), priority, std::move(answer)});
@@ -17,7 +17,7 @@ void PollRegistry::wait(PollKey key, PollTicket ticket, IntervalSet not_applied,
 }
 
 void PollRegistry::withdraw(PollTicket ticket) {
-  PSCHED_REQUIRE(on_strand());
+  PSCHED_REQUIRE(on_loop());
   auto key = keys_.find(ticket);
   if (key == keys_.end()) return;
   auto polls = waiting_.find(key->second);
@@ -28,7 +28,7 @@ void PollRegistry::withdraw(PollTicket ticket) {
 }
 
 void PollRegistry::applied(PollKey key, ElementRange range) {
-  PSCHED_REQUIRE(on_strand());
+  PSCHED_REQUIRE(on_loop());
   auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
   std::vector<Waiting> ready;
@@ -51,7 +51,7 @@ void PollRegistry::applied(PollKey key, ElementRange range) {
 }
 
 void PollRegistry::fail_all(std::exception_ptr error) {
-  PSCHED_REQUIRE(on_strand());
+  PSCHED_REQUIRE(on_loop());
   auto all = std::move(waiting_);
   waiting_.clear();
   keys_.clear();
@@ -61,7 +61,7 @@ void PollRegistry::fail_all(std::exception_ptr error) {
 }
 
 size_t PollRegistry::fail(PollKey key, std::exception_ptr error) {
-  PSCHED_REQUIRE(on_strand());
+  PSCHED_REQUIRE(on_loop());
   auto it = waiting_.find(key);
   if (it == waiting_.end()) return 0;
   std::vector<Waiting> polls = std::move(it->second);

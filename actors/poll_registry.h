@@ -1,6 +1,6 @@
 // PollRegistry: holds the polls that wait for an update to be applied.
 //
-// Lives on its VariableShard's strand (they share it, so the shard calls it without a hop).
+// Lives on its VariableShard's loop and is called by the shard directly (no hop).
 // The shard files a poll with the part of its range not yet applied; each apply the shard
 // reports shrinks the waiting polls of the same (owner, variable, step); a poll whose range is
 // fully applied is answered. Polls released together are answered in priority order.
@@ -38,10 +38,10 @@ struct PollKeyHash {
 
 class PollRegistry : public Actor {
  public:
-  // Called on the strand when the poll is ready (null) or can no longer be answered (error).
+  // Called on the loop when the poll is ready (null) or can no longer be answered (error).
   using Answer = std::function<void(std::exception_ptr)>;
 
-  explicit PollRegistry(const Strand& shard_strand) : Actor(shard_strand) {}
+  explicit PollRegistry(ActorLoop& shard_loop) : Actor(shard_loop) {}
 
   // Files a poll that waits until every index of `not_applied` is applied for `key`.
   void wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Priority priority,

@@ -28,9 +28,9 @@ bool Scheduler::Later::operator()(const Queued& a, const Queued& b) const {
   return a.task.sequence > b.task.sequence;
 }
 
-Scheduler::Scheduler(IoContext& io, SchedulePolicy policy, uint64_t credit_bytes,
+Scheduler::Scheduler(ActorLoop& loop, SchedulePolicy policy, uint64_t credit_bytes,
                      PartitionTransport& transport, OnTaskDone on_task_done)
-    : Actor(io),
+    : Actor(loop),
       transport_(transport),
       on_task_done_(std::move(on_task_done)),
       credit_bytes_(credit_bytes),

@@ -68,11 +68,11 @@ class Scheduler : public Actor {
   // accepts that many (limits.max_fused_partitions).
   static constexpr size_t kMaxFusedTasks = kMinFusedPartitionsLimit;
 
-  // Runs on the scheduler's strand when a task finished (fresh value written) or failed.
+  // Runs on the scheduler's loop when a task finished (fresh value written) or failed.
   using OnTaskDone = std::function<void(uint64_t task_id, std::exception_ptr)>;
 
   // `transport` outlives the scheduler.
-  Scheduler(IoContext& io, SchedulePolicy policy, uint64_t credit_bytes,
+  Scheduler(ActorLoop& loop, SchedulePolicy policy, uint64_t credit_bytes,
             PartitionTransport& transport, OnTaskDone on_task_done);
 
   // Queues the tasks (all partitions of one push, say) and starts what the credit allows.
@@ -86,9 +86,9 @@ class Scheduler : public Actor {
   // fresh value is back: a sync poll waits for every worker, and credit held through it would
   // let two workers each hold the credit the other needs to send what the other waits for.
   void set_free_credit_on_receipt(bool on_receipt);
-  // Calls `reply` on the strand with the current figures.
+  // Calls `reply` on the loop with the current figures.
   void stats(std::function<void(SchedulerStats)> reply);
-  // Calls `reply` on the strand with the records of tasks finished since the last call (the
+  // Calls `reply` on the loop with the records of tasks finished since the last call (the
   // newest kMaxRecords of them: a scheduler nobody reads keeps bounded memory).
   void take_records(std::function<void(std::vector<TaskRecord>)> reply);
 
@@ -108,7 +108,7 @@ class Scheduler : public Actor {
     bool holds_credit = true;
   };
 
-  // Starts queued tasks, best first, while the best one fits the credit left. On strand.
+  // Starts queued tasks, best first, while the best one fits the credit left. On the loop.
   void start_ready();
   bool fusable(const PartitionTask& task) const { return task.bytes < fusion_bytes_; }
   // Starts the best task and, if it is fusable, the fusable ones after it that fit, grouped
@@ -120,14 +120,14 @@ class Scheduler : public Actor {
   void launch(std::vector<PartitionTask> tasks);
   // Gives the task's credit back if it still holds it. Idempotent.
   void release_credit(InFlight& task);
-  // The transport's `receipt`, after the hop back onto the strand.
+  // The transport's `receipt`, after the hop back onto the loop.
   void received(uint64_t task_id);
-  // The transport's `done`, after the hop back onto the strand: frees the credit if still held.
+  // The transport's `done`, after the hop back onto the loop: frees the credit if still held.
   void finished(uint64_t task_id, std::exception_ptr error, int64_t applied_at_ns);
 
   PartitionTransport& transport_;
   OnTaskDone on_task_done_;
-  // Strand-owned state:
+  // Loop-owned state:
   uint64_t credit_bytes_;
   uint64_t fusion_bytes_ = 0;
   bool free_credit_on_receipt_ = false;

@@ -7,6 +7,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "actors/test_loop.h"
 #include "common/error.h"
 
 using namespace psched;
@@ -92,14 +93,13 @@ class RecordingTransport : public PartitionTransport {
 // One scheduler on an io_context polled by the test thread: deterministic, no threads.
 struct SchedulerFixture {
   SchedulerFixture(SchedulePolicy policy, uint64_t credit)
-      : scheduler(io, policy, credit, transport, [this](uint64_t id, std::exception_ptr error) {
-          CHECK(scheduler.on_strand());
+      : scheduler(io.actors, policy, credit, transport, [this](uint64_t id, std::exception_ptr error) {
+          CHECK(scheduler.on_loop());
           done.emplace_back(id, error);
         }) {}
 
   void drain() {
-    io.restart();
-    io.run();
+    io.drain();
   }
   void enqueue(std::vector<PartitionTask> tasks) {
     scheduler.enqueue(std::move(tasks));
@@ -117,7 +117,7 @@ struct SchedulerFixture {
     SchedulerStats out;
     bool replied = false;
     scheduler.stats([&](SchedulerStats s) {
-      CHECK(scheduler.on_strand());
+      CHECK(scheduler.on_loop());
       out = s;
       replied = true;
     });
@@ -131,7 +131,7 @@ struct SchedulerFixture {
     return ids;
   }
 
-  IoContext io;
+  testing::TestLoop io;
   RecordingTransport transport;
   std::vector<std::pair<uint64_t, std::exception_ptr>> done;  // on_task_done calls, in order
   Scheduler scheduler;

@@ -2,6 +2,7 @@
 #include "actors/shard_store.h"
 
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <optional>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/test_loop.h"
 #include "actors/variable_shard.h"
 #include "common/error.h"
 
@@ -36,17 +38,16 @@ struct TempDir {
 
 // One shard process's life: built on a directory, restored, then driven by the test.
 struct ShardLife {
-  IoContext io;
+  testing::TestLoop io;
   VariableShard shard;
 
   ShardLife(const std::filesystem::path& dir, Mode mode = Mode::async, bool update_log = true,
             bool accept_log_loss = false)
-      : shard(io, ShardSettings{ShardId(0), mode, 2, 16, dir, update_log, {}, accept_log_loss},
-              BufferPool::create()) {}
+      : shard(io.actors,
+              ShardSettings{ShardId(0), mode, 2, 16, dir, update_log, {}, accept_log_loss}) {}
 
   void drain() {
-    io.restart();
-    io.run();
+    io.drain();
   }
 
   RestoreReport restore() {
@@ -88,8 +89,8 @@ struct ShardLife {
 
   std::vector<float> value(VariableId id, uint64_t n) {
     std::vector<float> out(n);
-    shard.pull(id, {0, n}, [&](std::exception_ptr, PooledBuffer v, Step) {
-      std::memcpy(out.data(), v.data(), v.size());
+    shard.pull(id, {0, n}, [&](std::exception_ptr, const FreshValue* v) {
+      v->read_into(reinterpret_cast<std::byte*>(out.data()));
     });
     drain();
     return out;
@@ -98,11 +99,13 @@ struct ShardLife {
   std::filesystem::path checkpoint() {
     std::exception_ptr error;
     std::filesystem::path file;
+    auto written = kj::newPromiseAndFulfiller<void>();
     shard.checkpoint([&](std::exception_ptr e, std::filesystem::path f) {
       error = e;
       file = f;
+      written.fulfiller->fulfill();
     });
-    drain();
+    io.wait(kj::mv(written.promise));  // the file is written on another thread
     if (error) std::rethrow_exception(error);
     return file;
   }
@@ -115,14 +118,19 @@ struct ShardLife {
   }
 };
 
-// The same pushes, in the same order, on a shard that never restarts.
+// The same pushes, in the same order, on a shard that never restarts. On a thread of its own:
+// a thread has one event loop, and the caller's shard holds it.
 std::vector<float> uninterrupted(int pushes) {
-  TempDir dir;
-  ShardLife life(dir.path);
-  life.restore();
-  VariableId w = life.add("w", {1, 2, 3, 4});
-  for (int s = 1; s <= pushes; ++s) life.push(WorkerId(0), w, s, {0, 4}, {0.5f, -1, 2, 0.25f});
-  return life.value(w, 4);
+  return std::async(std::launch::async, [pushes] {
+           TempDir dir;
+           ShardLife life(dir.path);
+           life.restore();
+           VariableId w = life.add("w", {1, 2, 3, 4});
+           for (int s = 1; s <= pushes; ++s)
+             life.push(WorkerId(0), w, s, {0, 4}, {0.5f, -1, 2, 0.25f});
+           return life.value(w, 4);
+         })
+      .get();
 }
 
 // While alive, files this process writes cannot grow past `bytes` (RLIMIT_FSIZE): a write
@@ -327,11 +335,15 @@ TEST_CASE("pushes accepted while a checkpoint is written go to the new log and s
     VariableId w = life.add("w", {1, 2, 3, 4});
     life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
     std::filesystem::path written;
-    life.shard.checkpoint([&](std::exception_ptr, std::filesystem::path f) { written = f; });
+    auto replied = kj::newPromiseAndFulfiller<void>();
+    life.shard.checkpoint([&](std::exception_ptr, std::filesystem::path f) {
+      written = f;
+      replied.fulfiller->fulfill();
+    });
     std::vector<float> g{0.5f, -1, 2, 0.25f};
     life.shard.push(WorkerId(0), w, 2, {0, 4}, DType::float32, std::as_bytes(std::span(g)),
                     [](std::exception_ptr e) { REQUIRE_FALSE(e); });
-    life.drain();  // returns once the checkpoint's reply is back
+    life.io.wait(kj::mv(replied.promise));  // the file is written on another thread
     CHECK_FALSE(written.empty());
     CHECK(life.stats().checkpoints_written == 2);  // the one restore wrote, and this one
   }

@@ -1,5 +1,5 @@
 // Variable: one shard's part of a variable with its optimizer state and update bookkeeping.
-// A plain value type owned by a VariableShard (and so touched only on that shard's strand).
+// A plain value type owned by a VariableShard (and so touched only on that shard's loop).
 //
 // Steps: a worker's updates to a variable are numbered 1, 2, ...; step 0 is the initial value.
 // async: each partition is applied on arrival; a worker's step s is complete when its pushes

@@ -31,17 +31,13 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
-VariableShard::VariableShard(IoContext& io, ShardSettings settings,
-                             std::shared_ptr<BufferPool> pool, ForkJoinPool* apply_pool,
+VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPool* apply_pool,
                              optim::ComputeDevice* device)
-    : Actor(io),
-      settings_(settings),
-      pool_(std::move(pool)),
-      apply_pool_(apply_pool),
-      device_(device),
-      polls_(strand()) {}
+    : Actor(loop), settings_(settings), apply_pool_(apply_pool), device_(device), polls_(loop) {}
 
-VariableShard::~VariableShard() = default;
+VariableShard::~VariableShard() {
+  *alive_ = false;
+}
 
 Variable& VariableShard::find(const char* what, VariableId id) {
   if (id.value >= variables_.size())
@@ -196,7 +192,7 @@ void VariableShard::poll(WorkerId worker, VariableId variable, Step step, Elemen
       do_poll(worker, variable, step, range, ticket, reply);
     } catch (...) {
       count_error(std::current_exception());
-      reply(std::current_exception(), PooledBuffer(), 0);
+      reply(std::current_exception(), nullptr);
     }
   });
 }
@@ -212,7 +208,7 @@ void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRa
   PollKey key{variable.poll_owner(worker), id, step};
   polls_.wait(key, ticket, std::move(pending), variable.spec().priority,
               [this, id, worker, range, reply, filed = Clock::now()](std::exception_ptr error) {
-                if (error) return reply(error, PooledBuffer(), 0);
+                if (error) return reply(error, nullptr);
                 stats_.poll_wait_seconds.observe(seconds_since(filed));
                 const Variable& v = variables_[id.value];
                 answer(v, range, v.applied_step(worker), reply);
@@ -227,17 +223,16 @@ void VariableShard::pull(VariableId variable, ElementRange range, ValueReply rep
       answer(v, range, v.applied_step(kAllWorkers), reply);
     } catch (...) {
       count_error(std::current_exception());
-      reply(std::current_exception(), PooledBuffer(), 0);
+      reply(std::current_exception(), nullptr);
     }
   });
 }
 
 void VariableShard::answer(const Variable& variable, ElementRange range, Step step,
                            const ValueReply& reply) {
-  PooledBuffer value = pool_->take(range.size() * element_bytes(variable.spec().dtype));
-  variable.read(range, value.data());
-  stats_.bytes_sent += value.size();
-  reply(nullptr, std::move(value), step);
+  FreshValue value(variable, range, step);
+  stats_.bytes_sent += value.bytes();
+  reply(nullptr, &value);
 }
 
 void VariableShard::stats(std::function<void(ShardStats)> reply) {
@@ -427,13 +422,11 @@ void VariableShard::checkpoint(
         fail(ErrorCode::bad_config, "shard {}: checkpoint before restore, or no directory",
              settings_.id.value);
       auto payload = std::make_shared<std::vector<std::byte>>(begin_checkpoint());
-      if (!writer_) writer_ = std::make_unique<ActorRuntime>(1);
-      // The file is written off the strand: pushes go on meanwhile, into the new log. The work
-      // guard keeps the shard's io_context running until the reply is back on the strand.
+      if (!writer_) writer_ = std::make_unique<boost::asio::thread_pool>(1);
+      // The file is written off the loop: pushes go on meanwhile, into the new log.
       boost::asio::post(
-          writer_->io(),
-          [this, generation = generation_, payload, reply = std::move(reply),
-           busy = boost::asio::make_work_guard(strand().get_inner_executor())]() mutable {
+          *writer_, [this, generation = generation_, payload, reply = std::move(reply),
+                     alive = alive_]() mutable {
             std::exception_ptr error;
             std::filesystem::path file;
             try {
@@ -441,7 +434,8 @@ void VariableShard::checkpoint(
             } catch (...) {
               error = std::current_exception();
             }
-            post([this, error, file, reply = std::move(reply)] {
+            post([this, error, file, reply = std::move(reply), alive = std::move(alive)] {
+              if (!*alive) return;
               if (error) {
                 count_error(error);
                 return reply(error, {});

@@ -2,9 +2,11 @@
 // large ones) and their optimizer state, applies received partitions, and answers polls
 // through its PollRegistry.
 //
-// Every public method hops onto the shard's strand and replies there through the callback it
-// was given. Borrowed spans (initial values, gradients) must stay alive until the reply runs:
-// the RPC glue passes views into the received message, which lives until it answers.
+// The shard lives on one event loop (actors/actor.h), the one that also owns its listener and
+// connections: calls from that loop run at once and reply before they return, except polls,
+// which reply when their update is applied. Calls from other threads (the operator view) hop
+// onto the loop. Borrowed spans (initial values, gradients) must stay alive until the reply
+// runs: the RPC glue passes views into the received message, which lives until it answers.
 #pragma once
 
 #include <array>
@@ -20,10 +22,10 @@
 #include <vector>
 
 #include "actors/actor.h"
+#include "common/asio.h"
 #include "actors/poll_registry.h"
 #include "actors/shard_store.h"
 #include "actors/variable.h"
-#include "common/buffer_pool.h"
 #include "common/error.h"
 #include "common/histogram.h"
 #include "config/deployment.h"
@@ -62,7 +64,7 @@ struct RecentError {
 };
 
 // Counters a shard keeps; read with VariableShard::stats. A copy: reading never touches the
-// live counters, which only the shard's strand updates.
+// live counters, which only the shard's loop updates.
 struct ShardStats {
   uint64_t variables = 0;
   uint64_t bytes_received = 0;  // gradient payload bytes accepted
@@ -87,20 +89,39 @@ struct VariableStatus {
   Step step = 0;  // the newest complete step (async: of the furthest worker)
 };
 
+// The fresh value of a polled or pulled range, read straight from the variable into where
+// the caller wants it (the answer's message): no buffer in between. Valid only during the
+// ValueReply call it is passed to, on the shard's loop.
+class FreshValue {
+ public:
+  FreshValue(const Variable& variable, ElementRange range, Step step)
+      : variable_(variable), range_(range), step_(step) {}
+  // The step whose update the value reflects.
+  Step step() const { return step_; }
+  uint64_t bytes() const { return range_.size() * element_bytes(variable_.spec().dtype); }
+  // Copies the value into `out` (bytes() bytes).
+  void read_into(std::byte* out) const { variable_.read(range_, out); }
+
+ private:
+  const Variable& variable_;
+  ElementRange range_;
+  Step step_;
+};
+
 class VariableShard : public Actor {
  public:
   static constexpr size_t kRecentErrors = 16;
 
   using RegisterReply = std::function<void(std::exception_ptr, VariableId, bool created)>;
   using Receipt = std::function<void(std::exception_ptr)>;
-  // The value of the requested range (in a pooled buffer) and the step it reflects.
-  using ValueReply = std::function<void(std::exception_ptr, PooledBuffer, Step)>;
+  // The value of the requested range, or null with the error.
+  using ValueReply = std::function<void(std::exception_ptr, const FreshValue*)>;
 
   // `apply_pool` (optional) applies large partitions on several threads; it outlives the shard.
   // `device` (optional, outlives the shard) holds the variables and applies their updates
   // instead (a GPU); the apply pool is then unused.
-  VariableShard(IoContext& io, ShardSettings settings, std::shared_ptr<BufferPool> pool,
-                ForkJoinPool* apply_pool = nullptr, optim::ComputeDevice* device = nullptr);
+  VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPool* apply_pool = nullptr,
+                optim::ComputeDevice* device = nullptr);
   ~VariableShard();
 
   // Registers this shard's `part` of a variable with `initial` (part.size() elements).
@@ -123,7 +144,7 @@ class VariableShard : public Actor {
   void variables(size_t limit, std::function<void(std::vector<VariableStatus>)> reply);
   // Counts an error the RPC layer answered for this shard before the request reached it.
   void report_error(std::exception_ptr error);
-  // Fails every waiting poll (the server is stopping), then calls `done` on the strand.
+  // Fails every waiting poll (the server is stopping), then calls `done` on the loop.
   void shut_down(std::function<void()> done);
 
   // Sync mode: acts on every step that has waited sync.timeout_seconds or more at `now` for
@@ -154,34 +175,33 @@ class VariableShard : public Actor {
   void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
                ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
-  // Counts a failed request and keeps it among the recent errors. On strand.
+  // Counts a failed request and keeps it among the recent errors. On the loop.
   void count_error(std::exception_ptr error);
-  // Appends a register or push record to the update log when logging. On strand.
+  // Appends a register or push record to the update log when logging. On the loop.
   void log_register(const VariableSpec& spec, ElementRange part,
                     std::span<const std::byte> initial);
   void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                 std::span<const std::byte> data);
-  // Tracks when `variable`'s sync step began, after a push to it. On strand.
+  // Tracks when `variable`'s sync step began, after a push to it. On the loop.
   void track_sync_step(VariableId id, const Variable& variable);
   // Whether a duplicate push is a late one of a step completed without its worker.
   bool is_late(VariableId id, WorkerId worker, Step step) const;
   void time_out(VariableId id, Variable& variable, double waited_seconds);
-  // Re-applies one logged record (restore). On strand.
+  // Re-applies one logged record (restore). On the loop.
   void replay(ByteReader& record);
-  // Decodes a checkpoint's payload into the (empty) shard. On strand.
+  // Decodes a checkpoint's payload into the (empty) shard. On the loop.
   void load(ByteReader& in);
-  // Everything the shard holds, encoded. On strand.
+  // Everything the shard holds, encoded. On the loop.
   std::vector<std::byte> snapshot();
-  // The next generation's snapshot, with its update log started. On strand.
+  // The next generation's snapshot, with its update log started. On the loop.
   std::vector<std::byte> begin_checkpoint();
-  // begin_checkpoint, written before returning (restore, before serving). On strand.
+  // begin_checkpoint, written before returning (restore, before serving). On the loop.
   std::filesystem::path write_checkpoint();
 
   ShardSettings settings_;
-  std::shared_ptr<BufferPool> pool_;
   ForkJoinPool* apply_pool_;
   optim::ComputeDevice* device_;
-  // Strand-owned state:
+  // Loop-owned state:
   PollRegistry polls_;
   std::vector<Variable> variables_;  // index = VariableId
   std::unordered_map<std::string, VariableId> by_name_;
@@ -193,9 +213,12 @@ class VariableShard : public Actor {
   std::unordered_map<uint32_t, std::pair<Step, std::vector<uint32_t>>> completed_without_;
   std::unique_ptr<ShardStore> store_;  // after restore(), when a directory is configured
   uint64_t generation_ = 0;            // of the newest checkpoint taken
+  // Expires with the shard: a checkpoint's reply, posted back from the writer thread, may
+  // reach the loop after the shard went.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   // Writes checkpoint files, one after another; started by the first checkpoint(). Last: it
   // joins first, while the store lives.
-  std::unique_ptr<ActorRuntime> writer_;
+  std::unique_ptr<boost::asio::thread_pool> writer_;
 };
 
 }  // namespace psched

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/test_loop.h"
 #include "common/error.h"
 
 using namespace psched;
@@ -12,12 +13,11 @@ using namespace psched;
 namespace {
 
 struct ShardFixture {
-  IoContext io;
-  VariableShard shard{io, ShardSettings{ShardId(0), Mode::async, 2, 4}, BufferPool::create()};
+  testing::TestLoop io;
+  VariableShard shard{io.actors, ShardSettings{ShardId(0), Mode::async, 2, 4}};
 
   void drain() {
-    io.restart();
-    io.run();
+    io.drain();
   }
 
   VariableId add(const std::string& name, std::vector<float> init, bool* created = nullptr) {
@@ -39,9 +39,10 @@ struct ShardFixture {
   }
 };
 
-std::vector<float> floats(const PooledBuffer& b) {
-  std::vector<float> out(b.size() / 4);
-  std::memcpy(out.data(), b.data(), b.size());
+std::vector<float> floats(const FreshValue* v) {
+  REQUIRE(v != nullptr);
+  std::vector<float> out(v->bytes() / 4);
+  v->read_into(reinterpret_cast<std::byte*>(out.data()));
   return out;
 }
 
@@ -56,7 +57,7 @@ TEST_CASE("registering the same spec twice is a no-op that keeps the value") {
   CHECK_FALSE(created);
   CHECK(a == b);
   std::vector<float> got;
-  f.shard.pull(a, {0, 2}, [&](std::exception_ptr, PooledBuffer v, Step) { got = floats(v); });
+  f.shard.pull(a, {0, 2}, [&](std::exception_ptr, const FreshValue* v) { got = floats(v); });
   f.drain();
   CHECK(got == std::vector<float>{1, 2});
 }
@@ -79,9 +80,9 @@ TEST_CASE("a poll waits for the worker's own push and then returns the fresh val
   VariableId id = f.add("w", {1, 2});
   std::optional<std::vector<float>> answer;
   f.shard.poll(WorkerId(0), id, 1, {0, 2}, PollTicket(1),
-               [&](std::exception_ptr e, PooledBuffer v, Step s) {
+               [&](std::exception_ptr e, const FreshValue* v) {
                  REQUIRE(!e);
-                 CHECK(s == 1);
+                 CHECK(v->step() == 1);
                  answer = floats(v);
                });
   f.drain();
@@ -108,7 +109,7 @@ TEST_CASE("a poll for an applied step returns at once") {
   f.drain();
   bool answered = false;
   f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(1),
-               [&](std::exception_ptr e, PooledBuffer, Step) { answered = !e; });
+               [&](std::exception_ptr e, const FreshValue*) { answered = !e; });
   f.drain();
   CHECK(answered);
 }
@@ -130,7 +131,7 @@ TEST_CASE("shutting down fails the waiting polls") {
   VariableId id = f.add("w", {1});
   std::exception_ptr error;
   f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(1),
-               [&](std::exception_ptr e, PooledBuffer, Step) { error = e; });
+               [&](std::exception_ptr e, const FreshValue*) { error = e; });
   f.drain();
   f.shard.shut_down([] {});
   f.drain();
@@ -142,7 +143,7 @@ TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds noth
   VariableId id = f.add("w", {1});
   int answers = 0;
   f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(7),
-               [&](std::exception_ptr, PooledBuffer, Step) { ++answers; });
+               [&](std::exception_ptr, const FreshValue*) { ++answers; });
   f.drain();
   ShardStats stats;
   f.shard.stats([&](ShardStats s) { stats = s; });
@@ -189,13 +190,13 @@ namespace {
 
 // Three sync workers; worker 2 never pushes.
 struct SyncTimeoutFixture {
-  IoContext io;
+  testing::TestLoop io;
   VariableShard shard;
   VariableId id;
 
   explicit SyncTimeoutFixture(SyncTimeoutAction action)
-      : shard(io, ShardSettings{ShardId(0), Mode::sync, 3, 4, {}, true, SyncConfig{10, action}},
-              BufferPool::create()) {
+      : shard(io.actors,
+              ShardSettings{ShardId(0), Mode::sync, 3, 4, {}, true, SyncConfig{10, action}}) {
     VariableSpec spec;
     spec.name = "w";
     spec.shape = {2};
@@ -206,8 +207,7 @@ struct SyncTimeoutFixture {
     drain();
   }
   void drain() {
-    io.restart();
-    io.run();
+    io.drain();
   }
   void push(uint32_t worker, Step step, std::vector<float> g) {
     shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
@@ -232,7 +232,7 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
   f.push(1, 1, {3, 3});
   std::exception_ptr answer;
   f.shard.poll(WorkerId(0), f.id, 1, {0, 2}, PollTicket(1),
-               [&](std::exception_ptr e, PooledBuffer, Step) { answer = e; });
+               [&](std::exception_ptr e, const FreshValue*) { answer = e; });
   f.drain();
   auto start = std::chrono::steady_clock::now();
   f.shard.enforce_sync_timeout(start + std::chrono::seconds(5));  // not yet overdue
@@ -247,7 +247,7 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
   // The step still completes when the missing worker comes back.
   f.push(2, 1, {5, 5});
   std::vector<float> value;
-  f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, PooledBuffer v, Step) { value = floats(v); });
+  f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, const FreshValue* v) { value = floats(v); });
   f.drain();
   CHECK(value == std::vector<float>{-3, -3});
 }
@@ -258,7 +258,7 @@ TEST_CASE("a sync step past its timeout proceeds with the mean of the workers th
   f.push(1, 1, {3, 3});
   std::optional<std::vector<float>> answer;
   f.shard.poll(WorkerId(0), f.id, 1, {0, 2}, PollTicket(1),
-               [&](std::exception_ptr e, PooledBuffer v, Step) {
+               [&](std::exception_ptr e, const FreshValue* v) {
                  if (!e) answer = floats(v);
                });
   f.drain();
@@ -271,7 +271,7 @@ TEST_CASE("a sync step past its timeout proceeds with the mean of the workers th
   CHECK(f.stats().pushes_late == 1);
   for (uint32_t w = 0; w < 3; ++w) f.push(w, 2, {3, 3});
   std::vector<float> value;
-  f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, PooledBuffer v, Step) { value = floats(v); });
+  f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, const FreshValue* v) { value = floats(v); });
   f.drain();
   CHECK(value == std::vector<float>{-5, -5});
 }

@@ -1,18 +1,18 @@
 // psched-server: hosts the shards a deployment file names (all, or those given with --shard),
 // until SIGINT or SIGTERM. With `checkpoint:` configured it restores each shard at start and
 // checkpoints periodically and at a clean stop.
+#include <pthread.h>
+
 #include <csignal>
 #include <thread>
 
-#include <kj/async-io.h>
-#include <kj/async-unix.h>
 #include <CLI/CLI.hpp>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "common/malloc_tuning.h"
 #include "config/deployment.h"
-#include "net/shard_host.h"
+#include "net/shard_threads.h"
 #include "net/shard_monitor.h"
 
 namespace {
@@ -20,10 +20,21 @@ namespace {
 struct Options {
   std::string config;
   std::vector<uint32_t> shards;
-  unsigned threads = std::max(2u, std::thread::hardware_concurrency());
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   bool accept_log_loss = false;
 };
+
+// Blocks SIGINT and SIGTERM in this thread and every thread started after, so that only
+// wait_for_stop_signal() takes them.
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
 int serve(const Options& options) {
   psched::tune_malloc_for_large_messages();
@@ -37,18 +48,14 @@ int serve(const Options& options) {
   for (uint32_t i : options.shards) shards.push_back(psched::ShardId(i));
   if (shards.empty())
     for (uint32_t i = 0; i < config.shards.size(); ++i) shards.push_back(psched::ShardId(i));
+  for (psched::ShardId id : shards)
+    if (id.value >= config.shards.size())
+      psched::fail(psched::ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
+                   config.source.string(), id.value, config.shards.size());
 
-  kj::UnixEventPort::captureSignal(SIGINT);
-  kj::UnixEventPort::captureSignal(SIGTERM);
-  auto io = kj::setupAsyncIo();
-  psched::ActorRuntime actors(options.threads);
-  psched::ShardHost host(config, shards, actors.io(), options.apply_helpers);
-  host.restore().wait(io.waitScope);
-  auto checkpointing = host.keep_checkpointing(io.provider->getTimer()).eagerlyEvaluate(nullptr);
-  auto liveness =
-      host.keep_enforcing_sync_timeout(io.provider->getTimer()).eagerlyEvaluate(nullptr);
-  auto serving =
-      host.listen(io.provider->getNetwork(), io.provider->getTimer()).eagerlyEvaluate(nullptr);
+  sigset_t stop_signals = block_stop_signals();
+  psched::ShardThreads host(config, shards, options.threads, options.apply_helpers);
+  host.start();
   std::vector<std::unique_ptr<psched::ShardMonitor>> monitors;
   for (size_t i = 0; i < host.size(); ++i) {
     monitors.push_back(
@@ -56,23 +63,17 @@ int serve(const Options& options) {
     psched::log_info("shard {} dashboard on http://{}/ (also /metrics, /status)", shards[i].value,
                      config.shards[shards[i].value].http.to_string());
   }
-  psched::log_info("psched-server: {} shard(s), {} mode, {} worker(s), config {}", shards.size(),
+  psched::log_info("psched-server: {} shard(s) on {} thread(s), {} mode, {} worker(s), config {}",
+                   shards.size(), std::min<size_t>(shards.size(), std::max(1u, options.threads)),
                    config.mode == psched::Mode::sync ? "sync" : "async", config.workers,
                    options.config);
 
-  auto& port = io.unixEventPort;
-  auto signal = port.onSignal(SIGINT).exclusiveJoin(port.onSignal(SIGTERM));
-  auto stopped = serving.then([] { return siginfo_t{}; }).exclusiveJoin(kj::mv(signal));
-  siginfo_t info = stopped.wait(io.waitScope);
-  psched::log_info("psched-server: signal {} received, stopping", info.si_signo);
-  monitors.clear();  // before the actors stop: a snapshot in flight then answers nobody
-  host.shut_down().wait(io.waitScope);
-  io.waitScope.poll();  // send the abandoned polls' answers
-  checkpointing = nullptr;
-  liveness = nullptr;
-  host.checkpoint().wait(io.waitScope);
-  actors.stop();
-  return 0;  // the host goes before the KJ loop it was built on
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  psched::log_info("psched-server: signal {} received, stopping", signal);
+  monitors.clear();  // before the shards go: a snapshot in flight then answers nobody
+  host.stop();
+  return 0;
 }
 
 }  // namespace
@@ -84,7 +85,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--shard", options.shards, "host only these shard indices (default: all)");
-  app.add_option("--threads", options.threads, "threads running the shards");
+  app.add_option("--threads", options.threads,
+                 "event-loop threads serving the shards (default: cores; at most one per shard)");
   app.add_option("--apply-threads", options.apply_helpers,
                  "extra threads applying one large partition (default: cores - 1)");
   app.add_flag("--accept-log-loss", options.accept_log_loss,

@@ -11,7 +11,7 @@
 //
 // Threads enter a namespace with setns(CLONE_NEWNET), which moves only the calling thread;
 // threads it creates afterwards start in its namespace. So a server or client object that
-// opens its sockets on threads it creates (ShardThread, Client) lives in the namespace of the
+// opens its sockets on threads it creates (ShardThreads, Client) lives in the namespace of the
 // thread that constructed it: see run_in().
 #pragma once
 

@@ -16,12 +16,12 @@
 #include "bench/fluid_model.h"
 #include "bench/netns_links.h"
 #include "bench/shaped_link.h"
-#include "bench/shard_thread.h"
 #include "client/chrome_trace.h"
 #include "client/worker_monitor.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "config/byte_size.h"
+#include "net/shard_threads.h"
 
 namespace psched::bench {
 namespace {
@@ -159,10 +159,14 @@ Shaping choose_shaping(const std::string& requested, uint32_t workers, double li
 
 // The shards: under tbf hosted by threads in the shard namespace, listening on every address
 // there (worker i reaches them at its own veth's end); else here, on loopback.
-std::unique_ptr<ShardThread> start_shards(const Shaping& shaping, const Options& o) {
+std::unique_ptr<ShardThreads> start_shards(const Shaping& shaping, const Options& o) {
   DeploymentConfig config = cluster_config(o, shaping.netns ? "0.0.0.0" : "127.0.0.1");
-  unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
-  auto start = [&] { return std::make_unique<ShardThread>(config, 1, apply_helpers); };
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  auto start = [&] {
+    auto shards = std::make_unique<ShardThreads>(config, std::vector<ShardId>{}, cores, cores - 1);
+    shards->start();
+    return shards;
+  };
   return shaping.netns ? NetnsLinks::run_in(shaping.netns->shard_namespace(), start) : start();
 }
 

@@ -16,12 +16,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench/shard_thread.h"
 #include "bench/tcp_echo.h"
 #include "client/client.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "config/byte_size.h"
+#include "net/shard_threads.h"
 
 namespace psched::bench {
 namespace {
@@ -92,7 +92,7 @@ ClientOptions client_options(const DeploymentConfig& shard, uint64_t partition_b
   return options;
 }
 
-// The listener is bound before ShardThread returns; the bounded retry is only a safety net.
+// The listener is bound before ShardThreads::start returns; the bounded retry is only a safety net.
 std::unique_ptr<Client> connect_client(const ClientOptions& options) {
   for (int attempt = 1;; ++attempt) {
     try {
@@ -215,7 +215,8 @@ int run(const Options& options) {
   TcpEchoServer echo;
   const DeploymentConfig config =
       shard_config(options.port, options.tls_dir, options.checkpoint_dir);
-  ShardThread shard(config, options.server_threads, options.apply_helpers);
+  ShardThreads shard(config, {}, options.server_threads, options.apply_helpers);
+  shard.start();
   std::vector<SizeResult> results;
   for (uint64_t size : sizes) results.push_back(measure_size(config, echo.port(), size, budget));
   print_tables(results);
@@ -234,7 +235,7 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", o.seconds, "time budget per case and size")
       ->check(CLI::PositiveNumber);
   app.add_option("--port", o.port, "the shard's loopback port");
-  app.add_option("--server-threads", o.server_threads, "shard threads applying updates")
+  app.add_option("--server-threads", o.server_threads, "event-loop threads serving the shard")
       ->check(CLI::Range(1u, 256u));
   app.add_option(
       "--apply-threads", o.apply_helpers,

@@ -6,7 +6,6 @@
 
 #include "common/error.h"
 #include "common/malloc_tuning.h"
-#include "net/shard_connector.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -23,92 +22,67 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   return options;
 }
 
-Client::Client(ClientOptions options) : options_(std::move(options)), actors_(1) {
+Client::Client(ClientOptions options) : options_(std::move(options)) {
   tune_malloc_for_large_messages();
-  std::promise<void> started;
-  auto ready = started.get_future();
-  kj_thread_ = std::thread([this, &started] { run_kj_thread(started); });
   try {
-    ready.get();
+    layout_ = thread_.call([this](kj::AsyncIoContext& io) { return start(io); });
   } catch (...) {
-    mailbox_.close();
-    kj_thread_.join();
-    actors_.stop();
+    thread_.call([this](kj::AsyncIoContext&) {
+      worker_.reset();
+      connector_.reset();
+    });
     throw;
   }
 }
 
 Client::~Client() {
-  actors_.stop();  // no more actor work that could post to the mailbox
-  mailbox_.close();
-  if (kj_thread_.joinable()) kj_thread_.join();
-}
-
-void Client::run_kj_thread(std::promise<void>& started) {
-  auto io = kj::setupAsyncIo();
-  std::optional<ShardConnector> connector;  // outlives the links, which reconnect with it
-  try {
-    std::vector<kj::Own<ShardLink>> links;
-    connector.emplace(io.provider->getNetwork(), options_.tls);
-    StreamWrap wrap;
-    if (options_.wrap_stream)
-      wrap = [this, &timer = io.provider->getTimer()](kj::Own<kj::AsyncIoStream> stream) {
-        return options_.wrap_stream(kj::mv(stream), timer);
-      };
-    ReconnectPolicy policy{.timer = &io.provider->getTimer()};
-    policy.timeout =
-        static_cast<int64_t>(options_.reconnect_timeout_seconds * 1e3) * kj::MILLISECONDS;
-    for (const std::string& address : options_.shards) {
-      StreamOpener open = [&connector, address, wrap] { return connector->open(address, wrap); };
-      links.push_back(
-          kj::heap<ShardLink>(address, std::move(open), options_.max_message_bytes, policy));
-    }
-    WorkerOptions worker{options_.worker, options_.token, options_.scheduler};
-    worker_ = std::make_unique<Worker>(actors_.io(), mailbox_, kj::mv(links), worker);
-    worker_->connect().wait(io.waitScope);
-    layout_ = worker_->layout();
-  } catch (const kj::Exception& e) {
+  thread_.call([this](kj::AsyncIoContext&) {
     worker_.reset();
-    started.set_exception(std::make_exception_ptr(from_kj_exception(e)));
-    return;
-  } catch (...) {
-    worker_.reset();
-    started.set_exception(std::current_exception());
-    return;
-  }
-  started.set_value();
-  mailbox_.run().wait(io.waitScope);
-  worker_.reset();
-}
-
-template <typename T, typename Work>
-T Client::on_kj_thread(Work work) {
-  auto result = std::make_shared<std::promise<T>>();
-  auto future = result->get_future();
-  mailbox_.post([result, work = std::move(work), this]() mutable {
-    try {
-      work()
-          .then([result](auto... value) { result->set_value(std::move(value)...); },
-                [result](kj::Exception&& e) {
-                  result->set_exception(std::make_exception_ptr(from_kj_exception(e)));
-                })
-          .detach([](kj::Exception&&) {});
-    } catch (...) {
-      result->set_exception(std::current_exception());
-    }
+    connector_.reset();
   });
-  return future.get();
+}
+
+kj::Promise<ClusterLayout> Client::start(kj::AsyncIoContext& io) {
+  connector_ = std::make_unique<ShardConnector>(io.provider->getNetwork(), options_.tls);
+  StreamWrap wrap;
+  if (options_.wrap_stream)
+    wrap = [this, &timer = io.provider->getTimer()](kj::Own<kj::AsyncIoStream> stream) {
+      return options_.wrap_stream(kj::mv(stream), timer);
+    };
+  ReconnectPolicy policy{.timer = &io.provider->getTimer()};
+  policy.timeout =
+      static_cast<int64_t>(options_.reconnect_timeout_seconds * 1e3) * kj::MILLISECONDS;
+  std::vector<kj::Own<ShardLink>> links;
+  for (const std::string& address : options_.shards) {
+    StreamOpener open = [this, address, wrap] { return connector_->open(address, wrap); };
+    links.push_back(
+        kj::heap<ShardLink>(address, std::move(open), options_.max_message_bytes, policy));
+  }
+  WorkerOptions worker{options_.worker, options_.token, options_.scheduler};
+  worker_ = std::make_unique<Worker>(thread_.loop(), kj::mv(links), worker);
+  return worker_->connect().then([this] { return worker_->layout(); });
+}
+
+template <typename T, typename Ask>
+T Client::ask_loop(Ask ask) {
+  return thread_.call([ask = std::move(ask)](kj::AsyncIoContext&) mutable {
+    auto paf = kj::newPromiseAndFulfiller<T>();
+    ask([f = std::make_shared<kj::Own<kj::PromiseFulfiller<T>>>(kj::mv(paf.fulfiller))](T v) {
+      (*f)->fulfill(std::move(v));
+    });
+    return kj::mv(paf.promise);
+  });
 }
 
 VariableHandle Client::register_variable(const VariableSpec& spec, std::span<std::byte> value,
                                          bool use_server_optimizer) {
-  return on_kj_thread<VariableHandle>([this, spec, value, use_server_optimizer] {
+  return thread_.call([this, spec, value, use_server_optimizer](kj::AsyncIoContext&) {
     return worker_->register_variable(spec, value, use_server_optimizer);
   });
 }
 
 void Client::pull(VariableHandle handle) {
-  on_kj_thread<void>([this, handle] { return worker_->pull(handle); });
+  thread_.call([this, handle](kj::AsyncIoContext&) { return worker_->pull(handle); });
 }
 
 void Client::push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
@@ -128,8 +102,11 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
       newest_step_pushed_ = now;
     }
   }
-  worker_->push(handle, step, gradient, [done](std::exception_ptr error) {
-    error ? done->set_exception(error) : done->set_value();
+  // The one hop of a push; its `done` wakes the trainer's wait once.
+  thread_.loop().post([this, handle, step, gradient, done] {
+    worker_->push(handle, step, gradient, [done](std::exception_ptr error) {
+      error ? done->set_exception(error) : done->set_value();
+    });
   });
 }
 
@@ -160,25 +137,16 @@ bool Client::ready(VariableHandle handle, Step step) {
 }
 
 SchedulerStats Client::scheduler_stats() {
-  std::promise<SchedulerStats> result;
-  auto future = result.get_future();
-  worker_->scheduler().stats([&result](SchedulerStats s) { result.set_value(s); });
-  return future.get();
+  return ask_loop<SchedulerStats>([this](auto reply) { worker_->scheduler().stats(reply); });
 }
 
 TuningState Client::tuning() {
-  std::promise<TuningState> result;
-  auto future = result.get_future();
-  worker_->pusher().tuning([&result](TuningState s) { result.set_value(s); });
-  return future.get();
+  return ask_loop<TuningState>([this](auto reply) { worker_->pusher().tuning(reply); });
 }
 
 std::vector<TaskRecord> Client::take_records() {
-  std::promise<std::vector<TaskRecord>> result;
-  auto future = result.get_future();
-  worker_->scheduler().take_records(
-      [&result](std::vector<TaskRecord> r) { result.set_value(std::move(r)); });
-  return future.get();
+  return ask_loop<std::vector<TaskRecord>>(
+      [this](auto reply) { worker_->scheduler().take_records(reply); });
 }
 
 void Client::stats(std::function<void(WorkerStats)> reply) {

@@ -8,8 +8,9 @@
 //     client.wait(w, step);               // fresh weights are now in weights_bytes
 //   }
 //
-// A Client owns two threads: one runs Cap'n Proto RPC (the KJ event loop), one runs the
-// worker's actors. All methods may be called from any thread. Creating one tunes the process's
+// A Client owns one thread, which runs an event loop holding the shard connections and the
+// worker's actors (actors/actor.h): a push crosses to it once, and a wait is woken once when the
+// push is done. All methods may be called from any thread. Creating one tunes the process's
 // malloc for large messages (common/malloc_tuning.h).
 #pragma once
 
@@ -22,14 +23,15 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <kj/async-io.h>
 
+#include "actors/loop_thread.h"
 #include "actors/variable_spec.h"
 #include "client/worker.h"
 #include "common/histogram.h"
+#include "net/shard_connector.h"
 
 namespace psched {
 
@@ -42,8 +44,8 @@ struct ClientOptions {
   double reconnect_timeout_seconds = 60;  // a lost shard is retried this long (reconnect:)
   // Present: connect over TLS, trusting tls->ca_file (read when the client starts; net/tls.h).
   std::optional<TlsConfig> tls;
-  // Optional: wraps each shard connection's stream on the client's KJ thread (benchmarks shape
-  // bandwidth with it). The timer is that thread's.
+  // Optional: wraps each shard connection's stream on the client's loop thread (benchmarks
+  // shape bandwidth with it). The timer is that thread's.
   std::function<kj::Own<kj::AsyncIoStream>(kj::Own<kj::AsyncIoStream>, kj::Timer&)> wrap_stream;
 
   // Shards, token, TLS, scheduler and limits from a deployment file.
@@ -87,7 +89,7 @@ class Client {
   void pull(VariableHandle handle);
   // The scheduler's figures (bytes in flight, tasks started, ...).
   SchedulerStats scheduler_stats();
-  // Calls `reply` with the worker's figures, on the scheduler's strand (do not block there).
+  // Calls `reply` with the worker's figures, on the client's loop thread (do not block there).
   void stats(std::function<void(WorkerStats)> reply);
   // The timelines of partitions finished since the last call (the newest
   // Scheduler::kMaxRecords of them); write them with write_chrome_trace (client/chrome_trace.h).
@@ -96,21 +98,22 @@ class Client {
   TuningState tuning();
 
  private:
-  // Runs `work` on the KJ thread and blocks for its result.
-  template <typename T, typename Work>
-  T on_kj_thread(Work work);
-  void run_kj_thread(std::promise<void>& started);
+  // On the loop thread: opens the links, connects the worker; resolves with the layout.
+  kj::Promise<ClusterLayout> start(kj::AsyncIoContext& io);
+  // The answer `ask(reply)` gives on the loop thread, where `ask` runs; blocks the caller.
+  template <typename T, typename Ask>
+  T ask_loop(Ask ask);
   using PendingPushes = std::map<std::pair<uint32_t, Step>, std::future<void>>;
   // The push of (handle, step); throws Error(invalid_argument) when there is none. Caller holds
   // pushes_mutex_.
   PendingPushes::iterator find_push(VariableHandle handle, Step step);
 
   ClientOptions options_;
-  ActorRuntime actors_;
-  KjMailbox mailbox_;
-  std::unique_ptr<Worker> worker_;  // created and destroyed on the KJ thread
+  LoopThread thread_;
+  // Built, used and destroyed on the loop thread (the connector outlives the links):
+  std::unique_ptr<ShardConnector> connector_;
+  std::unique_ptr<Worker> worker_;
   ClusterLayout layout_;
-  std::thread kj_thread_;
 
   std::mutex pushes_mutex_;
   // Guarded by pushes_mutex_:

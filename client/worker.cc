@@ -37,13 +37,12 @@ auto on_link(ShardLink& link, Call call) -> decltype(call()) {
 
 }  // namespace
 
-Worker::Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>> links,
-               WorkerOptions options)
+Worker::Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOptions options)
     : options_(std::move(options)),
       links_(std::move(links)),
-      transport_(mailbox, raw(links_)),
+      transport_(raw(links_)),
       scheduler_(
-          io, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
+          loop, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
           [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
       pusher_(scheduler_, options_.scheduler.partition_bytes) {
   scheduler_.set_fusion_bytes(options_.scheduler.fusion_bytes);

@@ -1,7 +1,7 @@
 // Worker: the worker side of psched inside one trainer process, without threads of its own.
-// It owns the shard links (KJ thread), the transport, and the Scheduler and GradientPusher
-// actors (on `io`). The threaded Client wraps it; tests drive it on one thread, polling the
-// KJ loop and the io_context in turn.
+// It owns the shard links, the transport, and the Scheduler and GradientPusher actors, all on
+// one event loop (actors/actor.h), where they call each other directly. The threaded Client
+// runs it on its loop thread; tests drive it on their own thread.
 #pragma once
 
 #include <memory>
@@ -12,7 +12,6 @@
 #include "actors/gradient_pusher.h"
 #include "actors/scheduler.h"
 #include "net/cluster_layout.h"
-#include "net/kj_mailbox.h"
 #include "net/rpc_transport.h"
 #include "net/shard_link.h"
 
@@ -26,30 +25,29 @@ struct WorkerOptions {
 
 class Worker {
  public:
-  // Built on the KJ thread, which drains `mailbox`. `links[i]` is shard i in config order.
-  Worker(IoContext& io, KjMailbox& mailbox, std::vector<kj::Own<ShardLink>> links,
-         WorkerOptions options);
+  // Built on `loop`'s thread, where the links live. `links[i]` is shard i in config order.
+  Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOptions options);
   ~Worker();
 
   // The promises below reject with kj::Exception whose description carries the psched error
   // code ("[code] message"; read it with from_kj_exception); checks made before a promise
   // exists throw psched::Error directly.
   //
-  // KJ thread. Connects to every shard and checks that they describe the same cluster.
+  // Connects to every shard and checks that they describe the same cluster.
   kj::Promise<void> connect();
-  // KJ thread. Registers the variable on the shards that placement gives it. `value` is the
+  // Registers the variable on the shards that placement gives it. `value` is the
   // trainer's parameter memory: its content is the initial value (the first registration of
   // a name wins) and fresh values are written into it; it stays alive while the worker does.
   kj::Promise<VariableHandle> register_variable(VariableSpec spec, std::span<std::byte> value,
                                                 bool use_server_optimizer);
-  // KJ thread. Overwrites the variable's memory with the shards' current value.
+  // Overwrites the variable's memory with the shards' current value.
   kj::Promise<void> pull(VariableHandle handle);
   // Registrations, pulls and pushes whose connection is lost are sent again once the link
   // has reconnected (net/shard_link.h); they fail only when it gives up.
 
-  // Any thread. Pushes the whole gradient of `handle` for `step`; `done` runs (on the pusher's
-  // strand) when every partition's fresh value is in the variable's memory. The caller keeps
-  // `gradient` alive until then.
+  // Pushes the whole gradient of `handle` for `step`; `done` runs (on the loop) when every
+  // partition's fresh value is in the variable's memory. The caller keeps `gradient` alive
+  // until then. Every method runs on the loop's thread.
   void push(VariableHandle handle, Step step, std::span<const std::byte> gradient,
             GradientPusher::PushDone done);
 
@@ -68,7 +66,7 @@ class Worker {
   Scheduler scheduler_;
   GradientPusher pusher_;
   ClusterLayout layout_;
-  std::vector<VariablePlan> plans_;  // KJ thread's copy, index = handle
+  std::vector<VariablePlan> plans_;  // index = handle
 };
 
 }  // namespace psched

@@ -1,7 +1,8 @@
 // ForkJoinPool: runs the pieces of one job on a few threads and returns when all are done.
 // The shard uses it to apply a large partition on several cores from inside one handler (the
-// handler blocks; the strand is busy with that partition anyway). Idle threads sleep on the
-// Asio pool's condition variable: no spinning between jobs.
+// handler blocks; the shard's loop is busy with that partition anyway). Idle threads sleep on
+// the Asio pool's condition variable: no spinning between jobs. Shards on several threads may
+// share one pool: each run() is independent.
 #pragma once
 
 #include <cstddef>

@@ -34,7 +34,7 @@ struct HttpResponse {
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
   // When set, makes the body on the server's thread: a handler answering from an actor's
-  // strand hands over its snapshot and leaves the rendering off the strand.
+  // loop hands over its snapshot and leaves the rendering off that loop.
   std::function<std::string()> render_body = {};
 };
 

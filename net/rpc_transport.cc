@@ -54,24 +54,20 @@ struct RpcTransport::CarriedGroup {
   }
 };
 
-RpcTransport::RpcTransport(KjMailbox& mailbox, std::vector<ShardLink*> links)
-    : mailbox_(mailbox), links_(std::move(links)), tasks_(*this) {}
+RpcTransport::RpcTransport(std::vector<ShardLink*> links)
+    : links_(std::move(links)), tasks_(*this) {}
 
 RpcTransport::~RpcTransport() noexcept = default;
 
 void RpcTransport::start(const PartitionTask& task, TaskCallbacks callbacks) {
-  mailbox_.post([this, task, callbacks = std::move(callbacks)]() mutable {
-    tasks_.add(attempt(std::make_shared<Carried>(Carried{task, std::move(callbacks)})));
-  });
+  tasks_.add(attempt(std::make_shared<Carried>(Carried{task, std::move(callbacks)})));
 }
 
 void RpcTransport::start_fused(std::vector<PartitionTask> tasks,
                                std::vector<TaskCallbacks> callbacks) {
-  mailbox_.post([this, tasks = std::move(tasks), callbacks = std::move(callbacks)]() mutable {
-    size_t n = tasks.size();
-    tasks_.add(attempt_fused(std::make_shared<CarriedGroup>(CarriedGroup{
-        std::move(tasks), std::move(callbacks), std::vector<bool>(n), std::vector<bool>(n)})));
-  });
+  size_t n = tasks.size();
+  tasks_.add(attempt_fused(std::make_shared<CarriedGroup>(CarriedGroup{
+      std::move(tasks), std::move(callbacks), std::vector<bool>(n), std::vector<bool>(n)})));
 }
 
 kj::Promise<void> RpcTransport::attempt(std::shared_ptr<Carried> c) {

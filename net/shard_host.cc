@@ -5,12 +5,13 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "net/cross_thread_promise.h"
 #include "net/tls.h"
 #include "net/wire_convert.h"
 
 namespace psched {
 namespace {
+
+using Fulfiller = std::shared_ptr<kj::Own<kj::PromiseFulfiller<void>>>;
 
 // The shard's compute device, or null for cpu.
 std::unique_ptr<optim::ComputeDevice> open_device(const DeploymentConfig& config, ShardId id) {
@@ -29,11 +30,10 @@ std::unique_ptr<optim::ComputeDevice> open_device(const DeploymentConfig& config
 }  // namespace
 
 ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards,
-                     IoContext& io, unsigned apply_helpers)
+                     ActorLoop& loop, ForkJoinPool* apply_pool)
     : config_(config),
       tls_(config.tls ? server_tls_context(*config.tls) : kj::Own<kj::TlsContext>()),
-      pool_(BufferPool::create()),
-      apply_pool_(apply_helpers) {
+      accepting_(*this) {
   for (ShardId id : shards) {
     if (id.value >= config.shards.size())
       fail(ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
@@ -49,7 +49,7 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.sync,
                            config.checkpoint.accept_log_loss};
     hosted->shard =
-        std::make_unique<VariableShard>(io, settings, pool_, &apply_pool_, hosted->device.get());
+        std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
     hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint, tls_.get());
     hosted_.push_back(std::move(hosted));
@@ -59,49 +59,54 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
 ShardHost::~ShardHost() = default;
 
 kj::Promise<void> ShardHost::listen(kj::Network& network, kj::Timer& timer) {
-  kj::Vector<kj::Promise<void>> accepting;
+  kj::Vector<kj::Promise<void>> bound;
   for (auto& hosted : hosted_) {
     const ListenAddress& address = config_.shards[hosted->endpoint->id.value].listen;
-    auto bound =
+    auto receiver =
         network.parseAddress(address.host, address.port).then([](kj::Own<kj::NetworkAddress> a) {
           return a->listen();
         });
-    accepting.add(bound.then(
-        [h = hosted.get(), address, &timer,
+    bound.add(receiver.then(
+        [this, h = hosted.get(), address, &timer,
          tls = tls_.get() != nullptr](kj::Own<kj::ConnectionReceiver> receiver) {
           h->receiver = kj::mv(receiver);
           log_info("shard {} listening on {}{}", h->endpoint->id.value, address.to_string(),
                    tls ? " (TLS)" : "");
-          return h->listener->listen(*h->receiver, timer);
+          accepting_.add(h->listener->listen(*h->receiver, timer));
         },
-        [address](kj::Exception&& e) -> kj::Promise<void> {
+        [address](kj::Exception&& e) {
           fail(ErrorCode::bad_config, "cannot listen on {}: {}", address.to_string(),
                e.getDescription().cStr());
         }));
   }
-  return kj::joinPromises(accepting.releaseAsArray());
+  return kj::joinPromises(bound.releaseAsArray());
+}
+
+void ShardHost::taskFailed(kj::Exception&& exception) {
+  log_error("accepting connections failed: {}", exception.getDescription().cStr());
 }
 
 template <typename Ask>
 kj::Promise<void> ShardHost::on_every_shard(Ask ask) {
   kj::Vector<kj::Promise<void>> done;
   for (auto& hosted : hosted_) {
-    auto [promise, fulfiller] = cross_thread_promise<void>();
-    ask(*hosted->shard, hosted->endpoint->id, fulfiller);
-    done.add(kj::mv(promise));
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    ask(*hosted->shard, hosted->endpoint->id,
+        std::make_shared<kj::Own<kj::PromiseFulfiller<void>>>(kj::mv(paf.fulfiller)));
+    done.add(kj::mv(paf.promise));
   }
   return kj::joinPromises(done.releaseAsArray());
 }
 
 kj::Promise<void> ShardHost::shut_down() {
-  return on_every_shard([](VariableShard& shard, ShardId, SharedFulfiller<void> fulfiller) {
+  return on_every_shard([](VariableShard& shard, ShardId, Fulfiller fulfiller) {
     shard.shut_down([fulfiller] { (*fulfiller)->fulfill(); });
   });
 }
 
 kj::Promise<void> ShardHost::restore() {
   if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
-  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
+  return on_every_shard([](VariableShard& shard, ShardId id, Fulfiller fulfiller) {
     shard.restore([fulfiller, id](std::exception_ptr error, RestoreReport report) {
       for (const std::string& skipped : report.skipped)
         log_warn("shard {}: skipped {}", id.value, skipped);
@@ -119,7 +124,7 @@ kj::Promise<void> ShardHost::restore() {
 
 kj::Promise<void> ShardHost::checkpoint() {
   if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
-  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
+  return on_every_shard([](VariableShard& shard, ShardId id, Fulfiller fulfiller) {
     shard.checkpoint([fulfiller, id](std::exception_ptr error, std::filesystem::path file) {
       if (error) return (*fulfiller)->reject(to_kj_exception(error));
       log_info("shard {}: checkpoint {} written", id.value, file.string());

@@ -1,24 +1,25 @@
-// ShardHost: the shards one process serves, each with its actor, RPC endpoint and listener.
-// Built and used on the KJ thread; the shard actors run on `io`.
+// ShardHost: shards served from one event loop, each with its actor, RPC endpoint and
+// listener. Built, used and destroyed on that loop's thread; psched-server runs one host per
+// loop thread (apps/shard_threads.h), tests one host on their own thread.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "actors/variable_shard.h"
-#include "net/cross_thread_promise.h"
 #include "net/shard_listener.h"
 
 namespace psched {
 
-class ShardHost {
+class ShardHost final : private kj::TaskSet::ErrorHandler {
  public:
-  // Hosts `shards` (indices into config.shards). `config` outlives the host. Large partitions
-  // are applied with `apply_helpers` threads besides the shard's own, or on the shard's GPU
-  // (its `device`). With config.tls, reads the certificate and key now and serves TLS only.
-  // Throws Error(bad_config) naming what cannot be used (a device, a certificate).
-  ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards, IoContext& io,
-            unsigned apply_helpers = 0);
+  // Hosts `shards` (indices into config.shards) on `loop`. `config` outlives the host. Large
+  // partitions are applied on `apply_pool` (optional, outlives the host; shared by hosts) or on
+  // the shard's GPU (its `device`). With config.tls, reads the certificate and key now and
+  // serves TLS only. Throws Error(bad_config) naming what cannot be used (a device, a
+  // certificate).
+  ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards, ActorLoop& loop,
+            ForkJoinPool* apply_pool = nullptr);
   ~ShardHost();
 
   // With a checkpoint directory configured: restores every hosted shard from its newest valid
@@ -36,22 +37,24 @@ class ShardHost {
   // promise is dropped (VariableShard::enforce_sync_timeout). Otherwise never resolves.
   kj::Promise<void> keep_enforcing_sync_timeout(kj::Timer& timer);
 
-  // Binds every hosted shard's listen address and accepts until the promise is dropped.
-  // Throws psched::Error naming the address when one cannot be bound.
+  // Binds every hosted shard's listen address; resolves once all are bound, and accepts from
+  // then on until the host goes. Rejects with psched::Error naming the address when one
+  // cannot be bound. `network` and `timer` outlive the host.
   kj::Promise<void> listen(kj::Network& network, kj::Timer& timer);
   // The i-th hosted shard (in the order given to the constructor).
   VariableShard& shard(size_t i) { return *hosted_[i]->shard; }
   ShardListener& listener(size_t i) { return *hosted_[i]->listener; }
   size_t size() const { return hosted_.size(); }
-  // Fails waiting polls on every shard; resolves when all have, on the KJ thread. Turn the
-  // loop a little afterwards so the answers go out, then stop the actors, then destroy the host
-  // (while the KJ loop still exists).
+  // Fails waiting polls on every shard; resolves when all have. Turn the loop a little
+  // afterwards so the answers go out, then destroy the host (while the loop still exists).
   kj::Promise<void> shut_down();
 
  private:
-  // Calls ask(shard, id, fulfiller) for every hosted shard; resolves when all fulfilled.
+  // Calls ask(shard, id, fulfiller) for every hosted shard; resolves when all fulfilled (a
+  // shared kj::PromiseFulfiller<void>, so std::function replies can hold it).
   template <typename Ask>
   kj::Promise<void> on_every_shard(Ask ask);
+  void taskFailed(kj::Exception&& exception) override;
 
   struct Hosted {
     std::unique_ptr<optim::ComputeDevice> device;  // null for cpu; outlives `shard`
@@ -63,9 +66,8 @@ class ShardHost {
 
   const DeploymentConfig& config_;
   kj::Own<kj::TlsContext> tls_;  // null without config.tls; before the listeners that use it
-  std::shared_ptr<BufferPool> pool_;
-  ForkJoinPool apply_pool_;
   std::vector<std::unique_ptr<Hosted>> hosted_;
+  kj::TaskSet accepting_;  // last: its accept loops use the listeners
 };
 
 }  // namespace psched

@@ -2,7 +2,7 @@
 // address: GET /metrics (Prometheus), GET /status (JSON) and GET / (the live dashboard,
 // net/dashboard.html, built into the binary).
 //
-// Each request asks the shard actor for a snapshot (one message on its strand, which copies
+// Each request asks the shard actor for a snapshot (one message to its loop, which copies
 // counters) and answers from the copy; the connection count is an atomic. Nothing here
 // waits on the data path, and HTTP runs on a thread of its own.
 #pragma once
@@ -26,7 +26,7 @@ class ShardMonitor {
   uint16_t port() const { return server_.port(); }
 
  private:
-  // Calls `done` on the shard's strand with a snapshot; variables only when `with_variables`.
+  // Calls `done` on the shard's loop with a snapshot; variables only when `with_variables`.
   // `done` may run after the monitor is destroyed.
   void snapshot(bool with_variables, std::function<void(ShardSnapshot)> done);
   HttpRoutes routes();

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <memory>
 
-#include "net/cross_thread_promise.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -16,17 +15,16 @@ int64_t wall_clock_ns() {
       .count();
 }
 
-// A ValueReply that fulfils `f` (on the shard's strand; the promise resolves on the KJ thread).
-VariableShard::ValueReply value_reply(SharedFulfiller<ValueAnswer> f) {
-  return [f](std::exception_ptr error, PooledBuffer value, Step step) {
-    if (error) return (*f)->reject(to_kj_exception(error));
-    (*f)->fulfill(ValueAnswer{std::move(value), step, wall_clock_ns()});
-  };
-}
+// A shard reply that fulfils `f` (the shard replies on this loop, usually before the call
+// that asked returns).
+template <typename T>
+using SharedFulfiller = std::shared_ptr<kj::Own<kj::PromiseFulfiller<T>>>;
 
-capnp::Data::Reader data_of(const ValueAnswer& r) {
-  // TODO(perf): one copy where this is set; the shard could write straight into the result.
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.value.data()), r.value.size());
+template <typename T>
+std::pair<kj::Promise<T>, SharedFulfiller<T>> reply_promise() {
+  auto paf = kj::newPromiseAndFulfiller<T>();
+  return {kj::mv(paf.promise),
+          std::make_shared<kj::Own<kj::PromiseFulfiller<T>>>(kj::mv(paf.fulfiller))};
 }
 
 // "" for success, else the exception's "[code] message".
@@ -122,7 +120,7 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
     return refuse(endpoint_, std::current_exception());
   }
   auto initial = params.getInitialValue();
-  auto [promise, f] = cross_thread_promise<std::pair<VariableId, bool>>();
+  auto [promise, f] = reply_promise<std::pair<VariableId, bool>>();
   endpoint_.shard.register_variable(
       kj::mv(spec), {params.getBegin(), params.getEnd()},
       {reinterpret_cast<const std::byte*>(initial.begin()), initial.size()},
@@ -159,7 +157,7 @@ SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step ste
 }
 
 kj::Promise<void> SessionService::push_one(const PushArgs& push) {
-  auto [promise, f] = cross_thread_promise<void>();
+  auto [promise, f] = reply_promise<void>();
   endpoint_.shard.push(worker_, push.variable, push.step, push.range, push.dtype, push.data,
                        [f = f](std::exception_ptr error) {
                          if (error) return (*f)->reject(to_kj_exception(error));
@@ -186,7 +184,7 @@ kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
     return refuse(endpoint_, std::current_exception());
   }
   auto outcomes = kj::heapArrayBuilder<kj::Promise<kj::String>>(partitions.size());
-  // Each partition goes to the shard's strand in list order, so they apply in that order.
+  // Each partition goes to the shard in list order, so they apply in that order.
   for (auto p : partitions) {
     try {
       outcomes.add(error_text(push_one(
@@ -213,8 +211,8 @@ void SessionService::check_answer_fits(capnp::List<wire::PolledRange>::Reader ra
   }
 }
 
-kj::Promise<ValueAnswer> SessionService::poll_one(VariableId variable, Step step, uint64_t offset,
-                                                  uint64_t count) {
+kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint64_t offset,
+                                           uint64_t count, WriteValue write) {
   ElementRange r = range("poll", offset, count);
   uint64_t limit = endpoint_.config.limits.max_waiting_polls;
   if (*waiting_polls_ >= limit)
@@ -223,11 +221,18 @@ kj::Promise<ValueAnswer> SessionService::poll_one(VariableId variable, Step step
          "(limits.max_waiting_polls)",
          *waiting_polls_);
   ++*waiting_polls_;
-  auto [promise, f] = cross_thread_promise<ValueAnswer>();
+  auto [promise, f] = reply_promise<void>();
   PollTicket ticket(endpoint_.next_poll_ticket++);
-  endpoint_.shard.poll(worker_, variable, step, r, ticket, value_reply(f));
+  endpoint_.shard.poll(worker_, variable, step, r, ticket,
+                       [f = f, write = std::move(write)](std::exception_ptr error,
+                                                         const FreshValue* value) {
+                         if (error) return (*f)->reject(to_kj_exception(error));
+                         write(*value, wall_clock_ns());
+                         (*f)->fulfill();
+                       });
   // A poll may wait long; when its caller goes away (cancel, dropped connection) the promise
-  // is dropped and the shard forgets the poll. Polls borrow nothing from their parameters.
+  // is dropped and the shard forgets the poll at once, before the call's results (which
+  // `write` fills) go away. Polls borrow nothing from their parameters.
   VariableShard& shard = endpoint_.shard;
   std::weak_ptr<bool> alive = endpoint_.alive;
   return promise.attach(kj::defer([&shard, alive, ticket, waiting = waiting_polls_] {
@@ -239,25 +244,23 @@ kj::Promise<ValueAnswer> SessionService::poll_one(VariableId variable, Step step
 kj::Promise<void> SessionService::poll(PollContext context) {
   auto params = context.getParams();
   try {
-    auto answer = poll_one(VariableId(params.getVariable()), params.getStep(), params.getOffset(),
-                           params.getCount());
+    auto answered = poll_one(VariableId(params.getVariable()), params.getStep(),
+                             params.getOffset(), params.getCount(),
+                             [context](const FreshValue& value, int64_t at_ns) mutable {
+                               auto results = context.getResults();
+                               value.read_into(reinterpret_cast<std::byte*>(
+                                   results.initValue(value.bytes()).begin()));
+                               results.setAppliedStep(value.step());
+                               results.setAppliedAtNs(at_ns);
+                             });
     context.allowCancellation();
-    return answer.then([context](ValueAnswer r) mutable {
-      auto results = context.getResults();
-      results.setValue(data_of(r));
-      results.setAppliedStep(r.step);
-      results.setAppliedAtNs(r.answered_at_ns);
-    });
+    return answered;
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }
 }
 
 kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
-  struct Outcome {
-    kj::Maybe<ValueAnswer> value;
-    kj::String error;
-  };
   auto ranges = context.getParams().getRanges();
   try {
     check_fused("pollFused", ranges.size());
@@ -265,47 +268,47 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }
-  auto outcomes = kj::heapArrayBuilder<kj::Promise<Outcome>>(ranges.size());
-  for (auto r : ranges) {
-    kj::Promise<ValueAnswer> answer = nullptr;
+  // Each range's answer is written into its slot of the results as it becomes ready.
+  context.getResults().initValues(ranges.size());
+  auto outcomes = kj::heapArrayBuilder<kj::Promise<void>>(ranges.size());
+  for (unsigned i = 0; i < ranges.size(); ++i) {
+    auto r = ranges[i];
+    kj::Promise<void> answered = nullptr;
     try {
-      answer = poll_one(VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount());
+      answered = poll_one(VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount(),
+                          [context, i](const FreshValue& value, int64_t at_ns) mutable {
+                            auto out = context.getResults().getValues()[i];
+                            value.read_into(
+                                reinterpret_cast<std::byte*>(out.initValue(value.bytes()).begin()));
+                            out.setAppliedStep(value.step());
+                            out.setAppliedAtNs(at_ns);
+                          });
     } catch (...) {
-      answer = refuse(endpoint_, std::current_exception());
+      answered = refuse(endpoint_, std::current_exception());
     }
-    outcomes.add(answer.then(
-        [](ValueAnswer v) {
-          return Outcome{kj::mv(v), kj::str("")};
-        },
-        [](kj::Exception&& e) {
-          return Outcome{nullptr, kj::str(e.getDescription())};
-        }));
+    outcomes.add(answered.catch_([context, i](kj::Exception&& e) mutable {
+      context.getResults().getValues()[i].setError(e.getDescription());
+    }));
   }
   context.allowCancellation();
-  return kj::joinPromises(outcomes.finish()).then([context](kj::Array<Outcome> all) mutable {
-    auto out = context.getResults().initValues(static_cast<unsigned>(all.size()));
-    for (unsigned i = 0; i < all.size(); ++i) {
-      KJ_IF_MAYBE (v, all[i].value) {
-        out[i].setValue(data_of(*v));
-        out[i].setAppliedStep(v->step);
-        out[i].setAppliedAtNs(v->answered_at_ns);
-      } else {
-        out[i].setError(all[i].error);
-      }
-    }
-  });
+  return kj::joinPromises(outcomes.finish());
 }
 
 kj::Promise<void> SessionService::pull(PullContext context) {
   auto params = context.getParams();
   try {
     ElementRange r = range("pull", params.getOffset(), params.getCount());
-    auto [promise, f] = cross_thread_promise<ValueAnswer>();
-    endpoint_.shard.pull(VariableId(params.getVariable()), r, value_reply(f));
-    return promise.then([context](ValueAnswer r) mutable {
-      context.getResults().setValue(data_of(r));
-      context.getResults().setAppliedStep(r.step);
-    });
+    auto [promise, f] = reply_promise<void>();
+    endpoint_.shard.pull(VariableId(params.getVariable()), r,
+                         [f = f, context](std::exception_ptr error, const FreshValue* value) mutable {
+                           if (error) return (*f)->reject(to_kj_exception(error));
+                           auto results = context.getResults();
+                           value->read_into(reinterpret_cast<std::byte*>(
+                               results.initValue(value->bytes()).begin()));
+                           results.setAppliedStep(value->step());
+                           (*f)->fulfill();
+                         });
+    return kj::mv(promise);
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }

@@ -1,11 +1,13 @@
 // The RPC face of a shard: Shard (connect) and Session (register, push, poll, pull) servers
 // that turn calls into VariableShard messages and the actor's replies back into answers.
 //
-// Runs on the KJ thread; the shard's replies arrive on its strand and cross back through
-// cross-thread fulfillers. Views into a call's parameters stay valid until it is answered
-// (calls are not cancellable), which is what lets the shard apply straight from them.
+// Runs on the shard's loop, with the shard: a call reaches it as a direct call, and a fresh
+// value is read from the variable straight into the answer's message. Views into a call's
+// parameters stay valid until it is answered (pushes are not cancellable), which is what lets
+// the shard apply straight from them.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 
@@ -21,7 +23,7 @@ struct ShardEndpoint {
   VariableShard& shard;
   const DeploymentConfig& config;
   ShardId id;
-  uint64_t next_poll_ticket = 1;  // KJ thread only
+  uint64_t next_poll_ticket = 1;
   // Expires when the endpoint goes; cleanup that may outlive it (a cancelled poll's promise,
   // destroyed with the event loop) checks it before touching the shard.
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
@@ -45,13 +47,6 @@ class ShardService final : public wire::Shard::Server {
   ShardEndpoint& endpoint_;
   ConnectionAdmission* admission_;
   std::shared_ptr<ConnectionTicket> ticket_;
-};
-
-// A shard's answer to a poll or pull.
-struct ValueAnswer {
-  PooledBuffer value;
-  Step step = 0;
-  int64_t answered_at_ns = 0;  // wall clock on the shard's strand when the answer was made
 };
 
 class SessionService final : public wire::Session::Server {
@@ -80,9 +75,12 @@ class SessionService final : public wire::Session::Server {
                        capnp::Data::Reader data) const;
   // Hands the push to the shard; resolves with its receipt.
   kj::Promise<void> push_one(const PushArgs& push);
-  // Files the poll with the shard; the promise withdraws it when dropped unanswered.
-  kj::Promise<ValueAnswer> poll_one(VariableId variable, Step step, uint64_t offset,
-                                    uint64_t count);
+  // Writes a ready poll's value into the call's results, with the shard's wall clock then.
+  using WriteValue = std::function<void(const FreshValue&, int64_t answered_at_ns)>;
+  // Files the poll with the shard; resolves once `write` has run. Dropped unanswered, the
+  // promise withdraws the poll.
+  kj::Promise<void> poll_one(VariableId variable, Step step, uint64_t offset, uint64_t count,
+                             WriteValue write);
 
   // [offset, offset + count) after checking it does not overflow.
   ElementRange range(const char* what, uint64_t offset, uint64_t count) const;
@@ -93,8 +91,8 @@ class SessionService final : public wire::Session::Server {
 
   ShardEndpoint& endpoint_;
   WorkerId worker_;
-  // This connection's unanswered polls (KJ thread only); shared with the polls, which may
-  // be dropped after the service.
+  // This connection's unanswered polls; shared with the polls, which may be dropped after the
+  // service.
   std::shared_ptr<uint64_t> waiting_polls_ = std::make_shared<uint64_t>(0);
 };
 

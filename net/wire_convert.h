@@ -1,13 +1,13 @@
-// Conversions between the wire types of psched.capnp and psched's C++ types, and between
-// psched::Error and Cap'n Proto exceptions (description "[code] message", type by category).
+// Conversions between the wire types of psched.capnp and psched's C++ types (errors:
+// common/kj_error.h).
 #pragma once
 
 #include <exception>
 
-#include <kj/exception.h>
 
 #include "actors/variable_spec.h"
 #include "common/error.h"
+#include "common/kj_error.h"
 #include "config/deployment.h"
 #include "net/psched.capnp.h"
 
@@ -29,11 +29,5 @@ void to_wire(const VariableSpec& spec, bool use_server_optimizer, wire::Variable
 // shape dimensions) or one whose size in bytes does not fit 64 bits.
 VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec& server_default,
                        const LimitsConfig& limits);
-
-// The exception a shard answers a failed call with.
-kj::Exception to_kj_exception(std::exception_ptr error);
-// What a client raises for a failed call: psched::Error with the server's code and message
-// (disconnected when the peer went away).
-Error from_kj_exception(const kj::Exception& exception);
 
 }  // namespace psched

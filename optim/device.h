@@ -39,7 +39,7 @@ bool built_with_cuda();
 
 // One variable part's value and optimizer state, resident on a device. Owned by the host
 // Variable, which keeps the authoritative host copy of the value for replies. Not thread-safe:
-// used on its shard's strand only. Element offsets and counts are in elements of the dtype
+// used on its shard's loop only. Element offsets and counts are in elements of the dtype
 // given to ComputeDevice::allocate; byte spans hold whole elements.
 class DeviceVariable {
  public:

@@ -29,12 +29,10 @@ TlsConfig test_tls_config(const std::string& ca_file) {
 }
 
 Cluster::Cluster(DeploymentConfig config)
-    : config_(std::move(config)),
-      scope_(loop_),
-      mailbox_running_(mailbox_.run().eagerlyEvaluate(nullptr)) {
+    : config_(std::move(config)), scope_(loop_) {
   std::vector<ShardId> all;
   for (uint32_t i = 0; i < config_.shards.size(); ++i) all.push_back(ShardId(i));
-  host_ = std::make_unique<ShardHost>(config_, all, io_);
+  host_ = std::make_unique<ShardHost>(config_, all, actors_);
   if (config_.tls) client_tls_ = client_tls_context(*config_.tls);
 }
 
@@ -57,7 +55,7 @@ Worker& Cluster::add_worker(WorkerId id, SchedulerConfig scheduler, const std::s
                                         config_.limits.max_message_bytes, policy));
   }
   auto worker =
-      std::make_unique<Worker>(io_, mailbox_, kj::mv(links), WorkerOptions{id, token, scheduler});
+      std::make_unique<Worker>(actors_, kj::mv(links), WorkerOptions{id, token, scheduler});
   run(worker->connect());
   workers_.push_back(std::move(worker));
   return *workers_.back();
@@ -97,30 +95,17 @@ void Cluster::drop_link(ShardLink& link) {
   std::erase_if(raw_links_, [&](const kj::Own<ShardLink>& l) { return l.get() == &link; });
 }
 
-size_t Cluster::turn_actors() {
-  io_.restart();
-  return io_.poll();
-}
-
 void Cluster::run_until(const std::function<bool()>& done) {
   for (size_t turn = 0; turn < kMaxTurns; ++turn) {
     if (done()) return;
     scope_.poll();
-    if (turn_actors() == 0) tick();
+    if (!done()) tick();
   }
   stalled();
 }
 
 void Cluster::settle() {
-  // Quiet when a KJ turn and an actor turn in a row find nothing to do.
-  for (size_t turn = 0; turn < kMaxTurns; ++turn) {
-    scope_.poll();
-    if (turn_actors() == 0) {
-      scope_.poll();
-      if (turn_actors() == 0) return;
-    }
-  }
-  stalled();
+  scope_.poll();  // runs until nothing is left to do
 }
 
 void Cluster::stalled() {

@@ -1,6 +1,6 @@
 // Cluster: a simulated psched cluster in one process and on one thread. Shards and workers
-// talk real Cap'n Proto RPC over in-memory pipes; the test drives the KJ event loop and the
-// actors' io_context in turn, so every run is deterministic (no threads, no sleeps).
+// talk real Cap'n Proto RPC over in-memory pipes; every actor lives on the one event loop the
+// test drives, so every run is deterministic (no threads, no sleeps).
 #pragma once
 
 #include <functional>
@@ -48,7 +48,7 @@ class Cluster {
   T run(kj::Promise<T> promise) {
     for (size_t turn = 0; turn < kMaxTurns; ++turn) {
       if (promise.poll(scope_)) return promise.wait(scope_);
-      if (turn_actors() == 0) tick();
+      tick();
     }
     stalled();
   }
@@ -59,11 +59,11 @@ class Cluster {
 
   const DeploymentConfig& config() const { return config_; }
   ShardHost& host() { return *host_; }
+  ActorLoop& loop() { return actors_; }
   kj::WaitScope& scope() { return scope_; }
 
  private:
   static constexpr size_t kMaxTurns = 1'000'000;
-  size_t turn_actors();
   // Moves the simulated clock (reconnect back-off) on by a millisecond.
   void tick();
   [[noreturn]] void stalled();
@@ -75,9 +75,7 @@ class Cluster {
   DeploymentConfig config_;
   kj::EventLoop loop_;
   kj::WaitScope scope_;
-  IoContext io_;  // after the loop: queued handlers may hold KJ fulfillers
-  KjMailbox mailbox_;
-  kj::Promise<void> mailbox_running_;
+  ActorLoop actors_;  // every shard and worker actor
   std::unique_ptr<ShardHost> host_;
   kj::Own<kj::TlsContext> client_tls_;  // null without config.tls
   std::vector<kj::Own<ShardLink>> raw_links_;

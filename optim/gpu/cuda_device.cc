@@ -36,7 +36,7 @@ class CudaDevice final : public ComputeDevice {
   std::unique_ptr<DeviceVariable> allocate(const OptimizerSpec& optimizer, DType dtype,
                                            std::span<const std::byte> initial) override;
 
-  // CUDA's current device is per thread, and a shard's strand runs on any thread of its pool:
+  // CUDA's current device is per thread, and a thread may serve more than one shard:
   // every entry point makes this device current first.
   void make_current() const;
   // Moves `grad` to the device piece by piece through the staging ring, calls `enqueue` per
@@ -65,7 +65,7 @@ class CudaDevice final : public ComputeDevice {
   void drain(Slot& slot);
 
   uint32_t ordinal_;
-  std::vector<Slot> slots_;  // used on the owning shard's strand only
+  std::vector<Slot> slots_;  // used on the owning shard's loop only
 };
 
 // A variable part in device memory: value and one buffer per optimizer state slot.

@@ -1,13 +1,13 @@
 // FuzzShard: one shard with its actor, RPC endpoint and listener, on one thread, for feeding
 // a client connection's raw bytes to the real decode and handler path (the libFuzzer target,
-// the corpus replay test and the seed generator share it). Deterministic: the KJ event loop
-// and the shard's io_context are turned in turn on the calling thread, with no timers.
+// the corpus replay test and the seed generator share it). Deterministic: the shard's event
+// loop runs on the calling thread, with no timers.
 //
-// The shard reads a fed connection one read at a time, each only once both loops are idle, so
+// The shard reads a fed connection one read at a time, each only once the loop is idle, so
 // every message is handled and answered before the next arrives, as a client that waits for
 // its answers would have it (Cap'n Proto reuses question ids once answered). Eager delivery
-// instead hands out the whole input before the shard's actor runs at all, so the connection
-// may close while the shard still works on its calls.
+// instead hands out the whole input in one turn, so the connection may close with calls
+// still unanswered (polls waiting).
 #pragma once
 
 #include <cstdint>
@@ -39,31 +39,26 @@ class FuzzShard {
   // Opens a connection to the shard over an in-memory pipe; returns the client's end.
   kj::Own<kj::AsyncIoStream> connect();
   // Serves a connection whose client sends `bytes` and then closes its side; the shard's
-  // answers are dropped. Returns when the shard has read it all or stopped reading, and both
-  // loops are idle.
+  // answers are dropped. Returns when the shard has read it all or stopped reading, and
+  // the loop is idle.
   void feed(std::span<const uint8_t> bytes, bool eager = false);
-  // Runs the loops until `promise` resolves; returns its value (rethrows its failure).
+  // Runs the loop until `promise` resolves; returns its value (rethrows its failure).
   template <typename T>
   T run(kj::Promise<T> promise) {
-    for (size_t turn = 0; turn < kMaxTurns; ++turn) {
-      if (promise.poll(scope_)) return promise.wait(scope_);
-      turn_actors();
-    }
+    if (promise.poll(scope_)) return promise.wait(scope_);
     stalled();
   }
-  // Runs the loops until neither has work left (bounded; throws when it never quiets).
+  // Runs the loop until it has no work left.
   void settle();
   ShardStats stats();
 
  private:
-  static constexpr size_t kMaxTurns = 100'000;
-  size_t turn_actors();
   [[noreturn]] void stalled();
 
   DeploymentConfig config_;
   kj::EventLoop loop_;
   kj::WaitScope scope_;
-  IoContext io_;  // after the loop: queued handlers may hold KJ fulfillers
+  ActorLoop actors_;
   std::unique_ptr<VariableShard> shard_;
   std::unique_ptr<ShardEndpoint> endpoint_;
   std::unique_ptr<ShardListener> listener_;

@@ -1,21 +1,22 @@
-#include "net/kj_mailbox.h"
+#include "actors/inbox.h"
 
 #include "common/log.h"
 
 namespace psched {
 
-KjMailbox::KjMailbox() = default;
+Inbox::Inbox() = default;
 
-void KjMailbox::post(std::function<void()> task) {
+void Inbox::post(kj::Function<void()> task) {
   std::lock_guard lock(mutex_);
-  queue_.push_back(std::move(task));
+  if (closed_) return;
+  queue_.push_back(kj::mv(task));
   if (wake_) {
     wake_->fulfill();
     wake_ = nullptr;
   }
 }
 
-void KjMailbox::close() {
+void Inbox::close() {
   std::lock_guard lock(mutex_);
   closed_ = true;
   if (wake_) {
@@ -24,7 +25,7 @@ void KjMailbox::close() {
   }
 }
 
-kj::Promise<void> KjMailbox::wait_for_mail() {
+kj::Promise<void> Inbox::wait_for_mail() {
   std::lock_guard lock(mutex_);
   if (!queue_.empty() || closed_) return kj::READY_NOW;
   auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
@@ -32,9 +33,9 @@ kj::Promise<void> KjMailbox::wait_for_mail() {
   return kj::mv(paf.promise);
 }
 
-kj::Promise<void> KjMailbox::run() {
+kj::Promise<void> Inbox::run() {
   return wait_for_mail().then([this]() -> kj::Promise<void> {
-    std::vector<std::function<void()>> tasks;
+    std::vector<kj::Function<void()>> tasks;
     bool closed;
     {
       std::lock_guard lock(mutex_);
@@ -46,8 +47,8 @@ kj::Promise<void> KjMailbox::run() {
         task();
       } catch (const std::exception& e) {
         // A task reports its own failures through its callbacks; one that throws is a bug,
-        // which must not take the KJ thread (and every call in flight) down with it.
-        log_error("KJ mailbox task failed: {}", e.what());
+        // which must not take the loop (and every call in flight) down with it.
+        log_error("inbox task failed: {}", e.what());
       }
     }
     if (closed) return kj::READY_NOW;

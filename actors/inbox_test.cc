@@ -1,4 +1,4 @@
-#include "net/kj_mailbox.h"
+#include "actors/inbox.h"
 
 #include <thread>
 #include <vector>
@@ -7,17 +7,17 @@
 
 using namespace psched;
 
-TEST_CASE("tasks posted from another thread run on the KJ thread in posting order") {
+TEST_CASE("tasks posted from another thread run on the loop thread in posting order") {
   kj::EventLoop loop;
   kj::WaitScope scope(loop);
-  KjMailbox mailbox;
+  Inbox mailbox;
   std::vector<int> ran;
-  auto kj_thread = std::this_thread::get_id();
-  bool all_on_kj_thread = true;
+  auto loop_thread = std::this_thread::get_id();
+  bool all_on_loop_thread = true;
   std::thread poster([&] {
     for (int i = 0; i < 100; ++i)
       mailbox.post([&, i] {
-        all_on_kj_thread &= std::this_thread::get_id() == kj_thread;
+        all_on_loop_thread &= std::this_thread::get_id() == loop_thread;
         ran.push_back(i);
       });
     mailbox.close();
@@ -26,13 +26,13 @@ TEST_CASE("tasks posted from another thread run on the KJ thread in posting orde
   poster.join();
   REQUIRE(ran.size() == 100);
   for (int i = 0; i < 100; ++i) CHECK(ran[i] == i);
-  CHECK(all_on_kj_thread);
+  CHECK(all_on_loop_thread);
 }
 
-TEST_CASE("a task posted from the KJ thread itself runs on the next turn") {
+TEST_CASE("a task posted from the loop thread itself runs on the next turn") {
   kj::EventLoop loop;
   kj::WaitScope scope(loop);
-  KjMailbox mailbox;
+  Inbox mailbox;
   auto running = mailbox.run().eagerlyEvaluate(nullptr);
   int ran = 0;
   mailbox.post([&] { ++ran; });
@@ -42,4 +42,16 @@ TEST_CASE("a task posted from the KJ thread itself runs on the next turn") {
   mailbox.post([&] { ++ran; });
   scope.poll();
   CHECK(ran == 2);
+}
+
+TEST_CASE("a closed inbox drops what is posted afterwards") {
+  kj::EventLoop loop;
+  kj::WaitScope scope(loop);
+  Inbox mailbox;
+  int ran = 0;
+  mailbox.post([&] { ++ran; });
+  mailbox.close();
+  mailbox.post([&] { ++ran; });
+  mailbox.run().wait(scope);
+  CHECK(ran == 1);
 }

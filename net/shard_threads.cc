@@ -1,0 +1,90 @@
+#include "net/shard_threads.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace psched {
+
+// One loop thread and what lives on it. `host` and the timers' promises are built, used and
+// dropped on that thread only.
+struct ShardThreads::Group {
+  std::vector<ShardId> shards;
+  LoopThread thread;
+  std::unique_ptr<ShardHost> host;
+  kj::Promise<void> checkpointing = nullptr;
+  kj::Promise<void> liveness = nullptr;
+};
+
+ShardThreads::ShardThreads(const DeploymentConfig& config, std::vector<ShardId> shards,
+                           unsigned threads, unsigned apply_helpers)
+    : config_(config), apply_pool_(apply_helpers) {
+  if (shards.empty())
+    for (uint32_t i = 0; i < config_.shards.size(); ++i) shards.push_back(ShardId(i));
+  size_t count = std::clamp<size_t>(threads, 1, std::max<size_t>(1, shards.size()));
+  for (size_t g = 0; g < count; ++g) groups_.push_back(std::make_unique<Group>());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    Group& group = *groups_[i % count];
+    placed_.push_back({&group, group.shards.size()});
+    group.shards.push_back(shards[i]);
+  }
+  try {
+    for (auto& group : groups_)
+      group->thread.call([&group = *group, this](kj::AsyncIoContext&) {
+        group.host = std::make_unique<ShardHost>(config_, group.shards, group.thread.loop(),
+                                                 &apply_pool_);
+      });
+  } catch (...) {
+    stop();
+    throw;
+  }
+}
+
+ShardThreads::~ShardThreads() {
+  stop();
+}
+
+void ShardThreads::start() {
+  for (auto& group : groups_) group->thread.call([&group](auto&) { return group->host->restore(); });
+  for (auto& group : groups_) {
+    group->thread.call([&group = *group](kj::AsyncIoContext& io) {
+      kj::Timer& timer = io.provider->getTimer();
+      group.checkpointing = group.host->keep_checkpointing(timer).eagerlyEvaluate(nullptr);
+      group.liveness = group.host->keep_enforcing_sync_timeout(timer).eagerlyEvaluate(nullptr);
+      return group.host->listen(io.provider->getNetwork(), timer);
+    });
+  }
+}
+
+void ShardThreads::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  for (auto& group : groups_) {
+    group->thread.call([&group = *group](kj::AsyncIoContext&) -> kj::Promise<void> {
+      if (!group.host) return kj::READY_NOW;
+      return group.host->shut_down()
+          .then([] { return kj::evalLast([] {}); })  // the abandoned polls' answers go out
+          .then([&group] {
+            group.checkpointing = nullptr;
+            group.liveness = nullptr;
+            return group.host->checkpoint();
+          })
+          .then([&group] { group.host.reset(); },
+                [&group](kj::Exception&& e) {
+                  log_error("final checkpoint failed: {}", e.getDescription().cStr());
+                  group.host.reset();
+                });
+    });
+  }
+  for (auto& group : groups_) group->thread.stop();
+}
+
+VariableShard& ShardThreads::shard(size_t i) {
+  return placed_.at(i).group->host->shard(placed_[i].index);
+}
+
+const ShardListener& ShardThreads::listener(size_t i) {
+  return placed_.at(i).group->host->listener(placed_[i].index);
+}
+
+}  // namespace psched

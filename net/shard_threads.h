@@ -1,0 +1,56 @@
+// ShardThreads: the shards one process serves, spread over event-loop threads: one loop per
+// shard, or shards grouped round-robin when there are more shards than threads. Each thread
+// owns a ShardHost (its shards' listeners, connections and actors) and its timers, so a push
+// is read, applied and answered on one thread (actors/actor.h). psched-server and the
+// benchmarks serve shards with it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "actors/loop_thread.h"
+#include "common/fork_join_pool.h"
+#include "net/shard_host.h"
+
+namespace psched {
+
+class ShardThreads {
+ public:
+  // Hosts `shards` of `config` (copied; empty: every shard) on at most `threads` loop threads
+  // (at least one). Large partitions are applied with `apply_helpers` threads, shared by all
+  // shards, besides the shard's own. Throws Error(bad_config) naming what cannot be used.
+  ShardThreads(const DeploymentConfig& config, std::vector<ShardId> shards, unsigned threads,
+               unsigned apply_helpers);
+  ~ShardThreads();  // stop()
+  ShardThreads(const ShardThreads&) = delete;
+  ShardThreads& operator=(const ShardThreads&) = delete;
+
+  // Restores every shard from its checkpoint directory (when configured), binds every
+  // listener, and from then on serves, checkpoints periodically and enforces sync timeouts.
+  // Throws the first failure (psched::Error naming the shard or the address).
+  void start();
+  // Fails waiting polls, lets their answers go out, writes the final checkpoints (when
+  // configured) and destroys the shards on their threads, then joins. Idempotent.
+  void stop();
+
+  // The hosted shards, in the order given to the constructor. Use the shard from another
+  // thread only through its methods, which hop onto its loop.
+  size_t size() const { return placed_.size(); }
+  VariableShard& shard(size_t i);
+  const ShardListener& listener(size_t i);
+
+ private:
+  struct Group;
+  struct Placed {
+    Group* group;
+    size_t index;  // in the group's host
+  };
+
+  const DeploymentConfig config_;  // the hosts refer to it
+  ForkJoinPool apply_pool_;
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::vector<Placed> placed_;
+  bool stopped_ = false;
+};
+
+}  // namespace psched
