@@ -69,9 +69,9 @@ class ShardStore {
     bool accept_loss = false;
   };
   struct ReplayOutcome {
-    uint64_t replayed = 0;              // records applied
-    std::vector<std::string> dropped;   // torn tails dropped (never acknowledged), with reasons
-    std::string lost;                   // accept_loss: the damage gone past and what it lost
+    uint64_t replayed = 0;             // records applied
+    std::vector<std::string> dropped;  // torn tails dropped (never acknowledged), with reasons
+    std::string lost;                  // accept_loss: the damage gone past and what it lost
   };
   // Calls `apply` with each logged record that follows checkpoint `from` (null: none was
   // found; then no log may hold a record), oldest first. A torn tail of the newest log is

@@ -44,7 +44,9 @@ bool write_all(int fd, std::vector<iovec> parts) {
   return true;
 }
 
-iovec io(const void* data, size_t size) { return {const_cast<void*>(data), size}; }
+iovec io(const void* data, size_t size) {
+  return {const_cast<void*>(data), size};
+}
 
 bool all_zero(std::span<const std::byte> bytes) {
   return std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0}; });
@@ -60,8 +62,8 @@ std::vector<std::byte> read_whole(const std::filesystem::path& file) {
 }
 
 // Reads one record's payload at `at`, or says why not in `scan` (and returns nothing).
-std::optional<std::span<const std::byte>> next_record(std::span<const std::byte> bytes,
-                                                      uint64_t at, bool v1, LogScan& scan) {
+std::optional<std::span<const std::byte>> next_record(std::span<const std::byte> bytes, uint64_t at,
+                                                      bool v1, LogScan& scan) {
   const std::span<const std::byte> tail = bytes.subspan(at);
   std::span<const std::byte> rest = tail;
   auto stop = [&](std::string problem, bool torn) {
@@ -155,7 +157,8 @@ void UpdateLogWriter::append(std::span<const std::byte> record) {
       cut ? fmt::format(", and the log cut back to its last whole record (byte {})", whole_bytes_)
           : fmt::format(", and cutting the log back to byte {} failed too: {}", whole_bytes_,
                         std::strerror(errno)));
-  if (failed_appends_++ == 0) log_error("{} (further failures are not logged until one succeeds)", message);
+  if (failed_appends_++ == 0)
+    log_error("{} (further failures are not logged until one succeeds)", message);
   throw Error(ErrorCode::io_error, message);
 }
 
@@ -169,8 +172,8 @@ LogScan scan_log(const std::filesystem::path& file, uint64_t generation,
   uint64_t at = v1 ? 8 : kLogHeaderBytes;
   if (!v1) {
     if (bytes.size() < kLogHeaderBytes) {
-      scan.problem = fmt::format("header cut short ({} of its {} bytes)", bytes.size(),
-                                 kLogHeaderBytes);
+      scan.problem =
+          fmt::format("header cut short ({} of its {} bytes)", bytes.size(), kLogHeaderBytes);
       scan.torn_tail = true;
       return scan;
     }

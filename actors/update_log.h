@@ -54,15 +54,15 @@ class UpdateLogWriter {
   uint64_t generation_;
   int fd_ = -1;
   uint64_t whole_bytes_ = 0;
-  bool torn_ = false;           // a failed append left bytes after whole_bytes_
+  bool torn_ = false;            // a failed append left bytes after whole_bytes_
   uint64_t failed_appends_ = 0;  // since the last success
 };
 
 // What reading one log found. Stops at the first bad place.
 struct LogScan {
-  uint64_t records = 0;      // whole records read (and applied, when asked)
-  uint64_t good_bytes = 0;   // where the whole records end
-  uint64_t file_bytes = 0;   // the file's size
+  uint64_t records = 0;     // whole records read (and applied, when asked)
+  uint64_t good_bytes = 0;  // where the whole records end
+  uint64_t file_bytes = 0;  // the file's size
   // Empty when the log reads whole to its end. Otherwise what is wrong at `bad_at`.
   std::string problem;
   uint64_t bad_at = 0;

@@ -21,8 +21,7 @@ bool RefusalLog::refused(std::string_view kind, std::string_view peer, std::stri
   Window& w = *it;
   if (w.logged == 0 || now - w.start >= window_) {
     if (w.left_out > 0)
-      log_warn("shard {}: {} more refusal(s) ({}) were not logged", shard_.value, w.left_out,
-               kind);
+      log_warn("shard {}: {} more refusal(s) ({}) were not logged", shard_.value, w.left_out, kind);
     w.start = now;
     w.logged = 0;
     w.left_out = 0;

@@ -74,9 +74,10 @@ kj::Promise<void> ShardListener::auth_deadline(std::shared_ptr<ConnectionTicket>
   return timer_->afterDelay(seconds * kj::SECONDS)
       .then([this, ticket, seconds]() -> kj::Promise<void> {
         if (ticket->authenticated) return kj::NEVER_DONE;
-        admission_.refused("auth_timeout_seconds", *ticket, fmt::format("closed: no successful connect within {} s "
-                                                "(limits.auth_timeout_seconds)",
-                                                seconds));
+        admission_.refused("auth_timeout_seconds", *ticket,
+                           fmt::format("closed: no successful connect within {} s "
+                                       "(limits.auth_timeout_seconds)",
+                                       seconds));
         return kj::READY_NOW;
       });
 }
