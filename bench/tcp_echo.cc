@@ -106,7 +106,7 @@ TcpEchoServer::TcpEchoServer() : listen_fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
   sockaddr_in address = loopback(0);
   socklen_t length = sizeof address;
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
-      ::listen(listen_fd_, 4) != 0 ||
+      ::listen(listen_fd_, 64) != 0 ||
       ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
     ::close(listen_fd_);
     throw_errno("echo server bind/listen");
@@ -125,14 +125,17 @@ void TcpEchoServer::accept_loop() {
   for (;;) {
     int fd = ::accept(listen_fd_, nullptr, nullptr);
     if (fd < 0 && errno == EINTR) continue;
-    if (fd < 0) return;  // shut down
-    Socket connection(fd);
-    try {
-      serve_echo(connection.fd());
-    } catch (const std::system_error&) {
-      // a broken connection is dropped alone; the client reports its own side
-    }
+    if (fd < 0) break;  // shut down
+    connections_.emplace_back([fd] {
+      Socket connection(fd);
+      try {
+        serve_echo(connection.fd());
+      } catch (const std::system_error&) {
+        // a broken connection is dropped alone; the client reports its own side
+      }
+    });
   }
+  for (auto& connection : connections_) connection.join();
 }
 
 Measurement tcp_sequential(uint16_t port, uint64_t size, const Budget& budget) {

@@ -5,17 +5,18 @@
 
 #include <cstdint>
 #include <thread>
+#include <vector>
 
 #include "bench/measurement.h"
 
 namespace psched::bench {
 
-// Serves one connection at a time on a thread of its own, on an ephemeral loopback port.
+// Serves each connection on a thread of its own, on an ephemeral loopback port.
 class TcpEchoServer {
  public:
   // Binds and listens before returning; throws std::system_error when it cannot.
   TcpEchoServer();
-  ~TcpEchoServer();  // stops accepting and joins (the client must have closed its connection)
+  ~TcpEchoServer();  // stops accepting and joins (clients must have closed their connections)
   TcpEchoServer(const TcpEchoServer&) = delete;
   TcpEchoServer& operator=(const TcpEchoServer&) = delete;
 
@@ -27,6 +28,7 @@ class TcpEchoServer {
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::thread thread_;
+  std::vector<std::thread> connections_;  // accept thread only, until joined
 };
 
 // One request in flight: per iteration, write `size` bytes and read `size` bytes back.

@@ -36,6 +36,7 @@ struct Options {
   double seconds = 1.0;
   uint16_t port = 17490;
   unsigned server_threads = 1;
+  unsigned workers = 1;  // above 1: also N clients at once against N TCP streams
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   std::string json;
   std::string tls_dir;         // empty: plain TCP
@@ -43,10 +44,11 @@ struct Options {
   bool verbose = false;
 };
 
-// One size's four measurements.
+// One size's measurements; the aggregate ones only with --workers above 1.
 struct SizeResult {
   uint64_t size = 0;
   Measurement psched_sequential, tcp_sequential, psched_pipelined, tcp_pipelined;
+  Measurement psched_aggregate, tcp_aggregate;
 };
 
 // Parses --sizes; each must be a positive multiple of 4 bytes (float32 elements).
@@ -65,12 +67,12 @@ std::vector<uint64_t> parse_sizes(const std::vector<std::string>& texts) {
 // One async shard on 127.0.0.1:port whose apply is real but cheap: sgd with lr 0. With
 // `tls_dir`, over TLS with its server.pem, server.key and ca.pem (tests/tls/ has such files).
 // With `checkpoint_dir`, the shard logs every update there before acknowledging it.
-DeploymentConfig shard_config(uint16_t port, const std::filesystem::path& tls_dir,
+DeploymentConfig shard_config(uint16_t port, unsigned workers, const std::filesystem::path& tls_dir,
                               const std::filesystem::path& checkpoint_dir) {
   DeploymentConfig config;
   config.source = "psched-transport-bench";
   config.mode = Mode::async;
-  config.workers = 1;
+  config.workers = workers;
   config.shards.push_back({ListenAddress{"127.0.0.1", port}});
   config.split_bytes = uint64_t(1) << 62;  // never split: one shard holds every variable
   config.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
@@ -84,8 +86,8 @@ DeploymentConfig shard_config(uint16_t port, const std::filesystem::path& tls_di
 }
 
 ClientOptions client_options(const DeploymentConfig& shard, uint64_t partition_bytes,
-                             uint64_t credit_bytes) {
-  ClientOptions options = ClientOptions::from_config(shard, WorkerId(0));
+                             uint64_t credit_bytes, WorkerId worker = WorkerId(0)) {
+  ClientOptions options = ClientOptions::from_config(shard, worker);
   options.scheduler = {.policy = SchedulePolicy::priority,
                        .partition_bytes = partition_bytes,
                        .credit_bytes = credit_bytes};
@@ -104,28 +106,92 @@ std::unique_ptr<Client> connect_client(const ClientOptions& options) {
   }
 }
 
-// push(step) + wait(step) on a fresh variable of `variable_bytes`, cut into `partition_bytes`
-// partitions with `credit_bytes` in flight.
+// A client with a fresh variable of `variable_bytes`, cut into `partition_bytes` partitions
+// with `credit_bytes` in flight; iteration() pushes the next step and waits for it.
+class PushingClient {
+ public:
+  PushingClient(const DeploymentConfig& shard, const std::string& name, uint64_t variable_bytes,
+                uint64_t partition_bytes, uint64_t credit_bytes, WorkerId worker = WorkerId(0))
+      : client_(connect_client(client_options(shard, partition_bytes, credit_bytes, worker))),
+        value_(variable_bytes / 4, 1.f),
+        gradient_(variable_bytes / 4, 0.5f) {
+    VariableSpec spec;
+    spec.name = name;
+    spec.shape = {value_.size()};
+    spec.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
+    handle_ = client_->register_variable(spec, std::as_writable_bytes(std::span(value_)));
+  }
+  void iteration() {
+    client_->push(handle_, ++step_, std::as_bytes(std::span(gradient_)));
+    client_->wait(handle_, step_);
+  }
+
+ private:
+  std::unique_ptr<Client> client_;
+  std::vector<float> value_, gradient_;
+  VariableHandle handle_;
+  Step step_ = 0;
+};
+
 Measurement psched_case(const DeploymentConfig& shard, const std::string& name,
                         uint64_t variable_bytes, uint64_t partition_bytes, uint64_t credit_bytes,
                         const Budget& budget) {
-  auto client = connect_client(client_options(shard, partition_bytes, credit_bytes));
-  std::vector<float> value(variable_bytes / 4, 1.f), gradient(variable_bytes / 4, 0.5f);
-  VariableSpec spec;
-  spec.name = name;
-  spec.shape = {value.size()};
-  spec.optimizer = {.kind = optim::OptimizerKind::sgd, .lr = 0.0};
-  auto handle = client->register_variable(spec, std::as_writable_bytes(std::span(value)));
-  const auto gradient_bytes = std::as_bytes(std::span(gradient));
-  Step step = 0;
-  return time_iterations(budget, variable_bytes, [&] {
-    client->push(handle, ++step, gradient_bytes);
-    client->wait(handle, step);
+  PushingClient client(shard, name, variable_bytes, partition_bytes, credit_bytes);
+  return time_iterations(budget, variable_bytes, [&] { client.iteration(); });
+}
+
+// What `workers` measurements made at once moved together: their bytes over the longest.
+Measurement aggregate(const std::vector<Measurement>& each) {
+  Measurement sum;
+  sum.bytes_per_iteration = each.front().bytes_per_iteration;
+  for (const Measurement& m : each) {
+    sum.iterations += m.iterations;
+    sum.seconds = std::max(sum.seconds, m.seconds);
+  }
+  return sum;
+}
+
+// Runs `measure(i)` for i in [0, workers) on a thread each, all at once.
+template <typename Measure>
+Measurement at_once(unsigned workers, Measure measure) {
+  std::vector<Measurement> each(workers);
+  std::vector<std::exception_ptr> errors(workers);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < workers; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        each[i] = measure(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return aggregate(each);
+}
+
+// `workers` clients, each pipelining its own variable as the pipelined case does, against as
+// many pipelined TCP streams.
+void measure_aggregate(const DeploymentConfig& shard, uint16_t tcp_port, unsigned workers,
+                       SizeResult& r, const Budget& budget) {
+  const uint64_t bytes = kPipelinePartitions * r.size;
+  std::vector<std::unique_ptr<PushingClient>> clients;
+  for (unsigned w = 0; w < workers; ++w)
+    clients.push_back(std::make_unique<PushingClient>(
+        shard, fmt::format("many/{}/{}", w, format_byte_size(r.size)), bytes, r.size,
+        kPipelineDepth * r.size, WorkerId(w)));
+  r.psched_aggregate = at_once(workers, [&](unsigned w) {
+    return time_iterations(budget, bytes, [&] { clients[w]->iteration(); });
+  });
+  r.psched_aggregate.bytes_per_iteration = bytes;
+  r.tcp_aggregate = at_once(workers, [&](unsigned) {
+    return tcp_pipelined(tcp_port, r.size, kPipelineDepth, budget);
   });
 }
 
 SizeResult measure_size(const DeploymentConfig& shard, uint16_t tcp_port, uint64_t size,
-                        const Budget& budget) {
+                        unsigned workers, const Budget& budget) {
   SizeResult r;
   r.size = size;
   const std::string label = format_byte_size(size);
@@ -134,6 +200,7 @@ SizeResult measure_size(const DeploymentConfig& shard, uint16_t tcp_port, uint64
   r.psched_pipelined = psched_case(shard, "pipe/" + label, kPipelinePartitions * size, size,
                                    kPipelineDepth * size, budget);
   r.tcp_pipelined = tcp_pipelined(tcp_port, size, kPipelineDepth, budget);
+  if (workers > 1) measure_aggregate(shard, tcp_port, workers, r, budget);
   return r;
 }
 
@@ -157,13 +224,20 @@ void print_header(const char* title) {
              "TCP GB/s", "ratio", "psched p50us", "psched p99us", "TCP p50us");
 }
 
-void print_tables(const std::vector<SizeResult>& results) {
+void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
   print_header("sequential: one request of `size` in flight (psched: 1 partition, credit = size)");
   for (const SizeResult& r : results) print_row(r.size, r.psched_sequential, r.tcp_sequential);
   print_header(
       "pipelined: 4 requests of `size` in flight (psched: variable of 8 x size, credit 4 x size;"
       " its latency is per 8-partition push+wait)");
   for (const SizeResult& r : results) print_row(r.size, r.psched_pipelined, r.tcp_pipelined);
+  if (workers > 1) {
+    print_header(fmt::format("{} workers at once, each pipelined as above, against {} pipelined TCP"
+                             " streams (GB/s: all together)",
+                             workers, workers)
+                     .c_str());
+    for (const SizeResult& r : results) print_row(r.size, r.psched_aggregate, r.tcp_aggregate);
+  }
   fmt::print(
       "\nnote: both sides move `size` bytes to the server and `size` bytes back per request; GB/s"
       " = 1e9 bytes/s counted one way; the psched figure includes the shard's optimizer apply"
@@ -195,11 +269,15 @@ void write_json(const std::string& path, const Options& options,
                      {"size", format_byte_size(r.size)},
                      {"sequential", to_json(r.psched_sequential, r.tcp_sequential)},
                      {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined)}});
+  if (options.workers > 1)
+    for (size_t i = 0; i < results.size(); ++i)
+      sizes[i]["aggregate"] = to_json(results[i].psched_aggregate, results[i].tcp_aggregate);
   nlohmann::json doc = {{"benchmark", "transport"},
                         {"seconds_per_case", options.seconds},
                         {"pipeline_depth", kPipelineDepth},
                         {"pipeline_partitions", kPipelinePartitions},
                         {"server_threads", options.server_threads},
+                        {"workers", options.workers},
                         {"tls", !options.tls_dir.empty()},
                         {"update_log", !options.checkpoint_dir.empty()},
                         {"sizes", sizes}};
@@ -214,12 +292,13 @@ int run(const Options& options) {
   const Budget budget{.seconds = options.seconds};
   TcpEchoServer echo;
   const DeploymentConfig config =
-      shard_config(options.port, options.tls_dir, options.checkpoint_dir);
+      shard_config(options.port, options.workers, options.tls_dir, options.checkpoint_dir);
   ShardThreads shard(config, {}, options.server_threads, options.apply_helpers);
   shard.start();
   std::vector<SizeResult> results;
-  for (uint64_t size : sizes) results.push_back(measure_size(config, echo.port(), size, budget));
-  print_tables(results);
+  for (uint64_t size : sizes)
+    results.push_back(measure_size(config, echo.port(), size, options.workers, budget));
+  print_tables(results, options.workers);
   if (!options.json.empty()) write_json(options.json, options, results);
   return 0;
 }
@@ -237,6 +316,9 @@ int main(int argc, char** argv) {
   app.add_option("--port", o.port, "the shard's loopback port");
   app.add_option("--server-threads", o.server_threads, "event-loop threads serving the shard")
       ->check(CLI::Range(1u, 256u));
+  app.add_option("--workers", o.workers,
+                 "also run this many clients at once against as many TCP streams (aggregate)")
+      ->check(CLI::Range(1u, 64u));
   app.add_option(
       "--apply-threads", o.apply_helpers,
       "extra threads applying one large partition (as psched-server; default cores - 1)");

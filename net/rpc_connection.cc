@@ -3,6 +3,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include "net/read_buffer.h"
+
 namespace psched {
 
 capnp::ReaderOptions reader_options(uint64_t max_message_bytes) {
@@ -21,12 +23,12 @@ kj::Own<kj::AsyncIoStream> without_nagle(kj::Own<kj::AsyncIoStream> stream) {
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
                              capnp::ReaderOptions options)
-    : stream_(without_nagle(kj::mv(stream))),
+    : stream_(with_read_buffer(without_nagle(kj::mv(stream)))),
       network_(*stream_, capnp::rpc::twoparty::Side::SERVER, options),
       rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))) {}
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options)
-    : stream_(without_nagle(kj::mv(stream))),
+    : stream_(with_read_buffer(without_nagle(kj::mv(stream)))),
       network_(*stream_, capnp::rpc::twoparty::Side::CLIENT, options),
       rpc_(capnp::makeRpcClient(network_)) {}
 

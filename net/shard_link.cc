@@ -43,7 +43,9 @@ kj::Exception error(ErrorCode code, fmt::format_string<Args...> format, Args&&..
 
 }  // namespace
 
-struct ShardLink::Connection {
+// Refcounted: the link holds the current one, and each call holds the one it was sent on until
+// the call's promise goes, so a lost connection is closed once its calls are done.
+struct ShardLink::Connection : kj::Refcounted {
   Connection(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes)
       : rpc(kj::mv(stream), reader_options(max_message_bytes)),
         shard(rpc.bootstrap().castAs<wire::Shard>()) {}
@@ -65,7 +67,7 @@ ShardLink::ShardLink(std::string address, StreamOpener open, uint64_t max_messag
 ShardLink::ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes)
     : address_("a hand-made link"),
       max_message_bytes_(max_message_bytes),
-      connection_(kj::heap<Connection>(kj::mv(stream), max_message_bytes)) {}
+      connection_(kj::refcounted<Connection>(kj::mv(stream), max_message_bytes)) {}
 
 ShardLink::~ShardLink() = default;
 
@@ -91,13 +93,14 @@ kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string
 kj::Promise<ClusterLayout> ShardLink::first_connect(kj::TimePoint deadline, kj::Duration delay) {
   return open_()
       .then([this](kj::Own<kj::AsyncIoStream> stream) {
-        connections_.push_back(kj::heap<Connection>(kj::mv(stream), max_message_bytes_));
-        Connection& fresh = *connections_.back();
-        return present(fresh).then([this, &fresh](ClusterLayout layout) {
-          for (auto& c : connections_)
-            if (c.get() == &fresh) std::swap(c, connection_);
-          return layout;
-        });
+        auto attempt = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_);
+        Connection& fresh = *attempt;
+        return present(fresh)
+            .then([this, &fresh](ClusterLayout layout) {
+              connection_ = kj::addRef(fresh);
+              return layout;
+            })
+            .attach(kj::mv(attempt));
       })
       .catch_([this, deadline, delay](kj::Exception&& e) -> kj::Promise<ClusterLayout> {
         // Only a shard that is full now (at limits.max_connections) is worth waiting for;
@@ -132,7 +135,8 @@ kj::Promise<VariableId> ShardLink::register_part(const VariableSpec& spec,
         registered.id = answer.id;
         registered_.push_back(std::move(registered));
         return answer.id;
-      });
+      })
+      .attach(kj::addRef(*connection_));
 }
 
 kj::Promise<ShardLink::Registration> ShardLink::send_register(Connection& connection,
@@ -186,16 +190,12 @@ kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
 kj::Promise<void> ShardLink::reconnect(kj::TimePoint deadline, kj::Duration delay) {
   return open_()
       .then([this](kj::Own<kj::AsyncIoStream> stream) {
-        // Kept until the link goes, like every connection: a failed attempt's calls may still
-        // hold references into it.
-        connections_.push_back(kj::heap<Connection>(kj::mv(stream), max_message_bytes_));
-        Connection& fresh = *connections_.back();
+        auto attempt = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_);
+        Connection& fresh = *attempt;
         return present(fresh)
             .then([this, &fresh](ClusterLayout) { return register_again(fresh); })
-            .then([this, &fresh] {
-              for (auto& c : connections_)
-                if (c.get() == &fresh) std::swap(c, connection_);
-            });
+            .then([this, &fresh] { connection_ = kj::addRef(fresh); })
+            .attach(kj::mv(attempt));
       })
       .catch_([this, deadline, delay](kj::Exception&& e) -> kj::Promise<void> {
         // A shard at limits.max_connections refuses with [overloaded]: wait for a slot too.
@@ -246,7 +246,7 @@ kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange r
   } else {
     request.setData(data);
   }
-  return request.send().ignoreResult();
+  return request.send().ignoreResult().attach(kj::addRef(*connection_));
 }
 
 kj::Promise<int64_t> ShardLink::poll(VariableId variable, Step step, ElementRange range,
@@ -257,10 +257,12 @@ kj::Promise<int64_t> ShardLink::poll(VariableId variable, Step step, ElementRang
   request.setStep(step);
   request.setOffset(range.begin);
   request.setCount(range.size());
-  return request.send().then([out, out_bytes](capnp::Response<wire::Session::PollResults> r) {
-    copy_value(r.getValue(), out, out_bytes);
-    return r.getAppliedAtNs();
-  });
+  return request.send()
+      .then([out, out_bytes](capnp::Response<wire::Session::PollResults> r) {
+        copy_value(r.getValue(), out, out_bytes);
+        return r.getAppliedAtNs();
+      })
+      .attach(kj::addRef(*connection_));
 }
 
 kj::Promise<std::vector<std::exception_ptr>> ShardLink::push_fused(
@@ -286,7 +288,7 @@ kj::Promise<std::vector<std::exception_ptr>> ShardLink::push_fused(
     std::vector<std::exception_ptr> out;
     for (auto text : errors) out.push_back(error_of(text));
     return out;
-  });
+  }).attach(kj::addRef(*connection_));
 }
 
 kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const FusedPartition> parts) {
@@ -321,7 +323,8 @@ kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const Fuse
           out.push_back(outcome);
         }
         return out;
-      });
+      })
+      .attach(kj::addRef(*connection_));
 }
 
 kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::byte* out,
@@ -331,9 +334,11 @@ kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::
   request.setVariable(variable.value);
   request.setOffset(range.begin);
   request.setCount(range.size());
-  return request.send().then([out, out_bytes](capnp::Response<wire::Session::PullResults> r) {
-    copy_value(r.getValue(), out, out_bytes);
-  });
+  return request.send()
+      .then([out, out_bytes](capnp::Response<wire::Session::PullResults> r) {
+        copy_value(r.getValue(), out, out_bytes);
+      })
+      .attach(kj::addRef(*connection_));
 }
 
 }  // namespace psched

@@ -136,10 +136,7 @@ class ShardLink {
   ReconnectPolicy policy_;
   WorkerId worker_;
   std::string token_;
-  kj::Own<Connection> connection_;  // the current one
-  // Earlier and attempted connections, kept until the link goes: calls that failed on them
-  // may still hold references into them. One per reconnect attempt that reached the shard.
-  std::vector<kj::Own<Connection>> connections_;
+  kj::Own<Connection> connection_;  // the current one (calls in flight hold theirs)
   std::vector<Registered> registered_;
   uint64_t epoch_ = 0;
   uint64_t reconnects_ = 0;

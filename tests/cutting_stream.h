@@ -17,12 +17,16 @@ struct CutPlan {
   static constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
   uint64_t bytes_left = kNever;  // written before the cut
   uint64_t cuts = 0;             // cuts made
+  uint64_t open = 0;             // streams made with this plan and not yet destroyed
 };
 
 class CuttingStream final : public kj::AsyncIoStream {
  public:
   CuttingStream(kj::Own<kj::AsyncIoStream> inner, std::shared_ptr<CutPlan> plan)
-      : inner_(kj::mv(inner)), plan_(std::move(plan)) {}
+      : inner_(kj::mv(inner)), plan_(std::move(plan)) {
+    ++plan_->open;
+  }
+  ~CuttingStream() noexcept(false) { --plan_->open; }
 
   kj::Promise<size_t> tryRead(void* buffer, size_t min_bytes, size_t max_bytes) override {
     return inner_->tryRead(buffer, min_bytes, max_bytes);

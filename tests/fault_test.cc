@@ -33,6 +33,7 @@ struct Cut {
 struct Outcome {
   std::vector<float> value;  // worker 0's memory after the last step
   uint64_t cuts = 0;
+  uint64_t open_streams = 0;  // the cut link's streams still open at the end
   ShardStats shard;
 };
 
@@ -66,7 +67,7 @@ Outcome train(Mode mode, uint32_t workers, SchedulerConfig scheduler, Cut cut) {
                     });
     cluster.run_until([&] { return done == workers; });
   }
-  Outcome out{memory[0], plan ? plan->cuts : 0, {}};
+  Outcome out{memory[0], plan ? plan->cuts : 0, plan ? plan->open : 0, {}};
   cluster.host().shard(0).stats([&](ShardStats s) { out.shard = s; });
   cluster.settle();
   return out;
@@ -91,6 +92,7 @@ TEST_CASE("a connection cut anywhere in a push is resumed and each push applied 
     CHECK(faulty.cuts == 1);
     CHECK(faulty.value == reference.value);
     CHECK(faulty.shard.partitions_applied == reference.shard.partitions_applied);
+    CHECK(faulty.open_streams == 1);  // the lost connection was closed, not kept
   }
 }
 
