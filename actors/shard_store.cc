@@ -10,13 +10,19 @@
 #include <cstring>
 #include <fstream>
 
+#include <fmt/ranges.h>
+
 #include "common/error.h"
+#include "common/log.h"
 
 namespace psched {
 namespace {
 
-constexpr char kCheckpointMagic[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '1'};
-constexpr char kLogMagic[8] = {'P', 'S', 'C', 'H', 'D', 'L', 'G', '1'};
+// The first format: magic | crc32 of the payload | payload blob.
+constexpr char kCheckpointMagicV1[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '1'};
+// magic | crc32 of the body | body blob, where body = generation u64 | log follows u8 | payload
+// blob.
+constexpr char kCheckpointMagic[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '2'};
 
 uint32_t crc_of(std::span<const std::byte> bytes) {
   return static_cast<uint32_t>(
@@ -33,7 +39,7 @@ std::vector<std::byte> read_file(const std::filesystem::path& file) {
 }
 
 [[noreturn]] void fail_io(const char* what, const std::filesystem::path& file) {
-  fail(ErrorCode::internal, "{} {} failed: {}", what, file.string(), std::strerror(errno));
+  fail(ErrorCode::io_error, "{} {} failed: {}", what, file.string(), std::strerror(errno));
 }
 
 // Writes all of `parts` to `fd`, retrying short writes.
@@ -67,6 +73,26 @@ void fsync_path(const std::filesystem::path& path, int flags) {
   if (rc != 0) fail_io("fsync of", path);
 }
 
+ShardStore::Checkpoint decode_checkpoint(const std::filesystem::path& file, uint64_t generation) {
+  std::vector<std::byte> bytes = read_file(file);
+  ByteReader in(bytes, file.string());
+  auto magic = in.take(sizeof kCheckpointMagic);
+  bool v1 = std::memcmp(magic.data(), kCheckpointMagicV1, sizeof kCheckpointMagicV1) == 0;
+  if (!v1 && std::memcmp(magic.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0)
+    fail(ErrorCode::corrupt_checkpoint, "{}: not a psched checkpoint", file.string());
+  uint32_t crc = in.get<uint32_t>();
+  auto body = in.blob();
+  if (!in.done() || crc_of(body) != crc)
+    fail(ErrorCode::corrupt_checkpoint, "{}: checksum mismatch", file.string());
+  if (v1) return {generation, file, {body.begin(), body.end()}, std::nullopt};
+  ByteReader fields(body, file.string());
+  if (fields.get<uint64_t>() != generation)
+    fail(ErrorCode::corrupt_checkpoint, "{}: holds another generation", file.string());
+  bool log_follows = fields.get<uint8_t>() != 0;
+  auto payload = fields.blob();
+  return {generation, file, {payload.begin(), payload.end()}, log_follows};
+}
+
 }  // namespace
 
 ShardStore::ShardStore(std::filesystem::path directory, ShardId shard)
@@ -78,9 +104,7 @@ ShardStore::ShardStore(std::filesystem::path directory, ShardId shard)
          directory_.string(), error.message());
 }
 
-ShardStore::~ShardStore() {
-  if (log_fd_ >= 0) ::close(log_fd_);
-}
+ShardStore::~ShardStore() = default;
 
 std::filesystem::path ShardStore::checkpoint_file(uint64_t generation) const {
   return directory_ / fmt::format("shard-{}.{:08}.ckpt", shard_.value, generation);
@@ -104,22 +128,19 @@ std::vector<uint64_t> ShardStore::generations(const std::string& suffix) const {
   return out;
 }
 
+uint64_t ShardStore::newest_generation() const {
+  uint64_t newest = 0;
+  for (const char* suffix : {".ckpt", ".log"})
+    for (uint64_t g : generations(suffix)) newest = std::max(newest, g);
+  return newest;
+}
+
 std::optional<ShardStore::Checkpoint> ShardStore::load_latest(
     std::vector<std::string>& skipped) const {
   auto found = generations(".ckpt");
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
-    std::filesystem::path file = checkpoint_file(*it);
     try {
-      std::vector<std::byte> bytes = read_file(file);
-      ByteReader in(bytes, file.string());
-      if (std::memcmp(in.take(sizeof kCheckpointMagic).data(), kCheckpointMagic,
-                      sizeof kCheckpointMagic) != 0)
-        fail(ErrorCode::corrupt_checkpoint, "{}: not a psched checkpoint", file.string());
-      uint32_t crc = in.get<uint32_t>();
-      auto payload = in.blob();
-      if (!in.done() || crc_of(payload) != crc)
-        fail(ErrorCode::corrupt_checkpoint, "{}: checksum mismatch", file.string());
-      return Checkpoint{*it, file, {payload.begin(), payload.end()}};
+      return decode_checkpoint(checkpoint_file(*it), *it);
     } catch (const Error& e) {
       skipped.push_back(e.what());
     }
@@ -127,50 +148,100 @@ std::optional<ShardStore::Checkpoint> ShardStore::load_latest(
   return std::nullopt;
 }
 
-uint64_t ShardStore::replay(uint64_t from, const std::function<void(ByteReader&)>& apply,
-                            std::vector<std::string>& skipped) const {
-  uint64_t replayed = 0;
-  for (uint64_t generation : generations(".log")) {
-    if (generation < from) continue;
-    std::filesystem::path file = log_file(generation);
-    std::vector<std::byte> bytes = read_file(file);
-    ByteReader in(bytes, file.string());
-    try {
-      if (std::memcmp(in.take(sizeof kLogMagic).data(), kLogMagic, sizeof kLogMagic) != 0)
-        fail(ErrorCode::corrupt_checkpoint, "{}: not a psched update log", file.string());
-      while (!in.done()) {
-        uint64_t at = in.position();
-        uint32_t crc = in.get<uint32_t>();
-        auto record = in.blob();
-        if (crc_of(record) != crc)
-          fail(ErrorCode::corrupt_checkpoint, "{}: record at byte {} fails its checksum",
-               file.string(), at);
-        ByteReader fields(record, fmt::format("{} record at byte {}", file.string(), at));
-        apply(fields);
-        ++replayed;
-      }
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::corrupt_checkpoint) throw;
-      skipped.push_back(e.what());
-    }
+std::string ShardStore::lose(uint64_t generation, uint64_t at, const std::string& problem,
+                             const ReplayOptions& options) const {
+  std::filesystem::path file = log_file(generation);
+  std::string where =
+      std::filesystem::exists(file)
+          ? fmt::format("update log {} is damaged at byte {} ({}); the {} byte(s) from there on",
+                        file.string(), at, problem, std::filesystem::file_size(file) - at)
+          : fmt::format("update log {} is missing ({}); the updates it held", file.string(),
+                        problem);
+  uint64_t later = 0;
+  std::vector<std::string> later_files;
+  for (uint64_t g : generations(".log")) {
+    if (g <= generation) continue;
+    LogScan scan = scan_log(log_file(g), g, nullptr);
+    later += scan.records;
+    later_files.push_back(log_file(g).filename().string());
   }
-  return replayed;
+  std::string message = fmt::format(
+      "shard {}: {}{} were acknowledged to workers and would be lost", shard_.value, where,
+      later_files.empty()
+          ? std::string()
+          : fmt::format(", and so would {} record(s) in {}", later, fmt::join(later_files, ", ")));
+  if (!options.accept_loss)
+    fail(ErrorCode::corrupt_checkpoint,
+         "{}. Put the file back from a backup, or start psched-server with --accept-log-loss "
+         "to go on from the last good record without them",
+         message);
+  return message;
+}
+
+void ShardStore::cut_torn_tail(const std::filesystem::path& file, uint64_t generation,
+                               const LogScan& scan) const {
+  if (scan.good_bytes < kLogHeaderBytes) {
+    UpdateLogWriter rewritten(file, generation);  // an empty log with a whole header
+    return;
+  }
+  std::error_code error;
+  std::filesystem::resize_file(file, scan.good_bytes, error);
+  if (error)
+    fail(ErrorCode::io_error, "cutting the torn tail off update log {} failed: {}", file.string(),
+         error.message());
+}
+
+ShardStore::ReplayOutcome ShardStore::replay(const Checkpoint* from,
+                                             const std::function<void(ByteReader&)>& apply,
+                                             ReplayOptions options) {
+  ReplayOutcome out;
+  std::vector<uint64_t> logs = generations(".log");
+  if (!from) {  // a first start; a log with records but no checkpoint lost its checkpoint
+    for (uint64_t g : logs)
+      if (scan_log(log_file(g), g, nullptr).records > 0) {
+        out.lost = lose(g, kLogHeaderBytes, "no checkpoint precedes it", options);
+        break;
+      }
+    return out;
+  }
+  uint64_t newest_log = logs.empty() ? 0 : logs.back();
+  uint64_t newest = newest_generation();
+  for (uint64_t g = from->generation; g <= newest; ++g) {
+    bool expected = g == from->generation ? from->log_follows.value_or(options.expect_logs)
+                                          : options.expect_logs;
+    if (!std::binary_search(logs.begin(), logs.end(), g)) {
+      if (!expected) continue;
+      out.lost = lose(g, 0,
+                      g == from->generation
+                          ? fmt::format("checkpoint {} says it follows", from->file.string())
+                          : std::string("a later generation exists"),
+                      options);
+      return out;
+    }
+    std::filesystem::path file = log_file(g);
+    LogScan scan = scan_log(file, g, apply);
+    out.replayed += scan.records;
+    if (scan.problem.empty()) continue;
+    if (scan.torn_tail && g == newest_log) {
+      cut_torn_tail(file, g, scan);
+      out.dropped.push_back(fmt::format(
+          "{}: dropped a torn last record at byte {} ({}), never acknowledged; the file is cut "
+          "back to {} bytes",
+          file.string(), scan.bad_at, scan.problem, scan.good_bytes));
+      return out;
+    }
+    out.lost = lose(g, scan.bad_at, scan.problem, options);
+    return out;
+  }
+  return out;
 }
 
 void ShardStore::start_log(uint64_t generation) {
-  std::filesystem::path file = log_file(generation);
-  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) fail_io("creating", file);
-  if (log_fd_ >= 0) ::close(log_fd_);
-  log_fd_ = fd;
-  write_all(log_fd_, {io(kLogMagic, sizeof kLogMagic)}, file);
+  log_ = std::make_unique<UpdateLogWriter>(log_file(generation), generation);
 }
 
 void ShardStore::append(std::span<const std::byte> record) {
-  uint32_t crc = crc_of(record);
-  uint64_t size = record.size();
-  write_all(log_fd_, {io(&crc, sizeof crc), io(&size, sizeof size), io(record.data(), size)},
-            directory_ / "(update log)");
+  log_->append(record);
 }
 
 std::filesystem::path ShardStore::write_checkpoint(uint64_t generation,
@@ -178,18 +249,26 @@ std::filesystem::path ShardStore::write_checkpoint(uint64_t generation,
   std::filesystem::path file = checkpoint_file(generation);
   std::filesystem::path temporary = file;
   temporary += ".tmp";
+  ByteWriter body;
+  body.put(generation);
+  body.put<uint8_t>(std::filesystem::exists(log_file(generation)));
+  body.put<uint64_t>(payload.size());
+  uint32_t crc = static_cast<uint32_t>(
+      crc32_z(crc32_z(0, reinterpret_cast<const Bytef*>(body.bytes().data()), body.bytes().size()),
+              reinterpret_cast<const Bytef*>(payload.data()), payload.size()));
+  uint64_t size = body.bytes().size() + payload.size();
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) fail_io("creating", temporary);
-  uint32_t crc = crc_of(payload);
-  uint64_t size = payload.size();
   try {
     write_all(fd,
               {io(kCheckpointMagic, sizeof kCheckpointMagic), io(&crc, sizeof crc),
-               io(&size, sizeof size), io(payload.data(), size)},
+               io(&size, sizeof size), io(body.bytes().data(), body.bytes().size()),
+               io(payload.data(), payload.size())},
               temporary);
     if (::fsync(fd) != 0) fail_io("fsync of", temporary);
   } catch (...) {
     ::close(fd);
+    std::filesystem::remove(temporary);
     throw;
   }
   ::close(fd);

@@ -337,10 +337,10 @@ std::vector<std::byte> VariableShard::snapshot() {
 }
 
 std::vector<std::byte> VariableShard::begin_checkpoint() {
+  // The new log first: when it cannot be created, nothing changes and the old one stays.
+  if (settings_.update_log) store_->start_log(generation_ + 1);
   ++generation_;
-  std::vector<std::byte> payload = snapshot();
-  if (settings_.update_log) store_->start_log(generation_);
-  return payload;
+  return snapshot();
 }
 
 std::filesystem::path VariableShard::write_checkpoint() {
@@ -365,11 +365,21 @@ void VariableShard::restore(std::function<void(std::exception_ptr, RestoreReport
       if (found) {
         ByteReader in(found->payload, found->file.string());
         load(in);
-        generation_ = found->generation;
         report.checkpoint = found->file;
-        report.replayed = store->replay(
-            found->generation, [this](ByteReader& record) { replay(record); }, report.skipped);
       }
+      auto replayed = store->replay(
+          found ? &*found : nullptr, [this](ByteReader& record) { replay(record); },
+          {.expect_logs = settings_.update_log, .accept_loss = settings_.accept_log_loss});
+      report.replayed = replayed.replayed;
+      report.skipped.insert(report.skipped.end(), replayed.dropped.begin(),
+                            replayed.dropped.end());
+      report.lost = std::move(replayed.lost);
+      if (!report.lost.empty())
+        log_error("{}; GOING ON WITHOUT THEM (--accept-log-loss): the shard is rolled back to "
+                  "what it held before that point",
+                  report.lost);
+      // Past every file there is, so the fresh checkpoint and log replace none of them.
+      generation_ = std::max(found ? found->generation : 0, store->newest_generation());
       store_ = std::move(store);
       report.written = write_checkpoint();
       report.variables = variables_.size();

@@ -41,6 +41,9 @@ struct ShardSettings {
   std::filesystem::path checkpoint_directory;
   bool update_log = true;  // log every accepted update between checkpoints
   SyncConfig sync;         // sync mode: how long a step waits for its last worker
+  // restore() goes on past a damaged or missing update log (losing what it held) instead of
+  // refusing to start: psched-server --accept-log-loss.
+  bool accept_log_loss = false;
 };
 
 // What VariableShard::restore found and did.
@@ -49,6 +52,7 @@ struct RestoreReport {
   uint64_t variables = 0;            // variable parts held after restoring
   uint64_t replayed = 0;             // logged updates re-applied after the checkpoint
   std::vector<std::string> skipped;  // corrupt checkpoints and torn log records, with reasons
+  std::string lost;  // with accept_log_loss: the damage gone past and the updates it lost
   std::filesystem::path written;     // the fresh checkpoint written after restoring
 };
 
@@ -152,7 +156,9 @@ class VariableShard : public Actor {
 
   // Loads the newest valid checkpoint and replays the update logs after it, then writes a
   // fresh checkpoint and starts a new log. Call once, before serving, with a checkpoint
-  // directory configured; throws in the reply when none is or a file cannot be written.
+  // directory configured; throws in the reply when none is or a file cannot be written, and
+  // (corrupt_checkpoint, naming the file) when a log is damaged or missing, unless
+  // settings.accept_log_loss (actors/shard_store.h).
   void restore(std::function<void(std::exception_ptr, RestoreReport)> reply);
   // Takes a checkpoint of everything the shard holds now and starts a new update log; the
   // file is written on the shard's writer thread while pushes go on, then the reply comes

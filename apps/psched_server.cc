@@ -22,6 +22,7 @@ struct Options {
   std::vector<uint32_t> shards;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
+  bool accept_log_loss = false;
 };
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after, so that only
@@ -38,6 +39,11 @@ sigset_t block_stop_signals() {
 int serve(const Options& options) {
   psched::tune_malloc_for_large_messages();
   psched::DeploymentConfig config = psched::load_deployment(options.config);
+  config.checkpoint.accept_log_loss = options.accept_log_loss;
+  if (options.accept_log_loss)
+    psched::log_warn(
+        "psched-server: --accept-log-loss: a damaged or missing update log will lose the "
+        "acknowledged updates it held instead of stopping the start");
   std::vector<psched::ShardId> shards;
   for (uint32_t i : options.shards) shards.push_back(psched::ShardId(i));
   if (shards.empty())
@@ -83,7 +89,13 @@ int main(int argc, char** argv) {
                  "event-loop threads serving the shards (default: cores; at most one per shard)");
   app.add_option("--apply-threads", options.apply_helpers,
                  "extra threads applying one large partition (default: cores - 1)");
+  app.add_flag("--accept-log-loss", options.accept_log_loss,
+               "start even when an update log is damaged or missing, losing the acknowledged "
+               "updates from the damage on (logged); without it such a start is refused");
   CLI11_PARSE(app, argc, argv);
+  // A file size limit (ulimit -f) then fails the write with EFBIG, which the update log
+  // handles, instead of killing the server.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return serve(options);
   } catch (const psched::Error& e) {

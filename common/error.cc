@@ -23,6 +23,7 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, kErrorCodeCount> kN
     {ErrorCode::overloaded, "overloaded"},
     {ErrorCode::disconnected, "disconnected"},
     {ErrorCode::unimplemented, "unimplemented"},
+    {ErrorCode::io_error, "io_error"},
     {ErrorCode::internal, "internal"},
 }};
 

@@ -39,6 +39,8 @@ enum class ErrorCode {
   overloaded,           ///< the server is out of capacity for now
   disconnected,         ///< the connection to a shard was lost
   unimplemented,        ///< the peer does not support the request
+  io_error,             ///< the server could not write its update log or checkpoint (disk full,
+                        ///< I/O error); the request was refused and changed nothing
   internal,             ///< a bug on the server (a broken precondition); the message says where
 };
 // Number of ErrorCode values (they run from 0 to internal), for tables indexed by code.

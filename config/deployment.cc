@@ -41,10 +41,13 @@ constexpr std::array<std::string_view, 3> kShardKeys = {"listen", "http", "devic
 constexpr unsigned kHttpPortOffset = 1000;
 constexpr std::array<std::string_view, 5> kSchedulerKeys = {
     "policy", "partition_bytes", "credit_bytes", "fusion_bytes", "autotune"};
-constexpr std::array<std::string_view, 9> kLimitsKeys = {
-    "max_message_bytes", "max_variables",     "max_name_bytes",
-    "max_shape_dims",    "max_token_bytes",   "max_fused_partitions",
-    "max_connections",   "max_waiting_polls", "stall_timeout_seconds"};
+constexpr std::array<std::string_view, 11> kLimitsKeys = {
+    "max_message_bytes",     "max_variables",
+    "max_name_bytes",        "max_shape_dims",
+    "max_token_bytes",       "max_fused_partitions",
+    "max_connections",       "max_unauthenticated_connections",
+    "max_waiting_polls",     "stall_timeout_seconds",
+    "auth_timeout_seconds"};
 
 constexpr std::array<std::pair<std::string_view, Mode>, 2> kModes = {{
     {"async", Mode::async},
@@ -272,6 +275,10 @@ LimitsConfig parse_limits(const ConfigNode& node) {
     out.max_waiting_polls = read_integer(*f, 1, UINT32_MAX);
   if (auto f = map.find("stall_timeout_seconds"))
     out.stall_timeout_seconds = read_integer(*f, 1, 86400);
+  if (auto f = map.find("max_unauthenticated_connections"))
+    out.max_unauthenticated_connections = read_integer(*f, 1, UINT32_MAX);
+  if (auto f = map.find("auth_timeout_seconds"))
+    out.auth_timeout_seconds = read_integer(*f, 1, 86400);
   return out;
 }
 

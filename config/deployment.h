@@ -60,7 +60,15 @@ struct LimitsConfig {
   uint64_t max_token_bytes = 4096;   // the auth token a connect presents
   // Partitions of one pushFused, ranges of one pollFused; at least 256 (what workers fuse).
   uint64_t max_fused_partitions = 1024;
-  uint64_t max_connections = 1024;       // open RPC connections per shard; more are closed at once
+  // Sessions (connections that completed `connect`) per shard; one more connect is refused
+  // with [overloaded] naming the limit, and the worker retries.
+  uint64_t max_connections = 1024;
+  // Connections that have not completed `connect` yet, per shard; one more closes the oldest
+  // of them (as sshd's MaxStartups drops unauthenticated ones), so they never lock workers out.
+  uint64_t max_unauthenticated_connections = 64;
+  // A connection that has not completed `connect` this long after it opened is closed
+  // (PostgreSQL's authentication_timeout).
+  uint64_t auth_timeout_seconds = 10;
   uint64_t max_waiting_polls = 1 << 16;  // unanswered polls (fused ranges count one each) per
                                          // connection
   // A connection silent this long in the middle of a message is dropped (between messages it
@@ -76,6 +84,9 @@ struct CheckpointConfig {
   std::filesystem::path directory;  // empty: nothing persists; relative to the YAML's folder
   double interval_seconds = 300;    // between periodic checkpoints; 0: only at clean shutdown
   bool update_log = true;           // log accepted updates, so a restart loses none acknowledged
+  // Not a YAML key: psched-server --accept-log-loss sets it for one start. A damaged or missing
+  // update log then loses the updates it held instead of stopping the start.
+  bool accept_log_loss = false;
 };
 
 enum class SyncTimeoutAction {

@@ -130,6 +130,8 @@ limits:
   max_connections: 50
   max_waiting_polls: 7
   stall_timeout_seconds: 5
+  max_unauthenticated_connections: 7
+  auth_timeout_seconds: 3
 )");
   CHECK(config.mode == Mode::sync);
   CHECK(config.workers == 8);
@@ -161,6 +163,8 @@ limits:
   CHECK(config.limits.max_connections == 50);
   CHECK(config.limits.max_waiting_polls == 7);
   CHECK(config.limits.stall_timeout_seconds == 5);
+  CHECK(config.limits.max_unauthenticated_connections == 7);
+  CHECK(config.limits.auth_timeout_seconds == 3);
 }
 
 TEST_CASE("every optimizer hyper-parameter can be set by its field name") {

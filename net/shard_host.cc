@@ -46,7 +46,8 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.limits.max_variables,
                            config.checkpoint.directory,
                            config.checkpoint.update_log,
-                           config.sync};
+                           config.sync,
+                           config.checkpoint.accept_log_loss};
     hosted->shard =
         std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});

@@ -87,10 +87,32 @@ kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string
   worker_ = worker;
   token_ = token;
   if (connection_) return present(*connection_);
-  return open_().then([this](kj::Own<kj::AsyncIoStream> stream) {
-    connection_ = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_);
-    return present(*connection_).attach(kj::addRef(*connection_));
-  });
+  return first_connect(policy_.timer->now() + policy_.timeout, policy_.first_delay);
+}
+
+kj::Promise<ClusterLayout> ShardLink::first_connect(kj::TimePoint deadline, kj::Duration delay) {
+  return open_()
+      .then([this](kj::Own<kj::AsyncIoStream> stream) {
+        auto attempt = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_);
+        Connection& fresh = *attempt;
+        return present(fresh)
+            .then([this, &fresh](ClusterLayout layout) {
+              connection_ = kj::addRef(fresh);
+              return layout;
+            })
+            .attach(kj::mv(attempt));
+      })
+      .catch_([this, deadline, delay](kj::Exception&& e) -> kj::Promise<ClusterLayout> {
+        // Only a shard that is full now (at limits.max_connections) is worth waiting for;
+        // other refusals and an unreachable shard fail the start at once.
+        if (e.getType() != kj::Exception::Type::OVERLOADED) return kj::mv(e);
+        if (policy_.timer->now() + delay >= deadline) return kj::mv(e);
+        log_warn("worker {}: shard {} refused the connection, retrying in {} ms: {}",
+                 worker_.value, address_, delay / kj::MILLISECONDS, e.getDescription().cStr());
+        return policy_.timer->afterDelay(delay).then([this, deadline, delay] {
+          return first_connect(deadline, std::min(delay * 2, policy_.max_delay));
+        });
+      });
 }
 
 kj::Promise<ClusterLayout> ShardLink::present(Connection& connection) {
@@ -176,7 +198,10 @@ kj::Promise<void> ShardLink::reconnect(kj::TimePoint deadline, kj::Duration dela
             .attach(kj::mv(attempt));
       })
       .catch_([this, deadline, delay](kj::Exception&& e) -> kj::Promise<void> {
-        if (e.getType() != kj::Exception::Type::DISCONNECTED) return kj::mv(e);
+        // A shard at limits.max_connections refuses with [overloaded]: wait for a slot too.
+        if (e.getType() != kj::Exception::Type::DISCONNECTED &&
+            e.getType() != kj::Exception::Type::OVERLOADED)
+          return kj::mv(e);
         if (policy_.timer->now() + delay >= deadline)
           return error(ErrorCode::disconnected, "shard {} unreachable for {} s: {}", address_,
                        policy_.timeout / kj::SECONDS, e.getDescription().cStr());

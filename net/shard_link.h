@@ -62,7 +62,9 @@ class ShardLink {
   ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes);
   ~ShardLink();
 
-  // Presents the worker's id and token; resolves with the shard's view of the cluster.
+  // Presents the worker's id and token; resolves with the shard's view of the cluster. A link
+  // that can reconnect retries with back-off, for up to the policy's timeout, while the shard
+  // refuses with [overloaded] (it is at limits.max_connections); any other failure rejects.
   kj::Promise<ClusterLayout> connect(WorkerId worker, const std::string& token);
 
   // Counts the connections this link has opened; a call started on connection `epoch()`
@@ -124,6 +126,8 @@ class ShardLink {
   // One attempt after another until `deadline`, `delay` apart (doubling up to max_delay):
   // a new connection, presented and with every part registered again, becomes current.
   kj::Promise<void> reconnect(kj::TimePoint deadline, kj::Duration delay);
+  // connect()'s attempts, `delay` apart (doubling up to max_delay) until `deadline`.
+  kj::Promise<ClusterLayout> first_connect(kj::TimePoint deadline, kj::Duration delay);
   kj::Promise<void> register_again(Connection& connection);
 
   std::string address_;

@@ -13,13 +13,22 @@ constexpr uint64_t kPollMessageBytes = 1024;
 }  // namespace
 
 ShardListener::ShardListener(ShardEndpoint& endpoint, kj::TlsContext* tls)
-    : endpoint_(endpoint), tls_(tls), tasks_(*this) {}
+    : endpoint_(endpoint),
+      tls_(tls),
+      admission_(endpoint.id,
+                 endpoint.id.value < endpoint.config.shards.size()
+                     ? endpoint.config.shards[endpoint.id.value].listen.to_string()
+                     : fmt::format("{}", endpoint.id.value),
+                 endpoint.config.limits),
+      tasks_(*this) {}
 
 kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Timer& timer) {
+  timer_ = &timer;
   return receiver.accept().then(
       [this, &receiver, &timer](kj::Own<kj::AsyncIoStream> stream) {
         kj::Duration stall = endpoint_.config.limits.stall_timeout_seconds * kj::SECONDS;
-        serve(with_frame_deadline(kj::mv(stream), timer, stall));
+        std::string peer = peer_name(*stream);
+        serve(with_frame_deadline(kj::mv(stream), timer, stall), kj::mv(peer));
         return listen(receiver, timer);
       },
       [this, &receiver, &timer](kj::Exception&& e) {
@@ -31,43 +40,68 @@ kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Ti
       });
 }
 
-void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream) {
-  const LimitsConfig& limits = endpoint_.config.limits;
-  if (connections() >= limits.max_connections) {
-    log_warn("shard {}: connection closed: {} are open, the limit (limits.max_connections)",
-             endpoint_.id.value, connections());
-    return;  // dropping the stream closes it
+void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream, std::string peer) {
+  auto closing = kj::newPromiseAndFulfiller<void>();
+  auto ticket = admission_.open(kj::mv(peer), kj::mv(closing.fulfiller));
+  ++connections_;
+  kj::Promise<void> life = nullptr;
+  if (!tls_) {
+    life = serve_rpc(kj::mv(stream), ticket);
+  } else {
+    life = tls_->wrapServer(kj::mv(stream))
+               .then(
+                   [this, ticket](kj::Own<kj::AsyncIoStream> secure) {
+                     return serve_rpc(kj::mv(secure), ticket);
+                   },
+                   [this](kj::Exception&& e) -> kj::Promise<void> {
+                     log_warn("shard {}: TLS handshake failed, connection dropped: {}",
+                              endpoint_.id.value, e.getDescription().cStr());
+                     return kj::READY_NOW;
+                   });
   }
-  if (!tls_) return serve_rpc(kj::mv(stream));
-  tasks_.add(tls_->wrapServer(kj::mv(stream))
-                 .then([this](kj::Own<kj::AsyncIoStream> secure) { serve_rpc(kj::mv(secure)); },
-                       [this](kj::Exception&& e) {
-                         log_warn("shard {}: TLS handshake failed, connection dropped: {}",
-                                  endpoint_.id.value, e.getDescription().cStr());
-                       }));
+  // Whichever comes first ends the connection (dropping `life` closes it).
+  tasks_.add(life.exclusiveJoin(kj::mv(closing.promise))
+                 .exclusiveJoin(auth_deadline(ticket))
+                 .attach(kj::defer([this, ticket] {
+                   admission_.closed(*ticket);
+                   --connections_;
+                 })));
 }
 
-void ShardListener::serve_rpc(kj::Own<kj::AsyncIoStream> stream) {
+kj::Promise<void> ShardListener::auth_deadline(std::shared_ptr<ConnectionTicket> ticket) {
+  if (timer_ == nullptr) return kj::NEVER_DONE;
+  uint64_t seconds = endpoint_.config.limits.auth_timeout_seconds;
+  return timer_->afterDelay(seconds * kj::SECONDS)
+      .then([this, ticket, seconds]() -> kj::Promise<void> {
+        if (ticket->authenticated) return kj::NEVER_DONE;
+        admission_.refused("auth_timeout_seconds", *ticket,
+                           fmt::format("closed: no successful connect within {} s "
+                                       "(limits.auth_timeout_seconds)",
+                                       seconds));
+        return kj::READY_NOW;
+      });
+}
+
+kj::Promise<void> ShardListener::serve_rpc(kj::Own<kj::AsyncIoStream> stream,
+                                           std::shared_ptr<ConnectionTicket> ticket) {
   const LimitsConfig& limits = endpoint_.config.limits;
   auto order = kj::refcounted<AnswerOrder>();
-  auto connection =
-      kj::heap<RpcConnection>(kj::mv(stream), kj::heap<ShardService>(endpoint_, kj::addRef(*order)),
-                              reader_options(limits.max_message_bytes));
+  auto connection = kj::heap<RpcConnection>(
+      kj::mv(stream),
+      kj::heap<ShardService>(endpoint_, kj::addRef(*order), &admission_, kj::mv(ticket)),
+      reader_options(limits.max_message_bytes));
   order->serve(*connection);
   connection->limit_unanswered_calls(2 * limits.max_message_bytes +
                                      kPollMessageBytes * limits.max_waiting_polls);
-  ++connections_;
   auto done = connection->on_disconnect();
   // The order closes before the connection goes.
   auto close_order = kj::defer([order = kj::mv(order)]() mutable { order->close(); });
-  tasks_.add(done.attach(kj::mv(close_order))
-                 .attach(kj::mv(connection))
-                 .then([this] { --connections_; },
-                       [this](kj::Exception&& e) {
-                         --connections_;
-                         log_info("shard {}: connection dropped: {}", endpoint_.id.value,
-                                  e.getDescription().cStr());
-                       }));
+  return done.attach(kj::mv(close_order))
+      .attach(kj::mv(connection))
+      .catch_([this](kj::Exception&& e) {
+        log_info("shard {}: connection dropped: {}", endpoint_.id.value,
+                 e.getDescription().cStr());
+      });
 }
 
 void ShardListener::taskFailed(kj::Exception&& exception) {

@@ -11,6 +11,7 @@
 #include <kj/compat/tls.h>
 #include <kj/timer.h>
 
+#include "net/connection_admission.h"
 #include "net/rpc_connection.h"
 #include "net/shard_service.h"
 
@@ -23,22 +24,31 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
 
   // Accepts on `receiver` until the returned promise is dropped. A failed accept (out of file
   // descriptors, say) is logged and retried after a pause on `timer`; it never ends serving.
-  // An accepted connection silent for limits.stall_timeout_seconds inside a message is dropped.
+  // An accepted connection silent for limits.stall_timeout_seconds inside a message is dropped,
+  // and one that has not completed `connect` within limits.auth_timeout_seconds is closed.
   kj::Promise<void> listen(kj::ConnectionReceiver& receiver, kj::Timer& timer);
-  // Serves one already-open stream (tests use in-memory pipes), after the TLS handshake;
-  // closes it at once when limits.max_connections are open. A connection's unanswered calls
-  // may hold twice limits.max_message_bytes plus 1 KiB per allowed waiting poll before the
-  // shard stops reading from it.
-  void serve(kj::Own<kj::AsyncIoStream> stream);
-  // Open connections now; any thread may read it (the operator view does).
+  // Serves one already-open stream from `peer` (tests use in-memory pipes), after the TLS
+  // handshake, as ConnectionAdmission (net/connection_admission.h) lets it. A connection's
+  // unanswered calls may hold twice limits.max_message_bytes plus 1 KiB per allowed waiting
+  // poll before the shard stops reading from it.
+  void serve(kj::Own<kj::AsyncIoStream> stream, std::string peer = "a local stream");
+  // Open connections now, authenticated or not; any thread may read it (the operator view
+  // does).
   size_t connections() const { return connections_.load(std::memory_order_relaxed); }
 
  private:
-  void serve_rpc(kj::Own<kj::AsyncIoStream> stream);
+  // The connection's life: resolves when it ends; the connection is attached.
+  kj::Promise<void> serve_rpc(kj::Own<kj::AsyncIoStream> stream,
+                              std::shared_ptr<ConnectionTicket> ticket);
+  // Resolves when `ticket` has not authenticated limits.auth_timeout_seconds from now (never
+  // without a timer: streams served without listen()).
+  kj::Promise<void> auth_deadline(std::shared_ptr<ConnectionTicket> ticket);
   void taskFailed(kj::Exception&& exception) override;
 
   ShardEndpoint& endpoint_;
   kj::TlsContext* tls_;  // null: plain TCP
+  ConnectionAdmission admission_;
+  kj::Timer* timer_ = nullptr;  // listen()'s; runs the authentication deadline
   kj::TaskSet tasks_;
   std::atomic<size_t> connections_ = 0;  // written on the KJ thread only
 };

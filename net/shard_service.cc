@@ -49,30 +49,37 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+kj::Exception ShardService::refuse_connect(Error error) {
+  if (admission_ && ticket_) admission_->refused("connect", *ticket_, error.what());
+  return refuse(endpoint_, std::make_exception_ptr(std::move(error)));
+}
+
 kj::Promise<void> ShardService::connect(ConnectContext context) {
   auto params = context.getParams();
   const DeploymentConfig& config = endpoint_.config;
   auto token = params.getToken();
   if (token.size() > config.limits.max_token_bytes)
-    return refuse(endpoint_, std::make_exception_ptr(Error(
-                                 ErrorCode::invalid_argument,
-                                 fmt::format("connect rejected: token of {} bytes is over the "
-                                             "limit of {} (limits.max_token_bytes)",
-                                             token.size(), config.limits.max_token_bytes))));
+    return refuse_connect(Error(ErrorCode::invalid_argument,
+                                fmt::format("connect rejected: token of {} bytes is over the "
+                                            "limit of {} (limits.max_token_bytes)",
+                                            token.size(), config.limits.max_token_bytes)));
   if (!config.auth_token.empty() &&
       !constant_time_equal(std::string_view(token.cStr(), token.size()), config.auth_token))
-    return refuse(
-        endpoint_,
-        std::make_exception_ptr(Error(
-            ErrorCode::bad_token,
-            fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value))));
+    return refuse_connect(Error(
+        ErrorCode::bad_token,
+        fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value)));
   if (params.getWorkerId() >= config.workers)
-    return refuse(
-        endpoint_,
-        std::make_exception_ptr(
-            Error(ErrorCode::invalid_argument,
-                  fmt::format("connect rejected: worker id {} is not below the job's {} workers",
-                              params.getWorkerId(), config.workers))));
+    return refuse_connect(
+        Error(ErrorCode::invalid_argument,
+              fmt::format("connect rejected: worker id {} is not below the job's {} workers",
+                          params.getWorkerId(), config.workers)));
+  if (admission_ && ticket_) {
+    try {
+      admission_->authenticate(*ticket_);  // logs its own refusal
+    } catch (...) {
+      return refuse(endpoint_, std::current_exception());
+    }
+  }
 
   auto results = context.getResults();
   results.setSession(

@@ -14,6 +14,7 @@
 #include "actors/variable_shard.h"
 #include "config/deployment.h"
 #include "net/answer_order.h"
+#include "net/connection_admission.h"
 #include "net/psched.capnp.h"
 
 namespace psched {
@@ -32,15 +33,27 @@ struct ShardEndpoint {
 // One per connection; its sessions send their poll answers in `order`.
 class ShardService final : public wire::Shard::Server {
  public:
-  ShardService(ShardEndpoint& endpoint, kj::Own<AnswerOrder> order)
-      : endpoint_(endpoint), order_(kj::mv(order)) {}
+  // `admission` (optional; outlives the service) is told when `ticket`'s connection
+  // authenticates, and logs refused connects.
+  ShardService(ShardEndpoint& endpoint, kj::Own<AnswerOrder> order,
+               ConnectionAdmission* admission = nullptr,
+               std::shared_ptr<ConnectionTicket> ticket = nullptr)
+      : endpoint_(endpoint),
+        order_(kj::mv(order)),
+        admission_(admission),
+        ticket_(std::move(ticket)) {}
 
  protected:
   kj::Promise<void> connect(ConnectContext context) override;
 
  private:
+  // Counts the refused connect, logs it (rate-limited) and returns its exception.
+  kj::Exception refuse_connect(Error error);
+
   ShardEndpoint& endpoint_;
   kj::Own<AnswerOrder> order_;
+  ConnectionAdmission* admission_;
+  std::shared_ptr<ConnectionTicket> ticket_;
 };
 
 class SessionService final : public wire::Session::Server {

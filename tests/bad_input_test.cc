@@ -362,7 +362,7 @@ TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answer
   f.check_untouched_and_serving();
 }
 
-TEST_CASE("a connection past the shard's connection limit is closed and others are served") {
+TEST_CASE("a connect past the shard's connection limit is refused as overloaded; others are served") {
   DeploymentConfig config = BadInputFixture::config();
   config.limits.max_connections = 2;
   Cluster cluster(config);
@@ -375,7 +375,9 @@ TEST_CASE("a connection past the shard's connection limit is closed and others a
     cluster.run(third.connect(WorkerId(2), kToken));
     FAIL("a third connection was served");
   } catch (const kj::Exception& e) {
-    CHECK(from_kj_exception(e).code() == ErrorCode::disconnected);
+    Error error = from_kj_exception(e);
+    CHECK(error.code() == ErrorCode::overloaded);
+    CHECK(std::string(error.what()).find("is at max_connections (2") != std::string::npos);
   }
   cluster.drop_link(first);
   cluster.settle();

@@ -3,6 +3,10 @@
 stalled frames, oversized frames and too many connections. After each fault the shard still serves a
 well-behaved client (an example trainer as a new worker), and after hundreds of oversized
 frames and garbage connections its resident memory has grown by less than MEMORY_BOUND.
+Admission: 100 idle connections that never connect do not lock a worker out and are closed
+(oldest first, then after auth_timeout_seconds); a wrong token is refused and logged with the
+peer's address; a worker refused at max_connections gets [overloaded] and retries until a
+session ends.
 
 Usage: frame_fault_test.py BUILD_DIR
 Standard library only. Every wait is bounded (socket timeouts); nothing sleeps to synchronise.
@@ -22,13 +26,17 @@ import urllib.request
 LISTEN, HTTP = 17480, 18480  # this test's ports (other tests use 17410-17461)
 WORKERS = 64                 # each check trains as a new worker
 MAX_MESSAGE = 1 << 20
-MAX_CONNECTIONS = 16
+MAX_CONNECTIONS = 2   # sessions
+MAX_WAITING = 8       # connections not yet authenticated
+AUTH_SECONDS = 5   # longer than STALL_SECONDS: the stalled frame test sees the stall first
+TOKEN = "frame-fault-token"
 MEMORY_BOUND = 64 << 20
 STALL_SECONDS = 2
 WAIT = 30  # seconds a socket waits for the server before the test gives up
 
 CONFIG = f"""mode: async
 workers: {WORKERS}
+auth: {{token: {TOKEN}}}
 shards:
   - listen: 127.0.0.1:{LISTEN}
     http: 127.0.0.1:{HTTP}
@@ -36,6 +44,8 @@ limits:
   max_message_bytes: {MAX_MESSAGE}
   max_connections: {MAX_CONNECTIONS}
   stall_timeout_seconds: {STALL_SECONDS}
+  max_unauthenticated_connections: {MAX_WAITING}
+  auth_timeout_seconds: {AUTH_SECONDS}
 """
 
 
@@ -93,6 +103,14 @@ class Server:
         s = socket.create_connection(("127.0.0.1", LISTEN), timeout=WAIT)
         s.settimeout(WAIT)
         return s
+
+    def trainer(self, *extra, config=None, **kwargs):
+        worker = self.next_worker
+        self.next_worker += 1
+        return subprocess.Popen(
+            [os.path.join(self.build, "apps", "psched-example-trainer"), "--config",
+             config or self.config, "--worker", str(worker), "--steps", "5", "--print-every", "5",
+             *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 
     def check_serving(self, after):
         """A new worker trains 5 steps: connect, register, push, poll."""
@@ -191,7 +209,7 @@ def many_connections(server):
     before = server.rss_bytes()
     rng = random.Random(7)
     for round in range(10):
-        sockets = [server.connect() for _ in range(3 * MAX_CONNECTIONS)]
+        sockets = [server.connect() for _ in range(3 * 16)]
         for s in sockets:
             try:
                 s.sendall(bytes(rng.getrandbits(8) for _ in range(256)))
@@ -202,20 +220,67 @@ def many_connections(server):
     grown = server.rss_bytes() - before
     check(grown < MEMORY_BOUND, f"resident memory grew {grown} bytes")
     server.wait_connections(0)
-    server.check_serving(f"{10 * 3 * MAX_CONNECTIONS} garbage connections, {3 * MAX_CONNECTIONS} at a time")
+    server.check_serving("480 garbage connections, 48 at a time")
+
+
+def unauthenticated(server):
+    # 100 idle connections that never connect: at most MAX_WAITING wait at once (a new one
+    # closes the oldest), a worker gets in while they are open, and the rest are closed after
+    # AUTH_SECONDS (the sockets' own timeout bounds every wait).
+    server.wait_connections(0)
+    idle = [server.connect() for _ in range(100)]
+    server.check_serving("100 idle connections that never connect")
+    for s in idle[:100 - MAX_WAITING]:
+        closed_by_server(s)
+    check("limits.max_unauthenticated_connections" in server.text(),
+          "no log line names the limit on waiting connections")
+    for s in idle[100 - MAX_WAITING:]:
+        closed_by_server(s)
+    check("(limits.auth_timeout_seconds)" in server.text(), "no log line names the deadline")
+    server.wait_connections(0)
+    server.check_serving("idle connections closed")
+
+
+def refusals(server):
+    # A wrong token is refused, and the server log says who and why.
+    wrong = os.path.join(server.work, "wrong.yaml")
+    open(wrong, "w").write(CONFIG.replace(TOKEN, "not-the-token"))
+    out, _ = server.trainer(config=wrong).communicate(timeout=120)
+    check("wrong auth token" in out, "a wrong token was not refused:\n" + out)
+    check("refused 127.0.0.1:" in server.text() and "wrong auth token" in server.text(),
+          "the refusal is not in the server log:\n" + server.text())
+    print("ok: a wrong token is refused and logged", flush=True)
 
 
 def connection_limit(server):
-    # Idle connections up to the limit stay open; the next one is closed at once.
+    # MAX_CONNECTIONS workers hold sessions; one more is refused with [overloaded] and retries
+    # until a session ends, then trains.
     server.wait_connections(0)
-    held = [server.connect() for _ in range(MAX_CONNECTIONS)]
-    server.wait_connections(MAX_CONNECTIONS)
-    closed_by_server(server.connect())
+    holders = [server.trainer("--hold", stdin=subprocess.PIPE) for _ in range(MAX_CONNECTIONS)]
+    for h in holders:
+        for line in h.stdout:
+            if "serving until stdin closes" in line:
+                break
+    late = server.trainer()
+    said = ""
+    for line in late.stdout:
+        said += line
+        if "refused the connection" in line:
+            break
+    check(f"is at max_connections ({MAX_CONNECTIONS}" in said and "[overloaded]" in said,
+          "the worker over the limit was not told [overloaded]:\n" + said)
+    holders[0].stdin.close()
+    holders[0].wait(timeout=60)
+    out, _ = late.communicate(timeout=120)
+    check(late.returncode == 0, "the refused worker did not get in after a session ended:\n" +
+          said + out)
     check("limits.max_connections" in server.text(), "no log line names the connection limit")
-    for s in held:
-        s.close()
+    for h in holders[1:]:
+        h.stdin.close()
+        h.wait(timeout=60)
     server.wait_connections(0)
-    server.check_serving(f"{MAX_CONNECTIONS} idle connections and one over the limit")
+    print(f"ok: a worker over max_connections retried: {said.strip().splitlines()[-1][:160]}",
+          flush=True)
 
 
 def main():
@@ -223,7 +288,8 @@ def main():
     server = Server(build)
     try:
         server.check_serving("start")
-        for fault in [garbage, truncated, oversized, many_connections, connection_limit]:
+        for fault in [garbage, truncated, oversized, many_connections, unauthenticated,
+                      refusals, connection_limit]:
             fault(server)
     finally:
         server.stop()
