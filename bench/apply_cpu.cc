@@ -1,6 +1,9 @@
 #include "bench/apply_cpu.h"
 
 #include <sys/resource.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -58,6 +61,24 @@ struct PushedVariable {
   }
 };
 
+// Copies `bytes` bytes from `from` to `to` (both 16-byte aligned) with non-temporal stores
+// where the target has them (SSE2): the destination is written without being read first, so
+// the bytes that cross the memory bus are exactly those counted (read + written), as in an
+// in-place apply. memcpy may read the destination first (regular stores, `rep movsb`); the
+// baseline is whichever copy is faster.
+void streaming_copy(std::byte* to, const std::byte* from, uint64_t bytes) {
+#ifdef __SSE2__
+  const uint64_t vectors = bytes / 16;
+  auto* out = reinterpret_cast<__m128i*>(to);
+  const auto* in = reinterpret_cast<const __m128i*>(from);
+  for (uint64_t i = 0; i < vectors; ++i) _mm_stream_si128(out + i, _mm_load_si128(in + i));
+  _mm_sfence();
+  std::memcpy(to + vectors * 16, from + vectors * 16, bytes - vectors * 16);
+#else
+  std::memcpy(to, from, bytes);
+#endif
+}
+
 // Two buffers of `bytes` bytes each, touched once so that no copy pays for page faults.
 struct CopyBuffers {
   AlignedBuffer from, to;
@@ -66,20 +87,20 @@ struct CopyBuffers {
     std::memset(from.data(), 1, bytes);
     std::memset(to.data(), 0, bytes);
   }
-  // Copies bytes [begin, end) of `from` to `to`.
-  void copy(uint64_t begin, uint64_t end) {
+  // Copies bytes [begin, end) of `from` to `to`; `begin` is a multiple of 64.
+  void copy(bool streaming, uint64_t begin, uint64_t end) {
+    if (streaming) return streaming_copy(to.data() + begin, from.data() + begin, end - begin);
     std::memcpy(to.data() + begin, from.data() + begin, end - begin);
   }
+  // Copies all of it in `pieces` near-equal pieces on `pool`, as Variable::apply splits.
+  void copy_on(ForkJoinPool& pool, unsigned pieces, bool streaming) {
+    const uint64_t n = from.size(), piece = ((n + pieces - 1) / pieces + 63) / 64 * 64;
+    pool.run(pieces, [&](size_t i) {
+      const uint64_t begin = std::min(n, i * piece);
+      copy(streaming, begin, std::min(n, begin + piece));
+    });
+  }
 };
-
-// Copies all of `buffers` in `pieces` equal pieces on `pool` (as Variable::apply splits).
-void copy_on_pool(CopyBuffers& buffers, ForkJoinPool& pool, unsigned pieces) {
-  const uint64_t n = buffers.from.size(), piece = (n + pieces - 1) / pieces;
-  pool.run(pieces, [&](size_t i) {
-    const uint64_t begin = std::min(n, i * piece);
-    buffers.copy(begin, std::min(n, begin + piece));
-  });
-}
 
 nlohmann::json to_json(const Rate& rate) {
   return {{"traffic_gb_per_s", rate.gb_per_s},
@@ -128,58 +149,63 @@ CpuApplyRow measure_cpu_apply(const CpuApplyOptions& options, const std::string&
   PushedVariable pooled{Variable(spec, {0, n}, initial_bytes, Mode::async, 1, &pool)};
   CopyBuffers buffers(row.traffic_bytes / 2);
 
-  Totals apply_one, copy_one, apply_pool, copy_pool;
+  const uint64_t all = buffers.from.size();
+  Totals apply_one, memcpy_one, stream_one, apply_pool, memcpy_pool, stream_pool;
   const double block = options.seconds / options.rounds;
   for (int round = 0; round < options.rounds; ++round) {
     time_block(block, apply_one, [&] { one.push(grad_bytes); });
-    time_block(block, copy_one, [&] { buffers.copy(0, buffers.from.size()); });
+    time_block(block, memcpy_one, [&] { buffers.copy(false, 0, all); });
+    time_block(block, stream_one, [&] { buffers.copy(true, 0, all); });
     time_block(block, apply_pool, [&] { pooled.push(grad_bytes); });
-    time_block(block, copy_pool, [&] { copy_on_pool(buffers, pool, row.pool_threads); });
+    time_block(block, memcpy_pool, [&] { buffers.copy_on(pool, row.pool_threads, false); });
+    time_block(block, stream_pool, [&] { buffers.copy_on(pool, row.pool_threads, true); });
   }
-  row.apply_one = apply_one.rate(row.traffic_bytes);
-  row.copy_one = copy_one.rate(row.traffic_bytes);
-  row.apply_pool = apply_pool.rate(row.traffic_bytes);
-  row.copy_pool = copy_pool.rate(row.traffic_bytes);
+  const uint64_t bytes_per = row.traffic_bytes;
+  row.one = {apply_one.rate(bytes_per), memcpy_one.rate(bytes_per), stream_one.rate(bytes_per)};
+  row.pool = {apply_pool.rate(bytes_per), memcpy_pool.rate(bytes_per), stream_pool.rate(bytes_per)};
   return row;
+}
+
+double ApplyAndCopies::ratio() const {
+  return apply.gb_per_s / std::max(memcpy.gb_per_s, streaming.gb_per_s);
 }
 
 void print_cpu_header(unsigned pool_width) {
   fmt::print(
-      "apply on the CPU: Variable::push of the whole variable against memcpy of the same "
-      "bytes;\ntraffic GB/s = (bytes read + bytes written) / s, GB = 1e9; pool: {} "
-      "threads; cores = CPU s / wall s\n",
+      "apply on the CPU: Variable::push of the whole variable against copies of as many bytes\n"
+      "as it reads and writes (memcpy; nt: non-temporal stores); ratio = apply / faster copy;\n"
+      "GB/s of traffic (bytes read + written), GB = 1e9; pool: {} threads; cores = CPU s / "
+      "wall s\n",
       pool_width);
-  fmt::print("{:>8} {:>7} {:>8} | {:>8} {:>8} {:>6} | {:>3} {:>8} {:>8} {:>6} {:>5}\n", "optim",
-             "size", "traffic", "apply", "copy", "ratio", "thr", "apply", "copy", "ratio", "cores");
-  fmt::print("{:>8} {:>7} {:>8} | {:>8} {:>8} {:>6} | {:>3} {:>8} {:>8} {:>6} {:>5}\n", "", "",
-             "/apply", "GB/s", "GB/s", "", "", "GB/s", "GB/s", "", "");
+  fmt::print("{:>8} {:>7} {:>8} | {:>6} {:>6} {:>6} {:>5} | {:>3} {:>6} {:>6} {:>6} {:>5} {:>5}\n",
+             "optim", "size", "traffic", "apply", "memcpy", "nt", "ratio", "thr", "apply", "memcpy",
+             "nt", "ratio", "cores");
 }
 
 void print_cpu_row(const CpuApplyRow& r) {
   fmt::print(
-      "{:>8} {:>7} {:>8} | {:>8.2f} {:>8.2f} {:>6.2f} | {:>3} {:>8.2f} {:>8.2f} {:>6.2f} "
-      "{:>5.2f}\n",
+      "{:>8} {:>7} {:>8} | {:>6.2f} {:>6.2f} {:>6.2f} {:>5.2f} | {:>3} {:>6.2f} {:>6.2f} {:>6.2f} "
+      "{:>5.2f} {:>5.2f}\n",
       r.optimizer, format_byte_size(r.bytes), format_byte_size(r.traffic_bytes),
-      r.apply_one.gb_per_s, r.copy_one.gb_per_s, r.apply_one.gb_per_s / r.copy_one.gb_per_s,
-      r.pool_threads, r.apply_pool.gb_per_s, r.copy_pool.gb_per_s,
-      r.apply_pool.gb_per_s / r.copy_pool.gb_per_s, r.apply_pool.cpu_per_wall);
+      r.one.apply.gb_per_s, r.one.memcpy.gb_per_s, r.one.streaming.gb_per_s, r.one.ratio(),
+      r.pool_threads, r.pool.apply.gb_per_s, r.pool.memcpy.gb_per_s, r.pool.streaming.gb_per_s,
+      r.pool.ratio(), r.pool.apply.cpu_per_wall);
   std::fflush(stdout);
 }
 
+nlohmann::json to_json(const ApplyAndCopies& a) {
+  return {{"apply", to_json(a.apply)},
+          {"memcpy", to_json(a.memcpy)},
+          {"streaming_copy", to_json(a.streaming)},
+          {"ratio", a.ratio()}};
+}
+
 nlohmann::json to_json(const CpuApplyRow& r) {
-  return {{"optimizer", r.optimizer},
-          {"size_bytes", r.bytes},
-          {"size", format_byte_size(r.bytes)},
-          {"traffic_bytes", r.traffic_bytes},
-          {"one_thread",
-           {{"apply", to_json(r.apply_one)},
-            {"copy", to_json(r.copy_one)},
-            {"ratio", r.apply_one.gb_per_s / r.copy_one.gb_per_s}}},
-          {"pool",
-           {{"threads", r.pool_threads},
-            {"apply", to_json(r.apply_pool)},
-            {"copy", to_json(r.copy_pool)},
-            {"ratio", r.apply_pool.gb_per_s / r.copy_pool.gb_per_s}}}};
+  nlohmann::json pool = to_json(r.pool);
+  pool["threads"] = r.pool_threads;
+  return {{"optimizer", r.optimizer},          {"size_bytes", r.bytes},
+          {"size", format_byte_size(r.bytes)}, {"traffic_bytes", r.traffic_bytes},
+          {"one_thread", to_json(r.one)},      {"pool", pool}};
 }
 
 }  // namespace psched::bench

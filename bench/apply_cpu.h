@@ -35,24 +35,35 @@ struct Rate {
   uint64_t iterations = 0;  // timed applies or copies
 };
 
+// The apply and two copies of as many bytes, on the same threads.
+struct ApplyAndCopies {
+  Rate apply;
+  Rate memcpy;     // std::memcpy
+  Rate streaming;  // a copy with non-temporal stores (memcpy where the target has none)
+
+  // The apply's traffic GB/s over the faster copy's.
+  double ratio() const;
+};
+
 // One optimizer at one variable size.
 struct CpuApplyRow {
   std::string optimizer;
   uint64_t bytes = 0;          // the variable's size
   uint64_t traffic_bytes = 0;  // per apply, apply_traffic_bytes(); each copy moves as many
-  Rate apply_one, copy_one;    // on the calling thread
+  ApplyAndCopies one;          // on the calling thread
   unsigned pool_threads = 1;   // threads of the pooled figures (1: too small to split)
-  Rate apply_pool, copy_pool;  // split over the apply pool as psched-server does
+  ApplyAndCopies pool;         // split over the apply pool as psched-server does
 };
 
 // Measures one row: pushes of the whole variable to a Variable without and with `pool`, and
-// memcpy of traffic_bytes / 2 bytes from one buffer to another (so read + written bytes equal
-// the apply's), on one thread and split like the apply over the pool.
+// copies of traffic_bytes / 2 bytes from one buffer to another (so read + written bytes equal
+// the apply's) in alternating blocks, on one thread and split like the apply over the pool.
 CpuApplyRow measure_cpu_apply(const CpuApplyOptions& options, const std::string& optimizer,
                               uint64_t bytes, ForkJoinPool& pool);
 
 void print_cpu_header(unsigned pool_width);
 void print_cpu_row(const CpuApplyRow& row);
+nlohmann::json to_json(const ApplyAndCopies& figures);
 nlohmann::json to_json(const CpuApplyRow& row);
 
 }  // namespace psched::bench
