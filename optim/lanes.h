@@ -1,0 +1,87 @@
+// Internal to optim/: element-wise kernels written once, as a template on the lanes they
+// compute, and run in one fused pass over a chunk: SIMD packets for the body, single elements
+// for the tail. Each element of param, grad and state is loaded once and stored once, the
+// intermediate values stay in registers (the memory traffic of an apply is then the least it
+// can be: every buffer read once, param and state written once).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "optim/chunking.h"
+
+namespace psched::optim::detail {
+
+// One or several elements of type T, computed alike: with kWide Eigen's widest SIMD packet of
+// T on this target (4 floats with SSE2, 8 with AVX), else one T (Eigen's generic packet
+// functions then work on one element). Every operation is the IEEE operation per element
+// (EIGEN_FAST_MATH=0: sqrt is exact; no FMA contraction), so an element's result does not depend on
+// whether it was computed in a packet or alone: a range's result is independent of its address and
+// split.
+template <typename T, bool kWide>
+struct Lanes {
+  using P = std::conditional_t<kWide, typename Eigen::internal::packet_traits<T>::type, T>;
+  static constexpr size_t kCount = Eigen::internal::unpacket_traits<P>::size;
+
+  P v;
+
+  static Lanes load(const T* from) { return {Eigen::internal::ploadu<P>(from)}; }
+  void store(T* to) const { Eigen::internal::pstoreu<T>(to, v); }
+  // Every lane set to `x`.
+  static Lanes splat(T x) { return {Eigen::internal::pset1<P>(x)}; }
+
+  friend Lanes operator+(Lanes a, Lanes b) { return {Eigen::internal::padd(a.v, b.v)}; }
+  friend Lanes operator-(Lanes a, Lanes b) { return {Eigen::internal::psub(a.v, b.v)}; }
+  friend Lanes operator*(Lanes a, Lanes b) { return {Eigen::internal::pmul(a.v, b.v)}; }
+  friend Lanes operator/(Lanes a, Lanes b) { return {Eigen::internal::pdiv(a.v, b.v)}; }
+  friend Lanes sqrt(Lanes a) { return {Eigen::internal::psqrt(a.v)}; }
+  // std::max(a, b) per lane (the scalar reference's max).
+  friend Lanes max(Lanes a, Lanes b) { return {Eigen::internal::pmax(a.v, b.v)}; }
+};
+
+// How far ahead of the element being computed its cache lines are prefetched. The hardware
+// prefetchers alone leave the core waiting on memory between bursts of arithmetic when a
+// kernel streams through four to seven arrays at once.
+inline constexpr size_t kPrefetchBytes = 2048;
+
+// Runs `kernel` over every element of `range` in one pass. `kernel` is called as
+// kernel(L& param, L grad, std::array<L, kSlots>& state) with L = Lanes<T, true> for the
+// body and L = Lanes<T, false> for the tail; it updates param and state in place, and must
+// compute the same per-element formula for both (a template on L does). kSlots is
+// state_slots() of the optimizer.
+template <int kSlots, typename T, typename Kernel>
+void for_each_element(const Range<T>& range, const Kernel& kernel) {
+  const size_t n = range.param.size();
+  T* param = range.param.data();
+  const T* grad = range.grad.data();
+  std::array<T*, kSlots> state;
+  for (int k = 0; k < kSlots; ++k) state[k] = range.state[k].data();
+  auto step = [&]<typename L>(size_t i, L) {
+    L p = L::load(param + i);
+    std::array<L, kSlots> s;
+    for (int k = 0; k < kSlots; ++k) s[k] = L::load(state[k] + i);
+    kernel(p, L::load(grad + i), s);
+    p.store(param + i);
+    for (int k = 0; k < kSlots; ++k) s[k].store(state[k] + i);
+  };
+  using Wide = Lanes<T, true>;
+  constexpr size_t kLine = 64 / sizeof(T);  // elements per cache line
+  constexpr size_t kAhead = kPrefetchBytes / sizeof(T);
+  static_assert(kLine % Wide::kCount == 0);
+  size_t i = 0;
+  for (; i + kLine <= n; i += kLine) {
+    if (i + kAhead < n) {
+      __builtin_prefetch(param + i + kAhead, 1);
+      __builtin_prefetch(grad + i + kAhead, 0);
+      for (int k = 0; k < kSlots; ++k) __builtin_prefetch(state[k] + i + kAhead, 1);
+    }
+    for (size_t j = 0; j < kLine; j += Wide::kCount) step(i + j, Wide{});
+  }
+  for (; i + Wide::kCount <= n; i += Wide::kCount) step(i, Wide{});
+  for (; i < n; ++i) step(i, Lanes<T, false>{});
+}
+
+}  // namespace psched::optim::detail
