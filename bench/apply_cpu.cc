@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -102,6 +103,57 @@ struct CopyBuffers {
   }
 };
 
+// arrays[k][i] += grad[i] for every array but grad, i in [begin, end), in one pass: the
+// apply's loads and stores without its arithmetic. kArrays: param + state slots.
+template <int kArrays>
+void add_grad(std::array<float*, kArrays> arrays, const float* grad, uint64_t begin, uint64_t end) {
+  uint64_t i = begin;
+#ifdef __SSE2__
+  for (; i + 4 <= end; i += 4) {
+    const __m128 g = _mm_loadu_ps(grad + i);
+    for (float* a : arrays) _mm_storeu_ps(a + i, _mm_add_ps(_mm_loadu_ps(a + i), g));
+  }
+#endif
+  for (; i < end; ++i)
+    for (float* a : arrays) a[i] += grad[i];
+}
+
+// The apply's memory traffic without its arithmetic: arrays like the variable's (param, grad,
+// each state slot), each element of param and state incremented by grad's, so every array is
+// read once and param and state are written once, in place, as by the apply.
+struct PatternBuffers {
+  std::vector<AlignedBuffer> arrays;  // 0 grad, then param and the state slots
+
+  PatternBuffers(uint64_t elements, int slots) {
+    for (int k = 0; k < 2 + slots; ++k) {
+      arrays.emplace_back(elements * sizeof(float));
+      std::ranges::fill(arrays.back().as<float>(), 0.5f);
+    }
+  }
+  float* at(size_t array) { return arrays[array].as<float>().data(); }
+  void run(uint64_t begin, uint64_t end) {
+    const float* g = at(0);
+    switch (arrays.size()) {
+      case 2:
+        return add_grad<1>({at(1)}, g, begin, end);
+      case 3:
+        return add_grad<2>({at(1), at(2)}, g, begin, end);
+      case 4:
+        return add_grad<3>({at(1), at(2), at(3)}, g, begin, end);
+      default:
+        return add_grad<4>({at(1), at(2), at(3), at(4)}, g, begin, end);
+    }
+  }
+  // All elements in `pieces` near-equal pieces on `pool`, as Variable::apply splits.
+  void run_on(ForkJoinPool& pool, unsigned pieces) {
+    const uint64_t n = arrays[0].size() / sizeof(float), piece = (n + pieces - 1) / pieces;
+    pool.run(pieces, [&](size_t i) {
+      const uint64_t begin = std::min(n, i * piece);
+      run(begin, std::min(n, begin + piece));
+    });
+  }
+};
+
 nlohmann::json to_json(const Rate& rate) {
   return {{"traffic_gb_per_s", rate.gb_per_s},
           {"cpu_per_wall", rate.cpu_per_wall},
@@ -147,49 +199,61 @@ CpuApplyRow measure_cpu_apply(const CpuApplyOptions& options, const std::string&
   const auto grad_bytes = std::as_bytes(std::span(grad));
   PushedVariable one{Variable(spec, {0, n}, initial_bytes, Mode::async, 1)};
   PushedVariable pooled{Variable(spec, {0, n}, initial_bytes, Mode::async, 1, &pool)};
-  CopyBuffers buffers(row.traffic_bytes / 2);
+  CopyBuffers copies(row.traffic_bytes / 2);
+  PatternBuffers pattern(n, optim::state_slots(spec.optimizer));
 
-  const uint64_t all = buffers.from.size();
-  Totals apply_one, memcpy_one, stream_one, apply_pool, memcpy_pool, stream_pool;
-  const double block = options.seconds / options.rounds;
-  for (int round = 0; round < options.rounds; ++round) {
-    time_block(block, apply_one, [&] { one.push(grad_bytes); });
-    time_block(block, memcpy_one, [&] { buffers.copy(false, 0, all); });
-    time_block(block, stream_one, [&] { buffers.copy(true, 0, all); });
-    time_block(block, apply_pool, [&] { pooled.push(grad_bytes); });
-    time_block(block, memcpy_pool, [&] { buffers.copy_on(pool, row.pool_threads, false); });
-    time_block(block, stream_pool, [&] { buffers.copy_on(pool, row.pool_threads, true); });
-  }
-  const uint64_t bytes_per = row.traffic_bytes;
-  row.one = {apply_one.rate(bytes_per), memcpy_one.rate(bytes_per), stream_one.rate(bytes_per)};
-  row.pool = {apply_pool.rate(bytes_per), memcpy_pool.rate(bytes_per), stream_pool.rate(bytes_per)};
+  const unsigned pieces = row.pool_threads;
+  const uint64_t all = copies.from.size();
+  // In ApplyAndCopies' order: apply, memcpy, streaming, pattern; one thread, then the pool.
+  const std::array<std::function<void()>, 8> figures{[&] { one.push(grad_bytes); },
+                                                     [&] { copies.copy(false, 0, all); },
+                                                     [&] { copies.copy(true, 0, all); },
+                                                     [&] { pattern.run(0, n); },
+                                                     [&] { pooled.push(grad_bytes); },
+                                                     [&] { copies.copy_on(pool, pieces, false); },
+                                                     [&] { copies.copy_on(pool, pieces, true); },
+                                                     [&] { pattern.run_on(pool, pieces); }};
+  std::array<Totals, 8> totals;
+  for (int round = 0; round < options.rounds; ++round)
+    for (size_t f = 0; f < figures.size(); ++f)
+      time_block(options.seconds / options.rounds, totals[f], figures[f]);
+  auto rates = [&](size_t first) {
+    const uint64_t b = row.traffic_bytes;
+    return ApplyAndCopies{totals[first].rate(b), totals[first + 1].rate(b),
+                          totals[first + 2].rate(b), totals[first + 3].rate(b)};
+  };
+  row.one = rates(0);
+  row.pool = rates(4);
   return row;
 }
 
-double ApplyAndCopies::ratio() const {
-  return apply.gb_per_s / std::max(memcpy.gb_per_s, streaming.gb_per_s);
+double ApplyAndCopies::copy_gb_per_s() const {
+  return std::max(memcpy.gb_per_s, streaming.gb_per_s);
 }
 
 void print_cpu_header(unsigned pool_width) {
   fmt::print(
-      "apply on the CPU: Variable::push of the whole variable against copies of as many bytes\n"
-      "as it reads and writes (memcpy; nt: non-temporal stores); ratio = apply / faster copy;\n"
-      "GB/s of traffic (bytes read + written), GB = 1e9; pool: {} threads; cores = CPU s / "
-      "wall s\n",
+      "apply on the CPU: Variable::push of the whole variable; copy: the faster of memcpy and\n"
+      "a non-temporal copy of as many bytes as the apply reads and writes; pattern: the apply's\n"
+      "reads and writes with one addition each. GB/s of traffic (bytes read + written), GB =\n"
+      "1e9; a/c = apply / copy, a/p = apply / pattern; pool: {} threads; cores = CPU s / wall s\n",
       pool_width);
-  fmt::print("{:>8} {:>7} {:>8} | {:>6} {:>6} {:>6} {:>5} | {:>3} {:>6} {:>6} {:>6} {:>5} {:>5}\n",
-             "optim", "size", "traffic", "apply", "memcpy", "nt", "ratio", "thr", "apply", "memcpy",
-             "nt", "ratio", "cores");
+  fmt::print(
+      "{:>8} {:>7} {:>8} | {:>6} {:>6} {:>6} {:>5} {:>5} | {:>3} {:>6} {:>6} {:>6} {:>5} "
+      "{:>5} {:>5}\n",
+      "optim", "size", "traffic", "apply", "copy", "pattrn", "a/c", "a/p", "thr", "apply", "copy",
+      "pattrn", "a/c", "a/p", "cores");
 }
 
 void print_cpu_row(const CpuApplyRow& r) {
-  fmt::print(
-      "{:>8} {:>7} {:>8} | {:>6.2f} {:>6.2f} {:>6.2f} {:>5.2f} | {:>3} {:>6.2f} {:>6.2f} {:>6.2f} "
-      "{:>5.2f} {:>5.2f}\n",
-      r.optimizer, format_byte_size(r.bytes), format_byte_size(r.traffic_bytes),
-      r.one.apply.gb_per_s, r.one.memcpy.gb_per_s, r.one.streaming.gb_per_s, r.one.ratio(),
-      r.pool_threads, r.pool.apply.gb_per_s, r.pool.memcpy.gb_per_s, r.pool.streaming.gb_per_s,
-      r.pool.ratio(), r.pool.apply.cpu_per_wall);
+  auto figures = [](const ApplyAndCopies& f) {
+    return fmt::format("{:>6.2f} {:>6.2f} {:>6.2f} {:>5.2f} {:>5.2f}", f.apply.gb_per_s,
+                       f.copy_gb_per_s(), f.pattern.gb_per_s, f.apply.gb_per_s / f.copy_gb_per_s(),
+                       f.apply.gb_per_s / f.pattern.gb_per_s);
+  };
+  fmt::print("{:>8} {:>7} {:>8} | {} | {:>3} {} {:>5.2f}\n", r.optimizer, format_byte_size(r.bytes),
+             format_byte_size(r.traffic_bytes), figures(r.one), r.pool_threads, figures(r.pool),
+             r.pool.apply.cpu_per_wall);
   std::fflush(stdout);
 }
 
@@ -197,7 +261,9 @@ nlohmann::json to_json(const ApplyAndCopies& a) {
   return {{"apply", to_json(a.apply)},
           {"memcpy", to_json(a.memcpy)},
           {"streaming_copy", to_json(a.streaming)},
-          {"ratio", a.ratio()}};
+          {"pattern", to_json(a.pattern)},
+          {"apply_over_copy", a.apply.gb_per_s / a.copy_gb_per_s()},
+          {"apply_over_pattern", a.apply.gb_per_s / a.pattern.gb_per_s}};
 }
 
 nlohmann::json to_json(const CpuApplyRow& r) {

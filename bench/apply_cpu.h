@@ -35,14 +35,15 @@ struct Rate {
   uint64_t iterations = 0;  // timed applies or copies
 };
 
-// The apply and two copies of as many bytes, on the same threads.
+// The apply and the baselines moving as many bytes, on the same threads.
 struct ApplyAndCopies {
   Rate apply;
-  Rate memcpy;     // std::memcpy
-  Rate streaming;  // a copy with non-temporal stores (memcpy where the target has none)
+  Rate memcpy;     // std::memcpy of traffic_bytes / 2 bytes
+  Rate streaming;  // the same with non-temporal stores (memcpy where the target has none)
+  Rate pattern;    // the apply's arrays read and written in place, one addition per element
 
-  // The apply's traffic GB/s over the faster copy's.
-  double ratio() const;
+  // The copy baseline: the faster copy's GB/s.
+  double copy_gb_per_s() const;
 };
 
 // One optimizer at one variable size.
@@ -56,8 +57,9 @@ struct CpuApplyRow {
 };
 
 // Measures one row: pushes of the whole variable to a Variable without and with `pool`, and
-// copies of traffic_bytes / 2 bytes from one buffer to another (so read + written bytes equal
-// the apply's) in alternating blocks, on one thread and split like the apply over the pool.
+// the baselines (copies of traffic_bytes / 2 bytes from one buffer to another, so read +
+// written bytes equal the apply's; the apply's access pattern without its arithmetic), in
+// alternating blocks, on one thread and split like the apply over the pool.
 CpuApplyRow measure_cpu_apply(const CpuApplyOptions& options, const std::string& optimizer,
                               uint64_t bytes, ForkJoinPool& pool);
 
