@@ -1,5 +1,5 @@
 // The Adam family: torch.optim.Adam, torch.optim.AdamW and TensorFlow's ApplyAdam (adam_tf).
-// One fused pass per chunk: each element's param, grad, m, v (and max v) are read once and
+// One fused pass: each element's param, grad, m, v (and max v) are read once and
 // written once (lanes.h); the per-step scalars are the GPU kernels' (step_args.h).
 #include "optim/kernels.h"
 
@@ -10,8 +10,7 @@ namespace psched::optim::detail {
 namespace {
 
 // Slots: 0 m, 1 v, 2 max(v) with amsgrad. With kDecay (adamw) p *= decay first; with kL2
-// (adam, weight_decay != 0; torch skips the term at 0, where 0*inf would be nan) g = grad +
-// wd*p. Then
+// (adam, weight_decay != 0) g = grad + wd*p. Then
 //   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;  vmax = max(vmax, v)
 //   p -= step_size * m / (sqrt(v or vmax) / sqrt(bc2) + eps)
 template <typename T, bool kDecay, bool kL2, bool kAmsgrad>
@@ -21,8 +20,7 @@ struct AdamElement {
   template <typename L, size_t kSlots>
   void operator()(L& p, L grad, std::array<L, kSlots>& state) const {
     if constexpr (kDecay) p = p * L::splat(a.decay);
-    L g = grad;
-    if constexpr (kL2) g = grad + L::splat(a.weight_decay) * p;
+    const L g = l2_grad<kL2>(grad, a.weight_decay, p);
     L& m = state[0];
     L& v = state[1];
     m = L::splat(a.beta1) * m + L::splat(a.one_minus_beta1) * g;
@@ -34,10 +32,12 @@ struct AdamElement {
   }
 };
 
-template <typename T, bool kDecay, bool kL2>
+template <typename T, bool kDecay>
 void run_adam(const AdamArgs<T>& a, const Range<T>& range) {
-  if (a.amsgrad) return for_each_element<3>(range, AdamElement<T, kDecay, kL2, true>{a});
-  for_each_element<2>(range, AdamElement<T, kDecay, kL2, false>{a});
+  with_flag(a.weight_decay != T(0), [&](auto l2) {
+    if (a.amsgrad) return for_each_element<3>(range, AdamElement<T, kDecay, l2, true>{a});
+    for_each_element<2>(range, AdamElement<T, kDecay, l2, false>{a});
+  });
 }
 
 // TensorFlow ApplyAdam, slots 0 m, 1 v: lr_t = lr * sqrt(1-b2^t) / (1-b1^t);
@@ -60,14 +60,12 @@ struct AdamTfElement {
 
 template <typename T>
 void apply_adam(const OptimizerSpec& spec, const Range<T>& range, uint64_t t) {
-  const AdamArgs<T> a = adam_args<T>(spec, t);
-  if (a.weight_decay == T(0)) return run_adam<T, false, false>(a, range);
-  run_adam<T, false, true>(a, range);
+  run_adam<T, false>(adam_args<T>(spec, t), range);
 }
 
 template <typename T>
 void apply_adamw(const OptimizerSpec& spec, const Range<T>& range, uint64_t t) {
-  run_adam<T, true, false>(adam_args<T>(spec, t), range);
+  run_adam<T, true>(adam_args<T>(spec, t), range);  // weight_decay 0: no L2 term
 }
 
 template <typename T>

@@ -1,5 +1,5 @@
 // Internal to optim/: element-wise kernels written once, as a template on the lanes they
-// compute, and run in one fused pass over a chunk: SIMD packets for the body, single elements
+// compute, and run in one fused pass over a range: SIMD packets for the body, single elements
 // for the tail. Each element of param, grad and state is loaded once and stored once, the
 // intermediate values stay in registers (the memory traffic of an apply is then the least it
 // can be: every buffer read once, param and state written once).
@@ -7,23 +7,40 @@
 
 #include <array>
 #include <cstddef>
+#include <span>
 #include <type_traits>
 
 #include <Eigen/Core>
 
-#include "optim/chunking.h"
-
 namespace psched::optim::detail {
 
-// One or several elements of type T, computed alike: with kWide Eigen's widest SIMD packet of
-// T on this target (4 floats with SSE2, 8 with AVX), else one T (Eigen's generic packet
-// functions then work on one element). Every operation is the IEEE operation per element
-// (EIGEN_FAST_MATH=0: sqrt is exact; no FMA contraction), so an element's result does not depend on
-// whether it was computed in a packet or alone: a range's result is independent of its address and
-// split.
+// The buffers of one apply() call, sizes already checked. Views; owns nothing.
+template <typename T>
+struct Range {
+  std::span<T> param;
+  std::span<const T> grad;  // may point straight into a received message: only read
+  std::span<const std::span<T>> state;
+};
+
+// The type Lanes<T, kWide> computes on: Eigen's widest SIMD packet of T on this target (4
+// floats with SSE2, 8 with AVX), or T itself.
+template <typename T, bool kWide>
+struct LanesOf {
+  using type = T;
+};
+template <typename T>
+struct LanesOf<T, true> {
+  using type = typename Eigen::internal::packet_traits<T>::type;
+};
+
+// One or several elements of type T, computed alike: a SIMD packet (kWide) or one element
+// (Eigen's generic packet functions then work on the scalar). Every operation is the IEEE
+// operation per element (EIGEN_FAST_MATH=0: sqrt is exact; no FMA contraction), so an
+// element's result does not depend on whether it was computed in a packet or alone: a range's
+// result is independent of its address and split.
 template <typename T, bool kWide>
 struct Lanes {
-  using P = std::conditional_t<kWide, typename Eigen::internal::packet_traits<T>::type, T>;
+  using P = typename LanesOf<T, kWide>::type;
   static constexpr size_t kCount = Eigen::internal::unpacket_traits<P>::size;
 
   P v;
@@ -46,6 +63,22 @@ struct Lanes {
 // prefetchers alone leave the core waiting on memory between bursts of arithmetic when a
 // kernel streams through four to seven arrays at once.
 inline constexpr size_t kPrefetchBytes = 2048;
+
+// torch's L2 term g = grad + wd*p, where kL2 (weight_decay != 0: torch skips the term at 0,
+// where 0*inf would be nan).
+template <bool kL2, typename L, typename T>
+L l2_grad(L grad, T weight_decay, L p) {
+  if constexpr (kL2) return grad + L::splat(weight_decay) * p;
+  return grad;
+}
+
+// Calls body(std::bool_constant<flag>{}): a runtime flag as a compile-time one, so that a
+// kernel's options cost no branch per element.
+template <typename Body>
+void with_flag(bool flag, const Body& body) {
+  if (flag) return body(std::true_type{});
+  body(std::false_type{});
+}
 
 // Runs `kernel` over every element of `range` in one pass. `kernel` is called as
 // kernel(L& param, L grad, std::array<L, kSlots>& state) with L = Lanes<T, true> for the
