@@ -59,11 +59,6 @@ struct Lanes {
   friend Lanes max(Lanes a, Lanes b) { return {Eigen::internal::pmax(a.v, b.v)}; }
 };
 
-// How far ahead of the element being computed its cache lines are prefetched. The hardware
-// prefetchers alone leave the core waiting on memory between bursts of arithmetic when a
-// kernel streams through four to seven arrays at once.
-inline constexpr size_t kPrefetchBytes = 2048;
-
 // torch's L2 term g = grad + wd*p, where kL2 (weight_decay != 0: torch skips the term at 0,
 // where 0*inf would be nan).
 template <bool kL2, typename L, typename T>
@@ -101,18 +96,7 @@ void for_each_element(const Range<T>& range, const Kernel& kernel) {
     for (int k = 0; k < kSlots; ++k) s[k].store(state[k] + i);
   };
   using Wide = Lanes<T, true>;
-  constexpr size_t kLine = 64 / sizeof(T);  // elements per cache line
-  constexpr size_t kAhead = kPrefetchBytes / sizeof(T);
-  static_assert(kLine % Wide::kCount == 0);
   size_t i = 0;
-  for (; i + kLine <= n; i += kLine) {
-    if (i + kAhead < n) {
-      __builtin_prefetch(param + i + kAhead, 1);
-      __builtin_prefetch(grad + i + kAhead, 0);
-      for (int k = 0; k < kSlots; ++k) __builtin_prefetch(state[k] + i + kAhead, 1);
-    }
-    for (size_t j = 0; j < kLine; j += Wide::kCount) step(i + j, Wide{});
-  }
   for (; i + Wide::kCount <= n; i += Wide::kCount) step(i, Wide{});
   for (; i < n; ++i) step(i, Lanes<T, false>{});
 }
