@@ -53,11 +53,19 @@ std::vector<uint64_t> parse_sizes(const std::vector<std::string>& sizes) {
   return bytes;
 }
 
-nlohmann::json run_cpu(const Options& o, ForkJoinPool& pool) {
+void check_optimizers(const char* option, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    optim::OptimizerKind kind;
+    if (!optim::parse_optimizer_kind(name, kind))
+      fail(ErrorCode::invalid_argument, "{}: unknown optimizer '{}'", option, name);
+  }
+}
+
+nlohmann::json run_cpu(const Options& o, const std::vector<uint64_t>& sizes, ForkJoinPool& pool) {
   print_cpu_header(pool.width());
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string& optimizer : o.optimizers) {
-    for (uint64_t bytes : parse_sizes(o.sizes)) {
+    for (uint64_t bytes : sizes) {
       const CpuApplyRow row = measure_cpu_apply(o.cpu, optimizer, bytes, pool);
       print_cpu_row(row);
       rows.push_back(to_json(row));
@@ -102,13 +110,13 @@ void write_json(const Options& o, unsigned pool_width, nlohmann::json cpu, nlohm
 
 int run(const Options& o) {
   set_log_level(LogLevel::warn);
-  for (const std::string& name : o.optimizers) {
-    optim::OptimizerKind kind;
-    if (!optim::parse_optimizer_kind(name, kind))
-      fail(ErrorCode::invalid_argument, "--optimizers: unknown optimizer '{}'", name);
-  }
+  // Bad options fail before anything is measured.
+  check_optimizers("--optimizers", o.optimizers);
+  check_optimizers("--gpu-optimizers", o.gpu_optimizers);
+  parse_sizes(o.gpu_sizes);
+  const std::vector<uint64_t> sizes = parse_sizes(o.sizes);
   ForkJoinPool pool(o.apply_helpers);
-  nlohmann::json cpu = run_cpu(o, pool);
+  nlohmann::json cpu = run_cpu(o, sizes, pool);
   nlohmann::json gpu = run_gpu(o, pool);
   if (!o.json.empty()) write_json(o, pool.width(), std::move(cpu), std::move(gpu));
   return 0;
