@@ -1,202 +1,124 @@
-// psched-apply-bench: how fast a shard applies the optimizer, on the CPU and on a GPU, against
-// the GPU's own copy bandwidths measured in the same run (DESIGN.md section 6, "Apply";
-// docs/gpu.md). Built only with CUDA support; needs a GPU.
-//
-// Per optimizer and variable size (float32):
-//   cpu        Variable::push of the whole variable, split over the apply pool as
-//              psched-server does (cores - 1 helpers)
-//   gpu shard  Variable::push on a `device: cuda:N` variable: the gradient through the pinned
-//              staging ring to the GPU, the fused kernel, the fresh values back
-//   gpu kernel the fused kernel alone on device-resident data (grad already on the GPU)
-//   h2d, d2h   cudaMemcpyAsync between pinned host memory and the GPU, `size` bytes
-//   d2d        a device-to-device copy of `size` bytes
-// "grad GB/s" counts the gradient bytes applied per second (what the network feeds a shard);
-// the kernel's "traffic GB/s" counts every byte it reads and writes (param, grad, state in;
-// param, state out), comparable with d2d's traffic (read + write).
-#include <cuda_runtime_api.h>
-
+// psched-apply-bench: how fast a shard applies the optimizer (DESIGN.md section 6, "Apply";
+// docs/benchmarks.md, docs/gpu.md). Every figure is set against a copy of the same bytes
+// measured in the same run:
+//   cpu rows  every optimizer: Variable::push on one thread and over the apply pool, against
+//             memcpy of as many bytes as the apply reads and writes (bench/apply_cpu.h)
+//   gpu rows  built with CUDA and run when a GPU is there (skip: --cpu-only): the shard's apply
+//             on a `device: cuda:N` variable and the fused kernel, against the GPU's copy
+//             bandwidths (bench/apply_gpu.h)
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
-#include "actors/variable.h"
-#include "bench/measurement.h"
-#include "common/fork_join_pool.h"
+#include "bench/apply_cpu.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "config/byte_size.h"
-#include "optim/gpu/cuda_check.h"
-#include "optim/gpu/cuda_memory.h"
-#include "optim/gpu/fused_apply.h"
+#include "optim/optimizer.h"
+#ifdef PSCHED_HAVE_CUDA
+#include "bench/apply_gpu.h"
+#endif
 
 namespace psched::bench {
 namespace {
 
-using optim::gpu::check_cuda;
-using optim::gpu::CudaStream;
-using optim::gpu::DeviceMemory;
-using optim::gpu::PinnedMemory;
-
 struct Options {
-  std::vector<std::string> sizes{"4MiB", "16MiB", "64MiB", "256MiB", "1GiB"};
-  std::vector<std::string> optimizers{"adam", "sgd"};
-  double seconds = 0.2;  // per measurement
-  uint32_t device = 0;
+  std::vector<std::string> sizes{"256KiB", "4MiB", "64MiB"};
+  std::vector<std::string> optimizers{"sgd",     "momentum", "adam",   "adamw",
+                                      "adam_tf", "adagrad",  "rmsprop"};
+  CpuApplyOptions cpu;
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
+  std::string json;
+  bool cpu_only = false;
+  std::vector<std::string> gpu_sizes{"4MiB", "16MiB", "64MiB", "256MiB", "1GiB"};
+  std::vector<std::string> gpu_optimizers{"adam", "sgd"};
+  uint32_t device = 0;
 };
 
-struct Row {
-  std::string optimizer;
-  uint64_t bytes = 0;
-  double cpu = 0, gpu_shard = 0, gpu_kernel = 0;  // grad GB/s
-  double kernel_traffic = 0, h2d = 0, d2h = 0, d2d_traffic = 0;
-};
-
-// Seconds per call of `enqueue` (which enqueues work on `stream`), timed with CUDA events
-// over enough calls to fill `budget` seconds (at least 3).
-template <typename Enqueue>
-double gpu_seconds(cudaStream_t stream, double budget, const Enqueue& enqueue) {
-  cudaEvent_t start, stop;
-  check_cuda(cudaEventCreate(&start), "creating an event");
-  check_cuda(cudaEventCreate(&stop), "creating an event");
-  auto timed = [&](int calls) {
-    check_cuda(cudaEventRecord(start, stream), "recording an event");
-    for (int i = 0; i < calls; ++i) enqueue();
-    check_cuda(cudaEventRecord(stop, stream), "recording an event");
-    check_cuda(cudaEventSynchronize(stop), "timing on the GPU");
-    float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, start, stop), "reading an event");
-    return ms / 1e3 / calls;
-  };
-  const double once = timed(1);  // also the warm-up
-  const int calls = static_cast<int>(std::clamp(budget / std::max(once, 1e-7), 3.0, 2000.0));
-  const double per_call = timed(calls);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return per_call;
-}
-
-double gb_per_s(uint64_t bytes, double seconds) {
-  return double(bytes) / seconds / 1e9;
-}
-
-VariableSpec variable_spec(const std::string& optimizer, uint64_t elements) {
-  VariableSpec spec{.name = "bench/w",
-                    .shape = {elements},
-                    .dtype = DType::float32,
-                    .priority = 0,
-                    .optimizer = {}};
-  if (!optim::parse_optimizer_kind(optimizer, spec.optimizer.kind))
-    throw std::runtime_error(fmt::format("unknown optimizer '{}'", optimizer));
-  spec.optimizer.lr = 1e-3;
-  return spec;
-}
-
-// grad GB/s of Variable::push of the whole variable, one step after the other.
-double push_gb_per_s(Variable& variable, std::span<const std::byte> grad, double seconds) {
-  Step step = 0;
-  const ElementRange all = variable.part();
-  Measurement m = time_iterations(Budget{seconds, 3, 1}, grad.size(), [&] {
-    variable.push(WorkerId(0), ++step, all, DType::float32, grad);
-  });
-  return m.gb_per_s();
-}
-
-void measure_shard_paths(const Options& o, const VariableSpec& spec, ForkJoinPool& pool,
-                         optim::ComputeDevice& device, Row& row) {
-  const uint64_t n = spec.elements();
-  const std::vector<float> initial(n, 0.5f), grad(n, 1e-3f);
-  const auto initial_bytes = std::as_bytes(std::span(initial));
-  const auto grad_bytes = std::as_bytes(std::span(grad));
-  {
-    Variable cpu(spec, {0, n}, initial_bytes, Mode::async, 1, &pool);
-    row.cpu = push_gb_per_s(cpu, grad_bytes, o.seconds);
+std::vector<uint64_t> parse_sizes(const std::vector<std::string>& sizes) {
+  std::vector<uint64_t> bytes;
+  for (const std::string& size : sizes) {
+    const std::optional<uint64_t> b = parse_byte_size(size);
+    if (!b || *b < 4 || *b % 4 != 0)
+      fail(ErrorCode::invalid_argument, "'{}' is no size of float32 elements", size);
+    bytes.push_back(*b);
   }
-  Variable gpu(spec, {0, n}, initial_bytes, Mode::async, 1, nullptr, &device);
-  row.gpu_shard = push_gb_per_s(gpu, grad_bytes, o.seconds);
+  return bytes;
 }
 
-void measure_kernel(const Options& o, const VariableSpec& spec, cudaStream_t stream, Row& row) {
-  const uint64_t n = spec.elements(), bytes = n * sizeof(float);
-  const int slots = optim::state_slots(spec.optimizer);
-  DeviceMemory param(bytes), grad(bytes);
-  std::vector<DeviceMemory> state;
-  optim::gpu::DeviceRange<float> range{
-      reinterpret_cast<float*>(param.data()), reinterpret_cast<const float*>(grad.data()), {}, n};
-  for (int k = 0; k < slots; ++k) {
-    state.emplace_back(bytes);
-    range.state[k] = reinterpret_cast<float*>(state.back().data());
+void check_optimizers(const char* option, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    optim::OptimizerKind kind;
+    if (!optim::parse_optimizer_kind(name, kind))
+      fail(ErrorCode::invalid_argument, "{}: unknown optimizer '{}'", option, name);
   }
-  for (DeviceMemory* m : {&param, &grad}) check_cuda(cudaMemset(m->data(), 0, bytes), "clearing");
-  for (DeviceMemory& m : state) check_cuda(cudaMemset(m.data(), 0, bytes), "clearing");
-  uint64_t t = 0;
-  const double s = gpu_seconds(
-      stream, o.seconds, [&] { optim::gpu::enqueue_apply(spec.optimizer, range, ++t, stream); });
-  row.gpu_kernel = gb_per_s(bytes, s);
-  row.kernel_traffic = gb_per_s(bytes * (3 + 2 * slots), s);
 }
 
-void measure_copies(const Options& o, uint64_t bytes, cudaStream_t stream, Row& row) {
-  PinnedMemory host(bytes);
-  DeviceMemory a(bytes), b(bytes);
-  auto copy = [&](void* to, const void* from, cudaMemcpyKind kind) {
-    return gpu_seconds(stream, o.seconds, [&] {
-      check_cuda(cudaMemcpyAsync(to, from, bytes, kind, stream), "copying");
-    });
-  };
-  row.h2d = gb_per_s(bytes, copy(a.data(), host.data(), cudaMemcpyHostToDevice));
-  row.d2h = gb_per_s(bytes, copy(host.data(), a.data(), cudaMemcpyDeviceToHost));
-  row.d2d_traffic = gb_per_s(2 * bytes, copy(b.data(), a.data(), cudaMemcpyDeviceToDevice));
+nlohmann::json run_cpu(const Options& o, const std::vector<uint64_t>& sizes, ForkJoinPool& pool) {
+  print_cpu_header(pool.width());
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& optimizer : o.optimizers) {
+    for (uint64_t bytes : sizes) {
+      const CpuApplyRow row = measure_cpu_apply(o.cpu, optimizer, bytes, pool);
+      print_cpu_row(row);
+      rows.push_back(to_json(row));
+    }
+  }
+  return rows;
 }
 
-void print_header(const Options& o, const optim::ComputeDevice& device) {
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, static_cast<int>(o.device)), "reading properties");
-  fmt::print("psched-apply-bench: {} ({}), cpu apply on {} threads; float32; GB = 1e9 bytes\n",
-             optim::to_string(device.spec()), prop.name, o.apply_helpers + 1);
-  fmt::print("{:>8} {:>8} | {:>8} {:>9} {:>10} | {:>11} {:>7} {:>7} {:>9} | {:>9} {:>11} {:>9}\n",
-             "optim", "size", "cpu", "gpu shard", "gpu kernel", "kernel trfc", "h2d", "d2h",
-             "d2d trfc", "shard/cpu", "kernel/d2d", "shard/h2d");
-  fmt::print("{:>8} {:>8} | {:>8} {:>9} {:>10} | {:>11} {:>7} {:>7} {:>9} | {:>9} {:>11} {:>9}\n",
-             "", "", "grad GB/s", "grad GB/s", "grad GB/s", "GB/s", "GB/s", "GB/s", "GB/s", "",
-             "(traffic)", "");
+// The GPU rows where this build has them and a GPU is there; null otherwise.
+nlohmann::json run_gpu(const Options& o, ForkJoinPool& pool) {
+#ifdef PSCHED_HAVE_CUDA
+  if (o.cpu_only) return nullptr;
+  if (usable_gpu_count() == 0) {
+    fmt::print("no CUDA device usable: no gpu rows\n");
+    return nullptr;
+  }
+  fmt::print("\n");
+  const GpuApplyOptions gpu{.optimizers = o.gpu_optimizers,
+                            .sizes = parse_sizes(o.gpu_sizes),
+                            .seconds = o.cpu.seconds,
+                            .device = o.device};
+  return run_gpu_apply(gpu, pool);
+#else
+  if (!o.cpu_only) fmt::print("built without CUDA: no gpu rows\n");
+  return nullptr;
+#endif
 }
 
-void print_row(const Row& r) {
-  fmt::print(
-      "{:>8} {:>8} | {:>8.1f} {:>9.1f} {:>10.1f} | {:>11.1f} {:>7.1f} {:>7.1f} {:>9.1f} | "
-      "{:>9.2f} {:>11.2f} {:>9.2f}\n",
-      r.optimizer, format_byte_size(r.bytes), r.cpu, r.gpu_shard, r.gpu_kernel, r.kernel_traffic,
-      r.h2d, r.d2h, r.d2d_traffic, r.gpu_shard / r.cpu, r.kernel_traffic / r.d2d_traffic,
-      r.gpu_shard / r.h2d);
-  std::fflush(stdout);
+void write_json(const Options& o, unsigned pool_width, nlohmann::json cpu, nlohmann::json gpu) {
+  const nlohmann::json doc = {{"benchmark", "apply"},
+                              {"dtype", "float32"},
+                              {"seconds_per_figure", o.cpu.seconds},
+                              {"rounds", o.cpu.rounds},
+                              {"hardware_threads", std::thread::hardware_concurrency()},
+                              {"pool_threads", pool_width},
+                              {"cpu", std::move(cpu)},
+                              {"gpu", std::move(gpu)}};
+  std::ofstream out(o.json);
+  out << doc.dump(2) << "\n";
+  if (!out) fail(ErrorCode::invalid_argument, "--json: cannot write '{}'", o.json);
 }
 
 int run(const Options& o) {
   set_log_level(LogLevel::warn);
-  auto device = optim::ComputeDevice::open({optim::DeviceSpec::Kind::cuda, o.device});
-  check_cuda(cudaSetDevice(static_cast<int>(o.device)), "selecting the device");
+  // Bad options fail before anything is measured.
+  check_optimizers("--optimizers", o.optimizers);
+  check_optimizers("--gpu-optimizers", o.gpu_optimizers);
+  parse_sizes(o.gpu_sizes);
+  const std::vector<uint64_t> sizes = parse_sizes(o.sizes);
   ForkJoinPool pool(o.apply_helpers);
-  CudaStream stream;
-  print_header(o, *device);
-  for (const std::string& optimizer : o.optimizers) {
-    for (const std::string& size : o.sizes) {
-      const std::optional<uint64_t> bytes = parse_byte_size(size);
-      if (!bytes || *bytes < 4 || *bytes % 4 != 0)
-        throw std::runtime_error(fmt::format("'{}' is no size of float32 elements", size));
-      const VariableSpec spec = variable_spec(optimizer, *bytes / 4);
-      Row row{.optimizer = optimizer, .bytes = *bytes};
-      measure_shard_paths(o, spec, pool, *device, row);
-      check_cuda(cudaSetDevice(static_cast<int>(o.device)), "selecting the device");
-      measure_kernel(o, spec, stream.get(), row);
-      measure_copies(o, *bytes, stream.get(), row);
-      print_row(row);
-    }
-  }
+  nlohmann::json cpu = run_cpu(o, sizes, pool);
+  nlohmann::json gpu = run_gpu(o, pool);
+  if (!o.json.empty()) write_json(o, pool.width(), std::move(cpu), std::move(gpu));
   return 0;
 }
 
@@ -205,16 +127,34 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "psched-apply-bench: optimizer apply GB/s on the CPU and a GPU, and the GPU's "
-      "copy bandwidths"};
+      "psched-apply-bench: optimizer apply GB/s on the CPU against a memory copy of the same "
+      "bytes, and on a GPU (CUDA builds) against the GPU's copy bandwidths"};
   psched::bench::Options o;
-  app.add_option("--sizes", o.sizes, "variable sizes, comma-separated (4MiB,...,1GiB)")
-      ->delimiter(',');
-  app.add_option("--optimizers", o.optimizers, "optimizer kinds, comma-separated")->delimiter(',');
-  app.add_option("--seconds", o.seconds, "time budget per figure")->check(CLI::PositiveNumber);
-  app.add_option("--device", o.device, "CUDA device number");
-  app.add_option("--apply-threads", o.apply_helpers,
-                 "extra threads applying on the CPU (as psched-server; default cores - 1)");
+  app.add_option("--sizes", o.sizes, "cpu rows: variable sizes, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--optimizers", o.optimizers, "cpu rows: optimizer kinds, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--seconds", o.cpu.seconds, "time budget per figure")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--rounds", o.cpu.rounds,
+                 "cpu rows: blocks per figure, apply and copy alternating")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_option(
+      "--apply-threads", o.apply_helpers,
+      "extra threads applying one large partition (as psched-server; default cores - 1)");
+  app.add_option("--json", o.json, "also write every figure to this file");
+  app.add_flag("--cpu-only", o.cpu_only, "no gpu rows, even with a GPU");
+  app.add_option("--gpu-sizes", o.gpu_sizes, "gpu rows: variable sizes, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--gpu-optimizers", o.gpu_optimizers, "gpu rows: optimizer kinds")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--device", o.device, "gpu rows: CUDA device number");
   CLI11_PARSE(app, argc, argv);
   try {
     return psched::bench::run(o);

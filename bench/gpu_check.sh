@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, for a machine with an NVIDIA GPU and the CUDA toolkit (docs/gpu.md): builds
 # the CUDA code in build-cuda (separate from build/; RelWithDebInfo, as psched-server is built
-# by default), runs the GPU tests, then the apply benchmark (CPU vs GPU vs the GPU's copy
-# bandwidths, 4 MiB to 1 GiB, all measured in this run). Works from a clean checkout, offline;
-# about 2-3 minutes on 16 cores. Exits nonzero when the build fails, no GPU is usable, or a
+# by default), runs the GPU tests, then the apply benchmark (its CPU rows, then CPU vs GPU vs
+# the GPU's copy bandwidths, 4 MiB to 1 GiB, all measured in this run). Works from a clean
+# checkout, offline; about 2-3 minutes on 16 cores. Exits nonzero when the build fails, no GPU is usable, or a
 # test fails.
 # Usage: bench/gpu_check.sh [extra psched-apply-bench options]
 set -euo pipefail

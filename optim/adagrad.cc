@@ -1,29 +1,32 @@
 // torch.optim.Adagrad.
 #include "optim/kernels.h"
 
+#include "optim/step_args.h"
+
 namespace psched::optim::detail {
 namespace {
 
 // Slot 0 sum: g = grad + wd*p;  sum += g*g;  p -= clr * g / (sqrt(sum) + eps).
-template <typename T>
-void adagrad_chunk(T clr, T weight_decay, T eps, const Chunk<T>& chunk) {
-  auto p = as_array(chunk.param);
-  auto sum = as_array(chunk.state[0]);
-  with_l2_grad(weight_decay, as_array(chunk.grad), p, [&](const auto& g) {
-    sum += g * g;
-    p -= clr * g / (sum.sqrt() + eps);
-  });
-}
+template <typename T, bool kL2>
+struct AdagradElement {
+  AdagradArgs<T> a;
+
+  template <typename L>
+  void operator()(L& p, L grad, std::array<L, 1>& state) const {
+    const L g = l2_grad<kL2>(grad, a.weight_decay, p);
+    L& sum = state[0];
+    sum = sum + g * g;
+    p = p - L::splat(a.clr) * g / (sqrt(sum) + L::splat(a.eps));
+  }
+};
 
 }  // namespace
 
 template <typename T>
 void apply_adagrad(const OptimizerSpec& spec, const Range<T>& range, uint64_t t) {
-  const T clr = static_cast<T>(spec.lr / (1 + static_cast<double>(t - 1) * spec.lr_decay));
-  const T weight_decay = static_cast<T>(spec.weight_decay);
-  const T eps = static_cast<T>(spec.eps);
-  for_each_chunk(range,
-                 [&](const Chunk<T>& chunk) { adagrad_chunk(clr, weight_decay, eps, chunk); });
+  const AdagradArgs<T> a = adagrad_args<T>(spec, t);
+  with_flag(a.weight_decay != T(0),
+            [&](auto l2) { for_each_element<1>(range, AdagradElement<T, l2>{a}); });
 }
 
 template void apply_adagrad<float>(const OptimizerSpec&, const Range<float>&, uint64_t);

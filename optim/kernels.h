@@ -2,13 +2,14 @@
 // (sgd.cc, adam.cc, adagrad.cc, rmsprop.cc) and instantiated for float and double.
 //
 // Each takes a spec that passed validate(), a range whose sizes apply() checked, and the
-// 1-based step t; computes its per-step scalars once, in double, casts them to T, and runs
-// an element-wise Eigen kernel over the range's chunks (see chunking.h).
+// 1-based step t; computes its per-step scalars once, in double, casts them to T
+// (step_args.h, shared with the CUDA kernels), and runs an element-wise kernel over the range
+// in one fused pass (lanes.h).
 #pragma once
 
 #include <cstdint>
 
-#include "optim/chunking.h"
+#include "optim/lanes.h"
 #include "optim/optimizer.h"
 
 namespace psched::optim::detail {

@@ -1,74 +1,58 @@
 // torch.optim.RMSprop (plain, centered, with momentum).
 #include "optim/kernels.h"
 
+#include "optim/step_args.h"
+
 namespace psched::optim::detail {
 namespace {
 
-// Per-step scalars, cast to T, and where the optional slots sit (see optimizer.h).
-template <typename T>
-struct RmspropScalars {
-  T lr;
-  T alpha;
-  T one_minus_alpha;
-  T eps;
-  T weight_decay;
-  T momentum;
-  int momentum_slot;  // -1 without momentum
-  int grad_avg_slot;  // -1 unless centered
+// Slots: 0 square_avg, then momentum_buffer (kMomentum), then grad_avg (kCentered).
+//   g = grad + wd*p;  square_avg = alpha*square_avg + (1-alpha)*g*g
+//   avg = sqrt(square_avg - grad_avg^2) + eps, grad_avg = alpha*grad_avg + (1-alpha)*g
+//         (centered), else sqrt(square_avg) + eps
+//   with momentum: buf = momentum*buf + g/avg, p -= lr*buf; else p -= lr*g/avg
+template <typename T, bool kL2, bool kMomentum, bool kCentered>
+struct RmspropElement {
+  static constexpr size_t kSlots = 1 + kMomentum + kCentered;
+  RmspropArgs<T> a;
+
+  template <typename L>
+  void operator()(L& p, L grad, std::array<L, kSlots>& state) const {
+    const L g = l2_grad<kL2>(grad, a.weight_decay, p);
+    const L alpha = L::splat(a.alpha), one_minus_alpha = L::splat(a.one_minus_alpha);
+    L& square_avg = state[0];
+    square_avg = alpha * square_avg + one_minus_alpha * g * g;
+    L avg;
+    if constexpr (kCentered) {
+      L& grad_avg = state[kSlots - 1];
+      grad_avg = alpha * grad_avg + one_minus_alpha * g;
+      avg = sqrt(square_avg - grad_avg * grad_avg) + L::splat(a.eps);
+    } else {
+      avg = sqrt(square_avg) + L::splat(a.eps);
+    }
+    if constexpr (kMomentum) {
+      L& buf = state[1];
+      buf = L::splat(a.momentum) * buf + g / avg;
+      p = p - L::splat(a.lr) * buf;
+    } else {
+      p = p - L::splat(a.lr) * g / avg;
+    }
+  }
 };
-
-template <typename T>
-RmspropScalars<T> rmsprop_scalars(const OptimizerSpec& spec) {
-  const bool with_momentum = spec.momentum > 0;
-  const int momentum_slot = with_momentum ? 1 : -1;
-  const int grad_avg_slot = spec.centered ? (with_momentum ? 2 : 1) : -1;
-  return {static_cast<T>(spec.lr),
-          static_cast<T>(spec.alpha),
-          static_cast<T>(1 - spec.alpha),
-          static_cast<T>(spec.eps),
-          static_cast<T>(spec.weight_decay),
-          static_cast<T>(spec.momentum),
-          momentum_slot,
-          grad_avg_slot};
-}
-
-// Updates the averages and calls body(avg) with the lazy denominator
-//   avg = sqrt(square_avg - grad_avg^2) + eps  (centered)  or  sqrt(square_avg) + eps.
-template <typename T, typename Grad, typename Body>
-void with_rms_denominator(const RmspropScalars<T>& s, const Chunk<T>& chunk, const Grad& g,
-                          const Body& body) {
-  auto square_avg = as_array(chunk.state[0]);
-  square_avg = s.alpha * square_avg + s.one_minus_alpha * g * g;
-  if (s.grad_avg_slot < 0) return body(square_avg.sqrt() + s.eps);
-  auto grad_avg = as_array(chunk.state[s.grad_avg_slot]);
-  grad_avg = s.alpha * grad_avg + s.one_minus_alpha * g;
-  body((square_avg - grad_avg * grad_avg).sqrt() + s.eps);
-}
-
-// g = grad + wd*p; with momentum: buf = momentum*buf + g/avg, p -= lr*buf; else
-// p -= lr*g/avg.
-template <typename T>
-void rmsprop_chunk(const RmspropScalars<T>& s, const Chunk<T>& chunk) {
-  auto p = as_array(chunk.param);
-  with_l2_grad(s.weight_decay, as_array(chunk.grad), p, [&](const auto& g) {
-    with_rms_denominator(s, chunk, g, [&](const auto& avg) {
-      if (s.momentum_slot < 0) {
-        p -= s.lr * g / avg;
-        return;
-      }
-      auto buf = as_array(chunk.state[s.momentum_slot]);
-      buf = s.momentum * buf + g / avg;
-      p -= s.lr * buf;
-    });
-  });
-}
 
 }  // namespace
 
 template <typename T>
 void apply_rmsprop(const OptimizerSpec& spec, const Range<T>& range) {
-  const auto s = rmsprop_scalars<T>(spec);
-  for_each_chunk(range, [&](const Chunk<T>& chunk) { rmsprop_chunk(s, chunk); });
+  const RmspropArgs<T> a = rmsprop_args<T>(spec);
+  with_flag(a.weight_decay != T(0), [&](auto l2) {
+    with_flag(a.momentum_slot >= 0, [&](auto momentum) {
+      with_flag(a.grad_avg_slot >= 0, [&](auto centered) {
+        using Element = RmspropElement<T, l2, momentum, centered>;
+        for_each_element<Element::kSlots>(range, Element{a});
+      });
+    });
+  });
 }
 
 template void apply_rmsprop<float>(const OptimizerSpec&, const Range<float>&);

@@ -1,66 +1,59 @@
 // torch.optim.SGD, without and with momentum (optimizer kinds sgd and momentum).
 #include "optim/kernels.h"
 
+#include "optim/step_args.h"
+
 namespace psched::optim::detail {
 namespace {
 
-// Per-step scalars, cast to the element type once per apply().
-template <typename T>
-struct MomentumScalars {
-  T lr;
-  T weight_decay;
-  T momentum;
-  T one_minus_dampening;
-  bool nesterov;
-  bool first_step;  // t == 1: torch sets the buffer to the gradient, without dampening
+// p -= lr * g, g = grad + wd*p.
+template <typename T, bool kL2>
+struct SgdElement {
+  SgdArgs<T> a;
+
+  template <typename L>
+  void operator()(L& p, L grad, std::array<L, 0>&) const {
+    p = p - L::splat(a.lr) * l2_grad<kL2>(grad, a.weight_decay, p);
+  }
 };
 
-// p -= lr * g, g = grad + wd*p.
-template <typename T>
-void sgd_chunk(T lr, T weight_decay, const Chunk<T>& chunk) {
-  auto p = as_array(chunk.param);
-  with_l2_grad(weight_decay, as_array(chunk.grad), p, [&](const auto& g) { p -= lr * g; });
-}
+// Slot 0 buf: buf = g (first step) or momentum*buf + (1-dampening)*g; p -= lr * (nesterov ?
+// g + momentum*buf : buf).
+template <typename T, bool kL2, bool kNesterov>
+struct MomentumElement {
+  MomentumArgs<T> a;
 
-// buf = g (first step) or momentum*buf + (1-dampening)*g; p -= lr * (nesterov ? g +
-// momentum*buf : buf).
-template <typename T>
-void momentum_chunk(const MomentumScalars<T>& s, const Chunk<T>& chunk) {
-  auto p = as_array(chunk.param);
-  auto buf = as_array(chunk.state[0]);
-  with_l2_grad(s.weight_decay, as_array(chunk.grad), p, [&](const auto& g) {
-    if (s.first_step) {
-      buf = g;
+  template <typename L>
+  void operator()(L& p, L grad, std::array<L, 1>& state) const {
+    const L g = l2_grad<kL2>(grad, a.weight_decay, p);
+    L& buf = state[0];
+    buf = a.first_step ? g : L::splat(a.momentum) * buf + L::splat(a.one_minus_dampening) * g;
+    if constexpr (kNesterov) {
+      p = p - L::splat(a.lr) * (g + L::splat(a.momentum) * buf);
     } else {
-      buf = s.momentum * buf + s.one_minus_dampening * g;
+      p = p - L::splat(a.lr) * buf;
     }
-    if (s.nesterov) {
-      p -= s.lr * (g + s.momentum * buf);
-    } else {
-      p -= s.lr * buf;
-    }
-  });
-}
+  }
+};
 
 }  // namespace
 
 template <typename T>
 void apply_sgd(const OptimizerSpec& spec, const Range<T>& range) {
-  const T lr = static_cast<T>(spec.lr);
-  const T weight_decay = static_cast<T>(spec.weight_decay);
-  for_each_chunk(range, [&](const Chunk<T>& chunk) { sgd_chunk(lr, weight_decay, chunk); });
+  const SgdArgs<T> a = sgd_args<T>(spec);
+  with_flag(a.weight_decay != T(0),
+            [&](auto l2) { for_each_element<0>(range, SgdElement<T, l2>{a}); });
 }
 
 template <typename T>
 void apply_momentum(const OptimizerSpec& spec, const Range<T>& range, uint64_t t) {
   if (spec.momentum == 0) return apply_sgd(spec, range);  // torch: no buffer without momentum
-  const MomentumScalars<T> s{static_cast<T>(spec.lr),
-                             static_cast<T>(spec.weight_decay),
-                             static_cast<T>(spec.momentum),
-                             static_cast<T>(1 - spec.dampening),
-                             spec.nesterov,
-                             t == 1};
-  for_each_chunk(range, [&](const Chunk<T>& chunk) { momentum_chunk(s, chunk); });
+  const MomentumArgs<T> a = momentum_args<T>(spec, t);
+  with_flag(a.weight_decay != T(0), [&](auto l2) {
+    with_flag(a.nesterov, [&](auto nesterov) {
+      for_each_element<1>(range, MomentumElement<T, l2, nesterov>{a});
+    });
+  });
 }
 
 template void apply_sgd<float>(const OptimizerSpec&, const Range<float>&);

@@ -1,6 +1,6 @@
 // The fused optimizer kernels: one thread per element (grid-stride), each element's update
-// written exactly as the CPU kernel's Eigen expression evaluates it (optim/sgd.cc, adam.cc,
-// adagrad.cc, rmsprop.cc), term by term and in the same order. Built with --fmad=false and
+// written exactly as the CPU kernel computes it (optim/sgd.cc, adam.cc, adagrad.cc,
+// rmsprop.cc), term by term and in the same order. Built with --fmad=false and
 // nvcc's default IEEE division and square root (see optim/CMakeLists.txt).
 #include "optim/gpu/fused_kernels.h"
 
@@ -22,7 +22,7 @@ unsigned blocks_for(uint64_t size) {
 __device__ uint64_t first_index() { return uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ uint64_t grid_stride() { return uint64_t(gridDim.x) * blockDim.x; }
 
-// torch's L2 term, skipped when wd == 0 (0*inf would be nan), as optim/chunking.h's with_l2_grad.
+// torch's L2 term, skipped when wd == 0 (0*inf would be nan), as optim/lanes.h's l2_grad.
 template <typename T>
 __device__ T l2_grad(T grad, T weight_decay, T p) {
   return weight_decay == T(0) ? grad : grad + weight_decay * p;
@@ -59,7 +59,7 @@ __global__ void adam_kernel(DeviceRange<T> r, AdamArgs<T> a) {
     T v_used = v;
     if (a.amsgrad) {
       const T v_max = r.state[2][i];
-      v_used = v_max < v ? v : v_max;  // Eigen's max
+      v_used = v_max < v ? v : v_max;  // std::max(v_max, v), as the CPU's
       r.state[2][i] = v_used;
     }
     r.param[i] = p - a.step_size * m / (sqrt(v_used) / a.bias_correction2_sqrt + a.eps);
