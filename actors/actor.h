@@ -40,7 +40,7 @@ class ActorLoop final : private kj::TaskSet::ErrorHandler {
   void taskFailed(kj::Exception&& exception) override;
 
   std::thread::id thread_;
-  Inbox inbox_;  // posts from other threads
+  Inbox inbox_;        // posts from other threads
   kj::TaskSet later_;  // posts from the loop's own thread
   kj::Promise<void> inbox_running_;
 };

@@ -87,9 +87,7 @@ struct PusherFixture {
                   [this](uint64_t id, std::exception_ptr error) { pusher.task_done(id, error); }),
         pusher(scheduler, partition_bytes) {}
 
-  void drain() {
-    io.drain();
-  }
+  void drain() { io.drain(); }
   PushResult& push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
     PushResult& result = results.emplace_back();
     pusher.push(handle, step, gradient, [this, &result](std::exception_ptr error) {

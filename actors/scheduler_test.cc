@@ -93,14 +93,13 @@ class RecordingTransport : public PartitionTransport {
 // One scheduler on an io_context polled by the test thread: deterministic, no threads.
 struct SchedulerFixture {
   SchedulerFixture(SchedulePolicy policy, uint64_t credit)
-      : scheduler(io.actors, policy, credit, transport, [this](uint64_t id, std::exception_ptr error) {
-          CHECK(scheduler.on_loop());
-          done.emplace_back(id, error);
-        }) {}
+      : scheduler(io.actors, policy, credit, transport,
+                  [this](uint64_t id, std::exception_ptr error) {
+                    CHECK(scheduler.on_loop());
+                    done.emplace_back(id, error);
+                  }) {}
 
-  void drain() {
-    io.drain();
-  }
+  void drain() { io.drain(); }
   void enqueue(std::vector<PartitionTask> tasks) {
     scheduler.enqueue(std::move(tasks));
     drain();

@@ -2,8 +2,8 @@
 #include "actors/shard_store.h"
 
 #include <filesystem>
-#include <future>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <vector>
 
@@ -46,9 +46,7 @@ struct ShardLife {
       : shard(io.actors,
               ShardSettings{ShardId(0), mode, 2, 16, dir, update_log, {}, accept_log_loss}) {}
 
-  void drain() {
-    io.drain();
-  }
+  void drain() { io.drain(); }
 
   RestoreReport restore() {
     std::exception_ptr error;
@@ -121,15 +119,16 @@ struct ShardLife {
 // The same pushes, in the same order, on a shard that never restarts. On a thread of its own:
 // a thread has one event loop, and the caller's shard holds it.
 std::vector<float> uninterrupted(int pushes) {
-  return std::async(std::launch::async, [pushes] {
-           TempDir dir;
-           ShardLife life(dir.path);
-           life.restore();
-           VariableId w = life.add("w", {1, 2, 3, 4});
-           for (int s = 1; s <= pushes; ++s)
-             life.push(WorkerId(0), w, s, {0, 4}, {0.5f, -1, 2, 0.25f});
-           return life.value(w, 4);
-         })
+  return std::async(std::launch::async,
+                    [pushes] {
+                      TempDir dir;
+                      ShardLife life(dir.path);
+                      life.restore();
+                      VariableId w = life.add("w", {1, 2, 3, 4});
+                      for (int s = 1; s <= pushes; ++s)
+                        life.push(WorkerId(0), w, s, {0, 4}, {0.5f, -1, 2, 0.25f});
+                      return life.value(w, 4);
+                    })
       .get();
 }
 
@@ -374,8 +373,9 @@ TEST_CASE("a log write that fails midway is cut back: later acknowledged updates
       CHECK(message.find(log.string()) != std::string::npos);
       CHECK(message.find("File too large") != std::string::npos);
       CHECK(std::filesystem::file_size(log) == size);  // the torn part is cut off at once
-      CHECK(code_of([&] { life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f}); }) ==
-            ErrorCode::io_error);
+      CHECK(code_of([&] {
+              life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+            }) == ErrorCode::io_error);
     }
     // Space again: the worker resends the refused push, and goes on.
     life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});

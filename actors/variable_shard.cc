@@ -371,13 +371,13 @@ void VariableShard::restore(std::function<void(std::exception_ptr, RestoreReport
           found ? &*found : nullptr, [this](ByteReader& record) { replay(record); },
           {.expect_logs = settings_.update_log, .accept_loss = settings_.accept_log_loss});
       report.replayed = replayed.replayed;
-      report.skipped.insert(report.skipped.end(), replayed.dropped.begin(),
-                            replayed.dropped.end());
+      report.skipped.insert(report.skipped.end(), replayed.dropped.begin(), replayed.dropped.end());
       report.lost = std::move(replayed.lost);
       if (!report.lost.empty())
-        log_error("{}; GOING ON WITHOUT THEM (--accept-log-loss): the shard is rolled back to "
-                  "what it held before that point",
-                  report.lost);
+        log_error(
+            "{}; GOING ON WITHOUT THEM (--accept-log-loss): the shard is rolled back to "
+            "what it held before that point",
+            report.lost);
       // Past every file there is, so the fresh checkpoint and log replace none of them.
       generation_ = std::max(found ? found->generation : 0, store->newest_generation());
       store_ = std::move(store);
@@ -424,26 +424,25 @@ void VariableShard::checkpoint(
       auto payload = std::make_shared<std::vector<std::byte>>(begin_checkpoint());
       if (!writer_) writer_ = std::make_unique<boost::asio::thread_pool>(1);
       // The file is written off the loop: pushes go on meanwhile, into the new log.
-      boost::asio::post(
-          *writer_, [this, generation = generation_, payload, reply = std::move(reply),
-                     alive = alive_]() mutable {
-            std::exception_ptr error;
-            std::filesystem::path file;
-            try {
-              file = store_->write_checkpoint(generation, *payload);
-            } catch (...) {
-              error = std::current_exception();
-            }
-            post([this, error, file, reply = std::move(reply), alive = std::move(alive)] {
-              if (!*alive) return;
-              if (error) {
-                count_error(error);
-                return reply(error, {});
-              }
-              ++stats_.checkpoints_written;
-              reply(nullptr, file);
-            });
-          });
+      boost::asio::post(*writer_, [this, generation = generation_, payload,
+                                   reply = std::move(reply), alive = alive_]() mutable {
+        std::exception_ptr error;
+        std::filesystem::path file;
+        try {
+          file = store_->write_checkpoint(generation, *payload);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        post([this, error, file, reply = std::move(reply), alive = std::move(alive)] {
+          if (!*alive) return;
+          if (error) {
+            count_error(error);
+            return reply(error, {});
+          }
+          ++stats_.checkpoints_written;
+          reply(nullptr, file);
+        });
+      });
     } catch (...) {
       count_error(std::current_exception());
       reply(std::current_exception(), {});

@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "actors/actor.h"
-#include "common/asio.h"
 #include "actors/poll_registry.h"
 #include "actors/shard_store.h"
 #include "actors/variable.h"
+#include "common/asio.h"
 #include "common/error.h"
 #include "common/histogram.h"
 #include "config/deployment.h"
@@ -53,7 +53,7 @@ struct RestoreReport {
   uint64_t replayed = 0;             // logged updates re-applied after the checkpoint
   std::vector<std::string> skipped;  // corrupt checkpoints and torn log records, with reasons
   std::string lost;  // with accept_log_loss: the damage gone past and the updates it lost
-  std::filesystem::path written;     // the fresh checkpoint written after restoring
+  std::filesystem::path written;  // the fresh checkpoint written after restoring
 };
 
 // A request a shard failed, kept for operators (VariableShard keeps the newest few).

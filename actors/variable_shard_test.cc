@@ -16,9 +16,7 @@ struct ShardFixture {
   testing::TestLoop io;
   VariableShard shard{io.actors, ShardSettings{ShardId(0), Mode::async, 2, 4}};
 
-  void drain() {
-    io.drain();
-  }
+  void drain() { io.drain(); }
 
   VariableId add(const std::string& name, std::vector<float> init, bool* created = nullptr) {
     VariableSpec spec;
@@ -206,9 +204,7 @@ struct SyncTimeoutFixture {
                             [&](std::exception_ptr, VariableId v, bool) { id = v; });
     drain();
   }
-  void drain() {
-    io.drain();
-  }
+  void drain() { io.drain(); }
   void push(uint32_t worker, Step step, std::vector<float> g) {
     shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
                [](std::exception_ptr e) {

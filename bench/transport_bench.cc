@@ -185,9 +185,8 @@ void measure_aggregate(const DeploymentConfig& shard, uint16_t tcp_port, unsigne
     return time_iterations(budget, bytes, [&] { clients[w]->iteration(); });
   });
   r.psched_aggregate.bytes_per_iteration = bytes;
-  r.tcp_aggregate = at_once(workers, [&](unsigned) {
-    return tcp_pipelined(tcp_port, r.size, kPipelineDepth, budget);
-  });
+  r.tcp_aggregate = at_once(
+      workers, [&](unsigned) { return tcp_pipelined(tcp_port, r.size, kPipelineDepth, budget); });
 }
 
 SizeResult measure_size(const DeploymentConfig& shard, uint16_t tcp_port, uint64_t size,

@@ -42,11 +42,11 @@ constexpr unsigned kHttpPortOffset = 1000;
 constexpr std::array<std::string_view, 5> kSchedulerKeys = {
     "policy", "partition_bytes", "credit_bytes", "fusion_bytes", "autotune"};
 constexpr std::array<std::string_view, 11> kLimitsKeys = {
-    "max_message_bytes",     "max_variables",
-    "max_name_bytes",        "max_shape_dims",
-    "max_token_bytes",       "max_fused_partitions",
-    "max_connections",       "max_unauthenticated_connections",
-    "max_waiting_polls",     "stall_timeout_seconds",
+    "max_message_bytes",   "max_variables",
+    "max_name_bytes",      "max_shape_dims",
+    "max_token_bytes",     "max_fused_partitions",
+    "max_connections",     "max_unauthenticated_connections",
+    "max_waiting_polls",   "stall_timeout_seconds",
     "auth_timeout_seconds"};
 
 constexpr std::array<std::pair<std::string_view, Mode>, 2> kModes = {{

@@ -54,7 +54,6 @@ class AnswerOrder final : public kj::Refcounted, private kj::TaskSet::ErrorHandl
   void check_at_end_of_turn();
   void taskFailed(kj::Exception&& exception) override;
 
-
   RpcConnection* connection_ = nullptr;  // null before serve() and after close()
   uint64_t window_;
   uint64_t next_sequence_ = 0;

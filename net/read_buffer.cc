@@ -47,12 +47,11 @@ class ReadBufferedStream final : public kj::AsyncIoStream {
   // unless the caller wants more than it holds.
   kj::Promise<size_t> refill(kj::byte* out, size_t min, size_t max) {
     if (max >= buffer_.size()) return inner_->tryRead(out, min, max);
-    return inner_->tryRead(buffer_.begin(), min, buffer_.size())
-        .then([this, out, max](size_t n) {
-          begin_ = 0;
-          end_ = n;
-          return take(out, max);
-        });
+    return inner_->tryRead(buffer_.begin(), min, buffer_.size()).then([this, out, max](size_t n) {
+      begin_ = 0;
+      end_ = n;
+      return take(out, max);
+    });
   }
   kj::Own<kj::AsyncIoStream> inner_;
   kj::Array<kj::byte> buffer_;

@@ -107,8 +107,8 @@ kj::Promise<ClusterLayout> ShardLink::first_connect(kj::TimePoint deadline, kj::
         // other refusals and an unreachable shard fail the start at once.
         if (e.getType() != kj::Exception::Type::OVERLOADED) return kj::mv(e);
         if (policy_.timer->now() + delay >= deadline) return kj::mv(e);
-        log_warn("worker {}: shard {} refused the connection, retrying in {} ms: {}",
-                 worker_.value, address_, delay / kj::MILLISECONDS, e.getDescription().cStr());
+        log_warn("worker {}: shard {} refused the connection, retrying in {} ms: {}", worker_.value,
+                 address_, delay / kj::MILLISECONDS, e.getDescription().cStr());
         return policy_.timer->afterDelay(delay).then([this, deadline, delay] {
           return first_connect(deadline, std::min(delay * 2, policy_.max_delay));
         });
@@ -280,15 +280,17 @@ kj::Promise<std::vector<std::exception_ptr>> ShardLink::push_fused(
                                         p.gradient.size()));
   }
   size_t count = parts.size();
-  return request.send().then([count](capnp::Response<wire::Session::PushFusedResults> r) {
-    auto errors = r.getErrors();
-    if (errors.size() != count)
-      fail(ErrorCode::internal, "shard answered {} outcomes to a fused push of {}", errors.size(),
-           count);
-    std::vector<std::exception_ptr> out;
-    for (auto text : errors) out.push_back(error_of(text));
-    return out;
-  }).attach(kj::addRef(*connection_));
+  return request.send()
+      .then([count](capnp::Response<wire::Session::PushFusedResults> r) {
+        auto errors = r.getErrors();
+        if (errors.size() != count)
+          fail(ErrorCode::internal, "shard answered {} outcomes to a fused push of {}",
+               errors.size(), count);
+        std::vector<std::exception_ptr> out;
+        for (auto text : errors) out.push_back(error_of(text));
+        return out;
+      })
+      .attach(kj::addRef(*connection_));
 }
 
 kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const FusedPartition> parts) {
@@ -304,8 +306,8 @@ kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const Fuse
     list[i].setCount(p.range.size());
     outs.emplace_back(p.out, p.range.size() * element_bytes(p.dtype));
   }
-  return request.send().then(
-      [outs = std::move(outs)](capnp::Response<wire::Session::PollFusedResults> r) {
+  return request.send()
+      .then([outs = std::move(outs)](capnp::Response<wire::Session::PollFusedResults> r) {
         auto values = r.getValues();
         if (values.size() != outs.size())
           fail(ErrorCode::internal, "shard answered {} values to a fused poll of {}", values.size(),

@@ -99,8 +99,7 @@ kj::Promise<void> ShardListener::serve_rpc(kj::Own<kj::AsyncIoStream> stream,
   return done.attach(kj::mv(close_order))
       .attach(kj::mv(connection))
       .catch_([this](kj::Exception&& e) {
-        log_info("shard {}: connection dropped: {}", endpoint_.id.value,
-                 e.getDescription().cStr());
+        log_info("shard {}: connection dropped: {}", endpoint_.id.value, e.getDescription().cStr());
       });
 }
 

@@ -65,9 +65,9 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
                                             token.size(), config.limits.max_token_bytes)));
   if (!config.auth_token.empty() &&
       !constant_time_equal(std::string_view(token.cStr(), token.size()), config.auth_token))
-    return refuse_connect(Error(
-        ErrorCode::bad_token,
-        fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value)));
+    return refuse_connect(
+        Error(ErrorCode::bad_token,
+              fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value)));
   if (params.getWorkerId() >= config.workers)
     return refuse_connect(
         Error(ErrorCode::invalid_argument,
@@ -224,15 +224,14 @@ kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint6
   ++*waiting_polls_;
   auto [promise, f] = reply_promise<void>();
   PollTicket ticket(endpoint_.next_poll_ticket++);
-  endpoint_.shard.poll(
-      worker_, variable, step, r, ticket,
-      [f = f, write = std::move(write),
-       order = std::make_shared<kj::Own<AnswerOrder>>(kj::addRef(*order_))](
-          std::exception_ptr error, const FreshValue* value) {
-        if (error) return (*f)->reject(to_kj_exception(error));
-        write(*value, wall_clock_ns());
-        (*order)->submit(value->priority(), value->bytes(), kj::mv(*f));
-      });
+  endpoint_.shard.poll(worker_, variable, step, r, ticket,
+                       [f = f, write = std::move(write),
+                        order = std::make_shared<kj::Own<AnswerOrder>>(kj::addRef(*order_))](
+                           std::exception_ptr error, const FreshValue* value) {
+                         if (error) return (*f)->reject(to_kj_exception(error));
+                         write(*value, wall_clock_ns());
+                         (*order)->submit(value->priority(), value->bytes(), kj::mv(*f));
+                       });
   // A poll may wait long; when its caller goes away (cancel, dropped connection) the promise
   // is dropped and the shard forgets the poll at once, before the call's results (which
   // `write` fills) go away. Polls borrow nothing from their parameters.
@@ -247,15 +246,14 @@ kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint6
 kj::Promise<void> SessionService::poll(PollContext context) {
   auto params = context.getParams();
   try {
-    auto answered = poll_one(VariableId(params.getVariable()), params.getStep(),
-                             params.getOffset(), params.getCount(),
-                             [context](const FreshValue& value, int64_t at_ns) mutable {
-                               auto results = context.getResults();
-                               value.read_into(reinterpret_cast<std::byte*>(
-                                   results.initValue(value.bytes()).begin()));
-                               results.setAppliedStep(value.step());
-                               results.setAppliedAtNs(at_ns);
-                             });
+    auto answered = poll_one(
+        VariableId(params.getVariable()), params.getStep(), params.getOffset(), params.getCount(),
+        [context](const FreshValue& value, int64_t at_ns) mutable {
+          auto results = context.getResults();
+          value.read_into(reinterpret_cast<std::byte*>(results.initValue(value.bytes()).begin()));
+          results.setAppliedStep(value.step());
+          results.setAppliedAtNs(at_ns);
+        });
     context.allowCancellation();
     return answered;
   } catch (...) {
@@ -278,14 +276,14 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
     auto r = ranges[i];
     kj::Promise<void> answered = nullptr;
     try {
-      answered = poll_one(VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount(),
-                          [context, i](const FreshValue& value, int64_t at_ns) mutable {
-                            auto out = context.getResults().getValues()[i];
-                            value.read_into(
-                                reinterpret_cast<std::byte*>(out.initValue(value.bytes()).begin()));
-                            out.setAppliedStep(value.step());
-                            out.setAppliedAtNs(at_ns);
-                          });
+      answered = poll_one(
+          VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount(),
+          [context, i](const FreshValue& value, int64_t at_ns) mutable {
+            auto out = context.getResults().getValues()[i];
+            value.read_into(reinterpret_cast<std::byte*>(out.initValue(value.bytes()).begin()));
+            out.setAppliedStep(value.step());
+            out.setAppliedAtNs(at_ns);
+          });
     } catch (...) {
       answered = refuse(endpoint_, std::current_exception());
     }
@@ -302,15 +300,15 @@ kj::Promise<void> SessionService::pull(PullContext context) {
   try {
     ElementRange r = range("pull", params.getOffset(), params.getCount());
     auto [promise, f] = reply_promise<void>();
-    endpoint_.shard.pull(VariableId(params.getVariable()), r,
-                         [f = f, context](std::exception_ptr error, const FreshValue* value) mutable {
-                           if (error) return (*f)->reject(to_kj_exception(error));
-                           auto results = context.getResults();
-                           value->read_into(reinterpret_cast<std::byte*>(
-                               results.initValue(value->bytes()).begin()));
-                           results.setAppliedStep(value->step());
-                           (*f)->fulfill();
-                         });
+    endpoint_.shard.pull(
+        VariableId(params.getVariable()), r,
+        [f = f, context](std::exception_ptr error, const FreshValue* value) mutable {
+          if (error) return (*f)->reject(to_kj_exception(error));
+          auto results = context.getResults();
+          value->read_into(reinterpret_cast<std::byte*>(results.initValue(value->bytes()).begin()));
+          results.setAppliedStep(value->step());
+          (*f)->fulfill();
+        });
     return kj::mv(promise);
   } catch (...) {
     return refuse(endpoint_, std::current_exception());

@@ -31,8 +31,8 @@ ShardThreads::ShardThreads(const DeploymentConfig& config, std::vector<ShardId> 
   try {
     for (auto& group : groups_)
       group->thread.call([&group = *group, this](kj::AsyncIoContext&) {
-        group.host = std::make_unique<ShardHost>(config_, group.shards, group.thread.loop(),
-                                                 &apply_pool_);
+        group.host =
+            std::make_unique<ShardHost>(config_, group.shards, group.thread.loop(), &apply_pool_);
       });
   } catch (...) {
     stop();
@@ -45,7 +45,8 @@ ShardThreads::~ShardThreads() {
 }
 
 void ShardThreads::start() {
-  for (auto& group : groups_) group->thread.call([&group](auto&) { return group->host->restore(); });
+  for (auto& group : groups_)
+    group->thread.call([&group](auto&) { return group->host->restore(); });
   for (auto& group : groups_) {
     group->thread.call([&group = *group](kj::AsyncIoContext& io) {
       kj::Timer& timer = io.provider->getTimer();

@@ -4,7 +4,6 @@
 
 #include <exception>
 
-
 #include "actors/variable_spec.h"
 #include "common/error.h"
 #include "common/kj_error.h"

@@ -362,7 +362,8 @@ TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answer
   f.check_untouched_and_serving();
 }
 
-TEST_CASE("a connect past the shard's connection limit is refused as overloaded; others are served") {
+TEST_CASE(
+    "a connect past the shard's connection limit is refused as overloaded; others are served") {
   DeploymentConfig config = BadInputFixture::config();
   config.limits.max_connections = 2;
   Cluster cluster(config);

@@ -28,8 +28,7 @@ TlsConfig test_tls_config(const std::string& ca_file) {
           .server_name = {}};
 }
 
-Cluster::Cluster(DeploymentConfig config)
-    : config_(std::move(config)), scope_(loop_) {
+Cluster::Cluster(DeploymentConfig config) : config_(std::move(config)), scope_(loop_) {
   std::vector<ShardId> all;
   for (uint32_t i = 0; i < config_.shards.size(); ++i) all.push_back(ShardId(i));
   host_ = std::make_unique<ShardHost>(config_, all, actors_);
