@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "net/forwarding_stream.h"
 
 namespace psched {
 namespace {
@@ -15,32 +16,20 @@ uint32_t little_endian32(const kj::byte* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
 
-class DeadlineStream final : public kj::AsyncIoStream {
+class DeadlineStream final : public ForwardingStream {
  public:
   DeadlineStream(kj::Own<kj::AsyncIoStream> inner, kj::Timer& timer, kj::Duration timeout)
-      : inner_(kj::mv(inner)), timer_(timer), timeout_(timeout) {}
+      : ForwardingStream(kj::mv(inner)), timer_(timer), timeout_(timeout) {}
 
   kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
     return read_at_least(static_cast<kj::byte*>(buffer), min, max, 0);
-  }
-  kj::Promise<void> write(const void* buffer, size_t size) override {
-    return inner_->write(buffer, size);
-  }
-  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
-    return inner_->write(pieces);
-  }
-  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
-  void shutdownWrite() override { inner_->shutdownWrite(); }
-  void abortRead() override { inner_->abortRead(); }
-  void setsockopt(int level, int option, const void* value, uint length) override {
-    inner_->setsockopt(level, option, value, length);
   }
 
  private:
   // Reads piece by piece until `min` bytes are in (or the end), each piece inside a frame
   // under the deadline, so a slow but steady peer never times out.
   kj::Promise<size_t> read_at_least(kj::byte* buffer, size_t min, size_t max, size_t got) {
-    auto read = inner_->tryRead(buffer + got, 1, max - got);
+    auto read = inner().tryRead(buffer + got, 1, max - got);
     if (frames_.mid_frame()) read = read.exclusiveJoin(stalled());
     return read.then([this, buffer, min, max, got](size_t n) -> kj::Promise<size_t> {
       frames_.consume(buffer + got, n);
@@ -58,7 +47,6 @@ class DeadlineStream final : public kj::AsyncIoStream {
     });
   }
 
-  kj::Own<kj::AsyncIoStream> inner_;
   kj::Timer& timer_;
   kj::Duration timeout_;
   FrameTracker frames_;

@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <cstring>
 
+#include "net/forwarding_stream.h"
+
 namespace psched {
 namespace {
 
-class ReadBufferedStream final : public kj::AsyncIoStream {
+class ReadBufferedStream final : public ForwardingStream {
  public:
   ReadBufferedStream(kj::Own<kj::AsyncIoStream> inner, size_t bytes)
-      : inner_(kj::mv(inner)), buffer_(kj::heapArray<kj::byte>(bytes)) {}
+      : ForwardingStream(kj::mv(inner)), buffer_(kj::heapArray<kj::byte>(bytes)) {}
 
   kj::Promise<size_t> tryRead(void* out, size_t min, size_t max) override {
     auto* to = static_cast<kj::byte*>(out);
@@ -18,21 +20,6 @@ class ReadBufferedStream final : public kj::AsyncIoStream {
     return refill(to + taken, min - taken, max - taken).then([taken](size_t n) {
       return taken + n;
     });
-  }
-  kj::Promise<void> write(const void* buffer, size_t size) override {
-    return inner_->write(buffer, size);
-  }
-  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
-    return inner_->write(pieces);
-  }
-  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
-  void shutdownWrite() override { inner_->shutdownWrite(); }
-  void abortRead() override { inner_->abortRead(); }
-  void setsockopt(int level, int option, const void* value, uint length) override {
-    inner_->setsockopt(level, option, value, length);
-  }
-  void getsockopt(int level, int option, void* value, uint* length) override {
-    inner_->getsockopt(level, option, value, length);
   }
 
  private:
@@ -46,14 +33,13 @@ class ReadBufferedStream final : public kj::AsyncIoStream {
   // The read buffer is empty: reads at least `min` bytes for the caller, through the buffer
   // unless the caller wants more than it holds.
   kj::Promise<size_t> refill(kj::byte* out, size_t min, size_t max) {
-    if (max >= buffer_.size()) return inner_->tryRead(out, min, max);
-    return inner_->tryRead(buffer_.begin(), min, buffer_.size()).then([this, out, max](size_t n) {
+    if (max >= buffer_.size()) return inner().tryRead(out, min, max);
+    return inner().tryRead(buffer_.begin(), min, buffer_.size()).then([this, out, max](size_t n) {
       begin_ = 0;
       end_ = n;
       return take(out, max);
     });
   }
-  kj::Own<kj::AsyncIoStream> inner_;
   kj::Array<kj::byte> buffer_;
   size_t begin_ = 0, end_ = 0;  // the buffered bytes not yet read
 };

@@ -3,31 +3,23 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include "net/forwarding_stream.h"
 #include "net/read_buffer.h"
 
 namespace psched {
 namespace {
 
 // Reports each completed write; everything else passes through.
-class WriteWatch final : public kj::AsyncIoStream {
+class WriteWatch final : public ForwardingStream {
  public:
   WriteWatch(kj::Own<kj::AsyncIoStream> inner, std::shared_ptr<std::function<void()>> written)
-      : inner_(kj::mv(inner)), written_(std::move(written)) {}
+      : ForwardingStream(kj::mv(inner)), written_(std::move(written)) {}
 
-  kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
-    return inner_->tryRead(buffer, min, max);
-  }
   kj::Promise<void> write(const void* buffer, size_t size) override {
-    return watched(inner_->write(buffer, size));
+    return watched(inner().write(buffer, size));
   }
   kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
-    return watched(inner_->write(pieces));
-  }
-  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
-  void shutdownWrite() override { inner_->shutdownWrite(); }
-  void abortRead() override { inner_->abortRead(); }
-  void setsockopt(int level, int option, const void* value, uint length) override {
-    inner_->setsockopt(level, option, value, length);
+    return watched(inner().write(pieces));
   }
 
  private:
@@ -37,7 +29,6 @@ class WriteWatch final : public kj::AsyncIoStream {
     });
   }
 
-  kj::Own<kj::AsyncIoStream> inner_;
   std::shared_ptr<std::function<void()>> written_;
 };
 
