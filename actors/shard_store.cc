@@ -1,17 +1,15 @@
 #include "actors/shard_store.h"
 
 #include <fcntl.h>
-#include <sys/uio.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include <fmt/ranges.h>
 
+#include "actors/file_io.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -24,45 +22,8 @@ constexpr char kCheckpointMagicV1[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '1'};
 // blob.
 constexpr char kCheckpointMagic[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '2'};
 
-uint32_t crc_of(std::span<const std::byte> bytes) {
-  return static_cast<uint32_t>(
-      crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
-}
-
-std::vector<std::byte> read_file(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(ErrorCode::corrupt_checkpoint, "{}: cannot be opened", file.string());
-  std::vector<std::byte> bytes(std::filesystem::file_size(file));
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!in) fail(ErrorCode::corrupt_checkpoint, "{}: cannot be read", file.string());
-  return bytes;
-}
-
 [[noreturn]] void fail_io(const char* what, const std::filesystem::path& file) {
   fail(ErrorCode::io_error, "{} {} failed: {}", what, file.string(), std::strerror(errno));
-}
-
-// Writes all of `parts` to `fd`, retrying short writes.
-void write_all(int fd, std::vector<iovec> parts, const std::filesystem::path& file) {
-  size_t next = 0;
-  while (next < parts.size()) {
-    ssize_t n = ::writev(fd, parts.data() + next, static_cast<int>(parts.size() - next));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail_io("writing", file);
-    }
-    for (auto left = static_cast<size_t>(n); left > 0 && next < parts.size();) {
-      size_t used = std::min(left, parts[next].iov_len);
-      parts[next].iov_base = static_cast<char*>(parts[next].iov_base) + used;
-      parts[next].iov_len -= used;
-      left -= used;
-      if (parts[next].iov_len == 0) ++next;
-    }
-  }
-}
-
-iovec io(const void* data, size_t size) {
-  return {const_cast<void*>(data), size};
 }
 
 void fsync_path(const std::filesystem::path& path, int flags) {
@@ -82,7 +43,7 @@ ShardStore::Checkpoint decode_checkpoint(const std::filesystem::path& file, uint
     fail(ErrorCode::corrupt_checkpoint, "{}: not a psched checkpoint", file.string());
   uint32_t crc = in.get<uint32_t>();
   auto body = in.blob();
-  if (!in.done() || crc_of(body) != crc)
+  if (!in.done() || crc32_of(body.data(), body.size()) != crc)
     fail(ErrorCode::corrupt_checkpoint, "{}: checksum mismatch", file.string());
   if (v1) return {generation, file, {body.begin(), body.end()}, std::nullopt};
   ByteReader fields(body, file.string());
@@ -253,18 +214,16 @@ std::filesystem::path ShardStore::write_checkpoint(uint64_t generation,
   body.put(generation);
   body.put<uint8_t>(std::filesystem::exists(log_file(generation)));
   body.put<uint64_t>(payload.size());
-  uint32_t crc = static_cast<uint32_t>(
-      crc32_z(crc32_z(0, reinterpret_cast<const Bytef*>(body.bytes().data()), body.bytes().size()),
-              reinterpret_cast<const Bytef*>(payload.data()), payload.size()));
+  uint32_t crc =
+      crc32_of(payload.data(), payload.size(), crc32_of(body.bytes().data(), body.bytes().size()));
   uint64_t size = body.bytes().size() + payload.size();
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) fail_io("creating", temporary);
   try {
-    write_all(fd,
-              {io(kCheckpointMagic, sizeof kCheckpointMagic), io(&crc, sizeof crc),
-               io(&size, sizeof size), io(body.bytes().data(), body.bytes().size()),
-               io(payload.data(), payload.size())},
-              temporary);
+    if (!write_all(fd, {io(kCheckpointMagic, sizeof kCheckpointMagic), io(&crc, sizeof crc),
+                        io(&size, sizeof size), io(body.bytes().data(), body.bytes().size()),
+                        io(payload.data(), payload.size())}))
+      fail_io("writing", temporary);
     if (::fsync(fd) != 0) fail_io("fsync of", temporary);
   } catch (...) {
     ::close(fd);

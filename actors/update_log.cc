@@ -1,16 +1,14 @@
 #include "actors/update_log.h"
 
 #include <fcntl.h>
-#include <sys/uio.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <vector>
 
+#include "actors/file_io.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -20,45 +18,8 @@ namespace {
 constexpr char kMagic[8] = {'P', 'S', 'C', 'H', 'D', 'L', 'G', '2'};
 constexpr char kMagicV1[8] = {'P', 'S', 'C', 'H', 'D', 'L', 'G', '1'};
 
-uint32_t crc_of(const void* data, size_t size) {
-  return static_cast<uint32_t>(crc32_z(0, static_cast<const Bytef*>(data), size));
-}
-
-// Writes all of `parts`, retrying short writes; false (errno set) on an error.
-bool write_all(int fd, std::vector<iovec> parts) {
-  size_t next = 0;
-  while (next < parts.size()) {
-    ssize_t n = ::writev(fd, parts.data() + next, static_cast<int>(parts.size() - next));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    for (auto left = static_cast<size_t>(n); left > 0 && next < parts.size();) {
-      size_t used = std::min(left, parts[next].iov_len);
-      parts[next].iov_base = static_cast<char*>(parts[next].iov_base) + used;
-      parts[next].iov_len -= used;
-      left -= used;
-      if (parts[next].iov_len == 0) ++next;
-    }
-  }
-  return true;
-}
-
-iovec io(const void* data, size_t size) {
-  return {const_cast<void*>(data), size};
-}
-
 bool all_zero(std::span<const std::byte> bytes) {
   return std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0}; });
-}
-
-std::vector<std::byte> read_whole(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(ErrorCode::corrupt_checkpoint, "{}: cannot be opened", file.string());
-  std::vector<std::byte> bytes(std::filesystem::file_size(file));
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!in) fail(ErrorCode::corrupt_checkpoint, "{}: cannot be read", file.string());
-  return bytes;
 }
 
 // Reads one record's payload at `at`, or says why not in `scan` (and returns nothing).
@@ -84,14 +45,14 @@ std::optional<std::span<const std::byte>> next_record(std::span<const std::byte>
     std::memcpy(&size, rest.data(), 8);
     std::memcpy(&size_crc, rest.data() + 8, 4);
     std::memcpy(&crc, rest.data() + 12, 4);
-    if (crc_of(&size, sizeof size) != size_crc)
+    if (crc32_of(&size, sizeof size) != size_crc)
       return stop("record header fails its checksum", false);
     rest = rest.subspan(kLogRecordHeaderBytes);
   }
   if (size > rest.size())
     return stop(fmt::format("record cut short ({} of its {} bytes)", rest.size(), size), true);
   auto payload = rest.first(size);
-  if (crc_of(payload.data(), payload.size()) != crc)
+  if (crc32_of(payload.data(), payload.size()) != crc)
     return stop("record fails its checksum", false);
   return payload;
 }
@@ -107,7 +68,7 @@ UpdateLogWriter::UpdateLogWriter(std::filesystem::path file, uint64_t generation
   std::byte header[kLogHeaderBytes];
   std::memcpy(header, kMagic, 8);
   std::memcpy(header + 8, &generation, 8);
-  uint32_t crc = crc_of(header, 16);
+  uint32_t crc = crc32_of(header, 16);
   std::memcpy(header + 16, &crc, 4);
   if (!write_all(fd_, {io(header, sizeof header)})) {
     int error = errno;
@@ -138,7 +99,7 @@ void UpdateLogWriter::append(std::span<const std::byte> record) {
          "it can be",
          file_.string(), whole_bytes_, std::strerror(errno));
   uint64_t size = record.size();
-  uint32_t size_crc = crc_of(&size, sizeof size), crc = crc_of(record.data(), record.size());
+  uint32_t size_crc = crc32_of(&size, sizeof size), crc = crc32_of(record.data(), record.size());
   if (write_all(fd_, {io(&size, sizeof size), io(&size_crc, sizeof size_crc), io(&crc, sizeof crc),
                       io(record.data(), record.size())})) {
     whole_bytes_ += kLogRecordHeaderBytes + size;
@@ -164,7 +125,7 @@ void UpdateLogWriter::append(std::span<const std::byte> record) {
 
 LogScan scan_log(const std::filesystem::path& file, uint64_t generation,
                  const std::function<void(ByteReader&)>& apply) {
-  std::vector<std::byte> bytes = read_whole(file);
+  std::vector<std::byte> bytes = read_file(file);
   LogScan scan;
   scan.file_bytes = bytes.size();
   std::span<const std::byte> all(bytes);
@@ -181,7 +142,7 @@ LogScan scan_log(const std::filesystem::path& file, uint64_t generation,
     uint32_t crc = 0;
     std::memcpy(&written, bytes.data() + 8, 8);
     std::memcpy(&crc, bytes.data() + 16, 4);
-    if (std::memcmp(bytes.data(), kMagic, 8) != 0 || crc_of(bytes.data(), 16) != crc) {
+    if (std::memcmp(bytes.data(), kMagic, 8) != 0 || crc32_of(bytes.data(), 16) != crc) {
       scan.problem = "not a psched update log (its header is damaged)";
       return scan;
     }
