@@ -9,6 +9,7 @@
 // work posted to it from other threads must be done (or the loop closed) before it goes.
 #pragma once
 
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -73,5 +74,17 @@ class Actor {
  private:
   ActorLoop& loop_;
 };
+
+// A fulfiller that std::function callbacks can copy (the actors' replies are std::function).
+template <typename T>
+using SharedFulfiller = std::shared_ptr<kj::Own<kj::PromiseFulfiller<T>>>;
+
+// A promise on this loop and the shared fulfiller an actor's reply resolves it with.
+template <typename T>
+std::pair<kj::Promise<T>, SharedFulfiller<T>> reply_promise() {
+  auto paf = kj::newPromiseAndFulfiller<T>();
+  return {kj::mv(paf.promise),
+          std::make_shared<kj::Own<kj::PromiseFulfiller<T>>>(kj::mv(paf.fulfiller))};
+}
 
 }  // namespace psched

@@ -66,11 +66,9 @@ kj::Promise<ClusterLayout> Client::start(kj::AsyncIoContext& io) {
 template <typename T, typename Ask>
 T Client::ask_loop(Ask ask) {
   return thread_.call([ask = std::move(ask)](kj::AsyncIoContext&) mutable {
-    auto paf = kj::newPromiseAndFulfiller<T>();
-    ask([f = std::make_shared<kj::Own<kj::PromiseFulfiller<T>>>(kj::mv(paf.fulfiller))](T v) {
-      (*f)->fulfill(std::move(v));
-    });
-    return kj::mv(paf.promise);
+    auto [promise, f] = reply_promise<T>();
+    ask([f = f](T v) { (*f)->fulfill(std::move(v)); });
+    return kj::mv(promise);
   });
 }
 

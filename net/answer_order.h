@@ -32,8 +32,6 @@ class AnswerOrder final : public kj::Refcounted, private kj::TaskSet::ErrorHandl
   // The connection is going: nothing more is sent (waiting answers are dropped).
   void close();
 
-  size_t waiting() const { return waiting_.size(); }
-
  private:
   struct Waiting {
     Priority priority;

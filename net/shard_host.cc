@@ -11,8 +11,6 @@
 namespace psched {
 namespace {
 
-using Fulfiller = std::shared_ptr<kj::Own<kj::PromiseFulfiller<void>>>;
-
 // The shard's compute device, or null for cpu.
 std::unique_ptr<optim::ComputeDevice> open_device(const DeploymentConfig& config, ShardId id) {
   const optim::DeviceSpec& device = config.shards[id.value].device;
@@ -90,23 +88,22 @@ template <typename Ask>
 kj::Promise<void> ShardHost::on_every_shard(Ask ask) {
   kj::Vector<kj::Promise<void>> done;
   for (auto& hosted : hosted_) {
-    auto paf = kj::newPromiseAndFulfiller<void>();
-    ask(*hosted->shard, hosted->endpoint->id,
-        std::make_shared<kj::Own<kj::PromiseFulfiller<void>>>(kj::mv(paf.fulfiller)));
-    done.add(kj::mv(paf.promise));
+    auto [promise, fulfiller] = reply_promise<void>();
+    ask(*hosted->shard, hosted->endpoint->id, fulfiller);
+    done.add(kj::mv(promise));
   }
   return kj::joinPromises(done.releaseAsArray());
 }
 
 kj::Promise<void> ShardHost::shut_down() {
-  return on_every_shard([](VariableShard& shard, ShardId, Fulfiller fulfiller) {
+  return on_every_shard([](VariableShard& shard, ShardId, SharedFulfiller<void> fulfiller) {
     shard.shut_down([fulfiller] { (*fulfiller)->fulfill(); });
   });
 }
 
 kj::Promise<void> ShardHost::restore() {
   if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
-  return on_every_shard([](VariableShard& shard, ShardId id, Fulfiller fulfiller) {
+  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
     shard.restore([fulfiller, id](std::exception_ptr error, RestoreReport report) {
       for (const std::string& skipped : report.skipped)
         log_warn("shard {}: skipped {}", id.value, skipped);
@@ -124,7 +121,7 @@ kj::Promise<void> ShardHost::restore() {
 
 kj::Promise<void> ShardHost::checkpoint() {
   if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
-  return on_every_shard([](VariableShard& shard, ShardId id, Fulfiller fulfiller) {
+  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
     shard.checkpoint([fulfiller, id](std::exception_ptr error, std::filesystem::path file) {
       if (error) return (*fulfiller)->reject(to_kj_exception(error));
       log_info("shard {}: checkpoint {} written", id.value, file.string());

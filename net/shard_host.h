@@ -50,8 +50,8 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> shut_down();
 
  private:
-  // Calls ask(shard, id, fulfiller) for every hosted shard; resolves when all fulfilled (a
-  // shared kj::PromiseFulfiller<void>, so std::function replies can hold it).
+  // Calls ask(shard, id, fulfiller) for every hosted shard (a SharedFulfiller<void>,
+  // actors/actor.h); resolves when all fulfilled.
   template <typename Ask>
   kj::Promise<void> on_every_shard(Ask ask);
   void taskFailed(kj::Exception&& exception) override;

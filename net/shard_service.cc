@@ -15,18 +15,6 @@ int64_t wall_clock_ns() {
       .count();
 }
 
-// A shard reply that fulfils `f` (the shard replies on this loop, usually before the call
-// that asked returns).
-template <typename T>
-using SharedFulfiller = std::shared_ptr<kj::Own<kj::PromiseFulfiller<T>>>;
-
-template <typename T>
-std::pair<kj::Promise<T>, SharedFulfiller<T>> reply_promise() {
-  auto paf = kj::newPromiseAndFulfiller<T>();
-  return {kj::mv(paf.promise),
-          std::make_shared<kj::Own<kj::PromiseFulfiller<T>>>(kj::mv(paf.fulfiller))};
-}
-
 // "" for success, else the exception's "[code] message".
 kj::Promise<kj::String> error_text(kj::Promise<void> call) {
   return call.then([] { return kj::str(""); },
