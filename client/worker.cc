@@ -61,7 +61,10 @@ kj::Promise<void> Worker::connect() {
       check_same_cluster({layouts.begin(), layouts.end()});
     });
     layout_ = layouts[0];
+    // Sync mode frees credit when a push is received, long before every worker's push is in
+    // and the value comes back; async holds it to the value, which follows the push at once.
     scheduler_.set_free_credit_on_receipt(layout_.mode == Mode::sync);
+    transport_.set_receipt_first(layout_.mode == Mode::sync);
   });
 }
 

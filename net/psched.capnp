@@ -116,4 +116,15 @@ interface Session {
 
   pollFused @5 (ranges :List(PolledRange)) -> (values :List(PolledValue));
   # Several polls in one message; answered when every range is ready or failed.
+
+  pushPoll @6 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data)
+      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64);
+  # push, then poll of the same range, in one call: async mode's whole round trip in half the
+  # messages. A refused push rejects the call with the push's error (the variable untouched);
+  # else it is answered as poll. A worker that must know of the receipt before the value (sync
+  # mode frees credit on receipt) sends push and poll instead.
+
+  pushPollFused @7 (partitions :List(Partition)) -> (values :List(PolledValue));
+  # pushPoll of several partitions in one message, each on its own as if sent alone;
+  # values[i].error holds partition i's refusal, by its push or its poll.
 }

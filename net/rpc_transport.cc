@@ -27,6 +27,11 @@ struct RpcTransport::Carried {
   PartitionTask task;
   TaskCallbacks callbacks;
   bool receipted = false;
+
+  void receipt() {
+    if (!receipted) callbacks.receipt();
+    receipted = true;
+  }
 };
 
 // Fused partitions on their way, across attempts; each finishes on its own.
@@ -70,35 +75,62 @@ void RpcTransport::start_fused(std::vector<PartitionTask> tasks,
       std::move(tasks), std::move(callbacks), std::vector<bool>(n), std::vector<bool>(n)})));
 }
 
-kj::Promise<void> RpcTransport::attempt(std::shared_ptr<Carried> c) {
+kj::Promise<int64_t> RpcTransport::send(std::shared_ptr<Carried> c, ShardLink& link) {
   const PartitionTask& task = c->task;
-  ShardLink& link = *links_.at(task.shard.value);
-  uint64_t epoch = link.epoch();
-  auto push = link.push(task.shard_variable, task.step, task.range, task.dtype,
-                        {task.gradient, task.bytes});
+  std::span<const std::byte> gradient{task.gradient, task.bytes};
+  if (!receipt_first_)
+    return link
+        .push_poll(task.shard_variable, task.step, task.range, task.dtype, gradient,
+                   task.fresh_value, task.bytes)
+        .then([c](int64_t applied_at_ns) {
+          c->receipt();
+          return applied_at_ns;
+        });
+  auto push = link.push(task.shard_variable, task.step, task.range, task.dtype, gradient);
   // Sent now; if the push is rejected the poll is dropped with it, which cancels it.
   auto poll = link.poll(task.shard_variable, task.step, task.range, task.fresh_value, task.bytes);
-  return push
-      .then([c, poll = kj::mv(poll)]() mutable {
-        if (!c->receipted) c->callbacks.receipt();
-        c->receipted = true;
+  return push.then([c, poll = kj::mv(poll)]() mutable {
+    c->receipt();
+    return kj::mv(poll);
+  });
+}
+
+kj::Promise<void> RpcTransport::attempt(std::shared_ptr<Carried> c) {
+  ShardLink& link = *links_.at(c->task.shard.value);
+  uint64_t epoch = link.epoch();
+  return send(c, link).then(
+      [c](int64_t applied_at_ns) -> kj::Promise<void> {
+        if (c->callbacks.applied) c->callbacks.applied(applied_at_ns);
+        c->callbacks.done(nullptr);
+        return kj::READY_NOW;
+      },
+      [this, c, &link, epoch](kj::Exception&& e) -> kj::Promise<void> {
+        if (!connection_lost(e)) {
+          c->callbacks.done(error_of(e));
+          return kj::READY_NOW;
+        }
+        return link.recover(epoch).then([this, c] { return attempt(c); },
+                                        [c](kj::Exception&& e) { c->callbacks.done(error_of(e)); });
+      });
+}
+
+kj::Promise<std::vector<PollOutcome>> RpcTransport::send_fused(
+    std::shared_ptr<CarriedGroup> group, const std::vector<size_t>& live, ShardLink& link,
+    std::span<const FusedPartition> parts) {
+  if (!receipt_first_)
+    return link.push_poll_fused(parts).then([group, live](std::vector<PollOutcome> outcomes) {
+      for (size_t k = 0; k < live.size(); ++k)
+        if (!outcomes[k].error) group->receipt(live[k]);
+      return outcomes;
+    });
+  auto push = link.push_fused(parts);
+  auto poll = link.poll_fused(parts);
+  return push.then(
+      [group, live, poll = kj::mv(poll)](std::vector<std::exception_ptr> receipts) mutable {
+        for (size_t k = 0; k < live.size(); ++k)
+          receipts[k] ? group->finish(live[k], receipts[k]) : group->receipt(live[k]);
         return kj::mv(poll);
-      })
-      .then(
-          [c](int64_t applied_at_ns) -> kj::Promise<void> {
-            if (c->callbacks.applied) c->callbacks.applied(applied_at_ns);
-            c->callbacks.done(nullptr);
-            return kj::READY_NOW;
-          },
-          [this, c, &link, epoch](kj::Exception&& e) -> kj::Promise<void> {
-            if (!connection_lost(e)) {
-              c->callbacks.done(error_of(e));
-              return kj::READY_NOW;
-            }
-            return link.recover(epoch).then(
-                [this, c] { return attempt(c); },
-                [c](kj::Exception&& e) { c->callbacks.done(error_of(e)); });
-          });
+      });
 }
 
 kj::Promise<void> RpcTransport::attempt_fused(std::shared_ptr<CarriedGroup> group) {
@@ -112,27 +144,19 @@ kj::Promise<void> RpcTransport::attempt_fused(std::shared_ptr<CarriedGroup> grou
     parts.push_back(
         {t.shard_variable, t.step, t.range, t.dtype, {t.gradient, t.bytes}, t.fresh_value});
   }
-  auto push = link.push_fused(parts);
-  auto poll = link.poll_fused(parts);
   // A partition finishes at a rejected push, else at its poll's answer; a poll that failed
   // because the shard stopped is carried again, as is everything when the call was lost.
   auto carried =
-      push.then(
-              [group, live, poll = kj::mv(poll)](std::vector<std::exception_ptr> receipts) mutable {
-                for (size_t k = 0; k < live.size(); ++k)
-                  receipts[k] ? group->finish(live[k], receipts[k]) : group->receipt(live[k]);
-                return kj::mv(poll);
-              })
-          .then([group, live](std::vector<PollOutcome> outcomes) {
-            for (size_t k = 0; k < live.size(); ++k) {
-              size_t i = live[k];
-              if (group->finished[i] || (outcomes[k].error && connection_lost(outcomes[k].error)))
-                continue;
-              if (!outcomes[k].error && group->callbacks[i].applied)
-                group->callbacks[i].applied(outcomes[k].applied_at_ns);
-              group->finish(i, outcomes[k].error);
-            }
-          });
+      send_fused(group, live, link, parts).then([group, live](std::vector<PollOutcome> outcomes) {
+        for (size_t k = 0; k < live.size(); ++k) {
+          size_t i = live[k];
+          if (group->finished[i] || (outcomes[k].error && connection_lost(outcomes[k].error)))
+            continue;
+          if (!outcomes[k].error && group->callbacks[i].applied)
+            group->callbacks[i].applied(outcomes[k].applied_at_ns);
+          group->finish(i, outcomes[k].error);
+        }
+      });
   auto again = [this, group, &link, epoch]() -> kj::Promise<void> {
     if (group->unfinished().empty()) return kj::READY_NOW;
     return link.recover(epoch).then([this, group] { return attempt_fused(group); },

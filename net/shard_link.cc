@@ -35,6 +35,69 @@ std::exception_ptr error_of(capnp::Text::Reader text) {
       kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::heapString(text.cStr(), text.size()))));
 }
 
+// Sets a push's (or pushPoll's) fields. `gradient` becomes a segment of the message when it
+// is word-aligned and whole words (Cap'n Proto writes up to the next word boundary): zero copy,
+// the caller keeps it alive until the call is answered. Otherwise it is copied.
+template <typename Params>
+void fill_push(Params params, VariableId variable, Step step, ElementRange range, DType dtype,
+               std::span<const std::byte> gradient) {
+  params.setVariable(variable.value);
+  params.setStep(step);
+  params.setOffset(range.begin);
+  params.setDtype(to_wire(dtype));
+  capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(gradient.data()), gradient.size());
+  if (reinterpret_cast<uintptr_t>(gradient.data()) % sizeof(capnp::word) == 0 &&
+      gradient.size() % sizeof(capnp::word) == 0) {
+    auto orphanage = capnp::Orphanage::getForMessageContaining(params);
+    params.adoptData(orphanage.referenceExternalData(data));
+  } else {
+    params.setData(data);
+  }
+}
+
+// A fused push's partitions; their gradients are copied into the message.
+void fill_fused(capnp::List<wire::Partition>::Builder list, std::span<const FusedPartition> parts) {
+  for (unsigned i = 0; i < parts.size(); ++i) {
+    const FusedPartition& p = parts[i];
+    list[i].setVariable(p.variable.value);
+    list[i].setStep(p.step);
+    list[i].setOffset(p.range.begin);
+    list[i].setDtype(to_wire(p.dtype));
+    list[i].setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(p.gradient.data()),
+                                        p.gradient.size()));
+  }
+}
+
+// Copies each answered value of a fused poll into its partition's `out`; one outcome per
+// partition, in order.
+std::vector<PollOutcome> take_values(capnp::List<wire::PolledValue>::Reader values,
+                                     const std::vector<std::pair<std::byte*, size_t>>& outs) {
+  if (values.size() != outs.size())
+    fail(ErrorCode::internal, "shard answered {} values to a fused poll of {}", values.size(),
+         outs.size());
+  std::vector<PollOutcome> out;
+  for (unsigned i = 0; i < values.size(); ++i) {
+    PollOutcome outcome{error_of(values[i].getError()), values[i].getAppliedAtNs()};
+    if (!outcome.error) {
+      try {
+        copy_value(values[i].getValue(), outs[i].first, outs[i].second);
+      } catch (...) {
+        outcome.error = std::current_exception();
+      }
+    }
+    out.push_back(outcome);
+  }
+  return out;
+}
+
+// Where each partition's fresh value goes, and its size.
+std::vector<std::pair<std::byte*, size_t>> outs_of(std::span<const FusedPartition> parts) {
+  std::vector<std::pair<std::byte*, size_t>> outs;
+  for (const FusedPartition& p : parts)
+    outs.emplace_back(p.out, p.range.size() * element_bytes(p.dtype));
+  return outs;
+}
+
 template <typename... Args>
 kj::Exception error(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
   return to_kj_exception(
@@ -231,21 +294,7 @@ kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange r
                                   std::span<const std::byte> gradient) {
   if (session() == nullptr) return not_connected();
   auto request = session()->pushRequest();
-  request.setVariable(variable.value);
-  request.setStep(step);
-  request.setOffset(range.begin);
-  request.setDtype(to_wire(dtype));
-  capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(gradient.data()), gradient.size());
-  // Zero copy: the trainer's memory becomes a segment of the message. Cap'n Proto needs it
-  // word-aligned and whole words (it writes up to the next word boundary); otherwise copy.
-  if (reinterpret_cast<uintptr_t>(gradient.data()) % sizeof(capnp::word) == 0 &&
-      gradient.size() % sizeof(capnp::word) == 0) {
-    auto orphanage =
-        capnp::Orphanage::getForMessageContaining(wire::Session::PushParams::Builder(request));
-    request.adoptData(orphanage.referenceExternalData(data));
-  } else {
-    request.setData(data);
-  }
+  fill_push(wire::Session::PushParams::Builder(request), variable, step, range, dtype, gradient);
   return request.send().ignoreResult().attach(kj::addRef(*connection_));
 }
 
@@ -269,16 +318,7 @@ kj::Promise<std::vector<std::exception_ptr>> ShardLink::push_fused(
     std::span<const FusedPartition> parts) {
   if (session() == nullptr) return not_connected();
   auto request = session()->pushFusedRequest();
-  auto list = request.initPartitions(static_cast<unsigned>(parts.size()));
-  for (unsigned i = 0; i < parts.size(); ++i) {
-    const FusedPartition& p = parts[i];
-    list[i].setVariable(p.variable.value);
-    list[i].setStep(p.step);
-    list[i].setOffset(p.range.begin);
-    list[i].setDtype(to_wire(p.dtype));
-    list[i].setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(p.gradient.data()),
-                                        p.gradient.size()));
-  }
+  fill_fused(request.initPartitions(static_cast<unsigned>(parts.size())), parts);
   size_t count = parts.size();
   return request.send()
       .then([count](capnp::Response<wire::Session::PushFusedResults> r) {
@@ -297,34 +337,43 @@ kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const Fuse
   if (session() == nullptr) return not_connected();
   auto request = session()->pollFusedRequest();
   auto list = request.initRanges(static_cast<unsigned>(parts.size()));
-  std::vector<std::pair<std::byte*, size_t>> outs;
   for (unsigned i = 0; i < parts.size(); ++i) {
     const FusedPartition& p = parts[i];
     list[i].setVariable(p.variable.value);
     list[i].setStep(p.step);
     list[i].setOffset(p.range.begin);
     list[i].setCount(p.range.size());
-    outs.emplace_back(p.out, p.range.size() * element_bytes(p.dtype));
   }
   return request.send()
-      .then([outs = std::move(outs)](capnp::Response<wire::Session::PollFusedResults> r) {
-        auto values = r.getValues();
-        if (values.size() != outs.size())
-          fail(ErrorCode::internal, "shard answered {} values to a fused poll of {}", values.size(),
-               outs.size());
-        std::vector<PollOutcome> out;
-        for (unsigned i = 0; i < values.size(); ++i) {
-          PollOutcome outcome{error_of(values[i].getError()), values[i].getAppliedAtNs()};
-          if (!outcome.error) {
-            try {
-              copy_value(values[i].getValue(), outs[i].first, outs[i].second);
-            } catch (...) {
-              outcome.error = std::current_exception();
-            }
-          }
-          out.push_back(outcome);
-        }
-        return out;
+      .then([outs = outs_of(parts)](capnp::Response<wire::Session::PollFusedResults> r) {
+        return take_values(r.getValues(), outs);
+      })
+      .attach(kj::addRef(*connection_));
+}
+
+kj::Promise<int64_t> ShardLink::push_poll(VariableId variable, Step step, ElementRange range,
+                                          DType dtype, std::span<const std::byte> gradient,
+                                          std::byte* out, size_t out_bytes) {
+  if (session() == nullptr) return not_connected();
+  auto request = session()->pushPollRequest();
+  fill_push(wire::Session::PushPollParams::Builder(request), variable, step, range, dtype,
+            gradient);
+  return request.send()
+      .then([out, out_bytes](capnp::Response<wire::Session::PushPollResults> r) {
+        copy_value(r.getValue(), out, out_bytes);
+        return r.getAppliedAtNs();
+      })
+      .attach(kj::addRef(*connection_));
+}
+
+kj::Promise<std::vector<PollOutcome>> ShardLink::push_poll_fused(
+    std::span<const FusedPartition> parts) {
+  if (session() == nullptr) return not_connected();
+  auto request = session()->pushPollFusedRequest();
+  fill_fused(request.initPartitions(static_cast<unsigned>(parts.size())), parts);
+  return request.send()
+      .then([outs = outs_of(parts)](capnp::Response<wire::Session::PushPollFusedResults> r) {
+        return take_values(r.getValues(), outs);
       })
       .attach(kj::addRef(*connection_));
 }

@@ -97,6 +97,13 @@ class ShardLink {
   // Polls several partitions in one message; each fresh value lands in its `out`, which the
   // caller keeps alive until the promise resolves or is dropped.
   kj::Promise<std::vector<PollOutcome>> poll_fused(std::span<const FusedPartition> parts);
+  // push() and poll() of the same range in one call (async mode: half the messages). Rejects
+  // with the push's refusal, or resolves as poll() does.
+  kj::Promise<int64_t> push_poll(VariableId variable, Step step, ElementRange range, DType dtype,
+                                 std::span<const std::byte> gradient, std::byte* out,
+                                 size_t out_bytes);
+  // push_fused() and poll_fused() in one call; a partition's refused push is its outcome's error.
+  kj::Promise<std::vector<PollOutcome>> push_poll_fused(std::span<const FusedPartition> parts);
   // The current value of `range`, copied into `out`.
   kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes);
 

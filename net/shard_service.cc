@@ -28,6 +28,27 @@ kj::Exception refuse(ShardEndpoint& endpoint, std::exception_ptr error) {
   return to_kj_exception(error);
 }
 
+// Puts a ready value into an answer: poll's, pushPoll's, or one slot of a fused answer.
+template <typename Answer>
+void write_answer(Answer answer, const FreshValue& value, int64_t answered_at_ns) {
+  value.read_into(reinterpret_cast<std::byte*>(answer.initValue(value.bytes()).begin()));
+  answer.setAppliedStep(value.step());
+  answer.setAppliedAtNs(answered_at_ns);
+}
+
+// Answers a fused call (pollFused, pushPollFused) slot by slot: `answer(i)` writes slot i's
+// value when it is ready; a refusal becomes the slot's error text. Resolves when all are in.
+template <typename Context, typename Answer>
+kj::Promise<void> answer_each(Context context, unsigned slots, Answer answer) {
+  context.getResults().initValues(slots);
+  auto outcomes = kj::heapArrayBuilder<kj::Promise<void>>(slots);
+  for (unsigned i = 0; i < slots; ++i)
+    outcomes.add(answer(i).catch_([context, i](kj::Exception&& e) mutable {
+      context.getResults().getValues()[i].setError(e.getDescription());
+    }));
+  return kj::joinPromises(outcomes.finish());
+}
+
 }  // namespace
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -200,15 +221,19 @@ void SessionService::check_answer_fits(capnp::List<wire::PolledRange>::Reader ra
   }
 }
 
-kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint64_t offset,
-                                           uint64_t count, WriteValue write) {
-  ElementRange r = range("poll", offset, count);
+void SessionService::check_poll_room() const {
   uint64_t limit = endpoint_.config.limits.max_waiting_polls;
   if (*waiting_polls_ >= limit)
     fail(ErrorCode::overloaded,
          "poll rejected: {} polls of this connection are waiting, the limit "
          "(limits.max_waiting_polls)",
          *waiting_polls_);
+}
+
+kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint64_t offset,
+                                           uint64_t count, WriteValue write) {
+  ElementRange r = range("poll", offset, count);
+  check_poll_room();
   ++*waiting_polls_;
   auto [promise, f] = reply_promise<void>();
   PollTicket ticket(endpoint_.next_poll_ticket++);
@@ -234,14 +259,11 @@ kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint6
 kj::Promise<void> SessionService::poll(PollContext context) {
   auto params = context.getParams();
   try {
-    auto answered = poll_one(
-        VariableId(params.getVariable()), params.getStep(), params.getOffset(), params.getCount(),
-        [context](const FreshValue& value, int64_t at_ns) mutable {
-          auto results = context.getResults();
-          value.read_into(reinterpret_cast<std::byte*>(results.initValue(value.bytes()).begin()));
-          results.setAppliedStep(value.step());
-          results.setAppliedAtNs(at_ns);
-        });
+    auto answered =
+        poll_one(VariableId(params.getVariable()), params.getStep(), params.getOffset(),
+                 params.getCount(), [context](const FreshValue& value, int64_t at_ns) mutable {
+                   write_answer(context.getResults(), value, at_ns);
+                 });
     context.allowCancellation();
     return answered;
   } catch (...) {
@@ -257,30 +279,62 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }
-  // Each range's answer is written into its slot of the results as it becomes ready.
-  context.getResults().initValues(ranges.size());
-  auto outcomes = kj::heapArrayBuilder<kj::Promise<void>>(ranges.size());
-  for (unsigned i = 0; i < ranges.size(); ++i) {
+  context.allowCancellation();
+  return answer_each(context, ranges.size(), [&](unsigned i) -> kj::Promise<void> {
     auto r = ranges[i];
-    kj::Promise<void> answered = nullptr;
     try {
-      answered = poll_one(
-          VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount(),
+      return poll_one(VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount(),
+                      [context, i](const FreshValue& value, int64_t at_ns) mutable {
+                        write_answer(context.getResults().getValues()[i], value, at_ns);
+                      });
+    } catch (...) {
+      return refuse(endpoint_, std::current_exception());
+    }
+  });
+}
+
+kj::Promise<void> SessionService::push_then_poll(const PushArgs& push, WriteValue write) {
+  check_poll_room();  // before the push: a refused call must leave the variable untouched
+  auto pushed = push_one(push);
+  // Filed behind the push on the shard's loop; dropped, and so withdrawn, if the push is refused.
+  auto answered =
+      poll_one(push.variable, push.step, push.range.begin, push.range.size(), std::move(write));
+  return pushed.then([answered = kj::mv(answered)]() mutable { return kj::mv(answered); });
+}
+
+kj::Promise<void> SessionService::pushPoll(PushPollContext context) {
+  auto params = context.getParams();
+  try {
+    return push_then_poll(decode_push(params.getVariable(), params.getStep(), params.getOffset(),
+                                      params.getDtype(), params.getData()),
+                          [context](const FreshValue& value, int64_t at_ns) mutable {
+                            write_answer(context.getResults(), value, at_ns);
+                          });
+  } catch (...) {
+    return refuse(endpoint_, std::current_exception());
+  }
+}
+
+kj::Promise<void> SessionService::pushPollFused(PushPollFusedContext context) {
+  auto partitions = context.getParams().getPartitions();
+  try {
+    check_fused("pushPollFused", partitions.size());
+  } catch (...) {
+    return refuse(endpoint_, std::current_exception());
+  }
+  // Each partition goes to the shard in list order, so they apply in that order.
+  return answer_each(context, partitions.size(), [&](unsigned i) -> kj::Promise<void> {
+    auto p = partitions[i];
+    try {
+      return push_then_poll(
+          decode_push(p.getVariable(), p.getStep(), p.getOffset(), p.getDtype(), p.getData()),
           [context, i](const FreshValue& value, int64_t at_ns) mutable {
-            auto out = context.getResults().getValues()[i];
-            value.read_into(reinterpret_cast<std::byte*>(out.initValue(value.bytes()).begin()));
-            out.setAppliedStep(value.step());
-            out.setAppliedAtNs(at_ns);
+            write_answer(context.getResults().getValues()[i], value, at_ns);
           });
     } catch (...) {
-      answered = refuse(endpoint_, std::current_exception());
+      return refuse(endpoint_, std::current_exception());
     }
-    outcomes.add(answered.catch_([context, i](kj::Exception&& e) mutable {
-      context.getResults().getValues()[i].setError(e.getDescription());
-    }));
-  }
-  context.allowCancellation();
-  return kj::joinPromises(outcomes.finish());
+  });
 }
 
 kj::Promise<void> SessionService::pull(PullContext context) {

@@ -1,5 +1,5 @@
-// The RPC face of a shard: Shard (connect) and Session (register, push, poll, pull) servers
-// that turn calls into VariableShard messages and the actor's replies back into answers.
+// The RPC face of a shard: Shard (connect) and Session (register, push, poll, pushPoll, pull,
+// ...) servers that turn calls into VariableShard messages and the actor's replies into answers.
 //
 // Runs on the shard's loop, with the shard: a call reaches it as a direct call, and a fresh
 // value is read from the variable straight into the answer's message. Views into a call's
@@ -68,6 +68,8 @@ class SessionService final : public wire::Session::Server {
   kj::Promise<void> pull(PullContext context) override;
   kj::Promise<void> pushFused(PushFusedContext context) override;
   kj::Promise<void> pollFused(PollFusedContext context) override;
+  kj::Promise<void> pushPoll(PushPollContext context) override;
+  kj::Promise<void> pushPollFused(PushPollFusedContext context) override;
 
  private:
   struct PushArgs {
@@ -90,6 +92,11 @@ class SessionService final : public wire::Session::Server {
   // unanswered, the promise withdraws the poll.
   kj::Promise<void> poll_one(VariableId variable, Step step, uint64_t offset, uint64_t count,
                              WriteValue write);
+  // Throws [overloaded] when this connection has limits.max_waiting_polls polls waiting.
+  void check_poll_room() const;
+  // The push, then the poll of its range: resolves when the poll's answer may go, rejects
+  // with the push's refusal (the poll withdrawn) or the poll's.
+  kj::Promise<void> push_then_poll(const PushArgs& push, WriteValue write);
 
   // [offset, offset + count) after checking it does not overflow.
   ElementRange range(const char* what, uint64_t offset, uint64_t count) const;

@@ -166,6 +166,59 @@ TEST_CASE("a fused push applies its good partitions and names the bad one") {
   f.check_untouched_and_serving();
 }
 
+TEST_CASE("a refused pushPoll names the problem and leaves the variable untouched") {
+  BadInputFixture f;
+  std::vector<float> grad(4, 1.f), fresh(4);
+  auto* out = reinterpret_cast<std::byte*>(fresh.data());
+  f.expect_error(
+      f.link.push_poll(VariableId(42), 1, {0, 4}, DType::float32, f.bytes(grad), out, 16),
+      ErrorCode::unknown_variable, "no variable with id 42");
+  f.expect_error(f.link.push_poll(f.id, 1, {14, 18}, DType::float32, f.bytes(grad), out, 16),
+                 ErrorCode::offset_out_of_range, "elements [14, 18) are outside");
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a pushPoll answers the fresh value of its own push") {
+  BadInputFixture f;
+  std::vector<float> grad(4, 1.f), fresh(4);
+  int64_t at = f.cluster.run(f.link.push_poll(f.id, 1, {4, 8}, DType::float32, f.bytes(grad),
+                                              reinterpret_cast<std::byte*>(fresh.data()), 16));
+  CHECK(at > 0);
+  CHECK(fresh == std::vector<float>(4, 1.f));  // 2 - lr 1 x 1
+  for (int i = 4; i < 8; ++i) f.expected[i] -= 1.f;
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a fused pushPoll answers its good partitions and names the bad one") {
+  BadInputFixture f;
+  std::vector<float> grad(4, 1.f), fresh(4, 0.f), none(4);
+  auto* into = reinterpret_cast<std::byte*>(fresh.data());
+  auto* nowhere = reinterpret_cast<std::byte*>(none.data());
+  std::vector<FusedPartition> parts{
+      {f.id, 1, {0, 4}, DType::float32, f.bytes(grad), into},
+      {VariableId(42), 1, {0, 4}, DType::float32, f.bytes(grad), nowhere},
+      {f.id, 1, {14, 18}, DType::float32, f.bytes(grad), nowhere}};
+  std::vector<PollOutcome> answers = f.cluster.run(f.link.push_poll_fused(parts));
+  REQUIRE(answers.size() == 3);
+  CHECK_FALSE(answers[0].error);
+  CHECK(fresh == std::vector<float>(4, 1.f));
+  auto message_of = [](std::exception_ptr e) -> std::string {
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& error) {
+      return error.what();
+    } catch (...) {
+      return "not a psched::Error";
+    }
+  };
+  REQUIRE(answers[1].error);
+  CHECK(message_of(answers[1].error).find("no variable with id 42") != std::string::npos);
+  REQUIRE(answers[2].error);
+  CHECK(message_of(answers[2].error).find("elements [14, 18) are outside") != std::string::npos);
+  for (int i = 0; i < 4; ++i) f.expected[i] -= 1.f;
+  f.check_untouched_and_serving();
+}
+
 TEST_CASE("a push and a poll for a step from the future are rejected") {
   BadInputFixture f;
   std::vector<float> grad(kElements, 1.f), out(kElements);
@@ -358,6 +411,27 @@ TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answer
   for (auto& poll : waiting) f.cluster.run(kj::mv(poll));
   f.cluster.run(waiter.poll(f.id, 1, {0, kElements},
                             reinterpret_cast<std::byte*>(out.back().data()), kElements * 4));
+  for (float& x : f.expected) x -= 1.f;
+  f.check_untouched_and_serving();
+}
+
+TEST_CASE("a pushPoll past the connection's waiting poll limit is overloaded and applies nothing") {
+  BadInputFixture f;
+  ShardLink& waiter = f.cluster.open_link(0);
+  f.cluster.run(waiter.connect(WorkerId(3), kToken));
+  std::vector<std::vector<float>> out(kWaitingPollLimit + 1, std::vector<float>(kElements));
+  std::vector<kj::Promise<int64_t>> waiting;
+  for (uint64_t i = 0; i < kWaitingPollLimit; ++i)
+    waiting.push_back(waiter.poll(f.id, 1, {0, kElements},
+                                  reinterpret_cast<std::byte*>(out[i].data()), kElements * 4));
+  std::vector<float> grad(kElements, 1.f);
+  f.expect_error(waiter.push_poll(f.id, 1, {0, kElements}, DType::float32, f.bytes(grad),
+                                  reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
+                 ErrorCode::overloaded, "(limits.max_waiting_polls)");
+  CHECK(f.current_value() == f.expected);
+  // The same push, plain, answers the waiting polls.
+  f.cluster.run(waiter.push(f.id, 1, {0, kElements}, DType::float32, f.bytes(grad)));
+  for (auto& poll : waiting) f.cluster.run(kj::mv(poll));
   for (float& x : f.expected) x -= 1.f;
   f.check_untouched_and_serving();
 }
