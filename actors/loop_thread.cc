@@ -1,5 +1,7 @@
 #include "actors/loop_thread.h"
 
+#include <pthread.h>
+
 #include "common/log.h"
 
 namespace psched {
@@ -12,10 +14,13 @@ struct LoopThread::Stopper final : kj::TaskSet::ErrorHandler {
   }
 };
 
-LoopThread::LoopThread() : stopper_(std::make_unique<Stopper>()) {
+LoopThread::LoopThread(const std::string& name) : stopper_(std::make_unique<Stopper>()) {
   std::promise<void> started;
   auto ready = started.get_future();
-  thread_ = std::thread([this, &started] { run(started); });
+  thread_ = std::thread([this, &started, name] {
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+    run(started);
+  });
   ready.get();
 }
 

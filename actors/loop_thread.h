@@ -5,6 +5,7 @@
 
 #include <future>
 #include <memory>
+#include <string>
 #include <thread>
 #include <type_traits>
 
@@ -18,8 +19,9 @@ namespace psched {
 
 class LoopThread {
  public:
-  // Starts the thread; returns once its loop runs.
-  LoopThread();
+  // Starts the thread, named `name` (as top and perf show it; 15 characters at most);
+  // returns once its loop runs.
+  explicit LoopThread(const std::string& name);
   // Stops the loop and joins. Whatever was built on the loop must be gone by then (destroy it
   // with call()).
   ~LoopThread();

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <sys/resource.h>
+
 namespace psched::bench {
 
 // How long to measure one case.
@@ -24,9 +26,17 @@ struct Measurement {
   uint64_t iterations = 0;
   double seconds = 0;                // wall time of the timed iterations together
   std::vector<double> iteration_us;  // per-iteration wall time; empty when not recorded
+  // CPU time of the whole process (user + system, every thread: both ends of the connection
+  // live in it) while the timed iterations ran. Unlike wall time it barely depends on what
+  // else the machine runs.
+  double cpu_seconds = 0;
 
   double gb_per_s() const { return double(bytes_per_iteration) * iterations / seconds / 1e9; }
   double iterations_per_s() const { return iterations / seconds; }
+  // CPU seconds per 1e9 bytes counted one way.
+  double cpu_s_per_gb() const {
+    return cpu_seconds / (double(bytes_per_iteration) * iterations / 1e9);
+  }
   // The q-quantile (0..1, nearest rank) of iteration_us; 0 when none were recorded.
   double percentile_us(double q) const {
     if (iteration_us.empty()) return 0;
@@ -38,6 +48,14 @@ struct Measurement {
 };
 
 using BenchClock = std::chrono::steady_clock;
+
+// User + system CPU seconds this process has used so far, all threads together.
+inline double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](timeval t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 inline double seconds_between(BenchClock::time_point a, BenchClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -56,6 +74,7 @@ Measurement time_iterations(const Budget& budget, uint64_t bytes_per_iteration,
   for (uint64_t i = 0; i < budget.warmup; ++i) iteration();
   Measurement m;
   m.bytes_per_iteration = bytes_per_iteration;
+  const double cpu_start = process_cpu_seconds();
   const auto start = BenchClock::now();
   for (auto before = start; !budget_spent(budget, m.iterations, start); ++m.iterations) {
     iteration();
@@ -64,6 +83,7 @@ Measurement time_iterations(const Budget& budget, uint64_t bytes_per_iteration,
     before = after;
   }
   m.seconds = seconds_between(start, BenchClock::now());
+  m.cpu_seconds = process_cpu_seconds() - cpu_start;
   return m;
 }
 

@@ -1,11 +1,11 @@
 // psched-bench: iteration time of emulated training on a model profile through real shards over
 // shaped links, for each scheduling policy, against the fluid-model ideal (DESIGN.md §6).
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -14,8 +14,11 @@
 
 #include "bench/emulated_trainer.h"
 #include "bench/fluid_model.h"
+#include "bench/measurement.h"
 #include "bench/netns_links.h"
 #include "bench/shaped_link.h"
+#include "bench/tcp_echo.h"
+#include "bench/thread_cpu.h"
 #include "client/chrome_trace.h"
 #include "client/worker_monitor.h"
 #include "common/error.h"
@@ -189,16 +192,48 @@ std::unique_ptr<Client> connect_worker(const Shaping& shaping, const Options& o,
                             [&] { return std::make_unique<Client>(std::move(options)); });
 }
 
-double cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](timeval t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+// Plain TCP through the same shaped links, to show whether the ideal is reachable here: every
+// worker at once echoes kTcpMessageBytes messages, kTcpWindow in flight, with a server in the
+// shard namespace, so bytes flow both ways at once as psched's do. Returns the slowest
+// worker's rate (bytes/s one way); none without tbf (in-process shaping has no TCP to measure).
+constexpr uint64_t kTcpMessageBytes = 1 << 20;
+constexpr unsigned kTcpWindow = 8;
+constexpr double kTcpSeconds = 2.0;
+constexpr double kTcpReachable =
+    0.95;  // TCP below this share of the link: the ideal uses TCP's rate
+
+std::optional<double> measure_tcp(const Shaping& shaping, uint32_t workers) {
+  if (!shaping.netns) return std::nullopt;
+  auto echo = NetnsLinks::run_in(shaping.netns->shard_namespace(),
+                                 [] { return std::make_unique<TcpEchoServer>("0.0.0.0"); });
+  std::vector<Measurement> each(workers);
+  std::vector<std::exception_ptr> errors(workers);
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      try {
+        each[w] = NetnsLinks::run_in(shaping.netns->worker_namespace(w), [&] {
+          return tcp_pipelined(echo->port(), kTcpMessageBytes, kTcpWindow,
+                               Budget{.seconds = kTcpSeconds}, NetnsLinks::shard_side_address(w));
+        });
+      } catch (...) {
+        errors[w] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  double slowest = each.front().gb_per_s();
+  for (const Measurement& m : each) slowest = std::min(slowest, m.gb_per_s());
+  return slowest * 1e9;
 }
 
 struct PolicyResult {
   double iteration_s = 0;
-  double cpu_share = 0;       // CPU seconds used / (wall seconds x cores)
+  double cpu_share = 0;  // CPU seconds used / (wall seconds x cores)
+  // CPU seconds per 1e9 bytes moved (gradients up plus values down), by thread role
+  // (bench/thread_cpu.h) and in "total".
+  std::map<std::string, double> cpu_s_per_gb;
   TuningState tuning;         // worker 0's, when autotuned
   bool tuned_steady = false;  // iteration_s is measured after every tuner converged
 };
@@ -253,7 +288,8 @@ PolicyResult run_policy(const ModelProfile& profile, const Options& o, const std
   std::optional<HttpServer> http;
   if (!o.http.empty()) http.emplace(parse_listen_address(o.http), worker_routes(*clients[0]));
   auto epoch = Clock::now();
-  double cpu_before = cpu_seconds();
+  double cpu_before = process_cpu_seconds();
+  std::map<std::string, double> threads_before = thread_cpu_seconds();
   std::vector<std::vector<double>> starts(o.workers);
   {
     ProgressBar progress(label, iterations, trainers);
@@ -264,7 +300,12 @@ PolicyResult run_policy(const ModelProfile& profile, const Options& o, const std
   }
   double wall = std::chrono::duration<double>(Clock::now() - epoch).count();
   PolicyResult result;
-  result.cpu_share = (cpu_seconds() - cpu_before) / (wall * std::thread::hardware_concurrency());
+  double cpu = process_cpu_seconds() - cpu_before;
+  result.cpu_share = cpu / (wall * std::thread::hardware_concurrency());
+  double moved_gb = 2.0 * profile.bytes() * iterations * o.workers / 1e9;
+  for (const auto& [role, seconds] : thread_cpu_seconds())
+    result.cpu_s_per_gb[role] = (seconds - threads_before[role]) / moved_gb;
+  result.cpu_s_per_gb["total"] = cpu / moved_gb;
   // Steady state: after the warm-up, or, when autotuned, after the last tuner converged (and
   // one more iteration for the setting to take hold).
   size_t first = kWarmupIterations;
@@ -308,15 +349,16 @@ struct Report {
   void add(const std::string& policy, const PolicyResult& r, nlohmann::json extra = {},
            const std::string& note = "") {
     if (policy == "fifo") fifo_s = r.iteration_s;
-    std::printf("%-15s %10.4f %9s %8.1f%% %5.0f%%%s%s\n", policy.c_str(), r.iteration_s,
+    std::printf("%-15s %10.4f %9s %8.1f%% %5.0f%% %7.2f%s%s\n", policy.c_str(), r.iteration_s,
                 fifo_s > 0 ? fmt::format("{:.2f}x", fifo_s / r.iteration_s).c_str() : "-",
-                100 * ideal_s / r.iteration_s, 100 * r.cpu_share,
+                100 * ideal_s / r.iteration_s, 100 * r.cpu_share, r.cpu_s_per_gb.at("total"),
                 r.cpu_share > 0.85 ? "  (CPU-bound: the figure is not the link's)" : "",
                 note.c_str());
     std::fflush(stdout);
     nlohmann::json entry{{"iter_s", r.iteration_s / scale},
                          {"iter_scaled_s", r.iteration_s},
-                         {"cpu_share", r.cpu_share}};
+                         {"cpu_share", r.cpu_share},
+                         {"cpu_s_per_gb", r.cpu_s_per_gb}};
     if (!extra.is_null()) entry.update(extra);
     results[policy] = entry;
   }
@@ -376,13 +418,19 @@ int run(const Options& o) {
   // Communication time scales by byte_scale x (1 / link) and compute by `scale`: the link
   // keeps the real ratio of the two.
   double link = bandwidth / (scale * byte_scale);
-  auto ideal = simulate_fluid(fluid_layers(profile), link, FluidPolicy::priority);
-  // Not an ideal: whole tensors, first come first served, on a perfect link; what fifo should
-  // measure if per-message costs were nil.
-  auto fluid_fifo = simulate_fluid(fluid_layers(profile), link, FluidPolicy::fifo);
   std::printf("model %s: %zu layers, %.1f MB of parameters, compute %.3f s/iteration (unscaled)\n",
               real.model.c_str(), real.layers.size(), real.bytes() / 1e6, real.compute_s());
   Shaping shaping = choose_shaping(o.shaping, o.workers, link);
+  std::optional<double> tcp = measure_tcp(shaping, o.workers);
+  // The ideal moves bytes at the link's rate. Where plain TCP does not reach that rate on this
+  // machine, no transport can: the ideal then moves them at TCP's rate, so "of ideal" measures
+  // psched rather than the machine. (Headers and noise keep TCP a few % below any link.)
+  bool ideal_at_tcp = tcp && *tcp < kTcpReachable * link;
+  double ideal_rate = ideal_at_tcp ? *tcp : link;
+  auto ideal = simulate_fluid(fluid_layers(profile), ideal_rate, FluidPolicy::priority);
+  // Not an ideal: whole tensors, first come first served, on a perfect link; what fifo should
+  // measure if per-message costs were nil.
+  auto fluid_fifo = simulate_fluid(fluid_layers(profile), ideal_rate, FluidPolicy::fifo);
   std::printf(
       "bandwidth %.3g Gbit/s%s; time scale %.2f: links shaped %s at %.1f MB/s, "
       "compute x%.2f",
@@ -393,7 +441,14 @@ int run(const Options& o) {
   std::printf("\n");
   if (!shaping.fallback_reason.empty())
     std::printf("shaping in process: tbf unavailable: %s\n", shaping.fallback_reason.c_str());
-  std::printf("%-15s %10s %9s %9s %6s\n", "policy", "iter_s", "vs fifo", "of ideal", "cpu");
+  if (tcp)
+    std::printf(
+        "plain TCP through the same links, both ways at once: %.3g Gbit/s each way per "
+        "worker (%.0f%% of the link)%s\n",
+        *tcp * 8 / 1e9, 100 * *tcp / link,
+        ideal_at_tcp ? "; the ideal below moves bytes at TCP's rate" : "");
+  std::printf("%-15s %10s %9s %9s %6s %7s\n", "policy", "iter_s", "vs fifo", "of ideal", "cpu",
+              "s/GB");
   Report report{scale, ideal.iteration_s, 0, nlohmann::json::object()};
   std::vector<TracedWorker> trace;
   for (const std::string& policy : o.policies) {
@@ -447,6 +502,9 @@ int run(const Options& o) {
                      {"credit_bytes", byte_size(o.credit, "--credit-bytes")},
                      {"compute_s", real.compute_s()},
                      {"ideal_s", ideal.iteration_s / scale},
+                     {"ideal_rate_bps", ideal_rate * scale * byte_scale * 8},
+                     {"ideal_rate_basis", ideal_at_tcp ? "tcp" : "link"},
+                     {"tcp_bps", tcp ? nlohmann::json(*tcp * scale * byte_scale * 8) : nullptr},
                      {"fifo_fluid_s", fluid_fifo.iteration_s / scale},
                      {"results", report.results}};
     std::ofstream(o.json) << j.dump(2) << "\n";

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <exception>
 #include <semaphore>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -38,11 +39,12 @@ class Socket {
   int fd_;
 };
 
-sockaddr_in loopback(uint16_t port) {
+sockaddr_in ipv4(const std::string& host, uint16_t port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1)
+    throw std::system_error(EINVAL, std::generic_category(), "not an IPv4 address: " + host);
   return address;
 }
 
@@ -83,9 +85,9 @@ void serve_echo(int fd) {
 }
 
 // A client connection that has announced its request size.
-Socket connect_echo(uint16_t port, uint64_t size) {
+Socket connect_echo(const std::string& host, uint16_t port, uint64_t size) {
   Socket socket(::socket(AF_INET, SOCK_STREAM, 0));
-  sockaddr_in address = loopback(port);
+  sockaddr_in address = ipv4(host, port);
   if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
     throw_errno("connect");
   set_nodelay(socket.fd());
@@ -101,9 +103,10 @@ void round_trip(int fd, std::vector<std::byte>& request, std::vector<std::byte>&
 
 }  // namespace
 
-TcpEchoServer::TcpEchoServer() : listen_fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+TcpEchoServer::TcpEchoServer(const std::string& host)
+    : listen_fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
   if (listen_fd_ < 0) throw_errno("socket");
-  sockaddr_in address = loopback(0);
+  sockaddr_in address = ipv4(host, 0);
   socklen_t length = sizeof address;
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
       ::listen(listen_fd_, 64) != 0 ||
@@ -139,7 +142,7 @@ void TcpEchoServer::accept_loop() {
 }
 
 Measurement tcp_sequential(uint16_t port, uint64_t size, const Budget& budget) {
-  Socket socket = connect_echo(port, size);
+  Socket socket = connect_echo("127.0.0.1", port, size);
   std::vector<std::byte> request(size, std::byte{1}), response(size);
   return time_iterations(budget, size, [&] { round_trip(socket.fd(), request, response); });
 }
@@ -187,13 +190,15 @@ uint64_t read_responses(int fd, uint64_t size, PipelineState& state) {
 
 }  // namespace
 
-Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const Budget& budget) {
-  Socket socket = connect_echo(port, size);
+Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const Budget& budget,
+                          const std::string& host) {
+  Socket socket = connect_echo(host, port, size);
   std::vector<std::byte> request(size, std::byte{1}), response(size);
   for (uint64_t i = 0; i < budget.warmup; ++i) round_trip(socket.fd(), request, response);
   PipelineState state(window);
   Measurement m;
   m.bytes_per_iteration = size;
+  const double cpu_start = process_cpu_seconds();
   const auto start = BenchClock::now();
   std::thread writer([&] { write_requests(socket.fd(), size, budget, state); });
   try {
@@ -207,6 +212,7 @@ Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const B
   writer.join();
   if (state.writer_error) std::rethrow_exception(state.writer_error);
   m.seconds = seconds_between(start, BenchClock::now());
+  m.cpu_seconds = process_cpu_seconds() - cpu_start;
   return m;
 }
 

@@ -1,9 +1,10 @@
-// The transport benchmark's baseline: a plain TCP echo over POSIX sockets on 127.0.0.1, with
+// The benchmarks' baseline: a plain TCP echo over POSIX sockets (127.0.0.1 unless told), with
 // TCP_NODELAY on both ends and buffers reused. A connection first sends its request size
 // (8 bytes, host order); the server then loops: read exactly that many bytes, write them back.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -11,11 +12,12 @@
 
 namespace psched::bench {
 
-// Serves each connection on a thread of its own, on an ephemeral loopback port.
+// Serves each connection on a thread of its own, on an ephemeral port of `host` (an IPv4
+// address; "0.0.0.0" for all of this network namespace's).
 class TcpEchoServer {
  public:
   // Binds and listens before returning; throws std::system_error when it cannot.
-  TcpEchoServer();
+  explicit TcpEchoServer(const std::string& host = "127.0.0.1");
   ~TcpEchoServer();  // stops accepting and joins (clients must have closed their connections)
   TcpEchoServer(const TcpEchoServer&) = delete;
   TcpEchoServer& operator=(const TcpEchoServer&) = delete;
@@ -35,6 +37,8 @@ class TcpEchoServer {
 Measurement tcp_sequential(uint16_t port, uint64_t size, const Budget& budget);
 // `window` requests in flight: a writer thread keeps sending while fewer than `window`
 // responses are outstanding; the calling thread reads. Records no per-iteration times.
-Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const Budget& budget);
+// Bytes flow both ways at once: what the link carries up and down together.
+Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const Budget& budget,
+                          const std::string& host = "127.0.0.1");
 
 }  // namespace psched::bench

@@ -154,6 +154,7 @@ Measurement aggregate(const std::vector<Measurement>& each) {
 // Runs `measure(i)` for i in [0, workers) on a thread each, all at once.
 template <typename Measure>
 Measurement at_once(unsigned workers, Measure measure) {
+  const double cpu_start = process_cpu_seconds();
   std::vector<Measurement> each(workers);
   std::vector<std::exception_ptr> errors(workers);
   std::vector<std::thread> threads;
@@ -168,7 +169,9 @@ Measurement at_once(unsigned workers, Measure measure) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  return aggregate(each);
+  Measurement all = aggregate(each);
+  all.cpu_seconds = process_cpu_seconds() - cpu_start;
+  return all;
 }
 
 // `workers` clients, each pipelining its own variable as the pipelined case does, against as
@@ -212,15 +215,23 @@ std::string latency_us(const Measurement& m, double q) {
   return m.iteration_us.empty() ? std::string("-") : fmt::format("{:.1f}", m.percentile_us(q));
 }
 
+// psched's CPU time per byte over TCP's: below 1 it spends less, above 1 more.
+double cpu_ratio(const Measurement& psched, const Measurement& tcp) {
+  return psched.cpu_s_per_gb() / tcp.cpu_s_per_gb();
+}
+
 void print_row(uint64_t size, const Measurement& psched, const Measurement& tcp) {
-  fmt::print("{:>8} {:>12.3f} {:>10.3f} {:>7.3f} {:>12} {:>12} {:>10}\n", format_byte_size(size),
-             psched.gb_per_s(), tcp.gb_per_s(), ratio(psched, tcp), latency_us(psched, 0.5),
-             latency_us(psched, 0.99), latency_us(tcp, 0.5));
+  fmt::print(
+      "{:>8} {:>12.3f} {:>10.3f} {:>7.3f} {:>12} {:>12} {:>10} {:>11.2f} {:>8.2f} {:>6.2f}\n",
+      format_byte_size(size), psched.gb_per_s(), tcp.gb_per_s(), ratio(psched, tcp),
+      latency_us(psched, 0.5), latency_us(psched, 0.99), latency_us(tcp, 0.5),
+      psched.cpu_s_per_gb(), tcp.cpu_s_per_gb(), cpu_ratio(psched, tcp));
 }
 
 void print_header(const char* title) {
-  fmt::print("\n{}\n{:>8} {:>12} {:>10} {:>7} {:>12} {:>12} {:>10}\n", title, "size", "psched GB/s",
-             "TCP GB/s", "ratio", "psched p50us", "psched p99us", "TCP p50us");
+  fmt::print("\n{}\n{:>8} {:>12} {:>10} {:>7} {:>12} {:>12} {:>10} {:>11} {:>8} {:>6}\n", title,
+             "size", "psched GB/s", "TCP GB/s", "ratio", "psched p50us", "psched p99us",
+             "TCP p50us", "psched s/GB", "TCP s/GB", "cpu x");
 }
 
 void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
@@ -240,7 +251,9 @@ void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
   fmt::print(
       "\nnote: both sides move `size` bytes to the server and `size` bytes back per request; GB/s"
       " = 1e9 bytes/s counted one way; the psched figure includes the shard's optimizer apply"
-      " (sgd, lr 0) and the poll for the fresh value.\n");
+      " (sgd, lr 0) and the poll for the fresh value. s/GB: CPU seconds of the whole process"
+      " (both ends) per GB; cpu x: psched's over TCP's, which depends little on the machine's"
+      " load.\n");
 }
 
 nlohmann::json to_json(const Measurement& m) {
@@ -248,7 +261,9 @@ nlohmann::json to_json(const Measurement& m) {
                       {"iterations", m.iterations},
                       {"seconds", m.seconds},
                       {"gb_per_s", m.gb_per_s()},
-                      {"iterations_per_s", m.iterations_per_s()}};
+                      {"iterations_per_s", m.iterations_per_s()},
+                      {"cpu_seconds", m.cpu_seconds},
+                      {"cpu_s_per_gb", m.cpu_s_per_gb()}};
   if (!m.iteration_us.empty()) {
     j["p50_us"] = m.percentile_us(0.5);
     j["p99_us"] = m.percentile_us(0.99);
@@ -257,7 +272,10 @@ nlohmann::json to_json(const Measurement& m) {
 }
 
 nlohmann::json to_json(const Measurement& psched, const Measurement& tcp) {
-  return {{"psched", to_json(psched)}, {"tcp", to_json(tcp)}, {"ratio", ratio(psched, tcp)}};
+  return {{"psched", to_json(psched)},
+          {"tcp", to_json(tcp)},
+          {"ratio", ratio(psched, tcp)},
+          {"cpu_ratio", cpu_ratio(psched, tcp)}};
 }
 
 void write_json(const std::string& path, const Options& options,

@@ -109,7 +109,7 @@ class Client {
   PendingPushes::iterator find_push(VariableHandle handle, Step step);
 
   ClientOptions options_;
-  LoopThread thread_;
+  LoopThread thread_{"psched-client"};
   // Built, used and destroyed on the loop thread (the connector outlives the links):
   std::unique_ptr<ShardConnector> connector_;
   std::unique_ptr<Worker> worker_;

@@ -5,11 +5,24 @@
 #include <latch>
 #include <mutex>
 
+#include <pthread.h>
+
 namespace psched {
 
-ForkJoinPool::ForkJoinPool(unsigned helpers) : helpers_(helpers), pool_(helpers ? helpers : 1) {}
+ForkJoinPool::ForkJoinPool(unsigned helpers) : helpers_(helpers), pool_(helpers ? helpers : 1) {
+  // One naming job per thread: each waits for all the others, so no thread takes two.
+  std::latch named(static_cast<std::ptrdiff_t>(helpers));
+  for (unsigned h = 0; h < helpers; ++h)
+    boost::asio::post(pool_, [&named] {
+      pthread_setname_np(pthread_self(), "psched-apply");
+      named.arrive_and_wait();
+    });
+  named.wait();
+}
 
-ForkJoinPool::~ForkJoinPool() { pool_.join(); }
+ForkJoinPool::~ForkJoinPool() {
+  pool_.join();
+}
 
 void ForkJoinPool::run(size_t pieces, const std::function<void(size_t)>& piece) {
   // Pieces are claimed from a shared counter, so a slow thread never holds the others up.

@@ -14,7 +14,8 @@ namespace psched {
 
 class ForkJoinPool {
  public:
-  // `helpers` threads besides the caller, which always runs a share too.
+  // `helpers` threads besides the caller, which always runs a share too; they are named
+  // "psched-apply" (as top and perf show them).
   explicit ForkJoinPool(unsigned helpers);
   ~ForkJoinPool();  // joins
 

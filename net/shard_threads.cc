@@ -10,7 +10,7 @@ namespace psched {
 // dropped on that thread only.
 struct ShardThreads::Group {
   std::vector<ShardId> shards;
-  LoopThread thread;
+  LoopThread thread{"psched-shard"};
   std::unique_ptr<ShardHost> host;
   kj::Promise<void> checkpointing = nullptr;
   kj::Promise<void> liveness = nullptr;
