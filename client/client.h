@@ -31,7 +31,7 @@
 #include "actors/variable_spec.h"
 #include "client/worker.h"
 #include "common/histogram.h"
-#include "net/shard_connector.h"
+#include "link/shard_connector.h"
 
 namespace psched {
 

@@ -12,8 +12,8 @@
 #include "actors/gradient_pusher.h"
 #include "actors/scheduler.h"
 #include "net/cluster_layout.h"
-#include "net/rpc_transport.h"
-#include "net/shard_link.h"
+#include "link/rpc_transport.h"
+#include "link/shard_link.h"
 
 namespace psched {
 

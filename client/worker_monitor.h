@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/client.h"
-#include "net/http_server.h"
+#include "view/http_server.h"
 
 namespace psched {
 

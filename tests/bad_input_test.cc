@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
-#include "net/shard_service.h"
+#include "server/shard_service.h"
 #include "net/wire_convert.h"
 #include "tests/cluster.h"
 

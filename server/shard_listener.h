@@ -11,9 +11,9 @@
 #include <kj/compat/tls.h>
 #include <kj/timer.h>
 
-#include "net/connection_admission.h"
+#include "server/connection_admission.h"
 #include "net/rpc_connection.h"
-#include "net/shard_service.h"
+#include "server/shard_service.h"
 
 namespace psched {
 

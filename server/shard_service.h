@@ -13,8 +13,8 @@
 
 #include "actors/variable_shard.h"
 #include "config/deployment.h"
-#include "net/answer_order.h"
-#include "net/connection_admission.h"
+#include "server/answer_order.h"
+#include "server/connection_admission.h"
 #include "net/psched.capnp.h"
 
 namespace psched {

@@ -9,9 +9,9 @@
 
 #include <chrono>
 
-#include "net/http_server.h"
-#include "net/shard_listener.h"
-#include "net/shard_report.h"
+#include "view/http_server.h"
+#include "server/shard_listener.h"
+#include "server/shard_report.h"
 
 namespace psched {
 
