@@ -42,6 +42,17 @@ struct AutotunerOptions {
   uint64_t first_step = 4;  // a power of two, at least 2
 };
 
+// What the autotuner is doing, for reports (GradientPusher::tuning, Client::tuning).
+struct TuningState {
+  bool enabled = false;
+  TuningPoint current;
+  bool converged = false;
+  int searches = 0;
+  double tuned_seconds = 0;
+  uint64_t iterations = 0;       // iteration times measured so far
+  uint64_t converged_after = 0;  // `iterations` when the latest search converged (0: not yet)
+};
+
 class Autotuner {
  public:
   // Starts searching from `start` (rounded to the grid and bounds).

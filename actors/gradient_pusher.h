@@ -20,11 +20,9 @@
 #include "actors/autotuner.h"
 #include "actors/partition_task.h"
 #include "actors/scheduler.h"
+#include "actors/variable_handle.h"
 
 namespace psched {
-
-// A client-local handle for a registered variable (index in registration order).
-using VariableHandle = Strong<struct VariableHandleTag, uint32_t>;
 
 // One shard's part of a registered variable, with the id that shard gave it.
 struct PlacedPart {
@@ -43,17 +41,6 @@ struct VariablePlan {
   // The trainer's parameter memory (elements * element_bytes(dtype) bytes). Fresh values are
   // written here. Owner: the trainer, alive while the variable is registered.
   std::byte* value = nullptr;
-};
-
-// What the autotuner is doing, for reports.
-struct TuningState {
-  bool enabled = false;
-  TuningPoint current;
-  bool converged = false;
-  int searches = 0;
-  double tuned_seconds = 0;
-  uint64_t iterations = 0;       // iteration times measured so far
-  uint64_t converged_after = 0;  // `iterations` when the latest search converged (0: not yet)
 };
 
 class GradientPusher : public Actor {

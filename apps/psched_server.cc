@@ -12,8 +12,8 @@
 #include "common/log.h"
 #include "common/malloc_tuning.h"
 #include "config/deployment.h"
-#include "net/shard_monitor.h"
-#include "net/shard_threads.h"
+#include "server/shard_monitor.h"
+#include "server/shard_threads.h"
 
 namespace {
 

@@ -24,7 +24,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "config/byte_size.h"
-#include "net/shard_threads.h"
+#include "link/stream_wrapper.h"
+#include "server/shard_threads.h"
 
 namespace psched::bench {
 namespace {
@@ -109,24 +110,30 @@ DeploymentConfig cluster_config(const Options& o, const std::string& host) {
   return config;
 }
 
-// One worker's up- and downlink, made on its client's KJ thread at the first connection.
-struct WorkerLinks {
-  double bytes_per_s;
-  std::unique_ptr<LinkShaper> up, down;
+// One worker's up- and downlink, made on its client's KJ thread at the first connection; every
+// connection of that client goes through them.
+class WorkerLinks : public StreamWrapper {
+ public:
+  explicit WorkerLinks(double bytes_per_s) : bytes_per_s_(bytes_per_s) {}
+
+  kj::Own<kj::AsyncIoStream> wrap(kj::Own<kj::AsyncIoStream> stream, kj::Timer& timer) override {
+    if (!up_) {
+      up_ = std::make_unique<LinkShaper>(timer, bytes_per_s_);
+      down_ = std::make_unique<LinkShaper>(timer, bytes_per_s_);
+    }
+    return kj::Own<kj::AsyncIoStream>(kj::heap<ShapedStream>(kj::mv(stream), *up_, *down_));
+  }
+
+ private:
+  double bytes_per_s_;
+  std::unique_ptr<LinkShaper> up_, down_;
 };
 
 ClientOptions client_options(const DeploymentConfig& config, uint32_t worker,
                              SchedulerConfig scheduler, std::shared_ptr<WorkerLinks> links) {
   ClientOptions options = ClientOptions::from_config(config, WorkerId(worker));
   options.scheduler = scheduler;
-  options.wrap_stream = [links](kj::Own<kj::AsyncIoStream> stream, kj::Timer& timer) {
-    if (!links->up) {
-      links->up = std::make_unique<LinkShaper>(timer, links->bytes_per_s);
-      links->down = std::make_unique<LinkShaper>(timer, links->bytes_per_s);
-    }
-    return kj::Own<kj::AsyncIoStream>(
-        kj::heap<ShapedStream>(kj::mv(stream), *links->up, *links->down));
-  };
+  options.wrap_stream = std::move(links);
   return options;
 }
 
@@ -179,8 +186,7 @@ std::unique_ptr<Client> connect_worker(const Shaping& shaping, const Options& o,
                                        SchedulerConfig scheduler) {
   DeploymentConfig config = cluster_config(o, "127.0.0.1");
   if (!shaping.netns) {
-    auto links =
-        std::make_shared<WorkerLinks>(WorkerLinks{shaping.link_bytes_per_s, nullptr, nullptr});
+    auto links = std::make_shared<WorkerLinks>(shaping.link_bytes_per_s);
     return std::make_unique<Client>(client_options(config, w, scheduler, links));
   }
   ClientOptions options = ClientOptions::from_config(config, WorkerId(w));

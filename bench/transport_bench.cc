@@ -21,7 +21,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "config/byte_size.h"
-#include "net/shard_threads.h"
+#include "server/shard_threads.h"
 
 namespace psched::bench {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/scheduler.h"
+#include "actors/scheduler_report.h"
 
 namespace psched {
 

@@ -1,11 +1,18 @@
 #include "client/client.h"
 
 #include <chrono>
+#include <future>
+#include <map>
+#include <mutex>
 
 #include <kj/async-io.h>
 
+#include "actors/loop_thread.h"
+#include "client/worker.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
+#include "link/shard_connector.h"
+#include "link/stream_wrapper.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -22,139 +29,180 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   return options;
 }
 
-Client::Client(ClientOptions options) : options_(std::move(options)) {
+struct Client::Impl {
+  // Connects on the loop thread; throws what start() rejects with.
+  explicit Impl(ClientOptions options);
+  ~Impl();
+
+  // On the loop thread: opens the links, connects the worker; resolves with the layout.
+  kj::Promise<ClusterLayout> start(kj::AsyncIoContext& io);
+  // The answer `ask(reply)` gives on the loop thread, where `ask` runs; blocks the caller.
+  template <typename T, typename Ask>
+  T ask_loop(Ask ask);
+  using PendingPushes = std::map<std::pair<uint32_t, Step>, std::future<void>>;
+  // The push of (handle, step); throws Error(invalid_argument) when there is none. Caller holds
+  // pushes_mutex.
+  PendingPushes::iterator find_push(VariableHandle handle, Step step);
+  // Drops the worker, then the connector, on the loop thread.
+  void stop();
+
+  ClientOptions options;
+  LoopThread thread{"psched-client"};
+  // Built, used and destroyed on the loop thread (the connector outlives the links):
+  std::unique_ptr<ShardConnector> connector;
+  std::unique_ptr<Worker> worker;
+  ClusterLayout layout;
+
+  std::mutex pushes_mutex;
+  // Guarded by pushes_mutex:
+  PendingPushes pushes;
+  Step newest_step = 0;  // the highest step pushed so far, and when its first push came
+  std::chrono::steady_clock::time_point newest_step_pushed;
+  Histogram iteration_seconds;
+};
+
+Client::Impl::Impl(ClientOptions options_in) : options(std::move(options_in)) {
   tune_malloc_for_large_messages();
   try {
-    layout_ = thread_.call([this](kj::AsyncIoContext& io) { return start(io); });
+    layout = thread.call([this](kj::AsyncIoContext& io) { return start(io); });
   } catch (...) {
-    thread_.call([this](kj::AsyncIoContext&) {
-      worker_.reset();
-      connector_.reset();
-    });
+    stop();
     throw;
   }
 }
 
-Client::~Client() {
-  thread_.call([this](kj::AsyncIoContext&) {
-    worker_.reset();
-    connector_.reset();
+Client::Impl::~Impl() {
+  stop();
+}
+
+void Client::Impl::stop() {
+  thread.call([this](kj::AsyncIoContext&) {
+    worker.reset();
+    connector.reset();
   });
 }
 
-kj::Promise<ClusterLayout> Client::start(kj::AsyncIoContext& io) {
-  connector_ = std::make_unique<ShardConnector>(io.provider->getNetwork(), options_.tls);
+kj::Promise<ClusterLayout> Client::Impl::start(kj::AsyncIoContext& io) {
+  connector = std::make_unique<ShardConnector>(io.provider->getNetwork(), options.tls);
   StreamWrap wrap;
-  if (options_.wrap_stream)
-    wrap = [this, &timer = io.provider->getTimer()](kj::Own<kj::AsyncIoStream> stream) {
-      return options_.wrap_stream(kj::mv(stream), timer);
-    };
+  if (options.wrap_stream)
+    wrap = [wrapper = options.wrap_stream, &timer = io.provider->getTimer()](
+               kj::Own<kj::AsyncIoStream> stream) { return wrapper->wrap(kj::mv(stream), timer); };
   ReconnectPolicy policy{.timer = &io.provider->getTimer()};
-  policy.timeout =
-      static_cast<int64_t>(options_.reconnect_timeout_seconds * 1e3) * kj::MILLISECONDS;
+  policy.timeout = static_cast<int64_t>(options.reconnect_timeout_seconds * 1e3) * kj::MILLISECONDS;
   std::vector<kj::Own<ShardLink>> links;
-  for (const std::string& address : options_.shards) {
-    StreamOpener open = [this, address, wrap] { return connector_->open(address, wrap); };
+  for (const std::string& address : options.shards) {
+    StreamOpener open = [this, address, wrap] { return connector->open(address, wrap); };
     links.push_back(
-        kj::heap<ShardLink>(address, std::move(open), options_.max_message_bytes, policy));
+        kj::heap<ShardLink>(address, std::move(open), options.max_message_bytes, policy));
   }
-  WorkerOptions worker{options_.worker, options_.token, options_.scheduler};
-  worker_ = std::make_unique<Worker>(thread_.loop(), kj::mv(links), worker);
-  return worker_->connect().then([this] { return worker_->layout(); });
+  WorkerOptions worker_options{options.worker, options.token, options.scheduler};
+  worker = std::make_unique<Worker>(thread.loop(), kj::mv(links), worker_options);
+  return worker->connect().then([this] { return worker->layout(); });
 }
 
 template <typename T, typename Ask>
-T Client::ask_loop(Ask ask) {
-  return thread_.call([ask = std::move(ask)](kj::AsyncIoContext&) mutable {
+T Client::Impl::ask_loop(Ask ask) {
+  return thread.call([ask = std::move(ask)](kj::AsyncIoContext&) mutable {
     auto [promise, f] = reply_promise<T>();
     ask([f = f](T v) { (*f)->fulfill(std::move(v)); });
     return kj::mv(promise);
   });
 }
 
-VariableHandle Client::register_variable(const VariableSpec& spec, std::span<std::byte> value,
-                                         bool use_server_optimizer) {
-  return thread_.call([this, spec, value, use_server_optimizer](kj::AsyncIoContext&) {
-    return worker_->register_variable(spec, value, use_server_optimizer);
-  });
-}
-
-void Client::pull(VariableHandle handle) {
-  thread_.call([this, handle](kj::AsyncIoContext&) { return worker_->pull(handle); });
-}
-
-void Client::push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
-  auto done = std::make_shared<std::promise<void>>();
-  {
-    std::lock_guard lock(pushes_mutex_);
-    auto [it, fresh] = pushes_.try_emplace({handle.value, step}, done->get_future());
-    if (!fresh)
-      fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
-           handle.value, step);
-    if (step > newest_step_) {
-      auto now = std::chrono::steady_clock::now();
-      if (newest_step_ > 0)
-        iteration_seconds_.observe(
-            std::chrono::duration<double>(now - newest_step_pushed_).count());
-      newest_step_ = step;
-      newest_step_pushed_ = now;
-    }
-  }
-  // The one hop of a push; its `done` wakes the trainer's wait once.
-  thread_.loop().post([this, handle, step, gradient, done] {
-    worker_->push(handle, step, gradient, [done](std::exception_ptr error) {
-      error ? done->set_exception(error) : done->set_value();
-    });
-  });
-}
-
-Client::PendingPushes::iterator Client::find_push(VariableHandle handle, Step step) {
-  auto it = pushes_.find({handle.value, step});
-  if (it == pushes_.end())
+Client::Impl::PendingPushes::iterator Client::Impl::find_push(VariableHandle handle, Step step) {
+  auto it = pushes.find({handle.value, step});
+  if (it == pushes.end())
     fail(ErrorCode::invalid_argument,
          "variable handle {} step {}: no such push (never pushed, or already waited for)",
          handle.value, step);
   return it;
 }
 
+Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Client::~Client() = default;
+
+const ClusterLayout& Client::layout() const {
+  return impl_->layout;
+}
+
+VariableHandle Client::register_variable(const VariableSpec& spec, std::span<std::byte> value,
+                                         bool use_server_optimizer) {
+  return impl_->thread.call([this, spec, value, use_server_optimizer](kj::AsyncIoContext&) {
+    return impl_->worker->register_variable(spec, value, use_server_optimizer);
+  });
+}
+
+void Client::pull(VariableHandle handle) {
+  impl_->thread.call([this, handle](kj::AsyncIoContext&) { return impl_->worker->pull(handle); });
+}
+
+void Client::push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
+  auto done = std::make_shared<std::promise<void>>();
+  {
+    std::lock_guard lock(impl_->pushes_mutex);
+    auto [it, fresh] = impl_->pushes.try_emplace({handle.value, step}, done->get_future());
+    if (!fresh)
+      fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
+           handle.value, step);
+    if (step > impl_->newest_step) {
+      auto now = std::chrono::steady_clock::now();
+      if (impl_->newest_step > 0)
+        impl_->iteration_seconds.observe(
+            std::chrono::duration<double>(now - impl_->newest_step_pushed).count());
+      impl_->newest_step = step;
+      impl_->newest_step_pushed = now;
+    }
+  }
+  // The one hop of a push; its `done` wakes the trainer's wait once.
+  impl_->thread.loop().post([this, handle, step, gradient, done] {
+    impl_->worker->push(handle, step, gradient, [done](std::exception_ptr error) {
+      error ? done->set_exception(error) : done->set_value();
+    });
+  });
+}
+
 void Client::wait(VariableHandle handle, Step step) {
   std::future<void> done;
   {
-    std::lock_guard lock(pushes_mutex_);
-    auto it = find_push(handle, step);
+    std::lock_guard lock(impl_->pushes_mutex);
+    auto it = impl_->find_push(handle, step);
     done = std::move(it->second);
-    pushes_.erase(it);
+    impl_->pushes.erase(it);
   }
   done.get();
 }
 
 bool Client::ready(VariableHandle handle, Step step) {
-  std::lock_guard lock(pushes_mutex_);
-  return find_push(handle, step)->second.wait_for(std::chrono::seconds(0)) ==
+  std::lock_guard lock(impl_->pushes_mutex);
+  return impl_->find_push(handle, step)->second.wait_for(std::chrono::seconds(0)) ==
          std::future_status::ready;
 }
 
 SchedulerStats Client::scheduler_stats() {
-  return ask_loop<SchedulerStats>([this](auto reply) { worker_->scheduler().stats(reply); });
+  return impl_->ask_loop<SchedulerStats>(
+      [this](auto reply) { impl_->worker->scheduler().stats(reply); });
 }
 
 TuningState Client::tuning() {
-  return ask_loop<TuningState>([this](auto reply) { worker_->pusher().tuning(reply); });
+  return impl_->ask_loop<TuningState>(
+      [this](auto reply) { impl_->worker->pusher().tuning(reply); });
 }
 
 std::vector<TaskRecord> Client::take_records() {
-  return ask_loop<std::vector<TaskRecord>>(
-      [this](auto reply) { worker_->scheduler().take_records(reply); });
+  return impl_->ask_loop<std::vector<TaskRecord>>(
+      [this](auto reply) { impl_->worker->scheduler().take_records(reply); });
 }
 
 void Client::stats(std::function<void(WorkerStats)> reply) {
   WorkerStats stats;
-  stats.worker = options_.worker;
+  stats.worker = impl_->options.worker;
   {
-    std::lock_guard lock(pushes_mutex_);
-    stats.iteration_seconds = iteration_seconds_;
+    std::lock_guard lock(impl_->pushes_mutex);
+    stats.iteration_seconds = impl_->iteration_seconds;
   }
-  worker_->scheduler().stats([stats, reply = std::move(reply)](SchedulerStats s) mutable {
+  impl_->worker->scheduler().stats([stats, reply = std::move(reply)](SchedulerStats s) mutable {
     stats.scheduler = std::move(s);
     reply(std::move(stats));
   });

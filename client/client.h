@@ -12,28 +12,31 @@
 // worker's actors (actors/actor.h): a push crosses to it once, and a wait is woken once when the
 // push is done. All methods may be called from any thread. Creating one tunes the process's
 // malloc for large messages (common/malloc_tuning.h).
+//
+// This header includes neither KJ nor generated Cap'n Proto code, directly or through the
+// headers it includes (client/client_header_check.cc fails the build if it does): what runs on
+// the loop thread is in client.cc.
 #pragma once
 
-#include <chrono>
+#include <cstdint>
 #include <functional>
-#include <future>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include <kj/async-io.h>
-
-#include "actors/loop_thread.h"
+#include "actors/autotuner.h"
+#include "actors/scheduler_report.h"
+#include "actors/variable_handle.h"
 #include "actors/variable_spec.h"
-#include "client/worker.h"
 #include "common/histogram.h"
-#include "net/shard_connector.h"
+#include "config/deployment.h"
+#include "net/cluster_layout.h"
 
 namespace psched {
+
+class StreamWrapper;  // link/stream_wrapper.h
 
 struct ClientOptions {
   std::vector<std::string> shards;  // "host:port" of every shard, in config order
@@ -45,8 +48,8 @@ struct ClientOptions {
   // Present: connect over TLS, trusting tls->ca_file (read when the client starts; net/tls.h).
   std::optional<TlsConfig> tls;
   // Optional: wraps each shard connection's stream on the client's loop thread (benchmarks
-  // shape bandwidth with it). The timer is that thread's.
-  std::function<kj::Own<kj::AsyncIoStream>(kj::Own<kj::AsyncIoStream>, kj::Timer&)> wrap_stream;
+  // shape bandwidth with it). Shared by the clients given these options.
+  std::shared_ptr<StreamWrapper> wrap_stream;
 
   // Shards, token, TLS, scheduler and limits from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
@@ -64,13 +67,13 @@ class Client {
  public:
   // Connects to every shard. Throws psched::Error (bad_token, disconnected, ...) on failure.
   // A connection lost later is re-opened for up to reconnect_timeout_seconds, and what was in
-  // flight on it is sent again (net/shard_link.h): the trainer notices nothing but the delay.
+  // flight on it is sent again (link/shard_link.h): the trainer notices nothing but the delay.
   explicit Client(ClientOptions options);
   ~Client();  // waits for nothing: pushes still in flight are abandoned
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  const ClusterLayout& layout() const { return layout_; }
+  const ClusterLayout& layout() const;
 
   // Registers a variable. `value` is the trainer's parameter memory: its content is the
   // initial value (the first registration of a name wins; call pull() to adopt it) and fresh
@@ -98,29 +101,10 @@ class Client {
   TuningState tuning();
 
  private:
-  // On the loop thread: opens the links, connects the worker; resolves with the layout.
-  kj::Promise<ClusterLayout> start(kj::AsyncIoContext& io);
-  // The answer `ask(reply)` gives on the loop thread, where `ask` runs; blocks the caller.
-  template <typename T, typename Ask>
-  T ask_loop(Ask ask);
-  using PendingPushes = std::map<std::pair<uint32_t, Step>, std::future<void>>;
-  // The push of (handle, step); throws Error(invalid_argument) when there is none. Caller holds
-  // pushes_mutex_.
-  PendingPushes::iterator find_push(VariableHandle handle, Step step);
-
-  ClientOptions options_;
-  LoopThread thread_{"psched-client"};
-  // Built, used and destroyed on the loop thread (the connector outlives the links):
-  std::unique_ptr<ShardConnector> connector_;
-  std::unique_ptr<Worker> worker_;
-  ClusterLayout layout_;
-
-  std::mutex pushes_mutex_;
-  // Guarded by pushes_mutex_:
-  PendingPushes pushes_;
-  Step newest_step_ = 0;  // the highest step pushed so far, and when its first push came
-  std::chrono::steady_clock::time_point newest_step_pushed_;
-  Histogram iteration_seconds_;
+  // The loop thread, the connector and Worker on it, and the pushes not yet waited for
+  // (client.cc).
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace psched

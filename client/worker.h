@@ -11,9 +11,9 @@
 
 #include "actors/gradient_pusher.h"
 #include "actors/scheduler.h"
+#include "link/rpc_transport.h"
+#include "link/shard_link.h"
 #include "net/cluster_layout.h"
-#include "net/rpc_transport.h"
-#include "net/shard_link.h"
 
 namespace psched {
 
@@ -43,7 +43,7 @@ class Worker {
   // Overwrites the variable's memory with the shards' current value.
   kj::Promise<void> pull(VariableHandle handle);
   // Registrations, pulls and pushes whose connection is lost are sent again once the link
-  // has reconnected (net/shard_link.h); they fail only when it gives up.
+  // has reconnected (link/shard_link.h); they fail only when it gives up.
 
   // Pushes the whole gradient of `handle` for `step`; `done` runs (on the loop) when every
   // partition's fresh value is in the variable's memory. The caller keeps `gradient` alive

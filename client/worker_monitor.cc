@@ -1,6 +1,6 @@
 #include "client/worker_monitor.h"
 
-#include "net/metrics.h"
+#include "view/metrics.h"
 
 namespace psched {
 

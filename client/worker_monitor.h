@@ -1,5 +1,5 @@
 // The operator view of a worker: GET /metrics (Prometheus) and GET /status (JSON) for a
-// Client, served by an HttpServer (net/http_server.h) the application owns:
+// Client, served by an HttpServer (view/http_server.h) the application owns:
 //
 //   psched::Client client(...);
 //   psched::HttpServer http(psched::parse_listen_address("127.0.0.1:9500"),
@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/client.h"
-#include "net/http_server.h"
+#include "view/http_server.h"
 
 namespace psched {
 

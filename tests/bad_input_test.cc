@@ -5,8 +5,8 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
-#include "net/shard_service.h"
 #include "net/wire_convert.h"
+#include "server/shard_service.h"
 #include "tests/cluster.h"
 
 using namespace psched;

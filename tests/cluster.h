@@ -14,7 +14,7 @@
 
 #include "client/worker.h"
 #include "config/deployment.h"
-#include "net/shard_host.h"
+#include "server/shard_host.h"
 #include "tests/cutting_stream.h"
 
 namespace psched::testing {

@@ -18,7 +18,7 @@
 
 #include "actors/variable_shard.h"
 #include "config/deployment.h"
-#include "net/shard_listener.h"
+#include "server/shard_listener.h"
 
 namespace psched::fuzz {
 

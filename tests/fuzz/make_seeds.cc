@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "net/shard_link.h"
+#include "link/shard_link.h"
 #include "tests/fuzz/fuzz_shard.h"
 
 using namespace psched;

@@ -1,4 +1,4 @@
-#include "net/shard_connector.h"
+#include "link/shard_connector.h"
 
 #include "common/error.h"
 #include "net/tls.h"

@@ -1,7 +1,7 @@
-#include "net/shard_monitor.h"
+#include "server/shard_monitor.h"
 
-#include "net/dashboard_html.h"
-#include "net/metrics.h"
+#include "server/dashboard_html.h"
+#include "view/metrics.h"
 
 namespace psched {
 

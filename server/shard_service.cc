@@ -1,4 +1,4 @@
-#include "net/shard_service.h"
+#include "server/shard_service.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "net/shard_link.h"
+#include "link/shard_link.h"
 
 #include <cstring>
 

@@ -1,6 +1,6 @@
 // ShardMonitor: serves one hosted shard's operator view over HTTP on its configured `http`
 // address: GET /metrics (Prometheus), GET /status (JSON) and GET / (the live dashboard,
-// net/dashboard.html, built into the binary).
+// server/dashboard.html, built into the binary).
 //
 // Each request asks the shard actor for a snapshot (one message to its loop, which copies
 // counters) and answers from the copy; the connection count is an atomic. Nothing here
@@ -9,9 +9,9 @@
 
 #include <chrono>
 
-#include "net/http_server.h"
-#include "net/shard_listener.h"
-#include "net/shard_report.h"
+#include "server/shard_listener.h"
+#include "server/shard_report.h"
+#include "view/http_server.h"
 
 namespace psched {
 

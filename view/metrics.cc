@@ -1,4 +1,4 @@
-#include "net/metrics.h"
+#include "view/metrics.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "net/shard_host.h"
+#include "server/shard_host.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,9 +1,9 @@
-#include "net/shard_report.h"
+#include "server/shard_report.h"
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
-#include "net/metrics.h"
+#include "view/metrics.h"
 
 namespace psched {
 namespace {

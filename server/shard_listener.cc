@@ -1,4 +1,4 @@
-#include "net/shard_listener.h"
+#include "server/shard_listener.h"
 
 #include "common/log.h"
 #include "net/frame_deadline.h"

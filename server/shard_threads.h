@@ -10,7 +10,7 @@
 
 #include "actors/loop_thread.h"
 #include "common/fork_join_pool.h"
-#include "net/shard_host.h"
+#include "server/shard_host.h"
 
 namespace psched {
 

@@ -1,4 +1,4 @@
-#include "net/connection_admission.h"
+#include "server/connection_admission.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

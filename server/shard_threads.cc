@@ -1,4 +1,4 @@
-#include "net/shard_threads.h"
+#include "server/shard_threads.h"
 
 #include <algorithm>
 

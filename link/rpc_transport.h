@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "actors/partition_task.h"
-#include "net/shard_link.h"
+#include "link/shard_link.h"
 
 namespace psched {
 

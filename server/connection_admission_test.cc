@@ -1,5 +1,5 @@
 // Which connections get into a shard, and how refusals are logged.
-#include "net/connection_admission.h"
+#include "server/connection_admission.h"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-#include "net/http_server.h"
+#include "view/http_server.h"
 
 #include <array>
 #include <optional>

@@ -1,4 +1,4 @@
-#include "net/rpc_transport.h"
+#include "link/rpc_transport.h"
 
 #include "common/check.h"
 #include "common/log.h"

@@ -7,7 +7,7 @@
 //   - one that has not authenticated limits.auth_timeout_seconds after it opened is closed
 //     (PostgreSQL's authentication_timeout; ShardListener runs the clock);
 //   - at most limits.max_connections are authenticated; one more `connect` is refused with
-//     [overloaded] naming the shard and the limit, and the worker retries (net/shard_link.h).
+//     [overloaded] naming the shard and the limit, and the worker retries (link/shard_link.h).
 //
 // Every refusal is logged with the peer's address and the reason, through a RefusalLog, so a
 // flood cannot fill the disk.

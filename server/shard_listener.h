@@ -11,9 +11,9 @@
 #include <kj/compat/tls.h>
 #include <kj/timer.h>
 
-#include "net/connection_admission.h"
 #include "net/rpc_connection.h"
-#include "net/shard_service.h"
+#include "server/connection_admission.h"
+#include "server/shard_service.h"
 
 namespace psched {
 
@@ -28,7 +28,7 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
   // and one that has not completed `connect` within limits.auth_timeout_seconds is closed.
   kj::Promise<void> listen(kj::ConnectionReceiver& receiver, kj::Timer& timer);
   // Serves one already-open stream from `peer` (tests use in-memory pipes), after the TLS
-  // handshake, as ConnectionAdmission (net/connection_admission.h) lets it. A connection's
+  // handshake, as ConnectionAdmission (server/connection_admission.h) lets it. A connection's
   // unanswered calls may hold twice limits.max_message_bytes plus 1 KiB per allowed waiting
   // poll before the shard stops reading from it.
   void serve(kj::Own<kj::AsyncIoStream> stream, std::string peer = "a local stream");

@@ -1,4 +1,4 @@
-#include "net/answer_order.h"
+#include "server/answer_order.h"
 
 namespace psched {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "actors/variable_shard.h"
-#include "net/shard_listener.h"
+#include "server/shard_listener.h"
 
 namespace psched {
 

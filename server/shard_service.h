@@ -13,9 +13,9 @@
 
 #include "actors/variable_shard.h"
 #include "config/deployment.h"
-#include "net/answer_order.h"
-#include "net/connection_admission.h"
 #include "net/psched.capnp.h"
+#include "server/answer_order.h"
+#include "server/connection_admission.h"
 
 namespace psched {
 
