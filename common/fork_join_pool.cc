@@ -3,6 +3,7 @@
 #include <atomic>
 #include <exception>
 #include <latch>
+#include <memory>
 #include <mutex>
 
 #include <pthread.h>
@@ -10,14 +11,15 @@
 namespace psched {
 
 ForkJoinPool::ForkJoinPool(unsigned helpers) : helpers_(helpers), pool_(helpers ? helpers : 1) {
-  // One naming job per thread: each waits for all the others, so no thread takes two.
-  std::latch named(static_cast<std::ptrdiff_t>(helpers));
+  // One naming job per thread: each waits for all the others, so no thread takes two. The
+  // jobs share the latch: the last one out of arrive_and_wait may leave after this returns.
+  auto named = std::make_shared<std::latch>(static_cast<std::ptrdiff_t>(helpers));
   for (unsigned h = 0; h < helpers; ++h)
-    boost::asio::post(pool_, [&named] {
+    boost::asio::post(pool_, [named] {
       pthread_setname_np(pthread_self(), "psched-apply");
-      named.arrive_and_wait();
+      named->arrive_and_wait();
     });
-  named.wait();
+  named->wait();
 }
 
 ForkJoinPool::~ForkJoinPool() {
