@@ -1,5 +1,5 @@
 // psched-bench: iteration time of emulated training on a model profile through real shards over
-// shaped links, for each scheduling policy, against the fluid-model ideal (DESIGN.md §6).
+// shaped links, for each scheduling policy, against the fluid-model ideal (docs/design.md §10).
 #include <sys/resource.h>
 #include <unistd.h>
 
