@@ -9,7 +9,9 @@ namespace psched {
 
 ForkJoinPool::ForkJoinPool(unsigned helpers) : helpers_(helpers), pool_(helpers ? helpers : 1) {}
 
-ForkJoinPool::~ForkJoinPool() { pool_.join(); }
+ForkJoinPool::~ForkJoinPool() {
+  pool_.join();
+}
 
 void ForkJoinPool::run(size_t pieces, const std::function<void(size_t)>& piece) {
   // Pieces are claimed from a shared counter, so a slow thread never holds the others up.
