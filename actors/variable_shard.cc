@@ -8,6 +8,7 @@
 #include "actors/state_codec.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/wall_clock.h"
 
 namespace psched {
 namespace {
@@ -18,12 +19,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint8_t kRegisterRecord = 'R';
 constexpr uint8_t kPushRecord = 'P';
 constexpr uint8_t kTimeoutRecord = 'T';  // a sync step completed without its missing workers
-
-int64_t wall_clock_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -119,11 +114,11 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
     return;
   }
   log_push(worker, id, step, range, dtype, data);
-  PushOutcome outcome = variable.push(worker, step, range, dtype, data);
+  std::vector<ElementRange> applied = variable.push_checked(worker, step, range, data);
   stats_.bytes_received += data.size();
-  stats_.partitions_applied += outcome.applied.size();
+  stats_.partitions_applied += applied.size();
   PollKey key{variable.poll_owner(worker), id, step};
-  for (ElementRange r : outcome.applied) polls_.applied(key, r);
+  for (ElementRange r : applied) polls_.applied(key, r);
   if (settings_.mode == Mode::sync) track_sync_step(id, variable);
 }
 
