@@ -1,6 +1,6 @@
 // ShardStore: one shard's files on disk, checkpoints and update logs, in one directory.
 //
-//   shard-<id>.<generation>.ckpt  everything the shard held at one moment (VariableShard
+//   shard-<id>.<generation>.ckpt  everything the shard held at one moment (ShardDurability
 //                                 encodes it), checksummed (CRC-32), and whether an update log
 //                                 follows it (generation <generation>'s)
 //   shard-<id>.<generation>.log   every update accepted after that checkpoint, one
@@ -23,7 +23,7 @@
 //     (Error(corrupt_checkpoint) naming the file, the byte and what would be lost) unless the
 //     operator accepts the loss (psched-server --accept-log-loss): then it stops there.
 //
-// Not thread-safe: the owning VariableShard uses it on its strand, except that
+// Not thread-safe: the owning ShardDurability uses it on its shard's loop, except that
 // write_checkpoint may run on another thread while the strand appends to the newer log.
 #pragma once
 

@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/temp_dir.h"
 #include "actors/test_loop.h"
 #include "actors/variable_shard.h"
 #include "common/error.h"
@@ -21,20 +22,7 @@ using namespace psched;
 
 namespace {
 
-// A fresh directory per test, removed afterwards.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() /
-           fmt::format("psched-store-{}-{}", ::getpid(), counter()++);
-    std::filesystem::remove_all(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
+using testing::TempDir;
 
 // One shard process's life: built on a directory, restored, then driven by the test.
 struct ShardLife {

@@ -94,8 +94,13 @@ bool Variable::check(WorkerId worker, Step step, ElementRange range, DType dtype
 PushOutcome Variable::push(WorkerId worker, Step step, ElementRange range, DType dtype,
                            std::span<const std::byte> data) {
   if (check(worker, step, range, dtype, data)) return {.duplicate = true};
-  if (mode_ == Mode::sync) return {.applied = push_sync(worker, step, range, data)};
-  return {.applied = push_async(worker, step, range, data)};
+  return {.applied = push_checked(worker, step, range, data)};
+}
+
+std::vector<ElementRange> Variable::push_checked(WorkerId worker, Step step, ElementRange range,
+                                                 std::span<const std::byte> data) {
+  if (mode_ == Mode::sync) return push_sync(worker, step, range, data);
+  return push_async(worker, step, range, data);
 }
 
 std::vector<ElementRange> Variable::push_async(WorkerId worker, Step step, ElementRange range,

@@ -75,6 +75,10 @@ class Variable {
   // The validation push() does first: throws what it would throw; true for a duplicate.
   bool check(WorkerId worker, Step step, ElementRange range, DType dtype,
              std::span<const std::byte> data) const;
+  // push() after its check: for a caller that acts between the two (the shard logs the push).
+  // check() must have returned false for the same arguments, with nothing pushed since.
+  std::vector<ElementRange> push_checked(WorkerId worker, Step step, ElementRange range,
+                                         std::span<const std::byte> data);
 
   // The part of `range` whose update for `step` is not applied yet (empty: answer at once).
   // Throws on a range outside the part or a step from the future.

@@ -5,7 +5,6 @@
 
 #include <fmt/ranges.h>
 
-#include "actors/state_codec.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -13,17 +12,6 @@ namespace psched {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Update log record kinds.
-constexpr uint8_t kRegisterRecord = 'R';
-constexpr uint8_t kPushRecord = 'P';
-constexpr uint8_t kTimeoutRecord = 'T';  // a sync step completed without its missing workers
-
-int64_t wall_clock_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -33,11 +21,12 @@ double seconds_since(Clock::time_point start) {
 
 VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPool* apply_pool,
                              optim::ComputeDevice* device)
-    : Actor(loop), settings_(settings), apply_pool_(apply_pool), device_(device), polls_(loop) {}
-
-VariableShard::~VariableShard() {
-  *alive_ = false;
-}
+    : Actor(loop),
+      settings_(settings),
+      apply_pool_(apply_pool),
+      device_(device),
+      polls_(loop),
+      durability_(loop, settings_, *this) {}
 
 Variable& VariableShard::find(const char* what, VariableId id) {
   if (id.value >= variables_.size())
@@ -85,7 +74,7 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
          spec.name, initial.size(), part.size() * element_bytes(spec.dtype), part.size(),
          to_string(spec.dtype));
   optim::validate(spec.optimizer);
-  log_register(spec, part, initial);
+  durability_.log_register(spec, part, initial);
   VariableId id(static_cast<uint32_t>(variables_.size()));
   std::string name = spec.name;
   variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers,
@@ -118,12 +107,12 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
     ++(is_late(id, worker, step) ? stats_.pushes_late : stats_.pushes_duplicate);
     return;
   }
-  log_push(worker, id, step, range, dtype, data);
-  PushOutcome outcome = variable.push(worker, step, range, dtype, data);
+  durability_.log_push(worker, id, step, range, dtype, data);
+  std::vector<ElementRange> applied = variable.push_checked(worker, step, range, data);
   stats_.bytes_received += data.size();
-  stats_.partitions_applied += outcome.applied.size();
+  stats_.partitions_applied += applied.size();
   PollKey key{variable.poll_owner(worker), id, step};
-  for (ElementRange r : outcome.applied) polls_.applied(key, r);
+  for (ElementRange r : applied) polls_.applied(key, r);
   if (settings_.mode == Mode::sync) track_sync_step(id, variable);
 }
 
@@ -173,13 +162,7 @@ void VariableShard::time_out(VariableId id, Variable& variable, double waited_se
     step_began_[id.value] = Clock::now();  // fail the polls filed from now on after as long
     return;
   }
-  if (store_ && store_->logging()) {
-    ByteWriter record;
-    record.put(kTimeoutRecord);
-    record.put(id.value);
-    record.put(step);
-    store_->append(record.bytes());
-  }
+  durability_.log_timeout(id, step);
   for (ElementRange r : variable.complete_step_without_missing()) polls_.applied(key, r);
   completed_without_[id.value] = {step, std::move(missing)};
   step_began_.erase(id.value);
@@ -274,180 +257,69 @@ void VariableShard::shut_down(std::function<void()> done) {
   });
 }
 
-void VariableShard::log_register(const VariableSpec& spec, ElementRange part,
-                                 std::span<const std::byte> initial) {
-  if (!store_ || !store_->logging()) return;
-  ByteWriter record;
-  record.put(kRegisterRecord);
-  encode(record, spec);
-  encode(record, part);
-  record.blob(initial);
-  store_->append(record.bytes());
-}
-
-void VariableShard::log_push(WorkerId worker, VariableId id, Step step, ElementRange range,
-                             DType dtype, std::span<const std::byte> data) {
-  if (!store_ || !store_->logging()) return;
-  ByteWriter record;
-  record.put(kPushRecord);
-  record.put(worker.value);
-  record.put(id.value);
-  record.put(step);
-  encode(record, range);
-  record.put(static_cast<uint8_t>(dtype));
-  record.blob(data);
-  store_->append(record.bytes());
-}
-
-void VariableShard::replay(ByteReader& record) {
-  uint8_t kind = record.get<uint8_t>();
-  if (kind == kRegisterRecord) {
-    VariableSpec spec = decode_spec(record);
-    ElementRange part = decode_range(record);
-    auto initial = record.blob();
-    return do_register(spec, part, initial, [](std::exception_ptr, VariableId, bool) {});
-  }
-  if (kind == kTimeoutRecord) {
-    Variable& variable = find("replay", VariableId(record.get<uint32_t>()));
-    if (record.get<Step>() != variable.applied_step(kAllWorkers) + 1)
-      fail(ErrorCode::corrupt_checkpoint, "{}: a timed-out step out of order", record.what());
-    variable.complete_step_without_missing();
-    return;
-  }
-  if (kind != kPushRecord)
-    fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
-  WorkerId worker(record.get<uint32_t>());
-  VariableId id(record.get<uint32_t>());
-  Step step = record.get<Step>();
-  ElementRange range = decode_range(record);
-  auto dtype = static_cast<DType>(record.get<uint8_t>());
-  do_push(worker, id, step, range, dtype, record.blob());
-}
-
-std::vector<std::byte> VariableShard::snapshot() {
-  ByteWriter out;
-  out.put(settings_.id.value);
-  out.put(static_cast<uint8_t>(settings_.mode));
-  out.put(settings_.workers);
-  out.put(generation_);
-  out.put(wall_clock_ns());
-  out.put<uint64_t>(variables_.size());
-  for (const Variable& v : variables_) v.save(out);
-  return std::move(out.bytes());
-}
-
-std::vector<std::byte> VariableShard::begin_checkpoint() {
-  // The new log first: when it cannot be created, nothing changes and the old one stays.
-  if (settings_.update_log) store_->start_log(generation_ + 1);
-  ++generation_;
-  return snapshot();
-}
-
-std::filesystem::path VariableShard::write_checkpoint() {
-  std::filesystem::path file = store_->write_checkpoint(generation_, begin_checkpoint());
-  ++stats_.checkpoints_written;
-  return file;
-}
-
 void VariableShard::restore(std::function<void(std::exception_ptr, RestoreReport)> reply) {
   dispatch([this, reply = std::move(reply)] {
     RestoreReport report;
     try {
-      if (settings_.checkpoint_directory.empty())
-        fail(ErrorCode::bad_config, "shard {} has no checkpoint directory", settings_.id.value);
-      auto store = std::make_unique<ShardStore>(settings_.checkpoint_directory, settings_.id);
-      auto found = store->load_latest(report.skipped);
-      if (!found && !report.skipped.empty())
-        fail(ErrorCode::corrupt_checkpoint,
-             "shard {}: no valid checkpoint in {} ({} corrupt; move them away to start empty): {}",
-             settings_.id.value, settings_.checkpoint_directory.string(), report.skipped.size(),
-             report.skipped.front());
-      if (found) {
-        ByteReader in(found->payload, found->file.string());
-        load(in);
-        report.checkpoint = found->file;
-      }
-      auto replayed = store->replay(
-          found ? &*found : nullptr, [this](ByteReader& record) { replay(record); },
-          {.expect_logs = settings_.update_log, .accept_loss = settings_.accept_log_loss});
-      report.replayed = replayed.replayed;
-      report.skipped.insert(report.skipped.end(), replayed.dropped.begin(), replayed.dropped.end());
-      report.lost = std::move(replayed.lost);
-      if (!report.lost.empty())
-        log_error(
-            "{}; GOING ON WITHOUT THEM (--accept-log-loss): the shard is rolled back to "
-            "what it held before that point",
-            report.lost);
-      // Past every file there is, so the fresh checkpoint and log replace none of them.
-      generation_ = std::max(found ? found->generation : 0, store->newest_generation());
-      store_ = std::move(store);
-      report.written = write_checkpoint();
-      report.variables = variables_.size();
+      durability_.restore(report);
     } catch (...) {
       return reply(std::current_exception(), std::move(report));
     }
+    ++stats_.checkpoints_written;
+    report.variables = variables_.size();
     reply(nullptr, std::move(report));
   });
-}
-
-void VariableShard::load(ByteReader& in) {
-  uint32_t shard = in.get<uint32_t>();
-  auto mode = static_cast<Mode>(in.get<uint8_t>());
-  uint32_t workers = in.get<uint32_t>();
-  if (shard != settings_.id.value || mode != settings_.mode || workers != settings_.workers)
-    fail(ErrorCode::bad_config,
-         "{} holds shard {} in {} mode with {} workers; this deployment runs shard {} in {} mode "
-         "with {} workers",
-         in.what(), shard, mode == Mode::sync ? "sync" : "async", workers, settings_.id.value,
-         settings_.mode == Mode::sync ? "sync" : "async", settings_.workers);
-  in.get<uint64_t>();  // generation, also in the file name
-  in.get<int64_t>();   // written at
-  uint64_t count = in.get<uint64_t>();
-  for (uint64_t i = 0; i < count; ++i) {
-    variables_.push_back(
-        Variable::restore(in, settings_.mode, settings_.workers, apply_pool_, device_));
-    by_name_.emplace(variables_.back().spec().name, VariableId(static_cast<uint32_t>(i)));
-  }
-  if (!in.done())
-    fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes after the last variable", in.what(),
-         in.position());
-  stats_.variables = variables_.size();
 }
 
 void VariableShard::checkpoint(
     std::function<void(std::exception_ptr, std::filesystem::path)> reply) {
   dispatch([this, reply = std::move(reply)]() mutable {
     try {
-      if (!store_)
-        fail(ErrorCode::bad_config, "shard {}: checkpoint before restore, or no directory",
-             settings_.id.value);
-      auto payload = std::make_shared<std::vector<std::byte>>(begin_checkpoint());
-      if (!writer_) writer_ = std::make_unique<boost::asio::thread_pool>(1);
-      // The file is written off the loop: pushes go on meanwhile, into the new log.
-      boost::asio::post(*writer_, [this, generation = generation_, payload,
-                                   reply = std::move(reply), alive = alive_]() mutable {
-        std::exception_ptr error;
-        std::filesystem::path file;
-        try {
-          file = store_->write_checkpoint(generation, *payload);
-        } catch (...) {
-          error = std::current_exception();
+      durability_.checkpoint([this, reply](std::exception_ptr error, std::filesystem::path file) {
+        if (error) {
+          count_error(error);
+          return reply(error, {});
         }
-        post([this, error, file, reply = std::move(reply), alive = std::move(alive)] {
-          if (!*alive) return;
-          if (error) {
-            count_error(error);
-            return reply(error, {});
-          }
-          ++stats_.checkpoints_written;
-          reply(nullptr, file);
-        });
+        ++stats_.checkpoints_written;
+        reply(nullptr, file);
       });
     } catch (...) {
       count_error(std::current_exception());
       reply(std::current_exception(), {});
     }
   });
+}
+
+void VariableShard::save_variables(ByteWriter& out) const {
+  out.put<uint64_t>(variables_.size());
+  for (const Variable& v : variables_) v.save(out);
+}
+
+void VariableShard::load_variables(ByteReader& in) {
+  uint64_t count = in.get<uint64_t>();
+  for (uint64_t i = 0; i < count; ++i) {
+    variables_.push_back(
+        Variable::restore(in, settings_.mode, settings_.workers, apply_pool_, device_));
+    by_name_.emplace(variables_.back().spec().name, VariableId(static_cast<uint32_t>(i)));
+  }
+  stats_.variables = variables_.size();
+}
+
+void VariableShard::replay_register(VariableSpec& spec, ElementRange part,
+                                    std::span<const std::byte> initial) {
+  do_register(spec, part, initial, [](std::exception_ptr, VariableId, bool) {});
+}
+
+void VariableShard::replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
+                                DType dtype, std::span<const std::byte> data) {
+  do_push(worker, id, step, range, dtype, data);
+}
+
+void VariableShard::replay_timeout(VariableId id, Step step, const std::string& record) {
+  Variable& variable = find("replay", id);
+  if (step != variable.applied_step(kAllWorkers) + 1)
+    fail(ErrorCode::corrupt_checkpoint, "{}: a timed-out step out of order", record);
+  variable.complete_step_without_missing();
 }
 
 }  // namespace psched

@@ -1,6 +1,7 @@
 // VariableShard: the server-side actor that owns a set of variables (or this shard's ranges of
 // large ones) and their optimizer state, applies received partitions, and answers polls
-// through its PollRegistry.
+// through its PollRegistry. Its checkpoints and update log are its ShardDurability's
+// (actors/shard_durability.h).
 //
 // The shard lives on one event loop (actors/actor.h), the one that also owns its listener and
 // connections: calls from that loop run at once and reply before they return, except polls,
@@ -15,7 +16,6 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
-#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -23,9 +23,8 @@
 
 #include "actors/actor.h"
 #include "actors/poll_registry.h"
-#include "actors/shard_store.h"
+#include "actors/shard_durability.h"
 #include "actors/variable.h"
-#include "common/asio.h"
 #include "common/error.h"
 #include "common/histogram.h"
 #include "config/deployment.h"
@@ -44,16 +43,6 @@ struct ShardSettings {
   // restore() goes on past a damaged or missing update log (losing what it held) instead of
   // refusing to start: psched-server --accept-log-loss.
   bool accept_log_loss = false;
-};
-
-// What VariableShard::restore found and did.
-struct RestoreReport {
-  std::filesystem::path checkpoint;  // the checkpoint loaded; empty when none was found
-  uint64_t variables = 0;            // variable parts held after restoring
-  uint64_t replayed = 0;             // logged updates re-applied after the checkpoint
-  std::vector<std::string> skipped;  // corrupt checkpoints and torn log records, with reasons
-  std::string lost;  // with accept_log_loss: the damage gone past and the updates it lost
-  std::filesystem::path written;  // the fresh checkpoint written after restoring
 };
 
 // A request a shard failed, kept for operators (VariableShard keeps the newest few).
@@ -109,7 +98,7 @@ class FreshValue {
   Step step_;
 };
 
-class VariableShard : public Actor {
+class VariableShard : public Actor, private ShardDurability::State {
  public:
   static constexpr size_t kRecentErrors = 16;
 
@@ -123,7 +112,6 @@ class VariableShard : public Actor {
   // instead (a GPU); the apply pool is then unused.
   VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPool* apply_pool = nullptr,
                 optim::ComputeDevice* device = nullptr);
-  ~VariableShard();
 
   // Registers this shard's `part` of a variable with `initial` (part.size() elements).
   // Idempotent for the same spec; a different spec for the name fails with spec_conflict.
@@ -161,7 +149,7 @@ class VariableShard : public Actor {
   // settings.accept_log_loss (actors/shard_store.h).
   void restore(std::function<void(std::exception_ptr, RestoreReport)> reply);
   // Takes a checkpoint of everything the shard holds now and starts a new update log; the
-  // file is written on the shard's writer thread while pushes go on, then the reply comes
+  // file is written on a writer thread while pushes go on, then the reply comes
   // with its path. Checkpoints are written in the order taken. Requires a prior restore().
   void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply);
 
@@ -178,26 +166,19 @@ class VariableShard : public Actor {
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
   // Counts a failed request and keeps it among the recent errors. On the loop.
   void count_error(std::exception_ptr error);
-  // Appends a register or push record to the update log when logging. On the loop.
-  void log_register(const VariableSpec& spec, ElementRange part,
-                    std::span<const std::byte> initial);
-  void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
-                std::span<const std::byte> data);
   // Tracks when `variable`'s sync step began, after a push to it. On the loop.
   void track_sync_step(VariableId id, const Variable& variable);
   // Whether a duplicate push is a late one of a step completed without its worker.
   bool is_late(VariableId id, WorkerId worker, Step step) const;
   void time_out(VariableId id, Variable& variable, double waited_seconds);
-  // Re-applies one logged record (restore). On the loop.
-  void replay(ByteReader& record);
-  // Decodes a checkpoint's payload into the (empty) shard. On the loop.
-  void load(ByteReader& in);
-  // Everything the shard holds, encoded. On the loop.
-  std::vector<std::byte> snapshot();
-  // The next generation's snapshot, with its update log started. On the loop.
-  std::vector<std::byte> begin_checkpoint();
-  // begin_checkpoint, written before returning (restore, before serving). On the loop.
-  std::filesystem::path write_checkpoint();
+  // ShardDurability::State, called by durability_ on the loop.
+  void save_variables(ByteWriter& out) const override;
+  void load_variables(ByteReader& in) override;
+  void replay_register(VariableSpec& spec, ElementRange part,
+                       std::span<const std::byte> initial) override;
+  void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
+                   std::span<const std::byte> data) override;
+  void replay_timeout(VariableId id, Step step, const std::string& record) override;
 
   ShardSettings settings_;
   ForkJoinPool* apply_pool_;
@@ -212,14 +193,7 @@ class VariableShard : public Actor {
   std::unordered_map<uint32_t, std::chrono::steady_clock::time_point> step_began_;
   // Sync mode: per variable, the last step completed without some workers, and those workers.
   std::unordered_map<uint32_t, std::pair<Step, std::vector<uint32_t>>> completed_without_;
-  std::unique_ptr<ShardStore> store_;  // after restore(), when a directory is configured
-  uint64_t generation_ = 0;            // of the newest checkpoint taken
-  // Expires with the shard: a checkpoint's reply, posted back from the writer thread, may
-  // reach the loop after the shard went.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  // Writes checkpoint files, one after another; started by the first checkpoint(). Last: it
-  // joins first, while the store lives.
-  std::unique_ptr<boost::asio::thread_pool> writer_;
+  ShardDurability durability_;
 };
 
 }  // namespace psched

@@ -1,4 +1,4 @@
-// psched-apply-bench: how fast a shard applies the optimizer (DESIGN.md section 6, "Apply";
+// psched-apply-bench: how fast a shard applies the optimizer (docs/design.md section 10;
 // docs/benchmarks.md, docs/gpu.md). Every figure is set against a copy of the same bytes
 // measured in the same run:
 //   cpu rows  every optimizer: Variable::push on one thread and over the apply pool, against

@@ -1,4 +1,4 @@
-// The scheduling benchmark's reference figures (DESIGN.md section 6, "Scheduling"): one
+// The scheduling benchmark's reference figures (docs/design.md section 10, "Scheduling"): one
 // iteration of a layer profile through a fluid model of the worker's link, computed exactly by
 // an event-driven simulation. `FluidPolicy::priority` is the **ideal**, the limit of
 // partitioned strict priority as partitions get infinitely fine (preemption at any byte, each

@@ -1,5 +1,5 @@
 // psched-bench: iteration time of emulated training on a model profile through real shards over
-// shaped links, for each scheduling policy, against the fluid-model ideal (DESIGN.md §6).
+// shaped links, for each scheduling policy, against the fluid-model ideal (docs/design.md §10).
 #include <unistd.h>
 
 #include <atomic>
@@ -61,9 +61,9 @@ struct Options {
 
 // "1gbit", "250mbit", "64kbit", "8000bit" or plain bits per second; returns bytes per second.
 double parse_rate(const std::string& text) {
-  static const std::pair<const char*, double> units[] = {
+  static const std::pair<const char*, double> kUnits[] = {
       {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}};
-  for (auto [suffix, scale] : units) {
+  for (auto [suffix, scale] : kUnits) {
     std::string_view s(text), u(suffix);
     if (s.size() > u.size() && s.substr(s.size() - u.size()) == u)
       return std::stod(std::string(s.substr(0, s.size() - u.size()))) * scale / 8;

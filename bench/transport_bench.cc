@@ -1,6 +1,6 @@
 // psched-transport-bench: push throughput and latency per partition size through a real
 // psched shard (Client -> Cap'n Proto RPC -> ShardHost, all on 127.0.0.1 in this process)
-// against a plain TCP echo on the same loopback, in the same run (DESIGN.md section 6).
+// against a plain TCP echo on the same loopback, in the same run (docs/design.md section 10).
 // The ratios are the result; absolute figures only orient (the machine is shared).
 #include <chrono>
 #include <cstdio>

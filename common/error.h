@@ -66,8 +66,7 @@ bool parse_error_code(std::string_view name, ErrorCode& out);
 // An expected failure: a code and a message that says what was expected, the values, and where.
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, std::string message)
-      : std::runtime_error(std::move(message)), code_(code) {}
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   ErrorCode code() const { return code_; }
 
  private:

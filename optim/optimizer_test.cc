@@ -13,8 +13,8 @@
 namespace psched::optim::testing {
 namespace {
 
-constexpr double inf = std::numeric_limits<double>::infinity();
-constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
 // The message validate() throws for `spec`, or "" if it accepts it.
 std::string rejection(const OptimizerSpec& spec) {
@@ -64,8 +64,9 @@ TEST_CASE("validate accepts torch's defaults and every tested option combination
     CAPTURE(to_string(kind));
     CHECK(rejection(OptimizerSpec{.kind = kind}) == "");
   }
-  for (const auto& [name, spec] : all_option_combinations()) {
-    CAPTURE(name);
+  for (const NamedSpec& combination : all_option_combinations()) {
+    CAPTURE(combination.name);  // not a structured binding: clang 14 cannot capture one
+    const OptimizerSpec& spec = combination.spec;
     CHECK(rejection(spec) == "");
   }
 }
@@ -83,8 +84,8 @@ TEST_CASE("validate rejects each out-of-range hyper-parameter") {
     std::string_view expected;  // a part of the message
   };
   const Case cases[] = {
-      {with(specs::adam(), [](auto& s) { s.lr = inf; }), "'adam': lr = inf"},
-      {with(specs::adam(), [](auto& s) { s.lr = nan; }), "'adam': lr = nan"},
+      {with(specs::adam(), [](auto& s) { s.lr = kInf; }), "'adam': lr = inf"},
+      {with(specs::adam(), [](auto& s) { s.lr = kNan; }), "'adam': lr = nan"},
       {with(specs::sgd(), [](auto& s) { s.weight_decay = -0.1; }), "weight_decay = -0.1"},
       {with(specs::momentum(), [](auto& s) { s.momentum = -0.5; }), "momentum = -0.5"},
       {with(specs::momentum(), [](auto& s) { s.dampening = 1.5; }),
@@ -98,7 +99,7 @@ TEST_CASE("validate rejects each out-of-range hyper-parameter") {
       {with(specs::adagrad(), [](auto& s) { s.lr_decay = -1; }), "lr_decay = -1"},
       {with(specs::adagrad(), [](auto& s) { s.initial_accumulator_value = -1; }),
        "initial_accumulator_value = -1"},
-      {with(specs::adagrad(), [](auto& s) { s.eps = nan; }), "'adagrad': eps = nan"},
+      {with(specs::adagrad(), [](auto& s) { s.eps = kNan; }), "'adagrad': eps = nan"},
       {with(specs::rmsprop(), [](auto& s) { s.alpha = 1.0; }), "alpha = 1 is outside [0, 1)"},
       {with(specs::rmsprop(), [](auto& s) { s.momentum = -1; }), "'rmsprop': momentum = -1"},
   };
@@ -117,8 +118,9 @@ TEST_CASE("validate ignores the fields an optimizer does not read") {
 }
 
 TEST_CASE("state slots match each formula's state and start at zero but for adagrad") {
-  for (const auto& [name, spec] : all_option_combinations()) {
-    CAPTURE(name);
+  for (const NamedSpec& combination : all_option_combinations()) {
+    CAPTURE(combination.name);  // not a structured binding: clang 14 cannot capture one
+    const OptimizerSpec& spec = combination.spec;
     CHECK(state_slots(spec) == reference_slot_count(spec));
     for (int k = 0; k < state_slots(spec); ++k) {
       const bool adagrad = spec.kind == OptimizerKind::adagrad;
@@ -145,8 +147,9 @@ TEST_CASE("apply rejects buffers whose sizes do not match") {
 }
 
 TEST_CASE_TEMPLATE("an empty range is a no-op for every optimizer", T, float, double) {
-  for (const auto& [name, spec] : all_option_combinations()) {
-    CAPTURE(name);
+  for (const NamedSpec& combination : all_option_combinations()) {
+    CAPTURE(combination.name);  // not a structured binding: clang 14 cannot capture one
+    const OptimizerSpec& spec = combination.spec;
     std::vector<std::span<T>> state(state_slots(spec));
     CHECK_NOTHROW(apply(spec, std::span<T>(), std::span<const T>(), state, 1));
   }
@@ -177,8 +180,9 @@ void check_split_equals_whole(const OptimizerSpec& spec, size_t size, size_t spl
 
 TEST_CASE_TEMPLATE("a partition applied in two pieces equals the whole applied at once", T, float,
                    double) {
-  for (const auto& [name, spec] : all_option_combinations()) {
-    CAPTURE(name);
+  for (const NamedSpec& combination : all_option_combinations()) {
+    CAPTURE(combination.name);  // not a structured binding: clang 14 cannot capture one
+    const OptimizerSpec& spec = combination.spec;
     for (size_t split : {size_t{1}, size_t{511}, size_t{1022}}) {
       CAPTURE(split);
       check_split_equals_whole<T>(spec, 1023, split);

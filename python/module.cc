@@ -36,8 +36,8 @@ struct ErrorTypes {
 void translate_errors() {
   static ErrorTypes types;
   py::module_ errors = py::module_::import("psched.errors");
-  types = {errors.attr("Error"), errors.attr("DisconnectedError"),
-           errors.attr("OverloadedError"), errors.attr("UnimplementedError")};
+  types = {errors.attr("Error"), errors.attr("DisconnectedError"), errors.attr("OverloadedError"),
+           errors.attr("UnimplementedError")};
   py::register_exception_translator([](std::exception_ptr error) {
     try {
       std::rethrow_exception(error);
@@ -66,9 +66,9 @@ void bind_optimizer(py::module_& m) {
                             "Optimizer settings for a variable; the formulas are torch.optim's "
                             "(adam_tf: TensorFlow's ApplyAdam).")
       .def(py::init([](const std::string& kind, double lr, double momentum, double dampening,
-                       bool nesterov, double beta1, double beta2, double eps,
-                       double weight_decay, bool amsgrad, double lr_decay,
-                       double initial_accumulator_value, double alpha, bool centered) {
+                       bool nesterov, double beta1, double beta2, double eps, double weight_decay,
+                       bool amsgrad, double lr_decay, double initial_accumulator_value,
+                       double alpha, bool centered) {
              return make_optimizer(kind, {.lr = lr,
                                           .momentum = momentum,
                                           .dampening = dampening,
@@ -103,10 +103,8 @@ void bind_optimizer(py::module_& m) {
 void bind_deployment(py::module_& m) {
   py::class_<DeploymentConfig>(m, "Deployment", "A deployment file, loaded and validated.")
       .def_property_readonly("path", [](const DeploymentConfig& c) { return c.source.string(); })
-      .def_property_readonly("mode",
-                             [](const DeploymentConfig& c) {
-                               return c.mode == Mode::sync ? "sync" : "async";
-                             })
+      .def_property_readonly(
+          "mode", [](const DeploymentConfig& c) { return c.mode == Mode::sync ? "sync" : "async"; })
       .def_readonly("workers", &DeploymentConfig::workers)
       .def_property_readonly("shards", [](const DeploymentConfig& c) {
         std::vector<std::string> shards;

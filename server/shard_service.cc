@@ -1,19 +1,13 @@
 #include "server/shard_service.h"
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 
+#include "common/wall_clock.h"
 #include "net/wire_convert.h"
 
 namespace psched {
 namespace {
-
-int64_t wall_clock_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // "" for success, else the exception's "[code] message".
 kj::Promise<kj::String> error_text(kj::Promise<void> call) {

@@ -19,8 +19,12 @@ unsigned blocks_for(uint64_t size) {
   return static_cast<unsigned>(std::min<uint64_t>((size + kThreads - 1) / kThreads, kMaxBlocks));
 }
 
-__device__ uint64_t first_index() { return uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ uint64_t grid_stride() { return uint64_t(gridDim.x) * blockDim.x; }
+__device__ uint64_t first_index() {
+  return uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ uint64_t grid_stride() {
+  return uint64_t(gridDim.x) * blockDim.x;
+}
 
 // torch's L2 term, skipped when wd == 0 (0*inf would be nan), as optim/lanes.h's l2_grad.
 template <typename T>
