@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end over real sockets: psched-server on a test deployment, two example trainers
 # whose loss must fall, then a clean stop on SIGTERM; then a shard on a missing GPU refused,
-# and shard indices that cannot be told from the environment (--shard-from).
+# shard indices that cannot be told from the environment (--shard-from), and a trainer told
+# (WORLD_SIZE) another number of workers.
 # Usage: server_process_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -61,3 +62,15 @@ expect_refused SLURM_PROCID 'SLURM_PROCID="x" holds no index' SLURM_PROCID=x
 expect_refused POD_NAME \
   "test.yaml: there is no shard 7 (from POD_NAME=psched-shard-7) (the file names 2)" \
   POD_NAME=psched-shard-7
+
+# A trainer started for another number of workers than the deployment's is refused.
+status=0
+WORLD_SIZE=3 "$build/apps/psched-example-trainer" --config "$work/test.yaml" 2>"$work/world.log" ||
+  status=$?
+if ! grep -qF "WORLD_SIZE=3 but $work/test.yaml has workers: 2" "$work/world.log" ||
+  [ $status -ne 1 ]; then
+  cat "$work/world.log"
+  echo "expected exit 1 naming WORLD_SIZE; got $status"
+  exit 1
+fi
+echo "refused: $(cat "$work/world.log")"
