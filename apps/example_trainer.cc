@@ -1,11 +1,13 @@
 // psched-example-trainer: trains logistic regression on a generated data set against a psched
-// deployment, printing the loss per step. Run one per worker (--worker 0, 1, ...).
+// deployment, printing the loss per step. Run one per worker (--worker 0, 1, ..., or RANK and
+// WORLD_SIZE in the environment as torchrun and deploy/slurm/psched.sbatch set them).
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
 
+#include "apps/environment_index.h"
 #include "apps/logistic_model.h"
 #include "client/client.h"
 #include "client/worker_monitor.h"
@@ -16,7 +18,7 @@ namespace {
 
 struct Options {
   std::string config;
-  uint32_t worker = 0;
+  std::optional<uint32_t> worker;  // default: $RANK, else 0
   uint32_t steps = 100;
   uint32_t features = 64;
   uint32_t samples = 4096;
@@ -39,15 +41,26 @@ std::span<std::byte> bytes(std::vector<float>& v) {
   return std::as_writable_bytes(std::span(v));
 }
 
+// This worker's id: --worker, else $RANK, else 0. $WORLD_SIZE, when set, must be the
+// deployment's `workers` (as the Python module checks).
+uint32_t worker_id(std::optional<uint32_t> flag, const psched::DeploymentConfig& config) {
+  std::optional<uint32_t> world_size = psched::optional_environment_index("WORLD_SIZE");
+  if (world_size && *world_size != config.workers)
+    psched::fail(psched::ErrorCode::bad_config, "WORLD_SIZE={} but {} has workers: {}", *world_size,
+                 config.source.string(), config.workers);
+  return flag ? *flag : psched::optional_environment_index("RANK").value_or(0);
+}
+
 int train(const Options& o) {
   using namespace psched;
   DeploymentConfig config = load_deployment(o.config);
-  example::Dataset data = example::make_dataset(o.features, o.samples, 1, 100 + o.worker);
-  Client client(ClientOptions::from_config(config, WorkerId(o.worker)));
+  uint32_t worker = worker_id(o.worker, config);
+  example::Dataset data = example::make_dataset(o.features, o.samples, 1, 100 + worker);
+  Client client(ClientOptions::from_config(config, WorkerId(worker)));
   std::optional<HttpServer> http;
   if (!o.http.empty()) {
     http.emplace(parse_listen_address(o.http), worker_routes(client));
-    std::printf("worker %u: metrics on http://%s/metrics\n", o.worker, o.http.c_str());
+    std::printf("worker %u: metrics on http://%s/metrics\n", worker, o.http.c_str());
   }
 
   std::vector<float> w(o.features, 0.f), b(1, 0.f);
@@ -63,7 +76,7 @@ int train(const Options& o) {
   double floor = example::evaluate(data, {data.true_weights.begin(), data.true_weights.end() - 1},
                                    data.true_weights.back(), 0, data.samples())
                      .loss;
-  std::printf("worker %u: %u features, %u samples, loss of the true model %.4f\n", o.worker,
+  std::printf("worker %u: %u features, %u samples, loss of the true model %.4f\n", worker,
               o.features, o.samples, floor);
   for (uint32_t step = 1; step <= o.steps; ++step) {
     size_t begin = (size_t(step - 1) * o.batch) % (o.samples - o.batch + 1);
@@ -75,14 +88,14 @@ int train(const Options& o) {
     client.wait(hb, step);
     if (step % o.print_every == 0 || step == 1 || step == o.steps) {
       auto full = example::evaluate(data, w, b[0], 0, data.samples());
-      std::printf("worker %u step %4u  loss %.4f  accuracy %.3f\n", o.worker, step, full.loss,
+      std::printf("worker %u step %4u  loss %.4f  accuracy %.3f\n", worker, step, full.loss,
                   full.accuracy);
       std::fflush(stdout);
     }
   }
   if (!o.dump.empty()) dump_parameters(o.dump, w, b[0]);
   if (o.hold) {
-    std::printf("worker %u: trained; serving until stdin closes\n", o.worker);
+    std::printf("worker %u: trained; serving until stdin closes\n", worker);
     std::fflush(stdout);
     while (std::getchar() != EOF) {
     }
@@ -95,10 +108,11 @@ int train(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"psched-example-trainer: logistic regression against psched shards"};
   Options o;
-  app.add_option("--config", o.config, "deployment YAML file")
+  app.add_option("--config", o.config, "deployment YAML file (default: $PSCHED_CONFIG)")
+      ->envname("PSCHED_CONFIG")
       ->required()
       ->check(CLI::ExistingFile);
-  app.add_option("--worker", o.worker, "this worker's id (0 .. workers-1)");
+  app.add_option("--worker", o.worker, "this worker's id (0 .. workers-1; default: $RANK, else 0)");
   app.add_option("--steps", o.steps, "training steps");
   app.add_option("--features", o.features, "input features")->check(CLI::Range(1u, 1u << 24));
   app.add_option("--samples", o.samples, "samples in this worker's data")

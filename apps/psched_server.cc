@@ -1,13 +1,17 @@
-// psched-server: hosts the shards a deployment file names (all, or those given with --shard),
-// until SIGINT or SIGTERM. With `checkpoint:` configured it restores each shard at start and
-// checkpoints periodically and at a clean stop.
+// psched-server: hosts the shards a deployment file names (all, those given with --shard, or
+// the one an environment variable names with --shard-from), until SIGINT or SIGTERM. With
+// `checkpoint:` configured it restores each shard at start and checkpoints periodically and at
+// a clean stop.
 #include <pthread.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "apps/environment_index.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/malloc_tuning.h"
@@ -20,6 +24,7 @@ namespace {
 struct Options {
   std::string config;
   std::vector<uint32_t> shards;
+  std::string shard_from;  // the environment variable holding the one shard to host
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   bool accept_log_loss = false;
@@ -36,6 +41,30 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
+// Where the shard index came from, for messages: "" or " (from SLURM_PROCID=3)".
+std::string index_origin(const Options& options) {
+  if (options.shard_from.empty()) return "";
+  return fmt::format(" (from {}={})", options.shard_from, std::getenv(options.shard_from.c_str()));
+}
+
+// The shards to host: those --shard names, the one in --shard-from's variable, or all.
+std::vector<psched::ShardId> chosen_shards(const Options& options,
+                                           const psched::DeploymentConfig& config) {
+  std::vector<uint32_t> indices = options.shards;
+  if (!options.shard_from.empty())
+    indices.push_back(psched::environment_index(options.shard_from, "no shard index"));
+  if (indices.empty())
+    for (uint32_t i = 0; i < config.shards.size(); ++i) indices.push_back(i);
+  std::vector<psched::ShardId> shards;
+  for (uint32_t i : indices) {
+    if (i >= config.shards.size())
+      psched::fail(psched::ErrorCode::bad_config, "{}: there is no shard {}{} (the file names {})",
+                   config.source.string(), i, index_origin(options), config.shards.size());
+    shards.push_back(psched::ShardId(i));
+  }
+  return shards;
+}
+
 int serve(const Options& options) {
   psched::tune_malloc_for_large_messages();
   psched::DeploymentConfig config = psched::load_deployment(options.config);
@@ -44,15 +73,7 @@ int serve(const Options& options) {
     psched::log_warn(
         "psched-server: --accept-log-loss: a damaged or missing update log will lose the "
         "acknowledged updates it held instead of stopping the start");
-  std::vector<psched::ShardId> shards;
-  for (uint32_t i : options.shards) shards.push_back(psched::ShardId(i));
-  if (shards.empty())
-    for (uint32_t i = 0; i < config.shards.size(); ++i) shards.push_back(psched::ShardId(i));
-  for (psched::ShardId id : shards)
-    if (id.value >= config.shards.size())
-      psched::fail(psched::ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
-                   config.source.string(), id.value, config.shards.size());
-
+  std::vector<psched::ShardId> shards = chosen_shards(options, config);
   sigset_t stop_signals = block_stop_signals();
   psched::ShardThreads host(config, shards, options.threads, options.apply_helpers);
   host.start();
@@ -84,7 +105,12 @@ int main(int argc, char** argv) {
   app.add_option("--config", options.config, "deployment YAML file")
       ->required()
       ->check(CLI::ExistingFile);
-  app.add_option("--shard", options.shards, "host only these shard indices (default: all)");
+  auto* shard =
+      app.add_option("--shard", options.shards, "host only these shard indices (default: all)");
+  app.add_option("--shard-from", options.shard_from,
+                 "host the one shard whose index this environment variable holds: a number "
+                 "(SLURM_PROCID) or a name ending in -N (a StatefulSet pod's name)")
+      ->excludes(shard);
   app.add_option("--threads", options.threads,
                  "event-loop threads serving the shards (default: cores; at most one per shard)");
   app.add_option("--apply-threads", options.apply_helpers,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # End to end over real sockets: psched-server on a test deployment, two example trainers
-# whose loss must fall, then a clean stop on SIGTERM; then a shard on a missing GPU refused.
+# whose loss must fall, then a clean stop on SIGTERM; then a shard on a missing GPU refused,
+# shard indices that cannot be told from the environment (--shard-from), and a trainer told
+# (WORLD_SIZE) another number of workers.
 # Usage: server_process_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -41,3 +43,34 @@ status=0
 grep -q "gpu.yaml: shards\[0\].device: device cuda:1000 is not available: " "$work/gpu.log" &&
   [ $status -eq 2 ] || { cat "$work/gpu.log"; echo "expected exit 2, got $status"; exit 1; }
 echo "a shard on a missing GPU is refused: $(cat "$work/gpu.log")"
+
+# A server that cannot tell its shard from the environment says which variable it looked for.
+expect_refused() {  # VARIABLE EXPECTED-MESSAGE [ENVIRONMENT...]: psched-server --shard-from VARIABLE
+  local variable=$1 expected=$2 status=0
+  shift 2
+  env "$@" "$build/apps/psched-server" --config "$work/test.yaml" --shard-from "$variable" \
+    2>"$work/env.log" || status=$?
+  if ! grep -qF "$expected" "$work/env.log" || [ $status -ne 2 ]; then
+    cat "$work/env.log"
+    echo "expected exit 2 with: $expected; got $status"
+    exit 1
+  fi
+  echo "refused: $(cat "$work/env.log")"
+}
+expect_refused SLURM_PROCID "no shard index: the environment has no SLURM_PROCID" -u SLURM_PROCID
+expect_refused SLURM_PROCID 'SLURM_PROCID="x" holds no index' SLURM_PROCID=x
+expect_refused POD_NAME \
+  "test.yaml: there is no shard 7 (from POD_NAME=psched-shard-7) (the file names 2)" \
+  POD_NAME=psched-shard-7
+
+# A trainer started for another number of workers than the deployment's is refused.
+status=0
+WORLD_SIZE=3 "$build/apps/psched-example-trainer" --config "$work/test.yaml" 2>"$work/world.log" ||
+  status=$?
+if ! grep -qF "WORLD_SIZE=3 but $work/test.yaml has workers: 2" "$work/world.log" ||
+  [ $status -ne 1 ]; then
+  cat "$work/world.log"
+  echo "expected exit 1 naming WORLD_SIZE; got $status"
+  exit 1
+fi
+echo "refused: $(cat "$work/world.log")"

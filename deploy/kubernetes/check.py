@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Checks the manifests in this folder offline, without a cluster: every field against the
+Kubernetes API's typed models (Debian's python3-kubernetes), then that the files agree with
+each other (names, labels, ports, shards and workers). Prints one line per problem, naming the
+file, document and field; exits 1 if there is any.
+
+    deploy/kubernetes/check.py [FOLDER]    # default: the folder this file is in
+"""
+import pathlib
+import re
+import sys
+
+import kubernetes.client
+import yaml
+
+MODELS = {("v1", "Service"): "V1Service", ("v1", "ConfigMap"): "V1ConfigMap",
+          ("apps/v1", "StatefulSet"): "V1StatefulSet", ("batch/v1", "Job"): "V1Job"}
+PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "date": str,
+              "datetime": str}
+
+
+def check_value(value, type_name, where, problems):
+    """Appends to `problems` what in `value` does not fit the API type `type_name` (as the
+    models' openapi_types spell it: "str", "list[V1Container]", "dict(str, str)", "V1Pod")."""
+    if type_name == "object":  # IntOrString, Quantity and free-form fields
+        return
+    if match := re.fullmatch(r"list\[(.+)\]", type_name):
+        if not isinstance(value, list):
+            problems.append(f"{where}: expected a list, got {value!r}")
+            return
+        for i, item in enumerate(value):
+            check_value(item, match[1], f"{where}[{i}]", problems)
+    elif match := re.fullmatch(r"dict\(str, (.+)\)", type_name):
+        if not isinstance(value, dict):
+            problems.append(f"{where}: expected a map, got {value!r}")
+            return
+        for key, item in value.items():
+            check_value(item, match[1], f"{where}.{key}", problems)
+    elif type_name in PRIMITIVES:
+        if not isinstance(value, PRIMITIVES[type_name]) or (
+                isinstance(value, bool) and type_name != "bool"):
+            problems.append(f"{where}: expected {type_name}, got {value!r}")
+    else:
+        check_object(value, getattr(kubernetes.client, type_name), where, problems)
+
+
+def check_object(value, model, where, problems):
+    """Every field of the map `value` must be one of `model`'s, of its type."""
+    if not isinstance(value, dict):
+        problems.append(f"{where}: expected a {model.__name__} map, got {value!r}")
+        return
+    attributes = {json_name: attr for attr, json_name in model.attribute_map.items()}
+    for key, item in value.items():
+        if key not in attributes:
+            problems.append(f"{where}: {model.__name__} has no field {key!r}")
+        else:
+            check_value(item, model.openapi_types[attributes[key]], f"{where}.{key}", problems)
+
+
+def check_required(document, model_name, where, problems):
+    """The models' own checks (required fields, allowed values) by building the object."""
+    try:
+        kubernetes.client.ApiClient()._ApiClient__deserialize(document, model_name)
+    except (ValueError, TypeError) as e:
+        problems.append(f"{where}: {e}")
+
+
+def check_schema(documents, problems):
+    """`documents`: (where, parsed manifest) pairs."""
+    for where, document in documents:
+        key = (document.get("apiVersion"), document.get("kind"))
+        if key not in MODELS:
+            problems.append(f"{where}: unknown apiVersion/kind {key} (expected one of "
+                            f"{sorted(MODELS)})")
+            continue
+        before = len(problems)
+        check_object(document, getattr(kubernetes.client, MODELS[key]), where, problems)
+        if len(problems) == before:
+            check_required(document, MODELS[key], where, problems)
+
+
+def by_kind(documents, kind):
+    return [(where, d) for where, d in documents if d.get("kind") == kind]
+
+
+def one(documents, kind, problems):
+    found = by_kind(documents, kind)
+    if len(found) != 1:
+        problems.append(f"expected one {kind}, found {len(found)}")
+        return None, None
+    return found[0]
+
+
+def check_shard_names(deployment, statefulset, service, where, problems):
+    """Shard i of the deployment is pod i of the StatefulSet, named through the Service."""
+    shards = deployment.get("shards", [])
+    replicas = statefulset["spec"].get("replicas", 1)
+    if len(shards) != replicas:
+        problems.append(f"{where}: {len(shards)} shards but the StatefulSet has {replicas} "
+                        "replicas")
+    ports = {p["name"]: p["port"] for p in service["spec"].get("ports", [])}
+    for i, shard in enumerate(shards):
+        host = f"{statefulset['metadata']['name']}-{i}.{service['metadata']['name']}"
+        for field, port in (("listen", ports.get("rpc")), ("http", ports.get("http"))):
+            if shard.get(field) != f"{host}:{port}":
+                problems.append(f"{where}: shards[{i}].{field} is {shard.get(field)!r}, "
+                                f"expected {host}:{port}")
+
+
+def check_agreement(documents, problems):
+    """What the files must agree on, which no schema sees."""
+    service_at, service = one(documents, "Service", problems)
+    statefulset_at, statefulset = one(documents, "StatefulSet", problems)
+    configmap_at, configmap = one(documents, "ConfigMap", problems)
+    job_at, job = one(documents, "Job", problems)
+    if None in (service, statefulset, configmap, job):
+        return
+    if statefulset["spec"]["serviceName"] != service["metadata"]["name"]:
+        problems.append(f"{statefulset_at}: serviceName is not the Service's name "
+                        f"{service['metadata']['name']!r}")
+    pod_labels = statefulset["spec"]["template"]["metadata"].get("labels", {})
+    if any(pod_labels.get(k) != v for k, v in service["spec"].get("selector", {}).items()):
+        problems.append(f"{service_at}: the selector does not select the shard pods")
+    if service["spec"].get("clusterIP") != "None":
+        problems.append(f"{service_at}: expected a headless Service (clusterIP: None)")
+    where = f"{configmap_at}: deployment.yaml"
+    deployment = yaml.safe_load(configmap.get("data", {}).get("deployment.yaml", "null"))
+    if not isinstance(deployment, dict):
+        problems.append(f"{where}: expected the deployment file (a map) under data")
+        return
+    check_shard_names(deployment, statefulset, service, where, problems)
+    if deployment.get("workers") != job["spec"].get("completions"):
+        problems.append(f"{where}: workers is {deployment.get('workers')} but the Job has "
+                        f"{job['spec'].get('completions')} completions")
+
+
+def load(folder):
+    """(where, document) for every document of every manifest in `folder`."""
+    documents = []
+    for path in sorted(pathlib.Path(folder).glob("*.yaml")):
+        for i, document in enumerate(yaml.safe_load_all(path.read_text())):
+            if document is not None:
+                documents.append((f"{path.name}[{i}] {document.get('kind')}", document))
+    return documents
+
+
+def check(documents):
+    """The problems found, as lines."""
+    problems = []
+    check_schema(documents, problems)
+    if not problems:
+        check_agreement(documents, problems)
+    return problems
+
+
+def main():
+    folder = sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent
+    documents = load(folder)
+    problems = check(documents)
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"{len(documents)} manifests in {folder}: every field fits the Kubernetes API "
+          f"(python3-kubernetes {kubernetes.__version__}) and the files agree")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
