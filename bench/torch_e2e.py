@@ -170,17 +170,24 @@ class Network:
         return (f"tcp://{self.links.worker_address(0)}:{DDP_PORT}" if self.links
                 else f"tcp://127.0.0.1:{self.ports[-1]}")
 
+    def name(self):
+        if not self.links:
+            return "loopback"
+        return rate_name(self.links.bits_per_s)
+
     def interface(self):
         return "eth0" if self.links else "lo"
 
 
 def deployment_yaml(network, mode, worker):
-    """The deployment a worker (worker >= 0) or the shard server (None) reads."""
+    """The deployment a worker (worker >= 0) or the shard server (None) reads. The message
+    limit must hold a variable's part on one shard (register, pull): VGG-11's 25088x4096
+    layer in float64 puts 411 MB on each of the 2 shards."""
     shards = "".join(
         f"  - listen: {network.shard_listen(s) if worker is None else network.shard_address(worker, s)}\n"
         f"    http: {network.shard_http(s)}\n" for s in range(SHARDS))
     return (f"mode: sync\nworkers: {WORKERS}\nshards:\n{shards}"
-            f"scheduler: {SCHEDULERS[mode]}\nlimits: {{max_message_bytes: 128MiB}}\n")
+            f"scheduler: {SCHEDULERS[mode]}\nlimits: {{max_message_bytes: 512MiB}}\n")
 
 
 class ShardServer:
@@ -238,6 +245,8 @@ def run_workers(args, network, spec, workdir, timeout):
             worker_spec["config"] = str(config)
         if spec.get("save"):
             worker_spec["save"] = str(workdir / f"w{rank}.pt")
+        if args.trace:
+            worker_spec["trace"] = str(workdir / f"w{rank}.trace.json")
         with open(workdir / f"w{rank}.err", "w") as errors:
             processes.append(subprocess.Popen(
                 network.prefix(rank) + [PYTHON, str(WORKER), json.dumps(worker_spec)],
@@ -285,11 +294,29 @@ def run_mode(args, network, model, mode, *, steps, warmup, float64=False, save=F
               "cpu_s_per_step": cpu, "cpu_s_per_step_total": sum(cpu.values()),
               "step_s": [w["step_s"] for w in workers],
               "loss_last": [w["loss"][-1] for w in workers]}
+    if args.trace:
+        add_trace(args, workers, workdir, f"{model} {network.name()}")
     if save:
         import torch
         result["parameters"] = [torch.load(workdir / f"w{r}.pt") for r in range(WORKERS)]
     shutil.rmtree(workdir)
     return result
+
+
+TRACE_EVENTS = []  # every run's workers, for --trace
+
+
+def add_trace(args, workers, workdir, label):
+    """Appends the workers' traces to --trace's document, each worker a process of its own."""
+    for rank in range(len(workers)):
+        pid = len({e["pid"] for e in TRACE_EVENTS})
+        for event in json.loads((workdir / f"w{rank}.trace.json").read_text())["traceEvents"]:
+            event["pid"] = pid
+            if event.get("name") == "process_name":
+                event["args"]["name"] = f"{label} {event['args']['name']}"
+            TRACE_EVENTS.append(event)
+    pathlib.Path(args.trace).write_text(json.dumps({"traceEvents": TRACE_EVENTS,
+                                                    "displayTimeUnit": "ms"}))
 
 
 def model_bytes(model):
@@ -462,6 +489,41 @@ def table(results):
     return "\n".join(lines)
 
 
+MODE_STYLE = {"priority": ("tab:blue", "s"), "fifo": ("tab:red", "o"), "ddp": ("tab:green", "^")}
+
+
+def plot(results, path):
+    """Step time per mode against link rate (unshaped first, then slower links), one panel per
+    model; the bars span the repeats' range, the dashed line is the compute-only time."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    models = [m for r in results for m in r["models"]]
+    figure, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        rates = sorted(model["rates"], key=lambda r: -(r["bits_per_s"] or float("inf")))
+        for mode, (color, marker) in MODE_STYLE.items():
+            points = [(i, r["summary"][mode]["iteration_s"]) for i, r in enumerate(rates)
+                      if mode in r["summary"]]
+            if not points:
+                continue
+            x = [i for i, _ in points]
+            y = [s["median"] for _, s in points]
+            spread = [[s["median"] - s["min"] for _, s in points],
+                      [s["max"] - s["median"] for _, s in points]]
+            ax.errorbar(x, y, yerr=spread, color=color, marker=marker, capsize=3, label=mode)
+        ax.axhline(model["compute"]["iteration_s"], color="gray", linestyle="--",
+                   label="compute only")
+        ax.set_xticks(range(len(rates)), [r["name"] for r in rates])
+        ax.set_title(f"{model['model']} ({model['param_bytes'] / 1e6:.0f} MB)")
+        ax.set_xlabel("link, each way")
+        ax.set_ylabel("s per step (median)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="resnet18,vgg11,transformer",
@@ -483,8 +545,12 @@ def parse_args(argv):
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
     parser.add_argument("--build", default=str(ROOT / "build"), help="psched's build folder")
     parser.add_argument("--json", help="write the results here (default: stdout)")
+    parser.add_argument("--trace", help="write every run's Chrome trace here (psched's "
+                        "partitions and each worker's forward/backward/step phases)")
     parser.add_argument("--table", nargs="+", metavar="JSON",
                         help="print a Markdown table of these result files and exit")
+    parser.add_argument("--plot", metavar="FILE", help="with --table: also draw step time "
+                        "per mode against link rate, one panel per model (.svg, .png)")
     args = parser.parse_args(argv)
     args.server = str(pathlib.Path(args.build) / "apps" / "psched-server")
     args.python_path = str(pathlib.Path(args.build) / "python")
@@ -514,7 +580,10 @@ def missing_packages(args):
 def main(argv):
     args = parse_args(argv)
     if args.table:
-        print(table([json.loads(pathlib.Path(p).read_text()) for p in args.table]))
+        results = [json.loads(pathlib.Path(p).read_text()) for p in args.table]
+        print(table(results))
+        if args.plot:
+            plot(results, args.plot)
         return 0
     for path in (args.server, pathlib.Path(args.python_path) / "psched"):
         if not os.path.exists(path):

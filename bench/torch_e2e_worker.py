@@ -109,8 +109,14 @@ def train(spec):
         optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"],
                                     momentum=spec["momentum"])
     steps, warmup = spec["steps"], spec["warmup"]
-    starts, losses = [], []
+    starts, losses, phases = [], [], []  # phases: (name, step, monotonic start, end)
     window = {}
+    epoch = time.monotonic()  # the trace's time 0
+
+    def phase(name, step, begin):
+        phases.append((name, step, begin, time.monotonic()))
+        return phases[-1][3]
+
     for step in range(steps):
         if step == warmup:
             window["start"] = (time.time(), cpu_seconds())
@@ -118,15 +124,23 @@ def train(spec):
         x, y = batches[step % POOL]
         seed_step(spec, rank, step)
         model.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        now = time.monotonic()
+        loss = F.cross_entropy(model(x), y)  # psched: each layer waits for its fresh values
+        now = phase("forward", step, now)
         loss.backward()  # psched: pushes each gradient as it is produced
+        now = phase("backward", step, now)
         if optimizer is not None:
             optimizer.step()
+            phase("optimizer step", step, now)
         losses.append(loss.item())
     if optimizer is None:
+        now = time.monotonic()
         model.synchronize()  # the last step's fresh values are in the parameters
+        phase("synchronize", steps - 1, now)
     starts.append(time.perf_counter())
     window["end"] = (time.time(), cpu_seconds())
+    if spec.get("trace"):
+        write_trace(spec, model if optimizer is None else None, phases, epoch)
     result = {"rank": rank, "step_s": [b - a for a, b in zip(starts, starts[1:])],
               "loss": losses, "window_wall": [window["start"][0], window["end"][0]],
               "cpu_s": window["end"][1] - window["start"][1], "cpu_s_total": cpu_seconds()}
@@ -137,6 +151,26 @@ def train(spec):
     elif mode == "ddp":
         torch.distributed.destroy_process_group()
     return result
+
+
+def write_trace(spec, psched_model, phases, epoch):
+    """This worker's Chrome trace: psched's partitions (when it is psched) and a lane of the
+    trainer's phases per step, on one time axis (microseconds since `epoch`)."""
+    name = f"{spec['mode']} / worker {spec['rank']}"
+    if psched_model is not None:
+        trace = json.loads(psched_model.client.chrome_trace(name, epoch))
+    else:
+        trace = {"traceEvents": [{"ph": "M", "name": "process_name", "pid": 0,
+                                  "args": {"name": name}}], "displayTimeUnit": "ms"}
+    trainer_lane = 10000  # below the partitions' lanes (0, 1, ...)
+    trace["traceEvents"].append({"ph": "M", "name": "thread_name", "pid": 0,
+                                 "tid": trainer_lane, "args": {"name": "trainer"}})
+    for phase_name, step, begin, end in phases:
+        trace["traceEvents"].append({"ph": "X", "name": phase_name, "pid": 0,
+                                     "tid": trainer_lane, "ts": (begin - epoch) * 1e6,
+                                     "dur": (end - begin) * 1e6, "args": {"step": step}})
+    with open(spec["trace"], "w") as out:
+        json.dump(trace, out)
 
 
 def sensitivity(spec):
