@@ -7,7 +7,8 @@
 
 For each model, 2 worker processes (one torch thread each) train with the same batch, the same
 SGD with momentum and the same number of steps, in each mode:
-  priority  psched.torch, sync mode, the priority scheduler (partitions, credit window)
+  priority  psched.torch, sync mode, the priority scheduler (partitions, credit window:
+            --partition-bytes, --credit-bytes, default today's 256KiB and 2MiB)
   fifo      psched.torch, sync mode, no scheduling: arrival order, whole tensors up to 64 MiB,
             no credit window, no fusion (psched-bench's fifo)
   ddp       torch DistributedDataParallel, gloo, its default buckets, torch.optim.SGD
@@ -60,11 +61,7 @@ DDP_PORT = 29500
 CHECK_TOLERANCE = 1e-9
 EXCEED_FACTOR = 2.5
 SKIPPED = 77  # ctest's SKIP_RETURN_CODE: torch or torchvision missing
-SCHEDULERS = {
-    "priority": "{policy: priority, partition_bytes: 256KiB, credit_bytes: 2MiB, "
-                "fusion_bytes: 64KiB}",
-    "fifo": "{policy: fifo, partition_bytes: 64MiB, credit_bytes: 1TiB, fusion_bytes: 0}",
-}
+FIFO_SCHEDULER = "{policy: fifo, partition_bytes: 64MiB, credit_bytes: 1TiB, fusion_bytes: 0}"
 
 
 def log(message):
@@ -179,7 +176,14 @@ class Network:
         return "eth0" if self.links else "lo"
 
 
-def deployment_yaml(network, mode, worker):
+def scheduler_yaml(args, mode):
+    if mode == "fifo":
+        return FIFO_SCHEDULER
+    return (f"{{policy: priority, partition_bytes: {args.partition_bytes}, "
+            f"credit_bytes: {args.credit_bytes}, fusion_bytes: 64KiB}}")
+
+
+def deployment_yaml(args, network, mode, worker):
     """The deployment a worker (worker >= 0) or the shard server (None) reads. The message
     limit must hold a variable's part on one shard (register, pull): VGG-11's 25088x4096
     layer in float64 puts 411 MB on each of the 2 shards."""
@@ -187,7 +191,7 @@ def deployment_yaml(network, mode, worker):
         f"  - listen: {network.shard_listen(s) if worker is None else network.shard_address(worker, s)}\n"
         f"    http: {network.shard_http(s)}\n" for s in range(SHARDS))
     return (f"mode: sync\nworkers: {WORKERS}\nshards:\n{shards}"
-            f"scheduler: {SCHEDULERS[mode]}\nlimits: {{max_message_bytes: 512MiB}}\n")
+            f"scheduler: {scheduler_yaml(args, mode)}\nlimits: {{max_message_bytes: 512MiB}}\n")
 
 
 class ShardServer:
@@ -195,7 +199,7 @@ class ShardServer:
 
     def __init__(self, args, network, mode, workdir):
         config = workdir / "shards.yaml"
-        config.write_text(deployment_yaml(network, mode, None))
+        config.write_text(deployment_yaml(args, network, mode, None))
         self.log = []
         self.process = subprocess.Popen(
             network.prefix() + [args.server, "--config", str(config)],
@@ -241,7 +245,7 @@ def run_workers(args, network, spec, workdir, timeout):
         worker_spec = dict(spec, rank=rank, workers=WORKERS, out=str(workdir / f"w{rank}.json"))
         if spec["mode"] in ("priority", "fifo"):
             config = workdir / f"w{rank}.yaml"
-            config.write_text(deployment_yaml(network, spec["mode"], rank))
+            config.write_text(deployment_yaml(args, network, spec["mode"], rank))
             worker_spec["config"] = str(config)
         if spec.get("save"):
             worker_spec["save"] = str(workdir / f"w{rank}.pt")
@@ -534,6 +538,8 @@ def parse_args(argv):
     parser.add_argument("--steps", type=int, default=20, help="steps per run, warm-up included")
     parser.add_argument("--warmup", type=int, default=3, help="steps not measured")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--partition-bytes", default="256KiB", help="the priority mode's")
+    parser.add_argument("--credit-bytes", default="2MiB", help="the priority mode's")
     parser.add_argument("--batch", type=int, default=16, help="samples per worker and step")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--momentum", type=float, default=0.9)
@@ -602,6 +608,7 @@ def main(argv):
               "cores": os.cpu_count(), "torch": torch.__version__,
               "workers": WORKERS, "shards": SHARDS, "batch": args.batch,
               "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
+              "priority_scheduler": scheduler_yaml(args, "priority"),
               "loadavg_start": os.getloadavg(), "check": [], "models": []}
     if not use_netns and args.rates != "unshaped":
         log("torch_e2e: without namespaces only the unshaped rate runs")
