@@ -177,6 +177,9 @@ void bind_client(py::module_& m) {
       .def("pull", &PyClient::pull, py::arg("variable"))
       .def("variable", &PyClient::variable, py::arg("name"))
       .def_property_readonly("variables", &PyClient::variables)
+      .def("chrome_trace", &PyClient::chrome_trace, py::arg("name"), py::arg("epoch"),
+           "The partitions finished since the last call as Chrome trace-event JSON text, "
+           "times in microseconds since `epoch` (seconds of time.monotonic())")
       .def("close", &PyClient::close)
       .def_property_readonly("closed", &PyClient::closed);
 }

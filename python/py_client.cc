@@ -1,7 +1,10 @@
 #include "python/py_client.h"
 
+#include <chrono>
+
 #include <fmt/ranges.h>
 
+#include "client/chrome_trace.h"
 #include "common/error.h"
 
 namespace psched::python {
@@ -135,6 +138,19 @@ std::shared_ptr<PyVariable> PyClient::variable(const std::string& name) const {
   if (it == by_name_.end())
     fail(ErrorCode::unknown_variable, "no variable '{}' is registered by this client", name);
   return it->second;
+}
+
+std::string PyClient::chrome_trace(std::string name, double epoch_seconds) {
+  Client& c = client();
+  std::vector<TaskRecord> records;
+  {
+    py::gil_scoped_release unlocked;
+    records = c.take_records();
+  }
+  auto epoch = std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(epoch_seconds)));
+  return psched::chrome_trace({{std::move(name), std::move(records), epoch}}).dump();
 }
 
 void PyClient::close() {

@@ -62,6 +62,11 @@ class PyClient {
   // The variable registered under `name`; Error(unknown_variable) when there is none.
   std::shared_ptr<PyVariable> variable(const std::string& name) const;
   const std::vector<std::shared_ptr<PyVariable>>& variables() const { return variables_; }
+  // The partitions finished since the last call (the newest Scheduler::kMaxRecords) as a
+  // Chrome trace-event JSON document (client/chrome_trace.h), one process named `name`;
+  // times are microseconds since `epoch_seconds` on the steady clock (CLOCK_MONOTONIC, what
+  // Python's time.monotonic() reads), so a trainer can add its own slices on the same axis.
+  std::string chrome_trace(std::string name, double epoch_seconds);
   // Disconnects (GIL released); pushes in flight are abandoned. Later calls raise.
   void close();
   bool closed() const { return client_ == nullptr; }

@@ -1,5 +1,8 @@
 """psched's Python client over real psched-server processes: zero-copy memory, the push/wait
 cycle, and errors as Python exceptions."""
+import json
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -22,6 +25,26 @@ def test_push_and_wait_update_the_registered_array_in_place(start_server):
         client.push(variable, 1, grad)
         client.wait(variable, 1)
         np.testing.assert_array_equal(w, np.arange(1000) - 1.0)  # sgd: w -= 0.5 * 2
+
+
+def test_the_chrome_trace_holds_each_partition_on_the_callers_time_axis(start_server):
+    server = start_server()  # partitions of 1 KiB: 8000 bytes are 8 of them
+    with connect(server) as client:
+        w = np.zeros(1000, dtype=np.float64)
+        client.register("w", w)
+        epoch = time.monotonic()
+        client.push("w", 1, np.ones(1000))
+        client.wait("w", 1)
+        elapsed_us = (time.monotonic() - epoch) * 1e6
+        events = json.loads(client.chrome_trace("worker 0", epoch))["traceEvents"]
+        assert events[0] == {"ph": "M", "name": "process_name", "pid": 0,
+                             "args": {"name": "worker 0"}}
+        partitions = [e for e in events if e["name"].startswith("p0 ")]
+        assert sum(e["args"]["bytes"] for e in partitions) == 8000
+        for e in partitions:
+            assert 0 <= e["ts"] and e["ts"] + e["dur"] <= elapsed_us
+        assert json.loads(client.chrome_trace("worker 0", epoch))["traceEvents"] == \
+            events[:1]  # taken: the next call holds only what finished since
 
 
 def test_ready_polls_without_consuming_the_push(start_server):
