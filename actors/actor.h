@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The actor runtime: one event loop per thread, the way Seastar runs one shard per core.
 //
 // An ActorLoop is a thread's KJ event loop as actors see it: the same loop that owns that

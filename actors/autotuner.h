@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Autotuner: tunes partition_bytes and credit_bytes while training runs, from measured
 // iteration times, with no restart.
 //

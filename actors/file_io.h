@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The file primitives a shard's checkpoints and update logs share: CRC-32, whole writes from
 // several buffers, whole-file reads.
 #pragma once

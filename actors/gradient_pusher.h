@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GradientPusher: the trainer's entry point on the worker side.
 //
 // Takes the gradient of a variable at a step, cuts it into partitions of at most

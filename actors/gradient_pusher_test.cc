@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "actors/gradient_pusher.h"
 
 #include <doctest/doctest.h>

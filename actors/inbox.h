@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Inbox: work posted to a KJ event loop from any thread. The loop's thread drains it; other
 // threads (a trainer, the HTTP thread, a checkpoint writer) post. A lock guards only the queue
 // hand-over, never actor state.

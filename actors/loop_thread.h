@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LoopThread: a thread that runs one KJ event loop, with network and timers, and an ActorLoop
 // on it: psched-server runs one per group of shards, a Client one for its worker. Tests run
 // their loop on their own thread instead.

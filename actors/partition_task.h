@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One partition of one gradient push, as the worker-side actors pass it around, and the
 // transport that carries it to a shard and brings the fresh value back.
 #pragma once

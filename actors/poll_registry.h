@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PollRegistry: holds the polls that wait for an update to be applied.
 //
 // Lives on its VariableShard's loop and is called by the shard directly (no hop).

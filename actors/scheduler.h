@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scheduler: the worker-side actor that decides which partition goes next.
 //
 // One queue of partition tasks per worker and one credit window. A task starts when it is the

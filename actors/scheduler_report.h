@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a Scheduler (actors/scheduler.h) reports: the timeline of each finished task and its
 // running figures. KJ-free, so client/client.h can hand them to trainers and traces.
 #pragma once

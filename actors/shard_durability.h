@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardDurability: what lets a VariableShard survive a restart. It owns the shard's files
 // (actors/shard_store.h: checkpoints and update logs), appends a record of each accepted
 // update before the shard acknowledges it, encodes checkpoints, and on restore hands the shard

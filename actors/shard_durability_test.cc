@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardDurability on its own, against a recording State: what it logs, what a restart hands
 // back and in which order. Whole shards restarted from their files: actors/shard_store_test.cc.
 #include "actors/shard_durability.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardStore: one shard's files on disk, checkpoints and update logs, in one directory.
 //
 //   shard-<id>.<generation>.ckpt  everything the shard held at one moment (ShardDurability

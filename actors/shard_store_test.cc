@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoints and update logs: what a restarted shard restores from its directory.
 #include "actors/shard_store.h"
 

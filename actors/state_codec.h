@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The binary encoding (common/byte_codec.h) of what a shard persists beyond raw bytes:
 // variable specs and interval sets. Decoding checks what it reads and throws
 // Error(corrupt_checkpoint) on values no encoder writes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TestLoop: the actor runtime on a test's own thread (a KJ event loop and an ActorLoop on it),
 // for deterministic tests: handlers the test calls run at once; what they post runs when the
 // test drains the loop.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The update log's file format, its writer and its reader (ShardStore uses both).
 //
 //   header  "PSCHDLG2" | generation u64 | crc32 of the 16 bytes before       (20 bytes)

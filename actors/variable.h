@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Variable: one shard's part of a variable with its optimizer state and update bookkeeping.
 // A plain value type owned by a VariableShard (and so touched only on that shard's loop).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Variables on a GPU against the same variables on the CPU: two workers push each step in
 // partitions, async and sync, and polls would read the same values; the optimizer state on
 // the device matches too (the CPU kernels' tolerance rule, reference_check.h).

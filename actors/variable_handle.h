@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VariableHandle: how a trainer names a variable it registered with its Client. KJ-free, so
 // client/client.h can hand it out without exposing the worker's actors.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "actors/variable_shard.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VariableShard: the server-side actor that owns a set of variables (or this shard's ranges of
 // large ones) and their optimizer state, applies received partitions, and answers polls
 // through its PollRegistry. Its checkpoints and update log are its ShardDurability's

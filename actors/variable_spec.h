@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a worker registers: a named tensor, its element type, priority and optimizer.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Variable::read_state and write_state on the CPU path (the GPU path: variable_gpu_test.cc).
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The index a cluster engine gives a process in its environment: Slurm's task id
 // (SLURM_PROCID), torchrun's RANK, or the ordinal at the end of a StatefulSet pod's name.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched-example-trainer: trains logistic regression on a generated data set against a psched
 // deployment, printing the loss per step. Run one per worker (--worker 0, 1, ..., or RANK and
 // WORLD_SIZE in the environment as torchrun and deploy/slurm/psched.sbatch set them).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The example trainer's model: logistic regression on a data set it generates, so the optimum
 // is known. Labels are drawn from a logistic model with weights `true_weights`; the loss of
 // those weights on the data is the floor training should approach.

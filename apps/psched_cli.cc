@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched: the operator's command line. `psched status [--config FILE]` asks every shard of a
 // deployment for its /status over HTTP and prints one line per shard; a shard that does not
 // answer is shown as down. Exits 0 when every shard answered, 1 otherwise.

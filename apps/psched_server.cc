@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched-server: hosts the shards a deployment file names (all, those given with --shard, or
 // the one an environment variable names with --shard-from), until SIGINT or SIGTERM. With
 // `checkpoint:` configured it restores each shard at start and checkpoints periodically and at

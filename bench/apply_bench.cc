@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched-apply-bench: how fast a shard applies the optimizer (docs/design.md section 10;
 // docs/benchmarks.md, docs/gpu.md). Every figure is set against a copy of the same bytes
 // measured in the same run:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "bench/apply_cpu.h"
 
 #include <sys/resource.h>

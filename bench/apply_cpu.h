@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU half of psched-apply-bench: a shard's optimizer apply on the CPU (Variable::push, the
 // path psched-server takes) against a memory copy of the same bytes, timed in the same run,
 // in alternating blocks, so that the ratio holds on a shared, noisy machine.

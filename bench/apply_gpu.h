@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU half of psched-apply-bench (built only with CUDA: PSCHED_HAVE_CUDA): the shard's
 // apply on a `device: cuda:N` variable and the fused kernel alone, against the GPU's own copy
 // bandwidths measured in the same run (docs/gpu.md).

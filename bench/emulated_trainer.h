@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An emulated trainer: runs a model profile's iterations against real shards. Compute is
 // emulated by sleeping for each layer's forward and backward time (the CPU stays free for the
 // communication threads; sleeping overshoots by tens of microseconds per layer). Gradients

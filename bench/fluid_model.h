@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The scheduling benchmark's reference figures (docs/design.md section 10, "Scheduling"): one
 // iteration of a layer profile through a fluid model of the worker's link, computed exactly by
 // an event-driven simulation. `FluidPolicy::priority` is the **ideal**, the limit of

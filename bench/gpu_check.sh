@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The GPU check, for a machine with an NVIDIA GPU and the CUDA toolkit (docs/gpu.md): builds
 # the CUDA code in build-cuda (separate from build/; RelWithDebInfo, as psched-server is built
 # by default), runs the GPU tests, then the apply benchmark (its CPU rows, then CPU vs GPU vs

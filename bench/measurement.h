@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Timing for the transport benchmark: run an iteration repeatedly for a time budget and keep
 // each iteration's wall time (steady clock), so throughput and latency percentiles come from
 // the same samples.

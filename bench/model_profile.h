@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A model profile (configs/models/*.json, made by scripts/gen_model_profiles.py): every
 // parameter tensor of a real architecture in forward order, grouped by layer, with each layer's
 // forward and backward compute time at a stated device throughput.

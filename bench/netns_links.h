@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NetnsLinks: a throwaway network topology for one benchmark run, shaped by the kernel. Needs
 // root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2's `ip` and `tc`.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NetnsLinks against the real kernel: runs only as root where network namespaces can be made;
 // elsewhere it says why and exits with kSkipped, which ctest reports as skipped.
 #include "bench/netns_links.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched-bench: iteration time of emulated training on a model profile through real shards over
 // shaped links, for each scheduling policy, against the fluid-model ideal (docs/design.md §10).
 #include <unistd.h>

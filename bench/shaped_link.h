@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-process bandwidth shaping for benchmarks on machines where tc is unavailable: a link of
 // fixed rate that several streams share, and a stream wrapper that sends and receives through
 // a worker's up- and downlink. KJ thread only (the shapers and streams of one client).

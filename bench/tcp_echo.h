@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The benchmarks' baseline: a plain TCP echo over POSIX sockets (127.0.0.1 unless told), with
 // TCP_NODELAY on both ends and buffers reused. A connection first sends its request size
 // (8 bytes, host order); the server then loops: read exactly that many bytes, write them back.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CPU time of this process's threads by role, read from /proc/self/task: psched names its
 // threads (psched-client: a worker's loop; psched-shard: a shard's loop; psched-apply: the
 // shards' apply pool), so a benchmark that runs workers and shards in one process can still

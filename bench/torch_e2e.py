@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Real PyTorch training through psched against DistributedDataParallel, over shaped links.
 
     flock /work/bench.lock bench/torch_e2e.py --models resnet18 --json out.json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Network namespaces joined by veth pairs with `tc tbf`, for bench/torch_e2e.py.
 
 The topology and the tbf parameters are bench/netns_links.{h,cc}'s (psched-bench), written

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench/torch_e2e.py's result files as a Markdown table and a plot (--table, --plot)."""
 
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Summarizes a `bench/torch_e2e.py --trace` file: per worker process, the median duration of
 each trainer phase (forward, backward, optimizer step, synchronize) over the measured steps,
 and for psched workers the median and largest duration of each partition phase (queued, to

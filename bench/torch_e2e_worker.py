@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One worker process of bench/torch_e2e.py (started by it, one per rank), or its float64
 sensitivity probe. Not meant to be run by hand: the argument is a JSON spec that torch_e2e.py
 writes; the result is a JSON file at spec["out"].

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched-transport-bench: push throughput and latency per partition size through a real
 // psched shard (Client -> Cap'n Proto RPC -> ShardHost, all on 127.0.0.1 in this process)
 // against a plain TCP echo on the same loopback, in the same run (docs/design.md section 10).

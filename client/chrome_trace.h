@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-partition timelines (Scheduler's TaskRecords) as Chrome trace-event JSON, the format
 // Perfetto (ui.perfetto.dev) and chrome://tracing open.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched's C++ client: the whole public API a trainer needs.
 //
 //   psched::Client client(psched::ClientOptions::from_config(config, psched::WorkerId(rank)));

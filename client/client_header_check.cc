@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Built with every build, never run: fails to compile when a header a trainer includes
 // (client/client.h, and the operator view and traces built on it) includes KJ or generated
 // Cap'n Proto code, directly or through the headers it includes. Trainers and the Python module

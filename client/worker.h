@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Worker: the worker side of psched inside one trainer process, without threads of its own.
 // It owns the shard links, the transport, and the Scheduler and GradientPusher actors, all on
 // one event loop (actors/actor.h), where they call each other directly. The threaded Client

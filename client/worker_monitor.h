@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The operator view of a worker: GET /metrics (Prometheus) and GET /status (JSON) for a
 // Client, served by an HttpServer (view/http_server.h) the application owns:
 //

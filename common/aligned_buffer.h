@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owned, 64-byte aligned bytes: variable values and optimizer state on a shard, pooled message
 // buffers. Move-only; never copies by accident.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Boost.Asio, included the one way psched includes it.
 #pragma once
 

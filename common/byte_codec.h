@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ByteWriter and ByteReader: the plain binary encoding of checkpoints and update logs.
 // Fixed-width integers and doubles in the host's (little-endian) byte order; blobs and text
 // carry a 64-bit length first. A reader never reads past its span: running short throws

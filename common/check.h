@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PSCHED_REQUIRE(cond, values...): for bugs and broken preconditions. Throws std::logic_error
 // naming the file, the line, the condition and the values given, e.g.
 //   PSCHED_REQUIRE(a == b, a, b)  ->  "actors/shard.cc:42: require failed: a == b; a = 14; b = 72"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element types a variable may hold.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two kinds of failure in psched.
 //
 // Bugs and broken preconditions: PSCHED_REQUIRE (check.h) throws with file, line and values.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ForkJoinPool: runs the pieces of one job on a few threads and returns when all are done.
 // The shard uses it to apply a large partition on several cores from inside one handler (the
 // handler blocks; the shard's loop is busy with that partition anyway). Idle threads sleep on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Histogram: counts of observed values (seconds, bytes, ...) in fixed buckets, Prometheus
 // style. A plain value type: its owner updates it on one thread (an actor's loop) and hands
 // out copies as snapshots, so readers never touch the live one.

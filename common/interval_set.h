@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A set of element indices stored as sorted, disjoint, non-adjacent half-open ranges. Tracks
 // which parts of a variable an update has covered (applied, received from a worker, ...).
 #pragma once

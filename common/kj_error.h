@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched::Error and KJ exceptions, both ways: what crosses a Cap'n Proto call or a KJ promise
 // is a kj::Exception whose description is "[code] message" and whose type follows the code's
 // category (failed, overloaded, disconnected, unimplemented).

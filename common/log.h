@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging: fmt with compile-time-checked format strings, to stderr, one line per message with
 // a UTC timestamp and the level. Thread-safe (one write per line).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Keeps glibc malloc from handing multi-megabyte message buffers back to the kernel after each
 // message. Cap'n Proto allocates every received message afresh; by default glibc serves large
 // ones with mmap (or trims the heap after they are freed), so each message pays page faults on

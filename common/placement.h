@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Deterministic placement of variables on shards. Client and server compute it from the same
 // inputs (name, size, shard count, split threshold from the cluster layout), so they agree
 // without a coordinator and independent of registration order.

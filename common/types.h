@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small strong types for the numbers psched passes around, so a step is never mistaken for a
 // byte count or a worker id.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Wall-clock time in nanoseconds since the Unix epoch, for timestamps that leave the process:
 // a poll answer's appliedAtNs (net/psched.capnp), a checkpoint's time of writing. Durations
 // inside a process use std::chrono::steady_clock instead.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Byte sizes as people write them in config files: "4194304", "4MiB", "512 KiB", "2MB".
 #pragma once
 

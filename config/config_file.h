@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A file that a deployment names (auth.token_file, tls.cert_file, ...): where it is, and where
 // the YAML names it, so that whoever reads it later fails with a message pointing at the YAML.
 #pragma once

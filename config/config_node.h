@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading typed values out of a parsed YAML tree, with messages that name the file, the line
 // and the key path. Internal to config/: deployment.cc builds its sections from these.
 #pragma once

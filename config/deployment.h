@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A deployment, as one YAML file describes it (configs/local.yaml is the reference example).
 // Parsed once into these typed structs and validated at load; code receives them by const&.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shards' `device` key: cpu by default, cuda:N for a GPU, anything else named with its line.
 #include <string>
 

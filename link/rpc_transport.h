@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RpcTransport: carries scheduled partitions over the shard links. It lives on the worker's
 // loop with the scheduler and the links: start() sends at once, with no hop. A partition is
 // one pushPoll call (its gradient up, its fresh value back), fused partitions one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardConnector: opens a worker's byte stream to a shard over TCP, inside TLS when the
 // deployment has a `tls` section (net/tls.h). KJ thread only; a reconnect may open again.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardLink: a worker's connection to one shard. Each method starts one call and resolves
 // with its answer or rejects with the server's exception (use from_kj_exception to read it).
 // KJ thread only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // StreamWrapper: wraps each of a Client's shard connections before TLS sees it (benchmarks
 // shape bandwidth with it: bench/shaped_link.h). ClientOptions::wrap_stream holds one behind a
 // forward declaration, so client/client.h needs no KJ; whoever sets it includes this header.

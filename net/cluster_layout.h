@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cluster layout a shard returns on connect: what a worker needs to place variables and
 // size its messages.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "net/cluster_layout.h"
 
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ForwardingStream: a kj::AsyncIoStream that passes every call to the stream it wraps.
 // Wrappers under an RPC connection (a read buffer, a write watch, a frame deadline) derive
 // from it and override only what they change.

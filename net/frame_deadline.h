@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A stream whose reads fail when its peer stops in the middle of a Cap'n Proto frame: a
 // connection that sent part of a message and then nothing for `timeout` is dropped, so a
 // stalled half-frame cannot pin its buffer forever. Between frames a peer may stay silent as

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The psched wire protocol. This file is the contract between workers and shards.
 #
 # A worker connects to every shard it uses (Shard.connect), gets a Session capability and the

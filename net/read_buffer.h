@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A read buffer under a Cap'n Proto connection. KJ 0.9 reads each message with two or three
 // reads (frame header, segment table, body) and one more that finds the socket empty; through
 // a buffer, the small messages that arrive together cost one read between them. Reads larger

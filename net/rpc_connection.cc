@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "net/rpc_connection.h"
 
 #include <netinet/in.h>

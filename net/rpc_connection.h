@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RpcConnection: a two-party Cap'n Proto RPC system over one byte stream (a TCP connection or
 // an in-memory pipe), with psched's message size limits. KJ thread only.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS for the shard connections, on Cap'n Proto's kj-tls (kj/compat/tls.h; OpenSSL underneath,
 // shipped by Debian's libcapnp-dev 0.9.2). Built from a deployment's `tls` section
 // (config/deployment.h); docs/security.md says what it protects. KJ thread only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "net/wire_convert.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Conversions between the wire types of psched.capnp and psched's C++ types (errors:
 // common/kj_error.h).
 #pragma once

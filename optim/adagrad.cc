@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.optim.Adagrad.
 #include "optim/kernels.h"
 

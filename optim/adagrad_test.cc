@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // adagrad kernel against the scalar torch.optim.Adagrad formula.
 #include <doctest/doctest.h>
 

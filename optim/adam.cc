@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Adam family: torch.optim.Adam, torch.optim.AdamW and TensorFlow's ApplyAdam (adam_tf).
 // One fused pass: each element's param, grad, m, v (and max v) are read once and
 // written once (lanes.h); the per-step scalars are the GPU kernels' (step_args.h).

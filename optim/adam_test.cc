@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // adam, adamw and adam_tf kernels against the scalar torch.optim / TF ApplyAdam formulas.
 #include <doctest/doctest.h>
 

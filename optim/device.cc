@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceSpec's text form; the same in builds with and without CUDA.
 #include "optim/device.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a shard keeps its variables' values and optimizer state: host memory (the default, the
 // Eigen kernels of optimizer.h) or one CUDA GPU (`device: cuda:N` in the deployment file).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceSpec's text form and ComputeDevice::open's refusals; these run on every machine. The
 // CUDA kernels themselves are checked by gpu/gpu_optim_test.cc where a GPU is present.
 #include "optim/device.h"

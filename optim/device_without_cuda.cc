@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ComputeDevice in a build without CUDA support (PSCHED_CUDA off or nvcc not found): every
 // CUDA device is refused at open.
 #include "common/check.h"

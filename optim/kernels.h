@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to optim/: one entry point per optimizer family, each defined in its own .cc
 // (sgd.cc, adam.cc, adagrad.cc, rmsprop.cc) and instantiated for float and double.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to optim/: element-wise kernels written once, as a template on the lanes they
 // compute, and run in one fused pass over a range: SIMD packets for the body, single elements
 // for the tail. Each element of param, grad and state is loaded once and stored once, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Optimizer settings and the kernel entry point a shard calls for each received partition.
 //
 // Every optimizer is defined by the formula of a named reference: PyTorch's `torch.optim`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Names, validation, state layout and apply()'s contract, for every optimizer.
 #include "optim/optimizer.h"
 

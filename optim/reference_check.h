@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test-only: every optimizer option combination the tests sweep, and a harness that runs
 // apply() and the scalar reference (scalar_reference.h) side by side on random data.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rmsprop kernel against the scalar torch.optim.RMSprop formula.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test-only: each optimizer's reference formula (see optimizer.h) as a plain scalar update of
 // one element, written from PyTorch 1.13's torch.optim documentation and TensorFlow's
 // ApplyAdam, independently of the Eigen kernels: nothing is shared with them but

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.optim.SGD, without and with momentum (optimizer kinds sgd and momentum).
 #include "optim/kernels.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sgd and momentum kernels against the scalar torch.optim.SGD formula.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to optim/: the per-step scalars of each optimizer's update, computed once per
 // apply in double (torch: Python floats) and cast to the element type T. One definition for
 // the CPU kernels (optim/sgd.cc, adam.cc, adagrad.cc, rmsprop.cc) and the CUDA kernels

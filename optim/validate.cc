@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // validate(): the hyper-parameter ranges of each optimizer, as torch.optim checks them (plus
 // finiteness and the [0, 1] / [0, 1) bounds torch leaves implicit). Only the fields an
 // optimizer reads are checked; the rest are ignored, as apply() ignores them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched._core: the pybind11 binding of the C++ client. The package psched (psched/__init__.py)
 // re-exports it with the conveniences (configs from torchrun's environment, torch tensors);
 // read that file for the user-facing API.

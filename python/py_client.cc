@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "python/py_client.h"
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C++ side of the Python module psched._core: a Client that takes Python buffers (numpy
 // arrays, or torch CPU tensors through their numpy view) and keeps them alive as long as the
 // C++ client may touch them.

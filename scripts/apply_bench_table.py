@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Summarises runs of `psched-apply-bench --json` as a Markdown table: per optimizer and size,
 the median over the runs (and the lowest-highest) of the apply's traffic GB/s and its ratios to
 the baselines measured in the same run.

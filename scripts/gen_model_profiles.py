@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Generates the model profiles of the scheduling benchmark: configs/models/<name>.json.
 
 A profile lists every parameter tensor of a real architecture (VGG-16, ResNet-50, BERT-base)

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Plots psched-bench results: iteration time per policy against bandwidth, one panel per model.
 
     scripts/plot_bench.py bench/results/*.json -o bench/results/iteration_time.svg

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AnswerOrder: the order in which one connection's poll answers leave the shard. An answer
 // whose value is ready goes out at once while the connection has less than `window` bytes
 // queued to write; beyond that, ready answers wait here and leave best priority first (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ConnectionAdmission: which connections to one shard get in, and how long one may stay
 // before it authenticates (completes `connect` with the right token). KJ thread only.
 //

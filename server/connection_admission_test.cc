@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which connections get into a shard, and how refusals are logged.
 #include "server/connection_admission.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardHost: shards served from one event loop, each with its actor, RPC endpoint and
 // listener. Built, used and destroyed on that loop's thread; psched-server runs one host per
 // loop thread (apps/shard_threads.h), tests one host on their own thread.

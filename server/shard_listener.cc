@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "server/shard_listener.h"
 
 #include "common/log.h"

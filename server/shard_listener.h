@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardListener: accepts connections for one shard and serves each with its own RPC system
 // until the peer leaves. A connection that breaks (garbage, oversized frames, a dropped peer)
 // is dropped alone; the shard keeps serving the others. With TLS, every connection first

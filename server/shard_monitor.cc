@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "server/shard_monitor.h"
 
 #include "server/dashboard_html.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardMonitor: serves one hosted shard's operator view over HTTP on its configured `http`
 // address: GET /metrics (Prometheus), GET /status (JSON) and GET / (the live dashboard,
 // server/dashboard.html, built into the binary).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The operator view of one shard: a snapshot of its state and the two ways it is read, the
 // Prometheus text of GET /metrics and the JSON of GET /status (which the dashboard and
 // `psched status` read). Pure functions of the snapshot.

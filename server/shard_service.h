@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RPC face of a shard: Shard (connect) and Session (register, push, poll, pushPoll, pull,
 // ...) servers that turn calls into VariableShard messages and the actor's replies into answers.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardThreads: the shards one process serves, spread over event-loop threads: one loop per
 // shard, or shards grouped round-robin when there are more shards than threads. Each thread
 // owns a ShardHost (its shards' listeners, connections and actors) and its timers, so a push

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad input over real RPC: each request gets a typed error naming the problem, the variable is
 // untouched, and the shard keeps serving every other client.
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cluster: a simulated psched cluster in one process and on one thread. Shards and workers
 // talk real Cap'n Proto RPC over in-memory pipes; every actor lives on the one event loop the
 // test drives, so every run is deterministic (no threads, no sleeps).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // End-to-end semantics on the simulated cluster: sync aggregation, async hand-off, priority
 // order and the credit window, through real RPC.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CuttingStream: a byte stream that breaks on cue, as a network failure mid-message would.
 // Wraps another stream; once the plan's byte budget is written it writes no more, shuts the
 // inner stream's write side (the peer reads a truncated message, then end of stream) and fails

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Faults on the simulated cluster: connections cut in the middle of messages. Workers
 // reconnect, resend what was lost, and the shards apply every push exactly once, so the final
 // values equal those of a run without faults, bit for bit.

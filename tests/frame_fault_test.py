@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Frame faults against a real psched-server on loopback: garbage bytes, truncated and
 stalled frames, oversized frames and too many connections. After each fault the shard still serves a
 well-behaved client (an example trainer as a new worker), and after hundreds of oversized

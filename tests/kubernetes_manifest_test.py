@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """deploy/kubernetes/ validated offline (deploy/kubernetes/check.py against python3-kubernetes'
 typed models): the shipped manifests pass, each of a set of broken copies is refused with a
 message naming what is wrong, and psched reads the ConfigMap's deployment file. Exits 77

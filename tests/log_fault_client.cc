@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched-log-fault-client: the worker of tests/log_fault_test.py. Pushes known gradients to
 // one variable under plain SGD (lr 1, small integers, so every value is exact), and checks
 // after a restart which steps the shard holds.

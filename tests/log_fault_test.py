@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Update-log faults against a real psched-server on loopback. Each case checks what the shard
 holds after a restart (psched-log-fault-client --check): every acknowledged update, or a
 refusal to start that names the damaged or missing file.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The operator view over real sockets: psched-server with two example trainers, then
 
   http     GET /metrics checked by a strict Prometheus text parser, GET /status checked against

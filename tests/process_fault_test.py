@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Faults against real processes on loopback, each bounded in time:
 
   kill     psched-server is killed (SIGKILL) while two sync-mode example trainers push, then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End to end over real sockets: psched-server on a test deployment, two example trainers
 # whose loss must fall, then a clean stop on SIGTERM; then a shard on a missing GPU refused,
 # shard indices that cannot be told from the environment (--shard-from), and a trainer told

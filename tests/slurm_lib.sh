@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Sourced by the Slurm test, as root. start_slurm WORK starts a one-node Slurm cluster on
 # loopback, everything under WORK: munged as the munge user with its own key and socket, then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # deploy/slurm/psched.sbatch on a real one-node Slurm cluster: starts munged, slurmctld and
 # slurmd on loopback with a generated slurm.conf, submits the script with sbatch (two shards,
 # two example trainers), and checks that the job succeeded, both trainers' loss fell, and both

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The simulated cluster with TLS on every shard connection (the certificates in tests/tls/).
 #include <string>
 #include <vector>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # TLS and the auth token over real sockets: psched-server serving TLS and asking for a token
 # from a file; an example trainer that trains through it; a trainer without TLS refused while
 # the server keeps serving; a trainer that trusts another CA told which shard it could not trust.

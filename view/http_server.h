@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HttpServer: a small HTTP/1.1 server (Boost.Beast) for the operator view: GET routes whose
 // handlers answer through a callback, from any thread, so a handler can ask an actor for a
 // snapshot and answer when the actor replies. It runs on its own io_context and thread, so a

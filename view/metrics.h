@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PrometheusText: writes metrics in the Prometheus text exposition format (version 0.0.4),
 // the body of a GET /metrics.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks the manifests in this folder offline, without a cluster: every field against the
 Kubernetes API's typed models (Debian's python3-kubernetes), then that the files agree with
 each other (names, labels, ports, shards and workers). Prints one line per problem, naming the

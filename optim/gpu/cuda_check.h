@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to optim/gpu (CUDA builds only): turning CUDA runtime errors into psched::Error.
 #pragma once
 

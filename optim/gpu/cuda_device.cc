@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ComputeDevice for CUDA GPUs (built only with CUDA support): variables in device memory,
 // partitions pipelined through a ring of pinned staging buffers on a few streams.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "optim/gpu/cuda_memory.h"
 
 #include "optim/gpu/cuda_check.h"

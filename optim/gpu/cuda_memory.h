@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to optim/gpu (CUDA builds only): owners of CUDA resources. Each is created on the
 // CUDA device current on the calling thread and must be destroyed while the process's CUDA
 // context lives. Move-only; destruction never throws (errors there are ignored: nothing could

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "optim/gpu/fused_apply.h"
 
 #include "common/check.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to optim/gpu: optim::apply on device memory, as one fused kernel launch.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fused optimizer kernels: one thread per element (grid-stride), each element's update
 // written exactly as the CPU kernel computes it (optim/sgd.cc, adam.cc, adagrad.cc,
 // rmsprop.cc), term by term and in the same order. Built with --fmad=false and

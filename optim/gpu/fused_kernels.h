@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to optim/gpu: launches of the fused optimizer kernels (fused_kernels.cu). Each
 // kernel reads param, grad and the state slots of an element and writes param and state in
 // one pass, with the operations of the CPU kernel in the same order (built without FMA

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fused CUDA kernels against the CPU kernels (optim::apply) on random data, under the CPU
 // kernels' own tolerance rule (reference_check.h): every optimizer option combination, float
 // and double, odd sizes, 5 steps, each step's gradient pushed in uneven pieces. Staging

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // main() of gpu_test: runs the doctest cases where CUDA device 0 can be opened; elsewhere it
 // says why and exits kSkipped, which ctest reports as skipped (SKIP_RETURN_CODE).
 #define DOCTEST_CONFIG_IMPLEMENT

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to optim/gpu: the arguments of the fused CUDA kernels, plain structs shared by the
 // host code that fills them (fused_apply.cc, built by the C++ compiler) and the kernels
 // (fused_kernels.cu, built by nvcc). The per-step scalars (SgdArgs, AdamArgs, ...) are the CPU

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Trains a small network on scikit-learn's bundled digits (8x8 images, 10 classes) through
 psched: one process per worker, each on its share of the training set; the shards run Adam.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """psched: a worker's client of a psched parameter server.
 
     import psched

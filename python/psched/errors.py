@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """psched's exceptions. The C++ client's psched::Error arrives as the class of its error
 category, with the server's message and `code`, the C++ ErrorCode's name."""
 

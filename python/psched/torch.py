@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """psched.torch: train a PyTorch model through psched with a few added lines.
 
     import psched.torch

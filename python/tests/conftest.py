@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures: psched-server processes on free loopback ports, and a watchdog against hangs.
 
 ctest sets PYTHONPATH (the built package) and PSCHED_SERVER (the server binary); run by hand:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """psched's Python client over real psched-server processes: zero-copy memory, the push/wait
 cycle, and errors as Python exceptions."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The digits example (python/examples/train_digits.py) with two worker processes, started as
 torchrun would start them (RANK, WORLD_SIZE), learns the digits."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """psched.torch against torch.optim: the same model, data and order must reach the same
 parameters, whether the optimizer runs in torch or on psched's shards."""
 import copy

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fuzzer's committed corpus, replayed through its entry point in the normal build, and
 // the seeds checked to reach the handlers (not stop at a framing error).
 #include <filesystem>

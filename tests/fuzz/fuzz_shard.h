@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FuzzShard: one shard with its actor, RPC endpoint and listener, on one thread, for feeding
 // a client connection's raw bytes to the real decode and handler path (the libFuzzer target,
 // the corpus replay test and the seed generator share it). Deterministic: the shard's event

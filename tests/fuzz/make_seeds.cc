@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // psched-fuzz-seeds DIR: writes the fuzzer's seed inputs to DIR, one file per scenario. Each is
 // the options byte (fuzz_shard.h) and the bytes a real ShardLink client sent to a FuzzShard while
 // running the scenario (connect, register, push, poll, pull, fused calls, and requests that fail).

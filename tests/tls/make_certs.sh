@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Makes the throwaway TLS files the tests use (see README.md). Run from anywhere; writes here.
 set -euo pipefail
 cd "$(dirname "$0")"
