@@ -81,6 +81,25 @@ struct BadInputFixture {
     CHECK(fresh == expected);
   }
 
+  // Another connection (worker 3) with limits.max_waiting_polls polls of step 1 waiting;
+  // their values are due in out[0, limit), and out has one slot more.
+  struct FullWaiter {
+    ShardLink& link;
+    std::vector<std::vector<float>> out;
+    std::vector<kj::Promise<int64_t>> waiting;
+  };
+  FullWaiter full_waiter() {
+    FullWaiter w{
+        cluster.open_link(0),
+        std::vector<std::vector<float>>(kWaitingPollLimit + 1, std::vector<float>(kElements)),
+        {}};
+    cluster.run(w.link.connect(WorkerId(3), kToken));
+    for (uint64_t i = 0; i < kWaitingPollLimit; ++i)
+      w.waiting.push_back(w.link.poll(
+          id, 1, {0, kElements}, reinterpret_cast<std::byte*>(w.out[i].data()), kElements * 4));
+    return w;
+  }
+
   void check_untouched_and_serving() {
     CHECK(current_value() == expected);
     check_others_served();
@@ -394,13 +413,7 @@ TEST_CASE("a fused poll whose answer would not fit the message limit is refused 
 
 TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answers free room") {
   BadInputFixture f;
-  ShardLink& waiter = f.cluster.open_link(0);
-  f.cluster.run(waiter.connect(WorkerId(3), kToken));
-  std::vector<std::vector<float>> out(kWaitingPollLimit + 1, std::vector<float>(kElements));
-  std::vector<kj::Promise<int64_t>> waiting;
-  for (uint64_t i = 0; i < kWaitingPollLimit; ++i)
-    waiting.push_back(waiter.poll(f.id, 1, {0, kElements},
-                                  reinterpret_cast<std::byte*>(out[i].data()), kElements * 4));
+  auto [waiter, out, waiting] = f.full_waiter();
   f.expect_error(waiter.poll(f.id, 1, {0, kElements},
                              reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
                  ErrorCode::overloaded,
@@ -418,13 +431,7 @@ TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answer
 
 TEST_CASE("a pushPoll past the connection's waiting poll limit is overloaded and applies nothing") {
   BadInputFixture f;
-  ShardLink& waiter = f.cluster.open_link(0);
-  f.cluster.run(waiter.connect(WorkerId(3), kToken));
-  std::vector<std::vector<float>> out(kWaitingPollLimit + 1, std::vector<float>(kElements));
-  std::vector<kj::Promise<int64_t>> waiting;
-  for (uint64_t i = 0; i < kWaitingPollLimit; ++i)
-    waiting.push_back(waiter.poll(f.id, 1, {0, kElements},
-                                  reinterpret_cast<std::byte*>(out[i].data()), kElements * 4));
+  auto [waiter, out, waiting] = f.full_waiter();
   std::vector<float> grad(kElements, 1.f);
   f.expect_error(waiter.push_poll(f.id, 1, {0, kElements}, DType::float32, f.bytes(grad),
                                   reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
