@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <exception>
+#include <thread>
 #include <vector>
 
 #include <sys/resource.h>
@@ -86,6 +88,27 @@ Measurement time_iterations(const Budget& budget, uint64_t bytes_per_iteration,
   m.seconds = seconds_between(start, BenchClock::now());
   m.cpu_seconds = process_cpu_seconds() - cpu_start;
   return m;
+}
+
+// Runs `measure(i)` for i in [0, n) on a thread each, all at once; returns each one's figures
+// (rethrows the first failure, after all have ended).
+template <typename Measure>
+std::vector<Measurement> measure_at_once(unsigned n, Measure measure) {
+  std::vector<Measurement> each(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        each[i] = measure(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return each;
 }
 
 }  // namespace psched::bench

@@ -206,30 +206,19 @@ std::unique_ptr<Client> connect_worker(const Shaping& shaping, const Options& o,
 constexpr uint64_t kTcpMessageBytes = 1 << 20;
 constexpr unsigned kTcpWindow = 8;
 constexpr double kTcpSeconds = 2.0;
-constexpr double kTcpReachable =
-    0.95;  // TCP below this share of the link: the ideal uses TCP's rate
+// TCP below this share of the link: the ideal moves bytes at TCP's rate.
+constexpr double kTcpReachable = 0.95;
 
 std::optional<double> measure_tcp(const Shaping& shaping, uint32_t workers) {
   if (!shaping.netns) return std::nullopt;
   auto echo = NetnsLinks::run_in(shaping.netns->shard_namespace(),
                                  [] { return std::make_unique<TcpEchoServer>("0.0.0.0"); });
-  std::vector<Measurement> each(workers);
-  std::vector<std::exception_ptr> errors(workers);
-  std::vector<std::thread> threads;
-  for (uint32_t w = 0; w < workers; ++w)
-    threads.emplace_back([&, w] {
-      try {
-        each[w] = NetnsLinks::run_in(shaping.netns->worker_namespace(w), [&] {
-          return tcp_pipelined(echo->port(), kTcpMessageBytes, kTcpWindow,
-                               Budget{.seconds = kTcpSeconds}, NetnsLinks::shard_side_address(w));
-        });
-      } catch (...) {
-        errors[w] = std::current_exception();
-      }
+  std::vector<Measurement> each = measure_at_once(workers, [&](uint32_t w) {
+    return NetnsLinks::run_in(shaping.netns->worker_namespace(w), [&] {
+      return tcp_pipelined(echo->port(), kTcpMessageBytes, kTcpWindow,
+                           Budget{.seconds = kTcpSeconds}, NetnsLinks::shard_side_address(w));
     });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  });
   double slowest = each.front().gb_per_s();
   for (const Measurement& m : each) slowest = std::min(slowest, m.gb_per_s());
   return slowest * 1e9;

@@ -156,21 +156,7 @@ Measurement aggregate(const std::vector<Measurement>& each) {
 template <typename Measure>
 Measurement at_once(unsigned workers, Measure measure) {
   const double cpu_start = process_cpu_seconds();
-  std::vector<Measurement> each(workers);
-  std::vector<std::exception_ptr> errors(workers);
-  std::vector<std::thread> threads;
-  for (unsigned i = 0; i < workers; ++i)
-    threads.emplace_back([&, i] {
-      try {
-        each[i] = measure(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  Measurement all = aggregate(each);
+  Measurement all = aggregate(measure_at_once(workers, measure));
   all.cpu_seconds = process_cpu_seconds() - cpu_start;
   return all;
 }
