@@ -271,6 +271,11 @@ void Variable::read(ElementRange range, std::byte* out) const {
   std::memcpy(out, value_.data() + (range.begin - part_.begin) * bytes, range.size() * bytes);
 }
 
+std::span<const std::byte> Variable::view(ElementRange range) const {
+  size_t bytes = element_bytes(spec_.dtype);
+  return {value_.data() + (range.begin - part_.begin) * bytes, range.size() * bytes};
+}
+
 void Variable::save(ByteWriter& out) const {
   encode(out, spec_);
   encode(out, part_);

@@ -104,6 +104,9 @@ class Variable {
 
   // Copies the current value of `range` (inside the part) to `out`.
   void read(ElementRange range, std::byte* out) const;
+  // The current value of `range` (inside the part) where it lives, in host memory (a device
+  // variable's apply copies its fresh values back there): changed in place by the next update.
+  std::span<const std::byte> view(ElementRange range) const;
   // Copies optimizer state slot `slot` (optimizer.h's slot order) of `range` (inside the part)
   // to `out`, from the device when the state lives on one.
   void read_state(int slot, ElementRange range, std::byte* out) const;

@@ -92,6 +92,11 @@ class FreshValue {
   uint64_t bytes() const { return range_.size() * element_bytes(variable_.spec().dtype); }
   // Copies the value into `out` (bytes() bytes).
   void read_into(std::byte* out) const { variable_.read(range_, out); }
+  // The value in the variable's own memory, which lives as long as the shard and which only
+  // the shard's loop changes: an answer may reference it instead of copying it, and then
+  // carries the range's value as of when its bytes leave, which includes at least step()'s
+  // update (a later update may have landed in between).
+  std::span<const std::byte> in_place() const { return variable_.view(range_); }
 
  private:
   const Variable& variable_;

@@ -104,6 +104,8 @@ interface Session {
       -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64);
   # The fresh value of [offset, offset+count) once `step`'s update of that range is applied:
   # this worker's own update in async mode, the aggregate of all workers in sync mode.
+  # appliedStep: that step; `value` is the range as the answer leaves, so it may also hold
+  # updates applied after it (never less than appliedStep's).
   # appliedAtNs: the shard's wall clock (ns since the Unix epoch) when it found the range
   # applied for this poll (for traces; only comparable across machines with synced clocks).
 

@@ -23,10 +23,25 @@ kj::Exception refuse(ShardEndpoint& endpoint, std::exception_ptr error) {
   return to_kj_exception(error);
 }
 
+// Puts `value` into an answer's `value` field. The field references the variable's memory
+// when that is whole words at a word boundary (Cap'n Proto's condition for an external
+// segment): the bytes leave from where they are, with no zeroed buffer to fill and no copy.
+// The shard outlives its connections' messages (ShardHost), so the memory outlives the answer.
+template <typename Answer>
+void put_value(Answer answer, const FreshValue& value) {
+  std::span<const std::byte> bytes = value.in_place();
+  capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % sizeof(capnp::word) == 0 &&
+      bytes.size() % sizeof(capnp::word) == 0)
+    answer.adoptValue(capnp::Orphanage::getForMessageContaining(answer).referenceExternalData(data));
+  else
+    answer.setValue(data);
+}
+
 // Puts a ready value into an answer: poll's, pushPoll's, or one slot of a fused answer.
 template <typename Answer>
 void write_answer(Answer answer, const FreshValue& value, int64_t answered_at_ns) {
-  value.read_into(reinterpret_cast<std::byte*>(answer.initValue(value.bytes()).begin()));
+  put_value(answer, value);
   answer.setAppliedStep(value.step());
   answer.setAppliedAtNs(answered_at_ns);
 }
@@ -342,7 +357,7 @@ kj::Promise<void> SessionService::pull(PullContext context) {
         [f = f, context](std::exception_ptr error, const FreshValue* value) mutable {
           if (error) return (*f)->reject(to_kj_exception(error));
           auto results = context.getResults();
-          value->read_into(reinterpret_cast<std::byte*>(results.initValue(value->bytes()).begin()));
+          put_value(results, *value);
           results.setAppliedStep(value->step());
           (*f)->fulfill();
         });
