@@ -228,7 +228,7 @@ struct PolicyResult {
   double iteration_s = 0;
   double cpu_share = 0;  // CPU seconds used / (wall seconds x cores)
   // CPU seconds per 1e9 bytes moved (gradients up plus values down), by thread role
-  // (bench/thread_cpu.h) and in "total".
+  // (bench/thread_cpu.h), "other" (the rest of the process) and "total".
   std::map<std::string, double> cpu_s_per_gb;
   TuningState tuning;         // worker 0's, when autotuned
   bool tuned_steady = false;  // iteration_s is measured after every tuner converged
@@ -299,8 +299,12 @@ PolicyResult run_policy(const ModelProfile& profile, const Options& o, const std
   double cpu = process_cpu_seconds() - cpu_before;
   result.cpu_share = cpu / (wall * std::thread::hardware_concurrency());
   double moved_gb = 2.0 * profile.bytes() * iterations * o.workers / 1e9;
-  for (const auto& [role, seconds] : thread_cpu_seconds())
+  double named = 0;
+  for (const auto& [role, seconds] : thread_cpu_seconds()) {
     result.cpu_s_per_gb[role] = (seconds - threads_before[role]) / moved_gb;
+    named += seconds - threads_before[role];
+  }
+  result.cpu_s_per_gb["other"] = std::max(0.0, cpu - named) / moved_gb;  // trainers, gone too
   result.cpu_s_per_gb["total"] = cpu / moved_gb;
   // Steady state: after the warm-up, or, when autotuned, after the last tuner converged (and
   // one more iteration for the setting to take hold).

@@ -10,9 +10,11 @@
 
 namespace psched::bench {
 
-// User + system CPU seconds of the live threads, summed per role: psched-client, psched-shard,
-// psched-apply, and "other" (the benchmark's own threads). Threads that already exited are not
-// counted: take both readings while the measured threads live.
+// CPU seconds (each thread's scheduler runtime, ns resolution) of the live threads in each of
+// the roles psched-client, psched-shard and psched-apply; every role is present (0 without a
+// thread). Threads that already exited are not counted: take both readings while the measured
+// threads live, and count the rest of the process's CPU (the benchmark's own threads, live or
+// gone) as "other".
 std::map<std::string, double> thread_cpu_seconds();
 
 }  // namespace psched::bench

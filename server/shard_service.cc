@@ -33,7 +33,8 @@ void put_value(Answer answer, const FreshValue& value) {
   capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
   if (reinterpret_cast<uintptr_t>(bytes.data()) % sizeof(capnp::word) == 0 &&
       bytes.size() % sizeof(capnp::word) == 0)
-    answer.adoptValue(capnp::Orphanage::getForMessageContaining(answer).referenceExternalData(data));
+    answer.adoptValue(
+        capnp::Orphanage::getForMessageContaining(answer).referenceExternalData(data));
   else
     answer.setValue(data);
 }
