@@ -47,6 +47,14 @@ void write_answer(Answer answer, const FreshValue& value, int64_t answered_at_ns
   answer.setAppliedAtNs(answered_at_ns);
 }
 
+// What writes a ready value into slot `i` of a fused answer.
+template <typename Context>
+auto slot_writer(Context context, unsigned i) {
+  return [context, i](const FreshValue& value, int64_t at_ns) mutable {
+    write_answer(context.getResults().getValues()[i], value, at_ns);
+  };
+}
+
 // Answers a fused call (pollFused, pushPollFused) slot by slot: `answer(i)` writes slot i's
 // value when it is ready; a refusal becomes the slot's error text. Resolves when all are in.
 template <typename Context, typename Answer>
@@ -295,9 +303,7 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
     auto r = ranges[i];
     try {
       return poll_one(VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount(),
-                      [context, i](const FreshValue& value, int64_t at_ns) mutable {
-                        write_answer(context.getResults().getValues()[i], value, at_ns);
-                      });
+                      slot_writer(context, i));
     } catch (...) {
       return refuse(endpoint_, std::current_exception());
     }
@@ -339,9 +345,7 @@ kj::Promise<void> SessionService::pushPollFused(PushPollFusedContext context) {
     try {
       return push_then_poll(
           decode_push(p.getVariable(), p.getStep(), p.getOffset(), p.getDtype(), p.getData()),
-          [context, i](const FreshValue& value, int64_t at_ns) mutable {
-            write_answer(context.getResults().getValues()[i], value, at_ns);
-          });
+          slot_writer(context, i));
     } catch (...) {
       return refuse(endpoint_, std::current_exception());
     }
