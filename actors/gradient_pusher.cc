@@ -105,7 +105,7 @@ void GradientPusher::tuning(std::function<void(TuningState)> reply) {
 void GradientPusher::observe_step(Step step) {
   if (step <= latest_step_) return;
   auto now = std::chrono::steady_clock::now();
-  if (latest_step_ != 0) {
+  if (latest_step_ != Step()) {
     ++iterations_;
     double seconds = std::chrono::duration<double>(now - latest_step_start_).count();
     bool was_converged = tuner_->converged();

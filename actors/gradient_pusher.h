@@ -100,7 +100,7 @@ class GradientPusher : public Actor {
   std::unordered_map<uint64_t, PendingPush> pushes_;     // push id -> progress
   // Autotuning (when enabled): the latest step pushed and when its first push came.
   std::optional<Autotuner> tuner_;
-  Step latest_step_ = 0;
+  Step latest_step_;
   std::chrono::steady_clock::time_point latest_step_start_;
   uint64_t iterations_ = 0;
   uint64_t converged_after_ = 0;

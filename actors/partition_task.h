@@ -23,7 +23,7 @@ struct PartitionTask {
 
   ShardId shard;              // where the partition goes
   VariableId shard_variable;  // the id that shard gave the variable
-  Step step = 0;
+  Step step;
   ElementRange range;  // elements of the whole variable this partition covers
   DType dtype = DType::float32;
   // The range's gradient bytes. Owner: the trainer, alive until its push completes.

@@ -145,7 +145,7 @@ void VariableShard::enforce_sync_timeout(Clock::time_point now) {
 }
 
 void VariableShard::time_out(VariableId id, Variable& variable, double waited_seconds) {
-  Step step = variable.applied_step(kAllWorkers) + 1;
+  Step step = variable.applied_step(kAllWorkers).next();
   std::vector<uint32_t> missing = variable.missing_workers();
   bool proceed = settings_.sync.on_timeout == SyncTimeoutAction::proceed;
   auto error = std::make_exception_ptr(
@@ -318,7 +318,7 @@ void VariableShard::replay_push(WorkerId worker, VariableId id, Step step, Eleme
 
 void VariableShard::replay_timeout(VariableId id, Step step, const std::string& record) {
   Variable& variable = find("replay", id);
-  if (step != variable.applied_step(kAllWorkers) + 1)
+  if (step != variable.applied_step(kAllWorkers).next())
     fail(ErrorCode::corrupt_checkpoint, "{}: a timed-out step out of order", record);
   variable.complete_step_without_missing();
 }

@@ -76,7 +76,7 @@ struct ShardStats {
 struct VariableStatus {
   std::string name;
   ElementRange part;
-  Step step = 0;  // the newest complete step (async: of the furthest worker)
+  Step step;  // the newest complete step (async: of the furthest worker)
 };
 
 // The fresh value of a polled or pulled range, read straight from the variable into where

@@ -83,10 +83,10 @@ int train(const Options& o) {
     size_t begin = (size_t(step - 1) * o.batch) % (o.samples - o.batch + 1);
     auto lg = example::evaluate(data, w, b[0], begin, begin + o.batch);
     std::vector<float> grad_b{lg.grad_b};
-    client.push(hb, step, std::as_bytes(std::span(grad_b)));
-    client.push(hw, step, std::as_bytes(std::span(lg.grad_w)));
-    client.wait(hw, step);
-    client.wait(hb, step);
+    client.push(hb, Step(step), std::as_bytes(std::span(grad_b)));
+    client.push(hw, Step(step), std::as_bytes(std::span(lg.grad_w)));
+    client.wait(hw, Step(step));
+    client.wait(hb, Step(step));
     if (step % o.print_every == 0 || step == 1 || step == o.steps) {
       auto full = example::evaluate(data, w, b[0], 0, data.samples());
       std::printf("worker %u step %4u  loss %.4f  accuracy %.3f\n", worker, step, full.loss,

@@ -56,10 +56,11 @@ void time_block(double seconds, Totals& into, Iteration&& iteration) {
 // A Variable pushed whole, one step after the other, as one async worker would.
 struct PushedVariable {
   Variable variable;
-  Step step = 0;
+  Step step;
 
   void push(std::span<const std::byte> grad) {
-    variable.push(WorkerId(0), ++step, variable.part(), DType::float32, grad);
+    step = step.next();
+    variable.push(WorkerId(0), step, variable.part(), DType::float32, grad);
   }
 };
 

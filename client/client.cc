@@ -57,7 +57,7 @@ struct Client::Impl {
   std::mutex pushes_mutex;
   // Guarded by pushes_mutex:
   PendingPushes pushes;
-  Step newest_step = 0;  // the highest step pushed so far, and when its first push came
+  Step newest_step;  // the highest step pushed so far, and when its first push came
   std::chrono::steady_clock::time_point newest_step_pushed;
   Histogram iteration_seconds;
 };
@@ -149,7 +149,7 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
            handle.value, step);
     if (step > impl_->newest_step) {
       auto now = std::chrono::steady_clock::now();
-      if (impl_->newest_step > 0)
+      if (impl_->newest_step != Step())
         impl_->iteration_seconds.observe(
             std::chrono::duration<double>(now - impl_->newest_step_pushed).count());
       impl_->newest_step = step;

@@ -36,7 +36,7 @@ struct PyVariable {
   VariableHandle handle;
   py::object value;  // the parameter memory (the registered array)
   // Gradients of pushes not yet waited for, by step; released after their wait.
-  std::map<Step, py::object> in_flight;
+  std::map<uint64_t, py::object> in_flight;
 };
 
 class PyClient {
@@ -52,12 +52,13 @@ class PyClient {
                                                 std::optional<Priority> priority,
                                                 std::optional<optim::OptimizerSpec> optimizer);
   // Starts the push of `gradient` (C-contiguous, the variable's shape and dtype) for `step`;
-  // keeps a reference to it until wait(variable, step) returns.
-  void push(PyVariable& variable, Step step, py::buffer gradient);
+  // keeps a reference to it until wait(variable, step) returns. Steps come from Python as
+  // plain ints and become Steps here.
+  void push(PyVariable& variable, uint64_t step, py::buffer gradient);
   // Blocks (GIL released) until step's fresh value is in the variable's memory.
-  void wait(PyVariable& variable, Step step);
+  void wait(PyVariable& variable, uint64_t step);
   // Whether wait(variable, step) would return at once.
-  bool ready(PyVariable& variable, Step step);
+  bool ready(PyVariable& variable, uint64_t step);
   // Overwrites the variable's memory with the shards' current value (GIL released).
   void pull(PyVariable& variable);
   // The variable registered under `name`; Error(unknown_variable) when there is none.
