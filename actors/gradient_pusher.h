@@ -35,7 +35,7 @@ struct PlacedPart {
 // How a registered variable maps onto shards, and where its fresh values land.
 struct VariablePlan {
   std::string name;
-  Priority priority = 0;
+  Priority priority;
   DType dtype = DType::float32;
   uint64_t elements = 0;
   std::vector<PlacedPart> parts;  // in element order, covering [0, elements)

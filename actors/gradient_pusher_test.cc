@@ -22,7 +22,7 @@ struct PartSpec {
 };
 
 VariablePlan make_plan(DType dtype, uint64_t elements, std::vector<PartSpec> parts,
-                       std::byte* value, Priority priority = 0) {
+                       std::byte* value, Priority priority = Priority(0)) {
   VariablePlan plan;
   plan.name = "layer/w";
   plan.priority = priority;
@@ -122,13 +122,13 @@ std::exception_ptr failure(const char* message) {
 
 TEST_CASE("cut makes consecutive whole-element partitions of at most partition_bytes") {
   std::vector<std::byte> grad(40), value(40);
-  VariablePlan plan = make_plan(DType::float32, 10, {{2, 17, 10}}, value.data(), 6);
+  VariablePlan plan = make_plan(DType::float32, 10, {{2, 17, 10}}, value.data(), Priority(6));
   auto tasks = GradientPusher::cut(plan, Step(9), grad.data(), 12, 100);
   CHECK(ranges_of(tasks) == Ranges{{0, 3}, {3, 6}, {6, 9}, {9, 10}});
   for (size_t k = 0; k < tasks.size(); ++k) {
     const PartitionTask& t = tasks[k];
     CHECK(t.id == 100 + k);
-    CHECK(t.priority == 6);
+    CHECK(t.priority == Priority(6));
     CHECK(t.sequence == 0);
     CHECK(t.bytes == t.range.size() * 4);
     CHECK(t.shard == ShardId(2));
@@ -312,9 +312,9 @@ TEST_CASE("partitions of a later, more urgent variable overtake a queued big one
   PusherFixture f(16, 16);
   std::vector<std::byte> big(64), big_value(64), small(16), small_value(16);
   f.pusher.add_variable(VariableHandle(0),
-                        make_plan(DType::float32, 16, {{0, 1, 16}}, big_value.data(), 5));
+                        make_plan(DType::float32, 16, {{0, 1, 16}}, big_value.data(), Priority(5)));
   f.pusher.add_variable(VariableHandle(1),
-                        make_plan(DType::float32, 4, {{1, 1, 4}}, small_value.data(), 1));
+                        make_plan(DType::float32, 4, {{1, 1, 4}}, small_value.data(), Priority(1)));
   PushResult& late = f.push(VariableHandle(0), Step(1), big);
   PushResult& urgent = f.push(VariableHandle(1), Step(1), small);
   CHECK(f.transport.started_ids() == Ids{1});

@@ -17,7 +17,7 @@ namespace psched {
 
 struct PartitionTask {
   uint64_t id = 0;        // unique within a worker; assigned by GradientPusher
-  Priority priority = 0;  // the variable's priority; lower goes first
+  Priority priority;      // the variable's priority; lower goes first
   uint64_t sequence = 0;  // arrival order: fifo order and the tie-break within a priority
   uint64_t bytes = 0;     // payload bytes; what counts against the credit window
 

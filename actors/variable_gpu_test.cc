@@ -55,7 +55,7 @@ TEST_CASE("a variable on the GPU applies pushes as one on the CPU does, async an
   const VariableSpec spec{.name = "fc/w",
                           .shape = {60000},
                           .dtype = DType::float32,
-                          .priority = 0,
+                          .priority = Priority(0),
                           .optimizer = optim::testing::specs::adam_amsgrad_weight_decay()};
   const ElementRange part{7000, 57000};
   std::mt19937 rng(7);
@@ -88,7 +88,7 @@ TEST_CASE("optimizer state written to a GPU variable reads back the same and is 
   const VariableSpec spec{.name = "b",
                           .shape = {3000},
                           .dtype = DType::float32,
-                          .priority = 0,
+                          .priority = Priority(0),
                           .optimizer = optim::testing::specs::rmsprop_centered_momentum()};
   std::mt19937 rng(11);
   const std::vector<float> initial = random_values<float>(rng, 3000, 1.0);
@@ -114,7 +114,7 @@ TEST_CASE("a GPU variable's checkpoint restores onto the GPU and onto the CPU al
   const VariableSpec spec{.name = "w",
                           .shape = {5000},
                           .dtype = DType::float32,
-                          .priority = 0,
+                          .priority = Priority(0),
                           .optimizer = optim::testing::specs::adam_amsgrad_weight_decay()};
   std::mt19937 rng(13);
   const std::vector<float> initial = random_values<float>(rng, 5000, 1.0);

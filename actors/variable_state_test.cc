@@ -14,7 +14,7 @@ TEST_CASE("read_state copies a range of an optimizer state slot after updates") 
       .name = "w",
       .shape = {6},
       .dtype = DType::float64,
-      .priority = 0,
+      .priority = Priority(0),
       .optimizer = {.kind = optim::OptimizerKind::momentum, .lr = 0.5, .momentum = 0.9}};
   const std::vector<double> initial(4, 1.0), grad{1, 2, 3, 4};
   Variable v(spec, {2, 6}, std::as_bytes(std::span(initial)), Mode::async, 1);
@@ -29,7 +29,7 @@ TEST_CASE("write_state overwrites a range of a slot, and the next update starts 
       .name = "w",
       .shape = {2},
       .dtype = DType::float64,
-      .priority = 0,
+      .priority = Priority(0),
       .optimizer = {.kind = optim::OptimizerKind::momentum, .lr = 1, .momentum = 0.5}};
   const std::vector<double> initial{0, 0}, grad{1, 1}, restored{4, 8};
   Variable v(spec, {0, 2}, std::as_bytes(std::span(initial)), Mode::async, 1);

@@ -67,10 +67,11 @@ int train(const Options& o) {
   std::vector<float> w(o.features, 0.f), b(1, 0.f);
   // Input layer first: lower priority value goes first.
   auto hw = client.register_variable(
-      {.name = "logistic/w", .shape = {o.features}, .priority = 0, .optimizer = {}}, bytes(w),
-      true);
+      {.name = "logistic/w", .shape = {o.features}, .priority = Priority(0), .optimizer = {}},
+      bytes(w), true);
   auto hb = client.register_variable(
-      {.name = "logistic/b", .shape = {1}, .priority = 1, .optimizer = {}}, bytes(b), true);
+      {.name = "logistic/b", .shape = {1}, .priority = Priority(1), .optimizer = {}}, bytes(b),
+      true);
   client.pull(hw);
   client.pull(hb);
 

@@ -168,7 +168,7 @@ VariableSpec bench_variable_spec(const std::string& optimizer, uint64_t elements
   VariableSpec spec{.name = "bench/w",
                     .shape = {elements},
                     .dtype = DType::float32,
-                    .priority = 0,
+                    .priority = Priority(0),
                     .optimizer = {}};
   if (!optim::parse_optimizer_kind(optimizer, spec.optimizer.kind))
     throw std::runtime_error(fmt::format("unknown optimizer '{}'", optimizer));

@@ -36,8 +36,9 @@ struct Step : Strong<struct StepTag, uint64_t> {
   // The step after this one.
   constexpr Step next() const { return Step(value + 1); }
 };
-// Lower value = more urgent. Default: registration order (layer nearest the input first).
-using Priority = int64_t;
+// Lower value = more urgent. Default: registration order (layer nearest the input first). An
+// ordering key: it only compares.
+using Priority = Strong<struct PriorityTag, int64_t>;
 
 }  // namespace psched
 

@@ -71,16 +71,17 @@ Client& PyClient::client() {
 }
 
 std::shared_ptr<PyVariable> PyClient::register_variable(
-    std::string name, py::buffer value, std::optional<Priority> priority,
+    std::string name, py::buffer value, std::optional<int64_t> priority,
     std::optional<optim::OptimizerSpec> optimizer) {
   if (by_name_.contains(name))
     fail(ErrorCode::invalid_argument, "variable '{}' is already registered by this client", name);
   TensorView view = view_of(value, true, fmt::format("register '{}'", name));
-  VariableSpec spec{.name = name,
-                    .shape = view.shape,
-                    .dtype = view.dtype,
-                    .priority = priority.value_or(static_cast<Priority>(variables_.size())),
-                    .optimizer = optimizer.value_or(optim::OptimizerSpec{})};
+  VariableSpec spec{
+      .name = name,
+      .shape = view.shape,
+      .dtype = view.dtype,
+      .priority = Priority(priority.value_or(static_cast<int64_t>(variables_.size()))),
+      .optimizer = optimizer.value_or(optim::OptimizerSpec{})};
   Client& c = client();
   VariableHandle handle;
   {

@@ -32,7 +32,7 @@ struct PyVariable {
   std::string name;
   std::vector<uint64_t> shape;
   DType dtype = DType::float32;
-  Priority priority = 0;
+  Priority priority;
   VariableHandle handle;
   py::object value;  // the parameter memory (the registered array)
   // Gradients of pushes not yet waited for, by step; released after their wait.
@@ -49,7 +49,7 @@ class PyClient {
   // content is the initial value. Priority defaults to the registration order; no optimizer
   // means the deployment's default.
   std::shared_ptr<PyVariable> register_variable(std::string name, py::buffer value,
-                                                std::optional<Priority> priority,
+                                                std::optional<int64_t> priority,
                                                 std::optional<optim::OptimizerSpec> optimizer);
   // Starts the push of `gradient` (C-contiguous, the variable's shape and dtype) for `step`;
   // keeps a reference to it until wait(variable, step) returns. Steps come from Python as

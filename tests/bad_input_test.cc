@@ -44,7 +44,7 @@ struct BadInputFixture {
     id = cluster.run(link.register_part(spec(), true, {0, kElements}, bytes(initial)));
   }
 
-  static VariableSpec spec() { return {"fc6/w", {kElements}, DType::float32, 0, {}}; }
+  static VariableSpec spec() { return {"fc6/w", {kElements}, DType::float32, Priority(0), {}}; }
   static std::span<const std::byte> bytes(const std::vector<float>& v) {
     return std::as_bytes(std::span(v));
   }
@@ -316,7 +316,7 @@ TEST_CASE("re-registering a name with a different spec is a conflict and keeps t
 
 TEST_CASE("a registration with a wrong-sized initial value is a shape mismatch") {
   BadInputFixture f;
-  VariableSpec spec{"fc7/w", {8}, DType::float32, 0, {}};
+  VariableSpec spec{"fc7/w", {8}, DType::float32, Priority(0), {}};
   std::vector<float> short_value(5);
   f.expect_error(f.link.register_part(spec, true, {0, 8}, f.bytes(short_value)),
                  ErrorCode::shape_mismatch, "initial value has 20 bytes, expected 32");
@@ -325,7 +325,7 @@ TEST_CASE("a registration with a wrong-sized initial value is a shape mismatch")
 
 TEST_CASE("a registration with a bad optimizer setting names the field") {
   BadInputFixture f;
-  VariableSpec spec{"fc8/w", {2}, DType::float32, 0, {}};
+  VariableSpec spec{"fc8/w", {2}, DType::float32, Priority(0), {}};
   spec.optimizer.kind = optim::OptimizerKind::adam;
   spec.optimizer.beta1 = 1.5;
   std::vector<float> value(2);
@@ -367,14 +367,14 @@ TEST_CASE("a token over the length limit is refused at connect naming the limit"
 TEST_CASE("a registration over the name or shape limits names the limit") {
   BadInputFixture f;
   std::vector<float> value(2);
-  VariableSpec long_name{std::string(1025, 'n'), {2}, DType::float32, 0, {}};
+  VariableSpec long_name{std::string(1025, 'n'), {2}, DType::float32, Priority(0), {}};
   f.expect_error(f.link.register_part(long_name, true, {0, 2}, f.bytes(value)),
                  ErrorCode::invalid_argument, "(limits.max_name_bytes)");
-  VariableSpec deep{"deep", std::vector<uint64_t>(33, 1), DType::float32, 0, {}};
+  VariableSpec deep{"deep", std::vector<uint64_t>(33, 1), DType::float32, Priority(0), {}};
   f.expect_error(f.link.register_part(deep, true, {0, 1}, f.bytes(value)),
                  ErrorCode::invalid_argument, "(limits.max_shape_dims)");
   // 2^62 float32 elements: 2^64 bytes, which would wrap to an empty initial value.
-  VariableSpec huge{"huge", {1ull << 62}, DType::float32, 0, {}};
+  VariableSpec huge{"huge", {1ull << 62}, DType::float32, Priority(0), {}};
   f.expect_error(f.link.register_part(huge, true, {0, 1ull << 62}, {}), ErrorCode::invalid_argument,
                  "shape [4611686018427387904] has more than");
   f.check_untouched_and_serving();

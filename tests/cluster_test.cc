@@ -211,7 +211,7 @@ TEST_CASE("in async mode a worker's poll returns after its own update, not the o
   Worker& a = cluster.add_worker(WorkerId(0), scheduler);
   Worker& b = cluster.add_worker(WorkerId(1), scheduler);
   std::vector<float> va(300, 1.f), vb(300, 1.f);
-  VariableSpec spec{"w", {300}, DType::float32, 0, {}};
+  VariableSpec spec{"w", {300}, DType::float32, Priority(0), {}};
   auto ha = cluster.run(a.register_variable(spec, std::as_writable_bytes(std::span(va)), true));
   auto hb = cluster.run(b.register_variable(spec, std::as_writable_bytes(std::span(vb)), true));
 
@@ -261,8 +261,8 @@ TEST_CASE("partitions start in priority order up to the credit and never exceed 
   std::sort(records.begin(), records.end(),
             [](auto& a, auto& b) { return a.start_index < b.start_index; });
   // The last layer took the idle link; then the window drains strictly by priority.
-  std::vector<Priority> expected{5, 5, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4};
-  for (size_t i = 0; i < records.size(); ++i) CHECK(records[i].priority == expected[i]);
+  std::vector<int64_t> expected{5, 5, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4};
+  for (size_t i = 0; i < records.size(); ++i) CHECK(records[i].priority.value == expected[i]);
   CHECK(stats.max_bytes_in_flight <= scheduler.credit_bytes);
   CHECK(stats.max_bytes_in_flight == scheduler.credit_bytes);
 }
@@ -298,8 +298,8 @@ TEST_CASE("sync workers whose gradients become ready in different orders do not 
   Worker& w1 = cluster.add_worker(WorkerId(1), scheduler);
   std::vector<std::vector<float>> values(4, std::vector<float>(16, 1.f));
   std::vector<float> grad(16, 1.f);
-  auto add = [&](Worker& w, const std::string& name, Priority priority, size_t memory) {
-    VariableSpec spec{name, {16}, DType::float32, priority, {}};
+  auto add = [&](Worker& w, const std::string& name, int64_t priority, size_t memory) {
+    VariableSpec spec{name, {16}, DType::float32, Priority(priority), {}};
     return cluster.run(
         w.register_variable(spec, std::as_writable_bytes(std::span(values[memory])), true));
   };
@@ -333,8 +333,8 @@ TEST_CASE("a first-layer answer overtakes last-layer answers queued on a busy co
   constexpr uint64_t kLast = 32 * (64 << 10) / 4, kFirst = (64 << 10) / 4;
   std::vector<std::vector<float>> memory = {std::vector<float>(kLast), std::vector<float>(kFirst),
                                             std::vector<float>(kLast), std::vector<float>(kFirst)};
-  auto add = [&](Worker& w, const std::string& name, Priority priority, size_t m) {
-    VariableSpec spec{name, {memory[m].size()}, DType::float32, priority, {}};
+  auto add = [&](Worker& w, const std::string& name, int64_t priority, size_t m) {
+    VariableSpec spec{name, {memory[m].size()}, DType::float32, Priority(priority), {}};
     return cluster.run(
         w.register_variable(spec, std::as_writable_bytes(std::span(memory[m])), true));
   };
@@ -385,7 +385,7 @@ TEST_CASE("a worker's rejections keep the error code, from the shard or from its
 
   Worker& worker = cluster.add_worker(WorkerId(1), SchedulerConfig{});
   std::vector<float> a(4), b(8);
-  VariableSpec spec{"w", {4}, DType::float32, 0, {}};
+  VariableSpec spec{"w", {4}, DType::float32, Priority(0), {}};
   cluster.run(worker.register_variable(spec, std::as_writable_bytes(std::span(a)), true));
   spec.shape = {8};
   CHECK(code_of_rejection([&] {

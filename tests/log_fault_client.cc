@@ -36,7 +36,8 @@ std::vector<float> expected(uint64_t steps) {
 }
 
 psched::VariableHandle register_w(psched::Client& client, std::vector<float>& w) {
-  psched::VariableSpec spec{.name = "w", .shape = {kElements}, .priority = 0, .optimizer = {}};
+  psched::VariableSpec spec{
+      .name = "w", .shape = {kElements}, .priority = psched::Priority(0), .optimizer = {}};
   spec.optimizer.kind = psched::optim::OptimizerKind::sgd;
   spec.optimizer.lr = 1;
   return client.register_variable(spec, std::as_writable_bytes(std::span(w)));

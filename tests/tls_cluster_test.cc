@@ -32,7 +32,7 @@ std::vector<float> train_ones(Cluster& cluster, Worker& worker, const std::strin
                               uint64_t steps) {
   std::vector<float> value(kElements, 1.f);
   const std::vector<float> gradient(kElements, 1.f);
-  VariableSpec spec{name, {kElements}, DType::float32, 0, {}};
+  VariableSpec spec{name, {kElements}, DType::float32, Priority(0), {}};
   VariableHandle handle =
       cluster.run(worker.register_variable(spec, std::as_writable_bytes(std::span(value)), true));
   for (uint64_t s = 1; s <= steps; ++s) {
