@@ -60,7 +60,8 @@ struct ClientOptions {
 struct WorkerStats {
   WorkerId worker;
   SchedulerStats scheduler;  // credit in use, queue depth by priority, tasks
-  // Iteration time: between the first pushes of consecutive steps (any variable).
+  // Iteration time: between the first pushes of consecutive steps (any variable), measured
+  // as the autotuner measures it (actors/iteration_timer.h).
   Histogram iteration_seconds;
 };
 
