@@ -103,20 +103,15 @@ void GradientPusher::tuning(std::function<void(TuningState)> reply) {
 }
 
 void GradientPusher::observe_step(Step step) {
-  if (step <= latest_step_) return;
-  auto now = std::chrono::steady_clock::now();
-  if (latest_step_ != 0) {
-    ++iterations_;
-    double seconds = std::chrono::duration<double>(now - latest_step_start_).count();
-    bool was_converged = tuner_->converged();
-    if (auto change = tuner_->observe(seconds)) {
-      partition_bytes_ = change->partition_bytes;
-      scheduler_.set_credit(change->credit_bytes);
-    }
-    if (tuner_->converged() && !was_converged) converged_after_ = iterations_;
+  std::optional<double> seconds = iteration_timer_.pushed(step, IterationTimer::Clock::now());
+  if (!seconds) return;
+  ++iterations_;
+  bool was_converged = tuner_->converged();
+  if (auto change = tuner_->observe(*seconds)) {
+    partition_bytes_ = change->partition_bytes;
+    scheduler_.set_credit(change->credit_bytes);
   }
-  latest_step_ = step;
-  latest_step_start_ = now;
+  if (tuner_->converged() && !was_converged) converged_after_ = iterations_;
 }
 
 void GradientPusher::task_done(uint64_t task_id, std::exception_ptr error) {

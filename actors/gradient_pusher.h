@@ -7,7 +7,6 @@
 // the trainer's parameter memory.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -19,6 +18,7 @@
 
 #include "actors/actor.h"
 #include "actors/autotuner.h"
+#include "actors/iteration_timer.h"
 #include "actors/partition_task.h"
 #include "actors/scheduler.h"
 #include "actors/variable_handle.h"
@@ -35,7 +35,7 @@ struct PlacedPart {
 // How a registered variable maps onto shards, and where its fresh values land.
 struct VariablePlan {
   std::string name;
-  Priority priority = 0;
+  Priority priority;
   DType dtype = DType::float32;
   uint64_t elements = 0;
   std::vector<PlacedPart> parts;  // in element order, covering [0, elements)
@@ -87,7 +87,7 @@ class GradientPusher : public Actor {
     PushDone done;
   };
 
-  // A push of `step` arrived: feeds the tuner an iteration time when it starts a new step.
+  // A push of `step` arrived: feeds the tuner the iteration it ends, if it ends one.
   void observe_step(Step step);
 
   Scheduler& scheduler_;
@@ -98,10 +98,9 @@ class GradientPusher : public Actor {
   std::unordered_map<VariableHandle, VariablePlan> variables_;
   std::unordered_map<uint64_t, uint64_t> push_of_task_;  // task id -> push id
   std::unordered_map<uint64_t, PendingPush> pushes_;     // push id -> progress
-  // Autotuning (when enabled): the latest step pushed and when its first push came.
+  // Autotuning (when enabled): the tuner and the iterations it is fed.
   std::optional<Autotuner> tuner_;
-  Step latest_step_ = 0;
-  std::chrono::steady_clock::time_point latest_step_start_;
+  IterationTimer iteration_timer_;
   uint64_t iterations_ = 0;
   uint64_t converged_after_ = 0;
 };

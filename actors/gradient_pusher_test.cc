@@ -22,7 +22,7 @@ struct PartSpec {
 };
 
 VariablePlan make_plan(DType dtype, uint64_t elements, std::vector<PartSpec> parts,
-                       std::byte* value, Priority priority = 0) {
+                       std::byte* value, Priority priority = Priority(0)) {
   VariablePlan plan;
   plan.name = "layer/w";
   plan.priority = priority;
@@ -122,18 +122,18 @@ std::exception_ptr failure(const char* message) {
 
 TEST_CASE("cut makes consecutive whole-element partitions of at most partition_bytes") {
   std::vector<std::byte> grad(40), value(40);
-  VariablePlan plan = make_plan(DType::float32, 10, {{2, 17, 10}}, value.data(), 6);
-  auto tasks = GradientPusher::cut(plan, 9, grad.data(), 12, 100);
+  VariablePlan plan = make_plan(DType::float32, 10, {{2, 17, 10}}, value.data(), Priority(6));
+  auto tasks = GradientPusher::cut(plan, Step(9), grad.data(), 12, 100);
   CHECK(ranges_of(tasks) == Ranges{{0, 3}, {3, 6}, {6, 9}, {9, 10}});
   for (size_t k = 0; k < tasks.size(); ++k) {
     const PartitionTask& t = tasks[k];
     CHECK(t.id == 100 + k);
-    CHECK(t.priority == 6);
+    CHECK(t.priority == Priority(6));
     CHECK(t.sequence == 0);
     CHECK(t.bytes == t.range.size() * 4);
     CHECK(t.shard == ShardId(2));
     CHECK(t.shard_variable == VariableId(17));
-    CHECK(t.step == 9);
+    CHECK(t.step == Step(9));
     CHECK(t.dtype == DType::float32);
     CHECK(t.gradient == grad.data() + t.range.begin * 4);
     CHECK(t.fresh_value == value.data() + t.range.begin * 4);
@@ -143,7 +143,7 @@ TEST_CASE("cut makes consecutive whole-element partitions of at most partition_b
 TEST_CASE("cut rounds a partition size down to whole float64 elements") {
   std::vector<std::byte> grad(56), value(56);
   VariablePlan plan = make_plan(DType::float64, 7, {{0, 1, 7}}, value.data());
-  auto tasks = GradientPusher::cut(plan, 1, grad.data(), 20, 1);
+  auto tasks = GradientPusher::cut(plan, Step(1), grad.data(), 20, 1);
   CHECK(ranges_of(tasks) == Ranges{{0, 2}, {2, 4}, {4, 6}, {6, 7}});
   CHECK(tasks[0].bytes == 16);
   CHECK(tasks[3].bytes == 8);
@@ -154,7 +154,7 @@ TEST_CASE("a partition smaller than one element still carries one whole element"
   std::vector<std::byte> grad(24), value(24);
   VariablePlan plan = make_plan(DType::float64, 3, {{0, 1, 3}}, value.data());
   for (uint64_t partition_bytes : {0, 1, 7}) {
-    auto tasks = GradientPusher::cut(plan, 1, grad.data(), partition_bytes, 1);
+    auto tasks = GradientPusher::cut(plan, Step(1), grad.data(), partition_bytes, 1);
     CHECK(ranges_of(tasks) == Ranges{{0, 1}, {1, 2}, {2, 3}});
     for (const auto& t : tasks) CHECK(t.bytes == 8);
   }
@@ -163,7 +163,7 @@ TEST_CASE("a partition smaller than one element still carries one whole element"
 TEST_CASE("partitions never cross a shard part and carry that part's shard") {
   std::vector<std::byte> grad(40), value(40);
   VariablePlan plan = make_plan(DType::float32, 10, {{0, 11, 7}, {1, 4, 10}}, value.data());
-  auto tasks = GradientPusher::cut(plan, 1, grad.data(), 12, 1);
+  auto tasks = GradientPusher::cut(plan, Step(1), grad.data(), 12, 1);
   CHECK(ranges_of(tasks) == Ranges{{0, 3}, {3, 6}, {6, 7}, {7, 10}});
   CHECK(tasks[2].shard == ShardId(0));
   CHECK(tasks[2].shard_variable == VariableId(11));
@@ -186,7 +186,7 @@ TEST_CASE("cut covers the variable exactly for every size, split and partition s
           CAPTURE(shards);
           CAPTURE(partition_bytes);
           const uint64_t chunk = std::max<uint64_t>(1, partition_bytes / eb);
-          auto tasks = GradientPusher::cut(plan, 3, grad.data(), partition_bytes, 50);
+          auto tasks = GradientPusher::cut(plan, Step(3), grad.data(), partition_bytes, 50);
           uint64_t covered = 0;
           size_t k = 0;
           for (const PlacedPart& part : plan.parts) {
@@ -222,7 +222,7 @@ TEST_CASE("cut and add_variable reject parts that do not cover the variable") {
   VariablePlan long_plan = make_plan(DType::float32, 10, {{0, 1, 11}}, value.data());
   VariablePlan no_parts = make_plan(DType::float32, 10, {}, value.data());
   for (const VariablePlan* plan : {&gap, &short_plan, &long_plan, &no_parts}) {
-    CHECK_THROWS_AS(GradientPusher::cut(*plan, 1, grad.data(), 8, 1), std::logic_error);
+    CHECK_THROWS_AS(GradientPusher::cut(*plan, Step(1), grad.data(), 8, 1), std::logic_error);
     PusherFixture f(8);
     CHECK_THROWS_AS(f.pusher.add_variable(VariableHandle(0), *plan), std::logic_error);
   }
@@ -231,7 +231,7 @@ TEST_CASE("cut and add_variable reject parts that do not cover the variable") {
 TEST_CASE("a push of an unknown handle fails with unknown_variable") {
   PusherFixture f(8);
   std::vector<std::byte> grad(40);
-  PushResult& result = f.push(VariableHandle(7), 1, grad);
+  PushResult& result = f.push(VariableHandle(7), Step(1), grad);
   CHECK(result.calls == 1);
   REQUIRE(result.error);
   try {
@@ -248,10 +248,10 @@ TEST_CASE("a push completes only after all its partitions are done") {
   std::vector<std::byte> grad(40), value(40);
   f.pusher.add_variable(VariableHandle(0),
                         make_plan(DType::float32, 10, {{0, 3, 10}}, value.data()));
-  PushResult& result = f.push(VariableHandle(0), 4, grad);
+  PushResult& result = f.push(VariableHandle(0), Step(4), grad);
   REQUIRE(f.transport.started_ids() == Ids{1, 2, 3, 4});
   for (const auto& t : f.transport.started) {
-    CHECK(t.step == 4);
+    CHECK(t.step == Step(4));
     CHECK(t.gradient == grad.data() + t.range.begin * 4);
     CHECK(t.fresh_value == value.data() + t.range.begin * 4);
   }
@@ -264,7 +264,7 @@ TEST_CASE("a push completes only after all its partitions are done") {
   CHECK_FALSE(result.error);
 
   SUBCASE("and the next push gets fresh task ids") {
-    f.push(VariableHandle(0), 5, grad);
+    f.push(VariableHandle(0), Step(5), grad);
     CHECK(f.transport.started_ids() == Ids{1, 2, 3, 4, 5, 6, 7, 8});
   }
 }
@@ -274,7 +274,7 @@ TEST_CASE("a push reports the first error among its partitions") {
   std::vector<std::byte> grad(40), value(40);
   f.pusher.add_variable(VariableHandle(0),
                         make_plan(DType::float32, 10, {{0, 3, 10}}, value.data()));
-  PushResult& result = f.push(VariableHandle(0), 1, grad);
+  PushResult& result = f.push(VariableHandle(0), Step(1), grad);
   f.finish(3);
   f.finish(1, failure("first"));
   f.finish(4, failure("second"));
@@ -288,7 +288,7 @@ TEST_CASE("a push reports the first error among its partitions") {
 TEST_CASE("a push of a variable with no elements completes at once") {
   PusherFixture f(8);
   f.pusher.add_variable(VariableHandle(2), make_plan(DType::float32, 0, {}, nullptr));
-  PushResult& result = f.push(VariableHandle(2), 1, {});
+  PushResult& result = f.push(VariableHandle(2), Step(1), {});
   CHECK(result.calls == 1);
   CHECK_FALSE(result.error);
   CHECK(f.transport.started.empty());
@@ -299,10 +299,10 @@ TEST_CASE("set_partition_bytes changes how later pushes are cut") {
   std::vector<std::byte> grad(40), value(40);
   f.pusher.add_variable(VariableHandle(0),
                         make_plan(DType::float32, 10, {{0, 3, 10}}, value.data()));
-  f.push(VariableHandle(0), 1, grad);
+  f.push(VariableHandle(0), Step(1), grad);
   CHECK(f.transport.started.size() == 1);
   f.pusher.set_partition_bytes(20);
-  f.push(VariableHandle(0), 2, grad);
+  f.push(VariableHandle(0), Step(2), grad);
   CHECK(f.transport.started.size() == 3);
   CHECK(f.transport.started[2].range == ElementRange{5, 10});
 }
@@ -312,11 +312,11 @@ TEST_CASE("partitions of a later, more urgent variable overtake a queued big one
   PusherFixture f(16, 16);
   std::vector<std::byte> big(64), big_value(64), small(16), small_value(16);
   f.pusher.add_variable(VariableHandle(0),
-                        make_plan(DType::float32, 16, {{0, 1, 16}}, big_value.data(), 5));
+                        make_plan(DType::float32, 16, {{0, 1, 16}}, big_value.data(), Priority(5)));
   f.pusher.add_variable(VariableHandle(1),
-                        make_plan(DType::float32, 4, {{1, 1, 4}}, small_value.data(), 1));
-  PushResult& late = f.push(VariableHandle(0), 1, big);
-  PushResult& urgent = f.push(VariableHandle(1), 1, small);
+                        make_plan(DType::float32, 4, {{1, 1, 4}}, small_value.data(), Priority(1)));
+  PushResult& late = f.push(VariableHandle(0), Step(1), big);
+  PushResult& urgent = f.push(VariableHandle(1), Step(1), small);
   CHECK(f.transport.started_ids() == Ids{1});
   f.finish(1);
   CHECK(f.transport.started_ids() == Ids{1, 5});
@@ -334,7 +334,7 @@ TEST_CASE("a push completes when the transport finishes partitions inside start"
   std::vector<std::byte> grad(80), value(80);
   f.pusher.add_variable(VariableHandle(0),
                         make_plan(DType::float64, 10, {{0, 3, 6}, {1, 2, 10}}, value.data()));
-  PushResult& result = f.push(VariableHandle(0), 1, grad);
+  PushResult& result = f.push(VariableHandle(0), Step(1), grad);
   CHECK(f.transport.started.size() == 10);
   CHECK(result.calls == 1);
   CHECK_FALSE(result.error);

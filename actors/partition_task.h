@@ -17,13 +17,13 @@ namespace psched {
 
 struct PartitionTask {
   uint64_t id = 0;        // unique within a worker; assigned by GradientPusher
-  Priority priority = 0;  // the variable's priority; lower goes first
+  Priority priority;      // the variable's priority; lower goes first
   uint64_t sequence = 0;  // arrival order: fifo order and the tie-break within a priority
   uint64_t bytes = 0;     // payload bytes; what counts against the credit window
 
   ShardId shard;              // where the partition goes
   VariableId shard_variable;  // the id that shard gave the variable
-  Step step = 0;
+  Step step;
   ElementRange range;  // elements of the whole variable this partition covers
   DType dtype = DType::float32;
   // The range's gradient bytes. Owner: the trainer, alive until its push completes.

@@ -22,7 +22,7 @@ namespace psched {
 struct PollKey {
   WorkerId owner;
   VariableId variable;
-  Step step = 0;
+  Step step;
   bool operator==(const PollKey&) const = default;
 };
 
@@ -33,7 +33,7 @@ using PollTicket = Strong<struct PollTicketTag, uint64_t>;
 struct PollKeyHash {
   size_t operator()(const PollKey& k) const noexcept {
     return (size_t{k.owner.value} * 0x9E3779B97F4A7C15ull) ^ (size_t{k.variable.value} << 20) ^
-           k.step;
+           k.step.value;
   }
 };
 

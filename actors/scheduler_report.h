@@ -16,7 +16,7 @@ namespace psched {
 struct TaskRecord {
   uint64_t task_id = 0;
   uint64_t start_index = 0;  // 0 for the first task this scheduler started, then 1, 2, ...
-  Priority priority = 0;
+  Priority priority;
   uint64_t bytes = 0;
   ShardId shard;
   ElementRange range;

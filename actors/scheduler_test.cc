@@ -15,10 +15,10 @@ using namespace psched;
 
 namespace {
 
-PartitionTask make_task(uint64_t id, Priority priority, uint64_t bytes) {
+PartitionTask make_task(uint64_t id, int64_t priority, uint64_t bytes) {
   PartitionTask task;
   task.id = id;
-  task.priority = priority;
+  task.priority = Priority(priority);
   task.bytes = bytes;
   task.sequence = 1000 - id;  // garbage: the scheduler must stamp its own arrival order
   return task;
@@ -163,7 +163,8 @@ TEST_CASE("the fifo policy starts tasks in arrival order through the same code")
   f.enqueue({make_task(1, 5, 100), make_task(2, 3, 100)});
   f.enqueue({make_task(3, 9, 100), make_task(4, 1, 100)});
   CHECK(f.stats().queued_tasks == 3);
-  CHECK(f.stats().queued_by_priority == std::map<Priority, uint64_t>{{1, 1}, {3, 1}, {9, 1}});
+  CHECK(f.stats().queued_by_priority ==
+        std::map<Priority, uint64_t>{{Priority(1), 1}, {Priority(3), 1}, {Priority(9), 1}});
   CHECK(f.stats().credit_bytes == 100);
   for (uint64_t id : {1, 2, 3, 4}) f.finish(id);
   CHECK(f.transport.started_ids() == Ids{1, 2, 3, 4});
@@ -316,7 +317,7 @@ TEST_CASE("take_records returns each finished task once, with its timeline") {
   f.drain();
   REQUIRE(records.size() == 2);
   CHECK(records[0].task_id == 1);
-  CHECK(records[0].priority == 3);
+  CHECK(records[0].priority == Priority(3));
   CHECK(records[0].bytes == 70);
   CHECK(records[1].task_id == 2);
   for (const auto& r : records) {
@@ -394,7 +395,7 @@ TEST_CASE("bytes in flight never exceed the credit under a random workload") {
         for (uint64_t n = uniform(1, 4); n > 0; --n) {
           uint64_t bytes = uniform(0, 9) == 0 ? uniform(1001, 2500) : uniform(1, 600);
           largest_task = std::max(largest_task, bytes);
-          PartitionTask t = make_task(next_id++, Priority(uniform(0, 7)), bytes);
+          PartitionTask t = make_task(next_id++, static_cast<int64_t>(uniform(0, 7)), bytes);
           waiting.emplace(t.id, t);
           arrival[t.id] = arrivals++;
           batch.push_back(t);
@@ -453,7 +454,7 @@ TEST_CASE("a task whose credit is freed at its receipt lets the next start and c
 
 namespace {
 
-PartitionTask task_for_shard(uint64_t id, Priority priority, uint64_t bytes, uint32_t shard) {
+PartitionTask task_for_shard(uint64_t id, int64_t priority, uint64_t bytes, uint32_t shard) {
   PartitionTask task = make_task(id, priority, bytes);
   task.shard = ShardId(shard);
   return task;

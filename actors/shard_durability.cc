@@ -48,7 +48,7 @@ void ShardDurability::log_push(WorkerId worker, VariableId id, Step step, Elemen
   record.put(kPushRecord);
   record.put(worker.value);
   record.put(id.value);
-  record.put(step);
+  record.put(step.value);
   encode(record, range);
   record.put(static_cast<uint8_t>(dtype));
   record.blob(data);
@@ -60,7 +60,7 @@ void ShardDurability::log_timeout(VariableId id, Step step) {
   ByteWriter record;
   record.put(kTimeoutRecord);
   record.put(id.value);
-  record.put(step);
+  record.put(step.value);
   append(record);
 }
 
@@ -73,13 +73,13 @@ void ShardDurability::replay(ByteReader& record) {
   }
   if (kind == kTimeoutRecord) {
     VariableId id(record.get<uint32_t>());
-    return state_.replay_timeout(id, record.get<Step>(), record.what());
+    return state_.replay_timeout(id, Step(record.get<uint64_t>()), record.what());
   }
   if (kind != kPushRecord)
     fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
   WorkerId worker(record.get<uint32_t>());
   VariableId id(record.get<uint32_t>());
-  Step step = record.get<Step>();
+  Step step(record.get<uint64_t>());
   ElementRange range = decode_range(record);
   auto dtype = static_cast<DType>(record.get<uint8_t>());
   state_.replay_push(worker, id, step, range, dtype, record.blob());

@@ -82,8 +82,9 @@ TEST_CASE("a restart hands back the checkpoint's state, then the logged updates 
     CHECK(first.replayed == 0);
     VariableSpec spec{.name = "w", .shape = {1}};
     life.durability.log_register(spec, {0, 1}, kFourBytes);
-    life.durability.log_push(WorkerId(1), VariableId(0), 1, {0, 1}, DType::float32, kFourBytes);
-    life.durability.log_timeout(VariableId(0), 2);
+    life.durability.log_push(WorkerId(1), VariableId(0), Step(1), {0, 1}, DType::float32,
+                             kFourBytes);
+    life.durability.log_timeout(VariableId(0), Step(2));
   }
   Life again(dir.path);
   RestoreReport report = again.restore();
@@ -99,10 +100,12 @@ TEST_CASE("updates logged after a checkpoint are all a restart replays") {
   {
     Life life(dir.path);
     life.restore();
-    life.durability.log_push(WorkerId(0), VariableId(0), 1, {0, 1}, DType::float32, kFourBytes);
+    life.durability.log_push(WorkerId(0), VariableId(0), Step(1), {0, 1}, DType::float32,
+                             kFourBytes);
     life.state.value = 8;  // what the checkpoint holds, the push above included
     CHECK(life.checkpoint().filename() == "shard-0.00000002.ckpt");
-    life.durability.log_push(WorkerId(0), VariableId(0), 2, {0, 1}, DType::float32, kFourBytes);
+    life.durability.log_push(WorkerId(0), VariableId(0), Step(2), {0, 1}, DType::float32,
+                             kFourBytes);
   }
   Life again(dir.path);
   CHECK(again.restore().replayed == 1);
@@ -112,7 +115,7 @@ TEST_CASE("updates logged after a checkpoint are all a restart replays") {
 TEST_CASE("nothing is logged or checkpointed before restore") {
   testing::TempDir dir;
   Life life(dir.path);
-  life.durability.log_push(WorkerId(0), VariableId(0), 1, {0, 1}, DType::float32, kFourBytes);
+  life.durability.log_push(WorkerId(0), VariableId(0), Step(1), {0, 1}, DType::float32, kFourBytes);
   CHECK(!std::filesystem::exists(dir.path));
   CHECK_THROWS_WITH_AS(life.durability.checkpoint([](std::exception_ptr, std::filesystem::path) {}),
                        doctest::Contains("checkpoint before restore"), Error);

@@ -115,7 +115,7 @@ std::vector<float> uninterrupted(int pushes) {
                       life.restore();
                       VariableId w = life.add("w", {1, 2, 3, 4});
                       for (int s = 1; s <= pushes; ++s)
-                        life.push(WorkerId(0), w, s, {0, 4}, {0.5f, -1, 2, 0.25f});
+                        life.push(WorkerId(0), w, Step(s), {0, 4}, {0.5f, -1, 2, 0.25f});
                       return life.value(w, 4);
                     })
       .get();
@@ -150,7 +150,7 @@ void logged_steps(const std::filesystem::path& dir, int steps) {
   ShardLife life(dir);
   life.restore();
   VariableId w = life.add("w", {1, 2, 3, 4});
-  for (int s = 1; s <= steps; ++s) life.push(WorkerId(0), w, s, {0, 4}, {0.5f, -1, 2, 0.25f});
+  for (int s = 1; s <= steps; ++s) life.push(WorkerId(0), w, Step(s), {0, 4}, {0.5f, -1, 2, 0.25f});
 }
 
 // Where the `index`-th record (0: the first) of an update log starts.
@@ -192,18 +192,18 @@ TEST_CASE("a restart restores the checkpoint and replays the logged updates afte
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     life.checkpoint();
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
-    life.push(WorkerId(0), w, 3, {0, 2}, {0.5f, -1});  // half a step: logged, not complete
-  }                                                    // killed: no checkpoint at the end
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(3), {0, 2}, {0.5f, -1});  // half a step: logged, not complete
+  }                                                          // killed: no checkpoint at the end
   ShardLife again(dir.path);
   RestoreReport report = again.restore();
   CHECK_FALSE(report.checkpoint.empty());
   CHECK(report.variables == 1);
   CHECK(report.replayed == 2);
   CHECK(report.skipped.empty());
-  again.push(WorkerId(0), VariableId(0), 3, {2, 4}, {2, 0.25f});
+  again.push(WorkerId(0), VariableId(0), Step(3), {2, 4}, {2, 0.25f});
   CHECK(again.value(VariableId(0), 4) == uninterrupted(3));
 }
 
@@ -213,11 +213,11 @@ TEST_CASE("a push retried after a restart is acknowledged and not applied twice"
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
   }
   ShardLife again(dir.path);
   again.restore();
-  again.push(WorkerId(0), VariableId(0), 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+  again.push(WorkerId(0), VariableId(0), Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
   CHECK(again.stats().pushes_duplicate == 1);
   CHECK(again.value(VariableId(0), 4) == uninterrupted(1));
 }
@@ -229,9 +229,9 @@ TEST_CASE("a corrupt newest checkpoint is skipped for the previous one and both 
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     newest = life.checkpoint();
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
   }
   corrupt_byte(newest, std::filesystem::file_size(newest) - 5);
   ShardLife again(dir.path);
@@ -248,8 +248,8 @@ TEST_CASE("a torn last log record is dropped: it was never acknowledged") {
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
   }
   ShardStore store(dir.path, ShardId(0));
   std::filesystem::path log = store.log_file(1);
@@ -292,9 +292,9 @@ TEST_CASE("without the update log a restart rolls back to the last checkpoint") 
     ShardLife life(dir.path, Mode::async, false);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     life.checkpoint();
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
   }
   ShardLife again(dir.path, Mode::async, false);
   CHECK(again.restore().replayed == 0);
@@ -321,7 +321,7 @@ TEST_CASE("pushes accepted while a checkpoint is written go to the new log and s
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     std::filesystem::path written;
     auto replied = kj::newPromiseAndFulfiller<void>();
     life.shard.checkpoint([&](std::exception_ptr, std::filesystem::path f) {
@@ -329,7 +329,7 @@ TEST_CASE("pushes accepted while a checkpoint is written go to the new log and s
       replied.fulfiller->fulfill();
     });
     std::vector<float> g{0.5f, -1, 2, 0.25f};
-    life.shard.push(WorkerId(0), w, 2, {0, 4}, DType::float32, std::as_bytes(std::span(g)),
+    life.shard.push(WorkerId(0), w, Step(2), {0, 4}, DType::float32, std::as_bytes(std::span(g)),
                     [](std::exception_ptr e) { REQUIRE_FALSE(e); });
     life.io.wait(kj::mv(replied.promise));  // the file is written on another thread
     CHECK_FALSE(written.empty());
@@ -347,14 +347,14 @@ TEST_CASE("a log write that fails midway is cut back: later acknowledged updates
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     log = ShardStore(dir.path, ShardId(0)).log_file(1);
     uint64_t size = std::filesystem::file_size(log);
     {
       FileSizeLimit full(size + 10);  // room for part of the next record only
       std::string message;
       try {
-        life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+        life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
       } catch (const Error& e) {
         CHECK(e.code() == ErrorCode::io_error);
         message = e.what();
@@ -363,12 +363,12 @@ TEST_CASE("a log write that fails midway is cut back: later acknowledged updates
       CHECK(message.find("File too large") != std::string::npos);
       CHECK(std::filesystem::file_size(log) == size);  // the torn part is cut off at once
       CHECK(code_of([&] {
-              life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+              life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
             }) == ErrorCode::io_error);
     }
     // Space again: the worker resends the refused push, and goes on.
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
-    life.push(WorkerId(0), w, 3, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(3), {0, 4}, {0.5f, -1, 2, 0.25f});
     CHECK(life.stats().errors[static_cast<size_t>(ErrorCode::io_error)] == 2);
   }  // killed
   ShardLife again(dir.path);
@@ -384,13 +384,13 @@ TEST_CASE("a checkpoint whose new log cannot be created keeps logging into the o
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     {
       FileSizeLimit full(10);  // a new log's header does not fit
       CHECK(code_of([&] { life.checkpoint(); }) == ErrorCode::io_error);
     }
     CHECK_FALSE(std::filesystem::exists(ShardStore(dir.path, ShardId(0)).log_file(2)));
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
   }
   ShardLife again(dir.path);
   RestoreReport report = again.restore();
@@ -462,9 +462,9 @@ TEST_CASE("a missing newest log refuses the start: its checkpoint says a log fol
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     life.checkpoint();
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
   }
   std::filesystem::path log = ShardStore(dir.path, ShardId(0)).log_file(2);
   std::filesystem::remove(log);
@@ -486,9 +486,9 @@ TEST_CASE("a gap between logs is damage") {
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
     std::filesystem::path first = life.checkpoint();
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     std::filesystem::path second = life.checkpoint();
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
     corrupt_byte(second, std::filesystem::file_size(second) - 5);
   }
   std::filesystem::remove(ShardStore(dir.path, ShardId(0)).log_file(2));
@@ -504,10 +504,10 @@ TEST_CASE("a corrupt newest checkpoint and damage in the previous log: the log i
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
-    life.push(WorkerId(0), w, 2, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(2), {0, 4}, {0.5f, -1, 2, 0.25f});
     newest = life.checkpoint();
-    life.push(WorkerId(0), w, 3, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(3), {0, 4}, {0.5f, -1, 2, 0.25f});
   }
   corrupt_byte(newest, std::filesystem::file_size(newest) - 5);
   std::filesystem::path previous = ShardStore(dir.path, ShardId(0)).log_file(1);
@@ -532,7 +532,7 @@ TEST_CASE("a torn record in a log that is not the newest is damage") {
     ShardLife life(dir.path);
     life.restore();
     VariableId w = life.add("w", {1, 2, 3, 4});
-    life.push(WorkerId(0), w, 1, {0, 4}, {0.5f, -1, 2, 0.25f});
+    life.push(WorkerId(0), w, Step(1), {0, 4}, {0.5f, -1, 2, 0.25f});
     newest = life.checkpoint();
   }
   corrupt_byte(newest, std::filesystem::file_size(newest) - 5);

@@ -33,7 +33,7 @@ void encode(ByteWriter& out, const VariableSpec& spec) {
   out.put<uint64_t>(spec.shape.size());
   for (uint64_t d : spec.shape) out.put(d);
   out.put<uint8_t>(static_cast<uint8_t>(spec.dtype));
-  out.put<int64_t>(spec.priority);
+  out.put(spec.priority.value);
   encode(out, spec.optimizer);
 }
 
@@ -47,7 +47,7 @@ VariableSpec decode_spec(ByteReader& in) {
     fail(ErrorCode::corrupt_checkpoint, "{}: unknown dtype {} for variable '{}'", in.what(), dtype,
          spec.name);
   spec.dtype = static_cast<DType>(dtype);
-  spec.priority = in.get<int64_t>();
+  spec.priority = Priority(in.get<int64_t>());
   spec.optimizer = decode_optimizer(in);
   return spec;
 }

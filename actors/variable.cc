@@ -63,10 +63,10 @@ bool Variable::check_push(WorkerId worker, Step step, ElementRange range, DType 
          "push to variable '{}' rejected: {} bytes for {} elements of {} (expected {})", spec_.name,
          data.size(), range.size(), to_string(dtype), range.size() * element_bytes(dtype));
   if (step <= completed) return true;
-  if (step > completed + 1)
+  if (step > completed.next())
     fail(ErrorCode::step_from_future,
          "push to variable '{}' rejected: step {} from the future (next step is {})", spec_.name,
-         step, completed + 1);
+         step, completed.next());
   if (received.contains(range)) return true;
   if (received.overlaps(range))
     fail(ErrorCode::stale_step,
@@ -134,7 +134,7 @@ std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, Elemen
   for (const IntervalSet& received : sync_.received) ready = ready.intersect(received);
   for (ElementRange r : sync_.applied.ranges()) ready.subtract(r);
   std::vector<ElementRange> applied = ready.ranges();
-  apply_mean(applied, step);
+  apply_mean(applied, step.value);  // t = s
   for (ElementRange r : applied) sync_.applied.add(r);
   if (sync_.applied.size() == part_.size()) {
     sync_.completed = step;
@@ -168,7 +168,7 @@ std::vector<ElementRange> Variable::complete_step_without_missing() {
     for (ElementRange r : received.ranges()) cuts.insert(cuts.end(), {r.begin, r.end});
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  Step step = sync_.completed + 1;
+  Step step = sync_.completed.next();
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     ElementRange piece{cuts[i], cuts[i + 1]};
     if (!open.contains(piece)) continue;
@@ -179,7 +179,7 @@ std::vector<ElementRange> Variable::complete_step_without_missing() {
       using T = decltype(zero);
       T* sum = sync_.sum.as<T>().data() + (piece.begin - part_.begin);
       for (uint64_t k = 0; k < piece.size(); ++k) sum[k] /= static_cast<T>(pushed);
-      apply(piece, reinterpret_cast<const std::byte*>(sum), step);
+      apply(piece, reinterpret_cast<const std::byte*>(sum), step.value);
       std::memset(sum, 0, piece.size() * sizeof(T));
     });
   }
@@ -238,12 +238,12 @@ void Variable::apply_here(ElementRange range, const std::byte* grad, uint64_t t)
 Step Variable::applied_step(WorkerId worker) const {
   if (mode_ == Mode::sync) return sync_.completed;
   auto it = progress_.find(worker);
-  return it == progress_.end() ? 0 : it->second.completed;
+  return it == progress_.end() ? Step() : it->second.completed;
 }
 
 Step Variable::latest_step() const {
   if (mode_ == Mode::sync) return sync_.completed;
-  Step latest = 0;
+  Step latest;
   for (const auto& [worker, progress] : progress_) latest = std::max(latest, progress.completed);
   return latest;
 }
@@ -253,7 +253,7 @@ IntervalSet Variable::not_yet_applied(WorkerId worker, Step step, ElementRange r
   Step completed = applied_step(worker);
   IntervalSet pending;
   if (step <= completed) return pending;
-  if (step > completed + 1)
+  if (step > completed.next())
     fail(ErrorCode::step_from_future,
          "poll of variable '{}' rejected: step {} from the future (last complete step {})",
          spec_.name, step, completed);
@@ -291,11 +291,11 @@ void Variable::save(ByteWriter& out) const {
   out.put<uint64_t>(progress_.size());
   for (const auto& [worker, p] : progress_) {
     out.put(worker.value);
-    out.put(p.completed);
+    out.put(p.completed.value);
     out.put(p.t);
     encode(out, p.received);
   }
-  out.put(sync_.completed);
+  out.put(sync_.completed.value);
   for (const IntervalSet& received : sync_.received) encode(out, received);
   encode(out, sync_.applied);
   out.blob(sync_.sum.bytes());
@@ -329,11 +329,11 @@ Variable Variable::restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoin
   for (uint64_t i = 0; i < progressing; ++i) {
     WorkerId worker(in.get<uint32_t>());
     WorkerProgress& p = v.progress_[worker];
-    p.completed = in.get<Step>();
+    p.completed = Step(in.get<uint64_t>());
     p.t = in.get<uint64_t>();
     p.received = decode_intervals(in);
   }
-  v.sync_.completed = in.get<Step>();
+  v.sync_.completed = Step(in.get<uint64_t>());
   for (IntervalSet& received : v.sync_.received) received = decode_intervals(in);
   v.sync_.applied = decode_intervals(in);
   auto sum = in.blob();

@@ -118,12 +118,12 @@ class Variable {
 
  private:
   struct WorkerProgress {  // async mode
-    Step completed = 0;
+    Step completed;
     IntervalSet received;  // of step completed + 1
     uint64_t t = 0;        // update count given to step completed + 1 (0: not started)
   };
   struct SyncProgress {
-    Step completed = 0;
+    Step completed;
     std::vector<IntervalSet> received;  // of step completed + 1, per worker
     IntervalSet applied;                // of step completed + 1
     AlignedBuffer sum;                  // per-element gradient sums of step completed + 1

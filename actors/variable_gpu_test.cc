@@ -55,7 +55,7 @@ TEST_CASE("a variable on the GPU applies pushes as one on the CPU does, async an
   const VariableSpec spec{.name = "fc/w",
                           .shape = {60000},
                           .dtype = DType::float32,
-                          .priority = 0,
+                          .priority = Priority(0),
                           .optimizer = optim::testing::specs::adam_amsgrad_weight_decay()};
   const ElementRange part{7000, 57000};
   std::mt19937 rng(7);
@@ -64,7 +64,8 @@ TEST_CASE("a variable on the GPU applies pushes as one on the CPU does, async an
     CAPTURE(mode == Mode::sync);
     Variable cpu(spec, part, bytes_of(initial), mode, 2);
     Variable gpu(spec, part, bytes_of(initial), mode, 2, nullptr, device.get());
-    for (Step step = 1; step <= 3; ++step) {
+    for (uint64_t s = 1; s <= 3; ++s) {
+      const Step step(s);
       for (uint32_t worker = 0; worker < 2; ++worker) {
         for (uint64_t begin = part.begin; begin < part.end; begin += kPartition) {
           const ElementRange range{begin, std::min(part.end, begin + kPartition)};
@@ -76,7 +77,7 @@ TEST_CASE("a variable on the GPU applies pushes as one on the CPU does, async an
           CHECK(gpu_applied == cpu_applied);
         }
       }
-      CAPTURE(step);
+      CAPTURE(s);
       check_same(gpu, cpu);
     }
   }
@@ -87,7 +88,7 @@ TEST_CASE("optimizer state written to a GPU variable reads back the same and is 
   const VariableSpec spec{.name = "b",
                           .shape = {3000},
                           .dtype = DType::float32,
-                          .priority = 0,
+                          .priority = Priority(0),
                           .optimizer = optim::testing::specs::rmsprop_centered_momentum()};
   std::mt19937 rng(11);
   const std::vector<float> initial = random_values<float>(rng, 3000, 1.0);
@@ -103,8 +104,8 @@ TEST_CASE("optimizer state written to a GPU variable reads back the same and is 
     CHECK(state_of(gpu, k) == slot);
   }
   const std::vector<float> grad = random_values<float>(rng, 3000, 1.0);
-  cpu.push(WorkerId(0), 1, {0, 3000}, spec.dtype, bytes_of(grad));
-  gpu.push(WorkerId(0), 1, {0, 3000}, spec.dtype, bytes_of(grad));
+  cpu.push(WorkerId(0), Step(1), {0, 3000}, spec.dtype, bytes_of(grad));
+  gpu.push(WorkerId(0), Step(1), {0, 3000}, spec.dtype, bytes_of(grad));
   check_same(gpu, cpu);
 }
 
@@ -113,12 +114,13 @@ TEST_CASE("a GPU variable's checkpoint restores onto the GPU and onto the CPU al
   const VariableSpec spec{.name = "w",
                           .shape = {5000},
                           .dtype = DType::float32,
-                          .priority = 0,
+                          .priority = Priority(0),
                           .optimizer = optim::testing::specs::adam_amsgrad_weight_decay()};
   std::mt19937 rng(13);
   const std::vector<float> initial = random_values<float>(rng, 5000, 1.0);
   Variable gpu(spec, {0, 5000}, bytes_of(initial), Mode::async, 1, nullptr, device.get());
-  gpu.push(WorkerId(0), 1, {0, 5000}, spec.dtype, bytes_of(random_values<float>(rng, 5000, 1.0)));
+  gpu.push(WorkerId(0), Step(1), {0, 5000}, spec.dtype,
+           bytes_of(random_values<float>(rng, 5000, 1.0)));
   ByteWriter out;
   gpu.save(out);
   ByteReader on_gpu_bytes(out.bytes(), "gpu"), on_cpu_bytes(out.bytes(), "cpu");
@@ -126,7 +128,7 @@ TEST_CASE("a GPU variable's checkpoint restores onto the GPU and onto the CPU al
   Variable on_cpu = Variable::restore(on_cpu_bytes, Mode::async, 1);
   const std::vector<float> grad = random_values<float>(rng, 5000, 1.0);
   for (Variable* v : {&gpu, &on_gpu, &on_cpu})
-    v->push(WorkerId(0), 2, {0, 5000}, spec.dtype, bytes_of(grad));
+    v->push(WorkerId(0), Step(2), {0, 5000}, spec.dtype, bytes_of(grad));
   check_same(on_gpu, gpu);
   check_same(gpu, on_cpu);
 }

@@ -4,10 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include <fmt/ranges.h>
-
 #include "common/error.h"
-#include "common/log.h"
 
 namespace psched {
 namespace {
@@ -27,7 +24,8 @@ VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPo
       apply_pool_(apply_pool),
       device_(device),
       polls_(loop),
-      durability_(loop, settings_, *this) {}
+      durability_(loop, settings_, *this),
+      sync_timeouts_(settings_, *this) {}
 
 Variable& VariableShard::find(const char* what, VariableId id) {
   if (id.value >= variables_.size())
@@ -105,7 +103,7 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
                             DType dtype, std::span<const std::byte> data) {
   Variable& variable = find("push", id);
   if (variable.check(worker, step, range, dtype, data)) {
-    ++(is_late(id, worker, step) ? stats_.pushes_late : stats_.pushes_duplicate);
+    if (!sync_timeouts_.late_push(id, worker, step)) ++stats_.pushes_duplicate;
     return;
   }
   durability_.log_push(worker, id, step, range, dtype, data);
@@ -114,59 +112,22 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
   stats_.partitions_applied += applied.size();
   PollKey key{variable.poll_owner(worker), id, step};
   for (ElementRange r : applied) polls_.applied(key, r);
-  if (settings_.mode == Mode::sync) track_sync_step(id, variable);
-}
-
-void VariableShard::track_sync_step(VariableId id, const Variable& variable) {
-  if (!variable.step_in_progress())
-    step_began_.erase(id.value);
-  else
-    step_began_.try_emplace(id.value, Clock::now());
-}
-
-bool VariableShard::is_late(VariableId id, WorkerId worker, Step step) const {
-  auto it = completed_without_.find(id.value);
-  if (it == completed_without_.end() || it->second.first != step) return false;
-  const auto& missing = it->second.second;
-  return std::find(missing.begin(), missing.end(), worker.value) != missing.end();
+  if (settings_.mode == Mode::sync) sync_timeouts_.pushed(id, variable, Clock::now());
 }
 
 void VariableShard::enforce_sync_timeout(Clock::time_point now) {
-  dispatch([this, now] {
-    if (settings_.mode != Mode::sync || settings_.sync.timeout_seconds <= 0) return;
-    std::vector<uint32_t> overdue;
-    for (const auto& [id, began] : step_began_)
-      if (std::chrono::duration<double>(now - began).count() >= settings_.sync.timeout_seconds)
-        overdue.push_back(id);
-    for (uint32_t id : overdue)
-      time_out(VariableId(id), variables_[id],
-               std::chrono::duration<double>(now - step_began_[id]).count());
-  });
+  dispatch([this, now] { sync_timeouts_.enforce(now, variables_); });
 }
 
-void VariableShard::time_out(VariableId id, Variable& variable, double waited_seconds) {
-  Step step = variable.applied_step(kAllWorkers) + 1;
-  std::vector<uint32_t> missing = variable.missing_workers();
-  bool proceed = settings_.sync.on_timeout == SyncTimeoutAction::proceed;
-  auto error = std::make_exception_ptr(
-      Error(ErrorCode::sync_timeout,
-            fmt::format("step {} of variable '{}' on shard {} waited {:.1f} s for worker(s) {}{}",
-                        step, variable.spec().name, settings_.id.value, waited_seconds,
-                        fmt::join(missing, ", "),
-                        proceed ? "; applied without them (their pushes of it are dropped)" : "")));
-  ++stats_.sync_timeouts;
-  count_error(error);
-  log_warn("{}", to_error(error).what());
-  PollKey key{kAllWorkers, id, step};
-  if (!proceed) {
-    polls_.fail(key, error);
-    step_began_[id.value] = Clock::now();  // fail the polls filed from now on after as long
-    return;
-  }
+void VariableShard::fail_polls(VariableId id, Step step, std::exception_ptr error) {
+  polls_.fail(PollKey{kAllWorkers, id, step}, error);
+}
+
+void VariableShard::complete_without_missing(VariableId id, Step step) {
   durability_.log_timeout(id, step);
-  for (ElementRange r : variable.complete_step_without_missing()) polls_.applied(key, r);
-  completed_without_[id.value] = {step, std::move(missing)};
-  step_began_.erase(id.value);
+  PollKey key{kAllWorkers, id, step};
+  for (ElementRange r : variables_[id.value].complete_step_without_missing())
+    polls_.applied(key, r);
 }
 
 void VariableShard::poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
@@ -222,6 +183,8 @@ void VariableShard::answer(const Variable& variable, ElementRange range, Step st
 void VariableShard::stats(std::function<void(ShardStats)> reply) {
   dispatch([this, reply = std::move(reply)] {
     ShardStats s = stats_;
+    s.sync_timeouts = sync_timeouts_.timeouts();
+    s.pushes_late = sync_timeouts_.late_pushes();
     s.polls_waiting = polls_.waiting();
     s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
     reply(std::move(s));
@@ -318,7 +281,7 @@ void VariableShard::replay_push(WorkerId worker, VariableId id, Step step, Eleme
 
 void VariableShard::replay_timeout(VariableId id, Step step, const std::string& record) {
   Variable& variable = find("replay", id);
-  if (step != variable.applied_step(kAllWorkers) + 1)
+  if (step != variable.applied_step(kAllWorkers).next())
     fail(ErrorCode::corrupt_checkpoint, "{}: a timed-out step out of order", record);
   variable.complete_step_without_missing();
 }

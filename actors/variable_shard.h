@@ -2,7 +2,8 @@
 // VariableShard: the server-side actor that owns a set of variables (or this shard's ranges of
 // large ones) and their optimizer state, applies received partitions, and answers polls
 // through its PollRegistry. Its checkpoints and update log are its ShardDurability's
-// (actors/shard_durability.h).
+// (actors/shard_durability.h); what a sync step that waits too long for a worker leads to is
+// its SyncTimeouts' (actors/sync_timeouts.h).
 //
 // The shard lives on one event loop (actors/actor.h), the one that also owns its listener and
 // connections: calls from that loop run at once and reply before they return, except polls,
@@ -25,6 +26,7 @@
 #include "actors/actor.h"
 #include "actors/poll_registry.h"
 #include "actors/shard_durability.h"
+#include "actors/sync_timeouts.h"
 #include "actors/variable.h"
 #include "common/error.h"
 #include "common/histogram.h"
@@ -76,7 +78,7 @@ struct ShardStats {
 struct VariableStatus {
   std::string name;
   ElementRange part;
-  Step step = 0;  // the newest complete step (async: of the furthest worker)
+  Step step;  // the newest complete step (async: of the furthest worker)
 };
 
 // The fresh value of a polled or pulled range, read straight from the variable into where
@@ -104,7 +106,7 @@ class FreshValue {
   Step step_;
 };
 
-class VariableShard : public Actor, private ShardDurability::State {
+class VariableShard : public Actor, private ShardDurability::State, private SyncTimeouts::Actions {
  public:
   static constexpr size_t kRecentErrors = 16;
 
@@ -143,9 +145,8 @@ class VariableShard : public Actor, private ShardDurability::State {
   void shut_down(std::function<void()> done);
 
   // Sync mode: acts on every step that has waited sync.timeout_seconds or more at `now` for
-  // its last worker, as sync.on_timeout says (config/deployment.h): fails its waiting polls
-  // with [sync_timeout] naming the missing workers (and waits on), or applies it without them.
-  // psched-server calls it periodically; tests with a chosen `now`.
+  // its last worker, as sync.on_timeout says (actors/sync_timeouts.h). psched-server calls it
+  // periodically; tests with a chosen `now`.
   void enforce_sync_timeout(std::chrono::steady_clock::time_point now);
 
   // Loads the newest valid checkpoint and replays the update logs after it, then writes a
@@ -170,13 +171,12 @@ class VariableShard : public Actor, private ShardDurability::State {
   void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
                ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
-  // Counts a failed request and keeps it among the recent errors. On the loop.
-  void count_error(std::exception_ptr error);
-  // Tracks when `variable`'s sync step began, after a push to it. On the loop.
-  void track_sync_step(VariableId id, const Variable& variable);
-  // Whether a duplicate push is a late one of a step completed without its worker.
-  bool is_late(VariableId id, WorkerId worker, Step step) const;
-  void time_out(VariableId id, Variable& variable, double waited_seconds);
+  // Counts a failed request and keeps it among the recent errors. On the loop. Also what
+  // sync_timeouts_ counts its timeouts with.
+  void count_error(std::exception_ptr error) override;
+  // SyncTimeouts::Actions, called by sync_timeouts_ on the loop.
+  void fail_polls(VariableId id, Step step, std::exception_ptr error) override;
+  void complete_without_missing(VariableId id, Step step) override;
   // ShardDurability::State, called by durability_ on the loop.
   void save_variables(ByteWriter& out) const override;
   void load_variables(ByteReader& in) override;
@@ -195,11 +195,8 @@ class VariableShard : public Actor, private ShardDurability::State {
   std::unordered_map<std::string, VariableId> by_name_;
   ShardStats stats_;
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors
-  // Sync mode: when the step in progress of each variable began (its first push).
-  std::unordered_map<uint32_t, std::chrono::steady_clock::time_point> step_began_;
-  // Sync mode: per variable, the last step completed without some workers, and those workers.
-  std::unordered_map<uint32_t, std::pair<Step, std::vector<uint32_t>>> completed_without_;
   ShardDurability durability_;
+  SyncTimeouts sync_timeouts_;
 };
 
 }  // namespace psched

@@ -78,21 +78,21 @@ TEST_CASE("a poll waits for the worker's own push and then returns the fresh val
   ShardFixture f;
   VariableId id = f.add("w", {1, 2});
   std::optional<std::vector<float>> answer;
-  f.shard.poll(WorkerId(0), id, 1, {0, 2}, PollTicket(1),
+  f.shard.poll(WorkerId(0), id, Step(1), {0, 2}, PollTicket(1),
                [&](std::exception_ptr e, const FreshValue* v) {
                  REQUIRE(!e);
-                 CHECK(v->step() == 1);
+                 CHECK(v->step() == Step(1));
                  answer = floats(v);
                });
   f.drain();
   CHECK_FALSE(answer);
   std::vector<float> g{1, 1};
   std::exception_ptr other_worker_error;
-  f.shard.push(WorkerId(1), id, 1, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+  f.shard.push(WorkerId(1), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
                [&](std::exception_ptr e) { other_worker_error = e; });
   f.drain();
   CHECK_FALSE(answer);  // async: another worker's update does not release worker 0's poll
-  f.shard.push(WorkerId(0), id, 1, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+  f.shard.push(WorkerId(0), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
                [](std::exception_ptr e) { REQUIRE(!e); });
   f.drain();
   REQUIRE(answer);
@@ -103,11 +103,11 @@ TEST_CASE("a poll for an applied step returns at once") {
   ShardFixture f;
   VariableId id = f.add("w", {1});
   std::vector<float> g{1};
-  f.shard.push(WorkerId(0), id, 1, {0, 1}, DType::float32, std::as_bytes(std::span(g)),
+  f.shard.push(WorkerId(0), id, Step(1), {0, 1}, DType::float32, std::as_bytes(std::span(g)),
                [](std::exception_ptr) {});
   f.drain();
   bool answered = false;
-  f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(1),
+  f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(1),
                [&](std::exception_ptr e, const FreshValue*) { answered = !e; });
   f.drain();
   CHECK(answered);
@@ -117,8 +117,8 @@ TEST_CASE("requests naming an unknown variable fail with unknown_variable") {
   ShardFixture f;
   std::vector<float> g{1};
   std::exception_ptr error;
-  f.shard.push(WorkerId(0), VariableId(3), 1, {0, 1}, DType::float32, std::as_bytes(std::span(g)),
-               [&](std::exception_ptr e) { error = e; });
+  f.shard.push(WorkerId(0), VariableId(3), Step(1), {0, 1}, DType::float32,
+               std::as_bytes(std::span(g)), [&](std::exception_ptr e) { error = e; });
   f.drain();
   REQUIRE(error);
   CHECK_THROWS_WITH_AS(std::rethrow_exception(error), doctest::Contains("no variable with id 3"),
@@ -129,7 +129,7 @@ TEST_CASE("shutting down fails the waiting polls") {
   ShardFixture f;
   VariableId id = f.add("w", {1});
   std::exception_ptr error;
-  f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(1),
+  f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(1),
                [&](std::exception_ptr e, const FreshValue*) { error = e; });
   f.drain();
   f.shard.shut_down([] {});
@@ -141,7 +141,7 @@ TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds noth
   ShardFixture f;
   VariableId id = f.add("w", {1});
   int answers = 0;
-  f.shard.poll(WorkerId(0), id, 1, {0, 1}, PollTicket(7),
+  f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(7),
                [&](std::exception_ptr, const FreshValue*) { ++answers; });
   f.drain();
   ShardStats stats;
@@ -151,7 +151,7 @@ TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds noth
   f.shard.withdraw_poll(PollTicket(7));
   f.shard.withdraw_poll(PollTicket(7));  // twice is harmless
   std::vector<float> g{1};
-  f.shard.push(WorkerId(0), id, 1, {0, 1}, DType::float32, std::as_bytes(std::span(g)),
+  f.shard.push(WorkerId(0), id, Step(1), {0, 1}, DType::float32, std::as_bytes(std::span(g)),
                [](std::exception_ptr) {});
   f.shard.stats([&](ShardStats s) { stats = s; });
   f.drain();
@@ -162,11 +162,11 @@ TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds noth
 TEST_CASE("the shard's stats count applies, poll waits and failed requests by code") {
   ShardFixture f;
   VariableId id = f.add("w", {0, 0});
-  f.shard.poll(WorkerId(0), id, 1, {0, 2}, PollTicket(1), [](auto...) {});
+  f.shard.poll(WorkerId(0), id, Step(1), {0, 2}, PollTicket(1), [](auto...) {});
   std::vector<float> g{1, 1};
-  f.shard.push(WorkerId(0), id, 1, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+  f.shard.push(WorkerId(0), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
                [](std::exception_ptr) {});
-  f.shard.push(WorkerId(0), id, 3, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+  f.shard.push(WorkerId(0), id, Step(3), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
                [](std::exception_ptr) {});
   f.shard.report_error(std::make_exception_ptr(Error(ErrorCode::bad_token, "wrong token")));
   ShardStats stats;
@@ -182,7 +182,7 @@ TEST_CASE("the shard's stats count applies, poll waits and failed requests by co
   CHECK(stats.recent_errors[1].message == "wrong token");
   REQUIRE(variables.size() == 1);
   CHECK(variables[0].name == "w");
-  CHECK(variables[0].step == 1);
+  CHECK(variables[0].step == Step(1));
 }
 
 namespace {
@@ -225,10 +225,10 @@ struct SyncTimeoutFixture {
 
 TEST_CASE("a sync step past its timeout fails its polls naming the missing worker") {
   SyncTimeoutFixture f(SyncTimeoutAction::fail);
-  f.push(0, 1, {1, 1});
-  f.push(1, 1, {3, 3});
+  f.push(0, Step(1), {1, 1});
+  f.push(1, Step(1), {3, 3});
   std::exception_ptr answer;
-  f.shard.poll(WorkerId(0), f.id, 1, {0, 2}, PollTicket(1),
+  f.shard.poll(WorkerId(0), f.id, Step(1), {0, 2}, PollTicket(1),
                [&](std::exception_ptr e, const FreshValue*) { answer = e; });
   f.drain();
   auto start = std::chrono::steady_clock::now();
@@ -242,7 +242,7 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
   CHECK(std::string(to_error(answer).what()).find("worker(s) 2") != std::string::npos);
   CHECK(f.stats().sync_timeouts == 1);
   // The step still completes when the missing worker comes back.
-  f.push(2, 1, {5, 5});
+  f.push(2, Step(1), {5, 5});
   std::vector<float> value;
   f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, const FreshValue* v) { value = floats(v); });
   f.drain();
@@ -251,10 +251,10 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
 
 TEST_CASE("a sync step past its timeout proceeds with the mean of the workers that pushed") {
   SyncTimeoutFixture f(SyncTimeoutAction::proceed);
-  f.push(0, 1, {1, 1});
-  f.push(1, 1, {3, 3});
+  f.push(0, Step(1), {1, 1});
+  f.push(1, Step(1), {3, 3});
   std::optional<std::vector<float>> answer;
-  f.shard.poll(WorkerId(0), f.id, 1, {0, 2}, PollTicket(1),
+  f.shard.poll(WorkerId(0), f.id, Step(1), {0, 2}, PollTicket(1),
                [&](std::exception_ptr e, const FreshValue* v) {
                  if (!e) answer = floats(v);
                });
@@ -264,9 +264,9 @@ TEST_CASE("a sync step past its timeout proceeds with the mean of the workers th
   REQUIRE(answer);
   CHECK(*answer == std::vector<float>{-2, -2});
   // The missing worker's late push is acknowledged, counted and dropped; step 2 goes on.
-  f.push(2, 1, {5, 5});
+  f.push(2, Step(1), {5, 5});
   CHECK(f.stats().pushes_late == 1);
-  for (uint32_t w = 0; w < 3; ++w) f.push(w, 2, {3, 3});
+  for (uint32_t w = 0; w < 3; ++w) f.push(w, Step(2), {3, 3});
   std::vector<float> value;
   f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, const FreshValue* v) { value = floats(v); });
   f.drain();

@@ -16,7 +16,7 @@ struct VariableSpec {
   std::string name;
   std::vector<uint64_t> shape;  // empty: a scalar
   DType dtype = DType::float32;
-  Priority priority = 0;  // lower is more urgent
+  Priority priority;  // lower is more urgent
   optim::OptimizerSpec optimizer;
 
   uint64_t elements() const {

@@ -48,33 +48,34 @@ TEST_CASE("an async push is applied on arrival and completes the worker's step")
   std::vector<float> init{1, 2, 3, 4};
   Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 2);
   std::vector<float> g{1, 1};
-  auto applied = v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)).applied;
+  auto applied = v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).applied;
   CHECK(applied == std::vector<ElementRange>{{0, 2}});
   CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
-  CHECK(v.applied_step(WorkerId(0)) == 0);
-  CHECK(v.not_yet_applied(WorkerId(0), 1, {0, 4}).ranges() == std::vector<ElementRange>{{2, 4}});
-  v.push(WorkerId(0), 1, {2, 4}, DType::float32, bytes_of(g));
-  CHECK(v.applied_step(WorkerId(0)) == 1);
-  CHECK(v.not_yet_applied(WorkerId(0), 1, {0, 4}).empty());
-  CHECK(v.applied_step(WorkerId(1)) == 0);
+  CHECK(v.applied_step(WorkerId(0)) == Step(0));
+  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 4}).ranges() ==
+        std::vector<ElementRange>{{2, 4}});
+  v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
+  CHECK(v.applied_step(WorkerId(0)) == Step(1));
+  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 4}).empty());
+  CHECK(v.applied_step(WorkerId(1)) == Step(0));
 }
 
 TEST_CASE("sync mode applies the mean only once every worker pushed the range") {
   std::vector<float> init{0, 0, 0, 0};
   Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::sync, 2);
   std::vector<float> a{2, 2, 2, 2}, b{4, 4};
-  CHECK(v.push(WorkerId(0), 1, {0, 4}, DType::float32, bytes_of(a)).applied.empty());
+  CHECK(v.push(WorkerId(0), Step(1), {0, 4}, DType::float32, bytes_of(a)).applied.empty());
   CHECK(value_of(v) == std::vector<float>{0, 0, 0, 0});
-  auto applied = v.push(WorkerId(1), 1, {2, 4}, DType::float32, bytes_of(b)).applied;
+  auto applied = v.push(WorkerId(1), Step(1), {2, 4}, DType::float32, bytes_of(b)).applied;
   CHECK(applied == std::vector<ElementRange>{{2, 4}});
   CHECK(value_of(v) == std::vector<float>{0, 0, -3, -3});
-  CHECK(v.applied_step(WorkerId(0)) == 0);
-  v.push(WorkerId(1), 1, {0, 2}, DType::float32, bytes_of(b));
+  CHECK(v.applied_step(WorkerId(0)) == Step(0));
+  v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(b));
   CHECK(value_of(v) == std::vector<float>{-3, -3, -3, -3});
-  CHECK(v.applied_step(WorkerId(1)) == 1);
+  CHECK(v.applied_step(WorkerId(1)) == Step(1));
   SUBCASE("and the next step starts from a clean sum") {
-    v.push(WorkerId(0), 2, {0, 4}, DType::float32, bytes_of(a));
-    v.push(WorkerId(1), 2, {0, 4}, DType::float32, bytes_of(a));
+    v.push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(a));
+    v.push(WorkerId(1), Step(2), {0, 4}, DType::float32, bytes_of(a));
     CHECK(value_of(v) == std::vector<float>{-5, -5, -5, -5});
   }
 }
@@ -85,20 +86,20 @@ TEST_CASE("a rejected push leaves the variable untouched") {
   std::vector<float> g{1, 1};
   std::vector<double> wide{1, 1};
   CHECK(code_of([&] {
-          v.push(WorkerId(0), 1, {3, 5}, DType::float32, bytes_of(g));
+          v.push(WorkerId(0), Step(1), {3, 5}, DType::float32, bytes_of(g));
         }) == ErrorCode::offset_out_of_range);
   CHECK(code_of([&] {
-          v.push(WorkerId(0), 1, {0, 2}, DType::float64, std::as_bytes(std::span(wide)));
+          v.push(WorkerId(0), Step(1), {0, 2}, DType::float64, std::as_bytes(std::span(wide)));
         }) == ErrorCode::dtype_mismatch);
   CHECK(code_of([&] {
-          v.push(WorkerId(0), 1, {0, 3}, DType::float32, bytes_of(g));
+          v.push(WorkerId(0), Step(1), {0, 3}, DType::float32, bytes_of(g));
         }) == ErrorCode::shape_mismatch);
   CHECK(code_of([&] {
-          v.push(WorkerId(0), 2, {0, 2}, DType::float32, bytes_of(g));
+          v.push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(g));
         }) == ErrorCode::step_from_future);
-  v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
+  v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
   CHECK(code_of([&] {
-          v.push(WorkerId(0), 1, {1, 3}, DType::float32, bytes_of(g));
+          v.push(WorkerId(0), Step(1), {1, 3}, DType::float32, bytes_of(g));
         }) == ErrorCode::stale_step);
   CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
 }
@@ -107,11 +108,11 @@ TEST_CASE("a retried push is acknowledged as a duplicate and not applied again")
   std::vector<float> init{1, 2, 3, 4};
   Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
   std::vector<float> g{1, 1};
-  CHECK_FALSE(v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)).duplicate);
-  CHECK(v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)).duplicate);
-  v.push(WorkerId(0), 1, {2, 4}, DType::float32, bytes_of(g));
+  CHECK_FALSE(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  CHECK(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
   // Step 1 is complete now: its retries are duplicates too.
-  PushOutcome retry = v.push(WorkerId(0), 1, {2, 4}, DType::float32, bytes_of(g));
+  PushOutcome retry = v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
   CHECK(retry.duplicate);
   CHECK(retry.applied.empty());
   CHECK(value_of(v) == std::vector<float>{0, 1, 2, 3});
@@ -121,11 +122,11 @@ TEST_CASE("a sync retry after the step completed is a duplicate") {
   std::vector<float> init{0, 0};
   Variable v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
   std::vector<float> g{2, 2};
-  v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
-  CHECK(v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g)).duplicate);
-  v.push(WorkerId(1), 1, {0, 2}, DType::float32, bytes_of(g));
-  CHECK(v.push(WorkerId(1), 1, {0, 2}, DType::float32, bytes_of(g)).duplicate);
-  CHECK(v.applied_step(WorkerId(0)) == 1);
+  v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
+  CHECK(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(g));
+  CHECK(v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  CHECK(v.applied_step(WorkerId(0)) == Step(1));
   CHECK(value_of(v) == std::vector<float>{-2, -2});
 }
 
@@ -136,16 +137,17 @@ TEST_CASE("a restored variable continues exactly like the one saved") {
   for (Mode mode : {Mode::async, Mode::sync}) {
     Variable original(spec, {0, 4}, bytes_of(init), mode, 2);
     std::vector<float> g{0.5f, -1, 2, 0.25f}, head{0.5f, -1}, tail{2, 0.25f};
-    original.push(WorkerId(0), 1, {0, 4}, DType::float32, bytes_of(g));
-    original.push(WorkerId(1), 1, {0, 2}, DType::float32, bytes_of(head));  // a step half done
+    original.push(WorkerId(0), Step(1), {0, 4}, DType::float32, bytes_of(g));
+    original.push(WorkerId(1), Step(1), {0, 2}, DType::float32,
+                  bytes_of(head));  // a step half done
     ByteWriter out;
     original.save(out);
     ByteReader in(out.bytes(), "test");
     Variable copy = Variable::restore(in, mode, 2);
     CHECK(in.done());
     for (Variable* v : {&original, &copy}) {
-      v->push(WorkerId(1), 1, {2, 4}, DType::float32, bytes_of(tail));
-      v->push(WorkerId(0), 2, {0, 4}, DType::float32, bytes_of(g));
+      v->push(WorkerId(1), Step(1), {2, 4}, DType::float32, bytes_of(tail));
+      v->push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(g));
     }
     CHECK(value_of(copy) == value_of(original));
     CHECK(copy.applied_step(WorkerId(0)) == original.applied_step(WorkerId(0)));
@@ -170,19 +172,21 @@ TEST_CASE("a step of a split variable completes when this shard's part is covere
   Variable v(spec, {8, 10}, bytes_of(init), Mode::async, 1);
   std::vector<float> g{1, 1};
   CHECK(code_of([&] {
-          v.push(WorkerId(0), 1, {0, 2}, DType::float32, bytes_of(g));
+          v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
         }) == ErrorCode::offset_out_of_range);
-  v.push(WorkerId(0), 1, {8, 10}, DType::float32, bytes_of(g));
-  CHECK(v.applied_step(WorkerId(0)) == 1);
+  v.push(WorkerId(0), Step(1), {8, 10}, DType::float32, bytes_of(g));
+  CHECK(v.applied_step(WorkerId(0)) == Step(1));
   CHECK(value_of(v) == std::vector<float>{4, 5});
 }
 
 TEST_CASE("a poll for a step beyond the next one is from the future") {
   std::vector<float> init{0};
   Variable v(sgd_spec(1), {0, 1}, bytes_of(init), Mode::async, 1);
-  CHECK(v.not_yet_applied(WorkerId(0), 0, {0, 1}).empty());
-  CHECK(v.not_yet_applied(WorkerId(0), 1, {0, 1}).size() == 1);
-  CHECK(code_of([&] { v.not_yet_applied(WorkerId(0), 2, {0, 1}); }) == ErrorCode::step_from_future);
+  CHECK(v.not_yet_applied(WorkerId(0), Step(0), {0, 1}).empty());
+  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 1}).size() == 1);
+  CHECK(code_of([&] {
+          v.not_yet_applied(WorkerId(0), Step(2), {0, 1});
+        }) == ErrorCode::step_from_future);
 }
 
 TEST_CASE("a large update applied on the pool equals the update applied on one thread") {
@@ -198,9 +202,9 @@ TEST_CASE("a large update applied on the pool equals the update applied on one t
   ForkJoinPool pool(2);
   Variable parallel(spec, {0, n}, bytes_of(init), Mode::async, 1, &pool);
   Variable single(spec, {0, n}, bytes_of(init), Mode::async, 1);
-  for (Step s = 1; s <= 3; ++s) {
-    parallel.push(WorkerId(0), s, {0, n}, DType::float32, bytes_of(g));
-    single.push(WorkerId(0), s, {0, n}, DType::float32, bytes_of(g));
+  for (uint64_t s = 1; s <= 3; ++s) {
+    parallel.push(WorkerId(0), Step(s), {0, n}, DType::float32, bytes_of(g));
+    single.push(WorkerId(0), Step(s), {0, n}, DType::float32, bytes_of(g));
   }
   auto a = value_of(parallel), b = value_of(single);
   CHECK(std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0);

@@ -67,10 +67,11 @@ int train(const Options& o) {
   std::vector<float> w(o.features, 0.f), b(1, 0.f);
   // Input layer first: lower priority value goes first.
   auto hw = client.register_variable(
-      {.name = "logistic/w", .shape = {o.features}, .priority = 0, .optimizer = {}}, bytes(w),
-      true);
+      {.name = "logistic/w", .shape = {o.features}, .priority = Priority(0), .optimizer = {}},
+      bytes(w), true);
   auto hb = client.register_variable(
-      {.name = "logistic/b", .shape = {1}, .priority = 1, .optimizer = {}}, bytes(b), true);
+      {.name = "logistic/b", .shape = {1}, .priority = Priority(1), .optimizer = {}}, bytes(b),
+      true);
   client.pull(hw);
   client.pull(hb);
 
@@ -83,10 +84,10 @@ int train(const Options& o) {
     size_t begin = (size_t(step - 1) * o.batch) % (o.samples - o.batch + 1);
     auto lg = example::evaluate(data, w, b[0], begin, begin + o.batch);
     std::vector<float> grad_b{lg.grad_b};
-    client.push(hb, step, std::as_bytes(std::span(grad_b)));
-    client.push(hw, step, std::as_bytes(std::span(lg.grad_w)));
-    client.wait(hw, step);
-    client.wait(hb, step);
+    client.push(hb, Step(step), std::as_bytes(std::span(grad_b)));
+    client.push(hw, Step(step), std::as_bytes(std::span(lg.grad_w)));
+    client.wait(hw, Step(step));
+    client.wait(hb, Step(step));
     if (step % o.print_every == 0 || step == 1 || step == o.steps) {
       auto full = example::evaluate(data, w, b[0], 0, data.samples());
       std::printf("worker %u step %4u  loss %.4f  accuracy %.3f\n", worker, step, full.loss,

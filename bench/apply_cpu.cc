@@ -56,10 +56,11 @@ void time_block(double seconds, Totals& into, Iteration&& iteration) {
 // A Variable pushed whole, one step after the other, as one async worker would.
 struct PushedVariable {
   Variable variable;
-  Step step = 0;
+  Step step;
 
   void push(std::span<const std::byte> grad) {
-    variable.push(WorkerId(0), ++step, variable.part(), DType::float32, grad);
+    step = step.next();
+    variable.push(WorkerId(0), step, variable.part(), DType::float32, grad);
   }
 };
 
@@ -167,7 +168,7 @@ VariableSpec bench_variable_spec(const std::string& optimizer, uint64_t elements
   VariableSpec spec{.name = "bench/w",
                     .shape = {elements},
                     .dtype = DType::float32,
-                    .priority = 0,
+                    .priority = Priority(0),
                     .optimizer = {}};
   if (!optim::parse_optimizer_kind(optimizer, spec.optimizer.kind))
     throw std::runtime_error(fmt::format("unknown optimizer '{}'", optimizer));

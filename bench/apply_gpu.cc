@@ -74,10 +74,11 @@ double gb_per_s(uint64_t bytes, double seconds) {
 
 // grad GB/s of Variable::push of the whole variable, one step after the other.
 double push_gb_per_s(Variable& variable, std::span<const std::byte> grad, double seconds) {
-  Step step = 0;
+  Step step;
   const ElementRange all = variable.part();
   Measurement m = time_iterations(Budget{seconds, 3, 1}, grad.size(), [&] {
-    variable.push(WorkerId(0), ++step, all, DType::float32, grad);
+    step = step.next();
+    variable.push(WorkerId(0), step, all, DType::float32, grad);
   });
   return m.gb_per_s();
 }

@@ -27,9 +27,9 @@ void EmulatedTrainer::compute(double seconds) {
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
-void EmulatedTrainer::forward(size_t layer, Step step) {
-  if (step > 1)
-    for (Tensor& t : tensors_[layer]) client_.wait(t.handle, step - 1);
+void EmulatedTrainer::forward(size_t layer, Step previous) {
+  if (previous != Step())
+    for (Tensor& t : tensors_[layer]) client_.wait(t.handle, previous);
   compute(profile_.layers[layer].forward_s);
 }
 
@@ -44,14 +44,16 @@ std::vector<double> EmulatedTrainer::run(int iterations, Clock::time_point epoch
     return std::chrono::duration<double>(Clock::now() - epoch).count();
   };
   std::vector<double> starts;
-  for (Step step = 1; step <= static_cast<Step>(iterations); ++step) {
+  Step pushed;  // the newest step pushed
+  for (int i = 1; i <= iterations; ++i) {
     starts.push_back(since_epoch());
-    started_.store(static_cast<int>(step), std::memory_order_relaxed);
-    for (size_t l = 0; l < tensors_.size(); ++l) forward(l, step);
-    for (size_t l = tensors_.size(); l-- > 0;) backward(l, step);
+    started_.store(i, std::memory_order_relaxed);
+    for (size_t l = 0; l < tensors_.size(); ++l) forward(l, pushed);
+    pushed = pushed.next();
+    for (size_t l = tensors_.size(); l-- > 0;) backward(l, pushed);
   }
   for (auto& layer : tensors_)
-    for (Tensor& t : layer) client_.wait(t.handle, static_cast<Step>(iterations));
+    for (Tensor& t : layer) client_.wait(t.handle, pushed);
   return starts;
 }
 

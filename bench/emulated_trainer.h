@@ -35,8 +35,8 @@ class EmulatedTrainer {
     std::vector<float> value;     // fresh values land here
     std::vector<float> gradient;  // what backward "produces"
   };
-  void forward(size_t layer, Step step);   // waits for iteration step-1's fresh values first
-  void backward(size_t layer, Step step);  // then pushes the layer's gradients
+  void forward(size_t layer, Step previous);  // waits for step `previous`'s fresh values first
+  void backward(size_t layer, Step step);     // then pushes the layer's gradients of `step`
   static void compute(double seconds);
 
   Client& client_;

@@ -123,7 +123,8 @@ class PushingClient {
     handle_ = client_->register_variable(spec, std::as_writable_bytes(std::span(value_)));
   }
   void iteration() {
-    client_->push(handle_, ++step_, std::as_bytes(std::span(gradient_)));
+    step_ = step_.next();
+    client_->push(handle_, step_, std::as_bytes(std::span(gradient_)));
     client_->wait(handle_, step_);
   }
 
@@ -131,7 +132,7 @@ class PushingClient {
   std::unique_ptr<Client> client_;
   std::vector<float> value_, gradient_;
   VariableHandle handle_;
-  Step step_ = 0;
+  Step step_;
 };
 
 Measurement psched_case(const DeploymentConfig& shard, const std::string& name,

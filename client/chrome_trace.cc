@@ -53,7 +53,8 @@ nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
         if (!args.is_null()) e["args"] = std::move(args);
         events.push_back(std::move(e));
       };
-      slice(fmt::format("p{} s{} [{}, {})", r.priority, r.shard.value, r.range.begin, r.range.end),
+      slice(fmt::format("p{} s{} [{}, {})", r.priority.value, r.shard.value, r.range.begin,
+                        r.range.end),
             r.queued, r.finished,
             {{"task", r.task_id},
              {"bytes", r.bytes},

@@ -8,6 +8,7 @@
 
 #include <kj/async-io.h>
 
+#include "actors/iteration_timer.h"
 #include "actors/loop_thread.h"
 #include "client/worker.h"
 #include "common/error.h"
@@ -57,8 +58,7 @@ struct Client::Impl {
   std::mutex pushes_mutex;
   // Guarded by pushes_mutex:
   PendingPushes pushes;
-  Step newest_step = 0;  // the highest step pushed so far, and when its first push came
-  std::chrono::steady_clock::time_point newest_step_pushed;
+  IterationTimer iteration_timer;
   Histogram iteration_seconds;
 };
 
@@ -147,14 +147,8 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
     if (!fresh)
       fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
            handle.value, step);
-    if (step > impl_->newest_step) {
-      auto now = std::chrono::steady_clock::now();
-      if (impl_->newest_step > 0)
-        impl_->iteration_seconds.observe(
-            std::chrono::duration<double>(now - impl_->newest_step_pushed).count());
-      impl_->newest_step = step;
-      impl_->newest_step_pushed = now;
-    }
+    if (auto seconds = impl_->iteration_timer.pushed(step, IterationTimer::Clock::now()))
+      impl_->iteration_seconds.observe(*seconds);
   }
   // The one hop of a push; its `done` wakes the trainer's wait once.
   impl_->thread.loop().post([this, handle, step, gradient, done] {

@@ -3,10 +3,10 @@
 //
 //   psched::Client client(psched::ClientOptions::from_config(config, psched::WorkerId(rank)));
 //   auto w = client.register_variable({.name = "fc1/w", .shape = {784, 128}}, weights_bytes);
-//   for (step = 1; ...; ++step) {
+//   for (uint64_t s = 1; ...; ++s) {
 //     ... backward writes grad ...
-//     client.push(w, step, grad_bytes);   // returns at once; scheduled by priority
-//     client.wait(w, step);               // fresh weights are now in weights_bytes
+//     client.push(w, psched::Step(s), grad_bytes);  // returns at once; scheduled by priority
+//     client.wait(w, psched::Step(s));              // fresh weights are now in weights_bytes
 //   }
 //
 // A Client owns one thread, which runs an event loop holding the shard connections and the
@@ -60,7 +60,8 @@ struct ClientOptions {
 struct WorkerStats {
   WorkerId worker;
   SchedulerStats scheduler;  // credit in use, queue depth by priority, tasks
-  // Iteration time: between the first pushes of consecutive steps (any variable).
+  // Iteration time: between the first pushes of consecutive steps (any variable), measured
+  // as the autotuner measures it (actors/iteration_timer.h).
   Histogram iteration_seconds;
 };
 

@@ -17,7 +17,7 @@ std::string worker_metrics_text(const WorkerStats& stats) {
              "Partitions waiting for credit, by priority (lower goes first).");
   for (const auto& [priority, count] : s.queued_by_priority) {
     MetricLabels labels = worker;
-    labels.emplace_back("priority", std::to_string(priority));
+    labels.emplace_back("priority", std::to_string(priority.value));
     out.sample("psched_worker_queued_partitions", labels, double(count));
   }
   out.single("psched_worker_started_partitions_total", MetricType::counter,
@@ -35,7 +35,7 @@ nlohmann::json worker_status_json(const WorkerStats& stats) {
   const SchedulerStats& s = stats.scheduler;
   nlohmann::json queued = nlohmann::json::object();
   for (const auto& [priority, count] : s.queued_by_priority)
-    queued[std::to_string(priority)] = count;
+    queued[std::to_string(priority.value)] = count;
   const Histogram& iterations = stats.iteration_seconds;
   return {{"worker", stats.worker.value},
           {"credit_bytes", s.credit_bytes},

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <functional>
 
+#include <fmt/format.h>
+
 namespace psched {
 
 // A value of `Rep` that only compares with values of the same `Tag`.
@@ -27,10 +29,16 @@ using ShardId = Strong<struct ShardIdTag, uint32_t>;
 using VariableId = Strong<struct VariableIdTag, uint32_t>;
 
 // Training step of an update. Steps are 1-based: step s is the s-th update a worker pushes to a
-// variable; "step 0" names the initial value.
-using Step = uint64_t;
-// Lower value = more urgent. Default: registration order (layer nearest the input first).
-using Priority = int64_t;
+// variable; Step() (step 0) names the initial value. Steps compare and count up, nothing else;
+// fmt prints them as their number.
+struct Step : Strong<struct StepTag, uint64_t> {
+  using Strong::Strong;
+  // The step after this one.
+  constexpr Step next() const { return Step(value + 1); }
+};
+// Lower value = more urgent. Default: registration order (layer nearest the input first). An
+// ordering key: it only compares.
+using Priority = Strong<struct PriorityTag, int64_t>;
 
 }  // namespace psched
 
@@ -38,5 +46,12 @@ template <typename Tag, typename Rep>
 struct std::hash<psched::Strong<Tag, Rep>> {
   size_t operator()(const psched::Strong<Tag, Rep>& s) const noexcept {
     return std::hash<Rep>{}(s.value);
+  }
+};
+
+template <>
+struct fmt::formatter<psched::Step> : fmt::formatter<uint64_t> {
+  auto format(psched::Step step, fmt::format_context& ctx) const {
+    return fmt::formatter<uint64_t>::format(step.value, ctx);
   }
 };

@@ -43,7 +43,7 @@ template <typename Params>
 void fill_push(Params params, VariableId variable, Step step, ElementRange range, DType dtype,
                std::span<const std::byte> gradient) {
   params.setVariable(variable.value);
-  params.setStep(step);
+  params.setStep(step.value);
   params.setOffset(range.begin);
   params.setDtype(to_wire(dtype));
   capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(gradient.data()), gradient.size());
@@ -61,7 +61,7 @@ void fill_fused(capnp::List<wire::Partition>::Builder list, std::span<const Fuse
   for (unsigned i = 0; i < parts.size(); ++i) {
     const FusedPartition& p = parts[i];
     list[i].setVariable(p.variable.value);
-    list[i].setStep(p.step);
+    list[i].setStep(p.step.value);
     list[i].setOffset(p.range.begin);
     list[i].setDtype(to_wire(p.dtype));
     list[i].setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(p.gradient.data()),
@@ -304,7 +304,7 @@ kj::Promise<int64_t> ShardLink::poll(VariableId variable, Step step, ElementRang
   if (session() == nullptr) return not_connected();
   auto request = session()->pollRequest();
   request.setVariable(variable.value);
-  request.setStep(step);
+  request.setStep(step.value);
   request.setOffset(range.begin);
   request.setCount(range.size());
   return request.send()
@@ -341,7 +341,7 @@ kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const Fuse
   for (unsigned i = 0; i < parts.size(); ++i) {
     const FusedPartition& p = parts[i];
     list[i].setVariable(p.variable.value);
-    list[i].setStep(p.step);
+    list[i].setStep(p.step.value);
     list[i].setOffset(p.range.begin);
     list[i].setCount(p.range.size());
   }

@@ -30,7 +30,7 @@ namespace psched {
 // One partition of a fused push and poll: its gradient goes up, its fresh value lands in `out`.
 struct FusedPartition {
   VariableId variable;
-  Step step = 0;
+  Step step;
   ElementRange range;
   DType dtype = DType::float32;
   std::span<const std::byte> gradient;  // range.size() elements, copied into the message

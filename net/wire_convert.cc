@@ -76,7 +76,7 @@ void to_wire(const VariableSpec& spec, bool use_server_optimizer, wire::Variable
   auto shape = out.initShape(static_cast<unsigned>(spec.shape.size()));
   for (unsigned i = 0; i < spec.shape.size(); ++i) shape.set(i, spec.shape[i]);
   out.setDtype(to_wire(spec.dtype));
-  out.setPriority(spec.priority);
+  out.setPriority(spec.priority.value);
   to_wire(spec.optimizer, out.initOptimizer());
   out.setUseServerOptimizer(use_server_optimizer);
 }
@@ -121,7 +121,7 @@ VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec
   spec.name.assign(name.begin(), name.end());
   spec.shape = shape_from_wire(spec.name, in.getShape(), limits.max_shape_dims);
   spec.dtype = from_wire(in.getDtype());
-  spec.priority = in.getPriority();
+  spec.priority = Priority(in.getPriority());
   spec.optimizer = in.getUseServerOptimizer() ? server_default : from_wire(in.getOptimizer());
   return spec;
 }

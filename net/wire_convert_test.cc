@@ -31,7 +31,7 @@ TEST_CASE("a variable spec round-trips through the wire types") {
   spec.name = "conv1/w";
   spec.shape = {64, 3, 7, 7};
   spec.dtype = DType::float64;
-  spec.priority = 3;
+  spec.priority = Priority(3);
   spec.optimizer.kind = optim::OptimizerKind::adamw;
   spec.optimizer.lr = 0.002;
   spec.optimizer.weight_decay = 0.01;
@@ -41,7 +41,7 @@ TEST_CASE("a variable spec round-trips through the wire types") {
   to_wire(spec, false, builder);
   VariableSpec back = from_wire(builder.asReader(), optim::OptimizerSpec{}, LimitsConfig{});
   CHECK(back.same_variable(spec));
-  CHECK(back.priority == 3);
+  CHECK(back.priority == Priority(3));
 }
 
 TEST_CASE("a spec asking for the server optimizer gets the server default") {
@@ -66,7 +66,7 @@ TEST_CASE("an over-long variable name is rejected naming the limit") {
 }
 
 TEST_CASE("a shape with more dimensions than the limit is rejected naming the limit") {
-  VariableSpec spec{"w", std::vector<uint64_t>(33, 1), DType::float32, 0, {}};
+  VariableSpec spec{"w", std::vector<uint64_t>(33, 1), DType::float32, Priority(0), {}};
   capnp::MallocMessageBuilder message;
   auto builder = message.initRoot<wire::VariableSpec>();
   to_wire(spec, false, builder);
@@ -78,7 +78,7 @@ TEST_CASE("a shape with more dimensions than the limit is rejected naming the li
 
 TEST_CASE("a shape whose byte size overflows 64 bits is rejected") {
   SUBCASE("product past 2^64") {
-    VariableSpec spec{"w", {1ull << 32, 1ull << 32, 2}, DType::float32, 0, {}};
+    VariableSpec spec{"w", {1ull << 32, 1ull << 32, 2}, DType::float32, Priority(0), {}};
     capnp::MallocMessageBuilder message;
     auto builder = message.initRoot<wire::VariableSpec>();
     to_wire(spec, false, builder);
@@ -87,14 +87,14 @@ TEST_CASE("a shape whose byte size overflows 64 bits is rejected") {
                          Error);
   }
   SUBCASE("elements fit but their bytes do not") {
-    VariableSpec spec{"w", {1ull << 62}, DType::float32, 0, {}};
+    VariableSpec spec{"w", {1ull << 62}, DType::float32, Priority(0), {}};
     capnp::MallocMessageBuilder message;
     auto builder = message.initRoot<wire::VariableSpec>();
     to_wire(spec, false, builder);
     CHECK_THROWS_AS(from_wire(builder.asReader(), {}, LimitsConfig{}), Error);
   }
   SUBCASE("a zero dimension is no overflow") {
-    VariableSpec spec{"w", {UINT64_MAX, UINT64_MAX, 0}, DType::float32, 0, {}};
+    VariableSpec spec{"w", {UINT64_MAX, UINT64_MAX, 0}, DType::float32, Priority(0), {}};
     capnp::MallocMessageBuilder message;
     auto builder = message.initRoot<wire::VariableSpec>();
     to_wire(spec, false, builder);

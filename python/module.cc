@@ -161,7 +161,7 @@ void bind_client(py::module_& m) {
                              })
       .def_property_readonly("dtype",
                              [](const PyVariable& v) { return std::string(to_string(v.dtype)); })
-      .def_readonly("priority", &PyVariable::priority)
+      .def_property_readonly("priority", [](const PyVariable& v) { return v.priority.value; })
       .def_readonly("value", &PyVariable::value, "The registered array (parameter memory).")
       .def("__repr__", [](const PyVariable& v) {
         return fmt::format("psched.Variable('{}', shape=({}), dtype={})", v.name,

@@ -71,16 +71,17 @@ Client& PyClient::client() {
 }
 
 std::shared_ptr<PyVariable> PyClient::register_variable(
-    std::string name, py::buffer value, std::optional<Priority> priority,
+    std::string name, py::buffer value, std::optional<int64_t> priority,
     std::optional<optim::OptimizerSpec> optimizer) {
   if (by_name_.contains(name))
     fail(ErrorCode::invalid_argument, "variable '{}' is already registered by this client", name);
   TensorView view = view_of(value, true, fmt::format("register '{}'", name));
-  VariableSpec spec{.name = name,
-                    .shape = view.shape,
-                    .dtype = view.dtype,
-                    .priority = priority.value_or(static_cast<Priority>(variables_.size())),
-                    .optimizer = optimizer.value_or(optim::OptimizerSpec{})};
+  VariableSpec spec{
+      .name = name,
+      .shape = view.shape,
+      .dtype = view.dtype,
+      .priority = Priority(priority.value_or(static_cast<int64_t>(variables_.size()))),
+      .optimizer = optimizer.value_or(optim::OptimizerSpec{})};
   Client& c = client();
   VariableHandle handle;
   {
@@ -99,7 +100,7 @@ std::shared_ptr<PyVariable> PyClient::register_variable(
   return variable;
 }
 
-void PyClient::push(PyVariable& variable, Step step, py::buffer gradient) {
+void PyClient::push(PyVariable& variable, uint64_t step, py::buffer gradient) {
   std::string what = fmt::format("push to variable '{}' step {}", variable.name, step);
   TensorView view = view_of(gradient, false, what);
   if (view.dtype != variable.dtype)
@@ -108,15 +109,15 @@ void PyClient::push(PyVariable& variable, Step step, py::buffer gradient) {
   if (view.shape != variable.shape)
     fail(ErrorCode::shape_mismatch, "{}: gradient shape ({}) differs from the variable's ({})",
          what, fmt::join(view.shape, ", "), fmt::join(variable.shape, ", "));
-  client().push(variable.handle, step, {view.data, view.bytes});
+  client().push(variable.handle, Step(step), {view.data, view.bytes});
   variable.in_flight[step] = gradient;
 }
 
-void PyClient::wait(PyVariable& variable, Step step) {
+void PyClient::wait(PyVariable& variable, uint64_t step) {
   Client& c = client();
   try {
     py::gil_scoped_release unlocked;
-    c.wait(variable.handle, step);
+    c.wait(variable.handle, Step(step));
   } catch (...) {
     variable.in_flight.erase(step);
     throw;
@@ -124,8 +125,8 @@ void PyClient::wait(PyVariable& variable, Step step) {
   variable.in_flight.erase(step);
 }
 
-bool PyClient::ready(PyVariable& variable, Step step) {
-  return client().ready(variable.handle, step);
+bool PyClient::ready(PyVariable& variable, uint64_t step) {
+  return client().ready(variable.handle, Step(step));
 }
 
 void PyClient::pull(PyVariable& variable) {

@@ -32,11 +32,11 @@ struct PyVariable {
   std::string name;
   std::vector<uint64_t> shape;
   DType dtype = DType::float32;
-  Priority priority = 0;
+  Priority priority;
   VariableHandle handle;
   py::object value;  // the parameter memory (the registered array)
   // Gradients of pushes not yet waited for, by step; released after their wait.
-  std::map<Step, py::object> in_flight;
+  std::map<uint64_t, py::object> in_flight;
 };
 
 class PyClient {
@@ -49,15 +49,16 @@ class PyClient {
   // content is the initial value. Priority defaults to the registration order; no optimizer
   // means the deployment's default.
   std::shared_ptr<PyVariable> register_variable(std::string name, py::buffer value,
-                                                std::optional<Priority> priority,
+                                                std::optional<int64_t> priority,
                                                 std::optional<optim::OptimizerSpec> optimizer);
   // Starts the push of `gradient` (C-contiguous, the variable's shape and dtype) for `step`;
-  // keeps a reference to it until wait(variable, step) returns.
-  void push(PyVariable& variable, Step step, py::buffer gradient);
+  // keeps a reference to it until wait(variable, step) returns. Steps come from Python as
+  // plain ints and become Steps here.
+  void push(PyVariable& variable, uint64_t step, py::buffer gradient);
   // Blocks (GIL released) until step's fresh value is in the variable's memory.
-  void wait(PyVariable& variable, Step step);
+  void wait(PyVariable& variable, uint64_t step);
   // Whether wait(variable, step) would return at once.
-  bool ready(PyVariable& variable, Step step);
+  bool ready(PyVariable& variable, uint64_t step);
   // Overwrites the variable's memory with the shards' current value (GIL released).
   void pull(PyVariable& variable);
   // The variable registered under `name`; Error(unknown_variable) when there is none.

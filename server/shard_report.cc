@@ -104,7 +104,7 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
   json variables = json::array();
   for (const VariableStatus& v : snapshot.variables)
     variables.push_back(
-        {{"name", v.name}, {"begin", v.part.begin}, {"end", v.part.end}, {"step", v.step}});
+        {{"name", v.name}, {"begin", v.part.begin}, {"end", v.part.end}, {"step", v.step.value}});
   return {{"shard", snapshot.id.value},
           {"uptime_seconds", snapshot.uptime_seconds},
           {"config", config_json(config)},

@@ -43,7 +43,7 @@ void put_value(Answer answer, const FreshValue& value) {
 template <typename Answer>
 void write_answer(Answer answer, const FreshValue& value, int64_t answered_at_ns) {
   put_value(answer, value);
-  answer.setAppliedStep(value.step());
+  answer.setAppliedStep(value.step().value);
   answer.setAppliedAtNs(answered_at_ns);
 }
 
@@ -164,8 +164,8 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
   });
 }
 
-SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step step, uint64_t offset,
-                                                     wire::DType wire_dtype,
+SessionService::PushArgs SessionService::decode_push(uint32_t variable, uint64_t step,
+                                                     uint64_t offset, wire::DType wire_dtype,
                                                      capnp::Data::Reader data) const {
   uint64_t limit = endpoint_.config.limits.max_message_bytes;
   if (data.size() > limit)
@@ -179,7 +179,7 @@ SessionService::PushArgs SessionService::decode_push(uint32_t variable, Step ste
          "push to variable id {} rejected: {} bytes of data are not whole {} elements", variable,
          data.size(), to_string(dtype));
   return {VariableId(variable),
-          step,
+          Step(step),
           range("push", offset, data.size() / element_bytes(dtype)),
           dtype,
           {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
@@ -279,7 +279,7 @@ kj::Promise<void> SessionService::poll(PollContext context) {
   auto params = context.getParams();
   try {
     auto answered =
-        poll_one(VariableId(params.getVariable()), params.getStep(), params.getOffset(),
+        poll_one(VariableId(params.getVariable()), Step(params.getStep()), params.getOffset(),
                  params.getCount(), [context](const FreshValue& value, int64_t at_ns) mutable {
                    write_answer(context.getResults(), value, at_ns);
                  });
@@ -302,7 +302,7 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
   return answer_each(context, ranges.size(), [&](unsigned i) -> kj::Promise<void> {
     auto r = ranges[i];
     try {
-      return poll_one(VariableId(r.getVariable()), r.getStep(), r.getOffset(), r.getCount(),
+      return poll_one(VariableId(r.getVariable()), Step(r.getStep()), r.getOffset(), r.getCount(),
                       slot_writer(context, i));
     } catch (...) {
       return refuse(endpoint_, std::current_exception());
@@ -363,7 +363,7 @@ kj::Promise<void> SessionService::pull(PullContext context) {
           if (error) return (*f)->reject(to_kj_exception(error));
           auto results = context.getResults();
           put_value(results, *value);
-          results.setAppliedStep(value->step());
+          results.setAppliedStep(value->step().value);
           (*f)->fulfill();
         });
     return kj::mv(promise);

@@ -82,7 +82,7 @@ class SessionService final : public wire::Session::Server {
   };
 
   // Checks a push's size and dtype; throws psched::Error naming what is wrong.
-  PushArgs decode_push(uint32_t variable, Step step, uint64_t offset, wire::DType dtype,
+  PushArgs decode_push(uint32_t variable, uint64_t step, uint64_t offset, wire::DType dtype,
                        capnp::Data::Reader data) const;
   // Hands the push to the shard; resolves with its receipt.
   kj::Promise<void> push_one(const PushArgs& push);

@@ -44,7 +44,7 @@ struct BadInputFixture {
     id = cluster.run(link.register_part(spec(), true, {0, kElements}, bytes(initial)));
   }
 
-  static VariableSpec spec() { return {"fc6/w", {kElements}, DType::float32, 0, {}}; }
+  static VariableSpec spec() { return {"fc6/w", {kElements}, DType::float32, Priority(0), {}}; }
   static std::span<const std::byte> bytes(const std::vector<float>& v) {
     return std::as_bytes(std::span(v));
   }
@@ -74,8 +74,8 @@ struct BadInputFixture {
     ShardLink& other = cluster.open_link(0);
     cluster.run(other.connect(WorkerId(next_good_worker++), kToken));
     std::vector<float> grad(kElements, 1.f), fresh(kElements);
-    cluster.run(other.push(id, 1, {0, kElements}, DType::float32, bytes(grad)));
-    cluster.run(other.poll(id, 1, {0, kElements}, reinterpret_cast<std::byte*>(fresh.data()),
+    cluster.run(other.push(id, Step(1), {0, kElements}, DType::float32, bytes(grad)));
+    cluster.run(other.poll(id, Step(1), {0, kElements}, reinterpret_cast<std::byte*>(fresh.data()),
                            kElements * 4));
     for (float& x : expected) x -= 1.f;  // sgd, lr 1
     CHECK(fresh == expected);
@@ -95,8 +95,9 @@ struct BadInputFixture {
         {}};
     cluster.run(w.link.connect(WorkerId(3), kToken));
     for (uint64_t i = 0; i < kWaitingPollLimit; ++i)
-      w.waiting.push_back(w.link.poll(
-          id, 1, {0, kElements}, reinterpret_cast<std::byte*>(w.out[i].data()), kElements * 4));
+      w.waiting.push_back(w.link.poll(id, Step(1), {0, kElements},
+                                      reinterpret_cast<std::byte*>(w.out[i].data()),
+                                      kElements * 4));
     return w;
   }
 
@@ -111,7 +112,7 @@ struct BadInputFixture {
 TEST_CASE("a push to an unknown variable is rejected naming the id") {
   BadInputFixture f;
   std::vector<float> grad(4, 1.f);
-  f.expect_error(f.link.push(VariableId(42), 1, {0, 4}, DType::float32, f.bytes(grad)),
+  f.expect_error(f.link.push(VariableId(42), Step(1), {0, 4}, DType::float32, f.bytes(grad)),
                  ErrorCode::unknown_variable, "no variable with id 42");
   f.check_untouched_and_serving();
 }
@@ -119,7 +120,7 @@ TEST_CASE("a push to an unknown variable is rejected naming the id") {
 TEST_CASE("a push whose bytes are not whole elements is a shape mismatch") {
   BadInputFixture f;
   std::vector<std::byte> odd(6);
-  f.expect_error(f.link.push(f.id, 1, {0, 1}, DType::float32, odd), ErrorCode::shape_mismatch,
+  f.expect_error(f.link.push(f.id, Step(1), {0, 1}, DType::float32, odd), ErrorCode::shape_mismatch,
                  "6 bytes of data are not whole float32 elements");
   f.check_untouched_and_serving();
 }
@@ -127,7 +128,7 @@ TEST_CASE("a push whose bytes are not whole elements is a shape mismatch") {
 TEST_CASE("a push of the wrong dtype is a dtype mismatch") {
   BadInputFixture f;
   std::vector<double> grad(4, 1.0);
-  f.expect_error(f.link.push(f.id, 1, {0, 4}, DType::float64, std::as_bytes(std::span(grad))),
+  f.expect_error(f.link.push(f.id, Step(1), {0, 4}, DType::float64, std::as_bytes(std::span(grad))),
                  ErrorCode::dtype_mismatch, "dtype float64 but registered as float32");
   f.check_untouched_and_serving();
 }
@@ -135,7 +136,7 @@ TEST_CASE("a push of the wrong dtype is a dtype mismatch") {
 TEST_CASE("a push reaching past the variable is out of range") {
   BadInputFixture f;
   std::vector<float> grad(4, 1.f);
-  f.expect_error(f.link.push(f.id, 1, {14, 18}, DType::float32, f.bytes(grad)),
+  f.expect_error(f.link.push(f.id, Step(1), {14, 18}, DType::float32, f.bytes(grad)),
                  ErrorCode::offset_out_of_range,
                  "push to variable 'fc6/w' rejected: elements [14, 18) are outside");
   f.check_untouched_and_serving();
@@ -144,20 +145,24 @@ TEST_CASE("a push reaching past the variable is out of range") {
 TEST_CASE("a fused push applies its good partitions and names the bad one") {
   BadInputFixture f;
   std::vector<float> grad(4, 1.f), fresh(4, 0.f), none(4);
-  std::vector<FusedPartition> parts{
-      {f.id, 1, {0, 4}, DType::float32, f.bytes(grad), reinterpret_cast<std::byte*>(fresh.data())},
-      {VariableId(42),
-       1,
-       {0, 4},
-       DType::float32,
-       f.bytes(grad),
-       reinterpret_cast<std::byte*>(none.data())},
-      {f.id,
-       1,
-       {14, 18},
-       DType::float32,
-       f.bytes(grad),
-       reinterpret_cast<std::byte*>(none.data())}};
+  std::vector<FusedPartition> parts{{f.id,
+                                     Step(1),
+                                     {0, 4},
+                                     DType::float32,
+                                     f.bytes(grad),
+                                     reinterpret_cast<std::byte*>(fresh.data())},
+                                    {VariableId(42),
+                                     Step(1),
+                                     {0, 4},
+                                     DType::float32,
+                                     f.bytes(grad),
+                                     reinterpret_cast<std::byte*>(none.data())},
+                                    {f.id,
+                                     Step(1),
+                                     {14, 18},
+                                     DType::float32,
+                                     f.bytes(grad),
+                                     reinterpret_cast<std::byte*>(none.data())}};
   std::vector<std::exception_ptr> receipts = f.cluster.run(f.link.push_fused(parts));
   REQUIRE(receipts.size() == 3);
   CHECK_FALSE(receipts[0]);
@@ -191,9 +196,9 @@ TEST_CASE("a refused pushPoll names the problem and leaves the variable untouche
   std::vector<float> grad(4, 1.f), fresh(4);
   auto* out = reinterpret_cast<std::byte*>(fresh.data());
   f.expect_error(
-      f.link.push_poll(VariableId(42), 1, {0, 4}, DType::float32, f.bytes(grad), out, 16),
+      f.link.push_poll(VariableId(42), Step(1), {0, 4}, DType::float32, f.bytes(grad), out, 16),
       ErrorCode::unknown_variable, "no variable with id 42");
-  f.expect_error(f.link.push_poll(f.id, 1, {14, 18}, DType::float32, f.bytes(grad), out, 16),
+  f.expect_error(f.link.push_poll(f.id, Step(1), {14, 18}, DType::float32, f.bytes(grad), out, 16),
                  ErrorCode::offset_out_of_range, "elements [14, 18) are outside");
   f.check_untouched_and_serving();
 }
@@ -201,7 +206,7 @@ TEST_CASE("a refused pushPoll names the problem and leaves the variable untouche
 TEST_CASE("a pushPoll answers the fresh value of its own push") {
   BadInputFixture f;
   std::vector<float> grad(4, 1.f), fresh(4);
-  int64_t at = f.cluster.run(f.link.push_poll(f.id, 1, {4, 8}, DType::float32, f.bytes(grad),
+  int64_t at = f.cluster.run(f.link.push_poll(f.id, Step(1), {4, 8}, DType::float32, f.bytes(grad),
                                               reinterpret_cast<std::byte*>(fresh.data()), 16));
   CHECK(at > 0);
   CHECK(fresh == std::vector<float>(4, 1.f));  // 2 - lr 1 x 1
@@ -215,9 +220,9 @@ TEST_CASE("a fused pushPoll answers its good partitions and names the bad one") 
   auto* into = reinterpret_cast<std::byte*>(fresh.data());
   auto* nowhere = reinterpret_cast<std::byte*>(none.data());
   std::vector<FusedPartition> parts{
-      {f.id, 1, {0, 4}, DType::float32, f.bytes(grad), into},
-      {VariableId(42), 1, {0, 4}, DType::float32, f.bytes(grad), nowhere},
-      {f.id, 1, {14, 18}, DType::float32, f.bytes(grad), nowhere}};
+      {f.id, Step(1), {0, 4}, DType::float32, f.bytes(grad), into},
+      {VariableId(42), Step(1), {0, 4}, DType::float32, f.bytes(grad), nowhere},
+      {f.id, Step(1), {14, 18}, DType::float32, f.bytes(grad), nowhere}};
   std::vector<PollOutcome> answers = f.cluster.run(f.link.push_poll_fused(parts));
   REQUIRE(answers.size() == 3);
   CHECK_FALSE(answers[0].error);
@@ -242,11 +247,11 @@ TEST_CASE("a fused pushPoll answers its good partitions and names the bad one") 
 TEST_CASE("a push and a poll for a step from the future are rejected") {
   BadInputFixture f;
   std::vector<float> grad(kElements, 1.f), out(kElements);
-  f.expect_error(f.link.push(f.id, 3, {0, kElements}, DType::float32, f.bytes(grad)),
+  f.expect_error(f.link.push(f.id, Step(3), {0, kElements}, DType::float32, f.bytes(grad)),
                  ErrorCode::step_from_future, "step 3 from the future (next step is 1)");
-  f.expect_error(
-      f.link.poll(f.id, 2, {0, kElements}, reinterpret_cast<std::byte*>(out.data()), kElements * 4),
-      ErrorCode::step_from_future, "step 2 from the future");
+  f.expect_error(f.link.poll(f.id, Step(2), {0, kElements},
+                             reinterpret_cast<std::byte*>(out.data()), kElements * 4),
+                 ErrorCode::step_from_future, "step 2 from the future");
   f.check_untouched_and_serving();
 }
 
@@ -254,8 +259,8 @@ TEST_CASE("a wrong token is refused at connect") {
   BadInputFixture f;
   ShardLink& intruder = f.cluster.open_link(0);
   f.expect_error(intruder.connect(WorkerId(3), "guess"), ErrorCode::bad_token, "wrong auth token");
-  f.expect_error(intruder.push(f.id, 1, {0, 1}, DType::float32, {}), ErrorCode::invalid_argument,
-                 "session is not open");
+  f.expect_error(intruder.push(f.id, Step(1), {0, 1}, DType::float32, {}),
+                 ErrorCode::invalid_argument, "session is not open");
   f.check_untouched_and_serving();
 }
 
@@ -279,7 +284,7 @@ TEST_CASE(
     "a message over the size limit is rejected and a far larger one drops only its connection") {
   BadInputFixture f;
   std::vector<float> big(2048, 1.f);  // 8 KiB > the 4 KiB limit
-  f.expect_error(f.link.push(f.id, 1, {0, 2048}, DType::float32, f.bytes(big)),
+  f.expect_error(f.link.push(f.id, Step(1), {0, 2048}, DType::float32, f.bytes(big)),
                  ErrorCode::message_too_large, "exceed the message limit of 4096 bytes");
   f.check_untouched_and_serving();
 
@@ -287,7 +292,7 @@ TEST_CASE(
   f.cluster.run(flooder.connect(WorkerId(3), kToken));
   std::vector<float> huge(1 << 20, 1.f);  // 4 MiB: past what the reader accepts at all
   try {
-    f.cluster.run(flooder.push(f.id, 1, {0, huge.size()}, DType::float32, f.bytes(huge)));
+    f.cluster.run(flooder.push(f.id, Step(1), {0, huge.size()}, DType::float32, f.bytes(huge)));
     FAIL("the oversized push succeeded");
   } catch (const kj::Exception& e) {
     CHECK_MESSAGE(std::string(e.getDescription().cStr()).find("too large") != std::string::npos,
@@ -311,7 +316,7 @@ TEST_CASE("re-registering a name with a different spec is a conflict and keeps t
 
 TEST_CASE("a registration with a wrong-sized initial value is a shape mismatch") {
   BadInputFixture f;
-  VariableSpec spec{"fc7/w", {8}, DType::float32, 0, {}};
+  VariableSpec spec{"fc7/w", {8}, DType::float32, Priority(0), {}};
   std::vector<float> short_value(5);
   f.expect_error(f.link.register_part(spec, true, {0, 8}, f.bytes(short_value)),
                  ErrorCode::shape_mismatch, "initial value has 20 bytes, expected 32");
@@ -320,7 +325,7 @@ TEST_CASE("a registration with a wrong-sized initial value is a shape mismatch")
 
 TEST_CASE("a registration with a bad optimizer setting names the field") {
   BadInputFixture f;
-  VariableSpec spec{"fc8/w", {2}, DType::float32, 0, {}};
+  VariableSpec spec{"fc8/w", {2}, DType::float32, Priority(0), {}};
   spec.optimizer.kind = optim::OptimizerKind::adam;
   spec.optimizer.beta1 = 1.5;
   std::vector<float> value(2);
@@ -334,8 +339,8 @@ TEST_CASE("a dropped connection's waiting poll is forgotten and the shard serves
   ShardLink& doomed = f.cluster.open_link(0);
   f.cluster.run(doomed.connect(WorkerId(3), kToken));
   std::vector<float> out(kElements);
-  auto waiting =
-      doomed.poll(f.id, 1, {0, kElements}, reinterpret_cast<std::byte*>(out.data()), kElements * 4);
+  auto waiting = doomed.poll(f.id, Step(1), {0, kElements},
+                             reinterpret_cast<std::byte*>(out.data()), kElements * 4);
   auto polls_waiting = [&] {
     ShardStats stats;
     f.cluster.host().shard(0).stats([&](ShardStats s) { stats = s; });
@@ -362,14 +367,14 @@ TEST_CASE("a token over the length limit is refused at connect naming the limit"
 TEST_CASE("a registration over the name or shape limits names the limit") {
   BadInputFixture f;
   std::vector<float> value(2);
-  VariableSpec long_name{std::string(1025, 'n'), {2}, DType::float32, 0, {}};
+  VariableSpec long_name{std::string(1025, 'n'), {2}, DType::float32, Priority(0), {}};
   f.expect_error(f.link.register_part(long_name, true, {0, 2}, f.bytes(value)),
                  ErrorCode::invalid_argument, "(limits.max_name_bytes)");
-  VariableSpec deep{"deep", std::vector<uint64_t>(33, 1), DType::float32, 0, {}};
+  VariableSpec deep{"deep", std::vector<uint64_t>(33, 1), DType::float32, Priority(0), {}};
   f.expect_error(f.link.register_part(deep, true, {0, 1}, f.bytes(value)),
                  ErrorCode::invalid_argument, "(limits.max_shape_dims)");
   // 2^62 float32 elements: 2^64 bytes, which would wrap to an empty initial value.
-  VariableSpec huge{"huge", {1ull << 62}, DType::float32, 0, {}};
+  VariableSpec huge{"huge", {1ull << 62}, DType::float32, Priority(0), {}};
   f.expect_error(f.link.register_part(huge, true, {0, 1ull << 62}, {}), ErrorCode::invalid_argument,
                  "shape [4611686018427387904] has more than");
   f.check_untouched_and_serving();
@@ -381,7 +386,7 @@ TEST_CASE("a fused push or poll over the partition limit is refused whole naming
   std::vector<FusedPartition> parts;
   for (uint64_t i = 0; i <= kFusedLimit; ++i)
     parts.push_back({f.id,
-                     1,
+                     Step(1),
                      {i % kElements, i % kElements + 1},
                      DType::float32,
                      f.bytes(grad),
@@ -401,7 +406,7 @@ TEST_CASE("a fused poll whose answer would not fit the message limit is refused 
   std::vector<FusedPartition> parts;
   for (uint64_t i = 0; i < 65; ++i)
     parts.push_back({f.id,
-                     0,
+                     Step(0),
                      {0, kElements},
                      DType::float32,
                      f.bytes(grad),
@@ -414,16 +419,16 @@ TEST_CASE("a fused poll whose answer would not fit the message limit is refused 
 TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answers free room") {
   BadInputFixture f;
   auto [waiter, out, waiting] = f.full_waiter();
-  f.expect_error(waiter.poll(f.id, 1, {0, kElements},
+  f.expect_error(waiter.poll(f.id, Step(1), {0, kElements},
                              reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
                  ErrorCode::overloaded,
                  "4 polls of this connection are waiting, the limit "
                  "(limits.max_waiting_polls)");
   // The worker's own push answers its waiting polls; then it may poll again.
   std::vector<float> grad(kElements, 1.f);
-  f.cluster.run(waiter.push(f.id, 1, {0, kElements}, DType::float32, f.bytes(grad)));
+  f.cluster.run(waiter.push(f.id, Step(1), {0, kElements}, DType::float32, f.bytes(grad)));
   for (auto& poll : waiting) f.cluster.run(kj::mv(poll));
-  f.cluster.run(waiter.poll(f.id, 1, {0, kElements},
+  f.cluster.run(waiter.poll(f.id, Step(1), {0, kElements},
                             reinterpret_cast<std::byte*>(out.back().data()), kElements * 4));
   for (float& x : f.expected) x -= 1.f;
   f.check_untouched_and_serving();
@@ -433,12 +438,12 @@ TEST_CASE("a pushPoll past the connection's waiting poll limit is overloaded and
   BadInputFixture f;
   auto [waiter, out, waiting] = f.full_waiter();
   std::vector<float> grad(kElements, 1.f);
-  f.expect_error(waiter.push_poll(f.id, 1, {0, kElements}, DType::float32, f.bytes(grad),
+  f.expect_error(waiter.push_poll(f.id, Step(1), {0, kElements}, DType::float32, f.bytes(grad),
                                   reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
                  ErrorCode::overloaded, "(limits.max_waiting_polls)");
   CHECK(f.current_value() == f.expected);
   // The same push, plain, answers the waiting polls.
-  f.cluster.run(waiter.push(f.id, 1, {0, kElements}, DType::float32, f.bytes(grad)));
+  f.cluster.run(waiter.push(f.id, Step(1), {0, kElements}, DType::float32, f.bytes(grad)));
   for (auto& poll : waiting) f.cluster.run(kj::mv(poll));
   for (float& x : f.expected) x -= 1.f;
   f.check_untouched_and_serving();

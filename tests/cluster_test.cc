@@ -43,7 +43,7 @@ std::vector<std::byte> random_bytes(const TestVariable& v, uint64_t seed) {
   return out;
 }
 
-uint64_t grad_seed(uint32_t worker, Step step, size_t variable) {
+uint64_t grad_seed(uint32_t worker, uint64_t step, size_t variable) {
   return 1'000'000 + worker * 10'000 + step * 100 + variable;
 }
 
@@ -57,7 +57,7 @@ optim::OptimizerSpec adam() {
 
 // The sync-mode result computed directly: per step, the mean of every worker's gradient,
 // applied with the optimizer kernel to the whole variable.
-std::vector<std::byte> sequential_reference(size_t v, uint32_t workers, Step steps) {
+std::vector<std::byte> sequential_reference(size_t v, uint32_t workers, uint64_t steps) {
   const TestVariable& var = kModel[v];
   std::vector<std::byte> value = random_bytes(var, v);
   visit_dtype(var.dtype, [&](auto zero) {
@@ -66,7 +66,7 @@ std::vector<std::byte> sequential_reference(size_t v, uint32_t workers, Step ste
     std::vector<std::vector<T>> slots(optim::state_slots(spec), std::vector<T>(var.elements));
     std::vector<std::span<T>> state(slots.begin(), slots.end());
     auto param = std::span(reinterpret_cast<T*>(value.data()), var.elements);
-    for (Step s = 1; s <= steps; ++s) {
+    for (uint64_t s = 1; s <= steps; ++s) {
       std::vector<T> mean(var.elements, T(0));
       for (uint32_t w = 0; w < workers; ++w) {
         auto g = random_bytes(var, grad_seed(w, s, v));
@@ -114,8 +114,8 @@ TrainedWorker register_model(Cluster& cluster, Worker& worker) {
 
 // Every worker pushes every variable (backward order) for steps 1..steps, waiting for all
 // fresh values before the next step, as a trainer's forward pass would.
-void train(Cluster& cluster, std::vector<TrainedWorker>& workers, Step steps) {
-  for (Step s = 1; s <= steps; ++s) {
+void train(Cluster& cluster, std::vector<TrainedWorker>& workers, uint64_t steps) {
+  for (uint64_t s = 1; s <= steps; ++s) {
     std::vector<std::vector<std::byte>> grads;
     size_t done = 0, expected = 0;
     for (uint32_t w = 0; w < workers.size(); ++w)
@@ -124,7 +124,7 @@ void train(Cluster& cluster, std::vector<TrainedWorker>& workers, Step steps) {
     for (uint32_t w = 0; w < workers.size(); ++w) {
       for (size_t v = kModel.size(); v-- > 0;) {
         ++expected;
-        workers[w].worker->push(workers[w].handles[v], s, grads[w * kModel.size() + v],
+        workers[w].worker->push(workers[w].handles[v], Step(s), grads[w * kModel.size() + v],
                                 [&done](std::exception_ptr error) {
                                   REQUIRE_FALSE(error);
                                   ++done;
@@ -211,18 +211,18 @@ TEST_CASE("in async mode a worker's poll returns after its own update, not the o
   Worker& a = cluster.add_worker(WorkerId(0), scheduler);
   Worker& b = cluster.add_worker(WorkerId(1), scheduler);
   std::vector<float> va(300, 1.f), vb(300, 1.f);
-  VariableSpec spec{"w", {300}, DType::float32, 0, {}};
+  VariableSpec spec{"w", {300}, DType::float32, Priority(0), {}};
   auto ha = cluster.run(a.register_variable(spec, std::as_writable_bytes(std::span(va)), true));
   auto hb = cluster.run(b.register_variable(spec, std::as_writable_bytes(std::span(vb)), true));
 
   std::vector<float> ga(300, 0.25f), gb(300, 0.5f);
   bool a_done = false, b_done = false;
-  a.push(ha, 1, std::as_bytes(std::span(ga)), [&](std::exception_ptr e) { a_done = !e; });
+  a.push(ha, Step(1), std::as_bytes(std::span(ga)), [&](std::exception_ptr e) { a_done = !e; });
   cluster.run_until([&] { return a_done; });
   CHECK(va == std::vector<float>(300, 0.75f));  // worker 1 never pushed: no wait for it
   CHECK(vb == std::vector<float>(300, 1.f));
 
-  b.push(hb, 1, std::as_bytes(std::span(gb)), [&](std::exception_ptr e) { b_done = !e; });
+  b.push(hb, Step(1), std::as_bytes(std::span(gb)), [&](std::exception_ptr e) { b_done = !e; });
   cluster.run_until([&] { return b_done; });
   CHECK(vb == std::vector<float>(300, 0.25f));  // both updates applied, Hogwild-style
   cluster.run(a.pull(ha));
@@ -248,7 +248,7 @@ TEST_CASE("partitions start in priority order up to the credit and never exceed 
   // Backward pass: the last layer's gradient is ready first.
   size_t done = 0;
   for (size_t l = kLayers; l-- > 0;)
-    worker.push(handles[l], 1, std::as_bytes(std::span(grad)),
+    worker.push(handles[l], Step(1), std::as_bytes(std::span(grad)),
                 [&](std::exception_ptr e) { done += !e; });
   cluster.run_until([&] { return done == kLayers; });
 
@@ -261,8 +261,8 @@ TEST_CASE("partitions start in priority order up to the credit and never exceed 
   std::sort(records.begin(), records.end(),
             [](auto& a, auto& b) { return a.start_index < b.start_index; });
   // The last layer took the idle link; then the window drains strictly by priority.
-  std::vector<Priority> expected{5, 5, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4};
-  for (size_t i = 0; i < records.size(); ++i) CHECK(records[i].priority == expected[i]);
+  std::vector<int64_t> expected{5, 5, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4};
+  for (size_t i = 0; i < records.size(); ++i) CHECK(records[i].priority.value == expected[i]);
   CHECK(stats.max_bytes_in_flight <= scheduler.credit_bytes);
   CHECK(stats.max_bytes_in_flight == scheduler.credit_bytes);
 }
@@ -298,8 +298,8 @@ TEST_CASE("sync workers whose gradients become ready in different orders do not 
   Worker& w1 = cluster.add_worker(WorkerId(1), scheduler);
   std::vector<std::vector<float>> values(4, std::vector<float>(16, 1.f));
   std::vector<float> grad(16, 1.f);
-  auto add = [&](Worker& w, const std::string& name, Priority priority, size_t memory) {
-    VariableSpec spec{name, {16}, DType::float32, priority, {}};
+  auto add = [&](Worker& w, const std::string& name, int64_t priority, size_t memory) {
+    VariableSpec spec{name, {16}, DType::float32, Priority(priority), {}};
     return cluster.run(
         w.register_variable(spec, std::as_writable_bytes(std::span(values[memory])), true));
   };
@@ -307,12 +307,12 @@ TEST_CASE("sync workers whose gradients become ready in different orders do not 
   VariableHandle a1 = add(w1, "A", 0, 2), b1 = add(w1, "B", 1, 3);
   size_t done = 0;
   auto count = [&](std::exception_ptr e) { done += !e; };
-  w0.push(b0, 1, std::as_bytes(std::span(grad)), count);
+  w0.push(b0, Step(1), std::as_bytes(std::span(grad)), count);
   cluster.settle();  // worker 0's B is in flight, waiting for worker 1's B
-  w1.push(a1, 1, std::as_bytes(std::span(grad)), count);
-  w1.push(b1, 1, std::as_bytes(std::span(grad)), count);
+  w1.push(a1, Step(1), std::as_bytes(std::span(grad)), count);
+  w1.push(b1, Step(1), std::as_bytes(std::span(grad)), count);
   cluster.settle();
-  w0.push(a0, 1, std::as_bytes(std::span(grad)), count);
+  w0.push(a0, Step(1), std::as_bytes(std::span(grad)), count);
   cluster.run_until([&] { return done == 4; });
   for (auto& v : values) CHECK(v == std::vector<float>(16, 0.5f));
 }
@@ -333,8 +333,8 @@ TEST_CASE("a first-layer answer overtakes last-layer answers queued on a busy co
   constexpr uint64_t kLast = 32 * (64 << 10) / 4, kFirst = (64 << 10) / 4;
   std::vector<std::vector<float>> memory = {std::vector<float>(kLast), std::vector<float>(kFirst),
                                             std::vector<float>(kLast), std::vector<float>(kFirst)};
-  auto add = [&](Worker& w, const std::string& name, Priority priority, size_t m) {
-    VariableSpec spec{name, {memory[m].size()}, DType::float32, priority, {}};
+  auto add = [&](Worker& w, const std::string& name, int64_t priority, size_t m) {
+    VariableSpec spec{name, {memory[m].size()}, DType::float32, Priority(priority), {}};
     return cluster.run(
         w.register_variable(spec, std::as_writable_bytes(std::span(memory[m])), true));
   };
@@ -344,15 +344,15 @@ TEST_CASE("a first-layer answer overtakes last-layer answers queued on a busy co
   auto bytes = [&](uint64_t n) { return std::as_bytes(std::span(grad.data(), n)); };
   std::vector<std::string> finished;  // worker 0's pushes, in the order they completed
   size_t others = 0;
-  w0.push(last0, 1, bytes(kLast), [&](std::exception_ptr) { finished.push_back("last"); });
-  w0.push(first0, 1, bytes(kFirst), [&](std::exception_ptr) { finished.push_back("first"); });
+  w0.push(last0, Step(1), bytes(kLast), [&](std::exception_ptr) { finished.push_back("last"); });
+  w0.push(first0, Step(1), bytes(kFirst), [&](std::exception_ptr) { finished.push_back("first"); });
   cluster.settle();  // both pushed and receipted; their polls wait for worker 1
   auto plan = cluster.cut(0, 0, CutPlan::kNever);
   auto resume = kj::newPromiseAndFulfiller<void>();
   plan->reads_held = resume.promise.fork();
-  w1.push(last1, 1, bytes(kLast), [&](std::exception_ptr) { ++others; });
+  w1.push(last1, Step(1), bytes(kLast), [&](std::exception_ptr) { ++others; });
   cluster.settle();  // worker 0's last-layer answers are ready; the connection backs up
-  w1.push(first1, 1, bytes(kFirst), [&](std::exception_ptr) { ++others; });
+  w1.push(first1, Step(1), bytes(kFirst), [&](std::exception_ptr) { ++others; });
   cluster.settle();
   resume.fulfiller->fulfill();
   cluster.run_until([&] { return finished.size() == 2 && others == 2; });
@@ -385,7 +385,7 @@ TEST_CASE("a worker's rejections keep the error code, from the shard or from its
 
   Worker& worker = cluster.add_worker(WorkerId(1), SchedulerConfig{});
   std::vector<float> a(4), b(8);
-  VariableSpec spec{"w", {4}, DType::float32, 0, {}};
+  VariableSpec spec{"w", {4}, DType::float32, Priority(0), {}};
   cluster.run(worker.register_variable(spec, std::as_writable_bytes(std::span(a)), true));
   spec.shape = {8};
   CHECK(code_of_rejection([&] {

@@ -16,9 +16,9 @@ using namespace psched::testing;
 namespace {
 
 constexpr uint64_t kElements = 40'000;  // 160 KB: ten 16 KiB partitions
-constexpr Step kSteps = 4;
+constexpr uint64_t kSteps = 4;
 
-std::vector<float> gradient(uint32_t worker, Step step) {
+std::vector<float> gradient(uint32_t worker, uint64_t step) {
   std::vector<float> g(kElements);
   for (uint64_t i = 0; i < kElements; ++i)
     g[i] = std::sin(0.37f * float(worker) + 1.3f * float(step) + 0.01f * float(i));
@@ -26,7 +26,7 @@ std::vector<float> gradient(uint32_t worker, Step step) {
 }
 
 struct Cut {
-  Step before_step = 0;  // 0: no cut
+  Step before_step;  // Step(): no cut
   size_t worker = 0;
   uint64_t after_bytes = 0;
 };
@@ -55,11 +55,12 @@ Outcome train(Mode mode, uint32_t workers, SchedulerConfig scheduler, Cut cut) {
         team[w]->register_variable(spec, std::as_writable_bytes(std::span(memory[w])), false)));
   }
   std::shared_ptr<CutPlan> plan;
-  for (Step s = 1; s <= kSteps; ++s) {
+  for (uint64_t i = 1; i <= kSteps; ++i) {
+    Step s(i);
     if (s == cut.before_step) plan = cluster.cut(cut.worker, 0, cut.after_bytes);
     std::vector<std::vector<float>> grads;
     size_t done = 0;
-    for (uint32_t w = 0; w < workers; ++w) grads.push_back(gradient(w, s));
+    for (uint32_t w = 0; w < workers; ++w) grads.push_back(gradient(w, i));
     for (uint32_t w = 0; w < workers; ++w)
       team[w]->push(handles[w], s, std::as_bytes(std::span(grads[w])),
                     [&done](std::exception_ptr error) {
@@ -89,7 +90,7 @@ TEST_CASE("a connection cut anywhere in a push is resumed and each push applied 
   Outcome reference = train(Mode::async, 1, scheduler, {});
   for (uint64_t after : {0ul, 100ul, 3'000ul, 17'000ul, 40'000ul, 100'000ul}) {
     CAPTURE(after);
-    Outcome faulty = train(Mode::async, 1, scheduler, {2, 0, after});
+    Outcome faulty = train(Mode::async, 1, scheduler, {Step(2), 0, after});
     CHECK(faulty.cuts == 1);
     CHECK(faulty.value == reference.value);
     CHECK(faulty.shard.partitions_applied == reference.shard.partitions_applied);
@@ -104,7 +105,7 @@ TEST_CASE("a sync step waits for a cut worker's resent pushes and applies each o
     for (size_t worker : {0ul, 1ul}) {
       CAPTURE(after);
       CAPTURE(worker);
-      Outcome faulty = train(Mode::sync, 2, scheduler, {3, worker, after});
+      Outcome faulty = train(Mode::sync, 2, scheduler, {Step(3), worker, after});
       CHECK(faulty.cuts == 1);
       CHECK(faulty.value == reference.value);
     }
@@ -116,7 +117,7 @@ TEST_CASE("fused messages cut in the middle are resent whole and applied once") 
   Outcome reference = train(Mode::async, 1, scheduler, {});
   for (uint64_t after : {500ul, 10'000ul, 33'000ul}) {
     CAPTURE(after);
-    Outcome faulty = train(Mode::async, 1, scheduler, {2, 0, after});
+    Outcome faulty = train(Mode::async, 1, scheduler, {Step(2), 0, after});
     CHECK(faulty.cuts == 1);
     CHECK(faulty.value == reference.value);
   }
@@ -131,7 +132,7 @@ TEST_CASE("a push whose answer was lost is acknowledged as a duplicate when rese
   uint64_t duplicates = 0;
   for (uint64_t after = 16'384; after < 16'900; after += 24) {
     CAPTURE(after);
-    Outcome faulty = train(Mode::async, 1, scheduler, {2, 0, after});
+    Outcome faulty = train(Mode::async, 1, scheduler, {Step(2), 0, after});
     CHECK(faulty.cuts == 1);
     CHECK(faulty.value == reference.value);
     duplicates += faulty.shard.pushes_duplicate;

@@ -23,33 +23,34 @@ namespace {
 
 constexpr uint64_t kElements = 8192;  // 32 KiB per push
 
-float gradient(psched::Step step, uint64_t i) {
+float gradient(uint64_t step, uint64_t i) {
   // Not zero-sum over any run of steps, so the value tells exactly which steps were applied.
   return static_cast<float>(static_cast<int64_t>((step * 31 + i) % 7) - 2);
 }
 
-std::vector<float> expected(psched::Step steps) {
+std::vector<float> expected(uint64_t steps) {
   std::vector<float> w(kElements, 0.f);
-  for (psched::Step s = 1; s <= steps; ++s)
+  for (uint64_t s = 1; s <= steps; ++s)
     for (uint64_t i = 0; i < kElements; ++i) w[i] -= gradient(s, i);
   return w;
 }
 
 psched::VariableHandle register_w(psched::Client& client, std::vector<float>& w) {
-  psched::VariableSpec spec{.name = "w", .shape = {kElements}, .priority = 0, .optimizer = {}};
+  psched::VariableSpec spec{
+      .name = "w", .shape = {kElements}, .priority = psched::Priority(0), .optimizer = {}};
   spec.optimizer.kind = psched::optim::OptimizerKind::sgd;
   spec.optimizer.lr = 1;
   return client.register_variable(spec, std::as_writable_bytes(std::span(w)));
 }
 
-int push_steps(psched::Client& client, psched::Step steps) {
+int push_steps(psched::Client& client, uint64_t steps) {
   std::vector<float> w(kElements, 0.f), g(kElements);
   auto handle = register_w(client, w);
-  for (psched::Step s = 1; s <= steps;) {
+  for (uint64_t s = 1; s <= steps;) {
     for (uint64_t i = 0; i < kElements; ++i) g[i] = gradient(s, i);
     try {
-      client.push(handle, s, std::as_bytes(std::span(g)));
-      client.wait(handle, s);
+      client.push(handle, psched::Step(s), std::as_bytes(std::span(g)));
+      client.wait(handle, psched::Step(s));
     } catch (const psched::Error& e) {
       if (e.code() != psched::ErrorCode::io_error) throw;
       std::printf("io_error at step %llu: %s\n", static_cast<unsigned long long>(s), e.what());
@@ -66,7 +67,7 @@ int push_steps(psched::Client& client, psched::Step steps) {
   return 0;
 }
 
-int check_steps(psched::Client& client, psched::Step steps) {
+int check_steps(psched::Client& client, uint64_t steps) {
   std::vector<float> w(kElements, 0.f);
   auto handle = register_w(client, w);
   client.pull(handle);
@@ -74,7 +75,7 @@ int check_steps(psched::Client& client, psched::Step steps) {
     std::printf("the shard holds exactly steps 1..%llu\n", static_cast<unsigned long long>(steps));
     return 0;
   }
-  for (psched::Step k = 0; k <= steps + 100; ++k)
+  for (uint64_t k = 0; k <= steps + 100; ++k)
     if (w == expected(k)) {
       std::printf("the shard holds steps 1..%llu, not 1..%llu\n",
                   static_cast<unsigned long long>(k), static_cast<unsigned long long>(steps));
@@ -89,7 +90,7 @@ int check_steps(psched::Client& client, psched::Step steps) {
 int main(int argc, char** argv) {
   CLI::App app{"psched-log-fault-client: known pushes, checked after a restart"};
   std::string config;
-  psched::Step steps = 0, check = 0;
+  uint64_t steps = 0, check = 0;
   app.add_option("--config", config)->required();
   auto* push_option = app.add_option("--steps", steps);
   auto* check_option = app.add_option("--check", check);

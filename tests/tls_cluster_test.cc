@@ -29,15 +29,15 @@ DeploymentConfig tls_config(const std::string& ca_file = "ca.pem") {
 // Registers a variable of ones and pushes gradients of ones for `steps` steps; returns its
 // value afterwards (1 - steps everywhere when every push went through).
 std::vector<float> train_ones(Cluster& cluster, Worker& worker, const std::string& name,
-                              Step steps) {
+                              uint64_t steps) {
   std::vector<float> value(kElements, 1.f);
   const std::vector<float> gradient(kElements, 1.f);
-  VariableSpec spec{name, {kElements}, DType::float32, 0, {}};
+  VariableSpec spec{name, {kElements}, DType::float32, Priority(0), {}};
   VariableHandle handle =
       cluster.run(worker.register_variable(spec, std::as_writable_bytes(std::span(value)), true));
-  for (Step s = 1; s <= steps; ++s) {
+  for (uint64_t s = 1; s <= steps; ++s) {
     bool done = false;
-    worker.push(handle, s, std::as_bytes(std::span(gradient)), [&](std::exception_ptr error) {
+    worker.push(handle, Step(s), std::as_bytes(std::span(gradient)), [&](std::exception_ptr error) {
       REQUIRE_FALSE(error);
       done = true;
     });
