@@ -56,6 +56,7 @@ nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
       slice(fmt::format("p{} s{} [{}, {})", r.priority, r.shard.value, r.range.begin, r.range.end),
             r.queued, r.finished,
             {{"task", r.task_id},
+             {"priority", r.priority},
              {"bytes", r.bytes},
              {"fused_with", r.fused_with},
              {"start_index", r.start_index}});
