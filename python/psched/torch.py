@@ -13,11 +13,12 @@ deployment comes from `config` (default: $PSCHED_CONFIG) and the worker id from 
 (default: $RANK, as torchrun sets it), or pass a connected psched.Client.
 
 How the overlap works: every parameter is a psched variable whose memory is the parameter's
-own storage. A hook on each parameter pushes its gradient the moment backward has produced it
-(the last layers first), and a forward pre-hook on each module waits only for that module's own
-parameters, so the next forward starts on the first layer while later layers' updates are still
-in flight. Priority is the order of model.named_parameters() (definition order, which for most
-models is forward order): the first layer's update, needed first, goes first.
+own storage. A hook on each parameter copies its gradient into the parameter's gradient buffer
+(one per parameter, reused every step) and pushes it the moment backward has produced it (the
+last layers first), and a forward pre-hook on each module waits only for that module's own
+parameters, so the next forward starts on the first layer while later layers' updates are
+still in flight. Priority is the order of model.named_parameters() (definition order, which
+for most models is forward order): the first layer's update, needed first, goes first.
 
 Rules that follow from it:
 - The parameters must be contiguous CPU tensors, and must not be replaced (no `p.data = ...`).
@@ -51,10 +52,12 @@ def optimizer_settings(name="sgd", **settings):
 
 
 class _Parameter:
-    """One parameter's variable and the step of its push not yet waited for (0: none)."""
+    """One parameter's variable, the gradient buffer its pushes send, and the step of its push
+    not yet waited for (0: none)."""
 
-    def __init__(self, variable):
+    def __init__(self, variable, parameter):
         self.variable = variable
+        self.gradient = torch.empty_like(parameter.detach())
         self.pushed = 0
         self.in_flight = 0
 
@@ -98,17 +101,19 @@ class DistributedModel(torch.nn.Module):
     def _add(self, name, parameter, optimizer):
         variable = self.client.register(name, parameter, optimizer=optimizer)
         self.client.pull(variable)
-        entry = _Parameter(variable)
+        entry = _Parameter(variable, parameter)
         self._parameters_by_id[id(parameter)] = entry
         parameter.register_hook(functools.partial(self._push, entry))
 
     def _push(self, entry, grad):
-        # Autograd may reuse or accumulate into `grad` later; the client needs it unchanged
-        # until the wait, so it gets its own contiguous copy.
-        self._wait([entry])  # the previous update, if no forward has waited for it
+        # The client reads entry.gradient until the push's wait returns, so the previous push
+        # is waited for (if no forward has) before the buffer is overwritten; autograd may
+        # reuse or accumulate into `grad` itself. One buffer keeps the overlap: a forward
+        # waits for step k before backward produces step k + 1.
+        self._wait([entry])
+        entry.gradient.copy_(grad)
         entry.pushed += 1
-        self.client.push(entry.variable, entry.pushed,
-                         grad.detach().clone(memory_format=torch.contiguous_format))
+        self.client.push(entry.variable, entry.pushed, entry.gradient)
         entry.in_flight = entry.pushed
 
     def _wait_hook(self, entries, module, inputs):

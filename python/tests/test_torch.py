@@ -129,6 +129,50 @@ def test_parameters_are_registered_in_forward_order_as_priorities(start_server):
     model.client.close()
 
 
+def test_each_gradient_is_pushed_from_one_buffer_reused_every_step(start_server):
+    server = start_server()
+    model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, momentum=0.9,
+                                          config=server.config)
+    pushed = {}  # variable name -> every gradient pushed, kept alive (so no address is reused)
+    push = model.client.push
+
+    def recording_push(variable, step, gradient):
+        pushed.setdefault(variable.name, []).append(gradient)
+        push(variable, step, gradient)
+
+    model.client.push = recording_push
+    batches = make_batches(5, BATCH)
+    train_with_psched(model, batches)
+    assert sorted(pushed) == sorted(name for name, _ in model.module.named_parameters())
+    for name, gradients in pushed.items():
+        assert len(gradients) == 5 and len({g.data_ptr() for g in gradients}) == 1, name
+    expected = make_model()
+    train_with_torch(expected, torch.optim.SGD(expected.parameters(), lr=0.1, momentum=0.9),
+                     batches)
+    assert_parameters_equal(model.module, expected, 1e-6)
+    model.client.close()
+
+
+def test_a_second_backward_waits_for_the_first_push_before_reusing_its_buffer(start_server):
+    # One linear layer: its backward reads no parameter, so a second backward through the same
+    # graph gives exactly twice the gradient while the first step's update lands. 64 KiB of
+    # weights against 4 KiB of credit: most of step 1 is still queued when step 2 is ready.
+    server = start_server()
+    (x, y), = make_batches(1, BATCH)
+    torch.manual_seed(0)
+    expected = torch.nn.Linear(16, 1024)
+    model = psched.torch.DistributedModel(copy.deepcopy(expected), "sgd", lr=0.1,
+                                          config=server.config)
+    gradients = torch.autograd.grad(F.cross_entropy(expected(x), y), list(expected.parameters()))
+    loss = F.cross_entropy(model(x), y)
+    loss.backward(retain_graph=True)  # step 1 pushes g
+    (2 * loss).backward()  # step 2 pushes 2g from the same buffers, no forward between
+    model.synchronize()
+    for p, e, g in zip(model.module.parameters(), expected.parameters(), gradients):
+        torch.testing.assert_close(p.detach(), e.detach() - 0.1 * 3 * g)
+    model.client.close()
+
+
 def test_training_against_a_server_that_is_gone_raises_disconnected(start_server):
     server = start_server()
     model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config)
