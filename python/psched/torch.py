@@ -15,10 +15,14 @@ deployment comes from `config` (default: $PSCHED_CONFIG) and the worker id from 
 How the overlap works: every parameter is a psched variable whose memory is the parameter's
 own storage. A hook on each parameter copies its gradient into the parameter's gradient buffer
 (one per parameter, reused every step) and pushes it the moment backward has produced it (the
-last layers first), and a forward pre-hook on each module waits only for that module's own
+last layers first); a forward pre-hook on each module waits only for that module's own
 parameters, so the next forward starts on the first layer while later layers' updates are
-still in flight. Priority is the order of model.named_parameters() (definition order, which
-for most models is forward order): the first layer's update, needed first, goes first.
+still in flight. The parameters are registered during the first forward, each module's own as
+the module starts, so priority is the order in which the modules run: the first layer's
+update, needed first, goes first. A parameter of a module that did not run (one its parent
+uses directly, such as MultiheadAttention's out_proj, or an unused one) is registered as the
+closest module around it that ran ends, in definition order, and waited for as that module
+starts.
 
 Rules that follow from it:
 - The parameters must be contiguous CPU tensors, and must not be replaced (no `p.data = ...`).
@@ -27,7 +31,8 @@ Rules that follow from it:
 - Each backward() is one step of every parameter it reaches: there is no accumulation of
   gradients over several backward calls before an update.
 - In sync mode every worker must produce a gradient for every parameter each iteration (as with
-  DistributedDataParallel), or the others wait for it.
+  DistributedDataParallel), or the others wait for it; and every worker's first forward must
+  run the modules in the same order (the first registration's priority wins on the shards).
 """
 import functools
 
@@ -52,12 +57,14 @@ def optimizer_settings(name="sgd", **settings):
 
 
 class _Parameter:
-    """One parameter's variable, the gradient buffer its pushes send, and the step of its push
-    not yet waited for (0: none)."""
+    """One trained parameter: its variable (once registered), the gradient buffer its pushes
+    send, and the step of its push not yet waited for (0: none)."""
 
-    def __init__(self, variable, parameter):
-        self.variable = variable
+    def __init__(self, name, parameter):
+        self.name = name
+        self.parameter = parameter
         self.gradient = torch.empty_like(parameter.detach())
+        self.variable = None
         self.pushed = 0
         self.in_flight = 0
 
@@ -68,8 +75,9 @@ class DistributedModel(torch.nn.Module):
     optimizer: a torch.optim name ("sgd", "adam", "adamw", "adagrad", "rmsprop") or
     psched-only "adam_tf", with torch.optim's keyword settings (lr, momentum, betas,
     weight_decay, ...), or a psched.Optimizer. The parameters are registered under their
-    named_parameters() names; the first registration of a name wins and every worker adopts the
-    shards' value, so all workers start from the same parameters.
+    named_parameters() names during the first forward; the first registration of a name
+    wins and every worker adopts the shards' value before the module uses it, so all workers
+    start from the same parameters.
     """
 
     def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,
@@ -80,16 +88,18 @@ class DistributedModel(torch.nn.Module):
             optimizer = optimizer_settings(optimizer, **settings)
         elif settings:
             raise psched.Error(f"settings {sorted(settings)} given beside a psched.Optimizer")
-        self.client = client if client is not None else psched.connect(config, worker)
+        self._optimizer = optimizer
         self._parameters_by_id = {}
         for name, parameter in module.named_parameters():
             if parameter.requires_grad:
-                self._add(name, parameter, optimizer)
-        for submodule in module.modules():
-            own = [self._parameters_by_id[id(p)] for p in submodule.parameters(recurse=False)
-                   if id(p) in self._parameters_by_id]
-            if own:
-                submodule.register_forward_pre_hook(functools.partial(self._wait_hook, own))
+                self._parameters_by_id[id(parameter)] = _Parameter(name, parameter)
+        self.client = client if client is not None else psched.connect(config, worker)
+        for entry in self._parameters_by_id.values():
+            entry.parameter.register_hook(functools.partial(self._push, entry))
+        self._waits = {}  # module -> the entries it registered, which it waits for
+        self._observers = [hook for m in module.modules() for hook in (
+            m.register_forward_pre_hook(self._register_own),
+            m.register_forward_hook(self._register_rest))]
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -98,12 +108,28 @@ class DistributedModel(torch.nn.Module):
         """Waits until every pushed gradient's update is in the parameters."""
         self._wait(self._parameters_by_id.values())
 
-    def _add(self, name, parameter, optimizer):
-        variable = self.client.register(name, parameter, optimizer=optimizer)
-        self.client.pull(variable)
-        entry = _Parameter(variable, parameter)
-        self._parameters_by_id[id(parameter)] = entry
-        parameter.register_hook(functools.partial(self._push, entry))
+    def _register_own(self, module, inputs):
+        # First forward, as `module` starts: its own parameters, in the order modules run.
+        self._register(module, module.parameters(recurse=False))
+
+    def _register_rest(self, module, inputs, output):
+        # First forward, as `module` ends: its submodules' parameters that no hook saw.
+        self._register(module, module.parameters())
+        if module is self.module:
+            for hook in self._observers:
+                hook.remove()
+            for waiter, entries in self._waits.items():
+                waiter.register_forward_pre_hook(functools.partial(self._wait_hook, entries))
+
+    def _register(self, module, parameters):
+        for parameter in parameters:
+            entry = self._parameters_by_id.get(id(parameter))
+            if entry is None or entry.variable is not None:
+                continue
+            entry.variable = self.client.register(entry.name, entry.parameter,
+                                                  optimizer=self._optimizer)
+            self.client.pull(entry.variable)
+            self._waits.setdefault(module, []).append(entry)
 
     def _push(self, entry, grad):
         # The client reads entry.gradient until the push's wait returns, so the previous push

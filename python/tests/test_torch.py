@@ -21,6 +21,25 @@ def make_model(dtype=torch.float32):
     return model.to(dtype)
 
 
+class OutOfOrder(torch.nn.Module):
+    """An MLP defined in another order than it runs: `last` is defined before `first`, the
+    model's own `scale` is used before either, `head`'s parameters are used directly (`head`
+    itself never runs), and `unused` takes no part."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.last = torch.nn.Linear(32, 4)
+        self.head = torch.nn.Linear(4, 4)
+        self.unused = torch.nn.Linear(2, 2)
+        self.first = torch.nn.Linear(16, 32)
+        self.scale = torch.nn.Parameter(torch.ones(16))
+
+    def forward(self, x):
+        h = self.last(torch.tanh(self.first(x * self.scale)))
+        return F.linear(h, self.head.weight, self.head.bias)
+
+
 def make_batches(count, batch, dtype=torch.float32):
     generator = torch.Generator().manual_seed(1)
     return [(torch.randn(batch, 16, generator=generator, dtype=dtype),
@@ -79,15 +98,16 @@ def test_one_worker_equals_torch_optim(start_server, case, dtype):
     model.client.close()
 
 
-def test_two_sync_workers_equal_one_process_on_the_concatenated_batch(start_server):
+@pytest.mark.parametrize("model", [make_model, OutOfOrder], ids=["sequential", "out_of_order"])
+def test_two_sync_workers_equal_one_process_on_the_concatenated_batch(start_server, model):
     server = start_server(mode="sync", workers=2)
     concatenated = make_batches(STEPS, 2 * BATCH)
     halves = [[(x[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH])
                for x, y in concatenated] for rank in range(2)]
-    expected = make_model()
+    expected = model()
     train_with_torch(expected, torch.optim.SGD(expected.parameters(), lr=0.1), concatenated)
 
-    workers = [psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config,
+    workers = [psched.torch.DistributedModel(model(), "sgd", lr=0.1, config=server.config,
                                              worker=rank) for rank in range(2)]
     errors = []
 
@@ -120,12 +140,21 @@ def test_an_unknown_optimizer_is_refused():
     assert error.value.code == "invalid_argument"
 
 
-def test_parameters_are_registered_in_forward_order_as_priorities(start_server):
+def test_parameters_are_registered_in_the_first_forwards_order_as_priorities(start_server):
     server = start_server()
-    model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config)
-    names = [name for name, _ in model.module.named_parameters()]
+    model = psched.torch.DistributedModel(OutOfOrder(), "sgd", lr=0.1, config=server.config)
+    assert model.client.variables == []
+    batches = make_batches(STEPS, BATCH)
+    train_with_psched(model, batches)
+    # The modules as they started; then, as the model's forward ended, the parameters no module
+    # hook saw, in definition order.
+    order = ["scale", "first.weight", "first.bias", "last.weight", "last.bias", "head.weight",
+             "head.bias", "unused.weight", "unused.bias"]
     assert [(v.name, v.priority) for v in model.client.variables] == \
-        [(name, index) for index, name in enumerate(names)]
+        [(name, index) for index, name in enumerate(order)]
+    expected = OutOfOrder()
+    train_with_torch(expected, torch.optim.SGD(expected.parameters(), lr=0.1), batches)
+    assert_parameters_equal(model.module, expected, 1e-6)
     model.client.close()
 
 
