@@ -25,7 +25,9 @@ closest module around it that ran ends, in definition order, and waited for as t
 starts.
 
 Rules that follow from it:
-- The parameters must be contiguous CPU tensors, and must not be replaced (no `p.data = ...`).
+- The parameters must be contiguous float32 or float64 CPU tensors (checked when wrapped) and
+  must not be replaced afterwards (`p.data = ...`, `.double()`, a new nn.Parameter: the next
+  forward raises psched.Error naming the parameter).
 - Gradients are pushed from inside backward: changes to p.grad after backward (clipping, ...)
   are not seen. p.grad itself is left to torch as usual.
 - Each backward() is one step of every parameter it reaches: there is no accumulation of
@@ -56,6 +58,17 @@ def optimizer_settings(name="sgd", **settings):
     return psched.Optimizer(name, **settings)
 
 
+def _unsupported(parameter):
+    """Why psched cannot train `parameter` in its own memory, or None."""
+    if parameter.device.type != "cpu":
+        return f"on {parameter.device}"
+    if parameter.dtype not in (torch.float32, torch.float64):
+        return f"{parameter.dtype}"
+    if not parameter.is_contiguous():
+        return f"not contiguous (strides {parameter.stride()})"
+    return None
+
+
 class _Parameter:
     """One trained parameter: its variable (once registered), the gradient buffer its pushes
     send, and the step of its push not yet waited for (0: none)."""
@@ -63,10 +76,26 @@ class _Parameter:
     def __init__(self, name, parameter):
         self.name = name
         self.parameter = parameter
-        self.gradient = torch.empty_like(parameter.detach())
+        self.memory = parameter.detach()  # the storage registered, whatever happens to `parameter`
+        self.gradient = torch.empty_like(self.memory)
         self.variable = None
         self.pushed = 0
         self.in_flight = 0
+
+    def check(self, root):
+        """Raises psched.Error when `root` no longer trains the memory that was wrapped."""
+        try:
+            current = root.get_parameter(self.name)
+        except AttributeError:
+            current = None
+        if current is not self.parameter:
+            replaced = "another Parameter or module"
+        elif not self.parameter.is_set_to(self.memory):
+            replaced = "new memory (p.data = ..., .to(), ...)"
+        else:
+            return
+        raise psched.Error(f"parameter '{self.name}' was replaced by {replaced} after "
+                           "DistributedModel wrapped it; psched trains the memory it wrapped")
 
 
 class DistributedModel(torch.nn.Module):
@@ -91,8 +120,13 @@ class DistributedModel(torch.nn.Module):
         self._optimizer = optimizer
         self._parameters_by_id = {}
         for name, parameter in module.named_parameters():
-            if parameter.requires_grad:
-                self._parameters_by_id[id(parameter)] = _Parameter(name, parameter)
+            if not parameter.requires_grad:
+                continue
+            why = _unsupported(parameter)
+            if why:
+                raise psched.Error(f"parameter '{name}' is {why}; psched.torch trains "
+                                   "contiguous float32 or float64 CPU tensors")
+            self._parameters_by_id[id(parameter)] = _Parameter(name, parameter)
         self.client = client if client is not None else psched.connect(config, worker)
         for entry in self._parameters_by_id.values():
             entry.parameter.register_hook(functools.partial(self._push, entry))
@@ -116,8 +150,12 @@ class DistributedModel(torch.nn.Module):
         # First forward, as `module` ends: its submodules' parameters that no hook saw.
         self._register(module, module.parameters())
         if module is self.module:
+            for entry in self._parameters_by_id.values():
+                if entry.variable is None:  # no longer in the module
+                    entry.check(module)
             for hook in self._observers:
                 hook.remove()
+            module.register_forward_pre_hook(self._check)  # first: before any wait
             for waiter, entries in self._waits.items():
                 waiter.register_forward_pre_hook(functools.partial(self._wait_hook, entries))
 
@@ -126,7 +164,8 @@ class DistributedModel(torch.nn.Module):
             entry = self._parameters_by_id.get(id(parameter))
             if entry is None or entry.variable is not None:
                 continue
-            entry.variable = self.client.register(entry.name, entry.parameter,
+            entry.check(self.module)
+            entry.variable = self.client.register(entry.name, entry.memory,
                                                   optimizer=self._optimizer)
             self.client.pull(entry.variable)
             self._waits.setdefault(module, []).append(entry)
@@ -141,6 +180,11 @@ class DistributedModel(torch.nn.Module):
         entry.pushed += 1
         self.client.push(entry.variable, entry.pushed, entry.gradient)
         entry.in_flight = entry.pushed
+
+    def _check(self, module, inputs):
+        # Every forward after the first, as the model starts.
+        for entry in self._parameters_by_id.values():
+            entry.check(module)
 
     def _wait_hook(self, entries, module, inputs):
         self._wait(entries)

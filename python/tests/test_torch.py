@@ -202,6 +202,46 @@ def test_a_second_backward_waits_for_the_first_push_before_reusing_its_buffer(st
     model.client.close()
 
 
+@pytest.mark.parametrize("parameter, why", [
+    (torch.nn.Parameter(torch.zeros(4, dtype=torch.float16)), "is torch.float16"),
+    (torch.nn.Parameter(torch.zeros(3, 4).t()), r"is not contiguous \(strides \(1, 4\)\)"),
+    (torch.nn.Parameter(torch.zeros(4, device="meta")), "is on meta"),
+], ids=["float16", "transposed", "meta"])
+def test_a_parameter_psched_cannot_train_in_place_is_refused_when_wrapped(parameter, why):
+    model = make_model()
+    model[2].bias = parameter
+    with pytest.raises(psched.Error, match=f"parameter '2.bias' {why}; psched.torch trains "
+                                           "contiguous float32 or float64 CPU tensors") as error:
+        psched.torch.DistributedModel(model, "sgd", lr=0.1)  # before connecting
+    assert error.value.code == "invalid_argument"
+
+
+REPLACEMENTS = {
+    "data": (lambda m: setattr(m[0].weight, "data", m[0].weight.detach().clone()),
+             r"new memory \(p.data = "),
+    "double": (lambda m: m.double(), r"new memory \(p.data = "),
+    "parameter": (lambda m: setattr(m[0], "weight", torch.nn.Parameter(torch.ones(32, 16))),
+                  "another Parameter or module"),
+    "module": (lambda m: setattr(m, "0", torch.nn.Linear(16, 32)), "another Parameter or module"),
+}
+
+
+@pytest.mark.parametrize("when", ["before_the_first_forward", "after_a_step"])
+@pytest.mark.parametrize("replacement", sorted(REPLACEMENTS))
+def test_a_parameter_replaced_after_wrapping_is_refused_at_the_next_forward(start_server,
+                                                                            replacement, when):
+    server = start_server()
+    model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config)
+    (x, y), = make_batches(1, BATCH)
+    if when == "after_a_step":
+        F.cross_entropy(model(x), y).backward()
+    replace, what = REPLACEMENTS[replacement]
+    replace(model.module)
+    with pytest.raises(psched.Error, match=f"parameter '0.weight' was replaced by {what}"):
+        model(x)
+    model.client.close()
+
+
 def test_training_against_a_server_that_is_gone_raises_disconnected(start_server):
     server = start_server()
     model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config)
