@@ -26,8 +26,8 @@ starts.
 
 Rules that follow from it:
 - The parameters must be contiguous float32 or float64 CPU tensors (checked when wrapped) and
-  must not be replaced afterwards (`p.data = ...`, `.double()`, a new nn.Parameter: the next
-  forward raises psched.Error naming the parameter).
+  must not be replaced afterwards (`p.data = ...`, `.double()`, a new nn.Parameter or module:
+  the next forward raises psched.Error naming the parameter).
 - Gradients are pushed from inside backward: changes to p.grad after backward (clipping, ...)
   are not seen. p.grad itself is left to torch as usual.
 - Each backward() is one step of every parameter it reaches: there is no accumulation of
@@ -35,8 +35,17 @@ Rules that follow from it:
 - In sync mode every worker must produce a gradient for every parameter each iteration (as with
   DistributedDataParallel), or the others wait for it; and every worker's first forward must
   run the modules in the same order (the first registration's priority wins on the shards).
+
+Trace: `trace="trace-{worker}.json"` (default: $PSCHED_TRACE) writes a Chrome trace (Perfetto,
+chrome://tracing) at every synchronize(): each partition as in `psched-bench --trace`, with the
+parameter it belongs to (the newest 65536 partitions between two calls), and each wait of this
+process for a fresh value. Times are time.monotonic() in microseconds, so the files of several
+workers line up; "{worker}" in the name is replaced by the worker id.
 """
 import functools
+import json
+import os
+import time
 
 import torch
 
@@ -44,6 +53,8 @@ import psched
 
 # torch.optim's defaults where psched's differ.
 _TORCH_DEFAULTS = {"adamw": {"weight_decay": 1e-2}, "adagrad": {"eps": 1e-10}}
+
+_WAIT_LANE = 10001  # the trace's lane of waits, below the partitions' lanes (0, 1, ...)
 
 
 def optimizer_settings(name="sgd", **settings):
@@ -98,19 +109,49 @@ class _Parameter:
                            "DistributedModel wrapped it; psched trains the memory it wrapped")
 
 
+class _Trace:
+    """The Chrome trace file that synchronize() writes (the module docstring)."""
+
+    def __init__(self, path, worker):
+        self.path = os.fspath(path).replace("{worker}", str(worker))
+        self.events = [
+            {"ph": "M", "name": "process_name", "pid": 0,
+             "args": {"name": f"psched.torch worker {worker}"}},
+            {"ph": "M", "name": "thread_name", "pid": 0, "tid": _WAIT_LANE,
+             "args": {"name": "waits for fresh values"}}]
+
+    def waited(self, entry, step, begin, end):
+        self.events.append({"ph": "X", "name": f"wait {entry.name}", "pid": 0, "tid": _WAIT_LANE,
+                            "ts": begin * 1e6, "dur": (end - begin) * 1e6,
+                            "args": {"step": step}})
+
+    def write(self, client, entries):
+        """Adds the partitions finished since the last write and rewrites the file."""
+        names = {entry.variable.priority: entry.name for entry in entries if entry.variable}
+        for event in json.loads(client.chrome_trace("", 0.0))["traceEvents"]:
+            if event["ph"] == "M":
+                continue
+            if event.get("args", {}).get("priority") in names:
+                event["args"]["parameter"] = names[event["args"]["priority"]]
+            self.events.append(event)
+        with open(self.path, "w") as out:
+            json.dump({"traceEvents": self.events, "displayTimeUnit": "ms"}, out)
+
+
 class DistributedModel(torch.nn.Module):
     """Wraps `module` so that its parameters are trained by psched's shards.
 
     optimizer: a torch.optim name ("sgd", "adam", "adamw", "adagrad", "rmsprop") or
     psched-only "adam_tf", with torch.optim's keyword settings (lr, momentum, betas,
-    weight_decay, ...), or a psched.Optimizer. The parameters are registered under their
-    named_parameters() names during the first forward; the first registration of a name
+    weight_decay, ...), or a psched.Optimizer. trace: a Chrome trace file (the module
+    docstring); default $PSCHED_TRACE, none when unset. The parameters are registered under
+    their named_parameters() names during the first forward; the first registration of a name
     wins and every worker adopts the shards' value before the module uses it, so all workers
     start from the same parameters.
     """
 
     def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,
-                 **settings):
+                 trace=None, **settings):
         super().__init__()
         self.module = module
         if not isinstance(optimizer, psched.Optimizer):
@@ -128,6 +169,8 @@ class DistributedModel(torch.nn.Module):
                                    "contiguous float32 or float64 CPU tensors")
             self._parameters_by_id[id(parameter)] = _Parameter(name, parameter)
         self.client = client if client is not None else psched.connect(config, worker)
+        trace = trace if trace is not None else os.environ.get("PSCHED_TRACE")
+        self._trace = _Trace(trace, self.client.worker) if trace else None
         for entry in self._parameters_by_id.values():
             entry.parameter.register_hook(functools.partial(self._push, entry))
         self._waits = {}  # module -> the entries it registered, which it waits for
@@ -139,8 +182,10 @@ class DistributedModel(torch.nn.Module):
         return self.module(*args, **kwargs)
 
     def synchronize(self):
-        """Waits until every pushed gradient's update is in the parameters."""
+        """Waits until every pushed gradient's update is in the parameters; writes the trace."""
         self._wait(self._parameters_by_id.values())
+        if self._trace:
+            self._trace.write(self.client, self._parameters_by_id.values())
 
     def _register_own(self, module, inputs):
         # First forward, as `module` starts: its own parameters, in the order modules run.
@@ -193,4 +238,7 @@ class DistributedModel(torch.nn.Module):
         for entry in entries:
             if entry.in_flight:
                 step, entry.in_flight = entry.in_flight, 0
+                begin = time.monotonic()
                 self.client.wait(entry.variable, step)
+                if self._trace:
+                    self._trace.waited(entry, step, begin, time.monotonic())

@@ -2,7 +2,9 @@
 """psched.torch against torch.optim: the same model, data and order must reach the same
 parameters, whether the optimizer runs in torch or on psched's shards."""
 import copy
+import json
 import threading
+import time
 
 import pytest
 import torch
@@ -199,6 +201,30 @@ def test_a_second_backward_waits_for_the_first_push_before_reusing_its_buffer(st
     model.synchronize()
     for p, e, g in zip(model.module.parameters(), expected.parameters(), gradients):
         torch.testing.assert_close(p.detach(), e.detach() - 0.1 * 3 * g)
+    model.client.close()
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_the_trace_holds_each_parameters_partitions_and_waits(start_server, tmp_path,
+                                                              monkeypatch, how):
+    server = start_server()
+    path = str(tmp_path / "trace-{worker}.json")
+    if how == "environment":
+        monkeypatch.setenv("PSCHED_TRACE", path)
+    start = time.monotonic()
+    model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config,
+                                          trace=path if how == "argument" else None)
+    train_with_psched(model, make_batches(3, BATCH))  # synchronize() writes the trace
+    end = time.monotonic()
+    events = json.loads((tmp_path / "trace-0.json").read_text())["traceEvents"]
+    for name, parameter in model.module.named_parameters():
+        partitions = [e for e in events if e.get("args", {}).get("parameter") == name]
+        assert sum(e["args"]["bytes"] for e in partitions) == 3 * parameter.numel() * 4, name
+        waits = [e for e in events if e["name"] == f"wait {name}"]
+        assert [e["args"]["step"] for e in waits] == [1, 2, 3], name
+    for e in events:
+        if e["ph"] == "X":  # on time.monotonic()'s axis, in microseconds
+            assert start * 1e6 <= e["ts"] and e["ts"] + e["dur"] <= end * 1e6
     model.client.close()
 
 
