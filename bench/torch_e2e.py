@@ -313,11 +313,17 @@ TRACE_EVENTS = []  # every run's workers, for --trace
 
 
 def add_trace(args, workers, workdir, label):
-    """Appends the workers' traces to --trace's document, each worker a process of its own."""
-    for rank in range(len(workers)):
+    """Appends the workers' traces to --trace's document, each worker a process of its own,
+    the run starting at time 0 (the workers' times are time.monotonic(): one axis)."""
+    traces = [json.loads((workdir / f"w{rank}.trace.json").read_text())["traceEvents"]
+              for rank in range(len(workers))]
+    start = min(e["ts"] for events in traces for e in events if "ts" in e)
+    for events in traces:
         pid = len({e["pid"] for e in TRACE_EVENTS})
-        for event in json.loads((workdir / f"w{rank}.trace.json").read_text())["traceEvents"]:
+        for event in events:
             event["pid"] = pid
+            if "ts" in event:
+                event["ts"] -= start
             if event.get("name") == "process_name":
                 event["args"]["name"] = f"{label} {event['args']['name']}"
             TRACE_EVENTS.append(event)
@@ -488,8 +494,8 @@ def parse_args(argv):
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
     parser.add_argument("--build", default=str(ROOT / "build"), help="psched's build folder")
     parser.add_argument("--json", help="write the results here (default: stdout)")
-    parser.add_argument("--trace", help="write every run's Chrome trace here (psched's "
-                        "partitions and each worker's forward/backward/step phases)")
+    parser.add_argument("--trace", help="write every run's Chrome trace here (psched.torch's "
+                        "partitions and waits, each worker's forward/backward/step phases)")
     parser.add_argument("--table", nargs="+", metavar="JSON",
                         help="print a Markdown table of these result files and exit")
     parser.add_argument("--plot", metavar="FILE", help="with --table: also draw step time "

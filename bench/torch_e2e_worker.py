@@ -95,7 +95,8 @@ def train(spec):
         import psched.torch
         model = psched.torch.DistributedModel(model, "sgd", lr=spec["lr"],
                                               momentum=spec["momentum"],
-                                              config=spec["config"], worker=rank)
+                                              config=spec["config"], worker=rank,
+                                              trace=spec.get("trace"))
         optimizer = None
         module = model.module
     else:
@@ -112,7 +113,6 @@ def train(spec):
     steps, warmup = spec["steps"], spec["warmup"]
     starts, losses, phases = [], [], []  # phases: (name, step, monotonic start, end)
     window = {}
-    epoch = time.monotonic()  # the trace's time 0
 
     def phase(name, step, begin):
         phases.append((name, step, begin, time.monotonic()))
@@ -141,7 +141,7 @@ def train(spec):
     starts.append(time.perf_counter())
     window["end"] = (time.time(), cpu_seconds())
     if spec.get("trace"):
-        write_trace(spec, model if optimizer is None else None, phases, epoch)
+        write_trace(spec, phases)
     result = {"rank": rank, "step_s": [b - a for a, b in zip(starts, starts[1:])],
               "loss": losses, "window_wall": [window["start"][0], window["end"][0]],
               "cpu_s": window["end"][1] - window["start"][1], "cpu_s_total": cpu_seconds()}
@@ -154,12 +154,17 @@ def train(spec):
     return result
 
 
-def write_trace(spec, psched_model, phases, epoch):
-    """This worker's Chrome trace: psched's partitions (when it is psched) and a lane of the
-    trainer's phases per step, on one time axis (microseconds since `epoch`)."""
+def write_trace(spec, phases):
+    """Adds a lane of the trainer's phases per step to this worker's Chrome trace: the one
+    psched.torch wrote at synchronize() (its partitions and waits), or a new one. Times are
+    time.monotonic() in microseconds, as psched.torch's."""
     name = f"{spec['mode']} / worker {spec['rank']}"
-    if psched_model is not None:
-        trace = json.loads(psched_model.client.chrome_trace(name, epoch))
+    if spec["mode"] in ("priority", "fifo"):
+        with open(spec["trace"]) as f:
+            trace = json.load(f)
+        for event in trace["traceEvents"]:
+            if event["name"] == "process_name":
+                event["args"]["name"] = name
     else:
         trace = {"traceEvents": [{"ph": "M", "name": "process_name", "pid": 0,
                                   "args": {"name": name}}], "displayTimeUnit": "ms"}
@@ -168,7 +173,7 @@ def write_trace(spec, psched_model, phases, epoch):
                                  "tid": trainer_lane, "args": {"name": "trainer"}})
     for phase_name, step, begin, end in phases:
         trace["traceEvents"].append({"ph": "X", "name": phase_name, "pid": 0,
-                                     "tid": trainer_lane, "ts": (begin - epoch) * 1e6,
+                                     "tid": trainer_lane, "ts": begin * 1e6,
                                      "dur": (end - begin) * 1e6, "args": {"step": step}})
     with open(spec["trace"], "w") as out:
         json.dump(trace, out)

@@ -2,8 +2,9 @@
 // Per-partition timelines (Scheduler's TaskRecords) as Chrome trace-event JSON, the format
 // Perfetto (ui.perfetto.dev) and chrome://tracing open.
 //
-// Each worker is a process; each partition a slice from queued to fresh value back, on the
-// first track ("lane") free at its start, with nested slices for its phases:
+// Each worker is a process; each partition a slice from queued to fresh value back (its args:
+// task, priority, bytes, ...), on the first track ("lane") free at its start, with nested
+// slices for its phases:
 //   queued       waiting in the scheduler (priority order, credit window)
 //   to applied   sent, received, applied on the shard (and, in sync mode, waiting for the
 //                other workers' pushes); ends at the shard's answer time

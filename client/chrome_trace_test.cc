@@ -56,6 +56,9 @@ TEST_CASE("a partition's phases tile its slice in order, in microseconds since t
   REQUIRE(to_applied.size() == 1);
   REQUIRE(back.size() == 1);
   REQUIRE(receipt.size() == 1);
+  auto partition = named(trace, "p1 s0 [0, 16)");
+  REQUIRE(partition.size() == 1);
+  CHECK(partition[0]["args"]["priority"] == 1);
   CHECK(queued[0]["ts"].get<double>() == doctest::Approx(1000));
   CHECK(queued[0]["dur"].get<double>() == doctest::Approx(1000));
   CHECK(to_applied[0]["ts"].get<double>() == doctest::Approx(2000));

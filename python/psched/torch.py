@@ -13,22 +13,39 @@ deployment comes from `config` (default: $PSCHED_CONFIG) and the worker id from 
 (default: $RANK, as torchrun sets it), or pass a connected psched.Client.
 
 How the overlap works: every parameter is a psched variable whose memory is the parameter's
-own storage. A hook on each parameter pushes its gradient the moment backward has produced it
-(the last layers first), and a forward pre-hook on each module waits only for that module's own
-parameters, so the next forward starts on the first layer while later layers' updates are still
-in flight. Priority is the order of model.named_parameters() (definition order, which for most
-models is forward order): the first layer's update, needed first, goes first.
+own storage. A hook on each parameter copies its gradient into the parameter's gradient buffer
+(one per parameter, reused every step) and pushes it the moment backward has produced it (the
+last layers first); a forward pre-hook on each module waits only for that module's own
+parameters, so the next forward starts on the first layer while later layers' updates are
+still in flight. The parameters are registered during the first forward, each module's own as
+the module starts, so priority is the order in which the modules run: the first layer's
+update, needed first, goes first. A parameter of a module that did not run (one its parent
+uses directly, such as MultiheadAttention's out_proj, or an unused one) is registered as the
+closest module around it that ran ends, in definition order, and waited for as that module
+starts.
 
 Rules that follow from it:
-- The parameters must be contiguous CPU tensors, and must not be replaced (no `p.data = ...`).
+- The parameters must be contiguous float32 or float64 CPU tensors (checked when wrapped) and
+  must not be replaced afterwards (`p.data = ...`, `.double()`, a new nn.Parameter or module:
+  the next forward raises psched.Error naming the parameter).
 - Gradients are pushed from inside backward: changes to p.grad after backward (clipping, ...)
   are not seen. p.grad itself is left to torch as usual.
 - Each backward() is one step of every parameter it reaches: there is no accumulation of
   gradients over several backward calls before an update.
 - In sync mode every worker must produce a gradient for every parameter each iteration (as with
-  DistributedDataParallel), or the others wait for it.
+  DistributedDataParallel), or the others wait for it; and every worker's first forward must
+  run the modules in the same order (the first registration's priority wins on the shards).
+
+Trace: `trace="trace-{worker}.json"` (default: $PSCHED_TRACE) writes a Chrome trace (Perfetto,
+chrome://tracing) at every synchronize(): each partition as in `psched-bench --trace`, with the
+parameter it belongs to (the newest 65536 partitions between two calls), and each wait of this
+process for a fresh value. Times are time.monotonic() in microseconds, so the files of several
+workers line up; "{worker}" in the name is replaced by the worker id.
 """
 import functools
+import json
+import os
+import time
 
 import torch
 
@@ -36,6 +53,8 @@ import psched
 
 # torch.optim's defaults where psched's differ.
 _TORCH_DEFAULTS = {"adamw": {"weight_decay": 1e-2}, "adagrad": {"eps": 1e-10}}
+
+_WAIT_LANE = 10001  # the trace's lane of waits, below the partitions' lanes (0, 1, ...)
 
 
 def optimizer_settings(name="sgd", **settings):
@@ -50,13 +69,73 @@ def optimizer_settings(name="sgd", **settings):
     return psched.Optimizer(name, **settings)
 
 
-class _Parameter:
-    """One parameter's variable and the step of its push not yet waited for (0: none)."""
+def _unsupported(parameter):
+    """Why psched cannot train `parameter` in its own memory, or None."""
+    if parameter.device.type != "cpu":
+        return f"on {parameter.device}"
+    if parameter.dtype not in (torch.float32, torch.float64):
+        return f"{parameter.dtype}"
+    if not parameter.is_contiguous():
+        return f"not contiguous (strides {parameter.stride()})"
+    return None
 
-    def __init__(self, variable):
-        self.variable = variable
+
+class _Parameter:
+    """One trained parameter: its variable (once registered), the gradient buffer its pushes
+    send, and the step of its push not yet waited for (0: none)."""
+
+    def __init__(self, name, parameter):
+        self.name = name
+        self.parameter = parameter
+        self.memory = parameter.detach()  # the storage registered, whatever happens to `parameter`
+        self.gradient = torch.empty_like(self.memory)
+        self.variable = None
         self.pushed = 0
         self.in_flight = 0
+
+    def check(self, root):
+        """Raises psched.Error when `root` no longer trains the memory that was wrapped."""
+        try:
+            current = root.get_parameter(self.name)
+        except AttributeError:
+            current = None
+        if current is not self.parameter:
+            replaced = "another Parameter or module"
+        elif not self.parameter.is_set_to(self.memory):
+            replaced = "new memory (p.data = ..., .to(), ...)"
+        else:
+            return
+        raise psched.Error(f"parameter '{self.name}' was replaced by {replaced} after "
+                           "DistributedModel wrapped it; psched trains the memory it wrapped")
+
+
+class _Trace:
+    """The Chrome trace file that synchronize() writes (the module docstring)."""
+
+    def __init__(self, path, worker):
+        self.path = os.fspath(path).replace("{worker}", str(worker))
+        self.events = [
+            {"ph": "M", "name": "process_name", "pid": 0,
+             "args": {"name": f"psched.torch worker {worker}"}},
+            {"ph": "M", "name": "thread_name", "pid": 0, "tid": _WAIT_LANE,
+             "args": {"name": "waits for fresh values"}}]
+
+    def waited(self, entry, step, begin, end):
+        self.events.append({"ph": "X", "name": f"wait {entry.name}", "pid": 0, "tid": _WAIT_LANE,
+                            "ts": begin * 1e6, "dur": (end - begin) * 1e6,
+                            "args": {"step": step}})
+
+    def write(self, client, entries):
+        """Adds the partitions finished since the last write and rewrites the file."""
+        names = {entry.variable.priority: entry.name for entry in entries if entry.variable}
+        for event in json.loads(client.chrome_trace("", 0.0))["traceEvents"]:
+            if event["ph"] == "M":
+                continue
+            if event.get("args", {}).get("priority") in names:
+                event["args"]["parameter"] = names[event["args"]["priority"]]
+            self.events.append(event)
+        with open(self.path, "w") as out:
+            json.dump({"traceEvents": self.events, "displayTimeUnit": "ms"}, out)
 
 
 class DistributedModel(torch.nn.Module):
@@ -64,52 +143,93 @@ class DistributedModel(torch.nn.Module):
 
     optimizer: a torch.optim name ("sgd", "adam", "adamw", "adagrad", "rmsprop") or
     psched-only "adam_tf", with torch.optim's keyword settings (lr, momentum, betas,
-    weight_decay, ...), or a psched.Optimizer. The parameters are registered under their
-    named_parameters() names; the first registration of a name wins and every worker adopts the
-    shards' value, so all workers start from the same parameters.
+    weight_decay, ...), or a psched.Optimizer. trace: a Chrome trace file (the module
+    docstring); default $PSCHED_TRACE, none when unset. The parameters are registered under
+    their named_parameters() names during the first forward; the first registration of a name
+    wins and every worker adopts the shards' value before the module uses it, so all workers
+    start from the same parameters.
     """
 
     def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,
-                 **settings):
+                 trace=None, **settings):
         super().__init__()
         self.module = module
         if not isinstance(optimizer, psched.Optimizer):
             optimizer = optimizer_settings(optimizer, **settings)
         elif settings:
             raise psched.Error(f"settings {sorted(settings)} given beside a psched.Optimizer")
-        self.client = client if client is not None else psched.connect(config, worker)
+        self._optimizer = optimizer
         self._parameters_by_id = {}
         for name, parameter in module.named_parameters():
-            if parameter.requires_grad:
-                self._add(name, parameter, optimizer)
-        for submodule in module.modules():
-            own = [self._parameters_by_id[id(p)] for p in submodule.parameters(recurse=False)
-                   if id(p) in self._parameters_by_id]
-            if own:
-                submodule.register_forward_pre_hook(functools.partial(self._wait_hook, own))
+            if not parameter.requires_grad:
+                continue
+            why = _unsupported(parameter)
+            if why:
+                raise psched.Error(f"parameter '{name}' is {why}; psched.torch trains "
+                                   "contiguous float32 or float64 CPU tensors")
+            self._parameters_by_id[id(parameter)] = _Parameter(name, parameter)
+        self.client = client if client is not None else psched.connect(config, worker)
+        trace = trace if trace is not None else os.environ.get("PSCHED_TRACE")
+        self._trace = _Trace(trace, self.client.worker) if trace else None
+        for entry in self._parameters_by_id.values():
+            entry.parameter.register_hook(functools.partial(self._push, entry))
+        self._waits = {}  # module -> the entries it registered, which it waits for
+        self._observers = [hook for m in module.modules() for hook in (
+            m.register_forward_pre_hook(self._register_own),
+            m.register_forward_hook(self._register_rest))]
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
     def synchronize(self):
-        """Waits until every pushed gradient's update is in the parameters."""
+        """Waits until every pushed gradient's update is in the parameters; writes the trace."""
         self._wait(self._parameters_by_id.values())
+        if self._trace:
+            self._trace.write(self.client, self._parameters_by_id.values())
 
-    def _add(self, name, parameter, optimizer):
-        variable = self.client.register(name, parameter, optimizer=optimizer)
-        self.client.pull(variable)
-        entry = _Parameter(variable)
-        self._parameters_by_id[id(parameter)] = entry
-        parameter.register_hook(functools.partial(self._push, entry))
+    def _register_own(self, module, inputs):
+        # First forward, as `module` starts: its own parameters, in the order modules run.
+        self._register(module, module.parameters(recurse=False))
+
+    def _register_rest(self, module, inputs, output):
+        # First forward, as `module` ends: its submodules' parameters that no hook saw.
+        self._register(module, module.parameters())
+        if module is self.module:
+            for entry in self._parameters_by_id.values():
+                if entry.variable is None:  # no longer in the module
+                    entry.check(module)
+            for hook in self._observers:
+                hook.remove()
+            module.register_forward_pre_hook(self._check)  # first: before any wait
+            for waiter, entries in self._waits.items():
+                waiter.register_forward_pre_hook(functools.partial(self._wait_hook, entries))
+
+    def _register(self, module, parameters):
+        for parameter in parameters:
+            entry = self._parameters_by_id.get(id(parameter))
+            if entry is None or entry.variable is not None:
+                continue
+            entry.check(self.module)
+            entry.variable = self.client.register(entry.name, entry.memory,
+                                                  optimizer=self._optimizer)
+            self.client.pull(entry.variable)
+            self._waits.setdefault(module, []).append(entry)
 
     def _push(self, entry, grad):
-        # Autograd may reuse or accumulate into `grad` later; the client needs it unchanged
-        # until the wait, so it gets its own contiguous copy.
-        self._wait([entry])  # the previous update, if no forward has waited for it
+        # The client reads entry.gradient until the push's wait returns, so the previous push
+        # is waited for (if no forward has) before the buffer is overwritten; autograd may
+        # reuse or accumulate into `grad` itself. One buffer keeps the overlap: a forward
+        # waits for step k before backward produces step k + 1.
+        self._wait([entry])
+        entry.gradient.copy_(grad)
         entry.pushed += 1
-        self.client.push(entry.variable, entry.pushed,
-                         grad.detach().clone(memory_format=torch.contiguous_format))
+        self.client.push(entry.variable, entry.pushed, entry.gradient)
         entry.in_flight = entry.pushed
+
+    def _check(self, module, inputs):
+        # Every forward after the first, as the model starts.
+        for entry in self._parameters_by_id.values():
+            entry.check(module)
 
     def _wait_hook(self, entries, module, inputs):
         self._wait(entries)
@@ -118,4 +238,7 @@ class DistributedModel(torch.nn.Module):
         for entry in entries:
             if entry.in_flight:
                 step, entry.in_flight = entry.in_flight, 0
+                begin = time.monotonic()
                 self.client.wait(entry.variable, step)
+                if self._trace:
+                    self._trace.waited(entry, step, begin, time.monotonic())

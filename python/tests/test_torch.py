@@ -2,7 +2,9 @@
 """psched.torch against torch.optim: the same model, data and order must reach the same
 parameters, whether the optimizer runs in torch or on psched's shards."""
 import copy
+import json
 import threading
+import time
 
 import pytest
 import torch
@@ -19,6 +21,25 @@ def make_model(dtype=torch.float32):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
     return model.to(dtype)
+
+
+class OutOfOrder(torch.nn.Module):
+    """An MLP defined in another order than it runs: `last` is defined before `first`, the
+    model's own `scale` is used before either, `head`'s parameters are used directly (`head`
+    itself never runs), and `unused` takes no part."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.last = torch.nn.Linear(32, 4)
+        self.head = torch.nn.Linear(4, 4)
+        self.unused = torch.nn.Linear(2, 2)
+        self.first = torch.nn.Linear(16, 32)
+        self.scale = torch.nn.Parameter(torch.ones(16))
+
+    def forward(self, x):
+        h = self.last(torch.tanh(self.first(x * self.scale)))
+        return F.linear(h, self.head.weight, self.head.bias)
 
 
 def make_batches(count, batch, dtype=torch.float32):
@@ -79,15 +100,16 @@ def test_one_worker_equals_torch_optim(start_server, case, dtype):
     model.client.close()
 
 
-def test_two_sync_workers_equal_one_process_on_the_concatenated_batch(start_server):
+@pytest.mark.parametrize("model", [make_model, OutOfOrder], ids=["sequential", "out_of_order"])
+def test_two_sync_workers_equal_one_process_on_the_concatenated_batch(start_server, model):
     server = start_server(mode="sync", workers=2)
     concatenated = make_batches(STEPS, 2 * BATCH)
     halves = [[(x[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH])
                for x, y in concatenated] for rank in range(2)]
-    expected = make_model()
+    expected = model()
     train_with_torch(expected, torch.optim.SGD(expected.parameters(), lr=0.1), concatenated)
 
-    workers = [psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config,
+    workers = [psched.torch.DistributedModel(model(), "sgd", lr=0.1, config=server.config,
                                              worker=rank) for rank in range(2)]
     errors = []
 
@@ -120,12 +142,129 @@ def test_an_unknown_optimizer_is_refused():
     assert error.value.code == "invalid_argument"
 
 
-def test_parameters_are_registered_in_forward_order_as_priorities(start_server):
+def test_parameters_are_registered_in_the_first_forwards_order_as_priorities(start_server):
+    server = start_server()
+    model = psched.torch.DistributedModel(OutOfOrder(), "sgd", lr=0.1, config=server.config)
+    assert model.client.variables == []
+    batches = make_batches(STEPS, BATCH)
+    train_with_psched(model, batches)
+    # The modules as they started; then, as the model's forward ended, the parameters no module
+    # hook saw, in definition order.
+    order = ["scale", "first.weight", "first.bias", "last.weight", "last.bias", "head.weight",
+             "head.bias", "unused.weight", "unused.bias"]
+    assert [(v.name, v.priority) for v in model.client.variables] == \
+        [(name, index) for index, name in enumerate(order)]
+    expected = OutOfOrder()
+    train_with_torch(expected, torch.optim.SGD(expected.parameters(), lr=0.1), batches)
+    assert_parameters_equal(model.module, expected, 1e-6)
+    model.client.close()
+
+
+def test_each_gradient_is_pushed_from_one_buffer_reused_every_step(start_server):
+    server = start_server()
+    model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, momentum=0.9,
+                                          config=server.config)
+    pushed = {}  # variable name -> every gradient pushed, kept alive (so no address is reused)
+    push = model.client.push
+
+    def recording_push(variable, step, gradient):
+        pushed.setdefault(variable.name, []).append(gradient)
+        push(variable, step, gradient)
+
+    model.client.push = recording_push
+    batches = make_batches(5, BATCH)
+    train_with_psched(model, batches)
+    assert sorted(pushed) == sorted(name for name, _ in model.module.named_parameters())
+    for name, gradients in pushed.items():
+        assert len(gradients) == 5 and len({g.data_ptr() for g in gradients}) == 1, name
+    expected = make_model()
+    train_with_torch(expected, torch.optim.SGD(expected.parameters(), lr=0.1, momentum=0.9),
+                     batches)
+    assert_parameters_equal(model.module, expected, 1e-6)
+    model.client.close()
+
+
+def test_a_second_backward_waits_for_the_first_push_before_reusing_its_buffer(start_server):
+    # One linear layer: its backward reads no parameter, so a second backward through the same
+    # graph gives exactly twice the gradient while the first step's update lands. 64 KiB of
+    # weights against 4 KiB of credit: most of step 1 is still queued when step 2 is ready.
+    server = start_server()
+    (x, y), = make_batches(1, BATCH)
+    torch.manual_seed(0)
+    expected = torch.nn.Linear(16, 1024)
+    model = psched.torch.DistributedModel(copy.deepcopy(expected), "sgd", lr=0.1,
+                                          config=server.config)
+    gradients = torch.autograd.grad(F.cross_entropy(expected(x), y), list(expected.parameters()))
+    loss = F.cross_entropy(model(x), y)
+    loss.backward(retain_graph=True)  # step 1 pushes g
+    (2 * loss).backward()  # step 2 pushes 2g from the same buffers, no forward between
+    model.synchronize()
+    for p, e, g in zip(model.module.parameters(), expected.parameters(), gradients):
+        torch.testing.assert_close(p.detach(), e.detach() - 0.1 * 3 * g)
+    model.client.close()
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_the_trace_holds_each_parameters_partitions_and_waits(start_server, tmp_path,
+                                                              monkeypatch, how):
+    server = start_server()
+    path = str(tmp_path / "trace-{worker}.json")
+    if how == "environment":
+        monkeypatch.setenv("PSCHED_TRACE", path)
+    start = time.monotonic()
+    model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config,
+                                          trace=path if how == "argument" else None)
+    train_with_psched(model, make_batches(3, BATCH))  # synchronize() writes the trace
+    end = time.monotonic()
+    events = json.loads((tmp_path / "trace-0.json").read_text())["traceEvents"]
+    for name, parameter in model.module.named_parameters():
+        partitions = [e for e in events if e.get("args", {}).get("parameter") == name]
+        assert sum(e["args"]["bytes"] for e in partitions) == 3 * parameter.numel() * 4, name
+        waits = [e for e in events if e["name"] == f"wait {name}"]
+        assert [e["args"]["step"] for e in waits] == [1, 2, 3], name
+    for e in events:
+        if e["ph"] == "X":  # on time.monotonic()'s axis, in microseconds
+            assert start * 1e6 <= e["ts"] and e["ts"] + e["dur"] <= end * 1e6
+    model.client.close()
+
+
+@pytest.mark.parametrize("parameter, why", [
+    (torch.nn.Parameter(torch.zeros(4, dtype=torch.float16)), "is torch.float16"),
+    (torch.nn.Parameter(torch.zeros(3, 4).t()), r"is not contiguous \(strides \(1, 4\)\)"),
+    (torch.nn.Parameter(torch.zeros(4, device="meta")), "is on meta"),
+], ids=["float16", "transposed", "meta"])
+def test_a_parameter_psched_cannot_train_in_place_is_refused_when_wrapped(parameter, why):
+    model = make_model()
+    model[2].bias = parameter
+    with pytest.raises(psched.Error, match=f"parameter '2.bias' {why}; psched.torch trains "
+                                           "contiguous float32 or float64 CPU tensors") as error:
+        psched.torch.DistributedModel(model, "sgd", lr=0.1)  # before connecting
+    assert error.value.code == "invalid_argument"
+
+
+REPLACEMENTS = {
+    "data": (lambda m: setattr(m[0].weight, "data", m[0].weight.detach().clone()),
+             r"new memory \(p.data = "),
+    "double": (lambda m: m.double(), r"new memory \(p.data = "),
+    "parameter": (lambda m: setattr(m[0], "weight", torch.nn.Parameter(torch.ones(32, 16))),
+                  "another Parameter or module"),
+    "module": (lambda m: setattr(m, "0", torch.nn.Linear(16, 32)), "another Parameter or module"),
+}
+
+
+@pytest.mark.parametrize("when", ["before_the_first_forward", "after_a_step"])
+@pytest.mark.parametrize("replacement", sorted(REPLACEMENTS))
+def test_a_parameter_replaced_after_wrapping_is_refused_at_the_next_forward(start_server,
+                                                                            replacement, when):
     server = start_server()
     model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config)
-    names = [name for name, _ in model.module.named_parameters()]
-    assert [(v.name, v.priority) for v in model.client.variables] == \
-        [(name, index) for index, name in enumerate(names)]
+    (x, y), = make_batches(1, BATCH)
+    if when == "after_a_step":
+        F.cross_entropy(model(x), y).backward()
+    replace, what = REPLACEMENTS[replacement]
+    replace(model.module)
+    with pytest.raises(psched.Error, match=f"parameter '0.weight' was replaced by {what}"):
+        model(x)
     model.client.close()
 
 
