@@ -57,7 +57,7 @@ nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
                         r.range.end),
             r.queued, r.finished,
             {{"task", r.task_id},
-             {"priority", r.priority},
+             {"priority", r.priority.value},
              {"bytes", r.bytes},
              {"fused_with", r.fused_with},
              {"start_index", r.start_index}});
