@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # TLS and the auth token over real sockets: psched-server serving TLS and asking for a token
 # from a file; an example trainer that trains through it; a trainer without TLS refused while
-# the server keeps serving; a trainer that trusts another CA told which shard it could not trust.
+# the server keeps serving; a trainer that trusts another CA told which shard it could not trust;
+# a trainer whose host has only the CA (not the shards' certificate and key) trains.
 # Usage: tls_process_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -22,6 +23,9 @@ tls_yaml() {  # CA_FILE OUT
 }
 tls_yaml ca.pem tls.yaml
 tls_yaml other_ca.pem other_ca.yaml
+# What a worker's host has when only the CA is handed out (deploy/kubernetes/trainers.yaml).
+sed -e 's/cert_file: server.pem, key_file: server.key/cert_file: absent.pem, key_file: absent.key/' \
+    "$work/tls.yaml" > "$work/ca_only.yaml"
 
 source "$source/tests/process_lib.sh"
 start_server "$build" "$work/tls.yaml" "$work/server.log" 'listening on .* (TLS)'
@@ -42,7 +46,9 @@ expect_refused other_ca.yaml "TLS handshake with shard at 127.0.0.1:17420 failed
 grep -qF "not trusted" "$work/other_ca.yaml.log"
 train tls.yaml || { cat "$work/tls.yaml.log" "$work/server.log"; exit 1; }
 grep -E 'step +20 ' "$work/tls.yaml.log"
+train ca_only.yaml || { cat "$work/ca_only.yaml.log"; exit 1; }
+grep -E 'step +20 ' "$work/ca_only.yaml.log"
 
 kill -TERM $server
 wait $server
-echo "TLS served, plain and untrusted clients refused, server stopped cleanly"
+echo "TLS served (also to a worker with only the CA), plain and untrusted clients refused, server stopped cleanly"
