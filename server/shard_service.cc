@@ -171,23 +171,24 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
   });
 }
 
-SessionService::PushArgs SessionService::decode_push(uint32_t variable, uint64_t step,
-                                                     uint64_t offset, wire::DType wire_dtype,
-                                                     capnp::Data::Reader data) const {
+template <typename Fields>
+SessionService::PushArgs SessionService::decode_push(Fields fields) const {
+  const uint32_t variable = fields.getVariable();
+  const capnp::Data::Reader data = fields.getData();
   uint64_t limit = endpoint_.config.limits.max_message_bytes;
   if (data.size() > limit)
     fail(ErrorCode::message_too_large,
          "push to variable id {} rejected: {} bytes of data exceed the message limit of {} bytes "
          "(limits.max_message_bytes)",
          variable, data.size(), limit);
-  DType dtype = from_wire(wire_dtype);
+  DType dtype = from_wire(fields.getDtype());
   if (data.size() % element_bytes(dtype) != 0)
     fail(ErrorCode::shape_mismatch,
          "push to variable id {} rejected: {} bytes of data are not whole {} elements", variable,
          data.size(), to_string(dtype));
   return {VariableId(variable),
-          Step(step),
-          range("push", offset, data.size() / element_bytes(dtype)),
+          Step(fields.getStep()),
+          range("push", fields.getOffset(), data.size() / element_bytes(dtype)),
           dtype,
           {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
 }
@@ -205,8 +206,7 @@ kj::Promise<void> SessionService::push_one(const PushArgs& push) {
 kj::Promise<void> SessionService::push(PushContext context) {
   auto params = context.getParams();
   try {
-    return push_one(decode_push(params.getVariable(), params.getStep(), params.getOffset(),
-                                params.getDtype(), params.getData()));
+    return push_one(decode_push(params));
   } catch (...) {
     return refuse(endpoint_, std::current_exception());
   }
@@ -223,8 +223,7 @@ kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
   // Each partition goes to the shard in list order, so they apply in that order.
   for (auto p : partitions) {
     try {
-      outcomes.add(error_text(push_one(
-          decode_push(p.getVariable(), p.getStep(), p.getOffset(), p.getDtype(), p.getData()))));
+      outcomes.add(error_text(push_one(decode_push(p))));
     } catch (...) {
       outcomes.add(error_text(refuse(endpoint_, std::current_exception())));
     }
@@ -329,8 +328,7 @@ kj::Promise<void> SessionService::push_then_poll(const PushArgs& push, WriteValu
 kj::Promise<void> SessionService::pushPoll(PushPollContext context) {
   auto params = context.getParams();
   try {
-    return push_then_poll(decode_push(params.getVariable(), params.getStep(), params.getOffset(),
-                                      params.getDtype(), params.getData()),
+    return push_then_poll(decode_push(params),
                           [context](const FreshValue& value, int64_t at_ns) mutable {
                             write_answer(context.getResults(), value, at_ns);
                           });
@@ -350,9 +348,7 @@ kj::Promise<void> SessionService::pushPollFused(PushPollFusedContext context) {
   return answer_each(context, partitions.size(), [&](unsigned i) -> kj::Promise<void> {
     auto p = partitions[i];
     try {
-      return push_then_poll(
-          decode_push(p.getVariable(), p.getStep(), p.getOffset(), p.getDtype(), p.getData()),
-          slot_writer(context, i));
+      return push_then_poll(decode_push(p), slot_writer(context, i));
     } catch (...) {
       return refuse(endpoint_, std::current_exception());
     }

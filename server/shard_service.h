@@ -81,9 +81,11 @@ class SessionService final : public wire::Session::Server {
     std::span<const std::byte> data;  // a view into the call's parameters
   };
 
-  // Checks a push's size and dtype; throws psched::Error naming what is wrong.
-  PushArgs decode_push(uint32_t variable, uint64_t step, uint64_t offset, wire::DType dtype,
-                       capnp::Data::Reader data) const;
+  // Checks a push's size and dtype; throws psched::Error naming what is wrong. `fields`: a
+  // reader with variable, step, offset, dtype and data (push's and pushPoll's parameters, a
+  // fused Partition). Defined in shard_service.cc, its only user.
+  template <typename Fields>
+  PushArgs decode_push(Fields fields) const;
   // Hands the push to the shard; resolves with its receipt.
   kj::Promise<void> push_one(const PushArgs& push);
   // Writes a ready poll's value into the call's results, with the shard's wall clock then.
