@@ -229,6 +229,30 @@ TEST_CASE("in async mode a worker's poll returns after its own update, not the o
   CHECK(va == vb);
 }
 
+TEST_CASE("fresh values of 64 KiB and more, sent from the variable's memory, arrive exact") {
+  // Partitions of 64 KiB go back as references to the shard's variable (server/shard_service.cc);
+  // the one-element tail is copied. Two steps, so the second answer reflects the first.
+  DeploymentConfig config = cluster_config(1, 1, Mode::async);
+  config.optimizer.lr = 1.0;  // sgd: value -= gradient
+  Cluster cluster(config);
+  SchedulerConfig scheduler;
+  scheduler.partition_bytes = 64 << 10;
+  scheduler.credit_bytes = 4 << 20;
+  Worker& w = cluster.add_worker(WorkerId(0), scheduler);
+  constexpr size_t kElements = 3 * (64 << 10) / 4 + 1;
+  std::vector<float> value(kElements, 2.f), grad(kElements), expected(kElements, 2.f);
+  for (size_t i = 0; i < kElements; ++i) grad[i] = float(i % 1000) / 1024;
+  VariableSpec spec{"big", {kElements}, DType::float32, Priority(0), {}};
+  auto h = cluster.run(w.register_variable(spec, std::as_writable_bytes(std::span(value)), true));
+  for (uint64_t step = 1; step <= 2; ++step) {
+    bool done = false;
+    w.push(h, Step(step), std::as_bytes(std::span(grad)), [&](std::exception_ptr e) { done = !e; });
+    cluster.run_until([&] { return done; });
+    for (size_t i = 0; i < kElements; ++i) expected[i] -= grad[i];
+    CHECK(value == expected);
+  }
+}
+
 TEST_CASE("partitions start in priority order up to the credit and never exceed it") {
   Cluster cluster(split_config(Mode::async, 1));
   SchedulerConfig scheduler;
