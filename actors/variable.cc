@@ -120,21 +120,21 @@ std::vector<ElementRange> Variable::push_async(WorkerId worker, Step step, Eleme
 
 std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, ElementRange range,
                                               std::span<const std::byte> data) {
-  if (sync_.sum.size() == 0) sync_.sum = filled(part_.size(), spec_.dtype, 0.0);
-  visit_dtype(spec_.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    T* sum = sync_.sum.as<T>().data() + (range.begin - part_.begin);
-    const T* grad = reinterpret_cast<const T*>(data.data());
-    for (uint64_t i = 0; i < range.size(); ++i) sum[i] += grad[i];
-  });
+  // One pass per piece: the first pusher's gradient is copied into the sum, later ones added,
+  // and the last one's add, the mean and the apply go together (one worker: straight from
+  // `data`, no sum at all). So the sum never needs zeroing between steps.
+  std::vector<ElementRange> applied;
+  for (const CoveredPiece& piece : coverage(range, worker)) {
+    const std::byte* grad =
+        data.data() + (piece.range.begin - range.begin) * element_bytes(spec_.dtype);
+    if (piece.pushers + 1 == workers_) {
+      apply_mean(piece.range, grad, piece.pushers, step.value);  // t = s
+      applied.push_back(piece.range);
+    } else {
+      accumulate(piece.range, grad, piece.pushers == 0);
+    }
+  }
   sync_.received[worker.value].add(range);
-
-  IntervalSet ready;
-  ready.add(range);
-  for (const IntervalSet& received : sync_.received) ready = ready.intersect(received);
-  for (ElementRange r : sync_.applied.ranges()) ready.subtract(r);
-  std::vector<ElementRange> applied = ready.ranges();
-  apply_mean(applied, step.value);  // t = s
   for (ElementRange r : applied) sync_.applied.add(r);
   if (sync_.applied.size() == part_.size()) {
     sync_.completed = step;
@@ -142,6 +142,55 @@ std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, Elemen
     for (IntervalSet& received : sync_.received) received.clear();
   }
   return applied;
+}
+
+std::vector<Variable::CoveredPiece> Variable::coverage(ElementRange range, WorkerId except) const {
+  std::vector<uint64_t> cuts{range.begin, range.end};
+  for (uint32_t w = 0; w < sync_.received.size(); ++w) {
+    if (w == except.value) continue;
+    for (ElementRange r : sync_.received[w].ranges()) {
+      if (range.begin < r.begin && r.begin < range.end) cuts.push_back(r.begin);
+      if (range.begin < r.end && r.end < range.end) cuts.push_back(r.end);
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<CoveredPiece> pieces;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    CoveredPiece piece{.range = {cuts[i], cuts[i + 1]}};
+    for (uint32_t w = 0; w < sync_.received.size(); ++w)
+      if (w != except.value && sync_.received[w].contains(piece.range)) ++piece.pushers;
+    pieces.push_back(piece);
+  }
+  return pieces;
+}
+
+void Variable::accumulate(ElementRange range, const std::byte* grad, bool first) {
+  if (sync_.sum.size() == 0) sync_.sum = filled(part_.size(), spec_.dtype, 0.0);  // once
+  size_t bytes = element_bytes(spec_.dtype);
+  std::byte* sum = sync_.sum.data() + (range.begin - part_.begin) * bytes;
+  if (first) {
+    std::memcpy(sum, grad, range.size() * bytes);
+    return;
+  }
+  visit_dtype(spec_.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* s = reinterpret_cast<T*>(sum);
+    const T* g = reinterpret_cast<const T*>(grad);
+    for (uint64_t i = 0; i < range.size(); ++i) s[i] += g[i];
+  });
+}
+
+void Variable::apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t) {
+  if (others == 0) return apply(range, grad, t);
+  visit_dtype(spec_.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* s = sync_.sum.as<T>().data() + (range.begin - part_.begin);
+    const T* g = reinterpret_cast<const T*>(grad);
+    const T scale = T(1) / static_cast<T>(others + 1);
+    for (uint64_t i = 0; i < range.size(); ++i) s[i] = (s[i] + g[i]) * scale;
+    apply(range, reinterpret_cast<const std::byte*>(s), t);
+  });
 }
 
 bool Variable::step_in_progress() const {
@@ -160,46 +209,22 @@ std::vector<ElementRange> Variable::complete_step_without_missing() {
   IntervalSet open;
   open.add(part_);
   for (ElementRange r : sync_.applied.ranges()) open.subtract(r);
-  // Cut the open elements where any worker's received ranges begin or end; in each piece the
-  // same workers pushed every element.
-  std::vector<uint64_t> cuts;
-  for (ElementRange r : open.ranges()) cuts.insert(cuts.end(), {r.begin, r.end});
-  for (const IntervalSet& received : sync_.received)
-    for (ElementRange r : received.ranges()) cuts.insert(cuts.end(), {r.begin, r.end});
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   Step step = sync_.completed.next();
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    ElementRange piece{cuts[i], cuts[i + 1]};
-    if (!open.contains(piece)) continue;
-    auto pushed = std::count_if(sync_.received.begin(), sync_.received.end(),
-                                [&](const IntervalSet& r) { return r.contains(piece); });
-    if (pushed == 0) continue;
-    visit_dtype(spec_.dtype, [&](auto zero) {
-      using T = decltype(zero);
-      T* sum = sync_.sum.as<T>().data() + (piece.begin - part_.begin);
-      for (uint64_t k = 0; k < piece.size(); ++k) sum[k] /= static_cast<T>(pushed);
-      apply(piece, reinterpret_cast<const std::byte*>(sum), step.value);
-      std::memset(sum, 0, piece.size() * sizeof(T));
-    });
+  for (ElementRange r : open.ranges()) {
+    for (const CoveredPiece& piece : coverage(r, kAllWorkers)) {
+      if (piece.pushers == 0) continue;
+      visit_dtype(spec_.dtype, [&](auto zero) {
+        using T = decltype(zero);
+        T* sum = sync_.sum.as<T>().data() + (piece.range.begin - part_.begin);
+        for (uint64_t k = 0; k < piece.range.size(); ++k) sum[k] /= static_cast<T>(piece.pushers);
+        apply(piece.range, reinterpret_cast<const std::byte*>(sum), step.value);
+      });
+    }
   }
   sync_.completed = step;
   sync_.applied.clear();
   for (IntervalSet& received : sync_.received) received.clear();
   return open.ranges();
-}
-
-void Variable::apply_mean(const std::vector<ElementRange>& ready, uint64_t t) {
-  visit_dtype(spec_.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    const T scale = T(1) / static_cast<T>(workers_);
-    for (ElementRange r : ready) {
-      T* sum = sync_.sum.as<T>().data() + (r.begin - part_.begin);
-      for (uint64_t i = 0; i < r.size(); ++i) sum[i] *= scale;
-      apply(r, reinterpret_cast<const std::byte*>(sum), t);
-      std::memset(sum, 0, r.size() * sizeof(T));  // ready for the next step
-    }
-  });
 }
 
 void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t) {

@@ -126,7 +126,7 @@ class Variable {
     Step completed;
     std::vector<IntervalSet> received;  // of step completed + 1, per worker
     IntervalSet applied;                // of step completed + 1
-    AlignedBuffer sum;                  // per-element gradient sums of step completed + 1
+    AlignedBuffer sum;  // gradient sums of step completed + 1 where received (else stale)
   };
 
   // Throws on bad input; true when the push is a duplicate.
@@ -137,8 +137,19 @@ class Variable {
                                        std::span<const std::byte> data);
   std::vector<ElementRange> push_sync(WorkerId worker, Step step, ElementRange range,
                                       std::span<const std::byte> data);
-  // Adds `data` into sync_.sum; then applies the mean over `ready` ranges.
-  void apply_mean(const std::vector<ElementRange>& ready, uint64_t t);
+  // A piece of a range that the same workers pushed all of in the step in progress.
+  struct CoveredPiece {
+    ElementRange range;
+    uint32_t pushers = 0;  // how many workers (but the one excluded) pushed it
+  };
+  // `range` cut where a worker's received ranges begin or end, each piece with how many
+  // workers other than `except` pushed it (kAllWorkers: count them all).
+  std::vector<CoveredPiece> coverage(ElementRange range, WorkerId except) const;
+  // Into sync_.sum: `grad` copied (the piece's first pusher) or added.
+  void accumulate(ElementRange range, const std::byte* grad, bool first);
+  // Applies the mean of sync_.sum (the sum of `others` pushers' gradients) and `grad`: the
+  // last pusher's. With no others, straight from `grad`.
+  void apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t);
   // One optimizer update of `range` from `grad` (range.size() elements of the dtype), split
   // over the apply pool when large.
   void apply(ElementRange range, const std::byte* grad, uint64_t t);

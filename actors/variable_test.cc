@@ -80,6 +80,29 @@ TEST_CASE("sync mode applies the mean only once every worker pushed the range") 
   }
 }
 
+TEST_CASE("sync mode averages each element over workers that cut their pushes differently") {
+  // Worker w pushes 3 (w + 1) (i + 1) for element i, so every mean is 6 (i + 1), exactly.
+  auto gradient = [](uint32_t w, ElementRange r) {
+    std::vector<float> g;
+    for (uint64_t i = r.begin; i < r.end; ++i) g.push_back(3.0f * float(w + 1) * float(i + 1));
+    return g;
+  };
+  std::vector<float> init(6, 0);
+  Variable v(sgd_spec(6), {0, 6}, bytes_of(init), Mode::sync, 3);
+  const std::vector<std::vector<ElementRange>> cuts{
+      {{0, 6}}, {{2, 6}, {0, 2}}, {{1, 5}, {0, 1}, {5, 6}}};
+  for (uint64_t step = 1; step <= 2; ++step) {
+    // The second step pushes in another worker order, over the sums the first one left.
+    for (uint32_t k = 0; k < 3; ++k) {
+      uint32_t w = step == 1 ? k : 2 - k;
+      for (ElementRange r : cuts[w])
+        v.push(WorkerId(w), Step(step), r, DType::float32, bytes_of(gradient(w, r)));
+    }
+    CHECK(v.applied_step(WorkerId(0)) == Step(step));
+    for (uint64_t i = 0; i < 6; ++i) CHECK(value_of(v)[i] == -6.0f * float(step) * float(i + 1));
+  }
+}
+
 TEST_CASE("a rejected push leaves the variable untouched") {
   std::vector<float> init{1, 2, 3, 4};
   Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
