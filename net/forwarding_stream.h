@@ -24,10 +24,10 @@ class ForwardingStream : public kj::AsyncIoStream {
   kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
   void shutdownWrite() override { inner_->shutdownWrite(); }
   void abortRead() override { inner_->abortRead(); }
-  void setsockopt(int level, int option, const void* value, uint length) override {
+  void setsockopt(int level, int option, const void* value, kj::uint length) override {
     inner_->setsockopt(level, option, value, length);
   }
-  void getsockopt(int level, int option, void* value, uint* length) override {
+  void getsockopt(int level, int option, void* value, kj::uint* length) override {
     inner_->getsockopt(level, option, value, length);
   }
 

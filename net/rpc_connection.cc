@@ -6,6 +6,7 @@
 
 #include "net/forwarding_stream.h"
 #include "net/read_buffer.h"
+#include "net/write_coalescing.h"
 
 namespace psched {
 namespace {
@@ -51,14 +52,24 @@ kj::Own<kj::AsyncIoStream> without_nagle(kj::Own<kj::AsyncIoStream> stream) {
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
                              capnp::ReaderOptions options)
-    : stream_(kj::heap<WriteWatch>(with_read_buffer(without_nagle(kj::mv(stream))), written_)),
+    : stream_(kj::heap<WriteWatch>(coalesced(kj::mv(stream)), written_)),
       network_(*stream_, capnp::rpc::twoparty::Side::SERVER, options),
       rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))) {}
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options)
-    : stream_(with_read_buffer(without_nagle(kj::mv(stream)))),
+    : stream_(coalesced(kj::mv(stream))),
       network_(*stream_, capnp::rpc::twoparty::Side::CLIENT, options),
       rpc_(capnp::makeRpcClient(network_)) {}
+
+kj::Own<kj::AsyncIoStream> RpcConnection::coalesced(kj::Own<kj::AsyncIoStream> stream) {
+  auto writes = with_write_coalescing(with_read_buffer(without_nagle(kj::mv(stream))));
+  writes_ = writes.get();
+  return writes;
+}
+
+kj::Promise<void> RpcConnection::on_disconnect() {
+  return network_.onDisconnect().then([this] { return writes_->drained(); });
+}
 
 capnp::Capability::Client RpcConnection::bootstrap() {
   capnp::word scratch[4] = {};

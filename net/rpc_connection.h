@@ -3,11 +3,13 @@
 // an in-memory pipe), with psched's message size limits. KJ thread only.
 #pragma once
 
+#include <functional>
+#include <memory>
+
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
-#include <functional>
-#include <memory>
+#include "net/write_coalescing.h"
 
 namespace psched {
 
@@ -32,14 +34,18 @@ class RpcConnection {
   // Stops reading from the peer while its unanswered calls hold more than `bytes` (their
   // messages stay in memory until answered); reading resumes as answers go out.
   void limit_unanswered_calls(uint64_t bytes) { rpc_.setFlowLimit(bytes / sizeof(capnp::word)); }
-  // Resolves when the peer disconnects (or the stream breaks).
-  kj::Promise<void> on_disconnect() { return network_.onDisconnect(); }
+  // Resolves when the peer disconnects (or the stream breaks) and what was written has left.
+  kj::Promise<void> on_disconnect();
   // Bytes of messages queued to write and not yet written.
   uint64_t queued_bytes() { return network_.getCurrentQueueSize(); }
   // Calls `callback` (on this loop) each time a write to the peer completes.
   void on_written(std::function<void()> callback) { *written_ = std::move(callback); }
 
  private:
+  // `stream` with Nagle off, a read buffer and write coalescing (kept in writes_).
+  kj::Own<kj::AsyncIoStream> coalesced(kj::Own<kj::AsyncIoStream> stream);
+
+  WriteCoalescingStream* writes_ = nullptr;  // inside stream_
   std::shared_ptr<std::function<void()>> written_ = std::make_shared<std::function<void()>>();
   kj::Own<kj::AsyncIoStream> stream_;
   capnp::TwoPartyVatNetwork network_;

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "net/write_coalescing.h"
+
+#include <kj/vector.h>
+
+namespace psched {
+namespace {
+
+class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet::ErrorHandler {
+ public:
+  CoalescingStream(kj::Own<kj::AsyncIoStream> inner, size_t small_bytes)
+      : WriteCoalescingStream(kj::mv(inner)), small_bytes_(small_bytes), flushes_(*this) {}
+
+  kj::Promise<void> drained() override {
+    if (pending_.size() > 0) return hand_on({});
+    auto all_written = kj::mv(tail_).fork();
+    tail_ = all_written.addBranch();
+    return all_written.addBranch();
+  }
+
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    kj::ArrayPtr<const kj::byte> piece(static_cast<const kj::byte*>(buffer), size);
+    return write(kj::arrayPtr(&piece, 1));
+  }
+
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    KJ_IF_MAYBE (failure, failure_) return kj::cp(*failure);
+    size_t size = 0;
+    for (auto piece : pieces) size += piece.size();
+    if (size > small_bytes_) return hand_on(pieces);
+    for (auto piece : pieces) pending_.addAll(piece);
+    if (pending_.size() >= kFlushBytes) {
+      flushes_.add(hand_on({}));
+    } else if (!flush_scheduled_) {
+      flush_scheduled_ = true;
+      flushes_.add(kj::evalLast([this]() -> kj::Promise<void> {
+        flush_scheduled_ = false;
+        if (pending_.size() == 0) return kj::READY_NOW;  // went ahead of a large message
+        return hand_on({});
+      }));
+    }
+    return kj::READY_NOW;
+  }
+
+  // Writes what is buffered first, at once when no write is in progress: an abort sent just
+  // before the connection closes still leaves.
+  void shutdownWrite() override {
+    if (pending_.size() == 0 && writes_in_progress_ == 0) return inner().shutdownWrite();
+    flushes_.add(hand_on({}).then([this] { inner().shutdownWrite(); }));
+  }
+
+ private:
+  // Buffered bytes beyond this are handed on at once rather than at the end of the turn.
+  static constexpr size_t kFlushBytes = 64 * 1024;
+
+  // Writes the buffered small messages and then `pieces` (caller-owned until the promise
+  // resolves) in one writev once every earlier write is done: at once when none is in progress.
+  kj::Promise<void> hand_on(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
+    kj::Array<kj::byte> pending = pending_.releaseAsArray();
+    auto all = kj::heapArrayBuilder<kj::ArrayPtr<const kj::byte>>(pieces.size() + 1);
+    if (pending.size() > 0) all.add(pending);
+    all.addAll(pieces);
+    kj::Array<kj::ArrayPtr<const kj::byte>> gathered = all.finish();
+    auto start = [this, first = gathered.begin(), count = gathered.size()] {
+      return inner().write(kj::arrayPtr(first, count));
+    };
+    kj::Promise<void> writing =
+        writes_in_progress_++ == 0 ? kj::evalNow(start) : tail_.then(kj::mv(start));
+    auto written = writing
+                       .then([this] { --writes_in_progress_; },
+                             [this](kj::Exception&& e) {
+                               --writes_in_progress_;
+                               kj::throwFatalException(kj::mv(e));
+                             })
+                       .attach(kj::mv(gathered), kj::mv(pending))
+                       .fork();
+    tail_ = written.addBranch();
+    return written.addBranch();
+  }
+
+  void taskFailed(kj::Exception&& exception) override {
+    if (failure_ == nullptr) failure_ = kj::mv(exception);
+  }
+
+  size_t small_bytes_;
+  kj::Vector<kj::byte> pending_;            // small messages accepted and not yet handed on
+  bool flush_scheduled_ = false;            // an end-of-turn flush is queued
+  kj::Promise<void> tail_ = kj::READY_NOW;  // resolves when every write handed on is done
+  unsigned writes_in_progress_ = 0;         // handed on and not yet done
+  kj::Maybe<kj::Exception> failure_;        // the first failed flush: later writes fail with it
+  kj::TaskSet flushes_;
+};
+
+}  // namespace
+
+kj::Own<WriteCoalescingStream> with_write_coalescing(kj::Own<kj::AsyncIoStream> stream,
+                                                     size_t small_bytes) {
+  return kj::heap<CoalescingStream>(kj::mv(stream), small_bytes);
+}
+
+}  // namespace psched
