@@ -46,7 +46,7 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
   // before the connection closes still leaves.
   void shutdownWrite() override {
     if (pending_.size() == 0 && writes_in_progress_ == 0) return inner().shutdownWrite();
-    flushes_.add(hand_on({}).then([this] { inner().shutdownWrite(); }));
+    flushes_.add(drained().then([this] { inner().shutdownWrite(); }));
   }
 
  private:
