@@ -30,6 +30,22 @@ class RecordingStream final : public ForwardingStream {
   std::vector<std::string>& writes_;
 };
 
+// A coalescing stream (small messages: up to 16 bytes) over a pipe, recording each write
+// that reaches the pipe; `reading` collects what the other end receives.
+struct RecordedPipe {
+  kj::EventLoop loop;
+  kj::WaitScope scope{loop};
+  kj::TwoWayPipe pipe = kj::newTwoWayPipe();
+  std::vector<std::string> writes;
+  kj::Own<WriteCoalescingStream> stream =
+      with_write_coalescing(kj::heap<RecordingStream>(kj::mv(pipe.ends[0]), writes), 16);
+  // What the other end received once the stream shuts down.
+  std::string received(kj::Promise<kj::String> reading) {
+    stream->shutdownWrite();
+    return std::string(reading.wait(scope).cStr());
+  }
+};
+
 // `bytes` must outlive the promise, as a real writer's message does.
 kj::Promise<void> write(kj::AsyncIoStream& stream, std::string_view bytes) {
   return stream.write(bytes.data(), bytes.size());
@@ -38,19 +54,14 @@ kj::Promise<void> write(kj::AsyncIoStream& stream, std::string_view bytes) {
 }  // namespace
 
 TEST_CASE("small messages written in one turn leave in one write, in order") {
-  kj::EventLoop loop;
-  kj::WaitScope scope(loop);
-  auto pipe = kj::newTwoWayPipe();
-  std::vector<std::string> writes;
-  auto stream = with_write_coalescing(kj::heap<RecordingStream>(kj::mv(pipe.ends[0]), writes), 16);
-  auto reading = pipe.ends[1]->readAllText();
-  write(*stream, "call").wait(scope);  // accepted at once: copied
-  write(*stream, "finish").wait(scope);
-  CHECK(writes.empty());
-  scope.poll();  // the loop is about to wait for I/O: the turn's messages leave
-  CHECK(writes == std::vector<std::string>{"callfinish"});
-  stream->shutdownWrite();
-  CHECK(std::string(reading.wait(scope).cStr()) == "callfinish");
+  RecordedPipe p;
+  auto reading = p.pipe.ends[1]->readAllText();
+  write(*p.stream, "call").wait(p.scope);  // accepted at once: copied
+  write(*p.stream, "finish").wait(p.scope);
+  CHECK(p.writes.empty());
+  p.scope.poll();  // the loop is about to wait for I/O: the turn's messages leave
+  CHECK(p.writes == std::vector<std::string>{"callfinish"});
+  CHECK(p.received(kj::mv(reading)) == "callfinish");
 }
 
 TEST_CASE("shutting down sends what is buffered first") {
@@ -65,21 +76,16 @@ TEST_CASE("shutting down sends what is buffered first") {
 }
 
 TEST_CASE("a large message carries the small ones before it in the same write") {
-  kj::EventLoop loop;
-  kj::WaitScope scope(loop);
-  auto pipe = kj::newTwoWayPipe();
-  std::vector<std::string> writes;
-  auto stream = with_write_coalescing(kj::heap<RecordingStream>(kj::mv(pipe.ends[0]), writes), 16);
+  RecordedPipe p;
   std::string large(40, 'v');
-  auto call = write(*stream, large);  // large: handed on at once, in progress until read
-  write(*stream, "finish").wait(scope);
-  auto value = write(*stream, large);  // not copied: waits for "call"
-  auto reading = pipe.ends[1]->readAllText();
-  call.wait(scope);
-  value.wait(scope);
-  stream->shutdownWrite();
-  CHECK(std::string(reading.wait(scope).cStr()) == large + "finish" + large);
-  CHECK(writes == std::vector<std::string>{large, "finish" + large});
+  auto call = write(*p.stream, large);  // large: handed on at once, in progress until read
+  write(*p.stream, "finish").wait(p.scope);
+  auto value = write(*p.stream, large);  // not copied: waits for "call"
+  auto reading = p.pipe.ends[1]->readAllText();
+  call.wait(p.scope);
+  value.wait(p.scope);
+  CHECK(p.received(kj::mv(reading)) == large + "finish" + large);
+  CHECK(p.writes == std::vector<std::string>{large, "finish" + large});
 }
 
 TEST_CASE("whatever the sizes, the bytes arrive in the order written") {
