@@ -22,6 +22,20 @@ def close(a, b, tolerance=1e-6):
     return abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-12)
 
 
+def check_loop(where, pair, faults):
+    """The echo through psched's threads and loops, and the two ratios derived from it."""
+    loop = pair.get("loop")
+    if loop is None:
+        faults.append(f"{where}: no loop (the echo through psched's threads and loops)")
+        return
+    for key in ("gb_per_s", "cpu_s_per_gb", "iterations", "seconds"):
+        positive(faults, f"{where} loop.{key}", loop.get(key))
+    if not close(pair.get("loop_ratio", 0), loop["gb_per_s"] / pair["tcp"]["gb_per_s"]):
+        faults.append(f"{where}: loop_ratio {pair.get('loop_ratio')} is not loop/tcp GB/s")
+    if not close(pair.get("psched_of_loop", 0), pair["psched"]["gb_per_s"] / loop["gb_per_s"]):
+        faults.append(f"{where}: psched_of_loop {pair.get('psched_of_loop')} is not psched/loop")
+
+
 def check_transport(doc, faults):
     cases = ["sequential", "pipelined"] + (["aggregate"] if doc["workers"] > 1 else [])
     for size in doc["sizes"]:
@@ -39,6 +53,8 @@ def check_transport(doc, faults):
                     positive(faults, f"{where} {side}.p50_us", pair[side].get("p50_us"))
             if not close(pair["ratio"], pair["psched"]["gb_per_s"] / pair["tcp"]["gb_per_s"]):
                 faults.append(f"{where}: ratio {pair['ratio']} is not psched/tcp GB/s")
+            if case != "aggregate":
+                check_loop(where, pair, faults)
 
 
 def check_cpu_split(where, split, faults):

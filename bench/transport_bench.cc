@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/loop_echo.h"
 #include "bench/tcp_echo.h"
 #include "client/client.h"
 #include "common/error.h"
@@ -49,6 +50,7 @@ struct Options {
 struct SizeResult {
   uint64_t size = 0;
   Measurement psched_sequential, tcp_sequential, psched_pipelined, tcp_pipelined;
+  Measurement loop_sequential, loop_pipelined;  // the echo through psched's threads and loops
   Measurement psched_aggregate, tcp_aggregate;
 };
 
@@ -180,17 +182,24 @@ void measure_aggregate(const DeploymentConfig& shard, uint16_t tcp_port, unsigne
       workers, [&](unsigned) { return tcp_pipelined(tcp_port, r.size, kPipelineDepth, budget); });
 }
 
-SizeResult measure_size(const DeploymentConfig& shard, uint16_t tcp_port, uint64_t size,
+// The ports of the two echo baselines.
+struct EchoPorts {
+  uint16_t tcp = 0, loop = 0;
+};
+
+SizeResult measure_size(const DeploymentConfig& shard, EchoPorts echo, uint64_t size,
                         unsigned workers, const Budget& budget) {
   SizeResult r;
   r.size = size;
   const std::string label = format_byte_size(size);
   r.psched_sequential = psched_case(shard, "seq/" + label, size, size, size, budget);
-  r.tcp_sequential = tcp_sequential(tcp_port, size, budget);
+  r.tcp_sequential = tcp_sequential(echo.tcp, size, budget);
+  r.loop_sequential = loop_sequential(echo.loop, size, budget);
   r.psched_pipelined = psched_case(shard, "pipe/" + label, kPipelinePartitions * size, size,
                                    kPipelineDepth * size, budget);
-  r.tcp_pipelined = tcp_pipelined(tcp_port, size, kPipelineDepth, budget);
-  if (workers > 1) measure_aggregate(shard, tcp_port, workers, r, budget);
+  r.tcp_pipelined = tcp_pipelined(echo.tcp, size, kPipelineDepth, budget);
+  r.loop_pipelined = loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth, budget);
+  if (workers > 1) measure_aggregate(shard, echo.tcp, workers, r, budget);
   return r;
 }
 
@@ -222,6 +231,25 @@ void print_header(const char* title) {
              "TCP p50us", "psched s/GB", "TCP s/GB", "cpu x");
 }
 
+// Where psched's cost lies: TCP -> the same echo through psched's threads and loops -> psched.
+void print_loop_table(const std::vector<SizeResult>& results) {
+  fmt::print(
+      "\nthe same echo carried by psched's threads and event loops (caller -> client loop -> server"
+      " loop and back, no RPC, no apply):\n{:>8} {:>11} {:>10} {:>7} {:>14} {:>10} {:>10} {:>10}\n",
+      "size", "case", "loop GB/s", "of TCP", "psched of loop", "loop p50us", "loop s/GB",
+      "cpu x TCP");
+  auto row = [](uint64_t size, const char* name, const Measurement& loop, const Measurement& tcp,
+                const Measurement& psched) {
+    fmt::print("{:>8} {:>11} {:>10.3f} {:>7.3f} {:>14.3f} {:>10} {:>10.2f} {:>10.2f}\n",
+               format_byte_size(size), name, loop.gb_per_s(), ratio(loop, tcp), ratio(psched, loop),
+               latency_us(loop, 0.5), loop.cpu_s_per_gb(), cpu_ratio(loop, tcp));
+  };
+  for (const SizeResult& r : results) {
+    row(r.size, "sequential", r.loop_sequential, r.tcp_sequential, r.psched_sequential);
+    row(r.size, "pipelined", r.loop_pipelined, r.tcp_pipelined, r.psched_pipelined);
+  }
+}
+
 void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
   print_header("sequential: one request of `size` in flight (psched: 1 partition, credit = size)");
   for (const SizeResult& r : results) print_row(r.size, r.psched_sequential, r.tcp_sequential);
@@ -236,6 +264,7 @@ void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
                      .c_str());
     for (const SizeResult& r : results) print_row(r.size, r.psched_aggregate, r.tcp_aggregate);
   }
+  print_loop_table(results);
   fmt::print(
       "\nnote: both sides move `size` bytes to the server and `size` bytes back per request; GB/s"
       " = 1e9 bytes/s counted one way; the psched figure includes the shard's optimizer apply"
@@ -266,14 +295,25 @@ nlohmann::json to_json(const Measurement& psched, const Measurement& tcp) {
           {"cpu_ratio", cpu_ratio(psched, tcp)}};
 }
 
+// The same, and the echo through psched's threads and loops: "loop", its GB/s over TCP's
+// ("loop_ratio"), and psched's over it ("psched_of_loop").
+nlohmann::json to_json(const Measurement& psched, const Measurement& tcp, const Measurement& loop) {
+  nlohmann::json j = to_json(psched, tcp);
+  j["loop"] = to_json(loop);
+  j["loop_ratio"] = ratio(loop, tcp);
+  j["psched_of_loop"] = ratio(psched, loop);
+  return j;
+}
+
 void write_json(const std::string& path, const Options& options,
                 const std::vector<SizeResult>& results) {
   nlohmann::json sizes = nlohmann::json::array();
   for (const SizeResult& r : results)
-    sizes.push_back({{"size_bytes", r.size},
-                     {"size", format_byte_size(r.size)},
-                     {"sequential", to_json(r.psched_sequential, r.tcp_sequential)},
-                     {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined)}});
+    sizes.push_back(
+        {{"size_bytes", r.size},
+         {"size", format_byte_size(r.size)},
+         {"sequential", to_json(r.psched_sequential, r.tcp_sequential, r.loop_sequential)},
+         {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined)}});
   if (options.workers > 1)
     for (size_t i = 0; i < results.size(); ++i)
       sizes[i]["aggregate"] = to_json(results[i].psched_aggregate, results[i].tcp_aggregate);
@@ -295,14 +335,16 @@ int run(const Options& options) {
   if (!options.verbose) set_log_level(LogLevel::warn);
   const std::vector<uint64_t> sizes = parse_sizes(options.sizes);
   const Budget budget{.seconds = options.seconds};
-  TcpEchoServer echo;
+  TcpEchoServer tcp_echo;
+  LoopEchoServer loop_echo;
   const DeploymentConfig config =
       shard_config(options.port, options.workers, options.tls_dir, options.checkpoint_dir);
   ShardThreads shard(config, {}, options.server_threads, options.apply_helpers);
   shard.start();
   std::vector<SizeResult> results;
   for (uint64_t size : sizes)
-    results.push_back(measure_size(config, echo.port(), size, options.workers, budget));
+    results.push_back(
+        measure_size(config, {tcp_echo.port(), loop_echo.port()}, size, options.workers, budget));
   print_tables(results, options.workers);
   if (!options.json.empty()) write_json(options.json, options, results);
   return 0;

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "bench/loop_echo.h"
+
+#include <vector>
+
+#include <kj/async-io.h>
+
+#include "actors/loop_thread.h"
+#include "net/rpc_connection.h"
+
+namespace psched::bench {
+namespace {
+
+// One echoed connection: the request size it announced, and the buffer each request passes
+// through.
+struct EchoedConnection {
+  kj::Own<kj::AsyncIoStream> stream;
+  uint64_t size = 0;
+  kj::Array<kj::byte> buffer;
+};
+
+// Reads a request, writes it back, and again, until the peer closes.
+kj::Promise<void> echo(EchoedConnection& c) {
+  return c.stream->tryRead(c.buffer.begin(), c.size, c.size)
+      .then([&c](size_t n) -> kj::Promise<void> {
+        if (n < c.size) return kj::READY_NOW;  // closed
+        return c.stream->write(c.buffer.begin(), c.size).then([&c] { return echo(c); });
+      });
+}
+
+kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream) {
+  auto connection = kj::heap<EchoedConnection>();
+  EchoedConnection& c = *connection;
+  c.stream = without_nagle(kj::mv(stream));
+  return c.stream->read(&c.size, sizeof c.size)
+      .then([&c] {
+        c.buffer = kj::heapArray<kj::byte>(c.size);
+        return echo(c);
+      })
+      .attach(kj::mv(connection));
+}
+
+// A client connection on its own event-loop thread; exchange() is called from another thread.
+class LoopEchoClient {
+ public:
+  LoopEchoClient(uint16_t port, uint64_t size) : request_(size, kj::byte{1}), response_(size) {
+    thread_.call([this, port](kj::AsyncIoContext& io) {
+      return io.provider->getNetwork()
+          .parseAddress("127.0.0.1", port)
+          .then([](kj::Own<kj::NetworkAddress> address) { return address->connect(); })
+          .then([this](kj::Own<kj::AsyncIoStream> stream) {
+            stream_ = without_nagle(kj::mv(stream));
+            size_ = request_.size();
+            return stream_->write(&size_, sizeof size_);
+          });
+    });
+  }
+  ~LoopEchoClient() {
+    thread_.call([this](kj::AsyncIoContext&) { stream_ = nullptr; });
+  }
+  LoopEchoClient(const LoopEchoClient&) = delete;
+  LoopEchoClient& operator=(const LoopEchoClient&) = delete;
+
+  // `requests` echoes with at most `window` in flight, run on the loop; returns when the last
+  // is back.
+  void exchange(uint64_t requests, unsigned window) {
+    thread_.call([this, requests, window](kj::AsyncIoContext&) {
+      auto exchange = kj::heap<Exchange>(Exchange{requests, window});
+      Exchange& x = *exchange;
+      send_while_room(x);
+      return receive(x).attach(kj::mv(exchange));
+    });
+  }
+
+ private:
+  struct Exchange {
+    uint64_t requests;
+    unsigned window;
+    uint64_t sent = 0, received = 0;
+    kj::Promise<void> writes = kj::READY_NOW;  // one write at a time, in order
+  };
+
+  void send_while_room(Exchange& x) {
+    for (; x.sent < x.requests && x.sent - x.received < x.window; ++x.sent)
+      x.writes = x.writes.then([this] { return stream_->write(request_.data(), request_.size()); })
+                     .eagerlyEvaluate(nullptr);
+  }
+
+  kj::Promise<void> receive(Exchange& x) {
+    if (x.received == x.requests) return kj::mv(x.writes);
+    return stream_->read(response_.data(), response_.size()).then([this, &x] {
+      ++x.received;
+      send_while_room(x);
+      return receive(x);
+    });
+  }
+
+  LoopThread thread_{"echo-client"};
+  std::vector<kj::byte> request_, response_;
+  uint64_t size_ = 0;                  // the announcement, written from here
+  kj::Own<kj::AsyncIoStream> stream_;  // on the loop thread
+};
+
+}  // namespace
+
+struct LoopEchoServer::Loop final : kj::TaskSet::ErrorHandler {
+  void taskFailed(kj::Exception&&) override {}  // a broken connection is dropped alone
+
+  kj::Promise<void> accept() {
+    return receiver->accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
+      tasks->add(serve(kj::mv(stream)));
+      return accept();
+    });
+  }
+
+  LoopThread thread{"echo-server"};
+  // On the loop thread; the tasks go first, as the accept loop uses the receiver:
+  kj::Own<kj::ConnectionReceiver> receiver;
+  kj::Own<kj::TaskSet> tasks;
+};
+
+LoopEchoServer::LoopEchoServer() : loop_(std::make_unique<Loop>()) {
+  port_ = loop_->thread.call([this](kj::AsyncIoContext& io) {
+    return io.provider->getNetwork()
+        .parseAddress("127.0.0.1", 0)
+        .then([this](kj::Own<kj::NetworkAddress> address) {
+          loop_->receiver = address->listen();
+          loop_->tasks = kj::heap<kj::TaskSet>(*loop_);
+          loop_->tasks->add(loop_->accept());
+          return uint16_t(loop_->receiver->getPort());
+        });
+  });
+}
+
+LoopEchoServer::~LoopEchoServer() {
+  loop_->thread.call([this](kj::AsyncIoContext&) {
+    loop_->tasks = nullptr;
+    loop_->receiver = nullptr;
+  });
+}
+
+Measurement loop_sequential(uint16_t port, uint64_t size, const Budget& budget) {
+  LoopEchoClient client(port, size);
+  return time_iterations(budget, size, [&] { client.exchange(1, 1); });
+}
+
+Measurement loop_pipelined(uint16_t port, uint64_t size, uint64_t requests, unsigned window,
+                           const Budget& budget) {
+  LoopEchoClient client(port, size);
+  return time_iterations(budget, requests * size, [&] { client.exchange(requests, window); });
+}
+
+}  // namespace psched::bench
