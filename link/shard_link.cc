@@ -110,8 +110,9 @@ kj::Exception error(ErrorCode code, fmt::format_string<Args...> format, Args&&..
 // Refcounted: the link holds the current one, and each call holds the one it was sent on until
 // the call's promise goes, so a lost connection is closed once its calls are done.
 struct ShardLink::Connection : kj::Refcounted {
-  Connection(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes)
-      : rpc(kj::mv(stream), reader_options(max_message_bytes)),
+  Connection(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes,
+             kj::Timer* timer = nullptr)
+      : rpc(kj::mv(stream), reader_options(max_message_bytes), timer),
         shard(rpc.bootstrap().castAs<wire::Shard>()) {}
 
   RpcConnection rpc;
@@ -157,7 +158,8 @@ kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string
 kj::Promise<ClusterLayout> ShardLink::first_connect(kj::TimePoint deadline, kj::Duration delay) {
   return open_()
       .then([this](kj::Own<kj::AsyncIoStream> stream) {
-        auto attempt = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_);
+        auto attempt =
+            kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_, policy_.timer);
         Connection& fresh = *attempt;
         return present(fresh)
             .then([this, &fresh](ClusterLayout layout) {
@@ -254,7 +256,8 @@ kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
 kj::Promise<void> ShardLink::reconnect(kj::TimePoint deadline, kj::Duration delay) {
   return open_()
       .then([this](kj::Own<kj::AsyncIoStream> stream) {
-        auto attempt = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_);
+        auto attempt =
+            kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_, policy_.timer);
         Connection& fresh = *attempt;
         return present(fresh)
             .then([this, &fresh](ClusterLayout) { return register_again(fresh); })

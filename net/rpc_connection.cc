@@ -56,13 +56,16 @@ RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capabilit
       network_(*stream_, capnp::rpc::twoparty::Side::SERVER, options),
       rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))) {}
 
-RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options)
-    : stream_(coalesced(kj::mv(stream))),
+RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options,
+                             kj::Timer* timer)
+    : stream_(coalesced(kj::mv(stream), timer)),
       network_(*stream_, capnp::rpc::twoparty::Side::CLIENT, options),
       rpc_(capnp::makeRpcClient(network_)) {}
 
-kj::Own<kj::AsyncIoStream> RpcConnection::coalesced(kj::Own<kj::AsyncIoStream> stream) {
-  auto writes = with_write_coalescing(with_read_buffer(without_nagle(kj::mv(stream))));
+kj::Own<kj::AsyncIoStream> RpcConnection::coalesced(kj::Own<kj::AsyncIoStream> stream,
+                                                    kj::Timer* finish_timer) {
+  auto writes = with_write_coalescing(with_read_buffer(without_nagle(kj::mv(stream))),
+                                      kSmallWriteBytes, finish_timer);
   writes_ = writes.get();
   return writes;
 }

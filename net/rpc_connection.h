@@ -27,8 +27,10 @@ class RpcConnection {
   // Server side: serves `bootstrap` to the peer.
   RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
                 capnp::ReaderOptions options);
-  // Client side: bootstrap() is the peer's capability.
-  RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options);
+  // Client side: bootstrap() is the peer's capability. With `timer`, lone Finish messages wait
+  // briefly for the next call to carry them (net/write_coalescing.h).
+  RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::ReaderOptions options,
+                kj::Timer* timer = nullptr);
 
   capnp::Capability::Client bootstrap();
   // Stops reading from the peer while its unanswered calls hold more than `bytes` (their
@@ -42,8 +44,10 @@ class RpcConnection {
   void on_written(std::function<void()> callback) { *written_ = std::move(callback); }
 
  private:
-  // `stream` with Nagle off, a read buffer and write coalescing (kept in writes_).
-  kj::Own<kj::AsyncIoStream> coalesced(kj::Own<kj::AsyncIoStream> stream);
+  // `stream` with Nagle off, a read buffer and write coalescing (kept in writes_), holding lone
+  // Finish messages when given `finish_timer`.
+  kj::Own<kj::AsyncIoStream> coalesced(kj::Own<kj::AsyncIoStream> stream,
+                                       kj::Timer* finish_timer = nullptr);
 
   WriteCoalescingStream* writes_ = nullptr;  // inside stream_
   std::shared_ptr<std::function<void()>> written_ = std::make_shared<std::function<void()>>();

@@ -1,15 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "net/write_coalescing.h"
 
+#include <capnp/message.h>
+#include <capnp/rpc.capnp.h>
 #include <kj/vector.h>
 
 namespace psched {
 namespace {
 
+// Cap'n Proto writes a one-segment message as two pieces, its segment table and its segment;
+// a Finish fits in a few words.
+bool is_finish(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
+  constexpr size_t kMaxFinishBytes = 8 * sizeof(capnp::word);
+  if (pieces.size() != 2 || pieces[0].size() != sizeof(capnp::word) ||
+      pieces[1].size() > kMaxFinishBytes || pieces[1].size() % sizeof(capnp::word) != 0)
+    return false;
+  kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(pieces[1].begin()),
+                                        pieces[1].size() / sizeof(capnp::word));
+  capnp::SegmentArrayMessageReader message(kj::arrayPtr(&words, 1));
+  return message.getRoot<capnp::rpc::Message>().isFinish();
+}
+
 class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet::ErrorHandler {
  public:
-  CoalescingStream(kj::Own<kj::AsyncIoStream> inner, size_t small_bytes)
-      : WriteCoalescingStream(kj::mv(inner)), small_bytes_(small_bytes), flushes_(*this) {}
+  CoalescingStream(kj::Own<kj::AsyncIoStream> inner, size_t small_bytes, kj::Timer* finish_timer)
+      : WriteCoalescingStream(kj::mv(inner)),
+        small_bytes_(small_bytes),
+        finish_timer_(finish_timer),
+        flushes_(*this) {}
 
   kj::Promise<void> drained() override {
     if (pending_.size() > 0) return hand_on({});
@@ -28,8 +46,12 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
     size_t size = 0;
     for (auto piece : pieces) size += piece.size();
     if (size > small_bytes_) return hand_on(pieces);
+    bool hold = finish_timer_ != nullptr && (pending_.size() == 0 || holding_) && is_finish(pieces);
     for (auto piece : pieces) pending_.addAll(piece);
-    if (pending_.size() >= kFlushBytes) {
+    holding_ = hold;
+    if (hold) {
+      hold_for_next_write();
+    } else if (pending_.size() >= kFlushBytes) {
       flushes_.add(hand_on({}));
     } else if (!flush_scheduled_) {
       flush_scheduled_ = true;
@@ -50,6 +72,18 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
   }
 
  private:
+  // What is buffered (Finish messages alone) leaves with the next write, or kFinishHold from
+  // now: one timer at a time, which hands on whatever is buffered then.
+  void hold_for_next_write() {
+    if (hold_timer_armed_) return;
+    hold_timer_armed_ = true;
+    flushes_.add(finish_timer_->afterDelay(kFinishHold).then([this]() -> kj::Promise<void> {
+      hold_timer_armed_ = false;
+      if (pending_.size() == 0 || flush_scheduled_) return kj::READY_NOW;
+      return hand_on({});
+    }));
+  }
+
   // Buffered bytes beyond this are handed on at once rather than at the end of the turn.
   static constexpr size_t kFlushBytes = 64 * 1024;
 
@@ -57,6 +91,7 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
   // resolves) in one writev once every earlier write is done: at once when none is in progress.
   kj::Promise<void> hand_on(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
     kj::Array<kj::byte> pending = pending_.releaseAsArray();
+    holding_ = false;
     auto all = kj::heapArrayBuilder<kj::ArrayPtr<const kj::byte>>(pieces.size() + 1);
     if (pending.size() > 0) all.add(pending);
     all.addAll(pieces);
@@ -83,8 +118,11 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
   }
 
   size_t small_bytes_;
+  kj::Timer* finish_timer_;                 // null: Finish messages are not held
   kj::Vector<kj::byte> pending_;            // small messages accepted and not yet handed on
   bool flush_scheduled_ = false;            // an end-of-turn flush is queued
+  bool holding_ = false;                    // pending_ holds only Finish messages
+  bool hold_timer_armed_ = false;           // hold_for_next_write's timer runs
   kj::Promise<void> tail_ = kj::READY_NOW;  // resolves when every write handed on is done
   unsigned writes_in_progress_ = 0;         // handed on and not yet done
   kj::Maybe<kj::Exception> failure_;        // the first failed flush: later writes fail with it
@@ -94,8 +132,8 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
 }  // namespace
 
 kj::Own<WriteCoalescingStream> with_write_coalescing(kj::Own<kj::AsyncIoStream> stream,
-                                                     size_t small_bytes) {
-  return kj::heap<CoalescingStream>(kj::mv(stream), small_bytes);
+                                                     size_t small_bytes, kj::Timer* finish_timer) {
+  return kj::heap<CoalescingStream>(kj::mv(stream), small_bytes, finish_timer);
 }
 
 }  // namespace psched

@@ -21,8 +21,20 @@ class WriteCoalescingStream : public ForwardingStream {
   virtual kj::Promise<void> drained() = 0;
 };
 
+// Writes up to this size are gathered by default.
+constexpr size_t kSmallWriteBytes = 16 * 1024;
+
 // `stream` with writes of at most `small_bytes` gathered as above; reads pass through.
+//
+// With `finish_timer`, a Cap'n Proto Finish message (a caller telling the peer that it has the
+// answer, which nothing waits for) written alone is held until the next write carries it, or
+// kFinishHold has passed: a worker that pushes one partition at a time would otherwise wake its
+// shard twice per round trip, once for the call and once for the call's Finish.
 kj::Own<WriteCoalescingStream> with_write_coalescing(kj::Own<kj::AsyncIoStream> stream,
-                                                     size_t small_bytes = 16 * 1024);
+                                                     size_t small_bytes = kSmallWriteBytes,
+                                                     kj::Timer* finish_timer = nullptr);
+
+// How long a lone Finish waits for a write to carry it.
+constexpr kj::Duration kFinishHold = 1 * kj::MILLISECONDS;
 
 }  // namespace psched

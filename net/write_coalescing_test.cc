@@ -6,7 +6,11 @@
 #include <string_view>
 #include <vector>
 
+#include <capnp/rpc.capnp.h>
+#include <capnp/serialize-async.h>
+#include <capnp/serialize.h>
 #include <doctest/doctest.h>
+#include <kj/timer.h>
 
 #include "net/forwarding_stream.h"
 
@@ -30,19 +34,33 @@ class RecordingStream final : public ForwardingStream {
   std::vector<std::string>& writes_;
 };
 
-// A coalescing stream (small messages: up to 16 bytes) over a pipe, recording each write
-// that reaches the pipe; `reading` collects what the other end receives.
+// A coalescing stream (small messages: up to `small_bytes`; Finish messages held on `timer`
+// when `hold_finishes`) over a pipe, recording each write that reaches the pipe.
 struct RecordedPipe {
+  explicit RecordedPipe(size_t small_bytes = 16, bool hold_finishes = false)
+      : stream(with_write_coalescing(kj::heap<RecordingStream>(kj::mv(pipe.ends[0]), writes),
+                                     small_bytes, hold_finishes ? &timer : nullptr)) {}
+
   kj::EventLoop loop;
   kj::WaitScope scope{loop};
+  kj::TimerImpl timer{kj::origin<kj::TimePoint>()};  // moves only when a test advances it
   kj::TwoWayPipe pipe = kj::newTwoWayPipe();
   std::vector<std::string> writes;
-  kj::Own<WriteCoalescingStream> stream =
-      with_write_coalescing(kj::heap<RecordingStream>(kj::mv(pipe.ends[0]), writes), 16);
+  kj::Own<WriteCoalescingStream> stream;
   // What the other end received once the stream shuts down.
   std::string received(kj::Promise<kj::String> reading) {
     stream->shutdownWrite();
     return std::string(reading.wait(scope).cStr());
+  }
+};
+
+// A Cap'n Proto RPC message, serialized as the RPC system writes it.
+struct RpcMessage {
+  capnp::MallocMessageBuilder builder;
+  capnp::rpc::Message::Builder root = builder.initRoot<capnp::rpc::Message>();
+  std::string bytes() {
+    auto words = capnp::messageToFlatArray(builder);
+    return std::string(words.asChars().begin(), words.asChars().size());
   }
 };
 
@@ -104,4 +122,41 @@ TEST_CASE("whatever the sizes, the bytes arrive in the order written") {
   }
   stream->shutdownWrite();
   CHECK(std::string(reading.wait(scope).cStr()) == sent);
+}
+
+TEST_CASE("a lone Finish waits for the next call to carry it") {
+  RecordedPipe p(1024, true);
+  RpcMessage finish, call;
+  finish.root.initFinish().setQuestionId(7);
+  call.root.initCall().setQuestionId(8);
+  capnp::writeMessage(*p.stream, finish.builder).wait(p.scope);
+  p.scope.poll();
+  CHECK(p.writes.empty());  // the turn ended: a call or return would have left here
+  capnp::writeMessage(*p.stream, call.builder).wait(p.scope);
+  p.scope.poll();
+  CHECK(p.writes == std::vector<std::string>{finish.bytes() + call.bytes()});
+}
+
+TEST_CASE("a lone Finish leaves when the hold has passed without a write") {
+  RecordedPipe p(1024, true);
+  RpcMessage finish, other_finish;
+  finish.root.initFinish().setQuestionId(7);
+  other_finish.root.initFinish().setQuestionId(9);
+  capnp::writeMessage(*p.stream, finish.builder).wait(p.scope);
+  capnp::writeMessage(*p.stream, other_finish.builder).wait(p.scope);
+  p.timer.advanceTo(p.timer.now() + kFinishHold - 1 * kj::MICROSECONDS);
+  p.scope.poll();
+  CHECK(p.writes.empty());
+  p.timer.advanceTo(p.timer.now() + 1 * kj::MICROSECONDS);
+  p.scope.poll();
+  CHECK(p.writes == std::vector<std::string>{finish.bytes() + other_finish.bytes()});
+}
+
+TEST_CASE("without a timer a Finish leaves at the end of its turn") {
+  RecordedPipe p(1024);
+  RpcMessage finish;
+  finish.root.initFinish().setQuestionId(7);
+  capnp::writeMessage(*p.stream, finish.builder).wait(p.scope);
+  p.scope.poll();
+  CHECK(p.writes == std::vector<std::string>{finish.bytes()});
 }
