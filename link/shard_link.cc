@@ -152,33 +152,49 @@ kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string
   worker_ = worker;
   token_ = token;
   if (connection_) return present(*connection_);
-  return first_connect(policy_.timer->now() + policy_.timeout, policy_.first_delay);
+  return connect_with_retries(policy_.timer->now() + policy_.timeout, policy_.first_delay, false);
 }
 
-kj::Promise<ClusterLayout> ShardLink::first_connect(kj::TimePoint deadline, kj::Duration delay) {
-  return open_()
-      .then([this](kj::Own<kj::AsyncIoStream> stream) {
-        auto attempt =
-            kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_, policy_.timer);
-        Connection& fresh = *attempt;
-        return present(fresh)
-            .then([this, &fresh](ClusterLayout layout) {
-              connection_ = kj::addRef(fresh);
-              return layout;
-            })
-            .attach(kj::mv(attempt));
-      })
-      .catch_([this, deadline, delay](kj::Exception&& e) -> kj::Promise<ClusterLayout> {
-        // Only a shard that is full now (at limits.max_connections) is worth waiting for;
-        // other refusals and an unreachable shard fail the start at once.
-        if (e.getType() != kj::Exception::Type::OVERLOADED) return kj::mv(e);
-        if (policy_.timer->now() + delay >= deadline) return kj::mv(e);
-        log_warn("worker {}: shard {} refused the connection, retrying in {} ms: {}", worker_.value,
-                 address_, delay / kj::MILLISECONDS, e.getDescription().cStr());
-        return policy_.timer->afterDelay(delay).then([this, deadline, delay] {
-          return first_connect(deadline, std::min(delay * 2, policy_.max_delay));
-        });
-      });
+kj::Promise<ClusterLayout> ShardLink::open_connection() {
+  return open_().then([this](kj::Own<kj::AsyncIoStream> stream) {
+    auto attempt = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_, policy_.timer);
+    Connection& fresh = *attempt;
+    return present(fresh)
+        .then([this, &fresh](ClusterLayout layout) {
+          return register_again(fresh).then(
+              [layout = kj::mv(layout)]() mutable { return kj::mv(layout); });
+        })
+        .then([this, &fresh](ClusterLayout layout) {
+          connection_ = kj::addRef(fresh);
+          return layout;
+        })
+        .attach(kj::mv(attempt));
+  });
+}
+
+kj::Promise<ClusterLayout> ShardLink::connect_with_retries(kj::TimePoint deadline,
+                                                           kj::Duration delay, bool reconnecting) {
+  return open_connection().catch_([this, deadline, delay,
+                                   reconnecting](kj::Exception&& e) -> kj::Promise<ClusterLayout> {
+    // A shard at limits.max_connections refuses with [overloaded]: worth waiting for. At
+    // the start other refusals and an unreachable shard fail at once; a reconnect also
+    // waits for the shard to come back.
+    auto type = e.getType();
+    bool retry = type == kj::Exception::Type::OVERLOADED ||
+                 (reconnecting && type == kj::Exception::Type::DISCONNECTED);
+    if (!retry) return kj::mv(e);
+    if (policy_.timer->now() + delay >= deadline) {
+      if (!reconnecting) return kj::mv(e);
+      return error(ErrorCode::disconnected, "shard {} unreachable for {} s: {}", address_,
+                   policy_.timeout / kj::SECONDS, e.getDescription().cStr());
+    }
+    if (!reconnecting)
+      log_warn("worker {}: shard {} refused the connection, retrying in {} ms: {}", worker_.value,
+               address_, delay / kj::MILLISECONDS, e.getDescription().cStr());
+    return policy_.timer->afterDelay(delay).then([this, deadline, delay, reconnecting] {
+      return connect_with_retries(deadline, std::min(delay * 2, policy_.max_delay), reconnecting);
+    });
+  });
 }
 
 kj::Promise<ClusterLayout> ShardLink::present(Connection& connection) {
@@ -234,9 +250,9 @@ kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
   recovering_now_ = true;
   log_warn("worker {}: connection to shard {} lost, reconnecting", worker_.value, address_);
   kj::TimePoint deadline = policy_.timer->now() + policy_.timeout;
-  recovering_ = reconnect(deadline, policy_.first_delay)
+  recovering_ = connect_with_retries(deadline, policy_.first_delay, true)
                     .then(
-                        [this] {
+                        [this](ClusterLayout) {
                           recovering_now_ = false;
                           ++epoch_;
                           ++reconnects_;
@@ -251,31 +267,6 @@ kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
     return attempt->addBranch();
   }
   KJ_UNREACHABLE;
-}
-
-kj::Promise<void> ShardLink::reconnect(kj::TimePoint deadline, kj::Duration delay) {
-  return open_()
-      .then([this](kj::Own<kj::AsyncIoStream> stream) {
-        auto attempt =
-            kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_, policy_.timer);
-        Connection& fresh = *attempt;
-        return present(fresh)
-            .then([this, &fresh](ClusterLayout) { return register_again(fresh); })
-            .then([this, &fresh] { connection_ = kj::addRef(fresh); })
-            .attach(kj::mv(attempt));
-      })
-      .catch_([this, deadline, delay](kj::Exception&& e) -> kj::Promise<void> {
-        // A shard at limits.max_connections refuses with [overloaded]: wait for a slot too.
-        if (e.getType() != kj::Exception::Type::DISCONNECTED &&
-            e.getType() != kj::Exception::Type::OVERLOADED)
-          return kj::mv(e);
-        if (policy_.timer->now() + delay >= deadline)
-          return error(ErrorCode::disconnected, "shard {} unreachable for {} s: {}", address_,
-                       policy_.timeout / kj::SECONDS, e.getDescription().cStr());
-        return policy_.timer->afterDelay(delay).then([this, deadline, delay] {
-          return reconnect(deadline, std::min(delay * 2, policy_.max_delay));
-        });
-      });
 }
 
 kj::Promise<void> ShardLink::register_again(Connection& connection) {

@@ -131,11 +131,13 @@ class ShardLink {
   // Presents the worker on `connection`; resolves with the shard's layout.
   kj::Promise<ClusterLayout> present(Connection& connection);
   kj::Promise<Registration> send_register(Connection& connection, const Registered& part);
-  // One attempt after another until `deadline`, `delay` apart (doubling up to max_delay):
-  // a new connection, presented and with every part registered again, becomes current.
-  kj::Promise<void> reconnect(kj::TimePoint deadline, kj::Duration delay);
-  // connect()'s attempts, `delay` apart (doubling up to max_delay) until `deadline`.
-  kj::Promise<ClusterLayout> first_connect(kj::TimePoint deadline, kj::Duration delay);
+  // One attempt: a new connection, presented and with every part registered so far registered
+  // again, becomes current; resolves with the shard's layout.
+  kj::Promise<ClusterLayout> open_connection();
+  // open_connection() again, `delay` apart (doubling up to max_delay) until `deadline`, while
+  // the shard is full ([overloaded]) and, when `reconnecting`, while it is unreachable.
+  kj::Promise<ClusterLayout> connect_with_retries(kj::TimePoint deadline, kj::Duration delay,
+                                                  bool reconnecting);
   kj::Promise<void> register_again(Connection& connection);
 
   std::string address_;
