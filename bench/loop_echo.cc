@@ -1,40 +1,61 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "bench/loop_echo.h"
 
+#include <cstring>
+#include <span>
 #include <vector>
 
 #include <kj/async-io.h>
 
 #include "actors/loop_thread.h"
 #include "net/rpc_connection.h"
+#include "optim/optimizer.h"
 
 namespace psched::bench {
 namespace {
 
-// One echoed connection: the request size it announced, and the buffer each request passes
-// through.
-struct EchoedConnection {
-  kj::Own<kj::AsyncIoStream> stream;
+// What a client announces first.
+struct Announcement {
   uint64_t size = 0;
-  kj::Array<kj::byte> buffer;
+  EchoWork work = EchoWork::none;
 };
 
-// Reads a request, writes it back, and again, until the peer closes.
+// One echoed connection: what it announced, the buffer each request arrives in, and with
+// EchoWork::psched the value the requests are applied to, which is the answer.
+struct EchoedConnection {
+  kj::Own<kj::AsyncIoStream> stream;
+  Announcement announced;
+  kj::Array<kj::byte> buffer;
+  std::vector<float> value;
+  uint64_t applied = 0;
+
+  // The answer to the request in `buffer`.
+  kj::ArrayPtr<const kj::byte> answer() {
+    if (announced.work == EchoWork::none) return buffer;
+    std::span<const float> gradient(reinterpret_cast<const float*>(buffer.begin()), value.size());
+    optim::apply({.kind = optim::OptimizerKind::sgd, .lr = 0.0}, value, gradient, {}, ++applied);
+    return kj::arrayPtr(reinterpret_cast<const kj::byte*>(value.data()), buffer.size());
+  }
+};
+
+// Reads a request, answers it, and again, until the peer closes.
 kj::Promise<void> echo(EchoedConnection& c) {
-  return c.stream->tryRead(c.buffer.begin(), c.size, c.size)
-      .then([&c](size_t n) -> kj::Promise<void> {
-        if (n < c.size) return kj::READY_NOW;  // closed
-        return c.stream->write(c.buffer.begin(), c.size).then([&c] { return echo(c); });
-      });
+  size_t size = c.buffer.size();
+  return c.stream->tryRead(c.buffer.begin(), size, size).then([&c, size](size_t n) {
+    if (n < size) return kj::Promise<void>(kj::READY_NOW);  // closed
+    auto answer = c.answer();
+    return c.stream->write(answer.begin(), answer.size()).then([&c] { return echo(c); });
+  });
 }
 
 kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream) {
   auto connection = kj::heap<EchoedConnection>();
   EchoedConnection& c = *connection;
   c.stream = without_nagle(kj::mv(stream));
-  return c.stream->read(&c.size, sizeof c.size)
+  return c.stream->read(&c.announced, sizeof c.announced)
       .then([&c] {
-        c.buffer = kj::heapArray<kj::byte>(c.size);
+        c.buffer = kj::heapArray<kj::byte>(c.announced.size);
+        if (c.announced.work == EchoWork::psched) c.value.assign(c.announced.size / 4, 1.0f);
         return echo(c);
       })
       .attach(kj::mv(connection));
@@ -43,15 +64,19 @@ kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream) {
 // A client connection on its own event-loop thread; exchange() is called from another thread.
 class LoopEchoClient {
  public:
-  LoopEchoClient(uint16_t port, uint64_t size) : request_(size, kj::byte{1}), response_(size) {
+  // With EchoWork::psched, each answer is copied into a memory of `requests` x `size` bytes.
+  LoopEchoClient(uint16_t port, uint64_t size, uint64_t requests, EchoWork work)
+      : request_(size, kj::byte{1}),
+        response_(size),
+        trainer_(work == EchoWork::psched ? requests * size : 0),
+        announced_{size, work} {
     thread_.call([this, port](kj::AsyncIoContext& io) {
       return io.provider->getNetwork()
           .parseAddress("127.0.0.1", port)
           .then([](kj::Own<kj::NetworkAddress> address) { return address->connect(); })
           .then([this](kj::Own<kj::AsyncIoStream> stream) {
             stream_ = without_nagle(kj::mv(stream));
-            size_ = request_.size();
-            return stream_->write(&size_, sizeof size_);
+            return stream_->write(&announced_, sizeof announced_);
           });
     });
   }
@@ -89,6 +114,9 @@ class LoopEchoClient {
   kj::Promise<void> receive(Exchange& x) {
     if (x.received == x.requests) return kj::mv(x.writes);
     return stream_->read(response_.data(), response_.size()).then([this, &x] {
+      if (!trainer_.empty())
+        std::memcpy(trainer_.data() + x.received * response_.size(), response_.data(),
+                    response_.size());
       ++x.received;
       send_while_room(x);
       return receive(x);
@@ -96,8 +124,8 @@ class LoopEchoClient {
   }
 
   LoopThread thread_{"echo-client"};
-  std::vector<kj::byte> request_, response_;
-  uint64_t size_ = 0;                  // the announcement, written from here
+  std::vector<kj::byte> request_, response_, trainer_;
+  Announcement announced_;             // written from here
   kj::Own<kj::AsyncIoStream> stream_;  // on the loop thread
 };
 
@@ -139,14 +167,14 @@ LoopEchoServer::~LoopEchoServer() {
   });
 }
 
-Measurement loop_sequential(uint16_t port, uint64_t size, const Budget& budget) {
-  LoopEchoClient client(port, size);
+Measurement loop_sequential(uint16_t port, uint64_t size, EchoWork work, const Budget& budget) {
+  LoopEchoClient client(port, size, 1, work);
   return time_iterations(budget, size, [&] { client.exchange(1, 1); });
 }
 
 Measurement loop_pipelined(uint16_t port, uint64_t size, uint64_t requests, unsigned window,
-                           const Budget& budget) {
-  LoopEchoClient client(port, size);
+                           EchoWork work, const Budget& budget) {
+  LoopEchoClient client(port, size, requests, work);
   return time_iterations(budget, requests * size, [&] { client.exchange(requests, window); });
 }
 

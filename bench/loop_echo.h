@@ -6,8 +6,11 @@
 // wakes the caller. Same threads, hand-offs, loops and sockets as psched, without Cap'n Proto
 // RPC, the optimizer apply, or the copy into the trainer's memory.
 //
-// So psched against it is what the RPC layer and the shard's work cost, and it against plain
-// TCP is what the threads and event loops cost (docs/benchmarks.md, "Transport").
+// So it against plain TCP is what the threads and event loops cost. With EchoWork::psched it
+// also does psched's per-byte work: the server applies each request as a gradient to a value
+// (sgd, as the transport bench's shard) and answers with the value, and the client copies each
+// answer into its own memory, as a worker copies a fresh value into the trainer's; psched
+// against that is what its RPC layer costs (docs/benchmarks.md, "Transport").
 #pragma once
 
 #include <cstdint>
@@ -35,12 +38,15 @@ class LoopEchoServer {
   uint16_t port_ = 0;
 };
 
-// One request of `size` per hand-off: the caller waits for its echo.
-Measurement loop_sequential(uint16_t port, uint64_t size, const Budget& budget);
+// What a loop echo does besides echoing (the client announces it with the request size).
+enum class EchoWork : uint64_t { none = 0, psched = 1 };
+
+// One request of `size` (a multiple of 4 bytes) per hand-off: the caller waits for its echo.
+Measurement loop_sequential(uint16_t port, uint64_t size, EchoWork work, const Budget& budget);
 // `requests` requests of `size` per hand-off, at most `window` in flight; the caller waits for
 // the last echo (as psched's pipelined case pushes a variable of `requests` partitions with a
 // credit of `window` partitions). One iteration moves requests x size bytes each way.
 Measurement loop_pipelined(uint16_t port, uint64_t size, uint64_t requests, unsigned window,
-                           const Budget& budget);
+                           EchoWork work, const Budget& budget);
 
 }  // namespace psched::bench

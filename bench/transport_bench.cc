@@ -50,7 +50,8 @@ struct Options {
 struct SizeResult {
   uint64_t size = 0;
   Measurement psched_sequential, tcp_sequential, psched_pipelined, tcp_pipelined;
-  Measurement loop_sequential, loop_pipelined;  // the echo through psched's threads and loops
+  // The echo through psched's threads and loops, alone and with psched's per-byte work.
+  Measurement loop_sequential, loop_pipelined, work_sequential, work_pipelined;
   Measurement psched_aggregate, tcp_aggregate;
 };
 
@@ -194,11 +195,15 @@ SizeResult measure_size(const DeploymentConfig& shard, EchoPorts echo, uint64_t 
   const std::string label = format_byte_size(size);
   r.psched_sequential = psched_case(shard, "seq/" + label, size, size, size, budget);
   r.tcp_sequential = tcp_sequential(echo.tcp, size, budget);
-  r.loop_sequential = loop_sequential(echo.loop, size, budget);
+  r.loop_sequential = loop_sequential(echo.loop, size, EchoWork::none, budget);
+  r.work_sequential = loop_sequential(echo.loop, size, EchoWork::psched, budget);
   r.psched_pipelined = psched_case(shard, "pipe/" + label, kPipelinePartitions * size, size,
                                    kPipelineDepth * size, budget);
   r.tcp_pipelined = tcp_pipelined(echo.tcp, size, kPipelineDepth, budget);
-  r.loop_pipelined = loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth, budget);
+  r.loop_pipelined =
+      loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth, EchoWork::none, budget);
+  r.work_pipelined = loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth,
+                                    EchoWork::psched, budget);
   if (workers > 1) measure_aggregate(shard, echo.tcp, workers, r, budget);
   return r;
 }
@@ -231,22 +236,28 @@ void print_header(const char* title) {
              "TCP p50us", "psched s/GB", "TCP s/GB", "cpu x");
 }
 
-// Where psched's cost lies: TCP -> the same echo through psched's threads and loops -> psched.
+// Where psched's cost lies: TCP -> the same echo through psched's threads and loops -> with
+// psched's per-byte work too -> psched.
 void print_loop_table(const std::vector<SizeResult>& results) {
   fmt::print(
       "\nthe same echo carried by psched's threads and event loops (caller -> client loop -> server"
-      " loop and back, no RPC, no apply):\n{:>8} {:>11} {:>10} {:>7} {:>14} {:>10} {:>10} {:>10}\n",
-      "size", "case", "loop GB/s", "of TCP", "psched of loop", "loop p50us", "loop s/GB",
-      "cpu x TCP");
-  auto row = [](uint64_t size, const char* name, const Measurement& loop, const Measurement& tcp,
-                const Measurement& psched) {
-    fmt::print("{:>8} {:>11} {:>10.3f} {:>7.3f} {:>14.3f} {:>10} {:>10.2f} {:>10.2f}\n",
-               format_byte_size(size), name, loop.gb_per_s(), ratio(loop, tcp), ratio(psched, loop),
-               latency_us(loop, 0.5), loop.cpu_s_per_gb(), cpu_ratio(loop, tcp));
+      " loop and back; no RPC), alone and with psched's per-byte work (the server applies sgd,"
+      " the client copies each answer out):\n{:>8} {:>11} {:>12} {:>12} {:>15} {:>10} {:>11}"
+      " {:>10} {:>10}\n",
+      "size", "case", "loop of TCP", "+work of TCP", "psched of +work", "loop p50us", "+work p50us",
+      "loop s/GB", "+work s/GB");
+  auto row = [](uint64_t size, const char* name, const Measurement& loop, const Measurement& work,
+                const Measurement& tcp, const Measurement& psched) {
+    fmt::print("{:>8} {:>11} {:>12.3f} {:>12.3f} {:>15.3f} {:>10} {:>11} {:>10.2f} {:>10.2f}\n",
+               format_byte_size(size), name, ratio(loop, tcp), ratio(work, tcp),
+               ratio(psched, work), latency_us(loop, 0.5), latency_us(work, 0.5),
+               loop.cpu_s_per_gb(), work.cpu_s_per_gb());
   };
   for (const SizeResult& r : results) {
-    row(r.size, "sequential", r.loop_sequential, r.tcp_sequential, r.psched_sequential);
-    row(r.size, "pipelined", r.loop_pipelined, r.tcp_pipelined, r.psched_pipelined);
+    row(r.size, "sequential", r.loop_sequential, r.work_sequential, r.tcp_sequential,
+        r.psched_sequential);
+    row(r.size, "pipelined", r.loop_pipelined, r.work_pipelined, r.tcp_pipelined,
+        r.psched_pipelined);
   }
 }
 
@@ -295,13 +306,18 @@ nlohmann::json to_json(const Measurement& psched, const Measurement& tcp) {
           {"cpu_ratio", cpu_ratio(psched, tcp)}};
 }
 
-// The same, and the echo through psched's threads and loops: "loop", its GB/s over TCP's
-// ("loop_ratio"), and psched's over it ("psched_of_loop").
-nlohmann::json to_json(const Measurement& psched, const Measurement& tcp, const Measurement& loop) {
+// The same, and the echo through psched's threads and loops alone ("loop") and with psched's
+// per-byte work ("loop_work"): each one's GB/s over TCP's ("loop_ratio", "loop_work_ratio"),
+// and psched's over each ("psched_of_loop", "psched_of_loop_work").
+nlohmann::json to_json(const Measurement& psched, const Measurement& tcp, const Measurement& loop,
+                       const Measurement& work) {
   nlohmann::json j = to_json(psched, tcp);
   j["loop"] = to_json(loop);
   j["loop_ratio"] = ratio(loop, tcp);
   j["psched_of_loop"] = ratio(psched, loop);
+  j["loop_work"] = to_json(work);
+  j["loop_work_ratio"] = ratio(work, tcp);
+  j["psched_of_loop_work"] = ratio(psched, work);
   return j;
 }
 
@@ -309,11 +325,12 @@ void write_json(const std::string& path, const Options& options,
                 const std::vector<SizeResult>& results) {
   nlohmann::json sizes = nlohmann::json::array();
   for (const SizeResult& r : results)
-    sizes.push_back(
-        {{"size_bytes", r.size},
-         {"size", format_byte_size(r.size)},
-         {"sequential", to_json(r.psched_sequential, r.tcp_sequential, r.loop_sequential)},
-         {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined)}});
+    sizes.push_back({{"size_bytes", r.size},
+                     {"size", format_byte_size(r.size)},
+                     {"sequential", to_json(r.psched_sequential, r.tcp_sequential,
+                                            r.loop_sequential, r.work_sequential)},
+                     {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined,
+                                           r.work_pipelined)}});
   if (options.workers > 1)
     for (size_t i = 0; i < results.size(); ++i)
       sizes[i]["aggregate"] = to_json(results[i].psched_aggregate, results[i].tcp_aggregate);
