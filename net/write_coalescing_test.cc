@@ -54,14 +54,23 @@ struct RecordedPipe {
   }
 };
 
-// A Cap'n Proto RPC message, serialized as the RPC system writes it.
+// A Cap'n Proto RPC Finish or Call of question `id`, written as the RPC system writes it.
 struct RpcMessage {
-  capnp::MallocMessageBuilder builder;
-  capnp::rpc::Message::Builder root = builder.initRoot<capnp::rpc::Message>();
+  enum class Kind { finish, call };
+  RpcMessage(Kind kind, uint32_t id) {
+    auto root = builder.initRoot<capnp::rpc::Message>();
+    if (kind == Kind::finish)
+      root.initFinish().setQuestionId(id);
+    else
+      root.initCall().setQuestionId(id);
+  }
+  void write_to(RecordedPipe& p) { capnp::writeMessage(*p.stream, builder).wait(p.scope); }
   std::string bytes() {
     auto words = capnp::messageToFlatArray(builder);
     return std::string(words.asChars().begin(), words.asChars().size());
   }
+
+  capnp::MallocMessageBuilder builder;
 };
 
 // `bytes` must outlive the promise, as a real writer's message does.
@@ -126,37 +135,32 @@ TEST_CASE("whatever the sizes, the bytes arrive in the order written") {
 
 TEST_CASE("a lone Finish waits for the next call to carry it") {
   RecordedPipe p(1024, true);
-  RpcMessage finish, call;
-  finish.root.initFinish().setQuestionId(7);
-  call.root.initCall().setQuestionId(8);
-  capnp::writeMessage(*p.stream, finish.builder).wait(p.scope);
+  RpcMessage finish(RpcMessage::Kind::finish, 7), call(RpcMessage::Kind::call, 8);
+  finish.write_to(p);
   p.scope.poll();
   CHECK(p.writes.empty());  // the turn ended: a call or return would have left here
-  capnp::writeMessage(*p.stream, call.builder).wait(p.scope);
+  call.write_to(p);
   p.scope.poll();
   CHECK(p.writes == std::vector<std::string>{finish.bytes() + call.bytes()});
 }
 
 TEST_CASE("a lone Finish leaves when the hold has passed without a write") {
   RecordedPipe p(1024, true);
-  RpcMessage finish, other_finish;
-  finish.root.initFinish().setQuestionId(7);
-  other_finish.root.initFinish().setQuestionId(9);
-  capnp::writeMessage(*p.stream, finish.builder).wait(p.scope);
-  capnp::writeMessage(*p.stream, other_finish.builder).wait(p.scope);
+  RpcMessage finish(RpcMessage::Kind::finish, 7), other(RpcMessage::Kind::finish, 9);
+  finish.write_to(p);
+  other.write_to(p);
   p.timer.advanceTo(p.timer.now() + kFinishHold - 1 * kj::MICROSECONDS);
   p.scope.poll();
   CHECK(p.writes.empty());
   p.timer.advanceTo(p.timer.now() + 1 * kj::MICROSECONDS);
   p.scope.poll();
-  CHECK(p.writes == std::vector<std::string>{finish.bytes() + other_finish.bytes()});
+  CHECK(p.writes == std::vector<std::string>{finish.bytes() + other.bytes()});
 }
 
 TEST_CASE("without a timer a Finish leaves at the end of its turn") {
   RecordedPipe p(1024);
-  RpcMessage finish;
-  finish.root.initFinish().setQuestionId(7);
-  capnp::writeMessage(*p.stream, finish.builder).wait(p.scope);
+  RpcMessage finish(RpcMessage::Kind::finish, 7);
+  finish.write_to(p);
   p.scope.poll();
   CHECK(p.writes == std::vector<std::string>{finish.bytes()});
 }
