@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // psched-transport-bench: push throughput and latency per partition size through a real
 // psched shard (Client -> Cap'n Proto RPC -> ShardHost, all on 127.0.0.1 in this process)
-// against a plain TCP echo on the same loopback, in the same run (docs/design.md section 10).
-// The ratios are the result; absolute figures only orient (the machine is shared).
+// against a plain TCP echo on the same loopback, in the same run, and against the same echo
+// carried by psched's threads and event loops, alone and with psched's per-byte work
+// (bench/loop_echo.h; docs/design.md section 10, docs/benchmarks.md). The ratios are the
+// result; absolute figures only orient (the machine is shared).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
