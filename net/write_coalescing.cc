@@ -9,16 +9,20 @@ namespace psched {
 namespace {
 
 // Cap'n Proto writes a one-segment message as two pieces, its segment table and its segment;
-// a Finish fits in a few words.
+// a Finish fits in a few words. Anything else (not a message, a malformed one) is not one.
 bool is_finish(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
   constexpr size_t kMaxFinishBytes = 8 * sizeof(capnp::word);
   if (pieces.size() != 2 || pieces[0].size() != sizeof(capnp::word) ||
-      pieces[1].size() > kMaxFinishBytes || pieces[1].size() % sizeof(capnp::word) != 0)
+      pieces[1].size() > kMaxFinishBytes || pieces[1].size() % sizeof(capnp::word) != 0 ||
+      reinterpret_cast<uintptr_t>(pieces[1].begin()) % alignof(capnp::word) != 0)
     return false;
   kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(pieces[1].begin()),
                                         pieces[1].size() / sizeof(capnp::word));
   capnp::SegmentArrayMessageReader message(kj::arrayPtr(&words, 1));
-  return message.getRoot<capnp::rpc::Message>().isFinish();
+  bool finish = false;
+  auto failure = kj::runCatchingExceptions(
+      [&] { finish = message.getRoot<capnp::rpc::Message>().isFinish(); });
+  return failure == nullptr && finish;
 }
 
 class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet::ErrorHandler {

@@ -164,3 +164,16 @@ TEST_CASE("without a timer a Finish leaves at the end of its turn") {
   p.scope.poll();
   CHECK(p.writes == std::vector<std::string>{finish.bytes()});
 }
+
+TEST_CASE("a small write that is no Cap'n Proto message is not held") {
+  RecordedPipe p(1024, true);
+  alignas(capnp::word) const kj::byte table[8] = {0, 0, 0, 0, 2, 0, 0, 0};
+  alignas(capnp::word) const kj::byte garbage[16] = {
+      0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+      0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};  // a far pointer to nowhere
+  const kj::ArrayPtr<const kj::byte> pieces[] = {table, garbage};
+  p.stream->write(pieces).wait(p.scope);
+  p.scope.poll();
+  REQUIRE(p.writes.size() == 1);
+  CHECK(p.writes[0].size() == sizeof table + sizeof garbage);
+}
