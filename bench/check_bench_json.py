@@ -53,8 +53,7 @@ def check_transport(doc, faults):
                     positive(faults, f"{where} {side}.p50_us", pair[side].get("p50_us"))
             if not close(pair["ratio"], pair["psched"]["gb_per_s"] / pair["tcp"]["gb_per_s"]):
                 faults.append(f"{where}: ratio {pair['ratio']} is not psched/tcp GB/s")
-            if case != "aggregate":
-                check_loop(where, pair, faults)
+            check_loop(where, pair, faults)
 
 
 def check_cpu_split(where, split, faults):

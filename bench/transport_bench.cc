@@ -54,6 +54,7 @@ struct SizeResult {
   Measurement psched_sequential, tcp_sequential, psched_pipelined, tcp_pipelined;
   // The echo through psched's threads and loops, alone and with psched's per-byte work.
   Measurement loop_sequential, loop_pipelined, work_sequential, work_pipelined;
+  Measurement loop_aggregate, work_aggregate;
   Measurement psched_aggregate, tcp_aggregate;
 };
 
@@ -167,9 +168,15 @@ Measurement at_once(unsigned workers, Measure measure) {
   return all;
 }
 
+// The ports of the two echo baselines.
+struct EchoPorts {
+  uint16_t tcp = 0, loop = 0;
+};
+
 // `workers` clients, each pipelining its own variable as the pipelined case does, against as
-// many pipelined TCP streams.
-void measure_aggregate(const DeploymentConfig& shard, uint16_t tcp_port, unsigned workers,
+// many pipelined TCP streams, and as many loop echo clients of one loop echo server (as psched
+// serves them from one shard loop), alone and with psched's per-byte work.
+void measure_aggregate(const DeploymentConfig& shard, EchoPorts echo, unsigned workers,
                        SizeResult& r, const Budget& budget) {
   const uint64_t bytes = kPipelinePartitions * r.size;
   std::vector<std::unique_ptr<PushingClient>> clients;
@@ -182,13 +189,15 @@ void measure_aggregate(const DeploymentConfig& shard, uint16_t tcp_port, unsigne
   });
   r.psched_aggregate.bytes_per_iteration = bytes;
   r.tcp_aggregate = at_once(
-      workers, [&](unsigned) { return tcp_pipelined(tcp_port, r.size, kPipelineDepth, budget); });
+      workers, [&](unsigned) { return tcp_pipelined(echo.tcp, r.size, kPipelineDepth, budget); });
+  auto loops = [&](EchoWork work) {
+    return at_once(workers, [&](unsigned) {
+      return loop_pipelined(echo.loop, r.size, kPipelinePartitions, kPipelineDepth, work, budget);
+    });
+  };
+  r.loop_aggregate = loops(EchoWork::none);
+  r.work_aggregate = loops(EchoWork::psched);
 }
-
-// The ports of the two echo baselines.
-struct EchoPorts {
-  uint16_t tcp = 0, loop = 0;
-};
 
 SizeResult measure_size(const DeploymentConfig& shard, EchoPorts echo, uint64_t size,
                         unsigned workers, const Budget& budget) {
@@ -206,7 +215,7 @@ SizeResult measure_size(const DeploymentConfig& shard, EchoPorts echo, uint64_t 
       loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth, EchoWork::none, budget);
   r.work_pipelined = loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth,
                                     EchoWork::psched, budget);
-  if (workers > 1) measure_aggregate(shard, echo.tcp, workers, r, budget);
+  if (workers > 1) measure_aggregate(shard, echo, workers, r, budget);
   return r;
 }
 
@@ -240,7 +249,7 @@ void print_header(const char* title) {
 
 // Where psched's cost lies: TCP -> the same echo through psched's threads and loops -> with
 // psched's per-byte work too -> psched.
-void print_loop_table(const std::vector<SizeResult>& results) {
+void print_loop_table(const std::vector<SizeResult>& results, unsigned workers) {
   fmt::print(
       "\nthe same echo carried by psched's threads and event loops (caller -> client loop -> server"
       " loop and back; no RPC), alone and with psched's per-byte work (the server applies sgd,"
@@ -260,6 +269,9 @@ void print_loop_table(const std::vector<SizeResult>& results) {
         r.psched_sequential);
     row(r.size, "pipelined", r.loop_pipelined, r.work_pipelined, r.tcp_pipelined,
         r.psched_pipelined);
+    if (workers > 1)
+      row(r.size, fmt::format("{} workers", workers).c_str(), r.loop_aggregate, r.work_aggregate,
+          r.tcp_aggregate, r.psched_aggregate);
   }
 }
 
@@ -277,7 +289,7 @@ void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
                      .c_str());
     for (const SizeResult& r : results) print_row(r.size, r.psched_aggregate, r.tcp_aggregate);
   }
-  print_loop_table(results);
+  print_loop_table(results, workers);
   fmt::print(
       "\nnote: both sides move `size` bytes to the server and `size` bytes back per request; GB/s"
       " = 1e9 bytes/s counted one way; the psched figure includes the shard's optimizer apply"
@@ -335,7 +347,8 @@ void write_json(const std::string& path, const Options& options,
                                            r.work_pipelined)}});
   if (options.workers > 1)
     for (size_t i = 0; i < results.size(); ++i)
-      sizes[i]["aggregate"] = to_json(results[i].psched_aggregate, results[i].tcp_aggregate);
+      sizes[i]["aggregate"] = to_json(results[i].psched_aggregate, results[i].tcp_aggregate,
+                                      results[i].loop_aggregate, results[i].work_aggregate);
   nlohmann::json doc = {{"benchmark", "transport"},
                         {"seconds_per_case", options.seconds},
                         {"pipeline_depth", kPipelineDepth},
