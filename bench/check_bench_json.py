@@ -23,17 +23,20 @@ def close(a, b, tolerance=1e-6):
 
 
 def check_loop(where, pair, faults):
-    """The echo through psched's threads and loops, and the two ratios derived from it."""
-    loop = pair.get("loop")
-    if loop is None:
-        faults.append(f"{where}: no loop (the echo through psched's threads and loops)")
-        return
-    for key in ("gb_per_s", "cpu_s_per_gb", "iterations", "seconds"):
-        positive(faults, f"{where} loop.{key}", loop.get(key))
-    if not close(pair.get("loop_ratio", 0), loop["gb_per_s"] / pair["tcp"]["gb_per_s"]):
-        faults.append(f"{where}: loop_ratio {pair.get('loop_ratio')} is not loop/tcp GB/s")
-    if not close(pair.get("psched_of_loop", 0), pair["psched"]["gb_per_s"] / loop["gb_per_s"]):
-        faults.append(f"{where}: psched_of_loop {pair.get('psched_of_loop')} is not psched/loop")
+    """The echo through psched's threads and loops, alone ("loop") and with psched's per-byte
+    work ("loop_work"), and the two ratios derived from each."""
+    for name in ("loop", "loop_work"):
+        loop = pair.get(name)
+        if loop is None:
+            faults.append(f"{where}: no {name} (the echo through psched's threads and loops)")
+            continue
+        for key in ("gb_per_s", "cpu_s_per_gb", "iterations", "seconds"):
+            positive(faults, f"{where} {name}.{key}", loop.get(key))
+        to_tcp, of_it = pair.get(f"{name}_ratio", 0), pair.get(f"psched_of_{name}", 0)
+        if not close(to_tcp, loop["gb_per_s"] / pair["tcp"]["gb_per_s"]):
+            faults.append(f"{where}: {name}_ratio {to_tcp} is not {name}/tcp GB/s")
+        if not close(of_it, pair["psched"]["gb_per_s"] / loop["gb_per_s"]):
+            faults.append(f"{where}: psched_of_{name} {of_it} is not psched/{name} GB/s")
 
 
 def check_transport(doc, faults):
