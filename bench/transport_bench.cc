@@ -46,7 +46,11 @@ struct Options {
   std::string tls_dir;         // empty: plain TCP
   std::string checkpoint_dir;  // empty: no update log
   bool verbose = false;
+  bool rpc_calls = false;  // pushes and polls as RPC calls, not over the data stream
 };
+
+// --rpc-calls, for every client of the run.
+bool g_data_stream = true;
 
 // One size's measurements; the aggregate ones only with --workers above 1.
 struct SizeResult {
@@ -95,6 +99,7 @@ DeploymentConfig shard_config(uint16_t port, unsigned workers, const std::filesy
 ClientOptions client_options(const DeploymentConfig& shard, uint64_t partition_bytes,
                              uint64_t credit_bytes, WorkerId worker = WorkerId(0)) {
   ClientOptions options = ClientOptions::from_config(shard, worker);
+  options.data_stream = g_data_stream;
   options.scheduler = {.policy = SchedulePolicy::priority,
                        .partition_bytes = partition_bytes,
                        .credit_bytes = credit_bytes};
@@ -408,7 +413,10 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "the shard logs every update there (checkpoint.update_log), as a durable one");
   app.add_flag("--verbose", o.verbose, "keep psched's info log");
+  app.add_flag("--rpc-calls", o.rpc_calls,
+               "send pushes and polls as Cap'n Proto calls instead of over the data stream");
   CLI11_PARSE(app, argc, argv);
+  psched::bench::g_data_stream = !o.rpc_calls;
   try {
     return psched::bench::run(o);
   } catch (const std::exception& e) {

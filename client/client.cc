@@ -94,8 +94,8 @@ kj::Promise<ClusterLayout> Client::Impl::start(kj::AsyncIoContext& io) {
   std::vector<kj::Own<ShardLink>> links;
   for (const std::string& address : options.shards) {
     StreamOpener open = [this, address, wrap] { return connector->open(address, wrap); };
-    links.push_back(
-        kj::heap<ShardLink>(address, std::move(open), options.max_message_bytes, policy));
+    links.push_back(kj::heap<ShardLink>(address, std::move(open), options.max_message_bytes, policy,
+                                        options.data_stream));
   }
   WorkerOptions worker_options{options.worker, options.token, options.scheduler};
   worker = std::make_unique<Worker>(thread.loop(), kj::mv(links), worker_options);

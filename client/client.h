@@ -51,6 +51,9 @@ struct ClientOptions {
   // Optional: wraps each shard connection's stream on the client's loop thread (benchmarks
   // shape bandwidth with it). Shared by the clients given these options.
   std::shared_ptr<StreamWrapper> wrap_stream;
+  // Pushes and polls go over a data stream beside each shard's RPC connection (framed, no
+  // per-call RPC objects; net/data_frame.h); false: as RPC calls (the A/B baseline).
+  bool data_stream = true;
 
   // Shards, token, TLS, scheduler and limits from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);

@@ -99,6 +99,23 @@ std::vector<std::pair<std::byte*, size_t>> outs_of(std::span<const FusedPartitio
   return outs;
 }
 
+// `call(part)` for each of `parts`, all sent now; resolves with one outcome each, in order.
+template <typename Call>
+kj::Promise<std::vector<PollOutcome>> each_part(std::span<const FusedPartition> parts, Call call) {
+  auto outcomes = kj::heapArrayBuilder<kj::Promise<PollOutcome>>(parts.size());
+  for (const FusedPartition& p : parts)
+    outcomes.add(call(p).then(
+        [](int64_t applied_at_ns) {
+          return PollOutcome{nullptr, applied_at_ns};
+        },
+        [](kj::Exception&& e) {
+          return PollOutcome{std::make_exception_ptr(from_kj_exception(e)), 0};
+        }));
+  return kj::joinPromises(outcomes.finish()).then([](kj::Array<PollOutcome> all) {
+    return std::vector<PollOutcome>(all.begin(), all.end());
+  });
+}
+
 template <typename... Args>
 kj::Exception error(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
   return to_kj_exception(
@@ -118,14 +135,16 @@ struct ShardLink::Connection : kj::Refcounted {
   RpcConnection rpc;
   wire::Shard::Client shard;
   kj::Maybe<wire::Session::Client> session;
+  kj::Own<DataChannel> data;  // null: everything goes over `rpc`
 };
 
 ShardLink::ShardLink(std::string address, StreamOpener open, uint64_t max_message_bytes,
-                     ReconnectPolicy policy)
+                     ReconnectPolicy policy, bool data_stream)
     : address_(std::move(address)),
       open_(std::move(open)),
       max_message_bytes_(max_message_bytes),
-      policy_(policy) {
+      policy_(policy),
+      data_stream_(data_stream) {
   PSCHED_REQUIRE(policy_.timer != nullptr, address_);
 }
 
@@ -161,8 +180,12 @@ kj::Promise<ClusterLayout> ShardLink::open_connection() {
     Connection& fresh = *attempt;
     return present(fresh)
         .then([this, &fresh](ClusterLayout layout) {
-          return register_again(fresh).then(
-              [layout = kj::mv(layout)]() mutable { return kj::mv(layout); });
+          return register_again(fresh)
+              .then([this, &fresh]() -> kj::Promise<void> {
+                if (!data_stream_) return kj::READY_NOW;
+                return open_data(fresh, open_);
+              })
+              .then([layout = kj::mv(layout)]() mutable { return kj::mv(layout); });
         })
         .then([this, &fresh](ClusterLayout layout) {
           connection_ = kj::addRef(fresh);
@@ -285,9 +308,51 @@ kj::Promise<void> ShardLink::register_again(Connection& connection) {
   return kj::joinPromises(answers.releaseAsArray());
 }
 
+kj::Promise<void> ShardLink::open_data_stream(kj::Own<kj::AsyncIoStream> stream) {
+  if (session() == nullptr) return not_connected();
+  auto given = std::make_shared<kj::Own<kj::AsyncIoStream>>(kj::mv(stream));
+  return open_data(*connection_,
+                   [given]() -> kj::Promise<kj::Own<kj::AsyncIoStream>> { return kj::mv(*given); });
+}
+
+kj::Promise<void> ShardLink::open_data(Connection& connection, StreamOpener open) {
+  KJ_IF_MAYBE (session, connection.session) {
+    auto asked = session->openDataStreamRequest().send().then(
+        [](capnp::Response<wire::Session::OpenDataStreamResults> r)
+            -> kj::Promise<kj::Array<kj::byte>> { return kj::heapArray<kj::byte>(r.getKey()); },
+        [this](kj::Exception&& e) -> kj::Promise<kj::Array<kj::byte>> {
+          if (e.getType() != kj::Exception::Type::UNIMPLEMENTED) return kj::mv(e);
+          log_info("worker {}: shard {} has no data streams; pushes and polls go as RPC calls",
+                   worker_.value, address_);
+          return kj::Array<kj::byte>();
+        });
+    return asked.then([this, &connection,
+                       open = std::move(open)](kj::Array<kj::byte> key) -> kj::Promise<void> {
+      if (key.size() == 0) return kj::READY_NOW;
+      return open()
+          .then([this, key = kj::mv(key)](kj::Own<kj::AsyncIoStream> stream) {
+            return DataChannel::open(kj::mv(stream), key, max_message_bytes_);
+          })
+          .then([&connection](kj::Own<DataChannel> channel) { connection.data = kj::mv(channel); });
+    });
+  }
+  return not_connected();
+}
+
+DataChannel* ShardLink::data() {
+  return connection_ ? connection_->data.get() : nullptr;
+}
+
 kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange range, DType dtype,
                                   std::span<const std::byte> gradient) {
   if (session() == nullptr) return not_connected();
+  if (DataChannel* channel = data())
+    return channel
+        ->send(
+            {RequestKind::push, dtype, variable.value, 0, step.value, range.begin, gradient.size()},
+            gradient)
+        .ignoreResult()
+        .attach(kj::addRef(*connection_));
   auto request = session()->pushRequest();
   fill_push(wire::Session::PushParams::Builder(request), variable, step, range, dtype, gradient);
   return request.send().ignoreResult().attach(kj::addRef(*connection_));
@@ -296,6 +361,12 @@ kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange r
 kj::Promise<int64_t> ShardLink::poll(VariableId variable, Step step, ElementRange range,
                                      std::byte* out, size_t out_bytes) {
   if (session() == nullptr) return not_connected();
+  if (DataChannel* channel = data())
+    return channel
+        ->send({RequestKind::poll, DType::float32, variable.value, 0, step.value, range.begin,
+                range.size()},
+               {}, out, out_bytes)
+        .attach(kj::addRef(*connection_));
   auto request = session()->pollRequest();
   request.setVariable(variable.value);
   request.setStep(step.value);
@@ -312,6 +383,18 @@ kj::Promise<int64_t> ShardLink::poll(VariableId variable, Step step, ElementRang
 kj::Promise<std::vector<std::exception_ptr>> ShardLink::push_fused(
     std::span<const FusedPartition> parts) {
   if (session() == nullptr) return not_connected();
+  if (data() != nullptr)
+    return each_part(parts,
+                     [this](const FusedPartition& p) {
+                       return push(p.variable, p.step, p.range, p.dtype, p.gradient).then([] {
+                         return int64_t{0};
+                       });
+                     })
+        .then([](std::vector<PollOutcome> outcomes) {
+          std::vector<std::exception_ptr> out;
+          for (const PollOutcome& o : outcomes) out.push_back(o.error);
+          return out;
+        });
   auto request = session()->pushFusedRequest();
   fill_fused(request.initPartitions(static_cast<unsigned>(parts.size())), parts);
   size_t count = parts.size();
@@ -330,6 +413,10 @@ kj::Promise<std::vector<std::exception_ptr>> ShardLink::push_fused(
 
 kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const FusedPartition> parts) {
   if (session() == nullptr) return not_connected();
+  if (data() != nullptr)
+    return each_part(parts, [this](const FusedPartition& p) {
+      return poll(p.variable, p.step, p.range, p.out, p.range.size() * element_bytes(p.dtype));
+    });
   auto request = session()->pollFusedRequest();
   auto list = request.initRanges(static_cast<unsigned>(parts.size()));
   for (unsigned i = 0; i < parts.size(); ++i) {
@@ -350,6 +437,12 @@ kj::Promise<int64_t> ShardLink::push_poll(VariableId variable, Step step, Elemen
                                           DType dtype, std::span<const std::byte> gradient,
                                           std::byte* out, size_t out_bytes) {
   if (session() == nullptr) return not_connected();
+  if (DataChannel* channel = data())
+    return channel
+        ->send({RequestKind::push_poll, dtype, variable.value, 0, step.value, range.begin,
+                gradient.size()},
+               gradient, out, out_bytes)
+        .attach(kj::addRef(*connection_));
   auto request = session()->pushPollRequest();
   fill_push(wire::Session::PushPollParams::Builder(request), variable, step, range, dtype,
             gradient);
@@ -364,6 +457,11 @@ kj::Promise<int64_t> ShardLink::push_poll(VariableId variable, Step step, Elemen
 kj::Promise<std::vector<PollOutcome>> ShardLink::push_poll_fused(
     std::span<const FusedPartition> parts) {
   if (session() == nullptr) return not_connected();
+  if (data() != nullptr)
+    return each_part(parts, [this](const FusedPartition& p) {
+      return push_poll(p.variable, p.step, p.range, p.dtype, p.gradient, p.out,
+                       p.range.size() * element_bytes(p.dtype));
+    });
   auto request = session()->pushPollFusedRequest();
   fill_fused(request.initPartitions(static_cast<unsigned>(parts.size())), parts);
   return request.send()

@@ -21,6 +21,7 @@
 
 #include "actors/variable_spec.h"
 #include "common/placement.h"
+#include "link/data_channel.h"
 #include "net/cluster_layout.h"
 #include "net/psched.capnp.h"
 #include "net/rpc_connection.h"
@@ -57,8 +58,11 @@ class ShardLink {
  public:
   // A link that can reconnect: connect() opens the first stream. `address` names the shard in
   // messages. `max_message_bytes` sizes the reader (the shard's limit is learnt on connect).
+  // With `data_stream`, each connection also opens a data stream (link/data_channel.h) that
+  // carries push, poll and pushPoll (fused ones as several frames); without one, or with a
+  // shard that has none, they go as RPC calls.
   ShardLink(std::string address, StreamOpener open, uint64_t max_message_bytes,
-            ReconnectPolicy policy);
+            ReconnectPolicy policy, bool data_stream = true);
   // A link over one stream that cannot reconnect (tests' hand-made clients).
   ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes);
   ~ShardLink();
@@ -67,6 +71,12 @@ class ShardLink {
   // that can reconnect retries with back-off, for up to the policy's timeout, while the shard
   // refuses with [overloaded] (it is at limits.max_connections); any other failure rejects.
   kj::Promise<ClusterLayout> connect(WorkerId worker, const std::string& token);
+
+  // Opens a data stream over `stream` beside the current connection (after connect()), for
+  // links over one stream (tests' hand-made clients); later calls use it.
+  kj::Promise<void> open_data_stream(kj::Own<kj::AsyncIoStream> stream);
+  // Whether push, poll and pushPoll go over a data stream now (else as RPC calls).
+  bool has_data_stream() { return data() != nullptr; }
 
   // Counts the connections this link has opened; a call started on connection `epoch()`
   // that failed with a lost connection passes it to recover().
@@ -88,7 +98,8 @@ class ShardLink {
   kj::Promise<void> push(VariableId variable, Step step, ElementRange range, DType dtype,
                          std::span<const std::byte> gradient);
   // The fresh value of `range` after `step`, copied into `out` (range.size() elements; the
-  // caller keeps it alive until the promise resolves or is dropped). Resolves with the shard's
+  // caller keeps it alive until the promise resolves or is dropped, and over a data stream
+  // while the link lives: a value already arriving still lands). Resolves with the shard's
   // wall-clock time of the answer.
   kj::Promise<int64_t> poll(VariableId variable, Step step, ElementRange range, std::byte* out,
                             size_t out_bytes);
@@ -139,11 +150,16 @@ class ShardLink {
   kj::Promise<ClusterLayout> connect_with_retries(kj::TimePoint deadline, kj::Duration delay,
                                                   bool reconnecting);
   kj::Promise<void> register_again(Connection& connection);
+  // Opens `connection`'s data stream with `open`, unless the shard has no data streams.
+  kj::Promise<void> open_data(Connection& connection, StreamOpener open);
+  // The current connection's data stream, or null.
+  DataChannel* data();
 
   std::string address_;
   StreamOpener open_;
   uint64_t max_message_bytes_;
   ReconnectPolicy policy_;
+  bool data_stream_ = false;
   WorkerId worker_;
   std::string token_;
   kj::Own<Connection> connection_;  // the current one (calls in flight hold theirs)

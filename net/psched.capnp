@@ -130,4 +130,9 @@ interface Session {
   pushPollFused @7 (partitions :List(Partition)) -> (values :List(PolledValue));
   # pushPoll of several partitions in one message, each on its own as if sent alone;
   # values[i].error holds partition i's refusal, by its push or its poll.
+
+  openDataStream @8 () -> (key :Data);
+  # A key for opening this worker's data stream (net/data_frame.h): a second connection to the
+  # shard that carries push, poll and pushPoll as frames, without per-call RPC objects. The key
+  # opens one stream; asking again replaces an unused one.
 }

@@ -84,10 +84,29 @@ void ConnectionAdmission::authenticate(ConnectionTicket& ticket) {
   }
 }
 
+void ConnectionAdmission::join_session(ConnectionTicket& ticket) {
+  if (ticket.authenticated) return;
+  if (data_streams_ >= limits_.max_connections) {
+    Error error(ErrorCode::overloaded,
+                fmt::format("shard {} has max_connections ({}, limits.max_connections) data "
+                            "streams open; retry later",
+                            address_, limits_.max_connections));
+    refused("max_connections", ticket, error.what());
+    throw error;
+  }
+  ticket.authenticated = true;
+  ticket.data_stream = true;
+  ++data_streams_;
+  if (ticket.waiting) {
+    ticket.waiting = false;
+    std::erase_if(waiting_, [&](const auto& t) { return t.get() == &ticket; });
+  }
+}
+
 void ConnectionAdmission::closed(ConnectionTicket& ticket) {
   if (ticket.authenticated) {
     ticket.authenticated = false;
-    --authenticated_;
+    --(ticket.data_stream ? data_streams_ : authenticated_);
   }
   if (ticket.waiting) {
     ticket.waiting = false;

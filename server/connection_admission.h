@@ -62,7 +62,8 @@ class RefusalLog {
 struct ConnectionTicket {
   std::string peer;  // "address:port", for log lines
   bool authenticated = false;
-  bool waiting = false;  // counted among the connections waiting to authenticate
+  bool data_stream = false;  // an authenticated session's data stream (counted apart)
+  bool waiting = false;      // counted among the connections waiting to authenticate
   // Fulfilled to close the connection (it was the oldest waiting when the budget was full).
   kj::Own<kj::PromiseFulfiller<void>> close;
 };
@@ -80,6 +81,10 @@ class ConnectionAdmission {
   // max_connections (N)" (and logs it) when that many are authenticated already; the
   // connection stays waiting then. Authenticating twice counts once.
   void authenticate(ConnectionTicket& ticket);
+  // The connection is the data stream of an authenticated session (server/data_session.h):
+  // it no longer waits, and counts among the data streams, not the sessions. Throws
+  // Error(overloaded) (and logs it) when max_connections data streams are open already.
+  void join_session(ConnectionTicket& ticket);
   // The connection is gone (closed by either side).
   void closed(ConnectionTicket& ticket);
   // Logs that `ticket`'s peer was refused for `reason` (rate-limited per `kind`).
@@ -94,6 +99,7 @@ class ConnectionAdmission {
   const LimitsConfig& limits_;
   std::vector<std::shared_ptr<ConnectionTicket>> waiting_;  // oldest first
   uint64_t authenticated_ = 0;
+  uint64_t data_streams_ = 0;
   RefusalLog log_;
 };
 

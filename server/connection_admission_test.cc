@@ -91,3 +91,28 @@ TEST_CASE("refusals are logged up to a burst per window and kind, then counted")
   CHECK(log.refused("connect", "peer", "wrong token", t0 + std::chrono::seconds(11)));
   CHECK(log.left_out("connect") == 0);
 }
+
+TEST_CASE("data streams count apart from sessions, up to max_connections of them") {
+  kj::EventLoop loop;
+  kj::WaitScope scope(loop);
+  LimitsConfig l = limits(1, 4);
+  ConnectionAdmission admission(ShardId(0), "127.0.0.1:7000", l);
+  Admitted session = admit(admission, "worker"), data = admit(admission, "worker data");
+  admission.authenticate(*session.ticket);
+  admission.join_session(*data.ticket);  // the session's stream: not refused at 1 session
+  CHECK(admission.authenticated() == 1);
+  CHECK(admission.waiting() == 0);
+  Admitted second = admit(admission, "second data");
+  try {
+    admission.join_session(*second.ticket);
+    FAIL("a second data stream was admitted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::overloaded);
+    CHECK(std::string(e.what()).find("data streams open") != std::string::npos);
+  }
+  admission.closed(*data.ticket);
+  CHECK(admission.authenticated() == 1);  // the session still counts
+  admission.join_session(*second.ticket);
+  admission.closed(*session.ticket);
+  CHECK(admission.authenticated() == 0);
+}

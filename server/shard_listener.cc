@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "server/shard_listener.h"
 
+#include <cstring>
+
+#include "common/kj_error.h"
 #include "common/log.h"
+#include "net/data_frame.h"
 #include "net/frame_deadline.h"
+#include "net/prefixed_stream.h"
+#include "server/data_session.h"
 
 namespace psched {
 namespace {
@@ -47,12 +53,12 @@ void ShardListener::serve(kj::Own<kj::AsyncIoStream> stream, std::string peer) {
   ++connections_;
   kj::Promise<void> life = nullptr;
   if (!tls_) {
-    life = serve_rpc(kj::mv(stream), ticket);
+    life = serve_stream(kj::mv(stream), ticket);
   } else {
     life = tls_->wrapServer(kj::mv(stream))
                .then(
                    [this, ticket](kj::Own<kj::AsyncIoStream> secure) {
-                     return serve_rpc(kj::mv(secure), ticket);
+                     return serve_stream(kj::mv(secure), ticket);
                    },
                    [this](kj::Exception&& e) -> kj::Promise<void> {
                      log_warn("shard {}: TLS handshake failed, connection dropped: {}",
@@ -80,6 +86,61 @@ kj::Promise<void> ShardListener::auth_deadline(std::shared_ptr<ConnectionTicket>
                                        "(limits.auth_timeout_seconds)",
                                        seconds));
         return kj::READY_NOW;
+      });
+}
+
+kj::Promise<void> ShardListener::serve_stream(kj::Own<kj::AsyncIoStream> stream,
+                                              std::shared_ptr<ConnectionTicket> ticket) {
+  auto first = kj::heapArray<kj::byte>(kDataPreface.size());
+  auto read = stream->tryRead(first.begin(), first.size(), first.size());
+  return read.then([this, stream = kj::mv(stream), first = kj::mv(first),
+                    ticket](size_t n) mutable -> kj::Promise<void> {
+    if (n == first.size() && std::memcmp(first.begin(), kDataPreface.data(), n) == 0)
+      return serve_data(kj::mv(stream), kj::mv(ticket));
+    return serve_rpc(with_prefix(kj::mv(stream), kj::heapArray<kj::byte>(first.slice(0, n))),
+                     kj::mv(ticket));
+  });
+}
+
+kj::Promise<void> ShardListener::serve_data(kj::Own<kj::AsyncIoStream> stream,
+                                            std::shared_ptr<ConnectionTicket> ticket) {
+  auto key = kj::heapArray<kj::byte>(kDataKeyBytes);
+  auto read = stream->read(key.begin(), key.size());
+  return read.then(
+      [this, stream = kj::mv(stream), key = kj::mv(key), ticket]() mutable -> kj::Promise<void> {
+        auto found = endpoint_.data_keys.find(std::string(key.asChars().begin(), key.size()));
+        WorkerId worker;
+        std::string refusal;
+        if (found == endpoint_.data_keys.end()) {
+          refusal =
+              "[bad_token] data stream refused: its key is unknown or used (ask the session "
+              "for one: openDataStream)";
+          admission_.refused("data stream", *ticket, refusal);
+        } else {
+          worker = found->second;
+          endpoint_.data_keys.erase(found);
+          try {
+            admission_.join_session(*ticket);  // logs its own refusal
+          } catch (...) {
+            refusal = to_kj_exception(std::current_exception()).getDescription().cStr();
+          }
+        }
+        DataAnswer answer{refusal.empty() ? AnswerKind::ready : AnswerKind::error, 0, 0, 0,
+                          refusal.size()};
+        auto reply = kj::heap<std::pair<FrameHeaderBytes, std::string>>(encode(answer), refusal);
+        auto pieces = kj::heapArray<kj::ArrayPtr<const kj::byte>>(
+            {{reinterpret_cast<const kj::byte*>(reply->first.data()), reply->first.size()},
+             {reinterpret_cast<const kj::byte*>(reply->second.data()), reply->second.size()}});
+        auto written = stream->write(pieces).attach(kj::mv(pieces), kj::mv(reply));
+        if (!refusal.empty()) return written.attach(kj::mv(stream));
+        auto session = kj::heap<DataSession>(endpoint_, worker, kj::mv(stream), timer_);
+        DataSession& serving = *session;
+        return written.then([&serving] { return serving.run(); })
+            .attach(kj::mv(session))
+            .catch_([this](kj::Exception&& e) {
+              log_info("shard {}: data stream dropped: {}", endpoint_.id.value,
+                       e.getDescription().cStr());
+            });
       });
 }
 

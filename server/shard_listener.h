@@ -38,6 +38,13 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
   size_t connections() const { return connections_.load(std::memory_order_relaxed); }
 
  private:
+  // Tells a data stream (net/data_frame.h) from an RPC connection by its first bytes and
+  // serves it as that; resolves when it ends.
+  kj::Promise<void> serve_stream(kj::Own<kj::AsyncIoStream> stream,
+                                 std::shared_ptr<ConnectionTicket> ticket);
+  // A data stream, after its preface: checks the key it presents, then runs its DataSession.
+  kj::Promise<void> serve_data(kj::Own<kj::AsyncIoStream> stream,
+                               std::shared_ptr<ConnectionTicket> ticket);
   // The connection's life: resolves when it ends; the connection is attached.
   kj::Promise<void> serve_rpc(kj::Own<kj::AsyncIoStream> stream,
                               std::shared_ptr<ConnectionTicket> ticket);

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <random>
 
 #include "common/wall_clock.h"
+#include "net/data_frame.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -75,6 +77,14 @@ kj::Promise<void> answer_each(Context context, unsigned slots, Answer answer) {
   return kj::joinPromises(outcomes.finish());
 }
 
+// kDataKeyBytes random bytes.
+std::string random_data_key() {
+  std::random_device random;
+  std::string key(kDataKeyBytes, '\0');
+  for (char& c : key) c = static_cast<char>(random());
+  return key;
+}
+
 }  // namespace
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -140,13 +150,6 @@ void SessionService::check_fused(const char* what, size_t parts) const {
          parts, limit);
 }
 
-ElementRange SessionService::range(const char* what, uint64_t offset, uint64_t count) const {
-  if (offset > UINT64_MAX - count)
-    fail(ErrorCode::offset_out_of_range, "{} rejected: offset {} + count {} overflows", what,
-         offset, count);
-  return {offset, offset + count};
-}
-
 kj::Promise<void> SessionService::register_(RegisterContext context) {
   auto params = context.getParams();
   VariableSpec spec;
@@ -172,25 +175,11 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
 }
 
 template <typename Fields>
-SessionService::PushArgs SessionService::decode_push(Fields fields) const {
-  const uint32_t variable = fields.getVariable();
+PushArgs SessionService::decode_push(Fields fields) const {
   const capnp::Data::Reader data = fields.getData();
-  uint64_t limit = endpoint_.config.limits.max_message_bytes;
-  if (data.size() > limit)
-    fail(ErrorCode::message_too_large,
-         "push to variable id {} rejected: {} bytes of data exceed the message limit of {} bytes "
-         "(limits.max_message_bytes)",
-         variable, data.size(), limit);
-  DType dtype = from_wire(fields.getDtype());
-  if (data.size() % element_bytes(dtype) != 0)
-    fail(ErrorCode::shape_mismatch,
-         "push to variable id {} rejected: {} bytes of data are not whole {} elements", variable,
-         data.size(), to_string(dtype));
-  return {VariableId(variable),
-          Step(fields.getStep()),
-          range("push", fields.getOffset(), data.size() / element_bytes(dtype)),
-          dtype,
-          {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
+  return check_push(endpoint_.config.limits, fields.getVariable(), fields.getStep(),
+                    fields.getOffset(), from_wire(fields.getDtype()),
+                    {reinterpret_cast<const std::byte*>(data.begin()), data.size()});
 }
 
 kj::Promise<void> SessionService::push_one(const PushArgs& push) {
@@ -246,19 +235,10 @@ void SessionService::check_answer_fits(capnp::List<wire::PolledRange>::Reader ra
   }
 }
 
-void SessionService::check_poll_room() const {
-  uint64_t limit = endpoint_.config.limits.max_waiting_polls;
-  if (*waiting_polls_ >= limit)
-    fail(ErrorCode::overloaded,
-         "poll rejected: {} polls of this connection are waiting, the limit "
-         "(limits.max_waiting_polls)",
-         *waiting_polls_);
-}
-
 kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint64_t offset,
                                            uint64_t count, WriteValue write) {
-  ElementRange r = range("poll", offset, count);
-  check_poll_room();
+  ElementRange r = checked_range("poll", offset, count);
+  check_poll_room(endpoint_.config.limits, *waiting_polls_);
   ++*waiting_polls_;
   auto [promise, f] = reply_promise<void>();
   PollTicket ticket(endpoint_.next_poll_ticket++);
@@ -317,7 +297,9 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
 }
 
 kj::Promise<void> SessionService::push_then_poll(const PushArgs& push, WriteValue write) {
-  check_poll_room();  // before the push: a refused call must leave the variable untouched
+  check_poll_room(
+      endpoint_.config.limits,
+      *waiting_polls_);  // before the push: a refused call must leave the variable untouched
   auto pushed = push_one(push);
   // Filed behind the push on the shard's loop; dropped, and so withdrawn, if the push is refused.
   auto answered =
@@ -355,10 +337,23 @@ kj::Promise<void> SessionService::pushPollFused(PushPollFusedContext context) {
   });
 }
 
+SessionService::~SessionService() {
+  if (!data_key_.empty()) endpoint_.data_keys.erase(data_key_);
+}
+
+kj::Promise<void> SessionService::openDataStream(OpenDataStreamContext context) {
+  if (!data_key_.empty()) endpoint_.data_keys.erase(data_key_);  // one unused key at a time
+  data_key_ = random_data_key();
+  endpoint_.data_keys.emplace(data_key_, worker_);
+  context.getResults().setKey(
+      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(data_key_.data()), data_key_.size()));
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> SessionService::pull(PullContext context) {
   auto params = context.getParams();
   try {
-    ElementRange r = range("pull", params.getOffset(), params.getCount());
+    ElementRange r = checked_range("pull", params.getOffset(), params.getCount());
     auto [promise, f] = reply_promise<void>();
     endpoint_.shard.pull(
         VariableId(params.getVariable()), r,

@@ -11,12 +11,14 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_map>
 
 #include "actors/variable_shard.h"
 #include "config/deployment.h"
 #include "net/psched.capnp.h"
 #include "server/answer_order.h"
 #include "server/connection_admission.h"
+#include "server/request_checks.h"
 
 namespace psched {
 
@@ -26,6 +28,9 @@ struct ShardEndpoint {
   const DeploymentConfig& config;
   ShardId id;
   uint64_t next_poll_ticket = 1;
+  // Keys a session gave out for opening its data stream (server/data_session.h), each good for
+  // one stream of that session's worker.
+  std::unordered_map<std::string, WorkerId> data_keys{};
   // Expires when the endpoint goes; cleanup that may outlive it (a cancelled poll's promise,
   // destroyed with the event loop) checks it before touching the shard.
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
@@ -61,6 +66,7 @@ class SessionService final : public wire::Session::Server {
  public:
   SessionService(ShardEndpoint& endpoint, WorkerId worker, kj::Own<AnswerOrder> order)
       : endpoint_(endpoint), worker_(worker), order_(kj::mv(order)) {}
+  ~SessionService();
 
  protected:
   kj::Promise<void> register_(RegisterContext context) override;
@@ -71,16 +77,9 @@ class SessionService final : public wire::Session::Server {
   kj::Promise<void> pollFused(PollFusedContext context) override;
   kj::Promise<void> pushPoll(PushPollContext context) override;
   kj::Promise<void> pushPollFused(PushPollFusedContext context) override;
+  kj::Promise<void> openDataStream(OpenDataStreamContext context) override;
 
  private:
-  struct PushArgs {
-    VariableId variable;
-    Step step;
-    ElementRange range;
-    DType dtype;
-    std::span<const std::byte> data;  // a view into the call's parameters
-  };
-
   // Checks a push's size and dtype; throws psched::Error naming what is wrong. `fields`: a
   // reader with variable, step, offset, dtype and data (push's and pushPoll's parameters, a
   // fused Partition). Defined in shard_service.cc, its only user.
@@ -95,14 +94,10 @@ class SessionService final : public wire::Session::Server {
   // unanswered, the promise withdraws the poll.
   kj::Promise<void> poll_one(VariableId variable, Step step, uint64_t offset, uint64_t count,
                              WriteValue write);
-  // Throws [overloaded] when this connection has limits.max_waiting_polls polls waiting.
-  void check_poll_room() const;
   // The push, then the poll of its range: resolves when the poll's answer may go, rejects
   // with the push's refusal (the poll withdrawn) or the poll's.
   kj::Promise<void> push_then_poll(const PushArgs& push, WriteValue write);
 
-  // [offset, offset + count) after checking it does not overflow.
-  ElementRange range(const char* what, uint64_t offset, uint64_t count) const;
   // Throws unless a fused call of `parts` partitions is within limits.max_fused_partitions.
   void check_fused(const char* what, size_t parts) const;
   // Throws unless the answer to a fused poll of `ranges` fits the message limit (as float32).
@@ -114,6 +109,7 @@ class SessionService final : public wire::Session::Server {
   // This connection's unanswered polls; shared with the polls, which may be dropped after the
   // service.
   std::shared_ptr<uint64_t> waiting_polls_ = std::make_shared<uint64_t>(0);
+  std::string data_key_;  // the key this session gave out last, while unused
 };
 
 // True when `a` and `b` are equal, taking time that depends only on their lengths.

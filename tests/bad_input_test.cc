@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Bad input over real RPC: each request gets a typed error naming the problem, the variable is
-// untouched, and the shard keeps serving every other client.
+// Bad input over real RPC and over the data stream: each request gets a typed error naming
+// the problem, the variable is untouched, and the shard keeps serving every other client.
 #include <cstring>
 
 #include <doctest/doctest.h>
@@ -20,7 +20,21 @@ constexpr uint64_t kFusedLimit = 256;
 constexpr uint64_t kWaitingPollLimit = 4;
 const std::string kToken = "s3cret";
 
+// Runs the test case twice: its pushes and polls as RPC calls, then over a data stream (the
+// same requests as frames, link/data_channel.h). Returns which run this is.
+bool over_data_stream() {
+  bool data_stream = false;
+  SUBCASE("as RPC calls") {
+    data_stream = false;
+  }
+  SUBCASE("over a data stream") {
+    data_stream = true;
+  }
+  return data_stream;
+}
+
 struct BadInputFixture {
+  bool data_stream;
   Cluster cluster{config()};
   ShardLink& link = cluster.open_link(0);
   VariableId id;
@@ -39,9 +53,16 @@ struct BadInputFixture {
     return c;
   }
 
-  BadInputFixture() {
-    cluster.run(link.connect(WorkerId(0), kToken));
+  explicit BadInputFixture(bool over_data_stream = false) : data_stream(over_data_stream) {
+    connect(link, WorkerId(0));
     id = cluster.run(link.register_part(spec(), true, {0, kElements}, bytes(initial)));
+  }
+
+  // Connects `to` as `worker`, with a data stream in the data stream run.
+  void connect(ShardLink& to, WorkerId worker) {
+    cluster.run(to.connect(worker, kToken));
+    if (data_stream) cluster.run(cluster.open_data_stream(to, 0));
+    CHECK(to.has_data_stream() == data_stream);
   }
 
   static VariableSpec spec() { return {"fc6/w", {kElements}, DType::float32, Priority(0), {}}; }
@@ -93,7 +114,7 @@ struct BadInputFixture {
         cluster.open_link(0),
         std::vector<std::vector<float>>(kWaitingPollLimit + 1, std::vector<float>(kElements)),
         {}};
-    cluster.run(w.link.connect(WorkerId(3), kToken));
+    connect(w.link, WorkerId(3));
     for (uint64_t i = 0; i < kWaitingPollLimit; ++i)
       w.waiting.push_back(w.link.poll(id, Step(1), {0, kElements},
                                       reinterpret_cast<std::byte*>(w.out[i].data()),
@@ -110,7 +131,7 @@ struct BadInputFixture {
 }  // namespace
 
 TEST_CASE("a push to an unknown variable is rejected naming the id") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<float> grad(4, 1.f);
   f.expect_error(f.link.push(VariableId(42), Step(1), {0, 4}, DType::float32, f.bytes(grad)),
                  ErrorCode::unknown_variable, "no variable with id 42");
@@ -118,7 +139,7 @@ TEST_CASE("a push to an unknown variable is rejected naming the id") {
 }
 
 TEST_CASE("a push whose bytes are not whole elements is a shape mismatch") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<std::byte> odd(6);
   f.expect_error(f.link.push(f.id, Step(1), {0, 1}, DType::float32, odd), ErrorCode::shape_mismatch,
                  "6 bytes of data are not whole float32 elements");
@@ -126,7 +147,7 @@ TEST_CASE("a push whose bytes are not whole elements is a shape mismatch") {
 }
 
 TEST_CASE("a push of the wrong dtype is a dtype mismatch") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<double> grad(4, 1.0);
   f.expect_error(f.link.push(f.id, Step(1), {0, 4}, DType::float64, std::as_bytes(std::span(grad))),
                  ErrorCode::dtype_mismatch, "dtype float64 but registered as float32");
@@ -134,7 +155,7 @@ TEST_CASE("a push of the wrong dtype is a dtype mismatch") {
 }
 
 TEST_CASE("a push reaching past the variable is out of range") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<float> grad(4, 1.f);
   f.expect_error(f.link.push(f.id, Step(1), {14, 18}, DType::float32, f.bytes(grad)),
                  ErrorCode::offset_out_of_range,
@@ -143,7 +164,7 @@ TEST_CASE("a push reaching past the variable is out of range") {
 }
 
 TEST_CASE("a fused push applies its good partitions and names the bad one") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<float> grad(4, 1.f), fresh(4, 0.f), none(4);
   std::vector<FusedPartition> parts{{f.id,
                                      Step(1),
@@ -192,7 +213,7 @@ TEST_CASE("a fused push applies its good partitions and names the bad one") {
 }
 
 TEST_CASE("a refused pushPoll names the problem and leaves the variable untouched") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<float> grad(4, 1.f), fresh(4);
   auto* out = reinterpret_cast<std::byte*>(fresh.data());
   f.expect_error(
@@ -204,7 +225,7 @@ TEST_CASE("a refused pushPoll names the problem and leaves the variable untouche
 }
 
 TEST_CASE("a pushPoll answers the fresh value of its own push") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<float> grad(4, 1.f), fresh(4);
   int64_t at = f.cluster.run(f.link.push_poll(f.id, Step(1), {4, 8}, DType::float32, f.bytes(grad),
                                               reinterpret_cast<std::byte*>(fresh.data()), 16));
@@ -215,7 +236,7 @@ TEST_CASE("a pushPoll answers the fresh value of its own push") {
 }
 
 TEST_CASE("a fused pushPoll answers its good partitions and names the bad one") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<float> grad(4, 1.f), fresh(4, 0.f), none(4);
   auto* into = reinterpret_cast<std::byte*>(fresh.data());
   auto* nowhere = reinterpret_cast<std::byte*>(none.data());
@@ -245,7 +266,7 @@ TEST_CASE("a fused pushPoll answers its good partitions and names the bad one") 
 }
 
 TEST_CASE("a push and a poll for a step from the future are rejected") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   std::vector<float> grad(kElements, 1.f), out(kElements);
   f.expect_error(f.link.push(f.id, Step(3), {0, kElements}, DType::float32, f.bytes(grad)),
                  ErrorCode::step_from_future, "step 3 from the future (next step is 1)");
@@ -335,9 +356,9 @@ TEST_CASE("a registration with a bad optimizer setting names the field") {
 }
 
 TEST_CASE("a dropped connection's waiting poll is forgotten and the shard serves the others") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   ShardLink& doomed = f.cluster.open_link(0);
-  f.cluster.run(doomed.connect(WorkerId(3), kToken));
+  f.connect(doomed, WorkerId(3));
   std::vector<float> out(kElements);
   auto waiting = doomed.poll(f.id, Step(1), {0, kElements},
                              reinterpret_cast<std::byte*>(out.data()), kElements * 4);
@@ -417,7 +438,7 @@ TEST_CASE("a fused poll whose answer would not fit the message limit is refused 
 }
 
 TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answers free room") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   auto [waiter, out, waiting] = f.full_waiter();
   f.expect_error(waiter.poll(f.id, Step(1), {0, kElements},
                              reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
@@ -435,7 +456,7 @@ TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answer
 }
 
 TEST_CASE("a pushPoll past the connection's waiting poll limit is overloaded and applies nothing") {
-  BadInputFixture f;
+  BadInputFixture f(over_data_stream());
   auto [waiter, out, waiting] = f.full_waiter();
   std::vector<float> grad(kElements, 1.f);
   f.expect_error(waiter.push_poll(f.id, Step(1), {0, kElements}, DType::float32, f.bytes(grad),

@@ -91,6 +91,12 @@ ShardLink& Cluster::open_link(uint32_t shard, uint64_t max_message_bytes) {
   return *raw_links_.back();
 }
 
+kj::Promise<void> Cluster::open_data_stream(ShardLink& link, uint32_t shard) {
+  auto pipe = kj::newTwoWayPipe();
+  host_->listener(shard).serve(kj::mv(pipe.ends[0]));
+  return link.open_data_stream(kj::mv(pipe.ends[1]));
+}
+
 void Cluster::drop_link(ShardLink& link) {
   std::erase_if(raw_links_, [&](const kj::Own<ShardLink>& l) { return l.get() == &link; });
 }

@@ -41,6 +41,8 @@ class Cluster {
   // TLS; its own
   // message limit is the deployment's unless `max_message_bytes` is given.
   ShardLink& open_link(uint32_t shard, uint64_t max_message_bytes = 0);
+  // Opens a data stream for a connected link from open_link (link/data_channel.h).
+  kj::Promise<void> open_data_stream(ShardLink& link, uint32_t shard);
   // Closes a link from open_link, as a worker's process dying would.
   void drop_link(ShardLink& link);
 

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "net/data_frame.h"
+
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace psched {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the data stream's integers are little-endian, as this host's");
+
+template <typename T>
+void put(FrameHeaderBytes& out, size_t at, T value) {
+  std::memcpy(out.data() + at, &value, sizeof(T));
+}
+
+template <typename T>
+T get(const FrameHeaderBytes& in, size_t at) {
+  T value;
+  std::memcpy(&value, in.data() + at, sizeof(T));
+  return value;
+}
+
+}  // namespace
+
+FrameHeaderBytes encode(const DataRequest& request) {
+  FrameHeaderBytes out{};
+  put(out, 0, static_cast<uint8_t>(request.kind));
+  put(out, 1, static_cast<uint8_t>(request.dtype));
+  put(out, 4, request.variable);
+  put(out, 8, request.id);
+  put(out, 16, request.step);
+  put(out, 24, request.offset);
+  put(out, 32, request.size);
+  return out;
+}
+
+FrameHeaderBytes encode(const DataAnswer& answer) {
+  FrameHeaderBytes out{};
+  put(out, 0, static_cast<uint8_t>(answer.kind));
+  put(out, 8, answer.id);
+  put(out, 16, answer.applied_step);
+  put(out, 24, answer.applied_at_ns);
+  put(out, 32, answer.body_bytes);
+  return out;
+}
+
+std::optional<DataRequest> decode_request(const FrameHeaderBytes& bytes, std::string& why) {
+  auto kind = get<uint8_t>(bytes, 0);
+  auto dtype = get<uint8_t>(bytes, 1);
+  if (kind < static_cast<uint8_t>(RequestKind::push) ||
+      kind > static_cast<uint8_t>(RequestKind::cancel)) {
+    why = fmt::format("unknown request kind {}", kind);
+    return std::nullopt;
+  }
+  if (dtype > static_cast<uint8_t>(DType::float64)) {
+    why = fmt::format("unknown dtype {}", dtype);
+    return std::nullopt;
+  }
+  return DataRequest{static_cast<RequestKind>(kind), static_cast<DType>(dtype),
+                     get<uint32_t>(bytes, 4),        get<uint64_t>(bytes, 8),
+                     get<uint64_t>(bytes, 16),       get<uint64_t>(bytes, 24),
+                     get<uint64_t>(bytes, 32)};
+}
+
+std::optional<DataAnswer> decode_answer(const FrameHeaderBytes& bytes) {
+  auto kind = get<uint8_t>(bytes, 0);
+  if (kind < static_cast<uint8_t>(AnswerKind::receipt) ||
+      kind > static_cast<uint8_t>(AnswerKind::ready))
+    return std::nullopt;
+  return DataAnswer{static_cast<AnswerKind>(kind), get<uint64_t>(bytes, 8),
+                    get<uint64_t>(bytes, 16), get<int64_t>(bytes, 24), get<uint64_t>(bytes, 32)};
+}
+
+}  // namespace psched

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: Apache-2.0
+// The data stream (net/data_frame.h) fed hand-made frames, as a faulty or hostile worker would
+// send them: a wrong key, frames of unknown kind, bodies over the limit, reused ids, cancels.
+// Each gets an answer naming the problem (or the stream is closed after one), the variable is
+// untouched, and the shard goes on serving. What ShardLink sends itself is covered, over both
+// RPC and the data stream, by bad_input_test.cc.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "common/error.h"
+#include "net/data_frame.h"
+#include "net/psched.capnp.h"
+#include "net/rpc_connection.h"
+#include "tests/cluster.h"
+
+using namespace psched;
+using namespace psched::testing;
+
+namespace {
+
+constexpr uint64_t kElements = 16;
+constexpr uint64_t kMessageLimit = 4096;
+const std::string kToken = "s3cret";
+
+DeploymentConfig config() {
+  DeploymentConfig c = cluster_config(1, 2, Mode::async);
+  c.auth_token = kToken;
+  c.limits.max_message_bytes = kMessageLimit;
+  c.optimizer.lr = 1.0;
+  return c;
+}
+
+std::span<const std::byte> bytes(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+
+struct Answer {
+  DataAnswer header;
+  std::string body;
+};
+
+// A worker that speaks RPC with Cap'n Proto's own client and writes data frames by hand.
+struct RawWorker {
+  Cluster& cluster;
+  kj::Own<RpcConnection> rpc;
+  wire::Session::Client session = nullptr;
+  kj::Own<kj::AsyncIoStream> data;
+
+  RawWorker(Cluster& c, WorkerId worker) : cluster(c) {
+    auto pipe = kj::newTwoWayPipe();
+    cluster.host().listener(0).serve(kj::mv(pipe.ends[0]));
+    rpc = kj::heap<RpcConnection>(kj::mv(pipe.ends[1]), reader_options(kMessageLimit));
+    auto request = rpc->bootstrap().castAs<wire::Shard>().connectRequest();
+    request.setWorkerId(worker.value);
+    request.setToken(kToken);
+    session = cluster.run(request.send()).getSession();
+  }
+
+  std::string key() {
+    auto response = cluster.run(session.openDataStreamRequest().send());
+    auto key = response.getKey();
+    return std::string(reinterpret_cast<const char*>(key.begin()), key.size());
+  }
+
+  // Opens a data stream presenting `key`.
+  void open_data(const std::string& key) {
+    auto pipe = kj::newTwoWayPipe();
+    cluster.host().listener(0).serve(kj::mv(pipe.ends[0]));
+    data = kj::mv(pipe.ends[1]);
+    write(std::string(kDataPreface) + key);
+  }
+
+  void write(const std::string& bytes) { cluster.run(data->write(bytes.data(), bytes.size())); }
+  void send(const DataRequest& request, std::span<const std::byte> body = {}) {
+    FrameHeaderBytes header = encode(request);
+    std::string frame(reinterpret_cast<const char*>(header.data()), header.size());
+    frame.append(reinterpret_cast<const char*>(body.data()), body.size());
+    write(frame);
+  }
+
+  Answer read() {
+    FrameHeaderBytes header;
+    cluster.run(data->read(header.data(), header.size()));
+    std::optional<DataAnswer> answer = decode_answer(header);
+    REQUIRE(answer);
+    std::string body(answer->body_bytes, '\0');
+    cluster.run(data->read(body.data(), body.size()));
+    return {*answer, body};
+  }
+
+  // True when the shard closed the data stream.
+  bool closed() {
+    char byte;
+    return cluster.run(data->tryRead(&byte, 1, 1)) == 0;
+  }
+};
+
+struct DataStreamFixture {
+  Cluster cluster{config()};
+  RawWorker worker{cluster, WorkerId(0)};
+  VariableId id;
+
+  DataStreamFixture() {
+    auto request = worker.session.registerRequest();
+    auto spec = request.initSpec();
+    spec.setName("w");
+    spec.initShape(1).set(0, kElements);
+    spec.setUseServerOptimizer(true);
+    request.setEnd(kElements);
+    std::vector<float> initial(kElements, 2.f);
+    request.setInitialValue(
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(initial.data()), kElements * 4));
+    id = VariableId(cluster.run(request.send()).getVariable());
+  }
+
+  DataRequest push(uint64_t request_id, uint64_t step, uint64_t elements) const {
+    return {RequestKind::push, DType::float32, id.value, request_id, step, 0, elements * 4};
+  }
+  DataRequest poll(uint64_t request_id, uint64_t step) const {
+    return {RequestKind::poll, DType::float32, id.value, request_id, step, 0, kElements};
+  }
+
+  std::vector<float> current_value() {
+    auto request = worker.session.pullRequest();
+    request.setVariable(id.value);
+    request.setCount(kElements);
+    auto value = cluster.run(request.send()).getValue();
+    std::vector<float> out(kElements);
+    std::memcpy(out.data(), value.begin(), value.size());
+    return out;
+  }
+
+  // Another worker opens its own data stream, pushes step 1 and gets its fresh value.
+  void check_others_served() {
+    RawWorker other(cluster, WorkerId(1));
+    other.open_data(other.key());
+    CHECK(other.read().header.kind == AnswerKind::ready);
+    std::vector<float> grad(kElements, 1.f);
+    other.send({RequestKind::push_poll, DType::float32, id.value, 7, 1, 0, kElements * 4},
+               bytes(grad));
+    Answer answer = other.read();
+    CHECK(answer.header.kind == AnswerKind::value);
+    CHECK(answer.header.id == 7);
+    REQUIRE(answer.body.size() == kElements * 4);
+  }
+
+  uint64_t polls_waiting() {
+    ShardStats stats;
+    cluster.host().shard(0).stats([&](ShardStats s) { stats = s; });
+    cluster.settle();
+    return stats.polls_waiting;
+  }
+};
+
+void check_error(const Answer& answer, uint64_t id, const std::string& code,
+                 const std::string& text) {
+  CHECK(answer.header.kind == AnswerKind::error);
+  CHECK(answer.header.id == id);
+  CHECK_MESSAGE(answer.body.starts_with("[" + code + "] "), answer.body);
+  CHECK_MESSAGE(answer.body.find(text) != std::string::npos, answer.body);
+}
+
+}  // namespace
+
+TEST_CASE("frame headers read back as written, and unknown kinds are refused") {
+  DataRequest request{RequestKind::push_poll, DType::float64, 7, 1ull << 40, 12, 34, 56};
+  std::string why;
+  std::optional<DataRequest> back = decode_request(encode(request), why);
+  REQUIRE(back);
+  CHECK(back->kind == request.kind);
+  CHECK(back->dtype == request.dtype);
+  CHECK(back->variable == 7);
+  CHECK(back->id == 1ull << 40);
+  CHECK(back->step == 12);
+  CHECK(back->offset == 34);
+  CHECK(back->size == 56);
+  CHECK(back->body_bytes() == 56);
+
+  DataAnswer answer{AnswerKind::value, 9, 3, -5, 64};
+  std::optional<DataAnswer> answered = decode_answer(encode(answer));
+  REQUIRE(answered);
+  CHECK(answered->id == 9);
+  CHECK(answered->applied_step == 3);
+  CHECK(answered->applied_at_ns == -5);
+  CHECK(answered->body_bytes == 64);
+
+  FrameHeaderBytes bad = encode(request);
+  bad[0] = std::byte{9};
+  CHECK_FALSE(decode_request(bad, why));
+  CHECK(why == "unknown request kind 9");
+  bad = encode(request);
+  bad[1] = std::byte{2};
+  CHECK_FALSE(decode_request(bad, why));
+  CHECK(why == "unknown dtype 2");
+  bad[0] = std::byte{0};
+  CHECK_FALSE(decode_answer(bad));
+}
+
+TEST_CASE("a data stream with an unknown or used key is refused and closed") {
+  DataStreamFixture f;
+  f.worker.open_data(std::string(kDataKeyBytes, 'x'));
+  check_error(f.worker.read(), 0, "bad_token", "its key is unknown or used");
+  CHECK(f.worker.closed());
+
+  std::string key = f.worker.key();
+  f.worker.open_data(key);
+  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  RawWorker thief(f.cluster, WorkerId(1));
+  thief.open_data(key);
+  check_error(thief.read(), 0, "bad_token", "its key is unknown or used");
+  f.check_others_served();
+}
+
+TEST_CASE("a frame of unknown kind is answered naming it and the stream closed; nothing changes") {
+  DataStreamFixture f;
+  f.worker.open_data(f.worker.key());
+  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  FrameHeaderBytes header = encode(f.push(1, 1, kElements));
+  header[0] = std::byte{42};
+  f.worker.write(std::string(reinterpret_cast<const char*>(header.data()), header.size()));
+  check_error(f.worker.read(), 0, "invalid_argument", "unknown request kind 42");
+  CHECK(f.worker.closed());
+  CHECK(f.current_value() == std::vector<float>(kElements, 2.f));
+  f.check_others_served();
+}
+
+TEST_CASE("a push frame over the message limit is refused unread and the stream closed") {
+  DataStreamFixture f;
+  f.worker.open_data(f.worker.key());
+  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  f.worker.send(f.push(5, 1, kMessageLimit));  // its body, never sent, is not waited for
+  check_error(f.worker.read(), 5, "message_too_large", "(limits.max_message_bytes)");
+  CHECK(f.worker.closed());
+  CHECK(f.current_value() == std::vector<float>(kElements, 2.f));
+  f.check_others_served();
+}
+
+TEST_CASE("bad pushes are answered with their error and the stream goes on") {
+  DataStreamFixture f;
+  f.worker.open_data(f.worker.key());
+  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  std::vector<float> grad(kElements, 1.f);
+  DataRequest odd = f.push(1, 1, kElements);
+  odd.size = 6;
+  f.worker.send(odd, bytes(grad).first(6));
+  check_error(f.worker.read(), 1, "shape_mismatch", "6 bytes of data are not whole float32");
+  DataRequest outside = f.push(2, 1, kElements);
+  outside.offset = 8;
+  f.worker.send(outside, bytes(grad));
+  check_error(f.worker.read(), 2, "offset_out_of_range", "are outside");
+  CHECK(f.current_value() == std::vector<float>(kElements, 2.f));
+
+  f.worker.send(f.push(3, 1, kElements), bytes(grad));
+  Answer receipt = f.worker.read();
+  CHECK(receipt.header.kind == AnswerKind::receipt);
+  CHECK(receipt.header.id == 3);
+  CHECK(f.current_value() == std::vector<float>(kElements, 1.f));
+}
+
+TEST_CASE("a poll id already waiting is refused; a cancel withdraws the waiting poll") {
+  DataStreamFixture f;
+  f.worker.open_data(f.worker.key());
+  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  f.worker.send(f.poll(1, 1));
+  f.cluster.settle();
+  CHECK(f.polls_waiting() == 1);
+  f.worker.send(f.poll(1, 1));
+  check_error(f.worker.read(), 1, "invalid_argument", "request id 1 is already waiting");
+  f.worker.send({RequestKind::cancel, DType::float32, 0, 1, 0, 0, 0});
+  f.cluster.settle();
+  CHECK(f.polls_waiting() == 0);
+  // The push that would have answered it is receipted, and no value comes for the cancelled
+  // poll: the next answer is the receipt.
+  std::vector<float> grad(kElements, 1.f);
+  f.worker.send(f.push(2, 1, kElements), bytes(grad));
+  Answer next = f.worker.read();
+  CHECK(next.header.kind == AnswerKind::receipt);
+  CHECK(next.header.id == 2);
+  f.check_others_served();
+}
+
+TEST_CASE("a dropped data stream's waiting polls are withdrawn") {
+  DataStreamFixture f;
+  f.worker.open_data(f.worker.key());
+  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  f.worker.send(f.poll(1, 1));
+  f.worker.send(f.poll(2, 1));
+  f.cluster.settle();
+  CHECK(f.polls_waiting() == 2);
+  f.worker.data = nullptr;
+  f.cluster.settle();
+  CHECK(f.polls_waiting() == 0);
+  f.check_others_served();
+}
