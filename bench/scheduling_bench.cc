@@ -58,6 +58,7 @@ struct Options {
   uint16_t port = 17500;
   std::string json;
   std::string shaping = "auto";
+  bool rpc_calls = false;  // pushes and polls as RPC calls, not over the data stream
 };
 
 // "1gbit", "250mbit", "64kbit", "8000bit" or plain bits per second; returns bytes per second.
@@ -131,10 +132,10 @@ class WorkerLinks : public StreamWrapper {
 };
 
 ClientOptions client_options(const DeploymentConfig& config, uint32_t worker,
-                             SchedulerConfig scheduler, std::shared_ptr<WorkerLinks> links) {
+                             SchedulerConfig scheduler, bool rpc_calls) {
   ClientOptions options = ClientOptions::from_config(config, WorkerId(worker));
   options.scheduler = scheduler;
-  options.wrap_stream = std::move(links);
+  options.data_stream = !rpc_calls;
   return options;
 }
 
@@ -187,11 +188,11 @@ std::unique_ptr<Client> connect_worker(const Shaping& shaping, const Options& o,
                                        SchedulerConfig scheduler) {
   DeploymentConfig config = cluster_config(o, "127.0.0.1");
   if (!shaping.netns) {
-    auto links = std::make_shared<WorkerLinks>(shaping.link_bytes_per_s);
-    return std::make_unique<Client>(client_options(config, w, scheduler, links));
+    ClientOptions options = client_options(config, w, scheduler, o.rpc_calls);
+    options.wrap_stream = std::make_shared<WorkerLinks>(shaping.link_bytes_per_s);
+    return std::make_unique<Client>(options);
   }
-  ClientOptions options = ClientOptions::from_config(config, WorkerId(w));
-  options.scheduler = scheduler;
+  ClientOptions options = client_options(config, w, scheduler, o.rpc_calls);
   for (size_t s = 0; s < config.shards.size(); ++s)
     options.shards[s] =
         ListenAddress{NetnsLinks::shard_side_address(w), config.shards[s].listen.port}.to_string();
@@ -553,6 +554,8 @@ int main(int argc, char** argv) {
                  "tbf: tc tbf on veth pairs between network namespaces (root; exits 77 where "
                  "unavailable); inprocess; auto (default): tbf where available")
       ->check(CLI::IsMember({"auto", "tbf", "inprocess"}));
+  app.add_flag("--rpc-calls", o.rpc_calls,
+               "send pushes and polls as Cap'n Proto calls instead of over the data stream");
   CLI11_PARSE(app, argc, argv);
   psched::set_log_level(psched::LogLevel::warn);
   try {
