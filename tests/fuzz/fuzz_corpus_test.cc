@@ -31,6 +31,15 @@ ShardStats fed(const std::string& seed) {
   return shard.stats();
 }
 
+// The shard's counters after it was fed the data stream seed `seed`.
+ShardStats fed_data(const std::string& seed) {
+  std::vector<uint8_t> input = read_input(kCorpus / seed);
+  REQUIRE(fuzz::input_data_stream(input));
+  fuzz::FuzzShard shard(fuzz::input_mode(input));
+  shard.feed_data(std::span(input).subspan(1));
+  return shard.stats();
+}
+
 }  // namespace
 
 TEST_CASE("every input of the committed fuzz corpus runs through a shard") {
@@ -87,4 +96,29 @@ TEST_CASE("calls whose connection closed before the shard ran them still run to 
   CHECK(stats.variables == 1);
   CHECK(stats.partitions_applied == 1);
   CHECK(stats.bytes_sent == 64 + 64);
+}
+
+TEST_CASE("the data stream push-poll seed applies and answers frame by frame") {
+  ShardStats stats = fed_data("seed-data-push-poll");
+  CHECK(stats.partitions_applied == 3);
+  // The poll's and the two pushPolls' values: float32 twice, float64 once.
+  CHECK(stats.bytes_sent == 2 * 4 * fuzz::kDataFloatElements + 8 * fuzz::kDataDoubleElements);
+}
+
+TEST_CASE("the data stream cancel seed withdraws its waiting poll") {
+  ShardStats stats = fed_data("seed-data-cancel");
+  CHECK(stats.polls_waiting == 0);
+  CHECK(stats.bytes_sent == 0);
+  CHECK(stats.bytes_received == 4 * fuzz::kDataFloatElements);
+}
+
+TEST_CASE("the data stream refusals seed is refused frame by frame, then closed") {
+  ShardStats stats = fed_data("seed-data-refusals");
+  CHECK(stats.partitions_applied == 0);
+  CHECK(stats.errors[static_cast<size_t>(ErrorCode::shape_mismatch)] == 1);
+  CHECK(stats.errors[static_cast<size_t>(ErrorCode::unknown_variable)] == 1);
+  CHECK(stats.errors[static_cast<size_t>(ErrorCode::offset_out_of_range)] == 1);
+  // The reused waiting id, and the frame of unknown kind that closed the stream.
+  CHECK(stats.errors[static_cast<size_t>(ErrorCode::invalid_argument)] == 2);
+  CHECK(stats.polls_waiting == 0);
 }

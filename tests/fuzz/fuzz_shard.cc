@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "net/data_frame.h"
 
 namespace psched::fuzz {
 namespace {
@@ -82,6 +86,10 @@ bool input_eager(std::span<const uint8_t> input) {
   return !input.empty() && (input[0] & 2);
 }
 
+bool input_data_stream(std::span<const uint8_t> input) {
+  return !input.empty() && (input[0] & 4);
+}
+
 FuzzShard::FuzzShard(Mode mode) : config_(fuzz_config(mode)), scope_(loop_) {
   ShardSettings settings{ShardId(0), config_.mode, config_.workers, config_.limits.max_variables};
   shard_ = std::make_unique<VariableShard>(actors_, settings);
@@ -115,6 +123,32 @@ void FuzzShard::feed(std::span<const uint8_t> bytes, bool eager) {
   while (feed->deliver());
 }
 
+void FuzzShard::register_data_variables() {
+  if (data_variables_) return;
+  data_variables_ = true;
+  VariableSpec floats{"data/f32", {kDataFloatElements}, DType::float32, Priority(1), {}};
+  VariableSpec doubles{"data/f64", {kDataDoubleElements}, DType::float64, Priority(0), {}};
+  doubles.optimizer.kind = optim::OptimizerKind::adam;
+  std::vector<std::byte> initial(kDataFloatElements * 4);
+  for (const VariableSpec& spec : {floats, doubles})
+    shard_->register_variable(spec, {0, spec.shape[0]},
+                              {initial.data(), spec.shape[0] * element_bytes(spec.dtype)},
+                              [](std::exception_ptr error, VariableId, bool) {
+                                if (error) std::rethrow_exception(error);
+                              });
+  settle();
+}
+
+void FuzzShard::feed_data(std::span<const uint8_t> frames, bool eager) {
+  register_data_variables();
+  const std::string key(kDataKeyBytes, 'k');
+  endpoint_->data_keys.emplace(key, WorkerId(0));
+  auto input = std::make_shared<std::vector<uint8_t>>(kDataPreface.begin(), kDataPreface.end());
+  input->insert(input->end(), key.begin(), key.end());
+  input->insert(input->end(), frames.begin(), frames.end());
+  feed(*input, eager);
+}
+
 void FuzzShard::settle() {
   scope_.poll();  // runs until nothing is left to do
 }
@@ -131,7 +165,11 @@ void FuzzShard::stalled() {
 
 void run_input(std::span<const uint8_t> input) {
   FuzzShard shard(input_mode(input));
-  shard.feed(input.empty() ? input : input.subspan(1), input_eager(input));
+  std::span<const uint8_t> rest = input.empty() ? input : input.subspan(1);
+  if (input_data_stream(input))
+    shard.feed_data(rest, input_eager(input));
+  else
+    shard.feed(rest, input_eager(input));
 }
 
 }  // namespace psched::fuzz

@@ -27,10 +27,17 @@ namespace psched::fuzz {
 // that inputs reach them (1 MiB messages, 8 variables, 16 waiting polls).
 DeploymentConfig fuzz_config(Mode mode);
 
-// A fuzz input: its first byte holds options (bit 0: sync mode, bit 1: eager delivery), the
-// rest is what one client sends on its connection.
+// A fuzz input: its first byte holds options (bit 0: sync mode, bit 1: eager delivery, bit 2:
+// a data stream), the rest is what one client sends on its connection: RPC messages, or with
+// bit 2 the frames of a data stream (net/data_frame.h) after a valid preface and key, to a
+// shard that already holds the data stream variables.
 Mode input_mode(std::span<const uint8_t> input);
 bool input_eager(std::span<const uint8_t> input);
+bool input_data_stream(std::span<const uint8_t> input);
+
+// The variables a data stream input finds registered: ids 0 and 1.
+inline constexpr uint64_t kDataFloatElements = 1024;  // id 0: float32, sgd
+inline constexpr uint64_t kDataDoubleElements = 64;   // id 1: float64, adam
 
 class FuzzShard {
  public:
@@ -43,6 +50,9 @@ class FuzzShard {
   // answers are dropped. Returns when the shard has read it all or stopped reading, and
   // the loop is idle.
   void feed(std::span<const uint8_t> bytes, bool eager = false);
+  // Registers the data stream variables (once) and feeds `frames` as a worker's data stream
+  // would send them, after the preface and a key the shard handed out.
+  void feed_data(std::span<const uint8_t> frames, bool eager = false);
   // Runs the loop until `promise` resolves; returns its value (rethrows its failure).
   template <typename T>
   T run(kj::Promise<T> promise) {
@@ -55,6 +65,8 @@ class FuzzShard {
 
  private:
   [[noreturn]] void stalled();
+  void register_data_variables();
+  bool data_variables_ = false;
 
   DeploymentConfig config_;
   kj::EventLoop loop_;

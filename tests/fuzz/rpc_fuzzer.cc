@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer target: each input is one client connection's bytes into a fresh shard (see
-// fuzz_shard.h). Built only with -DPSCHED_FUZZ=ON and clang; run it with scripts/fuzz.
+// libFuzzer target: each input is one client connection's bytes (RPC messages, or a data
+// stream's frames) into a fresh shard (see fuzz_shard.h). Built only with -DPSCHED_FUZZ=ON and
+// clang; run it with scripts/fuzz.
 #include <cstddef>
 #include <cstdint>
 
