@@ -67,36 +67,30 @@ std::shared_ptr<ConnectionTicket> ConnectionAdmission::open(
 }
 
 void ConnectionAdmission::authenticate(ConnectionTicket& ticket) {
-  if (ticket.authenticated) return;
-  if (authenticated_ >= limits_.max_connections) {
-    Error error(ErrorCode::overloaded,
-                fmt::format("shard {} is at max_connections ({}, limits.max_connections); "
-                            "retry later",
-                            address_, limits_.max_connections));
-    refused("max_connections", ticket, error.what());
-    throw error;
-  }
-  ticket.authenticated = true;
-  ++authenticated_;
-  if (ticket.waiting) {
-    ticket.waiting = false;
-    std::erase_if(waiting_, [&](const auto& t) { return t.get() == &ticket; });
-  }
+  admit(ticket, false,
+        fmt::format("shard {} is at max_connections ({}, limits.max_connections); retry later",
+                    address_, limits_.max_connections));
 }
 
 void ConnectionAdmission::join_session(ConnectionTicket& ticket) {
+  admit(ticket, true,
+        fmt::format("shard {} has max_connections ({}, limits.max_connections) data streams "
+                    "open; retry later",
+                    address_, limits_.max_connections));
+}
+
+void ConnectionAdmission::admit(ConnectionTicket& ticket, bool data_stream,
+                                const std::string& when_full) {
   if (ticket.authenticated) return;
-  if (data_streams_ >= limits_.max_connections) {
-    Error error(ErrorCode::overloaded,
-                fmt::format("shard {} has max_connections ({}, limits.max_connections) data "
-                            "streams open; retry later",
-                            address_, limits_.max_connections));
+  uint64_t& count = data_stream ? data_streams_ : authenticated_;
+  if (count >= limits_.max_connections) {
+    Error error(ErrorCode::overloaded, when_full);
     refused("max_connections", ticket, error.what());
     throw error;
   }
   ticket.authenticated = true;
-  ticket.data_stream = true;
-  ++data_streams_;
+  ticket.data_stream = data_stream;
+  ++count;
   if (ticket.waiting) {
     ticket.waiting = false;
     std::erase_if(waiting_, [&](const auto& t) { return t.get() == &ticket; });

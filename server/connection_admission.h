@@ -94,6 +94,10 @@ class ConnectionAdmission {
   uint64_t waiting() const { return waiting_.size(); }
 
  private:
+  // Counts the ticket among the data streams or the sessions, unless max_connections are
+  // counted there already: then logs and throws Error(overloaded) with `when_full`.
+  void admit(ConnectionTicket& ticket, bool data_stream, const std::string& when_full);
+
   ShardId shard_;
   std::string address_;
   const LimitsConfig& limits_;
