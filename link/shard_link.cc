@@ -99,7 +99,9 @@ std::vector<std::pair<std::byte*, size_t>> outs_of(std::span<const FusedPartitio
   return outs;
 }
 
-// `call(part)` for each of `parts`, all sent now; resolves with one outcome each, in order.
+// `call(part)` for each of `parts`, all sent now; resolves with one outcome each, in order, or
+// rejects when one was lost with its connection, as a fused call does (its caller resends the
+// unfinished parts after reconnecting).
 template <typename Call>
 kj::Promise<std::vector<PollOutcome>> each_part(std::span<const FusedPartition> parts, Call call) {
   auto outcomes = kj::heapArrayBuilder<kj::Promise<PollOutcome>>(parts.size());
@@ -112,6 +114,9 @@ kj::Promise<std::vector<PollOutcome>> each_part(std::span<const FusedPartition> 
           return PollOutcome{std::make_exception_ptr(from_kj_exception(e)), 0};
         }));
   return kj::joinPromises(outcomes.finish()).then([](kj::Array<PollOutcome> all) {
+    for (const PollOutcome& o : all)
+      if (o.error && category(to_error(o.error).code()) == ErrorCategory::disconnected)
+        kj::throwFatalException(to_kj_exception(o.error));
     return std::vector<PollOutcome>(all.begin(), all.end());
   });
 }

@@ -124,6 +124,19 @@ TEST_CASE("fused messages cut in the middle are resent whole and applied once") 
   }
 }
 
+TEST_CASE("fused sync pushes cut in the middle are resent, not failed, and applied once") {
+  // Sync mode sends a fused group's pushes and polls apart (receipts first); a partition whose
+  // push was lost with the connection is carried again after the reconnect.
+  SchedulerConfig scheduler = partitions_of(4 << 10, 32 << 10);
+  Outcome reference = train(Mode::sync, 2, scheduler, {});
+  for (uint64_t after : {500ul, 10'000ul, 33'000ul}) {
+    CAPTURE(after);
+    Outcome faulty = train(Mode::sync, 2, scheduler, {Step(2), 0, after});
+    CHECK(faulty.cuts == 1);
+    CHECK(faulty.value == reference.value);
+  }
+}
+
 TEST_CASE("a push whose answer was lost is acknowledged as a duplicate when resent") {
   // Cuts around the end of step 2's first push message (16 KiB of data plus Cap'n Proto
   // framing): some land in the poll sent right behind it, so the shard applied the push but
