@@ -114,26 +114,19 @@ TEST_CASE("a sync step waits for a cut worker's resent pushes and applies each o
 }
 
 TEST_CASE("fused messages cut in the middle are resent whole and applied once") {
+  // Sync mode sends a fused group's pushes and polls apart (receipts first): a partition whose
+  // push was lost with the connection is carried again after the reconnect, not failed.
   SchedulerConfig scheduler = partitions_of(4 << 10, 32 << 10);
-  Outcome reference = train(Mode::async, 1, scheduler, {});
-  for (uint64_t after : {500ul, 10'000ul, 33'000ul}) {
-    CAPTURE(after);
-    Outcome faulty = train(Mode::async, 1, scheduler, {Step(2), 0, after});
-    CHECK(faulty.cuts == 1);
-    CHECK(faulty.value == reference.value);
-  }
-}
-
-TEST_CASE("fused sync pushes cut in the middle are resent, not failed, and applied once") {
-  // Sync mode sends a fused group's pushes and polls apart (receipts first); a partition whose
-  // push was lost with the connection is carried again after the reconnect.
-  SchedulerConfig scheduler = partitions_of(4 << 10, 32 << 10);
-  Outcome reference = train(Mode::sync, 2, scheduler, {});
-  for (uint64_t after : {500ul, 10'000ul, 33'000ul}) {
-    CAPTURE(after);
-    Outcome faulty = train(Mode::sync, 2, scheduler, {Step(2), 0, after});
-    CHECK(faulty.cuts == 1);
-    CHECK(faulty.value == reference.value);
+  for (Mode mode : {Mode::async, Mode::sync}) {
+    uint32_t workers = mode == Mode::sync ? 2 : 1;
+    Outcome reference = train(mode, workers, scheduler, {});
+    for (uint64_t after : {500ul, 10'000ul, 33'000ul}) {
+      CAPTURE(mode);
+      CAPTURE(after);
+      Outcome faulty = train(mode, workers, scheduler, {Step(2), 0, after});
+      CHECK(faulty.cuts == 1);
+      CHECK(faulty.value == reference.value);
+    }
   }
 }
 
