@@ -50,7 +50,7 @@ std::byte* out(std::vector<float>& v) {
 }
 
 VariableSpec spec(std::string name, std::vector<uint64_t> shape) {
-  VariableSpec s{std::move(name), std::move(shape), DType::float32, 0, {}};
+  VariableSpec s{std::move(name), std::move(shape), DType::float32, Priority(0), {}};
   s.optimizer.kind = optim::OptimizerKind::adam;
   s.optimizer.lr = 0.01;
   return s;
@@ -75,9 +75,11 @@ struct Client {
 void push_poll_pull(Client c) {
   VariableId w = c.add("fc/w", 16);
   std::vector<float> grad(16, 0.5f), fresh(16);
-  c.shard.run(c.link.push(w, 1, {0, 8}, DType::float32, bytes({grad.begin(), grad.begin() + 8})));
-  c.shard.run(c.link.push(w, 1, {8, 16}, DType::float32, bytes({grad.begin(), grad.begin() + 8})));
-  c.shard.run(c.link.poll(w, 1, {0, 16}, out(fresh), 64));
+  c.shard.run(
+      c.link.push(w, Step(1), {0, 8}, DType::float32, bytes({grad.begin(), grad.begin() + 8})));
+  c.shard.run(
+      c.link.push(w, Step(1), {8, 16}, DType::float32, bytes({grad.begin(), grad.begin() + 8})));
+  c.shard.run(c.link.poll(w, Step(1), {0, 16}, out(fresh), 64));
   c.shard.run(c.link.pull(w, {4, 12}, out(fresh), 32));
 }
 
@@ -85,8 +87,8 @@ void push_poll_pull(Client c) {
 void pipelined(Client c) {
   std::vector<float> initial(16, 1.f), grad(16, 0.5f), fresh(16), value(16);
   auto registered = c.link.register_part(spec("fc/w", {16}), false, {0, 16}, bytes(initial));
-  auto pushed = c.link.push(VariableId(0), 1, {0, 16}, DType::float32, bytes(grad));
-  auto polled = c.link.poll(VariableId(0), 1, {0, 16}, out(fresh), 64);
+  auto pushed = c.link.push(VariableId(0), Step(1), {0, 16}, DType::float32, bytes(grad));
+  auto polled = c.link.poll(VariableId(0), Step(1), {0, 16}, out(fresh), 64);
   auto pulled = c.link.pull(VariableId(0), {0, 16}, out(value), 64);
   c.shard.run(kj::mv(registered));
   c.shard.run(kj::mv(pushed));
@@ -97,15 +99,15 @@ void pipelined(Client c) {
 void push_pull(Client c) {
   VariableId w = c.add("fc/w", 16);
   std::vector<float> grad(16, 0.5f), value(16);
-  c.shard.run(c.link.push(w, 1, {0, 16}, DType::float32, bytes(grad)));
+  c.shard.run(c.link.push(w, Step(1), {0, 16}, DType::float32, bytes(grad)));
   c.shard.run(c.link.pull(w, {0, 16}, out(value), 64));
 }
 
 void fused(Client c) {
   VariableId a = c.add("a", 4), b = c.add("b", 8);
   std::vector<float> ga(4, 1.f), gb(8, 2.f), fa(4), fb(8);
-  std::vector<FusedPartition> parts{{a, 1, {0, 4}, DType::float32, bytes(ga), out(fa)},
-                                    {b, 1, {0, 8}, DType::float32, bytes(gb), out(fb)}};
+  std::vector<FusedPartition> parts{{a, Step(1), {0, 4}, DType::float32, bytes(ga), out(fa)},
+                                    {b, Step(1), {0, 8}, DType::float32, bytes(gb), out(fb)}};
   c.shard.run(c.link.push_fused(parts));
   c.shard.run(c.link.poll_fused(parts));
 }
@@ -115,10 +117,10 @@ void refusals(Client c) {
   std::vector<float> grad(4, 1.f), fresh(4), big(8, 1.f);
   c.refused(c.link.register_part(spec("x", {1ull << 40, 1ull << 40}), false, {0, 4}, bytes(grad)));
   c.refused(c.link.register_part(spec("w", {5}), false, {0, 4}, bytes(grad)));
-  c.refused(c.link.push(VariableId(7), 1, {0, 4}, DType::float32, bytes(grad)));
-  c.refused(c.link.push(w, 3, {0, 4}, DType::float32, bytes(grad)));
-  c.refused(c.link.push(w, 1, {2, 10}, DType::float32, bytes(big)));
-  c.refused(c.link.poll(w, 5, {0, 4}, out(fresh), 16));
+  c.refused(c.link.push(VariableId(7), Step(1), {0, 4}, DType::float32, bytes(grad)));
+  c.refused(c.link.push(w, Step(3), {0, 4}, DType::float32, bytes(grad)));
+  c.refused(c.link.push(w, Step(1), {2, 10}, DType::float32, bytes(big)));
+  c.refused(c.link.poll(w, Step(5), {0, 4}, out(fresh), 16));
   c.refused(c.link.pull(w, {3, 9}, out(big), 24));
 }
 
@@ -127,9 +129,9 @@ void waiting_polls(Client c) {
   VariableId w = c.add("w", 4);
   std::vector<float> grad(4, 1.f);
   std::vector<std::vector<float>> fresh(17, std::vector<float>(4));
-  c.shard.run(c.link.push(w, 1, {0, 4}, DType::float32, bytes(grad)));
+  c.shard.run(c.link.push(w, Step(1), {0, 4}, DType::float32, bytes(grad)));
   std::vector<kj::Promise<int64_t>> polls;
-  for (auto& f : fresh) polls.push_back(c.link.poll(w, 1, {0, 4}, out(f), 16));
+  for (auto& f : fresh) polls.push_back(c.link.poll(w, Step(1), {0, 4}, out(f), 16));
   c.shard.settle();
 }
 
