@@ -137,11 +137,7 @@ kj::Promise<void> DataChannel::take_answer(const DataAnswer& answer) {
                               max_answer_bytes_));
   switch (answer.kind) {
     case AnswerKind::receipt:
-      if (auto it = waiting_.find(answer.id); it != waiting_.end()) {
-        auto settled = kj::mv(it->second.answer);
-        waiting_.erase(it);
-        settled->fulfill(0);
-      }
+      if (auto settled = take_waiting(answer.id); settled.get() != nullptr) settled->fulfill(0);
       return discard(answer.body_bytes);
     case AnswerKind::value:
       return take_value(answer);
@@ -149,11 +145,8 @@ kj::Promise<void> DataChannel::take_answer(const DataAnswer& answer) {
       auto text = kj::heapArray<char>(answer.body_bytes);
       auto read = stream_->read(text.begin(), text.size());
       return read.then([this, id = answer.id, text = kj::mv(text)] {
-        if (auto it = waiting_.find(id); it != waiting_.end()) {
-          auto settled = kj::mv(it->second.answer);
-          waiting_.erase(it);
+        if (auto settled = take_waiting(id); settled.get() != nullptr)
           settled->reject(answered_error({text.begin(), text.size()}));
-        }
       });
     }
     case AnswerKind::ready:
@@ -167,10 +160,8 @@ kj::Promise<void> DataChannel::take_value(const DataAnswer& answer) {
   if (it == waiting_.end()) return discard(answer.body_bytes);  // cancelled
   Waiting& waiting = it->second;
   if (waiting.out == nullptr || waiting.out_bytes != answer.body_bytes) {
-    auto settled = kj::mv(waiting.answer);
     size_t expected = waiting.out_bytes;
-    waiting_.erase(it);
-    settled->reject(to_kj_exception(std::make_exception_ptr(
+    take_waiting(answer.id)->reject(to_kj_exception(std::make_exception_ptr(
         Error(ErrorCode::shape_mismatch, fmt::format("shard answered {} bytes where {} were "
                                                      "expected",
                                                      answer.body_bytes, expected)))));
@@ -178,12 +169,17 @@ kj::Promise<void> DataChannel::take_value(const DataAnswer& answer) {
   }
   return stream_->read(waiting.out, answer.body_bytes)
       .then([this, id = answer.id, at_ns = answer.applied_at_ns] {
-        if (auto it = waiting_.find(id); it != waiting_.end()) {
-          auto settled = kj::mv(it->second.answer);
-          waiting_.erase(it);
+        if (auto settled = take_waiting(id); settled.get() != nullptr)
           settled->fulfill(kj::cp(at_ns));
-        }
       });
+}
+
+kj::Own<kj::PromiseFulfiller<int64_t>> DataChannel::take_waiting(uint64_t id) {
+  auto it = waiting_.find(id);
+  if (it == waiting_.end()) return {};
+  auto answer = kj::mv(it->second.answer);
+  waiting_.erase(it);
+  return answer;
 }
 
 kj::Promise<void> DataChannel::discard(uint64_t bytes) {

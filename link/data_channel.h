@@ -57,6 +57,9 @@ class DataChannel final : private kj::TaskSet::ErrorHandler {
   // Settles the request the answer in header_ is for, reading its body.
   kj::Promise<void> take_answer(const DataAnswer& answer);
   kj::Promise<void> take_value(const DataAnswer& answer);
+  // Forgets request `id` and returns what settles it; null when nothing waits for it (it was
+  // answered, cancelled or never sent).
+  kj::Own<kj::PromiseFulfiller<int64_t>> take_waiting(uint64_t id);
   // Reads `bytes` of body nobody waits for.
   kj::Promise<void> discard(uint64_t bytes);
   // The promise of `id` went: forgets it, and cancels it on the shard when it was a poll.

@@ -108,22 +108,22 @@ kj::Promise<void> ShardListener::serve_data(kj::Own<kj::AsyncIoStream> stream,
   auto read = stream->read(key.begin(), key.size());
   return read.then(
       [this, stream = kj::mv(stream), key = kj::mv(key), ticket]() mutable -> kj::Promise<void> {
-        auto found = endpoint_.data_keys.find(std::string(key.asChars().begin(), key.size()));
         WorkerId worker;
         std::string refusal;
-        if (found == endpoint_.data_keys.end()) {
-          refusal =
-              "[bad_token] data stream refused: its key is unknown or used (ask the session "
-              "for one: openDataStream)";
-          admission_.refused("data stream", *ticket, refusal);
-        } else {
+        try {
+          auto found = endpoint_.data_keys.find(std::string(key.asChars().begin(), key.size()));
+          if (found == endpoint_.data_keys.end()) {
+            Error unknown(ErrorCode::bad_token,
+                          "data stream refused: its key is unknown or used (ask the session for "
+                          "one: openDataStream)");
+            admission_.refused("data stream", *ticket, unknown.what());
+            throw unknown;
+          }
           worker = found->second;
           endpoint_.data_keys.erase(found);
-          try {
-            admission_.join_session(*ticket);  // logs its own refusal
-          } catch (...) {
-            refusal = to_kj_exception(std::current_exception()).getDescription().cStr();
-          }
+          admission_.join_session(*ticket);  // logs its own refusal
+        } catch (...) {
+          refusal = to_kj_exception(std::current_exception()).getDescription().cStr();
         }
         DataAnswer answer{refusal.empty() ? AnswerKind::ready : AnswerKind::error, 0, 0, 0,
                           refusal.size()};

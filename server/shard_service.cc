@@ -297,9 +297,8 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
 }
 
 kj::Promise<void> SessionService::push_then_poll(const PushArgs& push, WriteValue write) {
-  check_poll_room(
-      endpoint_.config.limits,
-      *waiting_polls_);  // before the push: a refused call must leave the variable untouched
+  // Before the push: a refused call must leave the variable untouched.
+  check_poll_room(endpoint_.config.limits, *waiting_polls_);
   auto pushed = push_one(push);
   // Filed behind the push on the shard's loop; dropped, and so withdrawn, if the push is refused.
   auto answered =

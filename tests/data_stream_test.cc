@@ -73,6 +73,12 @@ struct RawWorker {
     write(std::string(kDataPreface) + key);
   }
 
+  // Opens a data stream with a fresh key of its session and checks the shard accepted it.
+  void open_accepted_data() {
+    open_data(key());
+    CHECK(read().header.kind == AnswerKind::ready);
+  }
+
   void write(const std::string& bytes) { cluster.run(data->write(bytes.data(), bytes.size())); }
   void send(const DataRequest& request, std::span<const std::byte> body = {}) {
     FrameHeaderBytes header = encode(request);
@@ -136,8 +142,7 @@ struct DataStreamFixture {
   // Another worker opens its own data stream, pushes step 1 and gets its fresh value.
   void check_others_served() {
     RawWorker other(cluster, WorkerId(1));
-    other.open_data(other.key());
-    CHECK(other.read().header.kind == AnswerKind::ready);
+    other.open_accepted_data();
     std::vector<float> grad(kElements, 1.f);
     other.send({RequestKind::push_poll, DType::float32, id.value, 7, 1, 0, kElements * 4},
                bytes(grad));
@@ -216,8 +221,7 @@ TEST_CASE("a data stream with an unknown or used key is refused and closed") {
 
 TEST_CASE("a frame of unknown kind is answered naming it and the stream closed; nothing changes") {
   DataStreamFixture f;
-  f.worker.open_data(f.worker.key());
-  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  f.worker.open_accepted_data();
   FrameHeaderBytes header = encode(f.push(1, 1, kElements));
   header[0] = std::byte{42};
   f.worker.write(std::string(reinterpret_cast<const char*>(header.data()), header.size()));
@@ -229,8 +233,7 @@ TEST_CASE("a frame of unknown kind is answered naming it and the stream closed; 
 
 TEST_CASE("a push frame over the message limit is refused unread and the stream closed") {
   DataStreamFixture f;
-  f.worker.open_data(f.worker.key());
-  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  f.worker.open_accepted_data();
   f.worker.send(f.push(5, 1, kMessageLimit));  // its body, never sent, is not waited for
   check_error(f.worker.read(), 5, "message_too_large", "(limits.max_message_bytes)");
   CHECK(f.worker.closed());
@@ -240,8 +243,7 @@ TEST_CASE("a push frame over the message limit is refused unread and the stream 
 
 TEST_CASE("bad pushes are answered with their error and the stream goes on") {
   DataStreamFixture f;
-  f.worker.open_data(f.worker.key());
-  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  f.worker.open_accepted_data();
   std::vector<float> grad(kElements, 1.f);
   DataRequest odd = f.push(1, 1, kElements);
   odd.size = 6;
@@ -262,8 +264,7 @@ TEST_CASE("bad pushes are answered with their error and the stream goes on") {
 
 TEST_CASE("a poll id already waiting is refused; a cancel withdraws the waiting poll") {
   DataStreamFixture f;
-  f.worker.open_data(f.worker.key());
-  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  f.worker.open_accepted_data();
   f.worker.send(f.poll(1, 1));
   f.cluster.settle();
   CHECK(f.polls_waiting() == 1);
@@ -284,8 +285,7 @@ TEST_CASE("a poll id already waiting is refused; a cancel withdraws the waiting 
 
 TEST_CASE("a dropped data stream's waiting polls are withdrawn") {
   DataStreamFixture f;
-  f.worker.open_data(f.worker.key());
-  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  f.worker.open_accepted_data();
   f.worker.send(f.poll(1, 1));
   f.worker.send(f.poll(2, 1));
   f.cluster.settle();
