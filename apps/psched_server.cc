@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -29,7 +30,21 @@ struct Options {
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   bool accept_log_loss = false;
+  std::string trace;  // where to write the shards' Chrome trace at the stop; empty: no trace
 };
+
+// Requests kept per shard in a trace (about 100 bytes each); later ones are counted only.
+constexpr size_t kTracedRequests = 1'000'000;
+
+// Writes the shards' trace to `path`, logging (not throwing) a failure: the stop goes on.
+void write_trace(psched::ShardThreads& host, const std::string& path) {
+  std::ofstream out(path);
+  out << host.trace().dump() << '\n';
+  if (!out.flush())
+    psched::log_error("psched-server: --trace: cannot write {}", path);
+  else
+    psched::log_info("psched-server: trace written to {}", path);
+}
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after, so that only
 // wait_for_stop_signal() takes them.
@@ -77,6 +92,7 @@ int serve(const Options& options) {
   std::vector<psched::ShardId> shards = chosen_shards(options, config);
   sigset_t stop_signals = block_stop_signals();
   psched::ShardThreads host(config, shards, options.threads, options.apply_helpers);
+  if (!options.trace.empty()) host.start_tracing(kTracedRequests);
   host.start();
   std::vector<std::unique_ptr<psched::ShardMonitor>> monitors;
   for (size_t i = 0; i < host.size(); ++i) {
@@ -94,6 +110,7 @@ int serve(const Options& options) {
   sigwait(&stop_signals, &signal);
   psched::log_info("psched-server: signal {} received, stopping", signal);
   monitors.clear();  // before the shards go: a snapshot in flight then answers nobody
+  if (!options.trace.empty()) write_trace(host, options.trace);
   host.stop();
   return 0;
 }
@@ -119,6 +136,10 @@ int main(int argc, char** argv) {
   app.add_flag("--accept-log-loss", options.accept_log_loss,
                "start even when an update log is damaged or missing, losing the acknowledged "
                "updates from the damage on (logged); without it such a start is refused");
+  app.add_option("--trace", options.trace,
+                 "at the stop, write a Chrome trace (Perfetto, chrome://tracing) of every "
+                 "request the shards served over data streams to this file: receive, apply, "
+                 "wait and answer per partition, on the machine's monotonic clock");
   CLI11_PARSE(app, argc, argv);
   // A file size limit (ulimit -f) then fails the write with EFBIG, which the update log
   // handles, instead of killing the server.

@@ -203,8 +203,10 @@ class ShardServer:
         config = workdir / "shards.yaml"
         config.write_text(deployment_yaml(args, network, mode, None))
         self.log = []
+        self.trace = workdir / "shards.trace.json" if args.trace else None
+        trace = ["--trace", str(self.trace)] if self.trace else []
         self.process = subprocess.Popen(
-            network.prefix() + [args.server, "--config", str(config)],
+            network.prefix() + [args.server, "--config", str(config)] + trace,
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         listening = threading.Event()
         threading.Thread(target=self._read_log, args=(listening,), daemon=True).start()
@@ -301,7 +303,8 @@ def run_mode(args, network, model, mode, *, steps, warmup, float64=False, save=F
               "step_s": [w["step_s"] for w in workers],
               "loss_last": [w["loss"][-1] for w in workers]}
     if args.trace:
-        add_trace(args, workers, workdir, f"{model} {network.name()}")
+        add_trace(args, workers, workdir, f"{model} {network.name()}",
+                  server.trace if server else None)
     if save:
         import torch
         result["parameters"] = [torch.load(workdir / f"w{r}.pt") for r in range(WORKERS)]
@@ -312,16 +315,18 @@ def run_mode(args, network, model, mode, *, steps, warmup, float64=False, save=F
 TRACE_EVENTS = []  # every run's workers, for --trace
 
 
-def add_trace(args, workers, workdir, label):
-    """Appends the workers' traces to --trace's document, each worker a process of its own,
-    the run starting at time 0 (the workers' times are time.monotonic(): one axis)."""
-    traces = [json.loads((workdir / f"w{rank}.trace.json").read_text())["traceEvents"]
-              for rank in range(len(workers))]
+def add_trace(args, workers, workdir, label, shard_trace):
+    """Appends the workers' traces, and the shards' (psched-server --trace) when given, to
+    --trace's document, each worker and shard a process of its own, the run starting at time 0
+    (the workers' times are time.monotonic(), the shards' CLOCK_MONOTONIC: one axis)."""
+    files = [workdir / f"w{rank}.trace.json" for rank in range(len(workers))]
+    traces = [json.loads(f.read_text())["traceEvents"]
+              for f in files + [shard_trace] if f and f.exists()]
     start = min(e["ts"] for events in traces for e in events if "ts" in e)
     for events in traces:
-        pid = len({e["pid"] for e in TRACE_EVENTS})
+        first, pids = len({e["pid"] for e in TRACE_EVENTS}), {}  # this file's pids -> ours
         for event in events:
-            event["pid"] = pid
+            event["pid"] = pids.setdefault(event["pid"], first + len(pids))
             if "ts" in event:
                 event["ts"] -= start
             if event.get("name") == "process_name":
@@ -495,7 +500,8 @@ def parse_args(argv):
     parser.add_argument("--build", default=str(ROOT / "build"), help="psched's build folder")
     parser.add_argument("--json", help="write the results here (default: stdout)")
     parser.add_argument("--trace", help="write every run's Chrome trace here (psched.torch's "
-                        "partitions and waits, each worker's forward/backward/step phases)")
+                        "partitions and waits, each worker's forward/backward/step phases, "
+                        "and each shard's receive/apply/wait/answer per partition)")
     parser.add_argument("--table", nargs="+", metavar="JSON",
                         help="print a Markdown table of these result files and exit")
     parser.add_argument("--plot", metavar="FILE", help="with --table: also draw step time "

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Summarizes a `bench/torch_e2e.py --trace` file: per worker process, the median duration of
 each trainer phase (forward, backward, optimizer step, synchronize) over the measured steps,
-and for psched workers the median and largest duration of each partition phase (queued, to
-applied, value back) with their count.
+for psched workers the median and largest duration of each partition phase (queued, to
+applied, value back) with their count, and for psched's shards the same of each request
+phase (receive, apply, wait, answer).
 
     bench/torch_e2e_trace.py trace.json [--warmup 3]
 """
@@ -30,7 +31,8 @@ def main():
         if e.get("tid") == TRAINER_LANE:
             if e["args"]["step"] >= args.warmup:
                 phases[e["pid"], e["name"]].append(e["dur"] / 1e3)
-        elif e["name"] in ("queued", "to applied", "value back"):
+        elif e["name"] in ("queued", "to applied", "value back", "receive", "apply", "wait",
+                           "answer"):
             partitions[e["pid"], e["name"]].append(e["dur"] / 1e3)
     for pid, name in sorted(names.items()):
         trainer = ", ".join(f"{phase} {statistics.median(v):.1f}"

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/trace_lanes.h"
+
 namespace psched {
 namespace {
 
@@ -16,15 +18,6 @@ double micros(TimePoint t, TimePoint epoch) {
 
 bool is_set(TimePoint t) {
   return t != TimePoint{};
-}
-
-// Index of the first lane free at `start` (its last slice ended by then); opens one if none.
-size_t take_lane(std::vector<TimePoint>& lane_ends, TimePoint start, TimePoint end) {
-  auto free =
-      std::find_if(lane_ends.begin(), lane_ends.end(), [start](TimePoint e) { return e <= start; });
-  if (free == lane_ends.end()) free = lane_ends.insert(lane_ends.end(), end);
-  *free = end;
-  return static_cast<size_t>(free - lane_ends.begin());
 }
 
 }  // namespace
@@ -40,9 +33,9 @@ nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
     std::vector<TaskRecord> records = workers[pid].records;
     std::sort(records.begin(), records.end(),
               [](const TaskRecord& a, const TaskRecord& b) { return a.queued < b.queued; });
-    std::vector<TimePoint> lane_ends;
+    TraceLanes lanes;
     for (const TaskRecord& r : records) {
-      size_t tid = take_lane(lane_ends, r.queued, r.finished);
+      size_t tid = lanes.take(r.queued, r.finished);
       auto slice = [&](const std::string& name, TimePoint from, TimePoint to, nlohmann::json args) {
         nlohmann::json e{{"ph", "X"},
                          {"name", name},

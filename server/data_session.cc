@@ -2,6 +2,7 @@
 #include "server/data_session.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -98,8 +99,9 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
     int64_t priority;
     uint64_t sequence;
     FrameHeaderBytes header;
-    std::span<const std::byte> value;  // in the variable's memory
-    std::string text;                  // an error's
+    std::span<const std::byte> value;           // in the variable's memory
+    std::string text;                           // an error's
+    std::optional<ShardTrace::Request> traced;  // a value's, when tracing
   };
   // Heap order: true when `a` goes after `b`.
   static bool later(const Answer& a, const Answer& b) {
@@ -137,9 +139,8 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
       case RequestKind::push:
       case RequestKind::push_poll: {
         auto data = std::make_shared<AlignedBuffer>(r.size);
-        return within_deadline(stream_->read(data->data(), r.size)).then([this, r, data] {
-          push(r, data);
-        });
+        return within_deadline(stream_->read(data->data(), r.size))
+            .then([this, r, data, header_at = trace_time()] { push(r, data, header_at); });
       }
       case RequestKind::poll:
         poll(r);
@@ -151,7 +152,9 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
     return kj::READY_NOW;
   }
 
-  void push(const DataRequest& r, std::shared_ptr<AlignedBuffer> data) {
+  // `header_at`: when the frame's header was read (for the trace).
+  void push(const DataRequest& r, std::shared_ptr<AlignedBuffer> data,
+            ShardTrace::TimePoint header_at) {
     const bool then_poll = r.kind == RequestKind::push_poll;
     PushArgs args;
     try {
@@ -162,18 +165,23 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
     }
     unreceipted_bytes_ += data->size();
     auto refused = std::make_shared<bool>(false);
+    ShardTrace::Request traced{
+        ShardTrace::Kind::push, worker_,     args.variable, args.step,    args.range,
+        data->size(),           Priority(0), header_at,     trace_time(), {}};
     endpoint_.shard.push(
         worker_, args.variable, args.step, args.range, args.dtype, args.data,
-        [weak = weak_from_this(), id = r.id, then_poll, data, refused](std::exception_ptr error) {
+        [weak = weak_from_this(), id = r.id, then_poll, data, refused,
+         traced](std::exception_ptr error) {
           *refused = error != nullptr;
           auto core = weak.lock();
           if (!core) return;
           core->receipted(data->size());
+          if (!error) core->record(traced);
           if (error) {
             if (then_poll) core->forget_poll(id);
             core->queue_error(id, error);
           } else if (!then_poll) {
-            core->queue({kFirst, 0, encode(DataAnswer{AnswerKind::receipt, id}), {}, {}});
+            core->queue({kFirst, 0, encode(DataAnswer{AnswerKind::receipt, id}), {}, {}, {}});
           }
         });
     // Filed behind the push; withdrawn if the push is refused later (the apply pool's answer).
@@ -202,7 +210,8 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
     polls_.emplace(id, ticket);
     endpoint_.shard.poll(
         worker_, variable, step, range, ticket,
-        [weak = weak_from_this(), id](std::exception_ptr error, const FreshValue* value) {
+        [weak = weak_from_this(), id, variable, step, range, filed_at = trace_time()](
+            std::exception_ptr error, const FreshValue* value) {
           auto core = weak.lock();
           if (!core) return;
           core->polls_.erase(id);
@@ -210,7 +219,12 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
           std::span<const std::byte> bytes = value->in_place();
           DataAnswer answer{AnswerKind::value, id, value->step().value, wall_clock_ns(),
                             bytes.size()};
-          core->queue({value->priority().value, 0, encode(answer), bytes, {}});
+          std::optional<ShardTrace::Request> traced;
+          if (core->tracing())
+            traced = {
+                ShardTrace::Kind::poll, core->worker_, variable,          step, range, bytes.size(),
+                value->priority(),      filed_at,      ShardTrace::now(), {}};
+          core->queue({value->priority().value, 0, encode(answer), bytes, {}, traced});
         });
   }
 
@@ -231,7 +245,7 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
   void queue_error(uint64_t id, std::exception_ptr error) {
     std::string text = to_kj_exception(error).getDescription().cStr();
     DataAnswer answer{AnswerKind::error, id, 0, 0, text.size()};
-    queue({kFirst, 0, encode(answer), {}, std::move(text)});
+    queue({kFirst, 0, encode(answer), {}, std::move(text), {}});
   }
 
   // Answers with `error`, then ends the session: the frame cannot be skipped.
@@ -259,10 +273,12 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
       return kj::READY_NOW;
     }
     auto batch = kj::heap<Batch>();
+    std::vector<ShardTrace::Request> traced;  // this write's values, when tracing
     while (!answers_.empty() && batch->bytes() < kBatchBytes) {
       std::pop_heap(answers_.begin(), answers_.end(), later);
       Answer a = std::move(answers_.back());
       answers_.pop_back();
+      if (a.traced) traced.push_back(*a.traced);
       batch->copy(a.header);
       if (!a.text.empty()) batch->copy(bytes_of(a.text));
       if (a.value.size() < kCopiedValueBytes)
@@ -272,9 +288,12 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
     }
     wake(room_);
     auto pieces = batch->pieces();
-    return stream_->write(pieces).attach(kj::mv(pieces), kj::mv(batch)).then([this] {
-      return write_batch();
-    });
+    return stream_->write(pieces)
+        .attach(kj::mv(pieces), kj::mv(batch))
+        .then([this, traced = std::move(traced)] {
+          for (const ShardTrace::Request& r : traced) record(r);
+          return write_batch();
+        });
   }
 
   // Resolves when no answer waits to be written.
@@ -316,6 +335,18 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
                                kj::str("data stream silent for ", seconds,
                                        " s inside a frame (limits.stall_timeout_seconds)"));
         }));
+  }
+
+  bool tracing() const { return endpoint_.trace != nullptr; }
+  // Now, when tracing; else a time nobody reads (and no clock read).
+  ShardTrace::TimePoint trace_time() const {
+    return tracing() ? ShardTrace::now() : ShardTrace::TimePoint{};
+  }
+  // Adds `request`, ending now, to the trace (when tracing).
+  void record(ShardTrace::Request request) {
+    if (!tracing()) return;
+    request.end = ShardTrace::now();
+    endpoint_.trace->add(request);
   }
 
   void taskFailed(kj::Exception&& exception) override {

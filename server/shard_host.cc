@@ -57,6 +57,13 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
 
 ShardHost::~ShardHost() = default;
 
+void ShardHost::start_tracing(size_t capacity) {
+  for (auto& hosted : hosted_) {
+    if (!hosted->trace) hosted->trace = std::make_unique<ShardTrace>(capacity);
+    hosted->endpoint->trace = hosted->trace.get();
+  }
+}
+
 kj::Promise<void> ShardHost::listen(kj::Network& network, kj::Timer& timer) {
   kj::Vector<kj::Promise<void>> bound;
   for (auto& hosted : hosted_) {

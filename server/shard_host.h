@@ -46,6 +46,11 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
   VariableShard& shard(size_t i) { return *hosted_[i]->shard; }
   ShardListener& listener(size_t i) { return *hosted_[i]->listener; }
   size_t size() const { return hosted_.size(); }
+  // From now on every hosted shard traces its data streams' requests, the first `capacity`
+  // each (server/shard_trace.h).
+  void start_tracing(size_t capacity);
+  // The i-th shard's trace; null when not tracing.
+  const ShardTrace* trace(size_t i) const { return hosted_[i]->trace.get(); }
   // Fails waiting polls on every shard; resolves when all have. Turn the loop a little
   // afterwards so the answers go out, then destroy the host (while the loop still exists).
   kj::Promise<void> shut_down();
@@ -60,6 +65,7 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
   struct Hosted {
     std::unique_ptr<optim::ComputeDevice> device;  // null for cpu; outlives `shard`
     std::unique_ptr<VariableShard> shard;
+    std::unique_ptr<ShardTrace> trace;  // null when not tracing; outlives `endpoint`
     std::unique_ptr<ShardEndpoint> endpoint;
     std::unique_ptr<ShardListener> listener;
     kj::Own<kj::ConnectionReceiver> receiver;

@@ -19,6 +19,7 @@
 #include "server/answer_order.h"
 #include "server/connection_admission.h"
 #include "server/request_checks.h"
+#include "server/shard_trace.h"
 
 namespace psched {
 
@@ -31,6 +32,8 @@ struct ShardEndpoint {
   // Keys a session gave out for opening its data stream (server/data_session.h), each good for
   // one stream of that session's worker.
   std::unordered_map<std::string, WorkerId> data_keys{};
+  // Where the data streams record their requests; null when not tracing.
+  ShardTrace* trace = nullptr;
   // Expires when the endpoint goes; cleanup that may outlive it (a cancelled poll's promise,
   // destroyed with the event loop) checks it before touching the shard.
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "common/log.h"
 
 namespace psched {
@@ -79,6 +81,24 @@ void ShardThreads::stop() {
     });
   }
   for (auto& group : groups_) group->thread.stop();
+}
+
+void ShardThreads::start_tracing(size_t capacity) {
+  for (auto& group : groups_)
+    group->thread.call([&group = *group, capacity](auto&) { group.host->start_tracing(capacity); });
+}
+
+nlohmann::json ShardThreads::trace() {
+  PSCHED_REQUIRE(!stopped_);
+  nlohmann::json events = nlohmann::json::array();
+  for (const Placed& placed : placed_) {
+    ShardId id = placed.group->shards[placed.index];
+    placed.group->thread.call([&](auto&) {
+      if (const ShardTrace* trace = placed.group->host->trace(placed.index))
+        trace->append_events(events, static_cast<int>(id.value), fmt::format("shard {}", id.value));
+    });
+  }
+  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
 }
 
 VariableShard& ShardThreads::shard(size_t i) {

@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/loop_thread.h"
 #include "common/fork_join_pool.h"
 #include "server/shard_host.h"
@@ -33,6 +35,13 @@ class ShardThreads {
   // Fails waiting polls, lets their answers go out, writes the final checkpoints (when
   // configured) and destroys the shards on their threads, then joins. Idempotent.
   void stop();
+
+  // Every shard traces its data streams' requests from now on, the first `capacity` each
+  // (server/shard_trace.h).
+  void start_tracing(size_t capacity);
+  // The traces so far, as one Chrome trace document: each shard a process, "shard N".
+  // Before stop().
+  nlohmann::json trace();
 
   // The hosted shards, in the order given to the constructor. Use the shard from another
   // thread only through its methods, which hop onto its loop.

@@ -14,6 +14,7 @@
 #include "net/data_frame.h"
 #include "net/psched.capnp.h"
 #include "net/rpc_connection.h"
+#include "server/shard_trace.h"
 #include "tests/cluster.h"
 
 using namespace psched;
@@ -294,4 +295,47 @@ TEST_CASE("a dropped data stream's waiting polls are withdrawn") {
   f.cluster.settle();
   CHECK(f.polls_waiting() == 0);
   f.check_others_served();
+}
+
+TEST_CASE("a traced shard records each applied push and answered poll, phases in order") {
+  DataStreamFixture f;
+  CHECK(f.cluster.host().trace(0) == nullptr);
+  f.cluster.host().start_tracing(16);
+  f.worker.open_accepted_data();
+  std::vector<float> grad(kElements, 1.f);
+  DataRequest outside = f.push(1, 1, kElements);
+  outside.offset = 8;
+  f.worker.send(outside, bytes(grad));  // refused: not traced
+  check_error(f.worker.read(), 1, "offset_out_of_range", "are outside");
+  f.worker.send(f.push(2, 1, kElements), bytes(grad));
+  CHECK(f.worker.read().header.kind == AnswerKind::receipt);
+  f.worker.send(f.poll(3, 1));
+  CHECK(f.worker.read().header.kind == AnswerKind::value);
+
+  const ShardTrace* trace = f.cluster.host().trace(0);
+  REQUIRE(trace != nullptr);
+  REQUIRE(trace->size() == 2);
+  for (const ShardTrace::Request& r : trace->requests()) {
+    CHECK(r.worker == WorkerId(0));
+    CHECK(r.variable == f.id);
+    CHECK(r.step == Step(1));
+    CHECK(r.range == ElementRange{0, kElements});
+    CHECK(r.bytes == kElements * 4);
+    CHECK(r.begin <= r.middle);
+    CHECK(r.middle <= r.end);
+  }
+  const ShardTrace::Request& push = trace->requests()[0];
+  const ShardTrace::Request& poll = trace->requests()[1];
+  CHECK(push.kind == ShardTrace::Kind::push);
+  CHECK(poll.kind == ShardTrace::Kind::poll);
+  CHECK(push.end <= poll.middle);  // the value was ready once the push was applied
+
+  nlohmann::json events = nlohmann::json::array();
+  trace->append_events(events, 3, "shard 0");
+  std::vector<std::string> slices;
+  for (const auto& e : events)
+    if (e["ph"] == "X") slices.push_back(e["name"]);
+  std::string id = std::to_string(f.id.value);
+  CHECK(slices == std::vector<std::string>{"push v" + id + " s1 [0, 16)", "receive", "apply",
+                                           "poll v" + id + " s1 [0, 16)", "wait", "answer"});
 }

@@ -3,14 +3,16 @@
 """The operator view over real sockets: psched-server with two example trainers, then
 
   http     GET /metrics checked by a strict Prometheus text parser, GET /status checked against
-           the known state after the pushes, bad requests (404, 405, 431, a slow client) and
-           `psched status` with the shards up and down;
+           the known state after the pushes, bad requests (404, 405, 431, a slow client),
+           `psched status` with the shards up and down, and the shards' trace (--trace) written
+           at the stop;
   browser  the dashboard in headless Chromium: no console messages, the server's numbers on
            the page; saves a screenshot.
 
 Usage: operator_view_test.py http|browser BUILD_DIR SOURCE_DIR
 Standard library only. Every wait is bounded; nothing sleeps to synchronise.
 """
+import collections
 import http.client
 import json
 import math
@@ -56,8 +58,10 @@ class Deployment:
         self.config = os.path.join(self.work, "test.yaml")
         open(self.config, "w").write(text)
         self.log = open(os.path.join(self.work, "server.log"), "w+")
+        self.trace = os.path.join(self.work, "shards.trace.json")
         self.server = subprocess.Popen(
-            [os.path.join(build, "apps", "psched-server"), "--config", self.config],
+            [os.path.join(build, "apps", "psched-server"), "--config", self.config,
+             "--trace", self.trace],
             stderr=self.log)
         for _ in range(400):  # bounded wait until both shards serve RPC and HTTP
             self.log.seek(0)
@@ -383,6 +387,44 @@ def test_browser(deployment, build):
     print(f"dashboard screenshot: {screenshot}")
 
 
+def test_trace(deployment):
+    """After the stop: every partition each worker pushed to each shard is traced once as a push
+    and once as a poll, in every step, each a slice split into its two phases."""
+    with open(deployment.trace) as f:
+        events = json.load(f)["traceEvents"]
+    shards = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    check(shards == {0: "shard 0", 1: "shard 1"}, f"trace processes: {shards}")
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+              if e["name"] == "thread_name"}
+    slices = [e for e in events if e["ph"] == "X"]
+    requests = collections.Counter()
+    for i, e in enumerate(slices):
+        kind = e["name"].split(" ")[0]
+        if kind not in ("push", "poll"):
+            continue
+        first, second = slices[i + 1], slices[i + 2]
+        check((first["name"], second["name"]) ==
+              (("receive", "apply") if kind == "push" else ("wait", "answer")),
+              f"phases of {e['name']}: {first['name']}, {second['name']}")
+        check(first["ts"] == e["ts"] and second["dur"] >= 0 and first["dur"] >= 0 and
+              abs(first["dur"] + second["dur"] - e["dur"]) < 1,
+              f"phases of {e['name']} do not split it: {e}, {first}, {second}")
+        worker = tracks[e["pid"], e["tid"]].split(" ")[1]
+        args = e["args"]
+        requests[e["pid"], worker, kind, args["variable"], args["begin"], args["step"]] += 1
+    # Worker 0's second run (test_bad_requests) pushed and polled steps 1 and 2 again.
+    again = {k: n for k, n in requests.items() if n != 1}
+    check(requests and all(k[1] == "0" and k[5] in (1, 2) and n == 2 for k, n in again.items()),
+          f"requests traced more than once: {again}")
+    for shard in shards:
+        for worker in map(str, range(WORKERS)):
+            for kind in ("push", "poll"):
+                steps = {k[5] for k in requests if k[:3] == (shard, worker, kind)}
+                check(steps == set(range(1, STEPS + 1)),
+                      f"shard {shard} worker {worker}: {kind}es of {len(steps)} steps traced, "
+                      f"not {STEPS}")
+
+
 def main():
     mode, build, source = sys.argv[1:4]
     deployment = Deployment(build, source)
@@ -396,6 +438,8 @@ def main():
         else:
             test_browser(deployment, build)
         deployment.stop()
+        if mode == "http":
+            test_trace(deployment)
     except Exception:
         deployment.log.seek(0)
         sys.stderr.write("server log:\n" + deployment.log.read())

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "server/shard_trace.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/trace_lanes.h"
+
+namespace psched {
+namespace {
+
+double micros(ShardTrace::TimePoint t, ShardTrace::TimePoint epoch) {
+  return std::chrono::duration<double, std::micro>(t - epoch).count();
+}
+
+const char* group_name(ShardTrace::Kind kind) {
+  return kind == ShardTrace::Kind::push ? "pushes" : "answers";
+}
+
+std::pair<const char*, const char*> phase_names(ShardTrace::Kind kind) {
+  return kind == ShardTrace::Kind::push ? std::pair{"receive", "apply"}
+                                        : std::pair{"wait", "answer"};
+}
+
+}  // namespace
+
+void ShardTrace::add(const Request& request) {
+  if (requests_.size() == capacity_) {
+    ++dropped_;
+    return;
+  }
+  requests_.push_back(request);
+}
+
+void ShardTrace::append_events(nlohmann::json& events, int pid, const std::string& name,
+                               TimePoint epoch) const {
+  events.push_back({{"ph", "M"},
+                    {"name", "process_name"},
+                    {"pid", pid},
+                    {"args", {{"name", name}, {"dropped_requests", dropped_}}}});
+  // Each worker's pushes, then its answers, on tracks of their own.
+  std::map<std::pair<uint32_t, Kind>, std::vector<const Request*>> groups;
+  for (const Request& r : requests_) groups[{r.worker.value, r.kind}].push_back(&r);
+  int next_tid = 0;
+  for (auto& [key, requests] : groups) {
+    auto [worker, kind] = key;
+    std::sort(requests.begin(), requests.end(),
+              [](const Request* a, const Request* b) { return a->begin < b->begin; });
+    TraceLanes lanes;
+    std::map<size_t, int> tids;  // lane -> track
+    auto [first, second] = phase_names(kind);
+    for (const Request* r : requests) {
+      size_t lane = lanes.take(r->begin, r->end);
+      auto [it, fresh] = tids.try_emplace(lane, next_tid);
+      if (fresh) {
+        events.push_back(
+            {{"ph", "M"},
+             {"name", "thread_name"},
+             {"pid", pid},
+             {"tid", next_tid},
+             {"args", {{"name", fmt::format("worker {} {}", worker, group_name(kind))}}}});
+        events.push_back({{"ph", "M"},
+                          {"name", "thread_sort_index"},
+                          {"pid", pid},
+                          {"tid", next_tid},
+                          {"args", {{"sort_index", next_tid}}}});
+        ++next_tid;
+      }
+      const int tid = it->second;
+      auto slice = [&](const std::string& label, TimePoint from, TimePoint to,
+                       nlohmann::json args) {
+        nlohmann::json e{{"ph", "X"},
+                         {"name", label},
+                         {"pid", pid},
+                         {"tid", tid},
+                         {"ts", micros(from, epoch)},
+                         {"dur", std::max(0.0, micros(to, epoch) - micros(from, epoch))}};
+        if (!args.is_null()) e["args"] = std::move(args);
+        events.push_back(std::move(e));
+      };
+      nlohmann::json detail{{"variable", r->variable.value},
+                            {"step", r->step.value},
+                            {"begin", r->range.begin},
+                            {"end", r->range.end},
+                            {"bytes", r->bytes}};
+      if (kind == Kind::poll) detail["priority"] = r->priority.value;
+      slice(fmt::format("{} v{} s{} [{}, {})", kind == Kind::push ? "push" : "poll",
+                        r->variable.value, r->step.value, r->range.begin, r->range.end),
+            r->begin, r->end, std::move(detail));
+      slice(first, r->begin, r->middle, nullptr);
+      slice(second, r->middle, r->end, nullptr);
+    }
+  }
+}
+
+}  // namespace psched
