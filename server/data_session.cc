@@ -138,7 +138,7 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
     switch (r.kind) {
       case RequestKind::push:
       case RequestKind::push_poll: {
-        auto data = std::make_shared<AlignedBuffer>(r.size);
+        auto data = endpoint_.receive_buffers->take(r.size);
         return within_deadline(stream_->read(data->data(), r.size))
             .then([this, r, data, header_at = trace_time()] { push(r, data, header_at); });
       }

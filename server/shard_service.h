@@ -18,6 +18,7 @@
 #include "net/psched.capnp.h"
 #include "server/answer_order.h"
 #include "server/connection_admission.h"
+#include "server/receive_buffers.h"
 #include "server/request_checks.h"
 #include "server/shard_trace.h"
 
@@ -34,6 +35,9 @@ struct ShardEndpoint {
   std::unordered_map<std::string, WorkerId> data_keys{};
   // Where the data streams record their requests; null when not tracing.
   ShardTrace* trace = nullptr;
+  // The data streams' gradient buffers, reused; up to limits.max_message_bytes kept free.
+  std::shared_ptr<ReceiveBuffers> receive_buffers =
+      ReceiveBuffers::make(config.limits.max_message_bytes);
   // Expires when the endpoint goes; cleanup that may outlive it (a cancelled poll's promise,
   // destroyed with the event loop) checks it before touching the shard.
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
