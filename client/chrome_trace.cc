@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "common/trace_lanes.h"
+#include "common/chrome_events.h"
 
 namespace psched {
 namespace {
@@ -37,14 +37,7 @@ nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
     for (const TaskRecord& r : records) {
       size_t tid = lanes.take(r.queued, r.finished);
       auto slice = [&](const std::string& name, TimePoint from, TimePoint to, nlohmann::json args) {
-        nlohmann::json e{{"ph", "X"},
-                         {"name", name},
-                         {"pid", pid},
-                         {"tid", tid},
-                         {"ts", micros(from, epoch)},
-                         {"dur", std::max(0.0, micros(to, epoch) - micros(from, epoch))}};
-        if (!args.is_null()) e["args"] = std::move(args);
-        events.push_back(std::move(e));
+        events.push_back(trace_slice(name, pid, tid, from, to, epoch, std::move(args)));
       };
       slice(fmt::format("p{} s{} [{}, {})", r.priority.value, r.shard.value, r.range.begin,
                         r.range.end),

@@ -7,14 +7,10 @@
 
 #include <fmt/format.h>
 
-#include "common/trace_lanes.h"
+#include "common/chrome_events.h"
 
 namespace psched {
 namespace {
-
-double micros(ShardTrace::TimePoint t, ShardTrace::TimePoint epoch) {
-  return std::chrono::duration<double, std::micro>(t - epoch).count();
-}
 
 const char* group_name(ShardTrace::Kind kind) {
   return kind == ShardTrace::Kind::push ? "pushes" : "answers";
@@ -72,14 +68,7 @@ void ShardTrace::append_events(nlohmann::json& events, int pid, const std::strin
       const int tid = it->second;
       auto slice = [&](const std::string& label, TimePoint from, TimePoint to,
                        nlohmann::json args) {
-        nlohmann::json e{{"ph", "X"},
-                         {"name", label},
-                         {"pid", pid},
-                         {"tid", tid},
-                         {"ts", micros(from, epoch)},
-                         {"dur", std::max(0.0, micros(to, epoch) - micros(from, epoch))}};
-        if (!args.is_null()) e["args"] = std::move(args);
-        events.push_back(std::move(e));
+        events.push_back(trace_slice(label, pid, tid, from, to, epoch, std::move(args)));
       };
       nlohmann::json detail{{"variable", r->variable.value},
                             {"step", r->step.value},
