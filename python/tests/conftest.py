@@ -77,16 +77,20 @@ class Server:
 
 @pytest.fixture
 def start_server(tmp_path):
-    """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1) -> Server."""
+    """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1,
+    reconnect_seconds=None) -> Server. reconnect_seconds: how long its workers keep trying to
+    reconnect (default: the deployment's 60 s)."""
     servers = []
 
-    def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1):
+    def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None):
         config = tmp_path / f"deployment{len(servers)}.yaml"
         listen = "".join(f"  - listen: 127.0.0.1:{port}\n" for port in free_ports(shards))
         config.write_text(f"mode: {mode}\nworkers: {workers}\nshards:\n{listen}"
                           f"optimizer: {{kind: {optimizer}, lr: {lr}}}\n"
                           "split_bytes: 2KiB\n"  # larger variables span both shards
-                          "scheduler: {partition_bytes: 1KiB, credit_bytes: 4KiB}\n")
+                          "scheduler: {partition_bytes: 1KiB, credit_bytes: 4KiB}\n" +
+                          (f"reconnect: {{timeout_seconds: {reconnect_seconds}}}\n"
+                           if reconnect_seconds is not None else ""))
         servers.append(Server(config, shards))
         return servers[-1]
 

@@ -130,7 +130,7 @@ def test_a_conflicting_registration_raises_the_servers_message(start_server):
 
 
 def test_a_server_that_is_gone_raises_disconnected_without_hanging(start_server):
-    server = start_server()
+    server = start_server(reconnect_seconds=2)  # the client gives up after 2 s, not 60
     with connect(server) as client:
         w = np.zeros(100, dtype=np.float32)
         client.register("w", w)

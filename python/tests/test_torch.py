@@ -269,7 +269,7 @@ def test_a_parameter_replaced_after_wrapping_is_refused_at_the_next_forward(star
 
 
 def test_training_against_a_server_that_is_gone_raises_disconnected(start_server):
-    server = start_server()
+    server = start_server(reconnect_seconds=2)  # the client gives up after 2 s, not 60
     model = psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, config=server.config)
     (x, y), = make_batches(1, BATCH)
     F.cross_entropy(model(x), y).backward()
