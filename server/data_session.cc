@@ -176,13 +176,13 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
           auto core = weak.lock();
           if (!core) return;
           core->receipted(data->size());
-          if (!error) core->record(traced);
           if (error) {
             if (then_poll) core->forget_poll(id);
-            core->queue_error(id, error);
-          } else if (!then_poll) {
-            core->queue({kFirst, 0, encode(DataAnswer{AnswerKind::receipt, id}), {}, {}, {}});
+            return core->queue_error(id, error);
           }
+          core->record(traced);
+          if (!then_poll)
+            core->queue({kFirst, 0, encode(DataAnswer{AnswerKind::receipt, id}), {}, {}, {}});
         });
     // Filed behind the push; withdrawn if the push is refused later (the apply pool's answer).
     if (then_poll && !*refused) file_poll(r.id, args.variable, args.step, args.range);
