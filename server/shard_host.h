@@ -51,6 +51,10 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
   void start_tracing(size_t capacity);
   // The i-th shard's trace; null when not tracing.
   const ShardTrace* trace(size_t i) const { return hosted_[i]->trace.get(); }
+  // The i-th shard's free receive buffers (server/receive_buffers.h).
+  const ReceiveBuffers& receive_buffers(size_t i) const {
+    return *hosted_[i]->endpoint->receive_buffers;
+  }
   // Fails waiting polls on every shard; resolves when all have. Turn the loop a little
   // afterwards so the answers go out, then destroy the host (while the loop still exists).
   kj::Promise<void> shut_down();

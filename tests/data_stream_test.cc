@@ -14,6 +14,7 @@
 #include "net/data_frame.h"
 #include "net/psched.capnp.h"
 #include "net/rpc_connection.h"
+#include "server/receive_buffers.h"
 #include "server/shard_trace.h"
 #include "tests/cluster.h"
 
@@ -26,10 +27,10 @@ constexpr uint64_t kElements = 16;
 constexpr uint64_t kMessageLimit = 4096;
 const std::string kToken = "s3cret";
 
-DeploymentConfig config() {
+DeploymentConfig config(uint64_t message_limit) {
   DeploymentConfig c = cluster_config(1, 2, Mode::async);
   c.auth_token = kToken;
-  c.limits.max_message_bytes = kMessageLimit;
+  c.limits.max_message_bytes = message_limit;
   c.optimizer.lr = 1.0;
   return c;
 }
@@ -50,10 +51,10 @@ struct RawWorker {
   wire::Session::Client session = nullptr;
   kj::Own<kj::AsyncIoStream> data;
 
-  RawWorker(Cluster& c, WorkerId worker) : cluster(c) {
+  RawWorker(Cluster& c, WorkerId worker, uint64_t message_limit = kMessageLimit) : cluster(c) {
     auto pipe = kj::newTwoWayPipe();
     cluster.host().listener(0).serve(kj::mv(pipe.ends[0]));
-    rpc = kj::heap<RpcConnection>(kj::mv(pipe.ends[1]), reader_options(kMessageLimit));
+    rpc = kj::heap<RpcConnection>(kj::mv(pipe.ends[1]), reader_options(message_limit));
     auto request = rpc->bootstrap().castAs<wire::Shard>().connectRequest();
     request.setWorkerId(worker.value);
     request.setToken(kToken);
@@ -105,21 +106,26 @@ struct RawWorker {
   }
 };
 
+// A shard with a variable of `elements` float32 (all 2.0), and a worker connected by RPC.
 struct DataStreamFixture {
-  Cluster cluster{config()};
-  RawWorker worker{cluster, WorkerId(0)};
+  uint64_t elements;
+  Cluster cluster;
+  RawWorker worker;
   VariableId id;
 
-  DataStreamFixture() {
+  explicit DataStreamFixture(uint64_t elements_ = kElements, uint64_t message_limit = kMessageLimit)
+      : elements(elements_),
+        cluster(config(message_limit)),
+        worker(cluster, WorkerId(0), message_limit) {
     auto request = worker.session.registerRequest();
     auto spec = request.initSpec();
     spec.setName("w");
-    spec.initShape(1).set(0, kElements);
+    spec.initShape(1).set(0, elements);
     spec.setUseServerOptimizer(true);
-    request.setEnd(kElements);
-    std::vector<float> initial(kElements, 2.f);
+    request.setEnd(elements);
+    std::vector<float> initial(elements, 2.f);
     request.setInitialValue(
-        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(initial.data()), kElements * 4));
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(initial.data()), elements * 4));
     id = VariableId(cluster.run(request.send()).getVariable());
   }
 
@@ -127,15 +133,15 @@ struct DataStreamFixture {
     return {RequestKind::push, DType::float32, id.value, request_id, step, 0, elements * 4};
   }
   DataRequest poll(uint64_t request_id, uint64_t step) const {
-    return {RequestKind::poll, DType::float32, id.value, request_id, step, 0, kElements};
+    return {RequestKind::poll, DType::float32, id.value, request_id, step, 0, elements};
   }
 
   std::vector<float> current_value() {
     auto request = worker.session.pullRequest();
     request.setVariable(id.value);
-    request.setCount(kElements);
+    request.setCount(elements);
     auto value = cluster.run(request.send()).getValue();
-    std::vector<float> out(kElements);
+    std::vector<float> out(elements);
     std::memcpy(out.data(), value.begin(), value.size());
     return out;
   }
@@ -338,4 +344,17 @@ TEST_CASE("a traced shard records each applied push and answered poll, phases in
   std::string id = std::to_string(f.id.value);
   CHECK(slices == std::vector<std::string>{"push v" + id + " s1 [0, 16)", "receive", "apply",
                                            "poll v" + id + " s1 [0, 16)", "wait", "answer"});
+}
+
+TEST_CASE("a large push's buffer goes back to the shard's pool once applied, and is reused") {
+  constexpr uint64_t kLargeBytes = ReceiveBuffers::kPooledFrom;
+  DataStreamFixture f(kLargeBytes / 4, 2 * kLargeBytes);
+  const ReceiveBuffers& pool = f.cluster.host().receive_buffers(0);
+  f.worker.open_accepted_data();
+  std::vector<float> grad(f.elements, 1.f);
+  for (uint64_t step = 1; step <= 2; ++step) {
+    f.worker.send(f.push(step, step, f.elements), bytes(grad));
+    CHECK(f.worker.read().header.kind == AnswerKind::receipt);
+    CHECK(pool.kept_bytes() == kLargeBytes);  // one buffer, kept again after each push
+  }
 }
