@@ -30,12 +30,11 @@ ShardListener::ShardListener(ShardEndpoint& endpoint, kj::TlsContext* tls)
       tasks_(*this) {}
 
 kj::Promise<void> ShardListener::listen(kj::ConnectionReceiver& receiver, kj::Timer& timer) {
-  timer_ = &timer;
+  use_timer(timer);
   return receiver.accept().then(
       [this, &receiver, &timer](kj::Own<kj::AsyncIoStream> stream) {
-        kj::Duration stall = endpoint_.config.limits.stall_timeout_seconds * kj::SECONDS;
         std::string peer = peer_name(*stream);
-        serve(with_frame_deadline(kj::mv(stream), timer, stall), kj::mv(peer));
+        serve(kj::mv(stream), kj::mv(peer));
         return listen(receiver, timer);
       },
       [this, &receiver, &timer](kj::Exception&& e) {
@@ -97,8 +96,14 @@ kj::Promise<void> ShardListener::serve_stream(kj::Own<kj::AsyncIoStream> stream,
                     ticket](size_t n) mutable -> kj::Promise<void> {
     if (n == first.size() && std::memcmp(first.begin(), kDataPreface.data(), n) == 0)
       return serve_data(kj::mv(stream), kj::mv(ticket));
-    return serve_rpc(with_prefix(kj::mv(stream), kj::heapArray<kj::byte>(first.slice(0, n))),
-                     kj::mv(ticket));
+    auto rpc = with_prefix(kj::mv(stream), kj::heapArray<kj::byte>(first.slice(0, n)));
+    if (timer_ != nullptr) {
+      // On the plain bytes (after TLS, with the sniffed prefix): the tracker follows
+      // Cap'n Proto's framing. A data stream watches its own frames (DataSession).
+      kj::Duration stall = endpoint_.config.limits.stall_timeout_seconds * kj::SECONDS;
+      rpc = with_frame_deadline(kj::mv(rpc), *timer_, stall);
+    }
+    return serve_rpc(kj::mv(rpc), kj::mv(ticket));
   });
 }
 

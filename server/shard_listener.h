@@ -33,6 +33,10 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
   // unanswered calls may hold twice limits.max_message_bytes plus 1 KiB per allowed waiting
   // poll before the shard stops reading from it.
   void serve(kj::Own<kj::AsyncIoStream> stream, std::string peer = "a local stream");
+  // Runs the deadlines above (stall, authentication) on `timer` for the streams served from
+  // now on; without one (streams served without listen()) there are none. `timer` outlives
+  // the listener.
+  void use_timer(kj::Timer& timer) { timer_ = &timer; }
   // Open connections now, authenticated or not; any thread may read it (the operator view
   // does).
   size_t connections() const { return connections_.load(std::memory_order_relaxed); }
@@ -56,7 +60,7 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
   ShardEndpoint& endpoint_;
   kj::TlsContext* tls_;  // null: plain TCP
   ConnectionAdmission admission_;
-  kj::Timer* timer_ = nullptr;  // listen()'s; runs the authentication deadline
+  kj::Timer* timer_ = nullptr;  // runs the deadlines; see use_timer()
   kj::TaskSet tasks_;
   std::atomic<size_t> connections_ = 0;  // written on the KJ thread only
 };
