@@ -5,7 +5,6 @@
 #include <string>
 
 #include "common/kj_error.h"
-#include "net/read_buffer.h"
 #include "net/rpc_connection.h"
 
 namespace psched {
@@ -48,14 +47,15 @@ kj::Promise<kj::Own<DataChannel>> DataChannel::open(kj::Own<kj::AsyncIoStream> s
 }
 
 DataChannel::DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes)
-    : stream_(with_read_buffer(without_nagle(kj::mv(stream)))),
+    : stream_(without_nagle(kj::mv(stream))),
+      reader_(*stream_),
       max_answer_bytes_(max_answer_bytes),
       tasks_(*this) {}
 
 DataChannel::~DataChannel() noexcept = default;
 
 kj::Promise<void> DataChannel::handshake() {
-  return stream_->read(header_.data(), header_.size()).then([this]() -> kj::Promise<void> {
+  return reader_.read(header_.data(), header_.size()).then([this]() -> kj::Promise<void> {
     std::optional<DataAnswer> answer = decode_answer(header_);
     if (answer && answer->kind == AnswerKind::ready && answer->body_bytes == 0) {
       tasks_.add(read_answers());
@@ -64,7 +64,7 @@ kj::Promise<void> DataChannel::handshake() {
     if (!answer || answer->kind != AnswerKind::error || answer->body_bytes > max_answer_bytes_)
       return broken("the shard's answer to the preface is no data stream answer");
     auto text = kj::heapArray<char>(answer->body_bytes);
-    auto read = stream_->read(text.begin(), text.size());
+    auto read = reader_.read(text.begin(), text.size());
     return read.then([text = kj::mv(text)]() -> kj::Promise<void> {
       return answered_error({text.begin(), text.size()});
     });
@@ -105,57 +105,51 @@ kj::Promise<void> DataChannel::write_queued() {
     return kj::READY_NOW;
   }
   size_t n = std::min(queued_.size(), kRequestsPerWrite);
-  auto batch = kj::heap<std::vector<Outgoing>>(queued_.begin(), queued_.begin() + n);
+  in_write_.assign(queued_.begin(), queued_.begin() + n);
   queued_.erase(queued_.begin(), queued_.begin() + n);
-  auto pieces = kj::heapArrayBuilder<kj::ArrayPtr<const kj::byte>>(2 * n);
-  for (const Outgoing& o : *batch) {
-    pieces.add(piece(o.header));
-    if (!o.body.empty()) pieces.add(piece(o.body));
+  pieces_.clear();
+  for (const Outgoing& o : in_write_) {
+    pieces_.push_back(piece(o.header));
+    if (!o.body.empty()) pieces_.push_back(piece(o.body));
   }
-  auto written = pieces.finish();
-  return stream_->write(written).attach(kj::mv(written), kj::mv(batch)).then([this] {
-    return write_queued();
-  });
+  return stream_->write({pieces_.data(), pieces_.size()}).then([this] { return write_queued(); });
 }
 
 kj::Promise<void> DataChannel::read_answers() {
-  return stream_->tryRead(header_.data(), 1, header_.size())
-      .then([this](size_t n) -> kj::Promise<void> {
-        if (n == 0) return broken("the shard closed it");
-        return stream_->read(header_.data() + n, header_.size() - n).then([this] {
-          std::optional<DataAnswer> answer = decode_answer(header_);
-          if (!answer) return kj::Promise<void>(broken("an answer of unknown kind"));
-          return take_answer(*answer);
-        });
-      })
-      .then([this] { return read_answers(); });
+  while (reader_.buffered() >= header_.size()) {
+    reader_.take(header_.data(), header_.size());
+    std::optional<DataAnswer> answer = decode_answer(header_);
+    if (!answer) return broken("an answer of unknown kind");
+    KJ_IF_MAYBE (finishing, take_answer(*answer)) {
+      return finishing->then([this] { return read_answers(); });
+    }
+  }
+  return reader_.fill(header_.size()).then([this](bool filled) -> kj::Promise<void> {
+    if (filled) return read_answers();
+    return broken(reader_.buffered() == 0 ? "the shard closed it"
+                                          : "the shard closed it inside an answer");
+  });
 }
 
-kj::Promise<void> DataChannel::take_answer(const DataAnswer& answer) {
+kj::Maybe<kj::Promise<void>> DataChannel::take_answer(const DataAnswer& answer) {
   if (answer.body_bytes > max_answer_bytes_)
-    return broken(fmt::format("an answer of {} bytes, over the limit of {}", answer.body_bytes,
-                              max_answer_bytes_));
+    return kj::Promise<void>(broken(fmt::format("an answer of {} bytes, over the limit of {}",
+                                                answer.body_bytes, max_answer_bytes_)));
   switch (answer.kind) {
     case AnswerKind::receipt:
       if (auto settled = take_waiting(answer.id); settled.get() != nullptr) settled->fulfill(0);
       return discard(answer.body_bytes);
     case AnswerKind::value:
       return take_value(answer);
-    case AnswerKind::error: {
-      auto text = kj::heapArray<char>(answer.body_bytes);
-      auto read = stream_->read(text.begin(), text.size());
-      return read.then([this, id = answer.id, text = kj::mv(text)] {
-        if (auto settled = take_waiting(id); settled.get() != nullptr)
-          settled->reject(answered_error({text.begin(), text.size()}));
-      });
-    }
+    case AnswerKind::error:
+      return take_error(answer);
     case AnswerKind::ready:
       break;
   }
-  return broken("a second ready answer");
+  return kj::Promise<void>(broken("a second ready answer"));
 }
 
-kj::Promise<void> DataChannel::take_value(const DataAnswer& answer) {
+kj::Maybe<kj::Promise<void>> DataChannel::take_value(const DataAnswer& answer) {
   auto it = waiting_.find(answer.id);
   if (it == waiting_.end()) return discard(answer.body_bytes);  // cancelled
   Waiting& waiting = it->second;
@@ -167,11 +161,30 @@ kj::Promise<void> DataChannel::take_value(const DataAnswer& answer) {
                                                      answer.body_bytes, expected)))));
     return discard(answer.body_bytes);
   }
-  return stream_->read(waiting.out, answer.body_bytes)
-      .then([this, id = answer.id, at_ns = answer.applied_at_ns] {
-        if (auto settled = take_waiting(id); settled.get() != nullptr)
-          settled->fulfill(kj::cp(at_ns));
-      });
+  auto settle = [this, id = answer.id, at_ns = answer.applied_at_ns] {
+    if (auto settled = take_waiting(id); settled.get() != nullptr) settled->fulfill(kj::cp(at_ns));
+  };
+  if (answer.body_bytes <= reader_.buffered()) {
+    reader_.take(waiting.out, answer.body_bytes);
+    settle();
+    return nullptr;
+  }
+  return reader_.read(waiting.out, answer.body_bytes).then(kj::mv(settle));
+}
+
+kj::Maybe<kj::Promise<void>> DataChannel::take_error(const DataAnswer& answer) {
+  auto text = kj::heapArray<char>(answer.body_bytes);
+  auto settle = [this, id = answer.id](kj::ArrayPtr<const char> text) {
+    if (auto settled = take_waiting(id); settled.get() != nullptr)
+      settled->reject(answered_error({text.begin(), text.size()}));
+  };
+  if (text.size() <= reader_.buffered()) {
+    reader_.take(text.begin(), text.size());
+    settle(text);
+    return nullptr;
+  }
+  auto read = reader_.read(text.begin(), text.size());
+  return read.then([settle, text = kj::mv(text)] { settle(text); });
 }
 
 kj::Own<kj::PromiseFulfiller<int64_t>> DataChannel::take_waiting(uint64_t id) {
@@ -182,11 +195,9 @@ kj::Own<kj::PromiseFulfiller<int64_t>> DataChannel::take_waiting(uint64_t id) {
   return answer;
 }
 
-kj::Promise<void> DataChannel::discard(uint64_t bytes) {
-  if (bytes == 0) return kj::READY_NOW;
-  auto sink = kj::heapArray<kj::byte>(bytes);
-  auto read = stream_->read(sink.begin(), sink.size());
-  return read.attach(kj::mv(sink));
+kj::Maybe<kj::Promise<void>> DataChannel::discard(uint64_t bytes) {
+  if (bytes == 0) return nullptr;
+  return reader_.skip(bytes);
 }
 
 void DataChannel::fail_all(kj::Exception why) {

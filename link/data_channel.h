@@ -14,6 +14,7 @@
 #include <kj/async-io.h>
 
 #include "net/data_frame.h"
+#include "net/stream_reader.h"
 
 namespace psched {
 
@@ -52,16 +53,19 @@ class DataChannel final : private kj::TaskSet::ErrorHandler {
 
   // Reads the shard's answer to the preface; rejects with its refusal.
   kj::Promise<void> handshake();
-  // Reads answers until the stream ends; each settles its request.
+  // Reads answers until the stream ends; each settles its request. Those already buffered are
+  // taken at once, one after the other.
   kj::Promise<void> read_answers();
-  // Settles the request the answer in header_ is for, reading its body.
-  kj::Promise<void> take_answer(const DataAnswer& answer);
-  kj::Promise<void> take_value(const DataAnswer& answer);
+  // Settles the request `answer` is for, with its body; null when that is done, else what
+  // finishes it (the rest of the body to read).
+  kj::Maybe<kj::Promise<void>> take_answer(const DataAnswer& answer);
+  kj::Maybe<kj::Promise<void>> take_value(const DataAnswer& answer);
+  kj::Maybe<kj::Promise<void>> take_error(const DataAnswer& answer);
   // Forgets request `id` and returns what settles it; null when nothing waits for it (it was
   // answered, cancelled or never sent).
   kj::Own<kj::PromiseFulfiller<int64_t>> take_waiting(uint64_t id);
-  // Reads `bytes` of body nobody waits for.
-  kj::Promise<void> discard(uint64_t bytes);
+  // Drops `bytes` of body nobody waits for; null when they were buffered.
+  kj::Maybe<kj::Promise<void>> discard(uint64_t bytes);
   // The promise of `id` went: forgets it, and cancels it on the shard when it was a poll.
   void abandon(uint64_t id);
   void queue(const FrameHeaderBytes& header, std::span<const std::byte> body);
@@ -71,11 +75,15 @@ class DataChannel final : private kj::TaskSet::ErrorHandler {
   void taskFailed(kj::Exception&& exception) override;
 
   kj::Own<kj::AsyncIoStream> stream_;
+  StreamReader reader_;  // of stream_
   uint64_t max_answer_bytes_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, Waiting> waiting_;
   std::vector<Outgoing> queued_;
-  bool writing_ = false;       // a write_queued is scheduled or running
+  bool writing_ = false;  // a write_queued is scheduled or running
+  // What the running write_queued writes (kept to reuse their memory).
+  std::vector<Outgoing> in_write_;
+  std::vector<kj::ArrayPtr<const kj::byte>> pieces_;
   FrameHeaderBytes header_{};  // the answer being read
   kj::Maybe<kj::Exception> broken_;
   kj::TaskSet tasks_;

@@ -10,8 +10,8 @@
 #include "common/kj_error.h"
 #include "common/wall_clock.h"
 #include "net/data_frame.h"
-#include "net/read_buffer.h"
 #include "net/rpc_connection.h"
+#include "net/stream_reader.h"
 
 namespace psched {
 namespace {
@@ -29,9 +29,15 @@ std::span<const std::byte> bytes_of(const std::string& text) {
 }
 
 // One write's bytes: headers and small bodies copied into one buffer, large values referenced.
+// The session keeps one and clears it for each write, so its memory is reused.
 class Batch {
  public:
   size_t bytes() const { return bytes_; }
+  void clear() {
+    buffer_.clear();
+    pieces_.clear();
+    cut_at_ = bytes_ = 0;
+  }
   void copy(std::span<const std::byte> bytes) {
     buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
     bytes_ += bytes.size();
@@ -41,15 +47,15 @@ class Batch {
     pieces_.push_back({bytes.data(), 0, bytes.size()});
     bytes_ += bytes.size();
   }
-  // The pieces to write, in order; the batch outlives the write.
-  kj::Array<kj::ArrayPtr<const kj::byte>> pieces() {
+  // The pieces to write, in order; valid until the next clear().
+  kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces() {
     cut();
-    auto out = kj::heapArrayBuilder<kj::ArrayPtr<const kj::byte>>(pieces_.size());
+    out_.clear();
     for (const Piece& p : pieces_) {
       const std::byte* at = p.referenced ? p.referenced : buffer_.data() + p.offset;
-      out.add(reinterpret_cast<const kj::byte*>(at), p.size);
+      out_.emplace_back(reinterpret_cast<const kj::byte*>(at), p.size);
     }
-    return out.finish();
+    return {out_.data(), out_.size()};
   }
 
  private:
@@ -67,6 +73,7 @@ class Batch {
   size_t cut_at_ = 0;
   size_t bytes_ = 0;
   std::vector<Piece> pieces_;
+  std::vector<kj::ArrayPtr<const kj::byte>> out_;  // pieces()
 };
 
 }  // namespace
@@ -79,7 +86,8 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
       : endpoint_(endpoint),
         alive_(endpoint.alive),
         worker_(worker),
-        stream_(with_read_buffer(without_nagle(kj::mv(stream)))),
+        stream_(without_nagle(kj::mv(stream))),
+        reader_(*stream_),
         timer_(timer),
         writes_(*this) {}
 
@@ -91,7 +99,9 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
   kj::Promise<void> run() {
     auto broken = kj::newPromiseAndFulfiller<void>();
     broken_ = kj::mv(broken.fulfiller);
-    return read_frames().exclusiveJoin(kj::mv(broken.promise));
+    auto served = read_frames().exclusiveJoin(kj::mv(broken.promise));
+    if (!timer_) return served;
+    return served.exclusiveJoin(watch_for_stalls(reader_.received(), timer_->now()));
   }
 
  private:
@@ -110,19 +120,29 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
 
   const LimitsConfig& limits() const { return endpoint_.config.limits; }
 
-  // Reads and serves frames until the worker closes the stream.
+  // Reads and serves frames until the worker closes the stream: those already buffered at once,
+  // one after the other, then waits for more.
   kj::Promise<void> read_frames() {
-    return wait_for_room()
-        .then([this] { return stream_->tryRead(header_.data(), 1, header_.size()); })
-        .then([this](size_t n) -> kj::Promise<void> {
-          if (n == 0) return kj::READY_NOW;
-          return within_deadline(stream_->read(header_.data() + n, header_.size() - n))
-              .then([this] { return serve_frame(); })
-              .then([this] { return read_frames(); });
-        });
+    while (has_room() && reader_.buffered() >= header_.size()) {
+      reader_.take(header_.data(), header_.size());
+      KJ_IF_MAYBE (finishing, serve_frame()) {
+        return finishing->then([this] { return read_frames(); });
+      }
+    }
+    if (!has_room()) return wait_for_room().then([this] { return read_frames(); });
+    waiting_for_ = Wait::header;
+    return reader_.fill(header_.size()).then([this](bool filled) -> kj::Promise<void> {
+      waiting_for_ = Wait::nothing;
+      if (filled) return read_frames();
+      if (reader_.buffered() == 0) return kj::READY_NOW;  // closed between frames
+      return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                           kj::str("the worker closed the data stream inside a frame"));
+    });
   }
 
-  kj::Promise<void> serve_frame() {
+  // Serves the frame whose header was just read; null when done, else what finishes it (the
+  // rest of its body to read, or the stream to close).
+  kj::Maybe<kj::Promise<void>> serve_frame() {
     std::string why;
     std::optional<DataRequest> decoded = decode_request(header_, why);
     if (!decoded)
@@ -139,8 +159,17 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
       case RequestKind::push:
       case RequestKind::push_poll: {
         auto data = endpoint_.receive_buffers->take(r.size);
-        return within_deadline(stream_->read(data->data(), r.size))
-            .then([this, r, data, header_at = trace_time()] { push(r, data, header_at); });
+        if (r.size <= reader_.buffered()) {
+          ShardTrace::TimePoint header_at = trace_time();
+          reader_.take(data->data(), r.size);
+          push(r, data, header_at);
+          return nullptr;
+        }
+        waiting_for_ = Wait::body;
+        return reader_.read(data->data(), r.size).then([this, r, data, header_at = trace_time()] {
+          waiting_for_ = Wait::nothing;
+          push(r, data, header_at);
+        });
       }
       case RequestKind::poll:
         poll(r);
@@ -149,7 +178,7 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
         forget_poll(r.id);
         break;
     }
-    return kj::READY_NOW;
+    return nullptr;
   }
 
   // `header_at`: when the frame's header was read (for the trace).
@@ -272,28 +301,25 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
       wake(room_);
       return kj::READY_NOW;
     }
-    auto batch = kj::heap<Batch>();
+    batch_.clear();
     std::vector<ShardTrace::Request> traced;  // this write's values, when tracing
-    while (!answers_.empty() && batch->bytes() < kBatchBytes) {
+    while (!answers_.empty() && batch_.bytes() < kBatchBytes) {
       std::pop_heap(answers_.begin(), answers_.end(), later);
       Answer a = std::move(answers_.back());
       answers_.pop_back();
       if (a.traced) traced.push_back(*a.traced);
-      batch->copy(a.header);
-      if (!a.text.empty()) batch->copy(bytes_of(a.text));
+      batch_.copy(a.header);
+      if (!a.text.empty()) batch_.copy(bytes_of(a.text));
       if (a.value.size() < kCopiedValueBytes)
-        batch->copy(a.value);
+        batch_.copy(a.value);
       else
-        batch->reference(a.value);
+        batch_.reference(a.value);
     }
     wake(room_);
-    auto pieces = batch->pieces();
-    return stream_->write(pieces)
-        .attach(kj::mv(pieces), kj::mv(batch))
-        .then([this, traced = std::move(traced)] {
-          for (const ShardTrace::Request& r : traced) record(r);
-          return write_batch();
-        });
+    return stream_->write(batch_.pieces()).then([this, traced = std::move(traced)] {
+      for (const ShardTrace::Request& r : traced) record(r);
+      return write_batch();
+    });
   }
 
   // Resolves when no answer waits to be written.
@@ -325,16 +351,27 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
     waiter = nullptr;
   }
 
-  // `read`, failing with DISCONNECTED when the worker stalls inside a frame.
-  kj::Promise<void> within_deadline(kj::Promise<void> read) {
-    if (!timer_) return read;
+  // Fails with DISCONNECTED once the worker has sent nothing for limits.stall_timeout_seconds
+  // while a frame of it is begun. It looks an eighth of the timeout apart, so no single read
+  // pays for a timer; `seen`: the bytes received at `quiet_since`, the last time it looked and
+  // either no frame was begun or bytes had come.
+  kj::Promise<void> watch_for_stalls(uint64_t seen, kj::TimePoint quiet_since) {
     uint64_t seconds = limits().stall_timeout_seconds;
-    return read.exclusiveJoin(
-        timer_->afterDelay(seconds * kj::SECONDS).then([seconds]() -> kj::Promise<void> {
-          return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
-                               kj::str("data stream silent for ", seconds,
-                                       " s inside a frame (limits.stall_timeout_seconds)"));
-        }));
+    kj::Duration timeout = seconds * kj::SECONDS;
+    return timer_->afterDelay(timeout / 8).then([this, seen, quiet_since, seconds, timeout] {
+      kj::TimePoint now = timer_->now();
+      if (!inside_frame() || reader_.received() != seen)
+        return watch_for_stalls(reader_.received(), now);
+      if (now - quiet_since < timeout) return watch_for_stalls(seen, quiet_since);
+      return kj::Promise<void>(
+          kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                        kj::str("data stream silent for ", seconds,
+                                " s inside a frame (limits.stall_timeout_seconds)")));
+    });
+  }
+  // Whether the session waits for the rest of a begun frame.
+  bool inside_frame() const {
+    return waiting_for_ == Wait::body || (waiting_for_ == Wait::header && reader_.buffered() > 0);
   }
 
   bool tracing() const { return endpoint_.trace != nullptr; }
@@ -357,13 +394,16 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
   std::weak_ptr<bool> alive_;  // the endpoint's
   WorkerId worker_;
   kj::Own<kj::AsyncIoStream> stream_;
+  StreamReader reader_;  // of stream_
   kj::Timer* timer_;
-  FrameHeaderBytes header_{};                       // the frame being read
-  std::unordered_map<uint64_t, PollTicket> polls_;  // waiting, by request id
+  enum class Wait { nothing, header, body } waiting_for_ = Wait::nothing;  // from the worker
+  FrameHeaderBytes header_{};                                              // the frame being read
+  std::unordered_map<uint64_t, PollTicket> polls_;                         // waiting, by request id
   uint64_t unreceipted_bytes_ = 0;
   std::vector<Answer> answers_;  // a heap, best on top
   uint64_t next_sequence_ = 0;
   bool writing_ = false;  // a write_batch is scheduled or running
+  Batch batch_;           // what the running write_batch writes
   kj::Own<kj::PromiseFulfiller<void>> room_, drained_, broken_;
   kj::TaskSet writes_;
 };

@@ -358,3 +358,50 @@ TEST_CASE("a large push's buffer goes back to the shard's pool once applied, and
     CHECK(pool.kept_bytes() == kLargeBytes);  // one buffer, kept again after each push
   }
 }
+
+TEST_CASE(
+    "a data stream silent inside a frame is dropped after the stall timeout; one slow "
+    "inside a frame, or silent between frames, is served") {
+  kj::TimerImpl clock(kj::origin<kj::TimePoint>());  // outlives the shard's sessions
+  DataStreamFixture f;
+  f.cluster.host().listener(0).use_timer(clock);
+  const uint64_t stall = f.cluster.config().limits.stall_timeout_seconds;
+  auto wait_seconds = [&](uint64_t seconds) {
+    for (uint64_t s = 0; s < seconds; ++s) {
+      clock.advanceTo(clock.now() + kj::SECONDS);
+      f.cluster.settle();
+    }
+  };
+  f.worker.open_accepted_data();
+  wait_seconds(2 * stall);  // between frames: as long as it likes
+
+  // One frame in four pieces, each stall - 1 seconds after the one before.
+  std::vector<float> grad(kElements, 1.f);
+  DataRequest request = f.push(1, 1, kElements);
+  request.kind = RequestKind::push_poll;
+  FrameHeaderBytes header = encode(request);
+  std::string frame(reinterpret_cast<const char*>(header.data()), header.size());
+  frame.append(reinterpret_cast<const char*>(grad.data()), grad.size() * sizeof(float));
+  const size_t cuts[] = {0, header.size() / 2, header.size(), header.size() + 20, frame.size()};
+  for (size_t i = 0; i + 1 < std::size(cuts); ++i) {
+    if (i > 0) wait_seconds(stall - 1);
+    f.worker.write(frame.substr(cuts[i], cuts[i + 1] - cuts[i]));
+  }
+  Answer answer = f.worker.read();
+  CHECK(answer.header.kind == AnswerKind::value);
+  CHECK(answer.header.id == 1);
+  CHECK(f.current_value() == std::vector<float>(kElements, 1.f));  // 2 - lr 1 x 1
+
+  // Half a header, then silence: dropped once the timeout has passed, not before.
+  f.worker.write(frame.substr(0, header.size() / 2));
+  char byte;
+  auto closing = f.worker.data->tryRead(&byte, 1, 1);
+  wait_seconds(stall - 1);
+  CHECK_FALSE(closing.poll(f.cluster.scope()));
+  // The watchdog looks about an eighth of the timeout apart: the drop comes within two looks.
+  wait_seconds(2 * (stall / 8 + 1) + 1);
+  REQUIRE(closing.poll(f.cluster.scope()));
+  CHECK(closing.wait(f.cluster.scope()) == 0);
+  CHECK(f.current_value() == std::vector<float>(kElements, 1.f));
+  f.check_others_served();
+}

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "net/stream_reader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace psched {
+namespace {
+
+kj::Exception ended_early() {
+  return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                       kj::str("the stream ended inside a frame"));
+}
+
+}  // namespace
+
+StreamReader::StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes)
+    : stream_(stream), buffer_(kj::heapArray<kj::byte>(buffer_bytes)) {}
+
+void StreamReader::take(void* out, size_t n) {
+  PSCHED_REQUIRE(n <= buffered(), n, buffered());
+  std::memcpy(out, buffer_.begin() + begin_, n);
+  begin_ += n;
+  if (begin_ == end_) begin_ = end_ = 0;
+}
+
+kj::Promise<bool> StreamReader::fill(size_t min) {
+  PSCHED_REQUIRE(min <= buffer_.size(), min, buffer_.size());
+  if (buffered() >= min) return true;
+  if (buffer_.size() - begin_ < min) {  // no room behind what is buffered: move it to the front
+    std::memmove(buffer_.begin(), buffer_.begin() + begin_, buffered());
+    end_ -= begin_;
+    begin_ = 0;
+  }
+  return stream_.tryRead(buffer_.begin() + end_, 1, buffer_.size() - end_)
+      .then([this, min](size_t n) -> kj::Promise<bool> {
+        end_ += n;
+        received_ += n;
+        if (n == 0) return false;
+        return fill(min);
+      });
+}
+
+kj::Promise<void> StreamReader::read(void* out, size_t n) {
+  auto* to = static_cast<kj::byte*>(out);
+  size_t taken = std::min(n, buffered());
+  take(to, taken);
+  to += taken;
+  n -= taken;
+  if (n == 0) return kj::READY_NOW;
+  if (n >= buffer_.size()) return read_direct(to, n);
+  return fill(n).then([this, to, n](bool filled) {
+    if (!filled) kj::throwFatalException(ended_early());
+    take(to, n);
+  });
+}
+
+kj::Promise<void> StreamReader::read_direct(kj::byte* out, size_t n) {
+  return stream_.tryRead(out, 1, n).then([this, out, n](size_t got) -> kj::Promise<void> {
+    received_ += got;
+    if (got == 0) return ended_early();
+    if (got == n) return kj::READY_NOW;
+    return read_direct(out + got, n - got);
+  });
+}
+
+kj::Promise<void> StreamReader::skip(uint64_t n) {
+  size_t dropped = std::min<uint64_t>(n, buffered());
+  begin_ += dropped;
+  if (begin_ == end_) begin_ = end_ = 0;
+  if (n == dropped) return kj::READY_NOW;
+  return fill(1).then([this, left = n - dropped](bool filled) -> kj::Promise<void> {
+    if (!filled) return ended_early();
+    return skip(left);
+  });
+}
+
+}  // namespace psched

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// StreamReader: reads a framed byte stream through a buffer, for protocols parsed on the loop
+// (the data stream, net/data_frame.h). Bytes already buffered are taken synchronously, so the
+// frames that arrive together are parsed in one go; only a read that must wait for the peer
+// costs a promise. Large bodies go from the socket straight into their destination.
+//
+// Every read of the stream asks for as little as one byte, so received() moves with each
+// piece that arrives: a watchdog can tell a slow peer from a silent one. KJ thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <kj/async-io.h>
+
+namespace psched {
+
+class StreamReader {
+ public:
+  // Reads `stream`, which outlives the reader, through a buffer of `buffer_bytes`.
+  explicit StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes = 64 * 1024);
+
+  // Bytes buffered and not yet taken.
+  size_t buffered() const { return end_ - begin_; }
+  // Bytes read from the stream so far, taken or not.
+  uint64_t received() const { return received_; }
+
+  // Copies the next `n` buffered bytes to `out`; n <= buffered().
+  void take(void* out, size_t n);
+  // Resolves with true once at least `min` bytes are buffered (min <= the buffer's size), or
+  // with false when the stream ends first; what arrived stays buffered.
+  kj::Promise<bool> fill(size_t min);
+  // Reads the next `n` bytes into `out`: the buffered ones are copied, the rest read straight
+  // into `out` when it is large. Fails with DISCONNECTED when the stream ends first.
+  kj::Promise<void> read(void* out, size_t n);
+  // Reads and drops the next `n` bytes.
+  kj::Promise<void> skip(uint64_t n);
+
+ private:
+  // Reads `n` bytes straight into `out`, piece by piece.
+  kj::Promise<void> read_direct(kj::byte* out, size_t n);
+
+  kj::AsyncInputStream& stream_;
+  kj::Array<kj::byte> buffer_;
+  size_t begin_ = 0, end_ = 0;  // the buffered bytes not yet taken
+  uint64_t received_ = 0;
+};
+
+}  // namespace psched
