@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "actors/actor.h"
 
+#include <exception>
+
+#include "common/kj_error.h"
 #include "common/log.h"
 
 namespace psched {
@@ -18,7 +21,22 @@ ActorLoop::~ActorLoop() noexcept(false) {
 
 void ActorLoop::post(kj::Function<void()> task) {
   if (!here()) return inbox_.post(kj::mv(task));
-  later_.add(kj::evalLater([task = kj::mv(task)]() mutable { task(); }));
+  local_.push_back(kj::mv(task));
+  if (local_.size() == 1) later_.add(kj::evalLater([this] { run_local(); }));
+}
+
+void ActorLoop::run_local() {
+  // What these tasks post goes to local_ again, for a turn of its own.
+  std::swap(running_, local_);
+  for (auto& task : running_) {
+    try {
+      task();
+    } catch (...) {  // a bug: the loop and the other tasks go on
+      log_error("actor task failed: {}",
+                to_kj_exception(std::current_exception()).getDescription().cStr());
+    }
+  }
+  running_.clear();  // keeps its memory for the next turn
 }
 
 void ActorLoop::taskFailed(kj::Exception&& exception) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <kj/async.h>
 #include <kj/function.h>
@@ -41,9 +42,14 @@ class ActorLoop final : private kj::TaskSet::ErrorHandler {
  private:
   void taskFailed(kj::Exception&& exception) override;
 
+  // Runs the posts of the loop's own thread queued so far, in order.
+  void run_local();
+
   std::thread::id thread_;
-  Inbox inbox_;        // posts from other threads
-  kj::TaskSet later_;  // posts from the loop's own thread
+  Inbox inbox_;  // posts from other threads
+  // Posts from the loop's own thread: those of one turn run together in a later turn.
+  std::vector<kj::Function<void()>> local_, running_;
+  kj::TaskSet later_;  // the turns that run them
   kj::Promise<void> inbox_running_;
 };
 
