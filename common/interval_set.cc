@@ -5,65 +5,65 @@
 
 namespace psched {
 
+IntervalSet::Ranges::iterator IntervalSet::first_ending_after(uint64_t index) {
+  return std::partition_point(ranges_.begin(), ranges_.end(),
+                              [index](const ElementRange& r) { return r.end <= index; });
+}
+
+IntervalSet::Ranges::const_iterator IntervalSet::first_ending_after(uint64_t index) const {
+  return std::partition_point(ranges_.begin(), ranges_.end(),
+                              [index](const ElementRange& r) { return r.end <= index; });
+}
+
 void IntervalSet::add(ElementRange r) {
   if (r.begin >= r.end) return;
-  subtract(r);  // then r is disjoint from the set; merge with touching neighbours
-  auto next = ranges_.lower_bound(r.begin);
-  if (next != ranges_.end() && next->first == r.end) {
-    r.end = next->second;
-    size_ -= next->second - next->first;
-    next = ranges_.erase(next);
+  // The ranges that overlap or touch r: from the first ending at or after r.begin to the last
+  // beginning at or before r.end. They merge with r into one.
+  auto first = std::partition_point(ranges_.begin(), ranges_.end(),
+                                    [&r](const ElementRange& x) { return x.end < r.begin; });
+  auto last = std::partition_point(first, ranges_.end(),
+                                   [&r](const ElementRange& x) { return x.begin <= r.end; });
+  if (first == last) {
+    ranges_.insert(first, r);
+    size_ += r.size();
+    return;
   }
-  if (next != ranges_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->second == r.begin) {
-      r.begin = prev->first;
-      size_ -= prev->second - prev->first;
-      ranges_.erase(prev);
-    }
-  }
-  ranges_[r.begin] = r.end;
-  size_ += r.size();
+  for (auto it = first; it != last; ++it) size_ -= it->size();
+  ElementRange merged{std::min(r.begin, first->begin), std::max(r.end, std::prev(last)->end)};
+  *first = merged;
+  size_ += merged.size();
+  ranges_.erase(std::next(first), last);
 }
 
 void IntervalSet::subtract(ElementRange r) {
   if (r.begin >= r.end) return;
-  auto it = ranges_.upper_bound(r.begin);
-  if (it != ranges_.begin()) --it;
-  while (it != ranges_.end() && it->first < r.end) {
-    uint64_t begin = it->first, end = it->second;
-    if (end <= r.begin) {
-      ++it;
-      continue;
-    }
-    it = ranges_.erase(it);
-    size_ -= end - begin;
-    if (begin < r.begin) {
-      ranges_[begin] = r.begin;
-      size_ += r.begin - begin;
-    }
-    if (end > r.end) {
-      ranges_[r.end] = end;
-      size_ += end - r.end;
-      break;
-    }
+  auto first = first_ending_after(r.begin);
+  auto last = std::partition_point(first, ranges_.end(),
+                                   [&r](const ElementRange& x) { return x.begin < r.end; });
+  if (first == last) return;
+  ElementRange left{first->begin, r.begin}, right{r.end, std::prev(last)->end};
+  for (auto it = first; it != last; ++it) size_ -= it->size();
+  auto at = ranges_.erase(first, last);
+  if (right.begin < right.end) {
+    at = ranges_.insert(at, right);
+    size_ += right.size();
+  }
+  if (left.begin < left.end) {
+    ranges_.insert(at, left);
+    size_ += left.size();
   }
 }
 
 bool IntervalSet::contains(ElementRange r) const {
   if (r.begin >= r.end) return true;
-  auto it = ranges_.upper_bound(r.begin);
-  if (it == ranges_.begin()) return false;
-  --it;
-  return it->first <= r.begin && r.end <= it->second;
+  auto it = first_ending_after(r.begin);
+  return it != ranges_.end() && it->contains(r);
 }
 
 bool IntervalSet::overlaps(ElementRange r) const {
   if (r.begin >= r.end) return false;
-  auto it = ranges_.lower_bound(r.end);
-  if (it == ranges_.begin()) return false;
-  --it;
-  return it->second > r.begin;
+  auto it = first_ending_after(r.begin);
+  return it != ranges_.end() && it->begin < r.end;
 }
 
 void IntervalSet::clear() {
@@ -71,20 +71,13 @@ void IntervalSet::clear() {
   size_ = 0;
 }
 
-std::vector<ElementRange> IntervalSet::ranges() const {
-  std::vector<ElementRange> out;
-  out.reserve(ranges_.size());
-  for (auto& [b, e] : ranges_) out.push_back({b, e});
-  return out;
-}
-
 IntervalSet IntervalSet::intersect(const IntervalSet& other) const {
   IntervalSet out;
   auto a = ranges_.begin(), b = other.ranges_.begin();
   while (a != ranges_.end() && b != other.ranges_.end()) {
-    uint64_t begin = std::max(a->first, b->first), end = std::min(a->second, b->second);
+    uint64_t begin = std::max(a->begin, b->begin), end = std::min(a->end, b->end);
     if (begin < end) out.add({begin, end});
-    (a->second < b->second) ? ++a : ++b;
+    (a->end < b->end) ? ++a : ++b;
   }
   return out;
 }

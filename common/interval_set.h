@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "common/placement.h"
@@ -24,14 +23,22 @@ class IntervalSet {
   // Number of indices in the set.
   uint64_t size() const { return size_; }
   bool empty() const { return ranges_.empty(); }
+  // Empties the set; it keeps its memory for what is added next.
   void clear();
-  // The ranges, in order.
-  std::vector<ElementRange> ranges() const;
+  // The ranges, in order; valid until the set changes.
+  const std::vector<ElementRange>& ranges() const { return ranges_; }
   // Indices in both sets.
   IntervalSet intersect(const IntervalSet& other) const;
 
  private:
-  std::map<uint64_t, uint64_t> ranges_;  // begin -> end
+  using Ranges = std::vector<ElementRange>;
+  // The first range that ends after `index` (contains it, or lies wholly behind it).
+  Ranges::iterator first_ending_after(uint64_t index);
+  Ranges::const_iterator first_ending_after(uint64_t index) const;
+
+  // Sorted; a set holds a few ranges (a variable's pushed partitions merge as they arrive),
+  // so a vector beats a tree and allocates only when it grows.
+  Ranges ranges_;
   uint64_t size_ = 0;
 };
 

@@ -53,4 +53,11 @@ TEST_CASE("the set agrees with a bitmap under random adds and subtracts") {
   }
   CHECK(s.size() == count);
   CHECK(both.size() == both_count);
+  for (const IntervalSet* set : {&s, &other, &both}) {
+    const std::vector<ElementRange>& ranges = set->ranges();
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      CHECK(ranges[i].begin < ranges[i].end);
+      if (i > 0) CHECK(ranges[i - 1].end < ranges[i].begin);  // sorted, apart, not touching
+    }
+  }
 }
