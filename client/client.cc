@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/client.h"
 
-#include <chrono>
-#include <future>
 #include <map>
 #include <mutex>
 
@@ -11,6 +9,7 @@
 #include "actors/iteration_timer.h"
 #include "actors/loop_thread.h"
 #include "client/worker.h"
+#include "common/completion.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "link/shard_connector.h"
@@ -41,7 +40,7 @@ struct Client::Impl {
   // The answer `ask(reply)` gives on the loop thread, where `ask` runs; blocks the caller.
   template <typename T, typename Ask>
   T ask_loop(Ask ask);
-  using PendingPushes = std::map<std::pair<uint32_t, Step>, std::future<void>>;
+  using PendingPushes = std::map<std::pair<uint32_t, Step>, std::shared_ptr<Completion>>;
   // The push of (handle, step); throws Error(invalid_argument) when there is none. Caller holds
   // pushes_mutex.
   PendingPushes::iterator find_push(VariableHandle handle, Step step);
@@ -140,10 +139,10 @@ void Client::pull(VariableHandle handle) {
 }
 
 void Client::push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
-  auto done = std::make_shared<std::promise<void>>();
+  auto done = std::make_shared<Completion>();
   {
     std::lock_guard lock(impl_->pushes_mutex);
-    auto [it, fresh] = impl_->pushes.try_emplace({handle.value, step}, done->get_future());
+    auto [it, fresh] = impl_->pushes.try_emplace({handle.value, step}, done);
     if (!fresh)
       fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
            handle.value, step);
@@ -152,27 +151,25 @@ void Client::push(VariableHandle handle, Step step, std::span<const std::byte> g
   }
   // The one hop of a push; its `done` wakes the trainer's wait once.
   impl_->thread.loop().post([this, handle, step, gradient, done] {
-    impl_->worker->push(handle, step, gradient, [done](std::exception_ptr error) {
-      error ? done->set_exception(error) : done->set_value();
-    });
+    impl_->worker->push(handle, step, gradient,
+                        [done](std::exception_ptr error) { done->set(std::move(error)); });
   });
 }
 
 void Client::wait(VariableHandle handle, Step step) {
-  std::future<void> done;
+  std::shared_ptr<Completion> done;
   {
     std::lock_guard lock(impl_->pushes_mutex);
     auto it = impl_->find_push(handle, step);
     done = std::move(it->second);
     impl_->pushes.erase(it);
   }
-  done.get();
+  done->wait();
 }
 
 bool Client::ready(VariableHandle handle, Step step) {
   std::lock_guard lock(impl_->pushes_mutex);
-  return impl_->find_push(handle, step)->second.wait_for(std::chrono::seconds(0)) ==
-         std::future_status::ready;
+  return impl_->find_push(handle, step)->second->ready();
 }
 
 SchedulerStats Client::scheduler_stats() {
