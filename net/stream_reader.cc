@@ -9,6 +9,10 @@
 namespace psched {
 namespace {
 
+// A read straight into place resolves after at least this much, so received() moves while a
+// large body arrives; KJ reads on without a promise per piece until then.
+constexpr size_t kProgressBytes = 1 << 20;
+
 kj::Exception ended_early() {
   return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
                        kj::str("the stream ended inside a frame"));
@@ -58,12 +62,14 @@ kj::Promise<void> StreamReader::read(void* out, size_t n) {
 }
 
 kj::Promise<void> StreamReader::read_direct(kj::byte* out, size_t n) {
-  return stream_.tryRead(out, 1, n).then([this, out, n](size_t got) -> kj::Promise<void> {
-    received_ += got;
-    if (got == 0) return ended_early();
-    if (got == n) return kj::READY_NOW;
-    return read_direct(out + got, n - got);
-  });
+  size_t piece = std::min(n, kProgressBytes);
+  return stream_.tryRead(out, piece, n)
+      .then([this, out, n, piece](size_t got) -> kj::Promise<void> {
+        received_ += got;
+        if (got < piece) return ended_early();
+        if (got == n) return kj::READY_NOW;
+        return read_direct(out + got, n - got);
+      });
 }
 
 kj::Promise<void> StreamReader::skip(uint64_t n) {

@@ -4,8 +4,9 @@
 // frames that arrive together are parsed in one go; only a read that must wait for the peer
 // costs a promise. Large bodies go from the socket straight into their destination.
 //
-// Every read of the stream asks for as little as one byte, so received() moves with each
-// piece that arrives: a watchdog can tell a slow peer from a silent one. KJ thread only.
+// received() counts what arrived, for a watchdog that tells a slow peer from a silent one: it
+// moves with every piece of a buffered read, and at least every MiB of a read straight into
+// place (a body arriving slower than that per watchdog period looks silent). KJ thread only.
 #pragma once
 
 #include <cstddef>
@@ -31,13 +32,14 @@ class StreamReader {
   // with false when the stream ends first; what arrived stays buffered.
   kj::Promise<bool> fill(size_t min);
   // Reads the next `n` bytes into `out`: the buffered ones are copied, the rest read straight
-  // into `out` when it is large. Fails with DISCONNECTED when the stream ends first.
+  // into `out` when it is at least the buffer's size. Fails with DISCONNECTED when the stream
+  // ends first.
   kj::Promise<void> read(void* out, size_t n);
   // Reads and drops the next `n` bytes.
   kj::Promise<void> skip(uint64_t n);
 
  private:
-  // Reads `n` bytes straight into `out`, piece by piece.
+  // Reads `n` bytes straight into `out`, a MiB or more at a time.
   kj::Promise<void> read_direct(kj::byte* out, size_t n);
 
   kj::AsyncInputStream& stream_;

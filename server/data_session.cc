@@ -353,8 +353,8 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
 
   // Fails with DISCONNECTED once the worker has sent nothing for limits.stall_timeout_seconds
   // while a frame of it is begun. It looks an eighth of the timeout apart, so no single read
-  // pays for a timer; `seen`: the bytes received at `quiet_since`, the last time it looked and
-  // either no frame was begun or bytes had come.
+  // pays for a timer, and a stall is dropped at most a quarter of the timeout late. `seen`:
+  // the bytes received at `quiet_since`, the last look that found no frame begun or new bytes.
   kj::Promise<void> watch_for_stalls(uint64_t seen, kj::TimePoint quiet_since) {
     uint64_t seconds = limits().stall_timeout_seconds;
     kj::Duration timeout = seconds * kj::SECONDS;
