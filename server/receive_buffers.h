@@ -3,7 +3,10 @@
 // push. From glibc's mmap threshold up (32 MiB, common/malloc_tuning.h) malloc maps every
 // buffer afresh, and the kernel faults in and zeroes each of its pages on the first write: for
 // partitions that large (fifo's whole tensors) that more than doubled the shard's CPU per byte.
-// Smaller buffers come from malloc, which reuses them already.
+// Below it, a loop thread's malloc arena (heaps of at most 64 MiB) may hand a freed large
+// buffer's pages back to the kernel too: in some processes every 16 MiB push faulted its
+// buffer in afresh, and its round trip took 25 ms instead of 10. So buffers from 1 MiB up are
+// kept; smaller ones come from malloc, which reuses them.
 //
 // Lives on the shard's loop: take buffers there, and drop them there (a dropped buffer goes back
 // to the pool while the pool exists, and is freed when the pool is over its budget).
@@ -20,7 +23,7 @@ namespace psched {
 class ReceiveBuffers : public std::enable_shared_from_this<ReceiveBuffers> {
  public:
   // Buffers of this size and up are kept for reuse.
-  static constexpr size_t kPooledFrom = 32u << 20;
+  static constexpr size_t kPooledFrom = 1u << 20;
 
   // At most `kept_bytes` of free buffers are kept.
   explicit ReceiveBuffers(size_t kept_bytes) : budget_(kept_bytes) {}
