@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
+#include "net/tls.h"
 #include "net/wire_convert.h"
 #include "tests/cluster.h"
 
@@ -82,3 +83,42 @@ TEST_CASE("a worker that trusts another CA fails naming the shard it tried") {
 }
 
 }  // namespace
+
+TEST_CASE(
+    "over TLS, workers idle between steps stay connected, and a connection stalled inside "
+    "a message is dropped after the stall timeout") {
+  kj::TimerImpl clock(kj::origin<kj::TimePoint>());  // outlives the shards' connections
+  DeploymentConfig config = tls_config();
+  config.limits.stall_timeout_seconds = 10;
+  config.limits.auth_timeout_seconds = 1000;  // the stall, not the authentication, drops it
+  Cluster cluster(config);
+  for (size_t s = 0; s < config.shards.size(); ++s) cluster.host().listener(s).use_timer(clock);
+  auto wait_seconds = [&](uint64_t seconds) {
+    for (uint64_t i = 0; i < seconds; ++i) {
+      clock.advanceTo(clock.now() + kj::SECONDS);
+      cluster.settle();
+    }
+  };
+  ShardListener& shard = cluster.host().listener(0);
+  Worker& worker = cluster.add_worker(WorkerId(0), {});
+  train_ones(cluster, worker, "w", 1);
+  wait_seconds(3 * config.limits.stall_timeout_seconds);  // between steps: as long as it likes
+  CHECK(shard.connections() == 2);
+  CHECK(train_ones(cluster, worker, "v", 2) == std::vector<float>(kElements, -1.f));
+
+  // Part of a Cap'n Proto message through TLS, then silence.
+  auto pipe = kj::newTwoWayPipe();
+  shard.serve(kj::mv(pipe.ends[0]));
+  auto tls = client_tls_context(*config.tls);
+  std::string address = config.shards[0].listen.to_string();
+  auto stalled = cluster.run(tls_client_handshake(*tls, kj::mv(pipe.ends[1]), address,
+                                                  expected_server_name(*config.tls, address)));
+  kj::byte part[28] = {0, 0, 0, 0, 16, 0, 0, 0};  // one segment of 16 words; 20 bytes of it
+  cluster.run(stalled->write(part, sizeof(part)));
+  CHECK(shard.connections() == 3);
+  wait_seconds(config.limits.stall_timeout_seconds - 1);
+  CHECK(shard.connections() == 3);
+  wait_seconds(2);
+  CHECK(shard.connections() == 2);
+  CHECK(train_ones(cluster, worker, "u", 1) == std::vector<float>(kElements, 0.f));
+}
