@@ -92,7 +92,9 @@ void Scheduler::start_ready() {
 void Scheduler::start_next() {
   Queued best = queue_.top();
   queue_.pop();
-  if (!fusable(best.task)) {
+  // Alone: it cannot fuse, or nothing that could fuse with it would start now anyway.
+  if (!fusable(best.task) || queue_.empty() || !fusable(queue_.top().task) ||
+      !fits(queue_.top().task.bytes, stats_.bytes_in_flight + best.task.bytes, credit_bytes_)) {
     admit(best, 0);
     launch({best.task});
     return;
