@@ -93,8 +93,7 @@ void Scheduler::start_next() {
   Queued best = queue_.top();
   queue_.pop();
   // Alone: it cannot fuse, or nothing that could fuse with it would start now anyway.
-  if (!fusable(best.task) || queue_.empty() || !fusable(queue_.top().task) ||
-      !fits(queue_.top().task.bytes, stats_.bytes_in_flight + best.task.bytes, credit_bytes_)) {
+  if (!fusable(best.task) || !next_joins(best.task.bytes)) {
     admit(best, 0);
     launch({best.task});
     return;
@@ -120,8 +119,7 @@ void Scheduler::start_next() {
   };
   uint64_t gathered = best.task.bytes;
   add(std::move(best));
-  while (!queue_.empty() && fusable(queue_.top().task) &&
-         fits(queue_.top().task.bytes, stats_.bytes_in_flight + gathered, credit_bytes_)) {
+  while (next_joins(gathered)) {
     gathered += queue_.top().task.bytes;
     add(queue_.top());
     queue_.pop();
@@ -138,6 +136,11 @@ void Scheduler::start_next() {
     }
     launch(std::move(tasks));
   }
+}
+
+bool Scheduler::next_joins(uint64_t gathered) const {
+  return !queue_.empty() && fusable(queue_.top().task) &&
+         fits(queue_.top().task.bytes, stats_.bytes_in_flight + gathered, credit_bytes_);
 }
 
 void Scheduler::admit(const Queued& queued, uint32_t fused_with) {

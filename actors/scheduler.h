@@ -82,6 +82,9 @@ class Scheduler : public Actor {
   // Starts queued tasks, best first, while the best one fits the credit left. On the loop.
   void start_ready();
   bool fusable(const PartitionTask& task) const { return task.bytes < fusion_bytes_; }
+  // Whether the best queued task would fuse into a run of `gathered` bytes starting now: it is
+  // fusable and fits the credit left beside them.
+  bool next_joins(uint64_t gathered) const;
   // Starts the best task and, if it is fusable, the fusable ones after it that fit, grouped
   // by shard. Requires the best task to fit.
   void start_next();
