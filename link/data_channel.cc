@@ -164,12 +164,11 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_value(const DataAnswer& answer) {
   auto settle = [this, id = answer.id, at_ns = answer.applied_at_ns] {
     if (auto settled = take_waiting(id); settled.get() != nullptr) settled->fulfill(kj::cp(at_ns));
   };
-  if (answer.body_bytes <= reader_.buffered()) {
-    reader_.take(waiting.out, answer.body_bytes);
-    settle();
-    return nullptr;
+  KJ_IF_MAYBE (rest, reader_.read_or_wait(waiting.out, answer.body_bytes)) {
+    return rest->then(kj::mv(settle));
   }
-  return reader_.read(waiting.out, answer.body_bytes).then(kj::mv(settle));
+  settle();
+  return nullptr;
 }
 
 kj::Maybe<kj::Promise<void>> DataChannel::take_error(const DataAnswer& answer) {
@@ -178,13 +177,11 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_error(const DataAnswer& answer) {
     if (auto settled = take_waiting(id); settled.get() != nullptr)
       settled->reject(answered_error({text.begin(), text.size()}));
   };
-  if (text.size() <= reader_.buffered()) {
-    reader_.take(text.begin(), text.size());
-    settle(text);
-    return nullptr;
+  KJ_IF_MAYBE (rest, reader_.read_or_wait(text.begin(), text.size())) {
+    return rest->then([settle, text = kj::mv(text)] { settle(text); });
   }
-  auto read = reader_.read(text.begin(), text.size());
-  return read.then([settle, text = kj::mv(text)] { settle(text); });
+  settle(text);
+  return nullptr;
 }
 
 kj::Own<kj::PromiseFulfiller<int64_t>> DataChannel::take_waiting(uint64_t id) {

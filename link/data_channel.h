@@ -64,7 +64,7 @@ class DataChannel final : private kj::TaskSet::ErrorHandler {
   // Forgets request `id` and returns what settles it; null when nothing waits for it (it was
   // answered, cancelled or never sent).
   kj::Own<kj::PromiseFulfiller<int64_t>> take_waiting(uint64_t id);
-  // Drops `bytes` of body nobody waits for; null when they were buffered.
+  // Drops `bytes` of body nobody waits for; null when there are none.
   kj::Maybe<kj::Promise<void>> discard(uint64_t bytes);
   // The promise of `id` went: forgets it, and cancels it on the shard when it was a poll.
   void abandon(uint64_t id);

@@ -26,8 +26,12 @@ StreamReader::StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes)
 void StreamReader::take(void* out, size_t n) {
   PSCHED_REQUIRE(n <= buffered(), n, buffered());
   std::memcpy(out, buffer_.begin() + begin_, n);
+  consume(n);
+}
+
+void StreamReader::consume(size_t n) {
   begin_ += n;
-  if (begin_ == end_) begin_ = end_ = 0;
+  if (begin_ == end_) begin_ = end_ = 0;  // empty: the whole buffer is room again
 }
 
 kj::Promise<bool> StreamReader::fill(size_t min) {
@@ -48,12 +52,19 @@ kj::Promise<bool> StreamReader::fill(size_t min) {
 }
 
 kj::Promise<void> StreamReader::read(void* out, size_t n) {
+  KJ_IF_MAYBE (rest, read_or_wait(out, n)) {
+    return kj::mv(*rest);
+  }
+  return kj::READY_NOW;
+}
+
+kj::Maybe<kj::Promise<void>> StreamReader::read_or_wait(void* out, size_t n) {
   auto* to = static_cast<kj::byte*>(out);
   size_t taken = std::min(n, buffered());
   take(to, taken);
   to += taken;
   n -= taken;
-  if (n == 0) return kj::READY_NOW;
+  if (n == 0) return nullptr;
   if (n >= buffer_.size()) return read_direct(to, n);
   return fill(n).then([this, to, n](bool filled) {
     if (!filled) kj::throwFatalException(ended_early());
@@ -74,8 +85,7 @@ kj::Promise<void> StreamReader::read_direct(kj::byte* out, size_t n) {
 
 kj::Promise<void> StreamReader::skip(uint64_t n) {
   size_t dropped = std::min<uint64_t>(n, buffered());
-  begin_ += dropped;
-  if (begin_ == end_) begin_ = end_ = 0;
+  consume(dropped);
   if (n == dropped) return kj::READY_NOW;
   return fill(1).then([this, left = n - dropped](bool filled) -> kj::Promise<void> {
     if (!filled) return ended_early();

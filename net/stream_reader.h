@@ -35,10 +35,15 @@ class StreamReader {
   // into `out` when it is at least the buffer's size. Fails with DISCONNECTED when the stream
   // ends first.
   kj::Promise<void> read(void* out, size_t n);
+  // The same, but null when all `n` bytes were buffered (they are in `out` on return): the
+  // caller goes on at once instead of in a later turn.
+  kj::Maybe<kj::Promise<void>> read_or_wait(void* out, size_t n);
   // Reads and drops the next `n` bytes.
   kj::Promise<void> skip(uint64_t n);
 
  private:
+  // Drops the next `n` buffered bytes; n <= buffered().
+  void consume(size_t n);
   // Reads `n` bytes straight into `out`, a MiB or more at a time.
   kj::Promise<void> read_direct(kj::byte* out, size_t n);
 

@@ -92,3 +92,27 @@ TEST_CASE("a large read lands straight in place, its progress counted every MiB 
   CHECK(got == sent);
   CHECK(reader.received() == sent.size());
 }
+
+TEST_CASE("read_or_wait hands buffered bytes over at once, and waits only for missing ones") {
+  kj::EventLoop loop;
+  kj::WaitScope scope(loop);
+  std::mt19937 rng(5);
+  std::vector<kj::byte> sent = random_bytes(100, rng);
+  auto pipe = kj::newTwoWayPipe();
+  StreamReader reader(*pipe.ends[1], 64);
+  auto writing = pipe.ends[0]->write(sent.data(), 60).eagerlyEvaluate(nullptr);
+  REQUIRE(reader.fill(60).wait(scope));
+  std::vector<kj::byte> got(sent.size());
+  CHECK(reader.read_or_wait(got.data(), 50) == nullptr);  // buffered: in place on return
+  CHECK(std::equal(got.begin(), got.begin() + 50, sent.begin()));
+  auto rest = reader.read_or_wait(got.data() + 50, 50);  // 10 buffered, 40 still to come
+  KJ_IF_MAYBE (reading, rest) {
+    CHECK_FALSE(reading->poll(scope));
+    pipe.ends[0]->write(sent.data() + 60, 40).wait(scope);
+    reading->wait(scope);
+  } else {
+    FAIL("read_or_wait returned null with bytes missing");
+  }
+  CHECK(got == sent);
+  writing.wait(scope);
+}

@@ -159,17 +159,16 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
       case RequestKind::push:
       case RequestKind::push_poll: {
         auto data = endpoint_.receive_buffers->take(r.size);
-        if (r.size <= reader_.buffered()) {
-          ShardTrace::TimePoint header_at = trace_time();
-          reader_.take(data->data(), r.size);
-          push(r, data, header_at);
-          return nullptr;
+        ShardTrace::TimePoint header_at = trace_time();
+        KJ_IF_MAYBE (rest, reader_.read_or_wait(data->data(), r.size)) {
+          waiting_for_ = Wait::body;
+          return rest->then([this, r, data, header_at] {
+            waiting_for_ = Wait::nothing;
+            push(r, data, header_at);
+          });
         }
-        waiting_for_ = Wait::body;
-        return reader_.read(data->data(), r.size).then([this, r, data, header_at = trace_time()] {
-          waiting_for_ = Wait::nothing;
-          push(r, data, header_at);
-        });
+        push(r, data, header_at);
+        return nullptr;
       }
       case RequestKind::poll:
         poll(r);
