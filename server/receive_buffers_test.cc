@@ -57,3 +57,13 @@ TEST_CASE("a buffer that outlives its pool is freed") {
   buffer->data()[0] = std::byte{1};
   buffer.reset();  // no pool to go back to (ASan builds check the free)
 }
+
+TEST_CASE("buffers from 1 MiB up are kept, below the mmap threshold too; smaller ones are not") {
+  auto pool = ReceiveBuffers::make(64u << 20);
+  pool->take(1u << 20).reset();  // a 1 MiB partition
+  CHECK(pool->kept_bytes() == 1u << 20);
+  pool->take(16u << 20).reset();  // 16 MiB: malloc's arena could hand its pages back
+  CHECK(pool->kept_bytes() == (1u << 20) + (16u << 20));
+  pool->take(256u << 10).reset();  // the default partition: malloc reuses it
+  CHECK(pool->kept_bytes() == (1u << 20) + (16u << 20));
+}
