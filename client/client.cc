@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/client.h"
 
+#include <chrono>
 #include <map>
 #include <mutex>
 
@@ -17,6 +18,13 @@
 #include "net/wire_convert.h"
 
 namespace psched {
+namespace {
+
+// How long a trainer's wait spins before it sleeps: a small partition's push and answer on a
+// fast link come back within it (measured in docs/benchmarks.md, "A waiter that spins").
+constexpr std::chrono::microseconds kWaitSpin{50};
+
+}  // namespace
 
 ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerId worker) {
   ClientOptions options;
@@ -164,7 +172,7 @@ void Client::wait(VariableHandle handle, Step step) {
     done = std::move(it->second);
     impl_->pushes.erase(it);
   }
-  done->wait();
+  done->wait(kWaitSpin);
 }
 
 bool Client::ready(VariableHandle handle, Step step) {

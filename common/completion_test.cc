@@ -32,3 +32,18 @@ TEST_CASE("a completion set with an error rethrows it to the waiter") {
   worker.join();
   CHECK(done.ready());
 }
+
+TEST_CASE("a spinning waiter sees a completion set while it spins, and one set after it sleeps") {
+  using std::chrono::microseconds;
+  Completion soon, late;
+  std::thread worker([&] {
+    soon.set();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    late.set();
+  });
+  soon.wait(microseconds(1'000'000));  // set within the spin
+  late.wait(microseconds(1));          // spins 1 µs, then sleeps until set
+  CHECK(soon.ready());
+  CHECK(late.ready());
+  worker.join();
+}
