@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/client.h"
 
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -21,13 +20,10 @@
 namespace psched {
 namespace {
 
-// How long a trainer's wait spins before it sleeps: a small partition's push and answer on a
-// fast link come back within it (measured in docs/benchmarks.md, "A waiter that spins"). A
-// wait spins only when the one before it took at most twice that, sleep and wake included:
-// waits that take longer (a large variable, a slow link, a sync barrier) would burn the spin
-// for nothing.
+// How long a trainer's wait spins before it sleeps (after a short wait; see WaitSpin): a small
+// partition's push and answer on a fast link come back within it (measured in
+// docs/benchmarks.md, "A waiter that spins").
 constexpr std::chrono::microseconds kWaitSpin{50};
-constexpr std::chrono::microseconds kShortWait = 2 * kWaitSpin;
 
 }  // namespace
 
@@ -72,8 +68,7 @@ struct Client::Impl {
   PendingPushes pushes;
   IterationTimer iteration_timer;
   Histogram iteration_seconds;
-  // Whether the trainer's last wait took at most kShortWait (its next one spins then).
-  std::atomic<bool> last_wait_was_short{true};
+  WaitSpin wait_spin{kWaitSpin};  // the trainer's waits
 };
 
 Client::Impl::Impl(ClientOptions options_in) : options(std::move(options_in)) {
@@ -179,9 +174,7 @@ void Client::wait(VariableHandle handle, Step step) {
     done = std::move(it->second);
     impl_->pushes.erase(it);
   }
-  auto start = std::chrono::steady_clock::now();
-  done->wait(impl_->last_wait_was_short ? kWaitSpin : std::chrono::microseconds(0));
-  impl_->last_wait_was_short = std::chrono::steady_clock::now() - start <= kShortWait;
+  done->wait(impl_->wait_spin);
 }
 
 bool Client::ready(VariableHandle handle, Step step) {

@@ -6,7 +6,8 @@
 //
 // A waiter may first spin for a short while: when the work ends within it, the waiter goes on
 // at once instead of paying a sleep and a wake (10-20 µs each on a small virtual machine),
-// which is most of a small request's round trip.
+// which is most of a small request's round trip. WaitSpin decides, from the waiter's last wait,
+// whether that is worth trying.
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,25 @@
 #include <utility>
 
 namespace psched {
+
+// How long one thread's waits spin: `spin` after a wait that took at most twice that (sleep and
+// wake included), else not at all, since waits that long would burn the spin for nothing.
+class WaitSpin {
+ public:
+  explicit WaitSpin(std::chrono::microseconds spin) : spin_(spin) {}
+  // The spin for the next wait.
+  std::chrono::microseconds next() const {
+    return last_was_short_.load(std::memory_order_relaxed) ? spin_ : std::chrono::microseconds{};
+  }
+  // Records that a wait took `took`.
+  void waited(std::chrono::nanoseconds took) {
+    last_was_short_.store(took <= 2 * spin_, std::memory_order_relaxed);
+  }
+
+ private:
+  const std::chrono::microseconds spin_;
+  std::atomic<bool> last_was_short_{true};
+};
 
 class Completion {
  public:
@@ -34,6 +54,17 @@ class Completion {
     while (!ready() && std::chrono::steady_clock::now() < until) relax();
     done_.wait(0, std::memory_order_acquire);
     if (error_) std::rethrow_exception(error_);
+  }
+  // Blocks until set(), spinning as `spin` says and telling it how long the wait took.
+  void wait(WaitSpin& spin) const {
+    auto start = std::chrono::steady_clock::now();
+    try {
+      wait(spin.next());
+    } catch (...) {
+      spin.waited(std::chrono::steady_clock::now() - start);
+      throw;
+    }
+    spin.waited(std::chrono::steady_clock::now() - start);
   }
 
  private:

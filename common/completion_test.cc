@@ -42,8 +42,37 @@ TEST_CASE("a spinning waiter sees a completion set while it spins, and one set a
     late.set();
   });
   soon.wait(microseconds(1'000'000));  // set within the spin
-  late.wait(microseconds(1));          // spins 1 µs, then sleeps until set
+  late.wait(microseconds(1));          // spins 1 µs, then (almost surely) sleeps until set
   CHECK(soon.ready());
   CHECK(late.ready());
   worker.join();
+}
+
+TEST_CASE("a wait spins only after a wait that took at most twice the spin") {
+  using std::chrono::microseconds;
+  WaitSpin spin(microseconds(50));
+  CHECK(spin.next() == microseconds(50));  // nothing known yet: try it
+  spin.waited(microseconds(101));
+  CHECK(spin.next() == microseconds(0));
+  spin.waited(microseconds(100));
+  CHECK(spin.next() == microseconds(50));
+  spin.waited(std::chrono::milliseconds(3));  // a large partition's wait
+  CHECK(spin.next() == microseconds(0));
+}
+
+TEST_CASE("a completion's wait tells its WaitSpin how long it took, error or not") {
+  // A spin of 10 s makes every wait here short, however loaded the machine.
+  const std::chrono::microseconds ten_seconds = std::chrono::seconds(10);
+  WaitSpin spin(ten_seconds);
+  spin.waited(std::chrono::seconds(60));
+  CHECK(spin.next() == std::chrono::microseconds(0));
+  Completion ready_at_once;
+  ready_at_once.set();
+  ready_at_once.wait(spin);  // set already: returns at once, without spinning
+  CHECK(spin.next() == ten_seconds);
+  spin.waited(std::chrono::seconds(60));
+  Completion failed;
+  failed.set(std::make_exception_ptr(std::runtime_error("shard lost")));
+  CHECK_THROWS_WITH_AS(failed.wait(spin), "shard lost", std::runtime_error);
+  CHECK(spin.next() == ten_seconds);
 }
