@@ -22,7 +22,18 @@ def close(a, b, tolerance=1e-6):
     return abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-12)
 
 
-def check_loop(where, pair, faults):
+def check_switches(where, case, size_bytes, faults):
+    """A case's context switches, and the switches per request derived from them."""
+    switches = case.get("context_switches")
+    if not isinstance(switches, int) or switches < 0:
+        faults.append(f"{where}: context_switches {switches!r} is not a count")
+        return
+    requests = case["bytes_per_iteration"] * case["iterations"] / size_bytes
+    if not close(case.get("switches_per_request", -1), switches / requests):
+        faults.append(f"{where}: switches_per_request is not context_switches per request")
+
+
+def check_loop(where, pair, size_bytes, faults):
     """The echo through psched's threads and loops, alone ("loop") and with psched's per-byte
     work ("loop_work"), and the two ratios derived from each."""
     for name in ("loop", "loop_work"):
@@ -32,6 +43,7 @@ def check_loop(where, pair, faults):
             continue
         for key in ("gb_per_s", "cpu_s_per_gb", "iterations", "seconds"):
             positive(faults, f"{where} {name}.{key}", loop.get(key))
+        check_switches(f"{where} {name}", loop, size_bytes, faults)
         to_tcp, of_it = pair.get(f"{name}_ratio", 0), pair.get(f"psched_of_{name}", 0)
         if not close(to_tcp, loop["gb_per_s"] / pair["tcp"]["gb_per_s"]):
             faults.append(f"{where}: {name}_ratio {to_tcp} is not {name}/tcp GB/s")
@@ -51,12 +63,13 @@ def check_transport(doc, faults):
             for side in ("psched", "tcp"):
                 for key in ("gb_per_s", "cpu_s_per_gb", "iterations", "seconds"):
                     positive(faults, f"{where} {side}.{key}", pair[side].get(key))
+                check_switches(f"{where} {side}", pair[side], size["size_bytes"], faults)
             if case == "sequential":
                 for side in ("psched", "tcp"):
                     positive(faults, f"{where} {side}.p50_us", pair[side].get("p50_us"))
             if not close(pair["ratio"], pair["psched"]["gb_per_s"] / pair["tcp"]["gb_per_s"]):
                 faults.append(f"{where}: ratio {pair['ratio']} is not psched/tcp GB/s")
-            check_loop(where, pair, faults)
+            check_loop(where, pair, size["size_bytes"], faults)
 
 
 def check_cpu_split(where, split, faults):

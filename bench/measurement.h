@@ -33,12 +33,20 @@ struct Measurement {
   // live in it) while the timed iterations ran. Unlike wall time it barely depends on what
   // else the machine runs.
   double cpu_seconds = 0;
+  // The context switches of the whole process in that time: each a thread that slept and was
+  // woken, or was preempted. What a hand-off between threads costs beyond its CPU time.
+  uint64_t context_switches = 0;
 
   double gb_per_s() const { return double(bytes_per_iteration) * iterations / seconds / 1e9; }
   double iterations_per_s() const { return iterations / seconds; }
   // CPU seconds per 1e9 bytes counted one way.
   double cpu_s_per_gb() const {
     return cpu_seconds / (double(bytes_per_iteration) * iterations / 1e9);
+  }
+  // Context switches per request of `request_bytes` (counted one way).
+  double switches_per_request(uint64_t request_bytes) const {
+    return double(context_switches) /
+           (double(bytes_per_iteration) * iterations / double(request_bytes));
   }
   // The q-quantile (0..1, nearest rank) of iteration_us; 0 when none were recorded.
   double percentile_us(double q) const {
@@ -52,13 +60,25 @@ struct Measurement {
 
 using BenchClock = std::chrono::steady_clock;
 
-// User + system CPU seconds this process has used so far, all threads together.
-inline double process_cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](timeval t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
+// What this process has used so far, all threads together.
+struct ProcessUsage {
+  double cpu_seconds = 0;         // user + system
+  uint64_t context_switches = 0;  // voluntary + involuntary
+
+  static ProcessUsage now() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](timeval t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+    return {seconds(usage.ru_utime) + seconds(usage.ru_stime),
+            uint64_t(usage.ru_nvcsw) + uint64_t(usage.ru_nivcsw)};
+  }
+  // Sets m's cpu_seconds and context_switches to what was used since `this` was taken.
+  void record_since(Measurement& m) const {
+    const ProcessUsage end = now();
+    m.cpu_seconds = end.cpu_seconds - cpu_seconds;
+    m.context_switches = end.context_switches - context_switches;
+  }
+};
 
 inline double seconds_between(BenchClock::time_point a, BenchClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -77,7 +97,7 @@ Measurement time_iterations(const Budget& budget, uint64_t bytes_per_iteration,
   for (uint64_t i = 0; i < budget.warmup; ++i) iteration();
   Measurement m;
   m.bytes_per_iteration = bytes_per_iteration;
-  const double cpu_start = process_cpu_seconds();
+  const ProcessUsage usage = ProcessUsage::now();
   const auto start = BenchClock::now();
   for (auto before = start; !budget_spent(budget, m.iterations, start); ++m.iterations) {
     iteration();
@@ -86,7 +106,7 @@ Measurement time_iterations(const Budget& budget, uint64_t bytes_per_iteration,
     before = after;
   }
   m.seconds = seconds_between(start, BenchClock::now());
-  m.cpu_seconds = process_cpu_seconds() - cpu_start;
+  usage.record_since(m);
   return m;
 }
 

@@ -285,7 +285,7 @@ PolicyResult run_policy(const ModelProfile& profile, const Options& o, const std
   std::optional<HttpServer> http;
   if (!o.http.empty()) http.emplace(parse_listen_address(o.http), worker_routes(*clients[0]));
   auto epoch = Clock::now();
-  double cpu_before = process_cpu_seconds();
+  const double cpu_before = ProcessUsage::now().cpu_seconds;
   std::map<std::string, double> threads_before = thread_cpu_seconds();
   std::vector<std::vector<double>> starts(o.workers);
   {
@@ -297,7 +297,7 @@ PolicyResult run_policy(const ModelProfile& profile, const Options& o, const std
   }
   double wall = std::chrono::duration<double>(Clock::now() - epoch).count();
   PolicyResult result;
-  double cpu = process_cpu_seconds() - cpu_before;
+  double cpu = ProcessUsage::now().cpu_seconds - cpu_before;
   result.cpu_share = cpu / (wall * std::thread::hardware_concurrency());
   double moved_gb = 2.0 * profile.bytes() * iterations * o.workers / 1e9;
   double named = 0;

@@ -199,7 +199,7 @@ Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const B
   PipelineState state(window);
   Measurement m;
   m.bytes_per_iteration = size;
-  const double cpu_start = process_cpu_seconds();
+  const ProcessUsage usage = ProcessUsage::now();
   const auto start = BenchClock::now();
   std::thread writer([&] { write_requests(socket.fd(), size, budget, state); });
   try {
@@ -213,7 +213,7 @@ Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const B
   writer.join();
   if (state.writer_error) std::rethrow_exception(state.writer_error);
   m.seconds = seconds_between(start, BenchClock::now());
-  m.cpu_seconds = process_cpu_seconds() - cpu_start;
+  usage.record_since(m);
   return m;
 }
 

@@ -167,9 +167,9 @@ Measurement aggregate(const std::vector<Measurement>& each) {
 // Runs `measure(i)` for i in [0, workers) on a thread each, all at once.
 template <typename Measure>
 Measurement at_once(unsigned workers, Measure measure) {
-  const double cpu_start = process_cpu_seconds();
+  const ProcessUsage usage = ProcessUsage::now();
   Measurement all = aggregate(measure_at_once(workers, measure));
-  all.cpu_seconds = process_cpu_seconds() - cpu_start;
+  usage.record_since(all);
   return all;
 }
 
@@ -280,6 +280,30 @@ void print_loop_table(const std::vector<SizeResult>& results, unsigned workers) 
   }
 }
 
+// Where hand-offs cost: every hand-off to a sleeping thread, and every partial read that
+// sleeps for the rest, is a context switch (docs/benchmarks.md, "Transport").
+void print_switch_table(const std::vector<SizeResult>& results, unsigned workers) {
+  fmt::print(
+      "\ncontext switches per request (the whole process, voluntary and involuntary; a thread"
+      " that sleeps and is woken is one):\n{:>8} {:>11} {:>8} {:>8} {:>8} {:>8}\n",
+      "size", "case", "psched", "TCP", "loop", "+work");
+  auto row = [](uint64_t size, const char* name, const Measurement& psched, const Measurement& tcp,
+                const Measurement& loop, const Measurement& work) {
+    fmt::print("{:>8} {:>11} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f}\n", format_byte_size(size), name,
+               psched.switches_per_request(size), tcp.switches_per_request(size),
+               loop.switches_per_request(size), work.switches_per_request(size));
+  };
+  for (const SizeResult& r : results) {
+    row(r.size, "sequential", r.psched_sequential, r.tcp_sequential, r.loop_sequential,
+        r.work_sequential);
+    row(r.size, "pipelined", r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined,
+        r.work_pipelined);
+    if (workers > 1)
+      row(r.size, fmt::format("{} workers", workers).c_str(), r.psched_aggregate, r.tcp_aggregate,
+          r.loop_aggregate, r.work_aggregate);
+  }
+}
+
 void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
   print_header("sequential: one request of `size` in flight (psched: 1 partition, credit = size)");
   for (const SizeResult& r : results) print_row(r.size, r.psched_sequential, r.tcp_sequential);
@@ -295,6 +319,7 @@ void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
     for (const SizeResult& r : results) print_row(r.size, r.psched_aggregate, r.tcp_aggregate);
   }
   print_loop_table(results, workers);
+  print_switch_table(results, workers);
   fmt::print(
       "\nnote: both sides move `size` bytes to the server and `size` bytes back per request; GB/s"
       " = 1e9 bytes/s counted one way; the psched figure includes the shard's optimizer apply"
@@ -303,14 +328,17 @@ void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
       " load.\n");
 }
 
-nlohmann::json to_json(const Measurement& m) {
+// One case's figures; its requests are of `request_bytes`.
+nlohmann::json to_json(const Measurement& m, uint64_t request_bytes) {
   nlohmann::json j = {{"bytes_per_iteration", m.bytes_per_iteration},
                       {"iterations", m.iterations},
                       {"seconds", m.seconds},
                       {"gb_per_s", m.gb_per_s()},
                       {"iterations_per_s", m.iterations_per_s()},
                       {"cpu_seconds", m.cpu_seconds},
-                      {"cpu_s_per_gb", m.cpu_s_per_gb()}};
+                      {"cpu_s_per_gb", m.cpu_s_per_gb()},
+                      {"context_switches", m.context_switches},
+                      {"switches_per_request", m.switches_per_request(request_bytes)}};
   if (!m.iteration_us.empty()) {
     j["p50_us"] = m.percentile_us(0.5);
     j["p99_us"] = m.percentile_us(0.99);
@@ -318,9 +346,9 @@ nlohmann::json to_json(const Measurement& m) {
   return j;
 }
 
-nlohmann::json to_json(const Measurement& psched, const Measurement& tcp) {
-  return {{"psched", to_json(psched)},
-          {"tcp", to_json(tcp)},
+nlohmann::json to_json(const Measurement& psched, const Measurement& tcp, uint64_t request_bytes) {
+  return {{"psched", to_json(psched, request_bytes)},
+          {"tcp", to_json(tcp, request_bytes)},
           {"ratio", ratio(psched, tcp)},
           {"cpu_ratio", cpu_ratio(psched, tcp)}};
 }
@@ -329,12 +357,12 @@ nlohmann::json to_json(const Measurement& psched, const Measurement& tcp) {
 // per-byte work ("loop_work"): each one's GB/s over TCP's ("loop_ratio", "loop_work_ratio"),
 // and psched's over each ("psched_of_loop", "psched_of_loop_work").
 nlohmann::json to_json(const Measurement& psched, const Measurement& tcp, const Measurement& loop,
-                       const Measurement& work) {
-  nlohmann::json j = to_json(psched, tcp);
-  j["loop"] = to_json(loop);
+                       const Measurement& work, uint64_t request_bytes) {
+  nlohmann::json j = to_json(psched, tcp, request_bytes);
+  j["loop"] = to_json(loop, request_bytes);
   j["loop_ratio"] = ratio(loop, tcp);
   j["psched_of_loop"] = ratio(psched, loop);
-  j["loop_work"] = to_json(work);
+  j["loop_work"] = to_json(work, request_bytes);
   j["loop_work_ratio"] = ratio(work, tcp);
   j["psched_of_loop_work"] = ratio(psched, work);
   return j;
@@ -347,13 +375,14 @@ void write_json(const std::string& path, const Options& options,
     sizes.push_back({{"size_bytes", r.size},
                      {"size", format_byte_size(r.size)},
                      {"sequential", to_json(r.psched_sequential, r.tcp_sequential,
-                                            r.loop_sequential, r.work_sequential)},
+                                            r.loop_sequential, r.work_sequential, r.size)},
                      {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined,
-                                           r.work_pipelined)}});
+                                           r.work_pipelined, r.size)}});
   if (options.workers > 1)
     for (size_t i = 0; i < results.size(); ++i)
-      sizes[i]["aggregate"] = to_json(results[i].psched_aggregate, results[i].tcp_aggregate,
-                                      results[i].loop_aggregate, results[i].work_aggregate);
+      sizes[i]["aggregate"] =
+          to_json(results[i].psched_aggregate, results[i].tcp_aggregate, results[i].loop_aggregate,
+                  results[i].work_aggregate, results[i].size);
   nlohmann::json doc = {{"benchmark", "transport"},
                         {"seconds_per_case", options.seconds},
                         {"pipeline_depth", kPipelineDepth},
