@@ -95,6 +95,7 @@ void Client::Impl::stop() {
 kj::Promise<ClusterLayout> Client::Impl::start(kj::AsyncIoContext& io) {
   connector = std::make_unique<ShardConnector>(io.provider->getNetwork(), options.tls);
   StreamWrap wrap;
+  const bool plain_sockets = !options.tls && !options.wrap_stream;
   if (options.wrap_stream)
     wrap = [wrapper = options.wrap_stream, &timer = io.provider->getTimer()](
                kj::Own<kj::AsyncIoStream> stream) { return wrapper->wrap(kj::mv(stream), timer); };
@@ -104,7 +105,7 @@ kj::Promise<ClusterLayout> Client::Impl::start(kj::AsyncIoContext& io) {
   for (const std::string& address : options.shards) {
     StreamOpener open = [this, address, wrap] { return connector->open(address, wrap); };
     links.push_back(kj::heap<ShardLink>(address, std::move(open), options.max_message_bytes, policy,
-                                        options.data_stream));
+                                        options.data_stream, plain_sockets));
   }
   WorkerOptions worker_options{options.worker, options.token, options.scheduler};
   worker = std::make_unique<Worker>(thread.loop(), kj::mv(links), worker_options);

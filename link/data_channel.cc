@@ -34,11 +34,11 @@ kj::ArrayPtr<const kj::byte> piece(std::span<const std::byte> bytes) {
 
 kj::Promise<kj::Own<DataChannel>> DataChannel::open(kj::Own<kj::AsyncIoStream> stream,
                                                     kj::ArrayPtr<const kj::byte> key,
-                                                    uint64_t max_answer_bytes) {
+                                                    uint64_t max_answer_bytes, bool plain_socket) {
   auto preface = kj::heapArray<kj::byte>(kDataPreface.size() + key.size());
   std::memcpy(preface.begin(), kDataPreface.data(), kDataPreface.size());
   std::memcpy(preface.begin() + kDataPreface.size(), key.begin(), key.size());
-  auto channel = kj::heap<DataChannel>(kj::mv(stream), max_answer_bytes);
+  auto channel = kj::heap<DataChannel>(kj::mv(stream), max_answer_bytes, plain_socket);
   DataChannel& opening = *channel;
   return opening.stream_->write(preface.begin(), preface.size())
       .attach(kj::mv(preface))
@@ -46,9 +46,10 @@ kj::Promise<kj::Own<DataChannel>> DataChannel::open(kj::Own<kj::AsyncIoStream> s
       .then([channel = kj::mv(channel)]() mutable { return kj::mv(channel); });
 }
 
-DataChannel::DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes)
+DataChannel::DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes,
+                         bool plain_socket)
     : stream_(without_nagle(kj::mv(stream))),
-      reader_(*stream_),
+      reader_(*stream_, StreamReader::kBufferBytes, plain_socket ? stream_.get() : nullptr),
       max_answer_bytes_(max_answer_bytes),
       tasks_(*this) {}
 

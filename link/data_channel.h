@@ -22,12 +22,14 @@ class DataChannel final : private kj::TaskSet::ErrorHandler {
  public:
   // Presents `key` (from Session.openDataStream) on `stream`; resolves with the channel once
   // the shard accepted it, or rejects with the shard's refusal. Answers whose body is over
-  // `max_answer_bytes` break the channel.
+  // `max_answer_bytes` break the channel. `plain_socket`: `stream` is the TCP socket itself,
+  // with no TLS or wrapper over it (net/stream_reader.h).
   static kj::Promise<kj::Own<DataChannel>> open(kj::Own<kj::AsyncIoStream> stream,
                                                 kj::ArrayPtr<const kj::byte> key,
-                                                uint64_t max_answer_bytes);
+                                                uint64_t max_answer_bytes,
+                                                bool plain_socket = false);
 
-  DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes);
+  DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes, bool plain_socket);
   ~DataChannel() noexcept;
 
   // Sends `request` (its id is set here) with `body` (a push's gradient, sent from where it

@@ -144,12 +144,13 @@ struct ShardLink::Connection : kj::Refcounted {
 };
 
 ShardLink::ShardLink(std::string address, StreamOpener open, uint64_t max_message_bytes,
-                     ReconnectPolicy policy, bool data_stream)
+                     ReconnectPolicy policy, bool data_stream, bool plain_sockets)
     : address_(std::move(address)),
       open_(std::move(open)),
       max_message_bytes_(max_message_bytes),
       policy_(policy),
-      data_stream_(data_stream) {
+      data_stream_(data_stream),
+      plain_sockets_(plain_sockets) {
   PSCHED_REQUIRE(policy_.timer != nullptr, address_);
 }
 
@@ -336,7 +337,7 @@ kj::Promise<void> ShardLink::open_data(Connection& connection, StreamOpener open
       if (key.size() == 0) return kj::READY_NOW;
       return open()
           .then([this, key = kj::mv(key)](kj::Own<kj::AsyncIoStream> stream) {
-            return DataChannel::open(kj::mv(stream), key, max_message_bytes_);
+            return DataChannel::open(kj::mv(stream), key, max_message_bytes_, plain_sockets_);
           })
           .then([&connection](kj::Own<DataChannel> channel) { connection.data = kj::mv(channel); });
     });

@@ -60,9 +60,10 @@ class ShardLink {
   // messages. `max_message_bytes` sizes the reader (the shard's limit is learnt on connect).
   // With `data_stream`, each connection also opens a data stream (link/data_channel.h) that
   // carries push, poll and pushPoll (fused ones as several frames); without one, or with a
-  // shard that has none, they go as RPC calls.
+  // shard that has none, they go as RPC calls. `plain_sockets`: `open` returns TCP sockets
+  // themselves, with no TLS or wrapper over them (net/stream_reader.h).
   ShardLink(std::string address, StreamOpener open, uint64_t max_message_bytes,
-            ReconnectPolicy policy, bool data_stream = true);
+            ReconnectPolicy policy, bool data_stream = true, bool plain_sockets = false);
   // A link over one stream that cannot reconnect (tests' hand-made clients).
   ShardLink(kj::Own<kj::AsyncIoStream> stream, uint64_t max_message_bytes);
   ~ShardLink();
@@ -160,6 +161,7 @@ class ShardLink {
   uint64_t max_message_bytes_;
   ReconnectPolicy policy_;
   bool data_stream_ = false;
+  bool plain_sockets_ = false;
   WorkerId worker_;
   std::string token_;
   kj::Own<Connection> connection_;  // the current one (calls in flight hold theirs)

@@ -4,14 +4,22 @@
 #include <algorithm>
 #include <cstring>
 
+#include <sys/socket.h>
+
 #include "common/check.h"
 
 namespace psched {
 namespace {
 
 // A read straight into place resolves after at least this much, so received() moves while a
-// large body arrives; KJ reads on without a promise per piece until then.
-constexpr size_t kProgressBytes = 1 << 20;
+// large body arrives; KJ reads on without a promise per piece until then. Over a plain socket
+// it is also the most a read sleeps for (the low-water mark).
+constexpr size_t kPieceBytes = 1 << 20;
+
+kj::Exception mark_refused() {
+  return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                       kj::str("the socket refused to lower its receive low-water mark"));
+}
 
 kj::Exception ended_early() {
   return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
@@ -20,8 +28,21 @@ kj::Exception ended_early() {
 
 }  // namespace
 
-StreamReader::StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes)
-    : stream_(stream), buffer_(kj::heapArray<kj::byte>(buffer_bytes)) {}
+StreamReader::StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes,
+                           kj::AsyncIoStream* plain_socket)
+    : stream_(stream),
+      plain_socket_(plain_socket),
+      buffer_(kj::heapArray<kj::byte>(buffer_bytes)) {}
+
+bool StreamReader::set_low_water(size_t bytes) {
+  if (bytes == low_water_) return true;
+  int value = static_cast<int>(bytes);
+  auto refused = kj::runCatchingExceptions(
+      [&] { plain_socket_->setsockopt(SOL_SOCKET, SO_RCVLOWAT, &value, sizeof value); });
+  if (refused != nullptr) return false;
+  low_water_ = bytes;
+  return true;
+}
 
 void StreamReader::take(void* out, size_t n) {
   PSCHED_REQUIRE(n <= buffered(), n, buffered());
@@ -37,6 +58,9 @@ void StreamReader::consume(size_t n) {
 kj::Promise<bool> StreamReader::fill(size_t min) {
   PSCHED_REQUIRE(min <= buffer_.size(), min, buffer_.size());
   if (buffered() >= min) return true;
+  // Down from a body's mark, which could ask for more than the next frame has (it stays up
+  // when a read straight into place was dropped).
+  if (plain_socket_ != nullptr && !set_low_water(1)) return mark_refused();
   if (buffer_.size() - begin_ < min) {  // no room behind what is buffered: move it to the front
     std::memmove(buffer_.begin(), buffer_.begin() + begin_, buffered());
     end_ -= begin_;
@@ -73,7 +97,11 @@ kj::Maybe<kj::Promise<void>> StreamReader::read_or_wait(void* out, size_t n) {
 }
 
 kj::Promise<void> StreamReader::read_direct(kj::byte* out, size_t n) {
-  size_t piece = std::min(n, kProgressBytes);
+  if (plain_socket_ != nullptr) {
+    if (set_low_water(std::min(n, kPieceBytes))) return read_direct_marked(out, n);
+    plain_socket_ = nullptr;  // refused: read as a stream from now on
+  }
+  size_t piece = std::min(n, kPieceBytes);
   return stream_.tryRead(out, piece, n)
       .then([this, out, n, piece](size_t got) -> kj::Promise<void> {
         received_ += got;
@@ -81,6 +109,18 @@ kj::Promise<void> StreamReader::read_direct(kj::byte* out, size_t n) {
         if (got == n) return kj::READY_NOW;
         return read_direct(out + got, n - got);
       });
+}
+
+kj::Promise<void> StreamReader::read_direct_marked(kj::byte* out, size_t n) {
+  // One byte at least: the read takes what arrived when the mark woke it, or what was there
+  // already. The mark never asks for more than the body still has to come.
+  return stream_.tryRead(out, 1, n).then([this, out, n](size_t got) -> kj::Promise<void> {
+    received_ += got;
+    if (got == 0) return ended_early();
+    if (got == n) return kj::READY_NOW;
+    if (!set_low_water(std::min(n - got, kPieceBytes))) return mark_refused();
+    return read_direct_marked(out + got, n - got);
+  });
 }
 
 kj::Promise<void> StreamReader::skip(uint64_t n) {

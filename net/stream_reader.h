@@ -7,6 +7,11 @@
 // received() counts what arrived, for a watchdog that tells a slow peer from a silent one: it
 // moves with every piece of a buffered read, and at least every MiB of a read straight into
 // place (a body arriving slower than that per watchdog period looks silent). KJ thread only.
+//
+// Over a plain TCP socket, a read straight into place sleeps until a MiB (or the rest of the
+// body, when less) has arrived, instead of waking for every segment: it raises the socket's
+// receive low-water mark (SO_RCVLOWAT) for the body, and drops it back to one byte before any
+// other read (docs/benchmarks.md, "Transport": a 1 MiB round trip's context switches halve).
 #pragma once
 
 #include <cstddef>
@@ -18,8 +23,14 @@ namespace psched {
 
 class StreamReader {
  public:
-  // Reads `stream`, which outlives the reader, through a buffer of `buffer_bytes`.
-  explicit StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes = 64 * 1024);
+  static constexpr size_t kBufferBytes = 64 * 1024;
+
+  // Reads `stream`, which outlives the reader, through a buffer of `buffer_bytes`. Pass
+  // `plain_socket` (the same stream) when it is a TCP socket that only this reader reads and
+  // that nothing sits on which reads ahead (TLS, a shaping wrapper): the low-water mark must
+  // never ask for more bytes than will come. A socket that refuses the mark is read as a stream.
+  explicit StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes = kBufferBytes,
+                        kj::AsyncIoStream* plain_socket = nullptr);
 
   // Bytes buffered and not yet taken.
   size_t buffered() const { return end_ - begin_; }
@@ -46,8 +57,14 @@ class StreamReader {
   void consume(size_t n);
   // Reads `n` bytes straight into `out`, a MiB or more at a time.
   kj::Promise<void> read_direct(kj::byte* out, size_t n);
+  // The same over the plain socket: each read sleeps until a MiB or all `n` have arrived.
+  kj::Promise<void> read_direct_marked(kj::byte* out, size_t n);
+  // Sets the socket's receive low-water mark; false when the socket refuses it.
+  bool set_low_water(size_t bytes);
 
   kj::AsyncInputStream& stream_;
+  kj::AsyncIoStream* plain_socket_;  // null: no low-water mark
+  size_t low_water_ = 1;             // the socket's mark, as last set
   kj::Array<kj::byte> buffer_;
   size_t begin_ = 0, end_ = 0;  // the buffered bytes not yet taken
   uint64_t received_ = 0;

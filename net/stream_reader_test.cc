@@ -5,6 +5,8 @@
 #include <random>
 #include <vector>
 
+#include <sys/socket.h>
+
 #include <doctest/doctest.h>
 
 using namespace psched;
@@ -115,4 +117,84 @@ TEST_CASE("read_or_wait hands buffered bytes over at once, and waits only for mi
   }
   CHECK(got == sent);
   writing.wait(scope);
+}
+
+namespace {
+
+// Both ends of a loopback TCP connection, on `io`'s loop.
+struct SocketPair {
+  kj::Own<kj::AsyncIoStream> writer, reader;
+};
+
+SocketPair connect_loopback(kj::AsyncIoContext& io) {
+  auto& network = io.provider->getNetwork();
+  auto listener = network.parseAddress("127.0.0.1", 0).wait(io.waitScope)->listen();
+  auto address = network.parseAddress("127.0.0.1", listener->getPort()).wait(io.waitScope);
+  auto accepted = listener->accept();
+  auto connected = address->connect().wait(io.waitScope);
+  return {kj::mv(connected), accepted.wait(io.waitScope)};
+}
+
+int low_water(kj::AsyncIoStream& socket) {
+  int value = 0;
+  kj::uint length = sizeof value;
+  socket.getsockopt(SOL_SOCKET, SO_RCVLOWAT, &value, &length);
+  return value;
+}
+
+// Runs the loop until `done()` or for about five seconds (a failing check, not a hang).
+template <typename Done>
+void poll_until(kj::AsyncIoContext& io, Done done) {
+  for (int i = 0; i < 5000 && !done(); ++i)
+    io.provider->getTimer().afterDelay(1 * kj::MILLISECONDS).wait(io.waitScope);
+}
+
+}  // namespace
+
+TEST_CASE("over a plain socket, a large read sleeps until a MiB or the rest has come") {
+  auto io = kj::setupAsyncIo();
+  std::mt19937 rng(7);
+  std::vector<kj::byte> sent = random_bytes((5 << 19) + 8, rng);  // a 2.5 MiB body, 8 more
+  SocketPair pair = connect_loopback(io);
+  StreamReader reader(*pair.reader, StreamReader::kBufferBytes, pair.reader.get());
+  std::vector<kj::byte> got(sent.size());
+  const size_t body = sent.size() - 8;
+  auto reading = reader.read(got.data(), body).eagerlyEvaluate(nullptr);
+  io.waitScope.poll();
+  CHECK(low_water(*pair.reader) == 1 << 20);  // asleep until a MiB is there
+
+  pair.writer->write(sent.data(), 3 << 19).wait(io.waitScope);  // 1.5 MiB
+  poll_until(io, [&] { return reader.received() >= 1 << 20; });
+  REQUIRE(reader.received() >= 1 << 20);
+  CHECK_FALSE(reading.poll(io.waitScope));
+  // Never more than the body still has to come: the last MiB.
+  CHECK(low_water(*pair.reader) == std::min<size_t>(body - reader.received(), 1 << 20));
+
+  pair.writer->write(sent.data() + (3 << 19), body - (3 << 19)).wait(io.waitScope);
+  reading.wait(io.waitScope);
+  CHECK(std::equal(sent.begin(), sent.begin() + body, got.begin()));
+
+  // The next frame is small: a fill waits with the mark back at one byte, and wakes for it.
+  auto filling = reader.fill(8).eagerlyEvaluate(nullptr);
+  io.waitScope.poll();
+  CHECK(low_water(*pair.reader) == 1);
+  pair.writer->write(sent.data() + body, 8).wait(io.waitScope);
+  poll_until(io, [&] { return reader.received() == sent.size(); });
+  REQUIRE(filling.poll(io.waitScope));
+  CHECK(filling.wait(io.waitScope));
+  reader.take(got.data() + body, 8);
+  CHECK(got == sent);
+}
+
+TEST_CASE("over a plain socket, a peer that closes inside a body ends the read") {
+  auto io = kj::setupAsyncIo();
+  SocketPair pair = connect_loopback(io);
+  StreamReader reader(*pair.reader, StreamReader::kBufferBytes, pair.reader.get());
+  std::vector<kj::byte> got(2 << 20);
+  auto reading = reader.read(got.data(), got.size()).eagerlyEvaluate(nullptr);
+  std::vector<kj::byte> part(100000, kj::byte{9});
+  pair.writer->write(part.data(), part.size()).wait(io.waitScope);
+  pair.writer->shutdownWrite();  // under the mark: only the end wakes the read
+  CHECK_THROWS(reading.wait(io.waitScope));
+  CHECK(reader.received() == part.size());
 }

@@ -82,12 +82,12 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
                           private kj::TaskSet::ErrorHandler {
  public:
   Core(ShardEndpoint& endpoint, WorkerId worker, kj::Own<kj::AsyncIoStream> stream,
-       kj::Timer* timer)
+       kj::Timer* timer, bool plain_socket)
       : endpoint_(endpoint),
         alive_(endpoint.alive),
         worker_(worker),
         stream_(without_nagle(kj::mv(stream))),
-        reader_(*stream_),
+        reader_(*stream_, StreamReader::kBufferBytes, plain_socket ? stream_.get() : nullptr),
         timer_(timer),
         writes_(*this) {}
 
@@ -408,8 +408,8 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
 };
 
 DataSession::DataSession(ShardEndpoint& endpoint, WorkerId worker,
-                         kj::Own<kj::AsyncIoStream> stream, kj::Timer* timer)
-    : core_(std::make_shared<Core>(endpoint, worker, kj::mv(stream), timer)) {}
+                         kj::Own<kj::AsyncIoStream> stream, kj::Timer* timer, bool plain_socket)
+    : core_(std::make_shared<Core>(endpoint, worker, kj::mv(stream), timer, plain_socket)) {}
 
 DataSession::~DataSession() = default;
 

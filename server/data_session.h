@@ -23,8 +23,9 @@ class DataSession {
  public:
   // Serves `worker` on `stream`, for `endpoint`'s shard (which outlives the session). With a
   // `timer`, a worker silent for limits.stall_timeout_seconds inside a frame is dropped.
+  // `plain_socket`: `stream` is the TCP socket itself, not TLS over it (net/stream_reader.h).
   DataSession(ShardEndpoint& endpoint, WorkerId worker, kj::Own<kj::AsyncIoStream> stream,
-              kj::Timer* timer);
+              kj::Timer* timer, bool plain_socket);
   ~DataSession();
   DataSession(const DataSession&) = delete;
   DataSession& operator=(const DataSession&) = delete;

@@ -138,7 +138,8 @@ kj::Promise<void> ShardListener::serve_data(kj::Own<kj::AsyncIoStream> stream,
              {reinterpret_cast<const kj::byte*>(reply->second.data()), reply->second.size()}});
         auto written = stream->write(pieces).attach(kj::mv(pieces), kj::mv(reply));
         if (!refusal.empty()) return written.attach(kj::mv(stream));
-        auto session = kj::heap<DataSession>(endpoint_, worker, kj::mv(stream), timer_);
+        auto session =
+            kj::heap<DataSession>(endpoint_, worker, kj::mv(stream), timer_, tls_ == nullptr);
         DataSession& serving = *session;
         return written.then([&serving] { return serving.run(); })
             .attach(kj::mv(session))
