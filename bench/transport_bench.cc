@@ -252,6 +252,20 @@ void print_header(const char* title) {
              "TCP p50us", "psched s/GB", "TCP s/GB", "cpu x");
 }
 
+// Calls `row(size, case, psched, tcp, loop, loop with work)` for every case measured.
+template <typename Row>
+void for_each_case(const std::vector<SizeResult>& results, unsigned workers, Row row) {
+  for (const SizeResult& r : results) {
+    row(r.size, "sequential", r.psched_sequential, r.tcp_sequential, r.loop_sequential,
+        r.work_sequential);
+    row(r.size, "pipelined", r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined,
+        r.work_pipelined);
+    if (workers > 1)
+      row(r.size, fmt::format("{} workers", workers), r.psched_aggregate, r.tcp_aggregate,
+          r.loop_aggregate, r.work_aggregate);
+  }
+}
+
 // Where psched's cost lies: TCP -> the same echo through psched's threads and loops -> with
 // psched's per-byte work too -> psched.
 void print_loop_table(const std::vector<SizeResult>& results, unsigned workers) {
@@ -262,22 +276,15 @@ void print_loop_table(const std::vector<SizeResult>& results, unsigned workers) 
       " {:>10} {:>10}\n",
       "size", "case", "loop of TCP", "+work of TCP", "psched of +work", "loop p50us", "+work p50us",
       "loop s/GB", "+work s/GB");
-  auto row = [](uint64_t size, const char* name, const Measurement& loop, const Measurement& work,
-                const Measurement& tcp, const Measurement& psched) {
-    fmt::print("{:>8} {:>11} {:>12.3f} {:>12.3f} {:>15.3f} {:>10} {:>11} {:>10.2f} {:>10.2f}\n",
-               format_byte_size(size), name, ratio(loop, tcp), ratio(work, tcp),
-               ratio(psched, work), latency_us(loop, 0.5), latency_us(work, 0.5),
-               loop.cpu_s_per_gb(), work.cpu_s_per_gb());
-  };
-  for (const SizeResult& r : results) {
-    row(r.size, "sequential", r.loop_sequential, r.work_sequential, r.tcp_sequential,
-        r.psched_sequential);
-    row(r.size, "pipelined", r.loop_pipelined, r.work_pipelined, r.tcp_pipelined,
-        r.psched_pipelined);
-    if (workers > 1)
-      row(r.size, fmt::format("{} workers", workers).c_str(), r.loop_aggregate, r.work_aggregate,
-          r.tcp_aggregate, r.psched_aggregate);
-  }
+  for_each_case(
+      results, workers,
+      [](uint64_t size, const std::string& name, const Measurement& psched, const Measurement& tcp,
+         const Measurement& loop, const Measurement& work) {
+        fmt::print("{:>8} {:>11} {:>12.3f} {:>12.3f} {:>15.3f} {:>10} {:>11} {:>10.2f} {:>10.2f}\n",
+                   format_byte_size(size), name, ratio(loop, tcp), ratio(work, tcp),
+                   ratio(psched, work), latency_us(loop, 0.5), latency_us(work, 0.5),
+                   loop.cpu_s_per_gb(), work.cpu_s_per_gb());
+      });
 }
 
 // Where hand-offs cost: every hand-off to a sleeping thread, and every partial read that
@@ -287,21 +294,14 @@ void print_switch_table(const std::vector<SizeResult>& results, unsigned workers
       "\ncontext switches per request (the whole process, voluntary and involuntary; a thread"
       " that sleeps and is woken is one):\n{:>8} {:>11} {:>8} {:>8} {:>8} {:>8}\n",
       "size", "case", "psched", "TCP", "loop", "+work");
-  auto row = [](uint64_t size, const char* name, const Measurement& psched, const Measurement& tcp,
-                const Measurement& loop, const Measurement& work) {
-    fmt::print("{:>8} {:>11} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f}\n", format_byte_size(size), name,
-               psched.switches_per_request(size), tcp.switches_per_request(size),
-               loop.switches_per_request(size), work.switches_per_request(size));
-  };
-  for (const SizeResult& r : results) {
-    row(r.size, "sequential", r.psched_sequential, r.tcp_sequential, r.loop_sequential,
-        r.work_sequential);
-    row(r.size, "pipelined", r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined,
-        r.work_pipelined);
-    if (workers > 1)
-      row(r.size, fmt::format("{} workers", workers).c_str(), r.psched_aggregate, r.tcp_aggregate,
-          r.loop_aggregate, r.work_aggregate);
-  }
+  for_each_case(results, workers,
+                [](uint64_t size, const std::string& name, const Measurement& psched,
+                   const Measurement& tcp, const Measurement& loop, const Measurement& work) {
+                  fmt::print("{:>8} {:>11} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f}\n",
+                             format_byte_size(size), name, psched.switches_per_request(size),
+                             tcp.switches_per_request(size), loop.switches_per_request(size),
+                             work.switches_per_request(size));
+                });
 }
 
 void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
