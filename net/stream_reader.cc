@@ -30,16 +30,17 @@ kj::Exception ended_early() {
 
 StreamReader::StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes,
                            kj::AsyncIoStream* plain_socket)
-    : stream_(stream),
-      plain_socket_(plain_socket),
-      buffer_(kj::heapArray<kj::byte>(buffer_bytes)) {}
+    : stream_(stream), buffer_(kj::heapArray<kj::byte>(buffer_bytes)) {
+  if (plain_socket == nullptr) return;
+  KJ_IF_MAYBE (fd, plain_socket->getFd()) {
+    socket_fd_ = *fd;
+  }
+}
 
 bool StreamReader::set_low_water(size_t bytes) {
   if (bytes == low_water_) return true;
   int value = static_cast<int>(bytes);
-  auto refused = kj::runCatchingExceptions(
-      [&] { plain_socket_->setsockopt(SOL_SOCKET, SO_RCVLOWAT, &value, sizeof value); });
-  if (refused != nullptr) return false;
+  if (::setsockopt(socket_fd_, SOL_SOCKET, SO_RCVLOWAT, &value, sizeof value) != 0) return false;
   low_water_ = bytes;
   return true;
 }
@@ -60,7 +61,7 @@ kj::Promise<bool> StreamReader::fill(size_t min) {
   if (buffered() >= min) return true;
   // Down from a body's mark, which could ask for more than the next frame has (it stays up
   // when a read straight into place was dropped).
-  if (plain_socket_ != nullptr && !set_low_water(1)) return mark_refused();
+  if (socket_fd_ >= 0 && !set_low_water(1)) return mark_refused();
   if (buffer_.size() - begin_ < min) {  // no room behind what is buffered: move it to the front
     std::memmove(buffer_.begin(), buffer_.begin() + begin_, buffered());
     end_ -= begin_;
@@ -97,9 +98,9 @@ kj::Maybe<kj::Promise<void>> StreamReader::read_or_wait(void* out, size_t n) {
 }
 
 kj::Promise<void> StreamReader::read_direct(kj::byte* out, size_t n) {
-  if (plain_socket_ != nullptr) {
+  if (socket_fd_ >= 0) {
     if (set_low_water(std::min(n, kPieceBytes))) return read_direct_marked(out, n);
-    plain_socket_ = nullptr;  // refused: read as a stream from now on
+    socket_fd_ = -1;  // refused: read as a stream from now on
   }
   size_t piece = std::min(n, kPieceBytes);
   return stream_.tryRead(out, piece, n)

@@ -28,7 +28,8 @@ class StreamReader {
   // Reads `stream`, which outlives the reader, through a buffer of `buffer_bytes`. Pass
   // `plain_socket` (the same stream) when it is a TCP socket that only this reader reads and
   // that nothing sits on which reads ahead (TLS, a shaping wrapper): the low-water mark must
-  // never ask for more bytes than will come. A socket that refuses the mark is read as a stream.
+  // never ask for more bytes than will come. Without a descriptor (getFd()), or where the
+  // socket refuses the mark, it is read as a stream.
   explicit StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes = kBufferBytes,
                         kj::AsyncIoStream* plain_socket = nullptr);
 
@@ -63,8 +64,8 @@ class StreamReader {
   bool set_low_water(size_t bytes);
 
   kj::AsyncInputStream& stream_;
-  kj::AsyncIoStream* plain_socket_;  // null: no low-water mark
-  size_t low_water_ = 1;             // the socket's mark, as last set
+  int socket_fd_ = -1;    // the plain socket's; -1: no low-water mark
+  size_t low_water_ = 1;  // the socket's mark, as last set
   kj::Array<kj::byte> buffer_;
   size_t begin_ = 0, end_ = 0;  // the buffered bytes not yet taken
   uint64_t received_ = 0;
