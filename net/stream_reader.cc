@@ -2,9 +2,12 @@
 #include "net/stream_reader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include <sys/socket.h>
+#include <sys/utsname.h>
 
 #include "common/check.h"
 
@@ -31,10 +34,23 @@ kj::Exception ended_early() {
 StreamReader::StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes,
                            kj::AsyncIoStream* plain_socket)
     : stream_(stream), buffer_(kj::heapArray<kj::byte>(buffer_bytes)) {
-  if (plain_socket == nullptr) return;
+  if (plain_socket == nullptr || !can_mark_sockets()) return;
+  PSCHED_REQUIRE(static_cast<kj::AsyncInputStream*>(plain_socket) == &stream);
   KJ_IF_MAYBE (fd, plain_socket->getFd()) {
     socket_fd_ = *fd;
   }
+}
+
+bool StreamReader::can_mark_sockets() {
+  static const bool can = [] {
+    utsname system{};
+    int major = 0, minor = 0;
+    if (uname(&system) != 0 || std::sscanf(system.release, "%d.%d", &major, &minor) != 2)
+      return false;
+    return std::string_view(system.sysname) == "Linux" &&
+           (major > 5 || (major == 5 && minor >= 11));
+  }();
+  return can;
 }
 
 bool StreamReader::set_low_water(size_t bytes) {
@@ -100,7 +116,8 @@ kj::Maybe<kj::Promise<void>> StreamReader::read_or_wait(void* out, size_t n) {
 kj::Promise<void> StreamReader::read_direct(kj::byte* out, size_t n) {
   if (socket_fd_ >= 0) {
     if (set_low_water(std::min(n, kPieceBytes))) return read_direct_marked(out, n);
-    socket_fd_ = -1;  // refused: read as a stream from now on
+    if (low_water_ != 1) return mark_refused();  // a mark is up and could not be moved
+    socket_fd_ = -1;  // refused from the start: read as a stream from now on
   }
   size_t piece = std::min(n, kPieceBytes);
   return stream_.tryRead(out, piece, n)

@@ -11,7 +11,9 @@
 // Over a plain TCP socket, a read straight into place sleeps until a MiB (or the rest of the
 // body, when less) has arrived, instead of waking for every segment: it raises the socket's
 // receive low-water mark (SO_RCVLOWAT) for the body, and drops it back to one byte before any
-// other read (docs/benchmarks.md, "Transport": a 1 MiB round trip's context switches halve).
+// other read waits (docs/benchmarks.md, "Transport": a 1 MiB round trip's context switches
+// halve). Only on Linux 5.11 and later: earlier kernels lacked fixes that wake a reader under
+// the mark when the receive window or memory runs out, and could leave it asleep for good.
 #pragma once
 
 #include <cstddef>
@@ -25,11 +27,14 @@ class StreamReader {
  public:
   static constexpr size_t kBufferBytes = 64 * 1024;
 
+  // Whether this kernel lets a reader sleep under a low-water mark safely (see above).
+  static bool can_mark_sockets();
+
   // Reads `stream`, which outlives the reader, through a buffer of `buffer_bytes`. Pass
-  // `plain_socket` (the same stream) when it is a TCP socket that only this reader reads and
-  // that nothing sits on which reads ahead (TLS, a shaping wrapper): the low-water mark must
-  // never ask for more bytes than will come. Without a descriptor (getFd()), or where the
-  // socket refuses the mark, it is read as a stream.
+  // `plain_socket` (the same object as `stream`) when it is a TCP socket that only this reader
+  // reads and that nothing sits on which holds bytes (TLS, a wrapper): the low-water mark must
+  // never ask for more bytes than will come. Without a descriptor (getFd()), on a kernel that
+  // cannot, or where the socket refuses its first mark, it is read as a stream.
   explicit StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes = kBufferBytes,
                         kj::AsyncIoStream* plain_socket = nullptr);
 
