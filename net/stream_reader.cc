@@ -42,7 +42,7 @@ StreamReader::StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes,
 }
 
 bool StreamReader::can_mark_sockets() {
-  static const bool can = [] {
+  static const bool kCan = [] {
     utsname system{};
     int major = 0, minor = 0;
     if (uname(&system) != 0 || std::sscanf(system.release, "%d.%d", &major, &minor) != 2)
@@ -50,7 +50,7 @@ bool StreamReader::can_mark_sockets() {
     return std::string_view(system.sysname) == "Linux" &&
            (major > 5 || (major == 5 && minor >= 11));
   }();
-  return can;
+  return kCan;
 }
 
 bool StreamReader::set_low_water(size_t bytes) {
