@@ -145,6 +145,13 @@ size_t expected_mark(size_t rest) {
   return std::min({rest, size_t(1) << 20, largest_buffer / 2});
 }
 
+// A reader over one end of a loopback TCP connection, as the data stream's plain socket.
+struct PlainSocketReader {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  SocketPair pair = connect_loopback(io);
+  StreamReader reader{*pair.reader, StreamReader::kBufferBytes, pair.reader.get()};
+};
+
 int low_water(kj::AsyncIoStream& socket) {
   int value = 0;
   kj::uint length = sizeof value;
@@ -161,13 +168,11 @@ void poll_until(kj::AsyncIoContext& io, Done done) {
 
 }  // namespace
 
-TEST_CASE("over a plain socket, a large read sleeps until a MiB or the rest has come") {
+TEST_CASE_FIXTURE(PlainSocketReader,
+                  "over a plain socket, a large read sleeps until a MiB or the rest has come") {
   if (!StreamReader::can_mark_sockets()) return;  // an older kernel: read as a stream
-  auto io = kj::setupAsyncIo();
   std::mt19937 rng(7);
   std::vector<kj::byte> sent = random_bytes((5 << 19) + 8, rng);  // a 2.5 MiB body, 8 more
-  SocketPair pair = connect_loopback(io);
-  StreamReader reader(*pair.reader, StreamReader::kBufferBytes, pair.reader.get());
   std::vector<kj::byte> got(sent.size());
   const size_t body = sent.size() - 8;
   auto reading = reader.read(got.data(), body).eagerlyEvaluate(nullptr);
@@ -197,11 +202,9 @@ TEST_CASE("over a plain socket, a large read sleeps until a MiB or the rest has 
   CHECK(got == sent);
 }
 
-TEST_CASE("over a plain socket, the mark counts only what is still to come") {
+TEST_CASE_FIXTURE(PlainSocketReader,
+                  "over a plain socket, the mark counts only what is still to come") {
   if (!StreamReader::can_mark_sockets()) return;
-  auto io = kj::setupAsyncIo();
-  SocketPair pair = connect_loopback(io);
-  StreamReader reader(*pair.reader, StreamReader::kBufferBytes, pair.reader.get());
   std::mt19937 rng(9);
   const size_t body = (1 << 20) + 1000, early = 30000;
   std::vector<kj::byte> sent = random_bytes(8 + body, rng);  // a header and a body
@@ -217,11 +220,9 @@ TEST_CASE("over a plain socket, the mark counts only what is still to come") {
   CHECK(got == sent);
 }
 
-TEST_CASE("over a plain socket, a dropped large read leaves no mark for the next frame") {
+TEST_CASE_FIXTURE(PlainSocketReader,
+                  "over a plain socket, a dropped large read leaves no mark for the next frame") {
   if (!StreamReader::can_mark_sockets()) return;
-  auto io = kj::setupAsyncIo();
-  SocketPair pair = connect_loopback(io);
-  StreamReader reader(*pair.reader, StreamReader::kBufferBytes, pair.reader.get());
   std::vector<kj::byte> body(2 << 20);
   {
     auto reading = reader.read(body.data(), body.size()).eagerlyEvaluate(nullptr);
@@ -237,10 +238,8 @@ TEST_CASE("over a plain socket, a dropped large read leaves no mark for the next
   CHECK(filling.wait(io.waitScope));
 }
 
-TEST_CASE("over a plain socket, a peer that closes inside a body ends the read") {
-  auto io = kj::setupAsyncIo();
-  SocketPair pair = connect_loopback(io);
-  StreamReader reader(*pair.reader, StreamReader::kBufferBytes, pair.reader.get());
+TEST_CASE_FIXTURE(PlainSocketReader,
+                  "over a plain socket, a peer that closes inside a body ends the read") {
   std::vector<kj::byte> got(2 << 20);
   auto reading = reader.read(got.data(), got.size()).eagerlyEvaluate(nullptr);
   std::vector<kj::byte> part(100000, kj::byte{9});
