@@ -49,7 +49,7 @@ kj::Promise<kj::Own<DataChannel>> DataChannel::open(kj::Own<kj::AsyncIoStream> s
 DataChannel::DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes,
                          bool plain_socket)
     : stream_(without_nagle(kj::mv(stream))),
-      reader_(*stream_, StreamReader::kBufferBytes, plain_socket ? stream_.get() : nullptr),
+      reader_(*stream_, StreamReader::kBufferBytes, plain_socket),
       max_answer_bytes_(max_answer_bytes),
       tasks_(*this) {}
 

@@ -31,12 +31,10 @@ kj::Exception ended_early() {
 
 }  // namespace
 
-StreamReader::StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes,
-                           kj::AsyncIoStream* plain_socket)
+StreamReader::StreamReader(kj::AsyncIoStream& stream, size_t buffer_bytes, bool plain_socket)
     : stream_(stream), buffer_(kj::heapArray<kj::byte>(buffer_bytes)) {
-  if (plain_socket == nullptr || !can_mark_sockets()) return;
-  PSCHED_REQUIRE(static_cast<kj::AsyncInputStream*>(plain_socket) == &stream);
-  KJ_IF_MAYBE (fd, plain_socket->getFd()) {
+  if (!plain_socket || !can_mark_sockets()) return;
+  KJ_IF_MAYBE (fd, stream.getFd()) {
     socket_fd_ = *fd;
   }
 }

@@ -30,13 +30,13 @@ class StreamReader {
   // Whether this kernel lets a reader sleep under a low-water mark safely (see above).
   static bool can_mark_sockets();
 
-  // Reads `stream`, which outlives the reader, through a buffer of `buffer_bytes`. Pass
-  // `plain_socket` (the same object as `stream`) when it is a TCP socket that only this reader
-  // reads and that nothing sits on which holds bytes (TLS, a wrapper): the low-water mark must
-  // never ask for more bytes than will come. Without a descriptor (getFd()), on a kernel that
-  // cannot, or where the socket refuses its first mark, it is read as a stream.
-  explicit StreamReader(kj::AsyncInputStream& stream, size_t buffer_bytes = kBufferBytes,
-                        kj::AsyncIoStream* plain_socket = nullptr);
+  // Reads `stream`, which outlives the reader, through a buffer of `buffer_bytes`. With
+  // `plain_socket`, `stream` is a TCP socket that only this reader reads and that nothing sits
+  // on which holds bytes (TLS, a wrapper): the low-water mark must never ask for more bytes
+  // than will come. Without a descriptor (getFd()), on a kernel that cannot, or where the socket
+  // refuses its first mark, it is read as a stream.
+  explicit StreamReader(kj::AsyncIoStream& stream, size_t buffer_bytes = kBufferBytes,
+                        bool plain_socket = false);
 
   // Bytes buffered and not yet taken.
   size_t buffered() const { return end_ - begin_; }
@@ -68,7 +68,7 @@ class StreamReader {
   // Sets the socket's receive low-water mark; false when the socket refuses it.
   bool set_low_water(size_t bytes);
 
-  kj::AsyncInputStream& stream_;
+  kj::AsyncIoStream& stream_;
   int socket_fd_ = -1;    // the plain socket's; -1: no low-water mark
   size_t low_water_ = 1;  // the socket's mark, as last set
   kj::Array<kj::byte> buffer_;

@@ -149,7 +149,7 @@ size_t expected_mark(size_t rest) {
 struct PlainSocketReader {
   kj::AsyncIoContext io = kj::setupAsyncIo();
   SocketPair pair = connect_loopback(io);
-  StreamReader reader{*pair.reader, StreamReader::kBufferBytes, pair.reader.get()};
+  StreamReader reader{*pair.reader, StreamReader::kBufferBytes, true};
 };
 
 int low_water(kj::AsyncIoStream& socket) {

@@ -87,7 +87,7 @@ class DataSession::Core : public std::enable_shared_from_this<Core>,
         alive_(endpoint.alive),
         worker_(worker),
         stream_(without_nagle(kj::mv(stream))),
-        reader_(*stream_, StreamReader::kBufferBytes, plain_socket ? stream_.get() : nullptr),
+        reader_(*stream_, StreamReader::kBufferBytes, plain_socket),
         timer_(timer),
         writes_(*this) {}
 
