@@ -216,7 +216,7 @@ std::optional<double> measure_tcp(const Shaping& shaping, uint32_t workers) {
                                  [] { return std::make_unique<TcpEchoServer>("0.0.0.0"); });
   std::vector<Measurement> each = measure_at_once(workers, [&](uint32_t w) {
     return NetnsLinks::run_in(shaping.netns->worker_namespace(w), [&] {
-      return tcp_pipelined(echo->port(), kTcpMessageBytes, kTcpWindow,
+      return tcp_pipelined(echo->port(), {.size = kTcpMessageBytes}, kTcpWindow,
                            Budget{.seconds = kTcpSeconds}, NetnsLinks::shard_side_address(w));
     });
   });

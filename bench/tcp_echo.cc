@@ -76,30 +76,54 @@ void write_all(int fd, const std::byte* data, uint64_t size) {
   }
 }
 
-// Server side of one connection: size header, then echo requests until the peer closes.
+// `requests.buffers` buffers of `requests.size` bytes in one allocation, handed out in turn.
+class BufferRing {
+ public:
+  BufferRing(EchoRequests requests, std::byte fill)
+      : size_(requests.size), bytes_(requests.size * requests.buffers, fill) {}
+  std::byte* next() {
+    std::byte* buffer = bytes_.data() + offset_;
+    offset_ = (offset_ + size_) % bytes_.size();
+    return buffer;
+  }
+
+ private:
+  uint64_t size_;
+  std::vector<std::byte> bytes_;
+  uint64_t offset_ = 0;
+};
+
+// Server side of one connection: the header, then echo requests until the peer closes.
 void serve_echo(int fd) {
   set_nodelay(fd);
-  uint64_t size = 0;
-  if (!read_exact(fd, reinterpret_cast<std::byte*>(&size), sizeof size)) return;
-  std::vector<std::byte> buffer(size);
-  while (read_exact(fd, buffer.data(), size)) write_all(fd, buffer.data(), size);
+  EchoRequests requests;
+  if (!read_exact(fd, reinterpret_cast<std::byte*>(&requests), sizeof requests)) return;
+  if (requests.size == 0 || requests.buffers == 0) return;  // nothing to echo
+  BufferRing ring(requests, std::byte{0});
+  for (std::byte* buffer = ring.next(); read_exact(fd, buffer, requests.size); buffer = ring.next())
+    write_all(fd, buffer, requests.size);
 }
 
-// A client connection that has announced its request size.
-Socket connect_echo(const std::string& host, uint16_t port, uint64_t size) {
+// A client connection that has sent its header.
+Socket connect_echo(const std::string& host, uint16_t port, EchoRequests requests) {
   Socket socket(::socket(AF_INET, SOCK_STREAM, 0));
   sockaddr_in address = ipv4(host, port);
   if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
     throw_errno("connect");
   set_nodelay(socket.fd());
-  write_all(socket.fd(), reinterpret_cast<const std::byte*>(&size), sizeof size);
+  write_all(socket.fd(), reinterpret_cast<const std::byte*>(&requests), sizeof requests);
   return socket;
 }
 
-void round_trip(int fd, std::vector<std::byte>& request, std::vector<std::byte>& response) {
-  write_all(fd, request.data(), request.size());
-  if (!read_exact(fd, response.data(), response.size()))
+void read_response(int fd, std::byte* response, uint64_t size) {
+  if (!read_exact(fd, response, size))
     throw std::system_error(ECONNRESET, std::generic_category(), "echo server closed");
+}
+
+// One request out and its echo back, each through the next buffer of its ring.
+void round_trip(int fd, uint64_t size, BufferRing& requests, BufferRing& responses) {
+  write_all(fd, requests.next(), size);
+  read_response(fd, responses.next(), size);
 }
 
 }  // namespace
@@ -142,10 +166,11 @@ void TcpEchoServer::accept_loop() {
   for (auto& connection : connections_) connection.join();
 }
 
-Measurement tcp_sequential(uint16_t port, uint64_t size, const Budget& budget) {
-  Socket socket = connect_echo("127.0.0.1", port, size);
-  std::vector<std::byte> request(size, std::byte{1}), response(size);
-  return time_iterations(budget, size, [&] { round_trip(socket.fd(), request, response); });
+Measurement tcp_sequential(uint16_t port, EchoRequests requests, const Budget& budget) {
+  Socket socket = connect_echo("127.0.0.1", port, requests);
+  BufferRing sent(requests, std::byte{1}), received(requests, std::byte{0});
+  return time_iterations(budget, requests.size,
+                         [&] { round_trip(socket.fd(), requests.size, sent, received); });
 }
 
 namespace {
@@ -159,13 +184,13 @@ struct PipelineState {
   std::exception_ptr writer_error;  // set by the writer before its end token
 };
 
-void write_requests(int fd, uint64_t size, const Budget& budget, PipelineState& state) {
-  std::vector<std::byte> request(size, std::byte{1});
+void write_requests(int fd, EchoRequests requests, BufferRing& sent, const Budget& budget,
+                    PipelineState& state) {
   const auto start = BenchClock::now();
   try {
     while (!budget_spent(budget, state.sent.load(), start)) {
       state.window.acquire();
-      write_all(fd, request.data(), size);
+      write_all(fd, sent.next(), requests.size);
       state.sent.fetch_add(1);
       state.sent_tokens.release();
     }
@@ -176,14 +201,13 @@ void write_requests(int fd, uint64_t size, const Budget& budget, PipelineState& 
 }
 
 // Reads responses until the end token; returns how many were read.
-uint64_t read_responses(int fd, uint64_t size, PipelineState& state) {
-  std::vector<std::byte> response(size);
+uint64_t read_responses(int fd, EchoRequests requests, BufferRing& responses,
+                        PipelineState& state) {
   uint64_t received = 0;
   for (;;) {
     state.sent_tokens.acquire();
     if (received == state.sent.load()) return received;  // it was the end token
-    if (!read_exact(fd, response.data(), size))
-      throw std::system_error(ECONNRESET, std::generic_category(), "echo server closed");
+    read_response(fd, responses.next(), requests.size);
     ++received;
     state.window.release();
   }
@@ -191,19 +215,20 @@ uint64_t read_responses(int fd, uint64_t size, PipelineState& state) {
 
 }  // namespace
 
-Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const Budget& budget,
-                          const std::string& host) {
-  Socket socket = connect_echo(host, port, size);
-  std::vector<std::byte> request(size, std::byte{1}), response(size);
-  for (uint64_t i = 0; i < budget.warmup; ++i) round_trip(socket.fd(), request, response);
+Measurement tcp_pipelined(uint16_t port, EchoRequests requests, unsigned window,
+                          const Budget& budget, const std::string& host) {
+  Socket socket = connect_echo(host, port, requests);
+  BufferRing sent(requests, std::byte{1}), received(requests, std::byte{0});
+  for (uint64_t i = 0; i < budget.warmup; ++i)
+    round_trip(socket.fd(), requests.size, sent, received);
   PipelineState state(window);
   Measurement m;
-  m.bytes_per_iteration = size;
+  m.bytes_per_iteration = requests.size;
   const ProcessUsage usage = ProcessUsage::now();
   const auto start = BenchClock::now();
-  std::thread writer([&] { write_requests(socket.fd(), size, budget, state); });
+  std::thread writer([&] { write_requests(socket.fd(), requests, sent, budget, state); });
   try {
-    m.iterations = read_responses(socket.fd(), size, state);
+    m.iterations = read_responses(socket.fd(), requests, received, state);
   } catch (...) {
     ::shutdown(socket.fd(), SHUT_RDWR);  // the writer's next write fails; it ends
     state.window.release(window);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The benchmarks' baseline: a plain TCP echo over POSIX sockets (127.0.0.1 unless told), with
-// TCP_NODELAY on both ends and buffers reused. A connection first sends its request size
-// (8 bytes, host order); the server then loops: read exactly that many bytes, write them back.
+// TCP_NODELAY on both ends and buffers reused. A connection first sends its request size and how
+// many distinct buffers both ends cycle through (8 bytes each, host order); the server then
+// loops: read exactly that many bytes into its next buffer, write them back from it.
 #pragma once
 
 #include <cstdint>
@@ -34,12 +35,22 @@ class TcpEchoServer {
   std::vector<std::thread> connections_;  // accept thread only, until joined
 };
 
+// What a client's requests look like: `size` bytes each, request i sent from the client's
+// buffer i mod `buffers`, echoed through the server's buffer i mod `buffers` and read into the
+// client's response buffer i mod `buffers`. With one buffer each end reuses one hot buffer;
+// with more the echo touches as much memory as psched does when a variable has that many
+// partitions (a worker's gradient and value, the shard's variable), which no cache may hold.
+struct EchoRequests {
+  uint64_t size = 0;
+  uint64_t buffers = 1;
+};
+
 // One request in flight: per iteration, write `size` bytes and read `size` bytes back.
-Measurement tcp_sequential(uint16_t port, uint64_t size, const Budget& budget);
+Measurement tcp_sequential(uint16_t port, EchoRequests requests, const Budget& budget);
 // `window` requests in flight: a writer thread keeps sending while fewer than `window`
 // responses are outstanding; the calling thread reads. Records no per-iteration times.
 // Bytes flow both ways at once: what the link carries up and down together.
-Measurement tcp_pipelined(uint16_t port, uint64_t size, unsigned window, const Budget& budget,
-                          const std::string& host = "127.0.0.1");
+Measurement tcp_pipelined(uint16_t port, EchoRequests requests, unsigned window,
+                          const Budget& budget, const std::string& host = "127.0.0.1");
 
 }  // namespace psched::bench

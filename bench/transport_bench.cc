@@ -60,6 +60,9 @@ struct SizeResult {
   Measurement loop_sequential, loop_pipelined, work_sequential, work_pipelined;
   Measurement loop_aggregate, work_aggregate;
   Measurement psched_aggregate, tcp_aggregate;
+  // The pipelined echoes again, through as many distinct buffers as psched's variable has
+  // partitions, so they touch as much memory as psched does (tcp_echo.h, EchoRequests).
+  Measurement tcp_pipelined_footprint, tcp_aggregate_footprint;
 };
 
 // Parses --sizes; each must be a positive multiple of 4 bytes (float32 elements).
@@ -193,8 +196,13 @@ void measure_aggregate(const DeploymentConfig& shard, EchoPorts echo, unsigned w
     return time_iterations(budget, bytes, [&] { clients[w]->iteration(); });
   });
   r.psched_aggregate.bytes_per_iteration = bytes;
-  r.tcp_aggregate = at_once(
-      workers, [&](unsigned) { return tcp_pipelined(echo.tcp, r.size, kPipelineDepth, budget); });
+  auto tcp_streams = [&](EchoRequests requests) {
+    return at_once(workers, [&](unsigned) {
+      return tcp_pipelined(echo.tcp, requests, kPipelineDepth, budget);
+    });
+  };
+  r.tcp_aggregate = tcp_streams({.size = r.size});
+  r.tcp_aggregate_footprint = tcp_streams({.size = r.size, .buffers = kPipelinePartitions});
   auto loops = [&](EchoWork work) {
     return at_once(workers, [&](unsigned) {
       return loop_pipelined(echo.loop, r.size, kPipelinePartitions, kPipelineDepth, work, budget);
@@ -210,12 +218,14 @@ SizeResult measure_size(const DeploymentConfig& shard, EchoPorts echo, uint64_t 
   r.size = size;
   const std::string label = format_byte_size(size);
   r.psched_sequential = psched_case(shard, "seq/" + label, size, size, size, budget);
-  r.tcp_sequential = tcp_sequential(echo.tcp, size, budget);
+  r.tcp_sequential = tcp_sequential(echo.tcp, {.size = size}, budget);
   r.loop_sequential = loop_sequential(echo.loop, size, EchoWork::none, budget);
   r.work_sequential = loop_sequential(echo.loop, size, EchoWork::psched, budget);
   r.psched_pipelined = psched_case(shard, "pipe/" + label, kPipelinePartitions * size, size,
                                    kPipelineDepth * size, budget);
-  r.tcp_pipelined = tcp_pipelined(echo.tcp, size, kPipelineDepth, budget);
+  r.tcp_pipelined = tcp_pipelined(echo.tcp, {.size = size}, kPipelineDepth, budget);
+  r.tcp_pipelined_footprint = tcp_pipelined(
+      echo.tcp, {.size = size, .buffers = kPipelinePartitions}, kPipelineDepth, budget);
   r.loop_pipelined =
       loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth, EchoWork::none, budget);
   r.work_pipelined = loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth,
@@ -304,6 +314,29 @@ void print_switch_table(const std::vector<SizeResult>& results, unsigned workers
                 });
 }
 
+// psched against TCP echoes that touch as much memory as it does: the pipelined cases only,
+// since a sequential psched variable is one partition and the echo's three buffers match it.
+void print_footprint_table(const std::vector<SizeResult>& results, unsigned workers) {
+  fmt::print(
+      "\nthe pipelined TCP echoes through {} distinct buffers per end and stream, as much memory"
+      " as psched's worker (gradient, value) and shard (variable) touch for a variable of {}"
+      " partitions:\n{:>8} {:>11} {:>10} {:>15} {:>20} {:>15}\n",
+      kPipelinePartitions, kPipelinePartitions, "size", "case", "TCP GB/s", "footprint GB/s",
+      "psched of footprint", "footprint s/GB");
+  auto row = [](uint64_t size, const std::string& name, const Measurement& psched,
+                const Measurement& tcp, const Measurement& footprint) {
+    fmt::print("{:>8} {:>11} {:>10.3f} {:>15.3f} {:>20.3f} {:>15.2f}\n", format_byte_size(size),
+               name, tcp.gb_per_s(), footprint.gb_per_s(), ratio(psched, footprint),
+               footprint.cpu_s_per_gb());
+  };
+  for (const SizeResult& r : results) {
+    row(r.size, "pipelined", r.psched_pipelined, r.tcp_pipelined, r.tcp_pipelined_footprint);
+    if (workers > 1)
+      row(r.size, fmt::format("{} workers", workers), r.psched_aggregate, r.tcp_aggregate,
+          r.tcp_aggregate_footprint);
+  }
+}
+
 void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
   print_header("sequential: one request of `size` in flight (psched: 1 partition, credit = size)");
   for (const SizeResult& r : results) print_row(r.size, r.psched_sequential, r.tcp_sequential);
@@ -318,6 +351,7 @@ void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
                      .c_str());
     for (const SizeResult& r : results) print_row(r.size, r.psched_aggregate, r.tcp_aggregate);
   }
+  print_footprint_table(results, workers);
   print_loop_table(results, workers);
   print_switch_table(results, workers);
   fmt::print(
@@ -368,6 +402,13 @@ nlohmann::json to_json(const Measurement& psched, const Measurement& tcp, const 
   return j;
 }
 
+// The echo that touches psched's memory footprint, and psched's GB/s over it.
+void add_footprint(nlohmann::json& j, const Measurement& psched, const Measurement& footprint,
+                   uint64_t request_bytes) {
+  j["tcp_footprint"] = to_json(footprint, request_bytes);
+  j["psched_of_tcp_footprint"] = ratio(psched, footprint);
+}
+
 void write_json(const std::string& path, const Options& options,
                 const std::vector<SizeResult>& results) {
   nlohmann::json sizes = nlohmann::json::array();
@@ -378,11 +419,14 @@ void write_json(const std::string& path, const Options& options,
                                             r.loop_sequential, r.work_sequential, r.size)},
                      {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined,
                                            r.work_pipelined, r.size)}});
-  if (options.workers > 1)
-    for (size_t i = 0; i < results.size(); ++i)
-      sizes[i]["aggregate"] =
-          to_json(results[i].psched_aggregate, results[i].tcp_aggregate, results[i].loop_aggregate,
-                  results[i].work_aggregate, results[i].size);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const SizeResult& r = results[i];
+    add_footprint(sizes[i]["pipelined"], r.psched_pipelined, r.tcp_pipelined_footprint, r.size);
+    if (options.workers == 1) continue;
+    sizes[i]["aggregate"] =
+        to_json(r.psched_aggregate, r.tcp_aggregate, r.loop_aggregate, r.work_aggregate, r.size);
+    add_footprint(sizes[i]["aggregate"], r.psched_aggregate, r.tcp_aggregate_footprint, r.size);
+  }
   nlohmann::json doc = {{"benchmark", "transport"},
                         {"seconds_per_case", options.seconds},
                         {"pipeline_depth", kPipelineDepth},
