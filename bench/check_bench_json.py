@@ -51,22 +51,10 @@ def check_loop(where, pair, size_bytes, faults):
             faults.append(f"{where}: psched_of_{name} {of_it} is not psched/{name} GB/s")
 
 
-def check_footprint(where, pair, size_bytes, faults):
-    """The TCP echo through as many buffers as psched's variable has partitions, and psched's
-    GB/s over it."""
-    footprint = pair.get("tcp_footprint")
-    if footprint is None:
-        faults.append(f"{where}: no tcp_footprint (the echo that touches psched's memory)")
-        return
-    for key in ("gb_per_s", "cpu_s_per_gb", "iterations", "seconds"):
-        positive(faults, f"{where} tcp_footprint.{key}", footprint.get(key))
-    check_switches(f"{where} tcp_footprint", footprint, size_bytes, faults)
-    of_it = pair.get("psched_of_tcp_footprint", 0)
-    if not close(of_it, pair["psched"]["gb_per_s"] / footprint["gb_per_s"]):
-        faults.append(f"{where}: psched_of_tcp_footprint {of_it} is not psched/tcp_footprint GB/s")
-
-
 def check_transport(doc, faults):
+    buffers = doc.get("echo_buffers")
+    if not isinstance(buffers, int) or buffers < 1:
+        faults.append(f"echo_buffers {buffers!r} is not a positive count")
     cases = ["sequential", "pipelined"] + (["aggregate"] if doc["workers"] > 1 else [])
     for size in doc["sizes"]:
         for case in cases:
@@ -85,8 +73,6 @@ def check_transport(doc, faults):
             if not close(pair["ratio"], pair["psched"]["gb_per_s"] / pair["tcp"]["gb_per_s"]):
                 faults.append(f"{where}: ratio {pair['ratio']} is not psched/tcp GB/s")
             check_loop(where, pair, size["size_bytes"], faults)
-            if case != "sequential":
-                check_footprint(where, pair, size["size_bytes"], faults)
 
 
 def check_cpu_split(where, split, faults):

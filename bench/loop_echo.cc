@@ -61,11 +61,11 @@ kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream) {
       .attach(kj::mv(connection));
 }
 
-// A client connection on its own event-loop thread; exchange() is called from another thread.
-class LoopEchoClient {
+}  // namespace
+
+class LoopEchoClient::Impl {
  public:
-  // With EchoWork::psched, each answer is copied into a memory of `requests` x `size` bytes.
-  LoopEchoClient(uint16_t port, uint64_t size, uint64_t requests, EchoWork work)
+  Impl(uint16_t port, uint64_t size, uint64_t requests, EchoWork work)
       : request_(size, kj::byte{1}),
         response_(size),
         trainer_(work == EchoWork::psched ? requests * size : 0),
@@ -80,14 +80,10 @@ class LoopEchoClient {
           });
     });
   }
-  ~LoopEchoClient() {
+  ~Impl() {
     thread_.call([this](kj::AsyncIoContext&) { stream_ = nullptr; });
   }
-  LoopEchoClient(const LoopEchoClient&) = delete;
-  LoopEchoClient& operator=(const LoopEchoClient&) = delete;
 
-  // `requests` echoes with at most `window` in flight, run on the loop; returns when the last
-  // is back.
   void exchange(uint64_t requests, unsigned window) {
     thread_.call([this, requests, window](kj::AsyncIoContext&) {
       auto exchange = kj::heap<Exchange>(Exchange{requests, window});
@@ -129,7 +125,14 @@ class LoopEchoClient {
   kj::Own<kj::AsyncIoStream> stream_;  // on the loop thread
 };
 
-}  // namespace
+LoopEchoClient::LoopEchoClient(uint16_t port, uint64_t size, uint64_t requests, EchoWork work)
+    : impl_(std::make_unique<Impl>(port, size, requests, work)) {}
+
+LoopEchoClient::~LoopEchoClient() = default;
+
+void LoopEchoClient::exchange(uint64_t requests, unsigned window) {
+  impl_->exchange(requests, window);
+}
 
 struct LoopEchoServer::Loop final : kj::TaskSet::ErrorHandler {
   void taskFailed(kj::Exception&&) override {}  // a broken connection is dropped alone

@@ -41,6 +41,25 @@ class LoopEchoServer {
 // What a loop echo does besides echoing (the client announces it with the request size).
 enum class EchoWork : uint64_t { none = 0, psched = 1 };
 
+// A client connection on its own event-loop thread (as a worker's Client has), for `size`-byte
+// requests (a multiple of 4 bytes); exchange() is called from another thread. With
+// EchoWork::psched each answer is copied into a memory of `requests` x `size` bytes.
+class LoopEchoClient {
+ public:
+  LoopEchoClient(uint16_t port, uint64_t size, uint64_t requests, EchoWork work);
+  ~LoopEchoClient();
+  LoopEchoClient(const LoopEchoClient&) = delete;
+  LoopEchoClient& operator=(const LoopEchoClient&) = delete;
+
+  // `requests` echoes with at most `window` in flight, run on the loop; returns when the last
+  // is back.
+  void exchange(uint64_t requests, unsigned window);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // One request of `size` (a multiple of 4 bytes) per hand-off: the caller waits for its echo.
 Measurement loop_sequential(uint16_t port, uint64_t size, EchoWork work, const Budget& budget);
 // `requests` requests of `size` per hand-off, at most `window` in flight; the caller waits for

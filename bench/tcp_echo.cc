@@ -166,13 +166,6 @@ void TcpEchoServer::accept_loop() {
   for (auto& connection : connections_) connection.join();
 }
 
-Measurement tcp_sequential(uint16_t port, EchoRequests requests, const Budget& budget) {
-  Socket socket = connect_echo("127.0.0.1", port, requests);
-  BufferRing sent(requests, std::byte{1}), received(requests, std::byte{0});
-  return time_iterations(budget, requests.size,
-                         [&] { round_trip(socket.fd(), requests.size, sent, received); });
-}
-
 namespace {
 
 // Tokens for the reading side: one per request written, then one more when writing ended.
@@ -215,22 +208,46 @@ uint64_t read_responses(int fd, EchoRequests requests, BufferRing& responses,
 
 }  // namespace
 
-Measurement tcp_pipelined(uint16_t port, EchoRequests requests, unsigned window,
-                          const Budget& budget, const std::string& host) {
-  Socket socket = connect_echo(host, port, requests);
-  BufferRing sent(requests, std::byte{1}), received(requests, std::byte{0});
-  for (uint64_t i = 0; i < budget.warmup; ++i)
-    round_trip(socket.fd(), requests.size, sent, received);
+struct TcpEchoClient::Connection {
+  Connection(const std::string& host, uint16_t port, EchoRequests requests)
+      : socket(connect_echo(host, port, requests)),
+        requests(requests),
+        sent(requests, std::byte{1}),
+        received(requests, std::byte{0}) {}
+
+  void round_trip() { psched::bench::round_trip(socket.fd(), requests.size, sent, received); }
+
+  Socket socket;
+  EchoRequests requests;
+  BufferRing sent, received;
+};
+
+TcpEchoClient::TcpEchoClient(uint16_t port, EchoRequests requests, const Budget& budget,
+                             const std::string& host)
+    : connection_(std::make_unique<Connection>(host, port, requests)), budget_(budget) {
+  // The server's buffers are made once it has the header, before it echoes the first request.
+  for (uint64_t i = 0; i < budget.warmup; ++i) connection_->round_trip();
+  budget_.warmup = 0;
+}
+
+TcpEchoClient::~TcpEchoClient() = default;
+
+Measurement TcpEchoClient::sequential() {
+  return time_iterations(budget_, connection_->requests.size, [&] { connection_->round_trip(); });
+}
+
+Measurement TcpEchoClient::pipelined(unsigned window) {
+  Connection& c = *connection_;
   PipelineState state(window);
   Measurement m;
-  m.bytes_per_iteration = requests.size;
+  m.bytes_per_iteration = c.requests.size;
   const ProcessUsage usage = ProcessUsage::now();
   const auto start = BenchClock::now();
-  std::thread writer([&] { write_requests(socket.fd(), requests, sent, budget, state); });
+  std::thread writer([&] { write_requests(c.socket.fd(), c.requests, c.sent, budget_, state); });
   try {
-    m.iterations = read_responses(socket.fd(), requests, received, state);
+    m.iterations = read_responses(c.socket.fd(), c.requests, c.received, state);
   } catch (...) {
-    ::shutdown(socket.fd(), SHUT_RDWR);  // the writer's next write fails; it ends
+    ::shutdown(c.socket.fd(), SHUT_RDWR);  // the writer's next write fails; it ends
     state.window.release(window);
     writer.join();
     throw;
@@ -240,6 +257,15 @@ Measurement tcp_pipelined(uint16_t port, EchoRequests requests, unsigned window,
   m.seconds = seconds_between(start, BenchClock::now());
   usage.record_since(m);
   return m;
+}
+
+Measurement tcp_sequential(uint16_t port, EchoRequests requests, const Budget& budget) {
+  return TcpEchoClient(port, requests, budget).sequential();
+}
+
+Measurement tcp_pipelined(uint16_t port, EchoRequests requests, unsigned window,
+                          const Budget& budget, const std::string& host) {
+  return TcpEchoClient(port, requests, budget, host).pipelined(window);
 }
 
 }  // namespace psched::bench

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,11 +46,32 @@ struct EchoRequests {
   uint64_t buffers = 1;
 };
 
-// One request in flight: per iteration, write `size` bytes and read `size` bytes back.
+// One connection to a TcpEchoServer. The constructor does what a measurement must not count:
+// it connects, sends the header, touches every buffer of both ends and runs `budget.warmup`
+// round trips, so several clients made first and measured at once start level.
+class TcpEchoClient {
+ public:
+  TcpEchoClient(uint16_t port, EchoRequests requests, const Budget& budget,
+                const std::string& host = "127.0.0.1");
+  ~TcpEchoClient();
+  TcpEchoClient(const TcpEchoClient&) = delete;
+  TcpEchoClient& operator=(const TcpEchoClient&) = delete;
+
+  // One request in flight: per iteration, write a request and read its echo.
+  Measurement sequential();
+  // `window` requests in flight: a writer thread keeps sending while fewer than `window`
+  // responses are outstanding; the calling thread reads. Records no per-iteration times.
+  // Bytes flow both ways at once: what the link carries up and down together.
+  Measurement pipelined(unsigned window);
+
+ private:
+  struct Connection;
+  std::unique_ptr<Connection> connection_;
+  Budget budget_;
+};
+
+// A client made and measured at once, for a lone stream.
 Measurement tcp_sequential(uint16_t port, EchoRequests requests, const Budget& budget);
-// `window` requests in flight: a writer thread keeps sending while fewer than `window`
-// responses are outstanding; the calling thread reads. Records no per-iteration times.
-// Bytes flow both ways at once: what the link carries up and down together.
 Measurement tcp_pipelined(uint16_t port, EchoRequests requests, unsigned window,
                           const Budget& budget, const std::string& host = "127.0.0.1");
 

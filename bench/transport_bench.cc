@@ -46,7 +46,8 @@ struct Options {
   std::string tls_dir;         // empty: plain TCP
   std::string checkpoint_dir;  // empty: no update log
   bool verbose = false;
-  bool rpc_calls = false;  // pushes and polls as RPC calls, not over the data stream
+  bool rpc_calls = false;     // pushes and polls as RPC calls, not over the data stream
+  uint64_t echo_buffers = 1;  // distinct buffers each TCP echo stream cycles through
 };
 
 // --rpc-calls, for every client of the run.
@@ -60,9 +61,6 @@ struct SizeResult {
   Measurement loop_sequential, loop_pipelined, work_sequential, work_pipelined;
   Measurement loop_aggregate, work_aggregate;
   Measurement psched_aggregate, tcp_aggregate;
-  // The pipelined echoes again, through as many distinct buffers as psched's variable has
-  // partitions, so they touch as much memory as psched does (tcp_echo.h, EchoRequests).
-  Measurement tcp_pipelined_footprint, tcp_aggregate_footprint;
 };
 
 // Parses --sizes; each must be a positive multiple of 4 bytes (float32 elements).
@@ -176,14 +174,36 @@ Measurement at_once(unsigned workers, Measure measure) {
   return all;
 }
 
-// The ports of the two echo baselines.
+// The two echo baselines: their ports, and how many distinct buffers each pipelined TCP echo
+// stream cycles through (--echo-buffers).
 struct EchoPorts {
   uint16_t tcp = 0, loop = 0;
+  uint64_t pipelined_buffers = 1;
+
+  EchoRequests pipelined_requests(uint64_t size) const {
+    return {.size = size, .buffers = pipelined_buffers};
+  }
 };
+
+// Warms every client up with `iteration(client)`, then times them all at once, so that no
+// client's setup or warm-up falls in another's timed window or in the CPU time.
+template <typename ClientType, typename Iteration>
+Measurement warm_then_at_once(std::vector<std::unique_ptr<ClientType>>& clients,
+                              uint64_t bytes_per_iteration, const Budget& budget,
+                              Iteration iteration) {
+  for (auto& client : clients)
+    for (uint64_t i = 0; i < budget.warmup; ++i) iteration(*client);
+  Budget timed = budget;
+  timed.warmup = 0;
+  return at_once(clients.size(), [&](unsigned w) {
+    return time_iterations(timed, bytes_per_iteration, [&] { iteration(*clients[w]); });
+  });
+}
 
 // `workers` clients, each pipelining its own variable as the pipelined case does, against as
 // many pipelined TCP streams, and as many loop echo clients of one loop echo server (as psched
-// serves them from one shard loop), alone and with psched's per-byte work.
+// serves them from one shard loop), alone and with psched's per-byte work. Every client is made
+// before any is timed.
 void measure_aggregate(const DeploymentConfig& shard, EchoPorts echo, unsigned workers,
                        SizeResult& r, const Budget& budget) {
   const uint64_t bytes = kPipelinePartitions * r.size;
@@ -192,20 +212,22 @@ void measure_aggregate(const DeploymentConfig& shard, EchoPorts echo, unsigned w
     clients.push_back(std::make_unique<PushingClient>(
         shard, fmt::format("many/{}/{}", w, format_byte_size(r.size)), bytes, r.size,
         kPipelineDepth * r.size, WorkerId(w)));
-  r.psched_aggregate = at_once(workers, [&](unsigned w) {
-    return time_iterations(budget, bytes, [&] { clients[w]->iteration(); });
-  });
-  r.psched_aggregate.bytes_per_iteration = bytes;
-  auto tcp_streams = [&](EchoRequests requests) {
-    return at_once(workers, [&](unsigned) {
-      return tcp_pipelined(echo.tcp, requests, kPipelineDepth, budget);
-    });
-  };
-  r.tcp_aggregate = tcp_streams({.size = r.size});
-  r.tcp_aggregate_footprint = tcp_streams({.size = r.size, .buffers = kPipelinePartitions});
+  r.psched_aggregate =
+      warm_then_at_once(clients, bytes, budget, [](PushingClient& client) { client.iteration(); });
+  std::vector<std::unique_ptr<TcpEchoClient>> streams;
+  for (unsigned w = 0; w < workers; ++w)
+    streams.push_back(
+        std::make_unique<TcpEchoClient>(echo.tcp, echo.pipelined_requests(r.size), budget));
+  r.tcp_aggregate =
+      at_once(workers, [&](unsigned w) { return streams[w]->pipelined(kPipelineDepth); });
+  streams.clear();
   auto loops = [&](EchoWork work) {
-    return at_once(workers, [&](unsigned) {
-      return loop_pipelined(echo.loop, r.size, kPipelinePartitions, kPipelineDepth, work, budget);
+    std::vector<std::unique_ptr<LoopEchoClient>> loop_clients;
+    for (unsigned w = 0; w < workers; ++w)
+      loop_clients.push_back(
+          std::make_unique<LoopEchoClient>(echo.loop, r.size, kPipelinePartitions, work));
+    return warm_then_at_once(loop_clients, bytes, budget, [](LoopEchoClient& client) {
+      client.exchange(kPipelinePartitions, kPipelineDepth);
     });
   };
   r.loop_aggregate = loops(EchoWork::none);
@@ -223,9 +245,7 @@ SizeResult measure_size(const DeploymentConfig& shard, EchoPorts echo, uint64_t 
   r.work_sequential = loop_sequential(echo.loop, size, EchoWork::psched, budget);
   r.psched_pipelined = psched_case(shard, "pipe/" + label, kPipelinePartitions * size, size,
                                    kPipelineDepth * size, budget);
-  r.tcp_pipelined = tcp_pipelined(echo.tcp, {.size = size}, kPipelineDepth, budget);
-  r.tcp_pipelined_footprint = tcp_pipelined(
-      echo.tcp, {.size = size, .buffers = kPipelinePartitions}, kPipelineDepth, budget);
+  r.tcp_pipelined = tcp_pipelined(echo.tcp, echo.pipelined_requests(size), kPipelineDepth, budget);
   r.loop_pipelined =
       loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth, EchoWork::none, budget);
   r.work_pipelined = loop_pipelined(echo.loop, size, kPipelinePartitions, kPipelineDepth,
@@ -314,29 +334,6 @@ void print_switch_table(const std::vector<SizeResult>& results, unsigned workers
                 });
 }
 
-// psched against TCP echoes that touch as much memory as it does: the pipelined cases only,
-// since a sequential psched variable is one partition and the echo's three buffers match it.
-void print_footprint_table(const std::vector<SizeResult>& results, unsigned workers) {
-  fmt::print(
-      "\nthe pipelined TCP echoes through {} distinct buffers per end and stream, as much memory"
-      " as psched's worker (gradient, value) and shard (variable) touch for a variable of {}"
-      " partitions:\n{:>8} {:>11} {:>10} {:>15} {:>20} {:>15}\n",
-      kPipelinePartitions, kPipelinePartitions, "size", "case", "TCP GB/s", "footprint GB/s",
-      "psched of footprint", "footprint s/GB");
-  auto row = [](uint64_t size, const std::string& name, const Measurement& psched,
-                const Measurement& tcp, const Measurement& footprint) {
-    fmt::print("{:>8} {:>11} {:>10.3f} {:>15.3f} {:>20.3f} {:>15.2f}\n", format_byte_size(size),
-               name, tcp.gb_per_s(), footprint.gb_per_s(), ratio(psched, footprint),
-               footprint.cpu_s_per_gb());
-  };
-  for (const SizeResult& r : results) {
-    row(r.size, "pipelined", r.psched_pipelined, r.tcp_pipelined, r.tcp_pipelined_footprint);
-    if (workers > 1)
-      row(r.size, fmt::format("{} workers", workers), r.psched_aggregate, r.tcp_aggregate,
-          r.tcp_aggregate_footprint);
-  }
-}
-
 void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
   print_header("sequential: one request of `size` in flight (psched: 1 partition, credit = size)");
   for (const SizeResult& r : results) print_row(r.size, r.psched_sequential, r.tcp_sequential);
@@ -351,7 +348,6 @@ void print_tables(const std::vector<SizeResult>& results, unsigned workers) {
                      .c_str());
     for (const SizeResult& r : results) print_row(r.size, r.psched_aggregate, r.tcp_aggregate);
   }
-  print_footprint_table(results, workers);
   print_loop_table(results, workers);
   print_switch_table(results, workers);
   fmt::print(
@@ -402,13 +398,6 @@ nlohmann::json to_json(const Measurement& psched, const Measurement& tcp, const 
   return j;
 }
 
-// The echo that touches psched's memory footprint, and psched's GB/s over it.
-void add_footprint(nlohmann::json& j, const Measurement& psched, const Measurement& footprint,
-                   uint64_t request_bytes) {
-  j["tcp_footprint"] = to_json(footprint, request_bytes);
-  j["psched_of_tcp_footprint"] = ratio(psched, footprint);
-}
-
 void write_json(const std::string& path, const Options& options,
                 const std::vector<SizeResult>& results) {
   nlohmann::json sizes = nlohmann::json::array();
@@ -419,20 +408,18 @@ void write_json(const std::string& path, const Options& options,
                                             r.loop_sequential, r.work_sequential, r.size)},
                      {"pipelined", to_json(r.psched_pipelined, r.tcp_pipelined, r.loop_pipelined,
                                            r.work_pipelined, r.size)}});
-  for (size_t i = 0; i < results.size(); ++i) {
-    const SizeResult& r = results[i];
-    add_footprint(sizes[i]["pipelined"], r.psched_pipelined, r.tcp_pipelined_footprint, r.size);
-    if (options.workers == 1) continue;
-    sizes[i]["aggregate"] =
-        to_json(r.psched_aggregate, r.tcp_aggregate, r.loop_aggregate, r.work_aggregate, r.size);
-    add_footprint(sizes[i]["aggregate"], r.psched_aggregate, r.tcp_aggregate_footprint, r.size);
-  }
+  if (options.workers > 1)
+    for (size_t i = 0; i < results.size(); ++i)
+      sizes[i]["aggregate"] =
+          to_json(results[i].psched_aggregate, results[i].tcp_aggregate, results[i].loop_aggregate,
+                  results[i].work_aggregate, results[i].size);
   nlohmann::json doc = {{"benchmark", "transport"},
                         {"seconds_per_case", options.seconds},
                         {"pipeline_depth", kPipelineDepth},
                         {"pipeline_partitions", kPipelinePartitions},
                         {"server_threads", options.server_threads},
                         {"workers", options.workers},
+                        {"echo_buffers", options.echo_buffers},
                         {"tls", !options.tls_dir.empty()},
                         {"update_log", !options.checkpoint_dir.empty()},
                         {"sizes", sizes}};
@@ -453,8 +440,12 @@ int run(const Options& options) {
   shard.start();
   std::vector<SizeResult> results;
   for (uint64_t size : sizes)
-    results.push_back(
-        measure_size(config, {tcp_echo.port(), loop_echo.port()}, size, options.workers, budget));
+    results.push_back(measure_size(config,
+                                   {tcp_echo.port(), loop_echo.port(), options.echo_buffers}, size,
+                                   options.workers, budget));
+  if (options.echo_buffers > 1)
+    fmt::print("the pipelined TCP echoes cycle through {} distinct buffers per end and stream\n",
+               options.echo_buffers);
   print_tables(results, options.workers);
   if (!options.json.empty()) write_json(options.json, options, results);
   return 0;
@@ -485,6 +476,10 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "the shard logs every update there (checkpoint.update_log), as a durable one");
+  app.add_option("--echo-buffers", o.echo_buffers,
+                 "distinct buffers per end each pipelined TCP echo stream cycles through (8: as "
+                 "much memory as psched's pipelined variable of 8 partitions touches)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(64)));
   app.add_flag("--verbose", o.verbose, "keep psched's info log");
   app.add_flag("--rpc-calls", o.rpc_calls,
                "send pushes and polls as Cap'n Proto calls instead of over the data stream");
