@@ -96,6 +96,16 @@ def transport_case(docs, size, case):
     return found
 
 
+def ratios(docs, size, case, key="ratio"):
+    """Every run's `key` of one size and case (by default psched's GB/s over TCP's)."""
+    return [c[key] for c in transport_case(docs, size, case)]
+
+
+def spread(values):
+    """Median (lowest-highest)."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
 class Report:
     def __init__(self):
         self.met = self.judged = 0
@@ -109,14 +119,13 @@ class Report:
         ok = judged >= target if at_least else judged <= target
         self.judged += 1
         self.met += ok
-        spread = f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
         sign = ">=" if at_least else "<="
-        print(f"  {name:<52} {spread:<20} bar {sign} {target:<5} {'met' if ok else 'MISSED'}")
+        print(f"  {name:<52} {spread(values):<20} bar {sign} {target:<5} "
+              f"{'met' if ok else 'MISSED'}")
 
     def info(self, name, values):
         if values:
-            print(f"  {name:<52} {statistics.median(values):.2f} "
-                  f"({min(values):.2f}-{max(values):.2f})")
+            print(f"  {name:<52} {spread(values)}")
 
 
 def of_ideal(doc, policy):
@@ -130,30 +139,24 @@ def report(directory, quick=False):
         print("QUICK: a smoke of this script; the figures are not the bars' measurements")
     print(f"psched-transport-bench, {len(transport)} runs (psched over TCP echo):")
     for size in SIZES:
-        seq = transport_case(transport, size, "sequential")
-        pipe = transport_case(transport, size, "pipelined")
         if size == "4KiB":
-            r.bar("4 KiB p50, psched over TCP", [c["psched"]["p50_us"] / c["tcp"]["p50_us"]
-                                                 for c in seq], 2.0, at_least=False)
-        elif size == "256KiB":
-            r.bar("256 KiB sequential", [c["ratio"] for c in seq], 0.7)
-            r.bar("256 KiB pipelined", [c["ratio"] for c in pipe], 0.85)
-        else:
-            r.bar(f"{spaced(size)} sequential", [c["ratio"] for c in seq], 0.9)
-            r.bar(f"{spaced(size)} pipelined", [c["ratio"] for c in pipe], 0.9)
+            r.bar("4 KiB p50, psched over TCP",
+                  [c["psched"]["p50_us"] / c["tcp"]["p50_us"]
+                   for c in transport_case(transport, size, "sequential")], 2.0, at_least=False)
+            continue
+        sequential, pipelined = (0.7, 0.85) if size == "256KiB" else (0.9, 0.9)
+        r.bar(f"{spaced(size)} sequential", ratios(transport, size, "sequential"), sequential)
+        r.bar(f"{spaced(size)} pipelined", ratios(transport, size, "pipelined"), pipelined)
     workers = transport[0]["workers"] if transport else 8
     for size in SIZES:
-        r.bar(f"{spaced(size)}, {workers} workers",
-              [c["ratio"] for c in transport_case(transport, size, "aggregate")], 0.8)
+        r.bar(f"{spaced(size)}, {workers} workers", ratios(transport, size, "aggregate"), 0.8)
     print(f"the same against the echo through psched's memory (--echo-buffers 8), "
           f"{len(echo8)} runs, not a bar:")
     for size in FOOTPRINT_SIZES:
-        r.info(f"{spaced(size)} pipelined",
-               [c["ratio"] for c in transport_case(echo8, size, "pipelined")])
-        r.info(f"{spaced(size)}, {workers} workers",
-               [c["ratio"] for c in transport_case(echo8, size, "aggregate")])
+        r.info(f"{spaced(size)} pipelined", ratios(echo8, size, "pipelined"))
+        r.info(f"{spaced(size)}, {workers} workers", ratios(echo8, size, "aggregate"))
         r.info(f"{spaced(size)}, {workers} workers: the loop echo over TCP",
-               [c["loop_ratio"] for c in transport_case(echo8, size, "aggregate")])
+               ratios(echo8, size, "aggregate", "loop_ratio"))
 
     eight = load(directory, "eight-workers")
     print(f"psched-bench, scaled, 8 workers, 2 shards, {len(eight)} runs (of the ideal):")

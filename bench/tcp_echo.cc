@@ -81,6 +81,7 @@ class BufferRing {
  public:
   BufferRing(EchoRequests requests, std::byte fill)
       : size_(requests.size), bytes_(requests.size * requests.buffers, fill) {}
+  uint64_t size() const { return size_; }  // of each buffer
   std::byte* next() {
     std::byte* buffer = bytes_.data() + offset_;
     offset_ = (offset_ + size_) % bytes_.size();
@@ -100,8 +101,8 @@ void serve_echo(int fd) {
   if (!read_exact(fd, reinterpret_cast<std::byte*>(&requests), sizeof requests)) return;
   if (requests.size == 0 || requests.buffers == 0) return;  // nothing to echo
   BufferRing ring(requests, std::byte{0});
-  for (std::byte* buffer = ring.next(); read_exact(fd, buffer, requests.size); buffer = ring.next())
-    write_all(fd, buffer, requests.size);
+  for (std::byte* buffer = ring.next(); read_exact(fd, buffer, ring.size()); buffer = ring.next())
+    write_all(fd, buffer, ring.size());
 }
 
 // A client connection that has sent its header.
@@ -115,15 +116,16 @@ Socket connect_echo(const std::string& host, uint16_t port, EchoRequests request
   return socket;
 }
 
-void read_response(int fd, std::byte* response, uint64_t size) {
-  if (!read_exact(fd, response, size))
+// Reads the next echo into the next buffer of `responses`.
+void read_response(int fd, BufferRing& responses) {
+  if (!read_exact(fd, responses.next(), responses.size()))
     throw std::system_error(ECONNRESET, std::generic_category(), "echo server closed");
 }
 
 // One request out and its echo back, each through the next buffer of its ring.
-void round_trip(int fd, uint64_t size, BufferRing& requests, BufferRing& responses) {
-  write_all(fd, requests.next(), size);
-  read_response(fd, responses.next(), size);
+void round_trip(int fd, BufferRing& requests, BufferRing& responses) {
+  write_all(fd, requests.next(), requests.size());
+  read_response(fd, responses);
 }
 
 }  // namespace
@@ -177,13 +179,12 @@ struct PipelineState {
   std::exception_ptr writer_error;  // set by the writer before its end token
 };
 
-void write_requests(int fd, EchoRequests requests, BufferRing& sent, const Budget& budget,
-                    PipelineState& state) {
+void write_requests(int fd, BufferRing& sent, const Budget& budget, PipelineState& state) {
   const auto start = BenchClock::now();
   try {
     while (!budget_spent(budget, state.sent.load(), start)) {
       state.window.acquire();
-      write_all(fd, sent.next(), requests.size);
+      write_all(fd, sent.next(), sent.size());
       state.sent.fetch_add(1);
       state.sent_tokens.release();
     }
@@ -194,13 +195,12 @@ void write_requests(int fd, EchoRequests requests, BufferRing& sent, const Budge
 }
 
 // Reads responses until the end token; returns how many were read.
-uint64_t read_responses(int fd, EchoRequests requests, BufferRing& responses,
-                        PipelineState& state) {
+uint64_t read_responses(int fd, BufferRing& responses, PipelineState& state) {
   uint64_t received = 0;
   for (;;) {
     state.sent_tokens.acquire();
     if (received == state.sent.load()) return received;  // it was the end token
-    read_response(fd, responses.next(), requests.size);
+    read_response(fd, responses);
     ++received;
     state.window.release();
   }
@@ -211,14 +211,12 @@ uint64_t read_responses(int fd, EchoRequests requests, BufferRing& responses,
 struct TcpEchoClient::Connection {
   Connection(const std::string& host, uint16_t port, EchoRequests requests)
       : socket(connect_echo(host, port, requests)),
-        requests(requests),
         sent(requests, std::byte{1}),
         received(requests, std::byte{0}) {}
 
-  void round_trip() { psched::bench::round_trip(socket.fd(), requests.size, sent, received); }
+  void round_trip() { psched::bench::round_trip(socket.fd(), sent, received); }
 
   Socket socket;
-  EchoRequests requests;
   BufferRing sent, received;
 };
 
@@ -233,19 +231,19 @@ TcpEchoClient::TcpEchoClient(uint16_t port, EchoRequests requests, const Budget&
 TcpEchoClient::~TcpEchoClient() = default;
 
 Measurement TcpEchoClient::sequential() {
-  return time_iterations(budget_, connection_->requests.size, [&] { connection_->round_trip(); });
+  return time_iterations(budget_, connection_->sent.size(), [&] { connection_->round_trip(); });
 }
 
 Measurement TcpEchoClient::pipelined(unsigned window) {
   Connection& c = *connection_;
   PipelineState state(window);
   Measurement m;
-  m.bytes_per_iteration = c.requests.size;
+  m.bytes_per_iteration = c.sent.size();
   const ProcessUsage usage = ProcessUsage::now();
   const auto start = BenchClock::now();
-  std::thread writer([&] { write_requests(c.socket.fd(), c.requests, c.sent, budget_, state); });
+  std::thread writer([&] { write_requests(c.socket.fd(), c.sent, budget_, state); });
   try {
-    m.iterations = read_responses(c.socket.fd(), c.requests, c.received, state);
+    m.iterations = read_responses(c.socket.fd(), c.received, state);
   } catch (...) {
     ::shutdown(c.socket.fd(), SHUT_RDWR);  // the writer's next write fails; it ends
     state.window.release(window);

@@ -47,7 +47,7 @@ struct Options {
   std::string checkpoint_dir;  // empty: no update log
   bool verbose = false;
   bool rpc_calls = false;     // pushes and polls as RPC calls, not over the data stream
-  uint64_t echo_buffers = 1;  // distinct buffers each TCP echo stream cycles through
+  uint64_t echo_buffers = 1;  // distinct buffers each pipelined TCP echo stream cycles through
 };
 
 // --rpc-calls, for every client of the run.
