@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/variable.h"
+#include "actors/shard/variable.h"
 #include "bench/measurement.h"
 #include "common/aligned_buffer.h"
 #include "config/byte_size.h"

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "actors/variable_spec.h"
+#include "actors/shard/variable_spec.h"
 #include "common/fork_join_pool.h"
 
 namespace psched::bench {

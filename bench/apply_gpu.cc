@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/variable.h"
+#include "actors/shard/variable.h"
 #include "bench/apply_cpu.h"
 #include "bench/measurement.h"
 #include "config/byte_size.h"

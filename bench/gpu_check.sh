@@ -31,7 +31,7 @@ echo "== CPU kernels (optim_test) =="
 "$build/optim/optim_test" --minimal && echo "optim_test passed"
 echo "== GPU tests (gpu_test) =="
 status=0
-"$build/actors/gpu_test" || status=$?
+"$build/actors/shard/gpu_test" || status=$?
 if [ $status -eq 77 ]; then
   echo "gpu_check: FAILED: gpu_test found no usable GPU (see above)"; exit 1
 elif [ $status -ne 0 ]; then

@@ -7,7 +7,7 @@
 
 #include <kj/async-io.h>
 
-#include "actors/loop_thread.h"
+#include "actors/runtime/loop_thread.h"
 #include "net/rpc_connection.h"
 #include "optim/optimizer.h"
 

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/scheduler_report.h"
+#include "actors/worker/scheduler_report.h"
 
 namespace psched {
 

@@ -7,8 +7,8 @@
 
 #include <kj/async-io.h>
 
-#include "actors/iteration_timer.h"
-#include "actors/loop_thread.h"
+#include "actors/runtime/loop_thread.h"
+#include "actors/worker/iteration_timer.h"
 #include "client/worker.h"
 #include "common/completion.h"
 #include "common/error.h"

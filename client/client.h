@@ -10,9 +10,9 @@
 //   }
 //
 // A Client owns one thread, which runs an event loop holding the shard connections and the
-// worker's actors (actors/actor.h): a push crosses to it once, and a wait is woken once when the
-// push is done. All methods may be called from any thread. Creating one tunes the process's
-// malloc for large messages (common/malloc_tuning.h).
+// worker's actors (actors/runtime/actor.h): a push crosses to it once, and a wait is woken once
+// when the push is done. All methods may be called from any thread. Creating one tunes the
+// process's malloc for large messages (common/malloc_tuning.h).
 //
 // This header includes neither KJ nor generated Cap'n Proto code, directly or through the
 // headers it includes (client/client_header_check.cc fails the build if it does): what runs on
@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/autotuner.h"
-#include "actors/scheduler_report.h"
-#include "actors/variable_handle.h"
-#include "actors/variable_spec.h"
+#include "actors/shard/variable_spec.h"
+#include "actors/worker/autotuner.h"
+#include "actors/worker/scheduler_report.h"
+#include "actors/worker/variable_handle.h"
 #include "common/histogram.h"
 #include "config/deployment.h"
 #include "net/cluster_layout.h"
@@ -64,7 +64,7 @@ struct WorkerStats {
   WorkerId worker;
   SchedulerStats scheduler;  // credit in use, queue depth by priority, tasks
   // Iteration time: between the first pushes of consecutive steps (any variable), measured
-  // as the autotuner measures it (actors/iteration_timer.h).
+  // as the autotuner measures it (actors/worker/iteration_timer.h).
   Histogram iteration_seconds;
 };
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Worker: the worker side of psched inside one trainer process, without threads of its own.
 // It owns the shard links, the transport, and the Scheduler and GradientPusher actors, all on
-// one event loop (actors/actor.h), where they call each other directly. The threaded Client
+// one event loop (actors/runtime/actor.h), where they call each other directly. The threaded Client
 // runs it on its loop thread; tests drive it on their own thread.
 #pragma once
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/gradient_pusher.h"
-#include "actors/scheduler.h"
+#include "actors/worker/gradient_pusher.h"
+#include "actors/worker/scheduler.h"
 #include "link/rpc_transport.h"
 #include "link/shard_link.h"
 #include "net/cluster_layout.h"

@@ -9,21 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "common/policies.h"
 #include "config/config_file.h"
 #include "optim/device.h"
 #include "optim/optimizer.h"
 
 namespace psched {
-
-enum class Mode {
-  async,  ///< each push applied on arrival; a worker's poll waits for its own update
-  sync,   ///< a shard applies the mean of all workers' step-s gradients once (BSP)
-};
-
-enum class SchedulePolicy {
-  priority,  ///< lowest priority value first, partitioned, credit-limited (default)
-  fifo,      ///< arrival order through the same code path (the benchmark baseline)
-};
 
 // "host:port" split; host may be a name, an IPv4 address or a bracketed IPv6 address.
 struct ListenAddress {
@@ -76,10 +67,8 @@ struct LimitsConfig {
   // may be silent for ever).
   uint64_t stall_timeout_seconds = 60;
 };
-// Workers fuse at most this many partitions into one message (actors/scheduler.h).
-inline constexpr uint64_t kMinFusedPartitionsLimit = 256;
 
-// Durability of a shard's state (actors/shard_store.h). Each shard writes its own files
+// Durability of a shard's state (actors/durability/shard_store.h). Each shard writes its own files
 // (shard-<index>.*), so shards may share a directory.
 struct CheckpointConfig {
   std::filesystem::path directory;  // empty: nothing persists; relative to the YAML's folder
@@ -88,18 +77,6 @@ struct CheckpointConfig {
   // Not a YAML key: psched-server --accept-log-loss sets it for one start. A damaged or missing
   // update log then loses the updates it held instead of stopping the start.
   bool accept_log_loss = false;
-};
-
-enum class SyncTimeoutAction {
-  fail,     ///< polls of the stalled step fail with [sync_timeout] naming the missing workers
-  proceed,  ///< the step is applied with the mean of the workers that pushed; late pushes of
-            ///< it are acknowledged and dropped (counted)
-};
-
-// Sync mode's liveness: how long a step may wait for its last worker.
-struct SyncConfig {
-  double timeout_seconds = 0;  // from a step's first push on a variable part; 0: no timeout
-  SyncTimeoutAction on_timeout = SyncTimeoutAction::fail;
 };
 
 // Worker side: what a client does when a shard connection breaks.

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/partition_task.h"
+#include "actors/worker/partition_task.h"
 #include "link/shard_link.h"
 
 namespace psched {

@@ -284,7 +284,6 @@ kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
                         [this](ClusterLayout) {
                           recovering_now_ = false;
                           ++epoch_;
-                          ++reconnects_;
                           log_info("worker {}: reconnected to shard {}", worker_.value, address_);
                         },
                         [this](kj::Exception&& e) {

@@ -8,7 +8,7 @@
 // registers again every part registered through it (a restarted shard that restored its
 // checkpoint answers with the same ids). The caller then resends what was not answered; the
 // shard recognises a resent push it already applied and acknowledges it without applying it
-// again (actors/variable.h), so each push is applied exactly once.
+// again (actors/shard/variable.h), so each push is applied exactly once.
 #pragma once
 
 #include <exception>
@@ -19,7 +19,7 @@
 
 #include <kj/timer.h>
 
-#include "actors/variable_spec.h"
+#include "actors/shard/variable_spec.h"
 #include "common/placement.h"
 #include "link/data_channel.h"
 #include "net/cluster_layout.h"
@@ -87,8 +87,6 @@ class ShardLink {
   // shard when it stays unreachable for the policy's timeout, or with the shard's error when
   // it refuses the worker (a wrong token, a variable it no longer knows).
   kj::Promise<void> recover(uint64_t failed_epoch);
-  // Times recover() reconnected.
-  uint64_t reconnects() const { return reconnects_; }
   const std::string& address() const { return address_; }
   // Registers `part` of the variable; `initial` holds part.size() elements and is only read
   // while the call is built. Resolves with the shard's id for it.
@@ -167,7 +165,6 @@ class ShardLink {
   kj::Own<Connection> connection_;  // the current one (calls in flight hold theirs)
   std::vector<Registered> registered_;
   uint64_t epoch_ = 0;
-  uint64_t reconnects_ = 0;
   bool recovering_now_ = false;
   kj::Maybe<kj::ForkedPromise<void>> recovering_;
 };

@@ -5,7 +5,7 @@
 
 #include <exception>
 
-#include "actors/variable_spec.h"
+#include "actors/shard/variable_spec.h"
 #include "common/error.h"
 #include "common/kj_error.h"
 #include "config/deployment.h"

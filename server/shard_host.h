@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // ShardHost: shards served from one event loop, each with its actor, RPC endpoint and
 // listener. Built, used and destroyed on that loop's thread; psched-server runs one host per
-// loop thread (apps/shard_threads.h), tests one host on their own thread.
+// loop thread (server/shard_threads.h), tests one host on their own thread.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "actors/variable_shard.h"
+#include "actors/shard/variable_shard.h"
 #include "server/shard_listener.h"
 
 namespace psched {
@@ -61,7 +61,7 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
 
  private:
   // Calls ask(shard, id, fulfiller) for every hosted shard (a SharedFulfiller<void>,
-  // actors/actor.h); resolves when all fulfilled.
+  // actors/runtime/actor.h); resolves when all fulfilled.
   template <typename Ask>
   kj::Promise<void> on_every_shard(Ask ask);
   void taskFailed(kj::Exception&& exception) override;

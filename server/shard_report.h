@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/variable_shard.h"
+#include "actors/shard/variable_shard.h"
 #include "config/deployment.h"
 
 namespace psched {

@@ -13,7 +13,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "actors/variable_shard.h"
+#include "actors/shard/variable_shard.h"
 #include "config/deployment.h"
 #include "net/psched.capnp.h"
 #include "server/answer_order.h"

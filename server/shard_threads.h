@@ -2,7 +2,7 @@
 // ShardThreads: the shards one process serves, spread over event-loop threads: one loop per
 // shard, or shards grouped round-robin when there are more shards than threads. Each thread
 // owns a ShardHost (its shards' listeners, connections and actors) and its timers, so a push
-// is read, applied and answered on one thread (actors/actor.h). psched-server and the
+// is read, applied and answered on one thread (actors/runtime/actor.h). psched-server and the
 // benchmarks serve shards with it.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/loop_thread.h"
+#include "actors/runtime/loop_thread.h"
 #include "common/fork_join_pool.h"
 #include "server/shard_host.h"
 

@@ -17,7 +17,7 @@
 
 #include <kj/async-io.h>
 
-#include "actors/variable_shard.h"
+#include "actors/shard/variable_shard.h"
 #include "config/deployment.h"
 #include "server/shard_listener.h"
 

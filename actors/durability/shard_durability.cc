@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "actors/durability/shard_durability.h"
+
+#include <algorithm>
+
+#include "actors/durability/state_codec.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/shard_settings.h"
+#include "common/wall_clock.h"
+
+namespace psched {
+namespace {
+
+// Update log record kinds.
+constexpr uint8_t kRegisterRecord = 'R';
+constexpr uint8_t kPushRecord = 'P';
+constexpr uint8_t kTimeoutRecord = 'T';  // a sync step completed without its missing workers
+
+}  // namespace
+
+ShardDurability::ShardDurability(ActorLoop& loop, const ShardSettings& settings, State& state)
+    : loop_(loop), settings_(settings), state_(state) {}
+
+ShardDurability::~ShardDurability() {
+  *alive_ = false;
+}
+
+void ShardDurability::append(ByteWriter& record) {
+  store_->append(record.bytes());
+}
+
+void ShardDurability::log_register(const VariableSpec& spec, ElementRange part,
+                                   std::span<const std::byte> initial) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kRegisterRecord);
+  encode(record, spec);
+  encode(record, part);
+  record.blob(initial);
+  append(record);
+}
+
+void ShardDurability::log_push(WorkerId worker, VariableId id, Step step, ElementRange range,
+                               DType dtype, std::span<const std::byte> data) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kPushRecord);
+  record.put(worker.value);
+  record.put(id.value);
+  record.put(step.value);
+  encode(record, range);
+  record.put(static_cast<uint8_t>(dtype));
+  record.blob(data);
+  append(record);
+}
+
+void ShardDurability::log_timeout(VariableId id, Step step) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kTimeoutRecord);
+  record.put(id.value);
+  record.put(step.value);
+  append(record);
+}
+
+void ShardDurability::replay(ByteReader& record) {
+  uint8_t kind = record.get<uint8_t>();
+  if (kind == kRegisterRecord) {
+    VariableSpec spec = decode_spec(record);
+    ElementRange part = decode_range(record);
+    return state_.replay_register(spec, part, record.blob());
+  }
+  if (kind == kTimeoutRecord) {
+    VariableId id(record.get<uint32_t>());
+    return state_.replay_timeout(id, Step(record.get<uint64_t>()), record.what());
+  }
+  if (kind != kPushRecord)
+    fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
+  WorkerId worker(record.get<uint32_t>());
+  VariableId id(record.get<uint32_t>());
+  Step step(record.get<uint64_t>());
+  ElementRange range = decode_range(record);
+  auto dtype = static_cast<DType>(record.get<uint8_t>());
+  state_.replay_push(worker, id, step, range, dtype, record.blob());
+}
+
+std::vector<std::byte> ShardDurability::snapshot() {
+  ByteWriter out;
+  out.put(settings_.id.value);
+  out.put(static_cast<uint8_t>(settings_.mode));
+  out.put(settings_.workers);
+  out.put(generation_);
+  out.put(wall_clock_ns());
+  state_.save_variables(out);
+  return std::move(out.bytes());
+}
+
+std::vector<std::byte> ShardDurability::begin_checkpoint() {
+  // The new log first: when it cannot be created, nothing changes and the old one stays.
+  if (settings_.update_log) store_->start_log(generation_ + 1);
+  ++generation_;
+  return snapshot();
+}
+
+void ShardDurability::restore(RestoreReport& report) {
+  if (settings_.checkpoint_directory.empty())
+    fail(ErrorCode::bad_config, "shard {} has no checkpoint directory", settings_.id.value);
+  auto store = std::make_unique<ShardStore>(settings_.checkpoint_directory, settings_.id);
+  auto found = store->load_latest(report.skipped);
+  if (!found && !report.skipped.empty())
+    fail(ErrorCode::corrupt_checkpoint,
+         "shard {}: no valid checkpoint in {} ({} corrupt; move them away to start empty): {}",
+         settings_.id.value, settings_.checkpoint_directory.string(), report.skipped.size(),
+         report.skipped.front());
+  if (found) {
+    ByteReader in(found->payload, found->file.string());
+    load(in);
+    report.checkpoint = found->file;
+  }
+  // Nothing is logged while replaying: store_ is still unset.
+  auto replayed = store->replay(
+      found ? &*found : nullptr, [this](ByteReader& record) { replay(record); },
+      {.expect_logs = settings_.update_log, .accept_loss = settings_.accept_log_loss});
+  report.replayed = replayed.replayed;
+  report.skipped.insert(report.skipped.end(), replayed.dropped.begin(), replayed.dropped.end());
+  report.lost = std::move(replayed.lost);
+  if (!report.lost.empty())
+    log_error(
+        "{}; GOING ON WITHOUT THEM (--accept-log-loss): the shard is rolled back to "
+        "what it held before that point",
+        report.lost);
+  // Past every file there is, so the fresh checkpoint and log replace none of them.
+  generation_ = std::max(found ? found->generation : 0, store->newest_generation());
+  store_ = std::move(store);
+  report.written = store_->write_checkpoint(generation_, begin_checkpoint());
+}
+
+void ShardDurability::load(ByteReader& in) {
+  uint32_t shard = in.get<uint32_t>();
+  auto mode = static_cast<Mode>(in.get<uint8_t>());
+  uint32_t workers = in.get<uint32_t>();
+  if (shard != settings_.id.value || mode != settings_.mode || workers != settings_.workers)
+    fail(ErrorCode::bad_config,
+         "{} holds shard {} in {} mode with {} workers; this deployment runs shard {} in {} mode "
+         "with {} workers",
+         in.what(), shard, mode == Mode::sync ? "sync" : "async", workers, settings_.id.value,
+         settings_.mode == Mode::sync ? "sync" : "async", settings_.workers);
+  in.get<uint64_t>();  // generation, also in the file name
+  in.get<int64_t>();   // written at
+  state_.load_variables(in);
+  if (!in.done())
+    fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes after the last variable", in.what(),
+         in.position());
+}
+
+void ShardDurability::checkpoint(
+    std::function<void(std::exception_ptr, std::filesystem::path)> done) {
+  if (!store_)
+    fail(ErrorCode::bad_config, "shard {}: checkpoint before restore, or no directory",
+         settings_.id.value);
+  auto payload = std::make_shared<std::vector<std::byte>>(begin_checkpoint());
+  if (!writer_) writer_ = std::make_unique<boost::asio::thread_pool>(1);
+  // The file is written off the loop: updates go on meanwhile, into the new log.
+  boost::asio::post(*writer_, [this, generation = generation_, payload, done = std::move(done),
+                               alive = alive_]() mutable {
+    std::exception_ptr error;
+    std::filesystem::path file;
+    try {
+      file = store_->write_checkpoint(generation, *payload);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    loop_.post([error, file, done = std::move(done), alive = std::move(alive)] {
+      if (*alive) done(error, file);
+    });
+  });
+}
+
+}  // namespace psched

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// ShardDurability: what lets a VariableShard survive a restart. It owns the shard's files
+// (actors/durability/shard_store.h: checkpoints and update logs), appends a record of each accepted
+// update before the shard acknowledges it, encodes checkpoints, and on restore hands the shard
+// the newest checkpoint's variables and the updates logged after it.
+//
+// Owner and threads: each VariableShard owns one and calls it directly on the shard's loop,
+// the only thread that touches it, with one exception: checkpoint() encodes the shard's state
+// on the loop, then its writer thread writes the file (ShardStore::write_checkpoint, the one
+// store call made off the loop) while the loop appends to the newer log, and the outcome is
+// posted back to the loop.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/durability/shard_store.h"
+#include "actors/runtime/actor.h"
+#include "actors/shard/variable_spec.h"
+#include "common/asio.h"
+#include "common/byte_codec.h"
+#include "common/placement.h"
+#include "common/shard_settings.h"
+#include "common/types.h"
+
+namespace psched {
+
+// What VariableShard::restore found and did.
+struct RestoreReport {
+  std::filesystem::path checkpoint;  // the checkpoint loaded; empty when none was found
+  uint64_t variables = 0;            // variable parts held after restoring
+  uint64_t replayed = 0;             // logged updates re-applied after the checkpoint
+  std::vector<std::string> skipped;  // corrupt checkpoints and torn log records, with reasons
+  std::string lost;  // with accept_log_loss: the damage gone past and the updates it lost
+  std::filesystem::path written;  // the fresh checkpoint written after restoring
+};
+
+class ShardDurability {
+ public:
+  // The shard's side, called on its loop: its variables, encoded and decoded, and the updates
+  // a log replays, applied as when they were first accepted (and, while restoring, not logged).
+  class State {
+   public:
+    // Writes the count of variables, then each one.
+    virtual void save_variables(ByteWriter& out) const = 0;
+    // Reads what save_variables wrote into the shard, which holds no variables yet.
+    virtual void load_variables(ByteReader& in) = 0;
+    virtual void replay_register(VariableSpec& spec, ElementRange part,
+                                 std::span<const std::byte> initial) = 0;
+    virtual void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
+                             DType dtype, std::span<const std::byte> data) = 0;
+    // A sync step completed without its missing workers; `record` names the log record.
+    virtual void replay_timeout(VariableId id, Step step, const std::string& record) = 0;
+
+   protected:
+    ~State() = default;
+  };
+
+  // `settings` and `state` (the owning shard's) outlive this.
+  ShardDurability(ActorLoop& loop, const ShardSettings& settings, State& state);
+  ~ShardDurability();
+
+  // Append a record of an accepted update to the update log, when one is being written;
+  // throw Error(io_error) when it cannot be (the update must then be refused). On the loop.
+  void log_register(const VariableSpec& spec, ElementRange part,
+                    std::span<const std::byte> initial);
+  void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
+                std::span<const std::byte> data);
+  void log_timeout(VariableId id, Step step);
+
+  // Loads the newest valid checkpoint into the state and replays the logs after it, then
+  // writes a fresh checkpoint and starts a new log (VariableShard::restore says what throws),
+  // saying in `report` what it did; when it throws, `report` holds what it found until then.
+  // On the loop, once, before serving; report.variables is the caller's to fill.
+  void restore(RestoreReport& report);
+  // Takes a checkpoint of the state now and starts a new update log; the writer thread writes
+  // the file, then `done` runs on the loop with its path (not if this is gone by then).
+  // Checkpoints are written in the order taken. Throws when restore() has not run. On the loop.
+  void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> done);
+
+ private:
+  // Re-applies one logged record. On the loop.
+  void replay(ByteReader& record);
+  // Decodes a checkpoint's payload into the state. On the loop.
+  void load(ByteReader& in);
+  // The state, encoded with this shard's header. On the loop.
+  std::vector<std::byte> snapshot();
+  // The next generation's snapshot, with its update log started. On the loop.
+  std::vector<std::byte> begin_checkpoint();
+  void append(ByteWriter& record);
+
+  ActorLoop& loop_;
+  const ShardSettings& settings_;
+  State& state_;
+  std::unique_ptr<ShardStore> store_;  // after restore()
+  uint64_t generation_ = 0;            // of the newest checkpoint taken
+  // Expires with this: a checkpoint's outcome, posted back from the writer thread, may reach
+  // the loop after the shard went.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  // Writes checkpoint files, one after another; started by the first checkpoint(). Last: it
+  // joins first, while the store lives.
+  std::unique_ptr<boost::asio::thread_pool> writer_;
+};
+
+}  // namespace psched

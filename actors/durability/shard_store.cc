@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "actors/durability/shard_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/ranges.h>
+
+#include "actors/durability/file_io.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace psched {
+namespace {
+
+// The first format: magic | crc32 of the payload | payload blob.
+constexpr char kCheckpointMagicV1[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '1'};
+// magic | crc32 of the body | body blob, where body = generation u64 | log follows u8 | payload
+// blob.
+constexpr char kCheckpointMagic[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '2'};
+
+[[noreturn]] void fail_io(const char* what, const std::filesystem::path& file) {
+  fail(ErrorCode::io_error, "{} {} failed: {}", what, file.string(), std::strerror(errno));
+}
+
+void fsync_path(const std::filesystem::path& path, int flags) {
+  int fd = ::open(path.c_str(), flags);
+  if (fd < 0) fail_io("opening", path);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail_io("fsync of", path);
+}
+
+ShardStore::Checkpoint decode_checkpoint(const std::filesystem::path& file, uint64_t generation) {
+  std::vector<std::byte> bytes = read_file(file);
+  ByteReader in(bytes, file.string());
+  auto magic = in.take(sizeof kCheckpointMagic);
+  bool v1 = std::memcmp(magic.data(), kCheckpointMagicV1, sizeof kCheckpointMagicV1) == 0;
+  if (!v1 && std::memcmp(magic.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0)
+    fail(ErrorCode::corrupt_checkpoint, "{}: not a psched checkpoint", file.string());
+  uint32_t crc = in.get<uint32_t>();
+  auto body = in.blob();
+  if (!in.done() || crc32_of(body.data(), body.size()) != crc)
+    fail(ErrorCode::corrupt_checkpoint, "{}: checksum mismatch", file.string());
+  if (v1) return {generation, file, {body.begin(), body.end()}, std::nullopt};
+  ByteReader fields(body, file.string());
+  if (fields.get<uint64_t>() != generation)
+    fail(ErrorCode::corrupt_checkpoint, "{}: holds another generation", file.string());
+  bool log_follows = fields.get<uint8_t>() != 0;
+  auto payload = fields.blob();
+  return {generation, file, {payload.begin(), payload.end()}, log_follows};
+}
+
+}  // namespace
+
+ShardStore::ShardStore(std::filesystem::path directory, ShardId shard)
+    : directory_(std::move(directory)), shard_(shard) {
+  std::error_code error;
+  std::filesystem::create_directories(directory_, error);
+  if (error)
+    fail(ErrorCode::bad_config, "checkpoint directory {} cannot be created: {}",
+         directory_.string(), error.message());
+}
+
+ShardStore::~ShardStore() = default;
+
+std::filesystem::path ShardStore::checkpoint_file(uint64_t generation) const {
+  return directory_ / fmt::format("shard-{}.{:08}.ckpt", shard_.value, generation);
+}
+
+std::filesystem::path ShardStore::log_file(uint64_t generation) const {
+  return directory_ / fmt::format("shard-{}.{:08}.log", shard_.value, generation);
+}
+
+std::vector<uint64_t> ShardStore::generations(const std::string& suffix) const {
+  std::string prefix = fmt::format("shard-{}.", shard_.value);
+  std::vector<uint64_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator(directory_)) {
+    std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix) || !name.ends_with(suffix)) continue;
+    std::string number = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (number.empty() || !std::all_of(number.begin(), number.end(), ::isdigit)) continue;
+    out.push_back(std::stoull(number));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+uint64_t ShardStore::newest_generation() const {
+  uint64_t newest = 0;
+  for (const char* suffix : {".ckpt", ".log"})
+    for (uint64_t g : generations(suffix)) newest = std::max(newest, g);
+  return newest;
+}
+
+std::optional<ShardStore::Checkpoint> ShardStore::load_latest(
+    std::vector<std::string>& skipped) const {
+  auto found = generations(".ckpt");
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    try {
+      return decode_checkpoint(checkpoint_file(*it), *it);
+    } catch (const Error& e) {
+      skipped.push_back(e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+std::string ShardStore::lose(uint64_t generation, uint64_t at, const std::string& problem,
+                             const ReplayOptions& options) const {
+  std::filesystem::path file = log_file(generation);
+  std::string where =
+      std::filesystem::exists(file)
+          ? fmt::format("update log {} is damaged at byte {} ({}); the {} byte(s) from there on",
+                        file.string(), at, problem, std::filesystem::file_size(file) - at)
+          : fmt::format("update log {} is missing ({}); the updates it held", file.string(),
+                        problem);
+  uint64_t later = 0;
+  std::vector<std::string> later_files;
+  for (uint64_t g : generations(".log")) {
+    if (g <= generation) continue;
+    LogScan scan = scan_log(log_file(g), g, nullptr);
+    later += scan.records;
+    later_files.push_back(log_file(g).filename().string());
+  }
+  std::string message = fmt::format(
+      "shard {}: {}{} were acknowledged to workers and would be lost", shard_.value, where,
+      later_files.empty()
+          ? std::string()
+          : fmt::format(", and so would {} record(s) in {}", later, fmt::join(later_files, ", ")));
+  if (!options.accept_loss)
+    fail(ErrorCode::corrupt_checkpoint,
+         "{}. Put the file back from a backup, or start psched-server with --accept-log-loss "
+         "to go on from the last good record without them",
+         message);
+  return message;
+}
+
+void ShardStore::cut_torn_tail(const std::filesystem::path& file, uint64_t generation,
+                               const LogScan& scan) const {
+  if (scan.good_bytes < kLogHeaderBytes) {
+    UpdateLogWriter rewritten(file, generation);  // an empty log with a whole header
+    return;
+  }
+  std::error_code error;
+  std::filesystem::resize_file(file, scan.good_bytes, error);
+  if (error)
+    fail(ErrorCode::io_error, "cutting the torn tail off update log {} failed: {}", file.string(),
+         error.message());
+}
+
+ShardStore::ReplayOutcome ShardStore::replay(const Checkpoint* from,
+                                             const std::function<void(ByteReader&)>& apply,
+                                             ReplayOptions options) {
+  ReplayOutcome out;
+  std::vector<uint64_t> logs = generations(".log");
+  if (!from) {  // a first start; a log with records but no checkpoint lost its checkpoint
+    for (uint64_t g : logs)
+      if (scan_log(log_file(g), g, nullptr).records > 0) {
+        out.lost = lose(g, kLogHeaderBytes, "no checkpoint precedes it", options);
+        break;
+      }
+    return out;
+  }
+  uint64_t newest_log = logs.empty() ? 0 : logs.back();
+  uint64_t newest = newest_generation();
+  for (uint64_t g = from->generation; g <= newest; ++g) {
+    bool expected = g == from->generation ? from->log_follows.value_or(options.expect_logs)
+                                          : options.expect_logs;
+    if (!std::binary_search(logs.begin(), logs.end(), g)) {
+      if (!expected) continue;
+      out.lost = lose(g, 0,
+                      g == from->generation
+                          ? fmt::format("checkpoint {} says it follows", from->file.string())
+                          : std::string("a later generation exists"),
+                      options);
+      return out;
+    }
+    std::filesystem::path file = log_file(g);
+    LogScan scan = scan_log(file, g, apply);
+    out.replayed += scan.records;
+    if (scan.problem.empty()) continue;
+    if (scan.torn_tail && g == newest_log) {
+      cut_torn_tail(file, g, scan);
+      out.dropped.push_back(fmt::format(
+          "{}: dropped a torn last record at byte {} ({}), never acknowledged; the file is cut "
+          "back to {} bytes",
+          file.string(), scan.bad_at, scan.problem, scan.good_bytes));
+      return out;
+    }
+    out.lost = lose(g, scan.bad_at, scan.problem, options);
+    return out;
+  }
+  return out;
+}
+
+void ShardStore::start_log(uint64_t generation) {
+  log_ = std::make_unique<UpdateLogWriter>(log_file(generation), generation);
+}
+
+void ShardStore::append(std::span<const std::byte> record) {
+  log_->append(record);
+}
+
+std::filesystem::path ShardStore::write_checkpoint(uint64_t generation,
+                                                   std::span<const std::byte> payload) const {
+  std::filesystem::path file = checkpoint_file(generation);
+  std::filesystem::path temporary = file;
+  temporary += ".tmp";
+  ByteWriter body;
+  body.put(generation);
+  body.put<uint8_t>(std::filesystem::exists(log_file(generation)));
+  body.put<uint64_t>(payload.size());
+  uint32_t crc =
+      crc32_of(payload.data(), payload.size(), crc32_of(body.bytes().data(), body.bytes().size()));
+  uint64_t size = body.bytes().size() + payload.size();
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) fail_io("creating", temporary);
+  try {
+    if (!write_all(fd, {io(kCheckpointMagic, sizeof kCheckpointMagic), io(&crc, sizeof crc),
+                        io(&size, sizeof size), io(body.bytes().data(), body.bytes().size()),
+                        io(payload.data(), payload.size())}))
+      fail_io("writing", temporary);
+    if (::fsync(fd) != 0) fail_io("fsync of", temporary);
+  } catch (...) {
+    ::close(fd);
+    std::filesystem::remove(temporary);
+    throw;
+  }
+  ::close(fd);
+  if (::rename(temporary.c_str(), file.c_str()) != 0) fail_io("renaming", temporary);
+  fsync_path(directory_, O_RDONLY | O_DIRECTORY);
+  if (generation > 0) delete_before(generation - 1);
+  return file;
+}
+
+void ShardStore::delete_before(uint64_t generation) const {
+  // Temporary files of writes a crash interrupted (this shard writes one at a time).
+  for (uint64_t g : generations(".ckpt.tmp")) {
+    std::filesystem::path stale = checkpoint_file(g);
+    stale += ".tmp";
+    std::filesystem::remove(stale);
+  }
+  for (const char* suffix : {".ckpt", ".log"})
+    for (uint64_t g : generations(suffix))
+      if (g < generation)
+        std::filesystem::remove(std::string(suffix) == ".ckpt" ? checkpoint_file(g) : log_file(g));
+}
+
+}  // namespace psched

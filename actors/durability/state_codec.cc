@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "actors/durability/state_codec.h"
+
+namespace psched {
+namespace {
+
+void encode(ByteWriter& out, const optim::OptimizerSpec& o) {
+  out.put<uint8_t>(static_cast<uint8_t>(o.kind));
+  for (double x : {o.lr, o.momentum, o.dampening, o.beta1, o.beta2, o.eps, o.weight_decay,
+                   o.lr_decay, o.initial_accumulator_value, o.alpha})
+    out.put(x);
+  for (bool b : {o.nesterov, o.amsgrad, o.centered}) out.put<uint8_t>(b);
+}
+
+optim::OptimizerSpec decode_optimizer(ByteReader& in) {
+  optim::OptimizerSpec o;
+  auto kind = in.get<uint8_t>();
+  if (kind > static_cast<uint8_t>(optim::OptimizerKind::rmsprop))
+    fail(ErrorCode::corrupt_checkpoint, "{}: unknown optimizer kind {} at byte {}", in.what(), kind,
+         in.position());
+  o.kind = static_cast<optim::OptimizerKind>(kind);
+  for (double* x : {&o.lr, &o.momentum, &o.dampening, &o.beta1, &o.beta2, &o.eps, &o.weight_decay,
+                    &o.lr_decay, &o.initial_accumulator_value, &o.alpha})
+    *x = in.get<double>();
+  for (bool* b : {&o.nesterov, &o.amsgrad, &o.centered}) *b = in.get<uint8_t>() != 0;
+  return o;
+}
+
+}  // namespace
+
+void encode(ByteWriter& out, const VariableSpec& spec) {
+  out.text(spec.name);
+  out.put<uint64_t>(spec.shape.size());
+  for (uint64_t d : spec.shape) out.put(d);
+  out.put<uint8_t>(static_cast<uint8_t>(spec.dtype));
+  out.put(spec.priority.value);
+  encode(out, spec.optimizer);
+}
+
+VariableSpec decode_spec(ByteReader& in) {
+  VariableSpec spec;
+  spec.name = in.text();
+  uint64_t dims = in.get<uint64_t>();
+  for (uint64_t i = 0; i < dims; ++i) spec.shape.push_back(in.get<uint64_t>());
+  auto dtype = in.get<uint8_t>();
+  if (dtype > static_cast<uint8_t>(DType::float64))
+    fail(ErrorCode::corrupt_checkpoint, "{}: unknown dtype {} for variable '{}'", in.what(), dtype,
+         spec.name);
+  spec.dtype = static_cast<DType>(dtype);
+  spec.priority = Priority(in.get<int64_t>());
+  spec.optimizer = decode_optimizer(in);
+  return spec;
+}
+
+void encode(ByteWriter& out, ElementRange range) {
+  out.put(range.begin);
+  out.put(range.end);
+}
+
+ElementRange decode_range(ByteReader& in) {
+  ElementRange r{in.get<uint64_t>(), 0};
+  r.end = in.get<uint64_t>();
+  if (r.end < r.begin)
+    fail(ErrorCode::corrupt_checkpoint, "{}: range [{}, {}) ends before it begins at byte {}",
+         in.what(), r.begin, r.end, in.position());
+  return r;
+}
+
+void encode(ByteWriter& out, const IntervalSet& set) {
+  auto ranges = set.ranges();
+  out.put<uint64_t>(ranges.size());
+  for (ElementRange r : ranges) encode(out, r);
+}
+
+IntervalSet decode_intervals(ByteReader& in) {
+  IntervalSet set;
+  uint64_t n = in.get<uint64_t>();
+  for (uint64_t i = 0; i < n; ++i) set.add(decode_range(in));
+  return set;
+}
+
+}  // namespace psched

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// Variable: one shard's part of a variable with its optimizer state and update bookkeeping.
+// A plain value type owned by a VariableShard (and so touched only on that shard's loop).
+//
+// Steps: a worker's updates to a variable are numbered 1, 2, ...; step 0 is the initial value.
+// async: each partition is applied on arrival; a worker's step s is complete when its pushes
+//   of step s covered the whole part. Its next push must be of step s+1.
+// sync: partitions of step s are summed per element; an element range is applied (mean of the
+//   `workers` gradients) as soon as every worker pushed it; step s is complete when the whole
+//   part is applied. Pushes of step s+1 are accepted only after that.
+//
+// Exactly once: a push of a range the worker already pushed for that step (a retry after a
+// lost connection) is a duplicate: acknowledged, never applied again. A push that overlaps a
+// received range only in part is an error, as retries resend the same partitions.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/shard/variable_spec.h"
+#include "common/aligned_buffer.h"
+#include "common/byte_codec.h"
+#include "common/fork_join_pool.h"
+#include "common/interval_set.h"
+#include "common/policies.h"
+#include "optim/device.h"
+
+namespace psched {
+
+// The worker id under which sync-mode progress (the aggregate of all workers) is tracked.
+inline constexpr WorkerId kAllWorkers{UINT32_MAX};
+
+// What a push did.
+struct PushOutcome {
+  bool duplicate = false;             // a retry of received data: acknowledged, not applied
+  std::vector<ElementRange> applied;  // ranges whose update for the step became applied
+};
+
+class Variable {
+ public:
+  // `initial` holds part.size() elements of spec.dtype. Updates of more than
+  // kParallelApplyElements run on `apply_pool` when given (it outlives the variable). With
+  // `device` (which outlives the variable) the optimizer state lives on that device and updates
+  // run there; the value is kept both there and here, for reads. Throws psched::Error
+  // (overloaded) when the device has no room.
+  Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial, Mode mode,
+           uint32_t workers, ForkJoinPool* apply_pool = nullptr,
+           optim::ComputeDevice* device = nullptr);
+
+  static constexpr uint64_t kParallelApplyElements = 1 << 18;
+
+  // Writes everything the variable holds (spec, value, optimizer state, progress) so that
+  // restore() rebuilds an equal variable.
+  void save(ByteWriter& out) const;
+  // Reads what save() wrote; throws Error(corrupt_checkpoint) when it does not fit `mode` and
+  // `workers` or is malformed.
+  static Variable restore(ByteReader& in, Mode mode, uint32_t workers,
+                          ForkJoinPool* apply_pool = nullptr,
+                          optim::ComputeDevice* device = nullptr);
+
+  const VariableSpec& spec() const { return spec_; }
+  ElementRange part() const { return part_; }
+
+  // Validates, then applies (async) or accumulates (sync) one partition of `worker`'s gradient
+  // for `step`. `data` holds range.size() elements of `dtype` and is only read. The outcome's
+  // ranges are those whose step-`step` update became applied by this push, under the owner
+  // polls wait on (the worker in async mode, kAllWorkers in sync mode). Throws psched::Error on
+  // bad input and then changes nothing.
+  PushOutcome push(WorkerId worker, Step step, ElementRange range, DType dtype,
+                   std::span<const std::byte> data);
+  // The validation push() does first: throws what it would throw; true when the push is a
+  // duplicate (a resent partition already received), which push() acknowledges and ignores.
+  bool is_duplicate(WorkerId worker, Step step, ElementRange range, DType dtype,
+                    std::span<const std::byte> data) const;
+  // push() after its validation: for a caller that acts between the two (the shard logs the
+  // push). is_duplicate() must have returned false for the same arguments, with nothing pushed
+  // since.
+  std::vector<ElementRange> push_checked(WorkerId worker, Step step, ElementRange range,
+                                         std::span<const std::byte> data);
+
+  // The part of `range` whose update for `step` is not applied yet (empty: answer at once).
+  // Throws on a range outside the part or a step from the future.
+  IntervalSet not_yet_applied(WorkerId worker, Step step, ElementRange range) const;
+
+  // sync: whether some worker pushed part of the step after the last complete one.
+  bool step_in_progress() const;
+  // sync: the workers that have not pushed all of the step in progress, ascending.
+  std::vector<uint32_t> missing_workers() const;
+  // sync: completes the step in progress without the missing workers. Each element not yet
+  // applied gets the mean of the gradients of the workers that pushed it; an element nobody
+  // pushed keeps its value and optimizer state. Returns the ranges polls may now be answered
+  // for (all of the part that was not applied).
+  std::vector<ElementRange> complete_step_without_missing();
+
+  // The owner a poll from `worker` waits on.
+  WorkerId poll_owner(WorkerId worker) const { return mode_ == Mode::sync ? kAllWorkers : worker; }
+  // The last complete step of the owner of `worker`'s polls.
+  Step applied_step(WorkerId worker) const;
+  // The newest complete step: the aggregate's (sync) or the furthest worker's (async).
+  Step latest_step() const;
+
+  // Copies the current value of `range` (inside the part) to `out`.
+  void read(ElementRange range, std::byte* out) const;
+  // The current value of `range` (inside the part) where it lives, in host memory (a device
+  // variable's apply copies its fresh values back there): changed in place by the next update.
+  std::span<const std::byte> view(ElementRange range) const;
+  // Copies optimizer state slot `slot` (optimizer.h's slot order) of `range` (inside the part)
+  // to `out`, from the device when the state lives on one.
+  void read_state(int slot, ElementRange range, std::byte* out) const;
+  // The reverse (restoring a checkpoint): overwrites slot `slot` of `range` with `in`.
+  void write_state(int slot, ElementRange range, const std::byte* in);
+  // Throws offset_out_of_range unless `range` is non-empty and inside the part; `what` says
+  // which request it was ("push", "poll", ...).
+  void check_range(const char* what, ElementRange range) const;
+
+ private:
+  struct WorkerProgress {  // async mode
+    Step completed;
+    IntervalSet received;  // of step completed + 1
+    uint64_t t = 0;        // update count given to step completed + 1 (0: not started)
+  };
+  struct SyncProgress {
+    Step completed;
+    std::vector<IntervalSet> received;  // of step completed + 1, per worker
+    IntervalSet applied;                // of step completed + 1
+    AlignedBuffer sum;  // gradient sums of step completed + 1 where received (else stale)
+  };
+
+  // is_duplicate() against the owner's progress: `completed` and what it `received` since.
+  bool is_duplicate_given(WorkerId worker, Step step, ElementRange range, DType dtype,
+                          std::span<const std::byte> data, Step completed,
+                          const IntervalSet& received) const;
+  std::vector<ElementRange> push_async(WorkerId worker, Step step, ElementRange range,
+                                       std::span<const std::byte> data);
+  std::vector<ElementRange> push_sync(WorkerId worker, Step step, ElementRange range,
+                                      std::span<const std::byte> data);
+  // A piece of a range that the same workers pushed all of in the step in progress.
+  struct CoveredPiece {
+    ElementRange range;
+    uint32_t pushers = 0;  // how many workers (but the one excluded) pushed it
+  };
+  // `range` cut where a worker's received ranges begin or end, each piece with how many
+  // workers other than `except` pushed it (kAllWorkers: count them all).
+  std::vector<CoveredPiece> coverage(ElementRange range, WorkerId except) const;
+  // Into sync_.sum: `grad` copied (the piece's first pusher) or added.
+  void accumulate(ElementRange range, const std::byte* grad, bool first);
+  // Applies the mean of sync_.sum (the sum of `others` pushers' gradients) and `grad`: the
+  // last pusher's. With no others, straight from `grad`.
+  void apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t);
+  // One optimizer update of `range` from `grad` (range.size() elements of the dtype), split
+  // over the apply pool when large.
+  void apply(ElementRange range, const std::byte* grad, uint64_t t);
+  // The same on the calling thread.
+  void apply_here(ElementRange range, const std::byte* grad, uint64_t t);
+  // The same on device_, whole; the fresh values are copied back into value_.
+  void apply_on_device(ElementRange range, const std::byte* grad, uint64_t t);
+
+  VariableSpec spec_;
+  ElementRange part_;
+  Mode mode_;
+  uint32_t workers_;
+  ForkJoinPool* apply_pool_;
+  AlignedBuffer value_;               // part_.size() elements
+  std::vector<AlignedBuffer> state_;  // optimizer slots, each like value_; empty with device_
+  std::unique_ptr<optim::DeviceVariable> device_;  // value and state on a device, or null
+  uint64_t updates_ = 0;  // async: updates started so far (the optimizer's t)
+  std::unordered_map<WorkerId, WorkerProgress> progress_;  // async
+  SyncProgress sync_;
+};
+
+}  // namespace psched

@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "actors/shard/variable_shard.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/error.h"
+
+namespace psched {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPool* apply_pool,
+                             optim::ComputeDevice* device)
+    : Actor(loop),
+      settings_(settings),
+      apply_pool_(apply_pool),
+      device_(device),
+      polls_(loop),
+      durability_(loop, settings_, *this),
+      sync_timeouts_(settings_, *this) {}
+
+Variable& VariableShard::find(const char* what, VariableId id) {
+  if (id.value >= variables_.size())
+    fail(ErrorCode::unknown_variable, "{} rejected: no variable with id {} on shard {}", what,
+         id.value, settings_.id.value);
+  return variables_[id.value];
+}
+
+void VariableShard::register_variable(VariableSpec spec, ElementRange part,
+                                      std::span<const std::byte> initial, RegisterReply reply) {
+  dispatch([this, spec = std::move(spec), part, initial, reply = std::move(reply)]() mutable {
+    try {
+      do_register(spec, part, initial, reply);
+    } catch (...) {
+      count_error(std::current_exception());
+      reply(std::current_exception(), VariableId(), false);
+    }
+  });
+}
+
+void VariableShard::do_register(VariableSpec& spec, ElementRange part,
+                                std::span<const std::byte> initial, const RegisterReply& reply) {
+  if (auto it = by_name_.find(spec.name); it != by_name_.end()) {
+    const Variable& existing = variables_[it->second.value];
+    if (!existing.spec().same_variable(spec) || existing.part() != part)
+      fail(ErrorCode::spec_conflict,
+           "register of variable '{}' rejected: it is registered with a different spec "
+           "(shape, dtype, optimizer or shard part differ)",
+           spec.name);
+    return reply(nullptr, it->second, false);
+  }
+  if (variables_.size() >= settings_.max_variables)
+    fail(ErrorCode::invalid_argument,
+         "register of variable '{}' rejected: shard {} holds {} "
+         "variables, the configured limit",
+         spec.name, settings_.id.value, variables_.size());
+  if (part.begin >= part.end || part.end > spec.elements())
+    fail(ErrorCode::offset_out_of_range,
+         "register of variable '{}' rejected: part [{}, {}) does not fit its {} elements",
+         spec.name, part.begin, part.end, spec.elements());
+  if (initial.size() != part.size() * element_bytes(spec.dtype))
+    fail(ErrorCode::shape_mismatch,
+         "register of variable '{}' rejected: initial value has {} bytes, expected {} ({} "
+         "elements of {})",
+         spec.name, initial.size(), part.size() * element_bytes(spec.dtype), part.size(),
+         to_string(spec.dtype));
+  optim::validate(spec.optimizer);
+  durability_.log_register(spec, part, initial);
+  VariableId id(static_cast<uint32_t>(variables_.size()));
+  std::string name = spec.name;
+  variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers,
+                          apply_pool_, device_);
+  by_name_.emplace(std::move(name), id);
+  stats_.variables = variables_.size();
+  reply(nullptr, id, true);
+}
+
+void VariableShard::push(WorkerId worker, VariableId variable, Step step, ElementRange range,
+                         DType dtype, std::span<const std::byte> data, Receipt reply) {
+  dispatch([=, this, reply = std::move(reply)] {
+    auto start = Clock::now();
+    try {
+      do_push(worker, variable, step, range, dtype, data);
+    } catch (...) {
+      ++stats_.pushes_rejected;
+      count_error(std::current_exception());
+      return reply(std::current_exception());
+    }
+    stats_.apply_seconds.observe(seconds_since(start));
+    reply(nullptr);
+  });
+}
+
+void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRange range,
+                            DType dtype, std::span<const std::byte> data) {
+  Variable& variable = find("push", id);
+  if (variable.is_duplicate(worker, step, range, dtype, data)) {
+    if (!sync_timeouts_.late_push(id, worker, step)) ++stats_.pushes_duplicate;
+    return;
+  }
+  durability_.log_push(worker, id, step, range, dtype, data);
+  std::vector<ElementRange> applied = variable.push_checked(worker, step, range, data);
+  stats_.bytes_received += data.size();
+  stats_.partitions_applied += applied.size();
+  PollKey key{variable.poll_owner(worker), id, step};
+  for (ElementRange r : applied) polls_.applied(key, r);
+  if (settings_.mode == Mode::sync) sync_timeouts_.pushed(id, variable, Clock::now());
+}
+
+void VariableShard::enforce_sync_timeout(Clock::time_point now) {
+  dispatch([this, now] { sync_timeouts_.enforce(now, variables_); });
+}
+
+void VariableShard::fail_polls(VariableId id, Step step, std::exception_ptr error) {
+  polls_.fail(PollKey{kAllWorkers, id, step}, error);
+}
+
+void VariableShard::complete_without_missing(VariableId id, Step step) {
+  durability_.log_timeout(id, step);
+  PollKey key{kAllWorkers, id, step};
+  for (ElementRange r : variables_[id.value].complete_step_without_missing())
+    polls_.applied(key, r);
+}
+
+void VariableShard::poll(WorkerId worker, VariableId variable, Step step, ElementRange range,
+                         PollTicket ticket, ValueReply reply) {
+  dispatch([=, this, reply = std::move(reply)]() mutable {
+    try {
+      do_poll(worker, variable, step, range, ticket, reply);
+    } catch (...) {
+      count_error(std::current_exception());
+      reply(std::current_exception(), nullptr);
+    }
+  });
+}
+
+void VariableShard::withdraw_poll(PollTicket ticket) {
+  dispatch([this, ticket] { polls_.withdraw(ticket); });
+}
+
+void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRange range,
+                            PollTicket ticket, ValueReply& reply) {
+  Variable& variable = find("poll", id);
+  IntervalSet pending = variable.not_yet_applied(worker, step, range);
+  PollKey key{variable.poll_owner(worker), id, step};
+  polls_.wait(key, ticket, std::move(pending), variable.spec().priority,
+              [this, id, worker, range, reply, filed = Clock::now()](std::exception_ptr error) {
+                if (error) return reply(error, nullptr);
+                stats_.poll_wait_seconds.observe(seconds_since(filed));
+                const Variable& v = variables_[id.value];
+                answer(v, range, v.applied_step(worker), reply);
+              });
+}
+
+void VariableShard::pull(VariableId variable, ElementRange range, ValueReply reply) {
+  dispatch([=, this, reply = std::move(reply)] {
+    try {
+      Variable& v = find("pull", variable);
+      v.check_range("pull", range);
+      answer(v, range, v.applied_step(kAllWorkers), reply);
+    } catch (...) {
+      count_error(std::current_exception());
+      reply(std::current_exception(), nullptr);
+    }
+  });
+}
+
+void VariableShard::answer(const Variable& variable, ElementRange range, Step step,
+                           const ValueReply& reply) {
+  FreshValue value(variable, range, step);
+  stats_.bytes_sent += value.bytes();
+  reply(nullptr, &value);
+}
+
+void VariableShard::stats(std::function<void(ShardStats)> reply) {
+  dispatch([this, reply = std::move(reply)] {
+    ShardStats s = stats_;
+    s.sync_timeouts = sync_timeouts_.timeouts();
+    s.pushes_late = sync_timeouts_.late_pushes();
+    s.polls_waiting = polls_.waiting();
+    s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
+    reply(std::move(s));
+  });
+}
+
+void VariableShard::variables(size_t limit,
+                              std::function<void(std::vector<VariableStatus>)> reply) {
+  dispatch([this, limit, reply = std::move(reply)] {
+    std::vector<VariableStatus> out;
+    out.reserve(std::min(limit, variables_.size()));
+    for (size_t i = 0; i < variables_.size() && out.size() < limit; ++i)
+      out.push_back({variables_[i].spec().name, variables_[i].part(), variables_[i].latest_step()});
+    reply(std::move(out));
+  });
+}
+
+void VariableShard::report_error(std::exception_ptr error) {
+  dispatch([this, error] { count_error(error); });
+}
+
+void VariableShard::count_error(std::exception_ptr error) {
+  Error e = to_error(error);
+  ++stats_.errors[static_cast<size_t>(e.code())];
+  if (recent_errors_.size() == kRecentErrors) recent_errors_.pop_front();
+  recent_errors_.push_back({std::chrono::system_clock::now(), e.code(), e.what()});
+}
+
+void VariableShard::shut_down(std::function<void()> done) {
+  dispatch([this, done = std::move(done)] {
+    polls_.fail_all(std::make_exception_ptr(
+        Error(ErrorCode::disconnected, "poll abandoned: the shard is shutting down")));
+    done();
+  });
+}
+
+void VariableShard::restore(std::function<void(std::exception_ptr, RestoreReport)> reply) {
+  dispatch([this, reply = std::move(reply)] {
+    RestoreReport report;
+    try {
+      durability_.restore(report);
+    } catch (...) {
+      return reply(std::current_exception(), std::move(report));
+    }
+    ++stats_.checkpoints_written;
+    report.variables = variables_.size();
+    reply(nullptr, std::move(report));
+  });
+}
+
+void VariableShard::checkpoint(
+    std::function<void(std::exception_ptr, std::filesystem::path)> reply) {
+  dispatch([this, reply = std::move(reply)]() mutable {
+    try {
+      durability_.checkpoint([this, reply](std::exception_ptr error, std::filesystem::path file) {
+        if (error) {
+          count_error(error);
+          return reply(error, {});
+        }
+        ++stats_.checkpoints_written;
+        reply(nullptr, file);
+      });
+    } catch (...) {
+      count_error(std::current_exception());
+      reply(std::current_exception(), {});
+    }
+  });
+}
+
+void VariableShard::save_variables(ByteWriter& out) const {
+  out.put<uint64_t>(variables_.size());
+  for (const Variable& v : variables_) v.save(out);
+}
+
+void VariableShard::load_variables(ByteReader& in) {
+  uint64_t count = in.get<uint64_t>();
+  for (uint64_t i = 0; i < count; ++i) {
+    variables_.push_back(
+        Variable::restore(in, settings_.mode, settings_.workers, apply_pool_, device_));
+    by_name_.emplace(variables_.back().spec().name, VariableId(static_cast<uint32_t>(i)));
+  }
+  stats_.variables = variables_.size();
+}
+
+void VariableShard::replay_register(VariableSpec& spec, ElementRange part,
+                                    std::span<const std::byte> initial) {
+  do_register(spec, part, initial, [](std::exception_ptr, VariableId, bool) {});
+}
+
+void VariableShard::replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
+                                DType dtype, std::span<const std::byte> data) {
+  do_push(worker, id, step, range, dtype, data);
+}
+
+void VariableShard::replay_timeout(VariableId id, Step step, const std::string& record) {
+  Variable& variable = find("replay", id);
+  if (step != variable.applied_step(kAllWorkers).next())
+    fail(ErrorCode::corrupt_checkpoint, "{}: a timed-out step out of order", record);
+  variable.complete_step_without_missing();
+}
+
+}  // namespace psched

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "actors/shard/variable.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "common/error.h"
+
+using namespace psched;
+
+namespace {
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+
+VariableSpec sgd_spec(uint64_t n, double lr = 1.0) {
+  VariableSpec spec;
+  spec.name = "layer/w";
+  spec.shape = {n};
+  spec.optimizer.kind = optim::OptimizerKind::sgd;
+  spec.optimizer.lr = lr;
+  return spec;
+}
+
+std::vector<float> value_of(const Variable& v) {
+  std::vector<float> out(v.part().size());
+  v.read(v.part(), reinterpret_cast<std::byte*>(out.data()));
+  return out;
+}
+
+ErrorCode code_of(auto&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  FAIL("no psched::Error thrown");
+  return ErrorCode::internal;
+}
+
+}  // namespace
+
+TEST_CASE("an async push is applied on arrival and completes the worker's step") {
+  std::vector<float> init{1, 2, 3, 4};
+  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 2);
+  std::vector<float> g{1, 1};
+  auto applied = v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).applied;
+  CHECK(applied == std::vector<ElementRange>{{0, 2}});
+  CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
+  CHECK(v.applied_step(WorkerId(0)) == Step(0));
+  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 4}).ranges() ==
+        std::vector<ElementRange>{{2, 4}});
+  v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
+  CHECK(v.applied_step(WorkerId(0)) == Step(1));
+  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 4}).empty());
+  CHECK(v.applied_step(WorkerId(1)) == Step(0));
+}
+
+TEST_CASE("sync mode applies the mean only once every worker pushed the range") {
+  std::vector<float> init{0, 0, 0, 0};
+  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::sync, 2);
+  std::vector<float> a{2, 2, 2, 2}, b{4, 4};
+  CHECK(v.push(WorkerId(0), Step(1), {0, 4}, DType::float32, bytes_of(a)).applied.empty());
+  CHECK(value_of(v) == std::vector<float>{0, 0, 0, 0});
+  auto applied = v.push(WorkerId(1), Step(1), {2, 4}, DType::float32, bytes_of(b)).applied;
+  CHECK(applied == std::vector<ElementRange>{{2, 4}});
+  CHECK(value_of(v) == std::vector<float>{0, 0, -3, -3});
+  CHECK(v.applied_step(WorkerId(0)) == Step(0));
+  v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(b));
+  CHECK(value_of(v) == std::vector<float>{-3, -3, -3, -3});
+  CHECK(v.applied_step(WorkerId(1)) == Step(1));
+  SUBCASE("and the next step starts from a clean sum") {
+    v.push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(a));
+    v.push(WorkerId(1), Step(2), {0, 4}, DType::float32, bytes_of(a));
+    CHECK(value_of(v) == std::vector<float>{-5, -5, -5, -5});
+  }
+}
+
+TEST_CASE("sync mode averages each element over workers that cut their pushes differently") {
+  // Worker w pushes 3 (w + 1) (i + 1) for element i, so every mean is 6 (i + 1), exactly.
+  auto gradient = [](uint32_t w, ElementRange r) {
+    std::vector<float> g;
+    for (uint64_t i = r.begin; i < r.end; ++i) g.push_back(3.0f * float(w + 1) * float(i + 1));
+    return g;
+  };
+  std::vector<float> init(6, 0);
+  Variable v(sgd_spec(6), {0, 6}, bytes_of(init), Mode::sync, 3);
+  const std::vector<std::vector<ElementRange>> cuts{
+      {{0, 6}}, {{2, 6}, {0, 2}}, {{1, 5}, {0, 1}, {5, 6}}};
+  for (uint64_t step = 1; step <= 2; ++step) {
+    // The second step pushes in another worker order, over the sums the first one left.
+    for (uint32_t k = 0; k < 3; ++k) {
+      uint32_t w = step == 1 ? k : 2 - k;
+      for (ElementRange r : cuts[w])
+        v.push(WorkerId(w), Step(step), r, DType::float32, bytes_of(gradient(w, r)));
+    }
+    CHECK(v.applied_step(WorkerId(0)) == Step(step));
+    for (uint64_t i = 0; i < 6; ++i) CHECK(value_of(v)[i] == -6.0f * float(step) * float(i + 1));
+  }
+}
+
+TEST_CASE("a rejected push leaves the variable untouched") {
+  std::vector<float> init{1, 2, 3, 4};
+  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
+  std::vector<float> g{1, 1};
+  std::vector<double> wide{1, 1};
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), Step(1), {3, 5}, DType::float32, bytes_of(g));
+        }) == ErrorCode::offset_out_of_range);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), Step(1), {0, 2}, DType::float64, std::as_bytes(std::span(wide)));
+        }) == ErrorCode::dtype_mismatch);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), Step(1), {0, 3}, DType::float32, bytes_of(g));
+        }) == ErrorCode::shape_mismatch);
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(g));
+        }) == ErrorCode::step_from_future);
+  v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), Step(1), {1, 3}, DType::float32, bytes_of(g));
+        }) == ErrorCode::stale_step);
+  CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
+}
+
+TEST_CASE("a retried push is acknowledged as a duplicate and not applied again") {
+  std::vector<float> init{1, 2, 3, 4};
+  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
+  std::vector<float> g{1, 1};
+  CHECK_FALSE(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  CHECK(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
+  // Step 1 is complete now: its retries are duplicates too.
+  PushOutcome retry = v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
+  CHECK(retry.duplicate);
+  CHECK(retry.applied.empty());
+  CHECK(value_of(v) == std::vector<float>{0, 1, 2, 3});
+}
+
+TEST_CASE("a sync retry after the step completed is a duplicate") {
+  std::vector<float> init{0, 0};
+  Variable v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
+  std::vector<float> g{2, 2};
+  v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
+  CHECK(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(g));
+  CHECK(v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
+  CHECK(v.applied_step(WorkerId(0)) == Step(1));
+  CHECK(value_of(v) == std::vector<float>{-2, -2});
+}
+
+TEST_CASE("a restored variable continues exactly like the one saved") {
+  VariableSpec spec = sgd_spec(4);
+  spec.optimizer.kind = optim::OptimizerKind::adam;
+  std::vector<float> init{1, 2, 3, 4};
+  for (Mode mode : {Mode::async, Mode::sync}) {
+    Variable original(spec, {0, 4}, bytes_of(init), mode, 2);
+    std::vector<float> g{0.5f, -1, 2, 0.25f}, head{0.5f, -1}, tail{2, 0.25f};
+    original.push(WorkerId(0), Step(1), {0, 4}, DType::float32, bytes_of(g));
+    original.push(WorkerId(1), Step(1), {0, 2}, DType::float32,
+                  bytes_of(head));  // a step half done
+    ByteWriter out;
+    original.save(out);
+    ByteReader in(out.bytes(), "test");
+    Variable copy = Variable::restore(in, mode, 2);
+    CHECK(in.done());
+    for (Variable* v : {&original, &copy}) {
+      v->push(WorkerId(1), Step(1), {2, 4}, DType::float32, bytes_of(tail));
+      v->push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(g));
+    }
+    CHECK(value_of(copy) == value_of(original));
+    CHECK(copy.applied_step(WorkerId(0)) == original.applied_step(WorkerId(0)));
+    CHECK(copy.applied_step(WorkerId(1)) == original.applied_step(WorkerId(1)));
+  }
+}
+
+TEST_CASE("a truncated variable record is refused as corrupt, not misread") {
+  std::vector<float> init{1, 2};
+  Variable v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
+  ByteWriter out;
+  v.save(out);
+  auto bytes = out.bytes();
+  bytes.resize(bytes.size() - 3);  // cut short
+  ByteReader in(bytes, "cut");
+  CHECK(code_of([&] { Variable::restore(in, Mode::sync, 2); }) == ErrorCode::corrupt_checkpoint);
+}
+
+TEST_CASE("a step of a split variable completes when this shard's part is covered") {
+  std::vector<float> init{5, 6};
+  VariableSpec spec = sgd_spec(10);
+  Variable v(spec, {8, 10}, bytes_of(init), Mode::async, 1);
+  std::vector<float> g{1, 1};
+  CHECK(code_of([&] {
+          v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
+        }) == ErrorCode::offset_out_of_range);
+  v.push(WorkerId(0), Step(1), {8, 10}, DType::float32, bytes_of(g));
+  CHECK(v.applied_step(WorkerId(0)) == Step(1));
+  CHECK(value_of(v) == std::vector<float>{4, 5});
+}
+
+TEST_CASE("a poll for a step beyond the next one is from the future") {
+  std::vector<float> init{0};
+  Variable v(sgd_spec(1), {0, 1}, bytes_of(init), Mode::async, 1);
+  CHECK(v.not_yet_applied(WorkerId(0), Step(0), {0, 1}).empty());
+  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 1}).size() == 1);
+  CHECK(code_of([&] {
+          v.not_yet_applied(WorkerId(0), Step(2), {0, 1});
+        }) == ErrorCode::step_from_future);
+}
+
+TEST_CASE("a large update applied on the pool equals the update applied on one thread") {
+  uint64_t n = Variable::kParallelApplyElements * 2 + 3;
+  VariableSpec spec = sgd_spec(n);
+  spec.optimizer.kind = optim::OptimizerKind::adam;
+  spec.optimizer.lr = 0.01;
+  std::vector<float> init(n), g(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    init[i] = std::sin(double(i));
+    g[i] = std::cos(double(i) * 0.37);
+  }
+  ForkJoinPool pool(2);
+  Variable parallel(spec, {0, n}, bytes_of(init), Mode::async, 1, &pool);
+  Variable single(spec, {0, n}, bytes_of(init), Mode::async, 1);
+  for (uint64_t s = 1; s <= 3; ++s) {
+    parallel.push(WorkerId(0), Step(s), {0, n}, DType::float32, bytes_of(g));
+    single.push(WorkerId(0), Step(s), {0, n}, DType::float32, bytes_of(g));
+  }
+  auto a = value_of(parallel), b = value_of(single);
+  CHECK(std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0);
+  CHECK(a != init);
+}

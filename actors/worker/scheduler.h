@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// Scheduler: the worker-side actor that decides which partition goes next.
+//
+// One queue of partition tasks per worker and one credit window. A task starts when it is the
+// best queued task (policy `priority`: lowest priority value, then arrival; policy `fifo`:
+// arrival only) and its bytes fit in the credit left; the credit is held from the start until
+// the transport reports the fresh value back (or the push's receipt, in sync mode: see
+// set_free_credit_on_receipt). Bytes in flight never exceed credit_bytes, except that a single
+// task larger than the whole credit starts alone when nothing is in flight. Strict order: a
+// smaller task never overtakes a better one that is waiting for credit.
+//
+// Tensor fusion: tasks smaller than fusion_bytes that start at the same moment (the next ones
+// in order, all fitting in the credit) are handed to the transport together, grouped by shard
+// into messages of at most fusion_bytes. Fusion never changes which tasks start or in what
+// order; it only saves per-message costs when small tasks queue up. A lone small task on an
+// idle link starts at once, unfused.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/runtime/actor.h"
+#include "actors/worker/partition_task.h"
+#include "actors/worker/scheduler_report.h"
+#include "common/policies.h"
+
+namespace psched {
+
+class Scheduler : public Actor {
+ public:
+  static constexpr size_t kMaxRecords = 1 << 16;
+  // At most this many tasks share a fused message (bounds its header overhead); every shard
+  // accepts that many (limits.max_fused_partitions).
+  static constexpr size_t kMaxFusedTasks = kMinFusedPartitionsLimit;
+
+  // Runs on the scheduler's loop when a task finished (fresh value written) or failed.
+  using OnTaskDone = std::function<void(uint64_t task_id, std::exception_ptr)>;
+
+  // `transport` outlives the scheduler.
+  Scheduler(ActorLoop& loop, SchedulePolicy policy, uint64_t credit_bytes,
+            PartitionTransport& transport, OnTaskDone on_task_done);
+
+  // Queues the tasks (all partitions of one push, say) and starts what the credit allows.
+  // Each task's `sequence` is overwritten with the scheduler's arrival counter. Any thread.
+  void enqueue(std::vector<PartitionTask> tasks);
+  // Changes the credit window from now on (the tuner); tasks in flight keep their credit.
+  void set_credit(uint64_t credit_bytes);
+  // Fuses tasks smaller than `bytes` into messages of at most `bytes` from now on; 0: never.
+  void set_fusion_bytes(uint64_t bytes);
+  // With true (sync mode), a task's credit is freed at its push's receipt rather than when its
+  // fresh value is back: a sync poll waits for every worker, and credit held through it would
+  // let two workers each hold the credit the other needs to send what the other waits for.
+  void set_free_credit_on_receipt(bool on_receipt);
+  // Calls `reply` on the loop with the current figures.
+  void stats(std::function<void(SchedulerStats)> reply);
+  // Calls `reply` on the loop with the records of tasks finished since the last call (the
+  // newest kMaxRecords of them: a scheduler nobody reads keeps bounded memory).
+  void take_records(std::function<void(std::vector<TaskRecord>)> reply);
+
+ private:
+  struct Queued {
+    PartitionTask task;
+    std::chrono::steady_clock::time_point queued;
+  };
+  struct Later {  // heap order: true when a should go after b
+    SchedulePolicy policy;
+    bool operator()(const Queued& a, const Queued& b) const;
+  };
+
+  // A started task: its timeline so far, and whether it still holds its credit.
+  struct InFlight {
+    TaskRecord record;
+    bool holds_credit = true;
+  };
+
+  // Starts queued tasks, best first, while the best one fits the credit left. On the loop.
+  void start_ready();
+  bool fusable(const PartitionTask& task) const { return task.bytes < fusion_bytes_; }
+  // Whether the best queued task would fuse into a run of `gathered` bytes starting now: it is
+  // fusable and fits the credit left beside them.
+  bool next_joins(uint64_t gathered) const;
+  // Starts the best task and, if it is fusable, the fusable ones after it that fit, grouped
+  // by shard. Requires the best task to fit.
+  void start_next();
+  // Takes the task's credit and records its start.
+  void admit(const Queued& queued, uint32_t fused_with);
+  // Hands admitted tasks (one, or a fused group for one shard) to the transport.
+  void launch(std::vector<PartitionTask> tasks);
+  // Gives the task's credit back if it still holds it. Idempotent.
+  void release_credit(InFlight& task);
+  // The transport's `receipt`, after the hop back onto the loop.
+  void received(uint64_t task_id);
+  // The transport's `done`, after the hop back onto the loop: frees the credit if still held.
+  void finished(uint64_t task_id, std::exception_ptr error, int64_t applied_at_ns);
+
+  PartitionTransport& transport_;
+  OnTaskDone on_task_done_;
+  // Loop-owned state:
+  uint64_t credit_bytes_;
+  uint64_t fusion_bytes_ = 0;
+  bool free_credit_on_receipt_ = false;
+  uint64_t next_sequence_ = 0;  // arrival counter, stamped on each task by enqueue
+  std::priority_queue<Queued, std::vector<Queued>, Later> queue_;
+  SchedulerStats stats_;
+  std::unordered_map<uint64_t, InFlight> in_flight_;  // task id -> started, not finished
+  std::deque<TaskRecord> records_;                    // the newest kMaxRecords finished tasks
+};
+
+}  // namespace psched

@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "actors/worker/scheduler.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <stdexcept>
+
+#include "actors/runtime/test_loop.h"
+#include "common/error.h"
+
+using namespace psched;
+
+namespace {
+
+PartitionTask make_task(uint64_t id, int64_t priority, uint64_t bytes) {
+  PartitionTask task;
+  task.id = id;
+  task.priority = Priority(priority);
+  task.bytes = bytes;
+  task.sequence = 1000 - id;  // garbage: the scheduler must stamp its own arrival order
+  return task;
+}
+
+// Records every start and keeps each `done`, so a test finishes tasks in the order it chooses.
+// With `finish_inside_start` it instead calls `done` synchronously inside start().
+class RecordingTransport : public PartitionTransport {
+ public:
+  struct Running {
+    PartitionTask task;
+    TaskDone done;
+    std::function<void()> receipt;
+  };
+
+  void start(const PartitionTask& task, TaskCallbacks callbacks) override {
+    TaskDone done = std::move(callbacks.done);
+    if (on_start) on_start(task);
+    started.push_back(task);
+    if (finish_inside_start) {
+      done(nullptr);
+      return;
+    }
+    running.push_back(Running{task, std::move(done), std::move(callbacks.receipt)});
+  }
+
+  // Records the group, then starts each task alone.
+  void start_fused(std::vector<PartitionTask> tasks,
+                   std::vector<TaskCallbacks> callbacks) override {
+    std::vector<uint64_t> ids;
+    for (const auto& t : tasks) ids.push_back(t.id);
+    fused.push_back(ids);
+    for (size_t i = 0; i < tasks.size(); ++i) start(tasks[i], std::move(callbacks[i]));
+  }
+
+  // Calls the `receipt` of running task `id`, which keeps running.
+  void receipt(uint64_t id) {
+    auto it = std::find_if(running.begin(), running.end(),
+                           [id](const Running& r) { return r.task.id == id; });
+    REQUIRE(it != running.end());
+    it->receipt();
+  }
+
+  // Calls the `done` of running task `id` (test thread, as a network thread would).
+  void finish(uint64_t id, std::exception_ptr error) {
+    auto it = std::find_if(running.begin(), running.end(),
+                           [id](const Running& r) { return r.task.id == id; });
+    REQUIRE(it != running.end());
+    TaskDone done = std::move(it->done);
+    running.erase(it);
+    done(error);
+  }
+
+  uint64_t running_bytes() const {
+    uint64_t sum = 0;
+    for (const auto& r : running) sum += r.task.bytes;
+    return sum;
+  }
+
+  std::vector<uint64_t> started_ids() const {
+    std::vector<uint64_t> ids;
+    for (const auto& t : started) ids.push_back(t.id);
+    return ids;
+  }
+
+  std::vector<PartitionTask> started;
+  std::vector<Running> running;
+  std::vector<std::vector<uint64_t>> fused;  // the ids of each start_fused call
+  bool finish_inside_start = false;
+  std::function<void(const PartitionTask&)> on_start;  // runs before the start is recorded
+};
+
+// One scheduler on an io_context polled by the test thread: deterministic, no threads.
+struct SchedulerFixture {
+  SchedulerFixture(SchedulePolicy policy, uint64_t credit)
+      : scheduler(io.actors, policy, credit, transport,
+                  [this](uint64_t id, std::exception_ptr error) {
+                    CHECK(scheduler.on_loop());
+                    done.emplace_back(id, error);
+                  }) {}
+
+  void drain() { io.drain(); }
+  void enqueue(std::vector<PartitionTask> tasks) {
+    scheduler.enqueue(std::move(tasks));
+    drain();
+  }
+  void finish(uint64_t id, std::exception_ptr error = nullptr) {
+    transport.finish(id, error);
+    drain();
+  }
+  void set_credit(uint64_t credit) {
+    scheduler.set_credit(credit);
+    drain();
+  }
+  SchedulerStats stats() {
+    SchedulerStats out;
+    bool replied = false;
+    scheduler.stats([&](SchedulerStats s) {
+      CHECK(scheduler.on_loop());
+      out = s;
+      replied = true;
+    });
+    drain();
+    REQUIRE(replied);
+    return out;
+  }
+  std::vector<uint64_t> done_ids() const {
+    std::vector<uint64_t> ids;
+    for (const auto& d : done) ids.push_back(d.first);
+    return ids;
+  }
+
+  testing::TestLoop io;
+  RecordingTransport transport;
+  std::vector<std::pair<uint64_t, std::exception_ptr>> done;  // on_task_done calls, in order
+  Scheduler scheduler;
+};
+
+using Ids = std::vector<uint64_t>;
+
+}  // namespace
+
+TEST_CASE("tasks start in priority order when the credit admits one at a time") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 5, 100), make_task(2, 3, 100), make_task(3, 9, 100), make_task(4, 1, 100),
+             make_task(5, 3, 100)});
+  CHECK(f.transport.started_ids() == Ids{4});
+  for (uint64_t id : {4, 2, 5, 1}) f.finish(id);
+  CHECK(f.transport.started_ids() == Ids{4, 2, 5, 1, 3});  // equal priority: arrival order
+  f.finish(3);
+  CHECK(f.done_ids() == Ids{4, 2, 5, 1, 3});
+  SchedulerStats s = f.stats();
+  CHECK(s.bytes_in_flight == 0);
+  CHECK(s.max_bytes_in_flight == 100);
+  CHECK(s.queued_tasks == 0);
+  CHECK(s.started_tasks == 5);
+  CHECK(s.finished_tasks == 5);
+}
+
+TEST_CASE("the fifo policy starts tasks in arrival order through the same code") {
+  SchedulerFixture f(SchedulePolicy::fifo, 100);
+  f.enqueue({make_task(1, 5, 100), make_task(2, 3, 100)});
+  f.enqueue({make_task(3, 9, 100), make_task(4, 1, 100)});
+  CHECK(f.stats().queued_tasks == 3);
+  CHECK(f.stats().queued_by_priority ==
+        std::map<Priority, uint64_t>{{Priority(1), 1}, {Priority(3), 1}, {Priority(9), 1}});
+  CHECK(f.stats().credit_bytes == 100);
+  for (uint64_t id : {1, 2, 3, 4}) f.finish(id);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3, 4});
+}
+
+TEST_CASE("the scheduler stamps each task with its own arrival sequence") {
+  SchedulerFixture f(SchedulePolicy::priority, 1000);
+  f.enqueue({make_task(1, 0, 10), make_task(2, 0, 10)});
+  f.enqueue({make_task(3, 0, 10)});
+  REQUIRE(f.transport.started.size() == 3);
+  for (uint64_t i = 0; i < 3; ++i) CHECK(f.transport.started[i].sequence == i);
+}
+
+TEST_CASE("several tasks start at once while they fit in the credit") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 0, 40), make_task(2, 1, 60), make_task(3, 2, 1)});
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+  CHECK(f.stats().bytes_in_flight == 100);
+  f.finish(2);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3});
+  CHECK(f.stats().bytes_in_flight == 41);
+}
+
+TEST_CASE("a task larger than the credit starts alone and only when nothing is in flight") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 5, 60)});
+  f.enqueue({make_task(2, 0, 250)});
+  CHECK(f.transport.started_ids() == Ids{1});  // waits for the credit to drain
+  f.finish(1);
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+  f.enqueue({make_task(3, 1, 10)});
+  CHECK(f.transport.started_ids() == Ids{1, 2});  // 250 alone is over the credit already
+  CHECK(f.stats().bytes_in_flight == 250);
+  f.finish(2);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3});
+  CHECK(f.stats().max_bytes_in_flight == 250);
+}
+
+TEST_CASE("a smaller worse task never overtakes a better one waiting for credit") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 5, 80)});
+  f.enqueue({make_task(2, 1, 50)});  // does not fit: waits
+  f.enqueue({make_task(3, 9, 10)});  // would fit, but is worse than the waiting task
+  CHECK(f.transport.started_ids() == Ids{1});
+  CHECK(f.stats().queued_tasks == 2);
+  f.finish(1);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3});
+}
+
+TEST_CASE("a newly queued high-priority task goes before queued low-priority ones") {
+  // ByteScheduler's case: backward produces layer L's big gradient first; layer 1's arrives
+  // while L's partitions are still queued and must go next.
+  SchedulerFixture f(SchedulePolicy::priority, 200);
+  f.enqueue(
+      {make_task(1, 10, 100), make_task(2, 10, 100), make_task(3, 10, 100), make_task(4, 10, 100)});
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+  f.enqueue({make_task(5, 1, 100), make_task(6, 1, 100)});
+  f.finish(1);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 5});
+  f.finish(2);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 5, 6});
+  f.finish(5);
+  f.finish(6);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 5, 6, 3, 4});
+}
+
+TEST_CASE("under fifo a newly queued high-priority task waits behind earlier arrivals") {
+  SchedulerFixture f(SchedulePolicy::fifo, 200);
+  f.enqueue({make_task(1, 10, 100), make_task(2, 10, 100), make_task(3, 10, 100)});
+  f.enqueue({make_task(5, 1, 100)});
+  f.finish(1);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3});
+}
+
+TEST_CASE("set_credit applies to future starts") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 0, 100), make_task(2, 1, 100), make_task(3, 2, 100), make_task(4, 3, 100),
+             make_task(5, 4, 100)});
+  CHECK(f.transport.started_ids() == Ids{1});
+
+  // Widening starts more at once.
+  f.set_credit(300);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3});
+  CHECK(f.stats().bytes_in_flight == 300);
+
+  // Narrowing keeps what is in flight and holds back new starts until it fits again.
+  f.set_credit(150);
+  f.finish(1);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3});  // 200 in flight > 150
+  f.finish(2);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3});  // 100 + 100 > 150
+  f.finish(3);
+  CHECK(f.transport.started_ids() == Ids{1, 2, 3, 4});
+  CHECK(f.stats().max_bytes_in_flight == 300);
+}
+
+TEST_CASE("a transport that finishes synchronously inside start works") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.transport.finish_inside_start = true;
+  std::vector<PartitionTask> tasks;
+  for (uint64_t id = 1; id <= 12; ++id) tasks.push_back(make_task(id, (id * 7) % 5, 30));
+  f.enqueue(tasks);
+
+  Ids expected;
+  std::stable_sort(tasks.begin(), tasks.end(),
+                   [](const auto& a, const auto& b) { return a.priority < b.priority; });
+  for (const auto& t : tasks) expected.push_back(t.id);
+  CHECK(f.transport.started_ids() == expected);
+  CHECK(f.done_ids() == expected);
+  SchedulerStats s = f.stats();
+  CHECK(s.bytes_in_flight == 0);
+  CHECK(s.max_bytes_in_flight == 90);
+  CHECK(s.finished_tasks == 12);
+}
+
+TEST_CASE("errors reach on_task_done and release the credit") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 0, 100), make_task(2, 1, 100)});
+  f.finish(1, std::make_exception_ptr(Error(ErrorCode::disconnected, "shard 0 went away")));
+  REQUIRE(f.done.size() == 1);
+  CHECK(f.done[0].first == 1);
+  REQUIRE(f.done[0].second);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(f.done[0].second), "shard 0 went away", Error);
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+  f.finish(2);
+  REQUIRE(f.done.size() == 2);
+  CHECK_FALSE(f.done[1].second);
+}
+
+TEST_CASE("a transport that throws from start fails that task") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.transport.on_start = [](const PartitionTask& t) {
+    if (t.id == 1) throw Error(ErrorCode::disconnected, "no connection to shard 0");
+  };
+  f.enqueue({make_task(1, 0, 100), make_task(2, 1, 100)});
+  REQUIRE(f.done.size() == 1);
+  CHECK(f.done[0].first == 1);
+  CHECK(f.done[0].second);
+  CHECK(f.transport.started_ids() == Ids{2});
+  CHECK(f.stats().bytes_in_flight == 100);
+}
+
+TEST_CASE("take_records returns each finished task once, with its timeline") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 3, 70), make_task(2, 2, 30)});
+  f.finish(1);
+  f.finish(2);
+  std::vector<TaskRecord> records;
+  f.scheduler.take_records([&](std::vector<TaskRecord> r) { records = std::move(r); });
+  f.drain();
+  REQUIRE(records.size() == 2);
+  CHECK(records[0].task_id == 1);
+  CHECK(records[0].priority == Priority(3));
+  CHECK(records[0].bytes == 70);
+  CHECK(records[1].task_id == 2);
+  for (const auto& r : records) {
+    CHECK(r.queued <= r.started);
+    CHECK(r.started <= r.finished);
+  }
+  bool replied = false;
+  f.scheduler.take_records([&](std::vector<TaskRecord> r) {
+    CHECK(r.empty());
+    replied = true;
+  });
+  f.drain();
+  CHECK(replied);
+}
+
+TEST_CASE("bytes in flight never exceed the credit under a random workload") {
+  SchedulePolicy policy = SchedulePolicy::priority;
+  SUBCASE("priority") {
+    policy = SchedulePolicy::priority;
+  }
+  SUBCASE("fifo") {
+    policy = SchedulePolicy::fifo;
+  }
+
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng(seed);
+    auto uniform = [&rng](uint64_t lo, uint64_t hi) {
+      return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+    };
+    uint64_t credit = 1000, largest_credit = credit, largest_task = 0;
+    SchedulerFixture f(policy, credit);
+
+    // The test's own model of the queue: task -> arrival index.
+    std::map<uint64_t, PartitionTask> waiting;
+    std::map<uint64_t, uint64_t> arrival;
+    // max_seen: the most in flight at once; after_last_start: in flight right after the
+    // latest start (admitted under the credit of that moment; only finishes shrink it).
+    uint64_t next_id = 1, arrivals = 0, max_seen = 0, after_last_start = 0;
+    auto best_waiting = [&]() -> const PartitionTask& {
+      auto better = [&](const auto& a, const auto& b) {
+        if (policy == SchedulePolicy::priority && a.second.priority != b.second.priority)
+          return a.second.priority < b.second.priority;
+        return arrival[a.first] < arrival[b.first];
+      };
+      return std::min_element(waiting.begin(), waiting.end(), better)->second;
+    };
+    f.transport.on_start = [&](const PartitionTask& t) {
+      uint64_t before = f.transport.running_bytes();
+      CHECK((before == 0 || before + t.bytes <= credit));
+      REQUIRE(!waiting.empty());
+      CHECK(t.id == best_waiting().id);  // strict order: the best waiting task, always
+      CHECK(t.sequence == arrival[t.id]);
+      waiting.erase(t.id);
+      after_last_start = before + t.bytes;
+      max_seen = std::max(max_seen, after_last_start);
+    };
+    auto check_state = [&] {
+      SchedulerStats s = f.stats();
+      CHECK(s.bytes_in_flight == f.transport.running_bytes());
+      // Over the current credit only by a lone task or by what a narrowing left in flight.
+      CHECK((s.bytes_in_flight <= std::max(credit, after_last_start) ||
+             f.transport.running.size() == 1));
+      CHECK(s.queued_tasks == waiting.size());
+      if (!waiting.empty()) {  // work-conserving: the best waiting task really does not fit
+        CHECK(s.bytes_in_flight > 0);
+        CHECK(s.bytes_in_flight + best_waiting().bytes > credit);
+      }
+    };
+
+    for (int event = 0; event < 300 || !f.transport.running.empty(); ++event) {
+      uint64_t dice = uniform(0, 99);
+      if (event < 300 && (dice < 45 || f.transport.running.empty())) {
+        std::vector<PartitionTask> batch;
+        for (uint64_t n = uniform(1, 4); n > 0; --n) {
+          uint64_t bytes = uniform(0, 9) == 0 ? uniform(1001, 2500) : uniform(1, 600);
+          largest_task = std::max(largest_task, bytes);
+          PartitionTask t = make_task(next_id++, static_cast<int64_t>(uniform(0, 7)), bytes);
+          waiting.emplace(t.id, t);
+          arrival[t.id] = arrivals++;
+          batch.push_back(t);
+        }
+        f.enqueue(std::move(batch));
+      } else if (event < 300 && dice < 50) {
+        credit = uniform(200, 2000);
+        largest_credit = std::max(largest_credit, credit);
+        f.set_credit(credit);
+      } else {
+        const auto& r = f.transport.running[uniform(0, f.transport.running.size() - 1)];
+        std::exception_ptr error;
+        if (uniform(0, 19) == 0) error = std::make_exception_ptr(std::runtime_error("lost"));
+        f.finish(r.task.id, error);
+      }
+      check_state();
+    }
+
+    CHECK(waiting.empty());
+    SchedulerStats s = f.stats();
+    CHECK(s.started_tasks == next_id - 1);
+    CHECK(s.finished_tasks == next_id - 1);
+    CHECK(f.done.size() == next_id - 1);
+    CHECK(s.max_bytes_in_flight == max_seen);
+    CHECK(s.max_bytes_in_flight <= std::max(largest_credit, largest_task));
+  }
+}
+
+TEST_CASE("a receipt keeps the credit unless credit is freed on receipt") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.enqueue({make_task(1, 1, 100), make_task(2, 2, 100)});
+  f.transport.receipt(1);
+  f.drain();
+  CHECK(f.transport.started_ids() == Ids{1});
+  f.finish(1);
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+}
+
+TEST_CASE("a task whose credit is freed at its receipt lets the next start and completes later") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.scheduler.set_free_credit_on_receipt(true);
+  f.enqueue({make_task(1, 1, 100), make_task(2, 2, 100)});
+  CHECK(f.transport.started_ids() == Ids{1});
+  f.transport.receipt(1);
+  f.drain();
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+  CHECK(f.stats().bytes_in_flight == 100);
+  CHECK(f.done_ids().empty());
+  f.transport.receipt(1);  // twice changes nothing
+  f.finish(1);
+  CHECK(f.done_ids() == Ids{1});
+  CHECK(f.stats().bytes_in_flight == 100);  // task 2 still holds its credit
+  f.finish(2);
+  CHECK(f.stats().bytes_in_flight == 0);
+}
+
+namespace {
+
+PartitionTask task_for_shard(uint64_t id, int64_t priority, uint64_t bytes, uint32_t shard) {
+  PartitionTask task = make_task(id, priority, bytes);
+  task.shard = ShardId(shard);
+  return task;
+}
+
+}  // namespace
+
+TEST_CASE("a lone small task on an idle link starts at once, unfused") {
+  SchedulerFixture f(SchedulePolicy::priority, 1000);
+  f.scheduler.set_fusion_bytes(100);
+  f.enqueue({make_task(1, 0, 10)});
+  CHECK(f.transport.started_ids() == Ids{1});
+  CHECK(f.transport.fused.empty());
+}
+
+TEST_CASE("queued small tasks are fused per shard in start order, within fusion_bytes") {
+  SchedulerFixture f(SchedulePolicy::priority, 1000);
+  f.scheduler.set_fusion_bytes(100);
+  f.enqueue({task_for_shard(1, 9, 1000, 0)});  // fills the credit: what follows queues up
+  f.enqueue({task_for_shard(2, 5, 40, 0), task_for_shard(3, 4, 40, 1), task_for_shard(4, 3, 40, 0),
+             task_for_shard(5, 2, 40, 0), task_for_shard(6, 1, 40, 1), task_for_shard(7, 6, 400, 0),
+             task_for_shard(8, 7, 30, 0)});
+  f.finish(1);
+  // Priority order: 6 5 4 3 2 | 7 (not fusable: stops the run) | 8 after it.
+  CHECK(f.transport.started_ids() == Ids{1, 6, 3, 5, 4, 2, 7, 8});
+  // Shard 1 {6, 3}; shard 0 {5, 4}, full at 80 + 40 > 100, then {2}.
+  CHECK(f.transport.fused == std::vector<std::vector<uint64_t>>{{6, 3}, {5, 4}});
+  SchedulerStats s = f.stats();
+  CHECK(s.fused_messages == 2);
+  CHECK(s.fused_tasks == 4);
+  CHECK(s.bytes_in_flight == 630);
+}
+
+TEST_CASE("fusion takes only what fits in the credit and never reorders across priorities") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.scheduler.set_fusion_bytes(1000);
+  f.enqueue({make_task(1, 0, 100)});
+  f.enqueue({make_task(2, 3, 30), make_task(3, 1, 30), make_task(4, 2, 30), make_task(5, 4, 30)});
+  f.finish(1);
+  CHECK(f.transport.started_ids() == Ids{1, 3, 4, 2});  // 3 x 30 fit in 100; 5 waits
+  CHECK(f.transport.fused == std::vector<std::vector<uint64_t>>{{3, 4, 2}});
+  f.finish(3);
+  CHECK(f.transport.started_ids() == Ids{1, 3, 4, 2, 5});
+}
+
+TEST_CASE("records of fused tasks say how many went with them") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.scheduler.set_fusion_bytes(50);
+  f.enqueue({make_task(1, 0, 100)});
+  f.enqueue({make_task(2, 1, 20), make_task(3, 2, 20)});
+  f.finish(1);
+  f.finish(2);
+  f.finish(3);
+  std::vector<TaskRecord> records;
+  f.scheduler.take_records([&](std::vector<TaskRecord> r) { records = std::move(r); });
+  f.drain();
+  REQUIRE(records.size() == 3);
+  CHECK(records[0].fused_with == 0);
+  CHECK(records[1].fused_with == 1);
+  CHECK(records[2].fused_with == 1);
+}

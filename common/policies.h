@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// The choices a deployment makes that the actors act on: how a job aggregates (Mode), how a
+// worker orders its partitions (SchedulePolicy), and what a sync step does about a late worker
+// (SyncConfig). The deployment file sets them (config/deployment.h); the actors only read them.
+#pragma once
+
+#include <cstdint>
+
+namespace psched {
+
+enum class Mode {
+  async,  ///< each push applied on arrival; a worker's poll waits for its own update
+  sync,   ///< a shard applies the mean of all workers' step-s gradients once (BSP)
+};
+
+enum class SchedulePolicy {
+  priority,  ///< lowest priority value first, partitioned, credit-limited (default)
+  fifo,      ///< arrival order through the same code path (the benchmark baseline)
+};
+
+enum class SyncTimeoutAction {
+  fail,     ///< polls of the stalled step fail with [sync_timeout] naming the missing workers
+  proceed,  ///< the step is applied with the mean of the workers that pushed; late pushes of
+            ///< it are acknowledged and dropped (counted)
+};
+
+// Sync mode's liveness: how long a step may wait for its last worker.
+struct SyncConfig {
+  double timeout_seconds = 0;  // from a step's first push on a variable part; 0: no timeout
+  SyncTimeoutAction on_timeout = SyncTimeoutAction::fail;
+};
+
+// Workers fuse at most this many partitions into one message (actors/worker/scheduler.h); every
+// shard accepts that many (limits.max_fused_partitions).
+inline constexpr uint64_t kMinFusedPartitionsLimit = 256;
+
+}  // namespace psched

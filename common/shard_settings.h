@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// ShardSettings: what one shard is told at start (psched-server builds them from the
+// deployment file), read by the shard actor and by its durability.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "common/policies.h"
+#include "common/types.h"
+
+namespace psched {
+
+struct ShardSettings {
+  ShardId id;
+  Mode mode = Mode::async;
+  uint32_t workers = 1;
+  uint64_t max_variables = 1 << 20;
+  // Checkpoints and the update log (actors/durability/shard_store.h) go here; empty: nothing
+  // persists.
+  std::filesystem::path checkpoint_directory;
+  bool update_log = true;  // log every accepted update between checkpoints
+  SyncConfig sync;         // sync mode: how long a step waits for its last worker
+  // restore() goes on past a damaged or missing update log (losing what it held) instead of
+  // refusing to start: psched-server --accept-log-loss.
+  bool accept_log_loss = false;
+};
+
+}  // namespace psched
