@@ -12,7 +12,7 @@
 
 #include "actors/worker/gradient_pusher.h"
 #include "actors/worker/scheduler.h"
-#include "link/rpc_transport.h"
+#include "link/link_transport.h"
 #include "link/shard_link.h"
 #include "net/cluster_layout.h"
 
@@ -63,7 +63,7 @@ class Worker {
 
   WorkerOptions options_;
   std::vector<kj::Own<ShardLink>> links_;
-  RpcTransport transport_;
+  LinkTransport transport_;
   Scheduler scheduler_;
   GradientPusher pusher_;
   ClusterLayout layout_;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/kj_error.h"
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,13 +26,21 @@ kj::Exception::Type kj_type(ErrorCategory category) {
 
 }  // namespace
 
+std::string describe(const Error& error) {
+  return fmt::format("[{}] {}", to_string(error.code()), error.what());
+}
+
+kj::Exception to_kj_exception(const Error& error) {
+  std::string text = describe(error);
+  return kj::Exception(kj_type(category(error.code())), __FILE__, __LINE__,
+                       kj::heapString(text.data(), text.size()));
+}
+
 kj::Exception to_kj_exception(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const Error& e) {
-    auto text = fmt::format("[{}] {}", to_string(e.code()), e.what());
-    return kj::Exception(kj_type(category(e.code())), __FILE__, __LINE__,
-                         kj::heapString(text.data(), text.size()));
+    return to_kj_exception(e);
   } catch (const kj::Exception& e) {
     return e;
   } catch (const std::exception& e) {
@@ -41,15 +50,30 @@ kj::Exception to_kj_exception(std::exception_ptr error) {
   }
 }
 
+namespace {
+
+// The error `text` describes, when it starts with a code.
+std::optional<Error> parse_description(std::string_view text) {
+  auto open = text.find('[');
+  if (open == std::string_view::npos) return std::nullopt;
+  auto close = text.find("] ", open);
+  ErrorCode code;
+  if (close == std::string_view::npos ||
+      !parse_error_code(text.substr(open + 1, close - open - 1), code))
+    return std::nullopt;
+  return Error(code, std::string(text.substr(close + 2)));
+}
+
+}  // namespace
+
+Error from_description(std::string_view text) {
+  if (auto error = parse_description(text)) return *error;
+  return Error(ErrorCode::internal, std::string(text));
+}
+
 Error from_kj_exception(const kj::Exception& exception) {
   std::string_view text(exception.getDescription().cStr());
-  if (auto open = text.find('['); open != std::string_view::npos) {
-    auto close = text.find("] ", open);
-    ErrorCode code;
-    if (close != std::string_view::npos &&
-        parse_error_code(text.substr(open + 1, close - open - 1), code))
-      return Error(code, std::string(text.substr(close + 2)));
-  }
+  if (auto error = parse_description(text)) return *error;
   if (exception.getType() == kj::Exception::Type::DISCONNECTED)
     return Error(ErrorCode::disconnected, fmt::format("connection to the shard lost: {}", text));
   if (exception.getType() == kj::Exception::Type::OVERLOADED)

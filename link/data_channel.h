@@ -1,24 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// DataChannel: a worker's data stream to one shard (net/data_frame.h). Pushes and polls go as
-// frames, several to one write, each gradient sent from where it lies; each fresh value is
-// read from the socket straight into its destination (the trainer's memory): no per-call RPC
-// objects and no copy in between. ShardLink opens it beside its RPC connection, which keeps
-// registration and pulls. KJ thread only.
+// DataChannel: the DataPath (link/data_path.h) over a worker's data stream to one shard
+// (net/data_frame.h). Each partition's push, poll or pushPoll goes as one frame; the frames of
+// one turn share a write (FrameWriter), each large gradient sent from where it lies; each fresh
+// value is read from the socket straight into its destination (the trainer's memory): no
+// per-call RPC objects and no copy in between. ShardLink opens it beside its RPC connection,
+// which keeps registration and pulls. KJ thread only.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <unordered_map>
-#include <vector>
 
 #include <kj/async-io.h>
 
-#include "net/data_frame.h"
-#include "net/stream_reader.h"
+#include "link/data_path.h"
+#include "net/frame_reader.h"
+#include "net/frame_writer.h"
 
 namespace psched {
 
-class DataChannel final : private kj::TaskSet::ErrorHandler {
+class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
  public:
   // Presents `key` (from Session.openDataStream) on `stream`; resolves with the channel once
   // the shard accepted it, or rejects with the shard's refusal. Answers whose body is over
@@ -30,64 +30,50 @@ class DataChannel final : private kj::TaskSet::ErrorHandler {
                                                 bool plain_socket = false);
 
   DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes, bool plain_socket);
-  ~DataChannel() noexcept;
+  ~DataChannel() noexcept override;
 
-  // Sends `request` (its id is set here) with `body` (a push's gradient, sent from where it
-  // lies: the caller keeps it alive and unchanged until the promise resolves or is dropped).
-  // Resolves at the receipt (push: with 0) or once the value is in `out` (poll, push_poll: with
-  // the shard's wall clock at the answer); rejects with the shard's error, or DISCONNECTED
-  // when the stream is lost. A value being read when its promise is dropped still lands in
-  // `out`: keep `out` alive while the channel is. Dropping an unanswered poll cancels it.
-  kj::Promise<int64_t> send(DataRequest request, std::span<const std::byte> body,
-                            std::byte* out = nullptr, size_t out_bytes = 0);
+  // One partition a request: the scheduler hands a data stream no fused groups.
+  bool fuses() const override { return false; }
+  kj::Promise<std::vector<Outcome>> push(std::span<const PartitionRequest> parts) override;
+  kj::Promise<std::vector<Outcome>> poll(std::span<const PartitionRequest> parts) override;
+  kj::Promise<std::vector<Outcome>> push_poll(std::span<const PartitionRequest> parts) override;
 
  private:
   struct Waiting {
-    kj::Own<kj::PromiseFulfiller<int64_t>> answer;
-    RequestKind kind;
+    kj::Own<kj::PromiseFulfiller<std::vector<Outcome>>> answer;
+    wire::RequestKind kind;
     std::byte* out;
     size_t out_bytes;
   };
-  struct Outgoing {
-    FrameHeaderBytes header;
-    std::span<const std::byte> body;
-  };
 
+  // Sends the request for `part` as a frame; resolves with its outcome. A value being read when
+  // the promise is dropped still lands in part.out. Dropping an unanswered poll cancels it.
+  kj::Promise<std::vector<Outcome>> send(wire::RequestKind kind,
+                                         std::span<const PartitionRequest> parts);
   // Reads the shard's answer to the preface; rejects with its refusal.
   kj::Promise<void> handshake();
-  // Reads answers until the stream ends; each settles its request. Those already buffered are
-  // taken at once, one after the other.
-  kj::Promise<void> read_answers();
-  // Settles the request `answer` is for, with its body; null when that is done, else what
-  // finishes it (the rest of the body to read).
-  kj::Maybe<kj::Promise<void>> take_answer(const DataAnswer& answer);
-  kj::Maybe<kj::Promise<void>> take_value(const DataAnswer& answer);
-  kj::Maybe<kj::Promise<void>> take_error(const DataAnswer& answer);
-  // Forgets request `id` and returns what settles it; null when nothing waits for it (it was
-  // answered, cancelled or never sent).
-  kj::Own<kj::PromiseFulfiller<int64_t>> take_waiting(uint64_t id);
+  // Settles the request `bytes` answers, with its body (FrameReader::Serve).
+  kj::Maybe<kj::Promise<void>> take_answer(const FrameHeaderBytes& bytes);
+  kj::Maybe<kj::Promise<void>> take_value(const AnswerHeader& answer);
+  kj::Maybe<kj::Promise<void>> take_error(const AnswerHeader& answer);
+  // Settles request `id` with `outcome`; nothing when nobody waits for it (it was answered,
+  // cancelled or never sent).
+  void settle(uint64_t id, Outcome outcome);
   // Drops `bytes` of body nobody waits for; null when there are none.
   kj::Maybe<kj::Promise<void>> discard(uint64_t bytes);
   // The promise of `id` went: forgets it, and cancels it on the shard when it was a poll.
   void abandon(uint64_t id);
-  void queue(const FrameHeaderBytes& header, std::span<const std::byte> body);
-  kj::Promise<void> write_queued();
-  // The stream is lost: every waiting request, and every later one, rejects with `why`.
-  void fail_all(kj::Exception why);
+  // The stream is lost: every waiting request, and every later one, fails with `why`.
+  void fail_all(Error why);
   void taskFailed(kj::Exception&& exception) override;
 
   kj::Own<kj::AsyncIoStream> stream_;
-  StreamReader reader_;  // of stream_
+  FrameReader reader_;  // of stream_
+  FrameWriter writer_;  // to stream_
   uint64_t max_answer_bytes_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, Waiting> waiting_;
-  std::vector<Outgoing> queued_;
-  bool writing_ = false;  // a write_queued is scheduled or running
-  // What the running write_queued writes (kept to reuse their memory).
-  std::vector<Outgoing> in_write_;
-  std::vector<kj::ArrayPtr<const kj::byte>> pieces_;
-  FrameHeaderBytes header_{};  // the answer being read
-  kj::Maybe<kj::Exception> broken_;
+  std::optional<Error> broken_;
   kj::TaskSet tasks_;
 };
 

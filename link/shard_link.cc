@@ -5,6 +5,8 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "link/data_channel.h"
+#include "link/rpc_calls.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -29,98 +31,6 @@ void copy_value(capnp::Data::Reader value, std::byte* out, size_t out_bytes) {
   std::memcpy(out, value.begin(), out_bytes);
 }
 
-// A fused call's per-partition error text ("[code] message"), or null for "".
-std::exception_ptr error_of(capnp::Text::Reader text) {
-  if (text.size() == 0) return nullptr;
-  return std::make_exception_ptr(from_kj_exception(kj::Exception(
-      kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::heapString(text.cStr(), text.size()))));
-}
-
-// Sets a push's (or pushPoll's) fields. `gradient` becomes a segment of the message when it
-// is word-aligned and whole words (Cap'n Proto writes up to the next word boundary): zero copy,
-// the caller keeps it alive until the call is answered. Otherwise it is copied.
-template <typename Params>
-void fill_push(Params params, VariableId variable, Step step, ElementRange range, DType dtype,
-               std::span<const std::byte> gradient) {
-  params.setVariable(variable.value);
-  params.setStep(step.value);
-  params.setOffset(range.begin);
-  params.setDtype(to_wire(dtype));
-  capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(gradient.data()), gradient.size());
-  if (reinterpret_cast<uintptr_t>(gradient.data()) % sizeof(capnp::word) == 0 &&
-      gradient.size() % sizeof(capnp::word) == 0) {
-    auto orphanage = capnp::Orphanage::getForMessageContaining(params);
-    params.adoptData(orphanage.referenceExternalData(data));
-  } else {
-    params.setData(data);
-  }
-}
-
-// A fused push's partitions; their gradients are copied into the message.
-void fill_fused(capnp::List<wire::Partition>::Builder list, std::span<const FusedPartition> parts) {
-  for (unsigned i = 0; i < parts.size(); ++i) {
-    const FusedPartition& p = parts[i];
-    list[i].setVariable(p.variable.value);
-    list[i].setStep(p.step.value);
-    list[i].setOffset(p.range.begin);
-    list[i].setDtype(to_wire(p.dtype));
-    list[i].setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(p.gradient.data()),
-                                        p.gradient.size()));
-  }
-}
-
-// Copies each answered value of a fused poll into its partition's `out`; one outcome per
-// partition, in order.
-std::vector<PollOutcome> take_values(capnp::List<wire::PolledValue>::Reader values,
-                                     const std::vector<std::pair<std::byte*, size_t>>& outs) {
-  if (values.size() != outs.size())
-    fail(ErrorCode::internal, "shard answered {} values to a fused poll of {}", values.size(),
-         outs.size());
-  std::vector<PollOutcome> out;
-  for (unsigned i = 0; i < values.size(); ++i) {
-    PollOutcome outcome{error_of(values[i].getError()), values[i].getAppliedAtNs()};
-    if (!outcome.error) {
-      try {
-        copy_value(values[i].getValue(), outs[i].first, outs[i].second);
-      } catch (...) {
-        outcome.error = std::current_exception();
-      }
-    }
-    out.push_back(outcome);
-  }
-  return out;
-}
-
-// Where each partition's fresh value goes, and its size.
-std::vector<std::pair<std::byte*, size_t>> outs_of(std::span<const FusedPartition> parts) {
-  std::vector<std::pair<std::byte*, size_t>> outs;
-  for (const FusedPartition& p : parts)
-    outs.emplace_back(p.out, p.range.size() * element_bytes(p.dtype));
-  return outs;
-}
-
-// `call(part)` for each of `parts`, all sent now; resolves with one outcome each, in order, or
-// rejects when one was lost with its connection, as a fused call does (its caller resends the
-// unfinished parts after reconnecting).
-template <typename Call>
-kj::Promise<std::vector<PollOutcome>> each_part(std::span<const FusedPartition> parts, Call call) {
-  auto outcomes = kj::heapArrayBuilder<kj::Promise<PollOutcome>>(parts.size());
-  for (const FusedPartition& p : parts)
-    outcomes.add(call(p).then(
-        [](int64_t applied_at_ns) {
-          return PollOutcome{nullptr, applied_at_ns};
-        },
-        [](kj::Exception&& e) {
-          return PollOutcome{std::make_exception_ptr(from_kj_exception(e)), 0};
-        }));
-  return kj::joinPromises(outcomes.finish()).then([](kj::Array<PollOutcome> all) {
-    for (const PollOutcome& o : all)
-      if (o.error && category(to_error(o.error).code()) == ErrorCategory::disconnected)
-        kj::throwFatalException(to_kj_exception(o.error));
-    return std::vector<PollOutcome>(all.begin(), all.end());
-  });
-}
-
 template <typename... Args>
 kj::Exception error(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
   return to_kj_exception(
@@ -140,7 +50,10 @@ struct ShardLink::Connection : kj::Refcounted {
   RpcConnection rpc;
   wire::Shard::Client shard;
   kj::Maybe<wire::Session::Client> session;
-  kj::Own<DataChannel> data;  // null: everything goes over `rpc`
+  kj::Own<RpcCalls> calls;    // over `session`, once presented
+  kj::Own<DataChannel> data;  // null: pushes and polls go as `calls`
+
+  DataPath& path() { return data ? static_cast<DataPath&>(*data) : *calls; }
 };
 
 ShardLink::ShardLink(std::string address, StreamOpener open, uint64_t max_message_bytes,
@@ -181,7 +94,9 @@ kj::Promise<ClusterLayout> ShardLink::connect(WorkerId worker, const std::string
 }
 
 kj::Promise<ClusterLayout> ShardLink::open_connection() {
+  attempt_reached_shard_ = false;
   return open_().then([this](kj::Own<kj::AsyncIoStream> stream) {
+    attempt_reached_shard_ = true;
     auto attempt = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_, policy_.timer);
     Connection& fresh = *attempt;
     return present(fresh)
@@ -205,12 +120,14 @@ kj::Promise<ClusterLayout> ShardLink::connect_with_retries(kj::TimePoint deadlin
                                                            kj::Duration delay, bool reconnecting) {
   return open_connection().catch_([this, deadline, delay,
                                    reconnecting](kj::Exception&& e) -> kj::Promise<ClusterLayout> {
-    // A shard at limits.max_connections refuses with [overloaded]: worth waiting for. At
-    // the start other refusals and an unreachable shard fail at once; a reconnect also
-    // waits for the shard to come back.
+    // A shard at limits.max_connections refuses with [overloaded]: worth waiting for. So is a
+    // connection lost after it reached the shard (cut while it was set up). At the start other
+    // refusals and an unreachable shard fail at once; a reconnect also waits for the shard to
+    // come back.
     auto type = e.getType();
-    bool retry = type == kj::Exception::Type::OVERLOADED ||
-                 (reconnecting && type == kj::Exception::Type::DISCONNECTED);
+    bool retry =
+        type == kj::Exception::Type::OVERLOADED ||
+        (type == kj::Exception::Type::DISCONNECTED && (reconnecting || attempt_reached_shard_));
     if (!retry) return kj::mv(e);
     if (policy_.timer->now() + delay >= deadline) {
       if (!reconnecting) return kj::mv(e);
@@ -232,6 +149,7 @@ kj::Promise<ClusterLayout> ShardLink::present(Connection& connection) {
   request.setToken(token_);
   return request.send().then([&connection](capnp::Response<wire::Shard::ConnectResults> response) {
     connection.session = response.getSession();
+    connection.calls = kj::heap<RpcCalls>(response.getSession());
     return from_wire(response.getLayout());
   });
 }
@@ -336,7 +254,14 @@ kj::Promise<void> ShardLink::open_data(Connection& connection, StreamOpener open
       if (key.size() == 0) return kj::READY_NOW;
       return open()
           .then([this, key = kj::mv(key)](kj::Own<kj::AsyncIoStream> stream) {
-            return DataChannel::open(kj::mv(stream), key, max_message_bytes_, plain_sockets_);
+            return DataChannel::open(kj::mv(stream), key, max_message_bytes_, plain_sockets_)
+                .catch_([](kj::Exception&& e) -> kj::Promise<kj::Own<DataChannel>> {
+                  // The key was just given: unknown, it went with its session's connection.
+                  if (from_kj_exception(e).code() != ErrorCode::bad_token) return kj::mv(e);
+                  return error(ErrorCode::disconnected,
+                               "the data stream's session was lost while it opened: {}",
+                               e.getDescription().cStr());
+                });
           })
           .then([&connection](kj::Own<DataChannel> channel) { connection.data = kj::mv(channel); });
     });
@@ -344,136 +269,18 @@ kj::Promise<void> ShardLink::open_data(Connection& connection, StreamOpener open
   return not_connected();
 }
 
-DataChannel* ShardLink::data() {
-  return connection_ ? connection_->data.get() : nullptr;
-}
-
-kj::Promise<void> ShardLink::push(VariableId variable, Step step, ElementRange range, DType dtype,
-                                  std::span<const std::byte> gradient) {
-  if (session() == nullptr) return not_connected();
-  if (DataChannel* channel = data())
-    return channel
-        ->send(
-            {RequestKind::push, dtype, variable.value, 0, step.value, range.begin, gradient.size()},
-            gradient)
-        .ignoreResult()
-        .attach(kj::addRef(*connection_));
-  auto request = session()->pushRequest();
-  fill_push(wire::Session::PushParams::Builder(request), variable, step, range, dtype, gradient);
-  return request.send().ignoreResult().attach(kj::addRef(*connection_));
-}
-
-kj::Promise<int64_t> ShardLink::poll(VariableId variable, Step step, ElementRange range,
-                                     std::byte* out, size_t out_bytes) {
-  if (session() == nullptr) return not_connected();
-  if (DataChannel* channel = data())
-    return channel
-        ->send({RequestKind::poll, DType::float32, variable.value, 0, step.value, range.begin,
-                range.size()},
-               {}, out, out_bytes)
-        .attach(kj::addRef(*connection_));
-  auto request = session()->pollRequest();
-  request.setVariable(variable.value);
-  request.setStep(step.value);
-  request.setOffset(range.begin);
-  request.setCount(range.size());
-  return request.send()
-      .then([out, out_bytes](capnp::Response<wire::Session::PollResults> r) {
-        copy_value(r.getValue(), out, out_bytes);
-        return r.getAppliedAtNs();
-      })
+kj::Own<DataPath> ShardLink::data_path() {
+  if (session() == nullptr) return {};
+  return kj::Own<DataPath>(&connection_->path(), kj::NullDisposer::instance)
       .attach(kj::addRef(*connection_));
 }
 
-kj::Promise<std::vector<std::exception_ptr>> ShardLink::push_fused(
-    std::span<const FusedPartition> parts) {
-  if (session() == nullptr) return not_connected();
-  if (data() != nullptr)
-    return each_part(parts,
-                     [this](const FusedPartition& p) {
-                       return push(p.variable, p.step, p.range, p.dtype, p.gradient).then([] {
-                         return int64_t{0};
-                       });
-                     })
-        .then([](std::vector<PollOutcome> outcomes) {
-          std::vector<std::exception_ptr> out;
-          for (const PollOutcome& o : outcomes) out.push_back(o.error);
-          return out;
-        });
-  auto request = session()->pushFusedRequest();
-  fill_fused(request.initPartitions(static_cast<unsigned>(parts.size())), parts);
-  size_t count = parts.size();
-  return request.send()
-      .then([count](capnp::Response<wire::Session::PushFusedResults> r) {
-        auto errors = r.getErrors();
-        if (errors.size() != count)
-          fail(ErrorCode::internal, "shard answered {} outcomes to a fused push of {}",
-               errors.size(), count);
-        std::vector<std::exception_ptr> out;
-        for (auto text : errors) out.push_back(error_of(text));
-        return out;
-      })
-      .attach(kj::addRef(*connection_));
+bool ShardLink::has_data_stream() {
+  return connection_ && connection_->data;
 }
 
-kj::Promise<std::vector<PollOutcome>> ShardLink::poll_fused(std::span<const FusedPartition> parts) {
-  if (session() == nullptr) return not_connected();
-  if (data() != nullptr)
-    return each_part(parts, [this](const FusedPartition& p) {
-      return poll(p.variable, p.step, p.range, p.out, p.range.size() * element_bytes(p.dtype));
-    });
-  auto request = session()->pollFusedRequest();
-  auto list = request.initRanges(static_cast<unsigned>(parts.size()));
-  for (unsigned i = 0; i < parts.size(); ++i) {
-    const FusedPartition& p = parts[i];
-    list[i].setVariable(p.variable.value);
-    list[i].setStep(p.step.value);
-    list[i].setOffset(p.range.begin);
-    list[i].setCount(p.range.size());
-  }
-  return request.send()
-      .then([outs = outs_of(parts)](capnp::Response<wire::Session::PollFusedResults> r) {
-        return take_values(r.getValues(), outs);
-      })
-      .attach(kj::addRef(*connection_));
-}
-
-kj::Promise<int64_t> ShardLink::push_poll(VariableId variable, Step step, ElementRange range,
-                                          DType dtype, std::span<const std::byte> gradient,
-                                          std::byte* out, size_t out_bytes) {
-  if (session() == nullptr) return not_connected();
-  if (DataChannel* channel = data())
-    return channel
-        ->send({RequestKind::push_poll, dtype, variable.value, 0, step.value, range.begin,
-                gradient.size()},
-               gradient, out, out_bytes)
-        .attach(kj::addRef(*connection_));
-  auto request = session()->pushPollRequest();
-  fill_push(wire::Session::PushPollParams::Builder(request), variable, step, range, dtype,
-            gradient);
-  return request.send()
-      .then([out, out_bytes](capnp::Response<wire::Session::PushPollResults> r) {
-        copy_value(r.getValue(), out, out_bytes);
-        return r.getAppliedAtNs();
-      })
-      .attach(kj::addRef(*connection_));
-}
-
-kj::Promise<std::vector<PollOutcome>> ShardLink::push_poll_fused(
-    std::span<const FusedPartition> parts) {
-  if (session() == nullptr) return not_connected();
-  if (data() != nullptr)
-    return each_part(parts, [this](const FusedPartition& p) {
-      return push_poll(p.variable, p.step, p.range, p.dtype, p.gradient, p.out,
-                       p.range.size() * element_bytes(p.dtype));
-    });
-  auto request = session()->pushPollFusedRequest();
-  fill_fused(request.initPartitions(static_cast<unsigned>(parts.size())), parts);
-  return request.send()
-      .then([outs = outs_of(parts)](capnp::Response<wire::Session::PushPollFusedResults> r) {
-        return take_values(r.getValues(), outs);
-      })
-      .attach(kj::addRef(*connection_));
+bool ShardLink::fuses() {
+  return session() != nullptr && connection_->path().fuses();
 }
 
 kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::byte* out,

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// ShardLink: a worker's connection to one shard. Each method starts one call and resolves
-// with its answer or rejects with the server's exception (use from_kj_exception to read it).
-// KJ thread only.
+// ShardLink: a worker's connection to one shard. It connects, registers and pulls with
+// Cap'n Proto calls, each resolving with its answer or rejecting with the server's exception
+// (use from_kj_exception to read it), and hands out the connection's DataPath
+// (link/data_path.h), chosen once when the connection opens: a data stream when the link was
+// built with one and the shard has them, else Cap'n Proto calls. KJ thread only.
 //
 // Reconnecting: a link built with a StreamOpener can recover() after a call failed with a
 // lost connection: it opens a new stream, presents the same worker id and token, and
@@ -21,28 +23,12 @@
 
 #include "actors/shard/variable_spec.h"
 #include "common/placement.h"
-#include "link/data_channel.h"
+#include "link/data_path.h"
 #include "net/cluster_layout.h"
 #include "net/psched.capnp.h"
 #include "net/rpc_connection.h"
 
 namespace psched {
-
-// One partition of a fused push and poll: its gradient goes up, its fresh value lands in `out`.
-struct FusedPartition {
-  VariableId variable;
-  Step step;
-  ElementRange range;
-  DType dtype = DType::float32;
-  std::span<const std::byte> gradient;  // range.size() elements, copied into the message
-  std::byte* out = nullptr;             // room for range.size() elements
-};
-
-// What a poll found: the shard's wall clock (ns since the Unix epoch) when the value was ready.
-struct PollOutcome {
-  std::exception_ptr error;  // null: the value is in place
-  int64_t applied_at_ns = 0;
-};
 
 // Opens a new byte stream to the shard (a TCP connection; an in-memory pipe in tests).
 using StreamOpener = std::function<kj::Promise<kj::Own<kj::AsyncIoStream>>()>;
@@ -59,8 +45,8 @@ class ShardLink {
   // A link that can reconnect: connect() opens the first stream. `address` names the shard in
   // messages. `max_message_bytes` sizes the reader (the shard's limit is learnt on connect).
   // With `data_stream`, each connection also opens a data stream (link/data_channel.h) that
-  // carries push, poll and pushPoll (fused ones as several frames); without one, or with a
-  // shard that has none, they go as RPC calls. `plain_sockets`: `open` returns TCP sockets
+  // carries pushes and polls; without one, or with a shard that has none, they go as Cap'n
+  // Proto calls (link/rpc_calls.h). `plain_sockets`: `open` returns TCP sockets
   // themselves, with no TLS or wrapper over them (net/stream_reader.h).
   ShardLink(std::string address, StreamOpener open, uint64_t max_message_bytes,
             ReconnectPolicy policy, bool data_stream = true, bool plain_sockets = false);
@@ -76,8 +62,13 @@ class ShardLink {
   // Opens a data stream over `stream` beside the current connection (after connect()), for
   // links over one stream (tests' hand-made clients); later calls use it.
   kj::Promise<void> open_data_stream(kj::Own<kj::AsyncIoStream> stream);
-  // Whether push, poll and pushPoll go over a data stream now (else as RPC calls).
-  bool has_data_stream() { return data() != nullptr; }
+  // The current connection's way of carrying pushes and polls, holding the connection open
+  // while the caller keeps it (a call in flight does); null before connect() succeeded.
+  kj::Own<DataPath> data_path();
+  // Whether the current connection carries them over a data stream (else as RPC calls).
+  bool has_data_stream();
+  // Whether the current connection's path fuses partitions (DataPath::fuses).
+  bool fuses();
 
   // Counts the connections this link has opened; a call started on connection `epoch()`
   // that failed with a lost connection passes it to recover().
@@ -92,29 +83,6 @@ class ShardLink {
   // while the call is built. Resolves with the shard's id for it.
   kj::Promise<VariableId> register_part(const VariableSpec& spec, bool use_server_optimizer,
                                         ElementRange part, std::span<const std::byte> initial);
-  // Pushes one partition. `gradient` is sent from where it lies when word-aligned (else
-  // copied): the caller keeps it alive and unchanged until the promise resolves or is dropped.
-  kj::Promise<void> push(VariableId variable, Step step, ElementRange range, DType dtype,
-                         std::span<const std::byte> gradient);
-  // The fresh value of `range` after `step`, copied into `out` (range.size() elements; the
-  // caller keeps it alive until the promise resolves or is dropped, and over a data stream
-  // while the link lives: a value already arriving still lands). Resolves with the shard's
-  // wall-clock time of the answer.
-  kj::Promise<int64_t> poll(VariableId variable, Step step, ElementRange range, std::byte* out,
-                            size_t out_bytes);
-  // Pushes several partitions in one message; resolves with one outcome per partition (null:
-  // accepted), in order. Rejects only when the whole call failed (e.g. disconnected).
-  kj::Promise<std::vector<std::exception_ptr>> push_fused(std::span<const FusedPartition> parts);
-  // Polls several partitions in one message; each fresh value lands in its `out`, which the
-  // caller keeps alive until the promise resolves or is dropped.
-  kj::Promise<std::vector<PollOutcome>> poll_fused(std::span<const FusedPartition> parts);
-  // push() and poll() of the same range in one call (async mode: half the messages). Rejects
-  // with the push's refusal, or resolves as poll() does.
-  kj::Promise<int64_t> push_poll(VariableId variable, Step step, ElementRange range, DType dtype,
-                                 std::span<const std::byte> gradient, std::byte* out,
-                                 size_t out_bytes);
-  // push_fused() and poll_fused() in one call; a partition's refused push is its outcome's error.
-  kj::Promise<std::vector<PollOutcome>> push_poll_fused(std::span<const FusedPartition> parts);
   // The current value of `range`, copied into `out`.
   kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes);
 
@@ -151,8 +119,6 @@ class ShardLink {
   kj::Promise<void> register_again(Connection& connection);
   // Opens `connection`'s data stream with `open`, unless the shard has no data streams.
   kj::Promise<void> open_data(Connection& connection, StreamOpener open);
-  // The current connection's data stream, or null.
-  DataChannel* data();
 
   std::string address_;
   StreamOpener open_;
@@ -165,6 +131,7 @@ class ShardLink {
   kj::Own<Connection> connection_;  // the current one (calls in flight hold theirs)
   std::vector<Registered> registered_;
   uint64_t epoch_ = 0;
+  bool attempt_reached_shard_ = false;  // the last open_connection() opened its stream
   bool recovering_now_ = false;
   kj::Maybe<kj::ForkedPromise<void>> recovering_;
 };

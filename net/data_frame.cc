@@ -3,7 +3,6 @@
 
 #include <bit>
 #include <cstring>
-#include <string>
 
 #include <fmt/format.h>
 
@@ -27,7 +26,7 @@ T get(const FrameHeaderBytes& in, size_t at) {
 
 }  // namespace
 
-FrameHeaderBytes encode(const DataRequest& request) {
+FrameHeaderBytes encode(const RequestHeader& request) {
   FrameHeaderBytes out{};
   put(out, 0, static_cast<uint8_t>(request.kind));
   put(out, 1, static_cast<uint8_t>(request.dtype));
@@ -35,11 +34,11 @@ FrameHeaderBytes encode(const DataRequest& request) {
   put(out, 8, request.id);
   put(out, 16, request.step);
   put(out, 24, request.offset);
-  put(out, 32, request.size);
+  put(out, 32, request.kind == wire::RequestKind::POLL ? request.count : request.body_bytes);
   return out;
 }
 
-FrameHeaderBytes encode(const DataAnswer& answer) {
+FrameHeaderBytes encode(const AnswerHeader& answer) {
   FrameHeaderBytes out{};
   put(out, 0, static_cast<uint8_t>(answer.kind));
   put(out, 8, answer.id);
@@ -49,11 +48,11 @@ FrameHeaderBytes encode(const DataAnswer& answer) {
   return out;
 }
 
-std::optional<DataRequest> decode_request(const FrameHeaderBytes& bytes, std::string& why) {
+std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::string& why) {
   auto kind = get<uint8_t>(bytes, 0);
   auto dtype = get<uint8_t>(bytes, 1);
-  if (kind < static_cast<uint8_t>(RequestKind::push) ||
-      kind > static_cast<uint8_t>(RequestKind::cancel)) {
+  if (kind < static_cast<uint8_t>(wire::RequestKind::PUSH) ||
+      kind > static_cast<uint8_t>(wire::RequestKind::CANCEL)) {
     why = fmt::format("unknown request kind {}", kind);
     return std::nullopt;
   }
@@ -61,19 +60,27 @@ std::optional<DataRequest> decode_request(const FrameHeaderBytes& bytes, std::st
     why = fmt::format("unknown dtype {}", dtype);
     return std::nullopt;
   }
-  return DataRequest{static_cast<RequestKind>(kind), static_cast<DType>(dtype),
-                     get<uint32_t>(bytes, 4),        get<uint64_t>(bytes, 8),
-                     get<uint64_t>(bytes, 16),       get<uint64_t>(bytes, 24),
-                     get<uint64_t>(bytes, 32)};
+  RequestHeader out{.kind = static_cast<wire::RequestKind>(kind),
+                    .dtype = static_cast<DType>(dtype),
+                    .variable = get<uint32_t>(bytes, 4),
+                    .id = get<uint64_t>(bytes, 8),
+                    .step = get<uint64_t>(bytes, 16),
+                    .offset = get<uint64_t>(bytes, 24)};
+  uint64_t size = get<uint64_t>(bytes, 32);
+  if (out.kind == wire::RequestKind::POLL)
+    out.count = size;
+  else if (out.kind != wire::RequestKind::CANCEL)
+    out.body_bytes = size;
+  return out;
 }
 
-std::optional<DataAnswer> decode_answer(const FrameHeaderBytes& bytes) {
+std::optional<AnswerHeader> decode_answer(const FrameHeaderBytes& bytes) {
   auto kind = get<uint8_t>(bytes, 0);
-  if (kind < static_cast<uint8_t>(AnswerKind::receipt) ||
-      kind > static_cast<uint8_t>(AnswerKind::ready))
+  if (kind < static_cast<uint8_t>(wire::AnswerKind::RECEIPT) ||
+      kind > static_cast<uint8_t>(wire::AnswerKind::READY))
     return std::nullopt;
-  return DataAnswer{static_cast<AnswerKind>(kind), get<uint64_t>(bytes, 8),
-                    get<uint64_t>(bytes, 16), get<int64_t>(bytes, 24), get<uint64_t>(bytes, 32)};
+  return AnswerHeader{static_cast<wire::AnswerKind>(kind), get<uint64_t>(bytes, 8),
+                      get<uint64_t>(bytes, 16), get<int64_t>(bytes, 24), get<uint64_t>(bytes, 32)};
 }
 
 }  // namespace psched

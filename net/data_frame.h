@@ -1,66 +1,49 @@
 // SPDX-License-Identifier: Apache-2.0
-// The data stream's frames: a worker's pushes and polls, and the shard's answers, as a fixed
-// header and raw bytes, with no per-call RPC objects. A worker opens it beside its RPC
-// connection (Session.openDataStream gives the key it presents) and sends the data path over
-// it; registration, pulls and the operator view stay on RPC.
-//
-// A data stream starts with the worker's preface: kDataPreface, then the key. The shard answers
-// with a `ready` answer, or an `error` answer and closes. Then each side sends frames: a header
-// of kFrameHeaderBytes and `body_bytes` after it. Integers are little-endian.
-//
-// Requests (worker -> shard), answered by `id`, which the worker chooses:
-//   push       body: the gradient; answered by a receipt (or an error)
-//   poll       body: none, `count` elements; answered by the value (or an error)
-//   push_poll  body: the gradient; push, then poll of its range: answered by the value only
-//   cancel     body: none; forgets the waiting poll or push_poll `id` (no answer)
-// Answers (shard -> worker): receipt (no body), value (body: the range's bytes), error (body:
-// "[code] message", as an RPC exception's description; common/kj_error.h).
+// The data stream's frame headers (declared in net/psched.capnp, beside the interfaces): a
+// worker's requests and the shard's answers, as psched reads and writes them.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "common/dtype.h"
+#include "net/psched.capnp.h"
 
 namespace psched {
 
-inline constexpr std::string_view kDataPreface = "PSCHDAT1";
-inline constexpr size_t kDataKeyBytes = 16;
-inline constexpr size_t kFrameHeaderBytes = 40;
+inline const std::string_view kDataPreface{wire::DATA_PREFACE.get().cStr(),
+                                           wire::DATA_PREFACE.get().size()};
+inline constexpr size_t kDataKeyBytes = wire::DATA_KEY_BYTES;
+inline constexpr size_t kFrameHeaderBytes = wire::FRAME_HEADER_BYTES;
 using FrameHeaderBytes = std::array<std::byte, kFrameHeaderBytes>;
 
-enum class RequestKind : uint8_t { push = 1, poll = 2, push_poll = 3, cancel = 4 };
-
-struct DataRequest {
-  RequestKind kind = RequestKind::push;
+struct RequestHeader {
+  wire::RequestKind kind = wire::RequestKind::PUSH;
   DType dtype = DType::float32;
   uint32_t variable = 0;
-  uint64_t id = 0;
+  uint64_t id = 0;  // the worker's; answers name it
   uint64_t step = 0;
-  uint64_t offset = 0;  // in elements
-  uint64_t size = 0;    // push, push_poll: body bytes; poll: elements; cancel: 0
-  uint64_t body_bytes() const {
-    return kind == RequestKind::push || kind == RequestKind::push_poll ? size : 0;
-  }
+  uint64_t offset = 0;      // in elements
+  uint64_t body_bytes = 0;  // push, push_poll: the gradient's bytes that follow the header
+  uint64_t count = 0;       // poll: elements asked for
 };
 
-enum class AnswerKind : uint8_t { receipt = 1, value = 2, error = 3, ready = 4 };
-
-struct DataAnswer {
-  AnswerKind kind = AnswerKind::receipt;
+struct AnswerHeader {
+  wire::AnswerKind kind = wire::AnswerKind::RECEIPT;
   uint64_t id = 0;
   uint64_t applied_step = 0;
   int64_t applied_at_ns = 0;
   uint64_t body_bytes = 0;
 };
 
-FrameHeaderBytes encode(const DataRequest& request);
-FrameHeaderBytes encode(const DataAnswer& answer);
+FrameHeaderBytes encode(const RequestHeader& request);
+FrameHeaderBytes encode(const AnswerHeader& answer);
 // The request in `bytes`, or nullopt with `why` set when its kind or dtype is none we know.
-std::optional<DataRequest> decode_request(const FrameHeaderBytes& bytes, std::string& why);
+std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::string& why);
 // The answer in `bytes`, or nullopt when its kind is none we know.
-std::optional<DataAnswer> decode_answer(const FrameHeaderBytes& bytes);
+std::optional<AnswerHeader> decode_answer(const FrameHeaderBytes& bytes);
 
 }  // namespace psched

@@ -132,7 +132,47 @@ interface Session {
   # values[i].error holds partition i's refusal, by its push or its poll.
 
   openDataStream @8 () -> (key :Data);
-  # A key for opening this worker's data stream (net/data_frame.h): a second connection to the
-  # shard that carries push, poll and pushPoll as frames, without per-call RPC objects. The key
-  # opens one stream; asking again replaces an unused one.
+  # A key for opening this worker's data stream (below): a second connection to the shard that
+  # carries push, poll and pushPoll as frames, without per-call RPC objects. The key opens one
+  # stream; asking again replaces an unused one.
+}
+
+# The data stream. A worker opens it beside its RPC connection with a key from
+# Session.openDataStream, and sends its pushes and polls over it as frames: a fixed header and
+# raw bytes, no per-call RPC objects (net/data_frame.h reads and writes them). Registration,
+# pulls and the operator view stay on RPC.
+#
+# It starts with the worker's preface, dataPreface then the key's dataKeyBytes. The shard answers
+# with a `ready` answer, or an `error` answer and closes. Then each side sends frames: a header
+# of frameHeaderBytes and `bodyBytes` after it. Integers are little-endian, at these byte offsets:
+#
+#   request (worker -> shard)            answer (shard -> worker)
+#   0   UInt8   RequestKind              0   UInt8   AnswerKind
+#   1   UInt8   DType                    8   UInt64  id of the request answered
+#   4   UInt32  variable                 16  UInt64  appliedStep (value)
+#   8   UInt64  id, the worker's choice  24  Int64   appliedAtNs (value)
+#   16  UInt64  step                     32  UInt64  bodyBytes
+#   24  UInt64  offset (elements)
+#   32  UInt64  bodyBytes (push, pushPoll) or count (poll: elements)
+#
+# Other bytes are zero. Fields mean what Session's parameters of the same names do.
+
+const dataPreface :Text = "PSCHDAT1";
+const dataKeyBytes :UInt32 = 16;
+const frameHeaderBytes :UInt32 = 40;
+
+enum RequestKind {
+  unknown @0;
+  push @1;      # body: the gradient; answered by a receipt (or an error)
+  poll @2;      # no body; answered by the value (or an error)
+  pushPoll @3;  # body: the gradient; push, then poll of its range: answered by the value only
+  cancel @4;    # no body; forgets the waiting poll or pushPoll `id` (no answer)
+}
+
+enum AnswerKind {
+  unknown @0;
+  receipt @1;  # no body
+  value @2;    # body: the range's bytes
+  error @3;    # body: "[code] message", as an RPC exception's description
+  ready @4;    # the preface's answer: the stream is open
 }

@@ -127,11 +127,11 @@ kj::Promise<void> ShardListener::serve_data(kj::Own<kj::AsyncIoStream> stream,
           worker = found->second;
           endpoint_.data_keys.erase(found);
           admission_.join_session(*ticket);  // logs its own refusal
-        } catch (...) {
-          refusal = to_kj_exception(std::current_exception()).getDescription().cStr();
+        } catch (const Error& e) {
+          refusal = describe(e);
         }
-        DataAnswer answer{refusal.empty() ? AnswerKind::ready : AnswerKind::error, 0, 0, 0,
-                          refusal.size()};
+        AnswerHeader answer{refusal.empty() ? wire::AnswerKind::READY : wire::AnswerKind::ERROR, 0,
+                            0, 0, refusal.size()};
         auto reply = kj::heap<std::pair<FrameHeaderBytes, std::string>>(encode(answer), refusal);
         auto pieces = kj::heapArray<kj::ArrayPtr<const kj::byte>>(
             {{reinterpret_cast<const kj::byte*>(reply->first.data()), reply->first.size()},
@@ -153,18 +153,18 @@ kj::Promise<void> ShardListener::serve_data(kj::Own<kj::AsyncIoStream> stream,
 kj::Promise<void> ShardListener::serve_rpc(kj::Own<kj::AsyncIoStream> stream,
                                            std::shared_ptr<ConnectionTicket> ticket) {
   const LimitsConfig& limits = endpoint_.config.limits;
-  auto order = kj::refcounted<AnswerOrder>();
+  auto window = kj::refcounted<ReturnWindow>();
   auto connection = kj::heap<RpcConnection>(
       kj::mv(stream),
-      kj::heap<ShardService>(endpoint_, kj::addRef(*order), &admission_, kj::mv(ticket)),
+      kj::heap<ShardService>(endpoint_, kj::addRef(*window), &admission_, kj::mv(ticket)),
       reader_options(limits.max_message_bytes));
-  order->serve(*connection);
+  window->serve(*connection);
   connection->limit_unanswered_calls(2 * limits.max_message_bytes +
                                      kPollMessageBytes * limits.max_waiting_polls);
   auto done = connection->on_disconnect();
-  // The order closes before the connection goes.
-  auto close_order = kj::defer([order = kj::mv(order)]() mutable { order->close(); });
-  return done.attach(kj::mv(close_order))
+  // The window closes before the connection goes.
+  auto close_window = kj::defer([window = kj::mv(window)]() mutable { window->close(); });
+  return done.attach(kj::mv(close_window))
       .attach(kj::mv(connection))
       .catch_([this](kj::Exception&& e) {
         log_info("shard {}: connection dropped: {}", endpoint_.id.value, e.getDescription().cStr());

@@ -2,79 +2,72 @@
 #include "server/shard_service.h"
 
 #include <algorithm>
-#include <memory>
 #include <random>
 
-#include "common/wall_clock.h"
 #include "net/data_frame.h"
 #include "net/wire_convert.h"
 
 namespace psched {
 namespace {
 
-// "" for success, else the exception's "[code] message".
-kj::Promise<kj::String> error_text(kj::Promise<void> call) {
-  return call.then([] { return kj::str(""); },
-                   [](kj::Exception&& e) { return kj::str(e.getDescription()); });
-}
-
-// The exception that answers a request the service refused before it reached the shard,
-// which counts it for the operator view.
-kj::Exception refuse(ShardEndpoint& endpoint, std::exception_ptr error) {
-  endpoint.shard.report_error(error);
-  return to_kj_exception(error);
-}
-
 // Values at least this large are referenced rather than copied. Below it the copy is cheap
 // and a one-segment message is cheaper to send and read: at 4 KiB referencing cost 10-15% more
 // CPU per byte (psched-transport-bench --sizes 4KiB, three runs each way).
 constexpr size_t kReferencedValueBytes = 64 * 1024;
+// What an answer's message costs beside its value, for the ReturnWindow.
+constexpr uint64_t kReturnOverheadBytes = 64;
 
-// Puts `value` into an answer's `value` field. A large value is referenced where it lives, in
+// Puts `bytes` into an answer's `value` field. A large value is referenced where it lives, in
 // the variable's memory, when that is whole words at a word boundary (Cap'n Proto's condition
 // for an external segment): its bytes leave from there, with no zeroed buffer to fill and no
 // copy. The shard outlives its connections' messages (ShardHost), so the memory outlives the
 // answer.
-template <typename Answer>
-void put_value(Answer answer, const FreshValue& value) {
-  std::span<const std::byte> bytes = value.in_place();
+template <typename Results>
+void put_value(Results results, std::span<const std::byte> bytes) {
   capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
   if (bytes.size() >= kReferencedValueBytes &&
       reinterpret_cast<uintptr_t>(bytes.data()) % sizeof(capnp::word) == 0 &&
       bytes.size() % sizeof(capnp::word) == 0)
-    answer.adoptValue(
-        capnp::Orphanage::getForMessageContaining(answer).referenceExternalData(data));
+    results.adoptValue(
+        capnp::Orphanage::getForMessageContaining(results).referenceExternalData(data));
   else
-    answer.setValue(data);
+    results.setValue(data);
 }
 
-// Puts a ready value into an answer: poll's, pushPoll's, or one slot of a fused answer.
-template <typename Answer>
-void write_answer(Answer answer, const FreshValue& value, int64_t answered_at_ns) {
-  put_value(answer, value);
-  answer.setAppliedStep(value.step().value);
-  answer.setAppliedAtNs(answered_at_ns);
+// Puts a value answer into poll's or pushPoll's results, or one slot of a fused answer.
+template <typename Results>
+void put_answer(Results results, const Answer& answer) {
+  put_value(results, answer.value);
+  results.setAppliedStep(answer.applied_step.value);
+  results.setAppliedAtNs(answer.applied_at_ns);
 }
 
-// What writes a ready value into slot `i` of a fused answer.
-template <typename Context>
-auto slot_writer(Context context, unsigned i) {
-  return [context, i](const FreshValue& value, int64_t at_ns) mutable {
-    write_answer(context.getResults().getValues()[i], value, at_ns);
-  };
+// A push's or pushPoll's fields (also a fused Partition's) as a request to the plane. Throws
+// Error for a dtype not on the wire.
+template <typename Fields>
+Request push_request(RequestKind kind, Fields fields) {
+  const capnp::Data::Reader data = fields.getData();
+  return {.kind = kind,
+          .variable = fields.getVariable(),
+          .step = fields.getStep(),
+          .offset = fields.getOffset(),
+          .dtype = from_wire(fields.getDtype()),
+          .gradient = {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
 }
 
-// Answers a fused call (pollFused, pushPollFused) slot by slot: `answer(i)` writes slot i's
-// value when it is ready; a refusal becomes the slot's error text. Resolves when all are in.
-template <typename Context, typename Answer>
-kj::Promise<void> answer_each(Context context, unsigned slots, Answer answer) {
-  context.getResults().initValues(slots);
-  auto outcomes = kj::heapArrayBuilder<kj::Promise<void>>(slots);
-  for (unsigned i = 0; i < slots; ++i)
-    outcomes.add(answer(i).catch_([context, i](kj::Exception&& e) mutable {
-      context.getResults().getValues()[i].setError(e.getDescription());
-    }));
-  return kj::joinPromises(outcomes.finish());
+Request poll_request(wire::PolledRange::Reader range) {
+  return {.kind = RequestKind::poll,
+          .variable = range.getVariable(),
+          .step = range.getStep(),
+          .offset = range.getOffset(),
+          .count = range.getCount()};
+}
+
+// The exception that answers a call refused before it reached the plane; the shard counts it
+// for the operator view.
+kj::Exception refused(ShardEndpoint& endpoint, const Error& error) {
+  endpoint.shard.report_error(std::make_exception_ptr(error));
+  return to_kj_exception(error);
 }
 
 // kDataKeyBytes random bytes.
@@ -94,9 +87,9 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-kj::Exception ShardService::refuse_connect(Error error) {
+kj::Exception ShardService::refuse_connect(const Error& error) {
   if (admission_ && ticket_) admission_->refused("connect", *ticket_, error.what());
-  return refuse(endpoint_, std::make_exception_ptr(std::move(error)));
+  return refused(endpoint_, error);
 }
 
 kj::Promise<void> ShardService::connect(ConnectContext context) {
@@ -121,14 +114,14 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
   if (admission_ && ticket_) {
     try {
       admission_->authenticate(*ticket_);  // logs its own refusal
-    } catch (...) {
-      return refuse(endpoint_, std::current_exception());
+    } catch (const Error& e) {
+      return refused(endpoint_, e);
     }
   }
 
   auto results = context.getResults();
   results.setSession(
-      kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId()), kj::addRef(*order_)));
+      kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId()), kj::addRef(*window_)));
   auto layout = results.initLayout();
   layout.setShardIndex(endpoint_.id.value);
   auto addresses = layout.initShardAddresses(static_cast<unsigned>(config.shards.size()));
@@ -142,6 +135,80 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
   return kj::READY_NOW;
 }
 
+SessionService::SessionService(ShardEndpoint& endpoint, WorkerId worker,
+                               kj::Own<ReturnWindow> window)
+    : endpoint_(endpoint),
+      worker_(worker),
+      window_(kj::mv(window)),
+      plane_(std::make_shared<DataPlane>(endpoint, worker, static_cast<AnswerWriter&>(*this))) {
+  window_->watch(plane_);
+}
+
+SessionService::~SessionService() {
+  if (!data_key_.empty()) endpoint_.data_keys.erase(data_key_);
+}
+
+kj::Promise<void> SessionService::ask(Request request, Write write) {
+  uint64_t id = request.id = next_id();
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  auto done = std::make_shared<kj::Own<kj::PromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+  unanswered_.emplace(id, [done, write = std::move(write)](const Answer& answer) {
+    if (answer.kind == AnswerKind::error) return (*done)->reject(to_kj_exception(*answer.error));
+    write(answer);
+    (*done)->fulfill();
+  });
+  plane_->serve(std::move(request));
+  return paf.promise.attach(kj::defer([this, id, alive = std::weak_ptr<bool>(alive_)] {
+    if (alive.lock()) forget({&id, 1});
+  }));
+}
+
+kj::Promise<void> SessionService::ask_all(std::vector<Request> requests,
+                                          std::vector<std::optional<Error>> refused,
+                                          WriteSlot write) {
+  struct Gathering {
+    size_t left;
+    kj::Own<kj::PromiseFulfiller<void>> done;
+  };
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  auto all = std::make_shared<Gathering>(Gathering{requests.size(), kj::mv(paf.fulfiller)});
+  if (requests.empty()) all->done->fulfill();
+  std::vector<uint64_t> ids;
+  for (unsigned i = 0; i < requests.size(); ++i) {
+    uint64_t id = requests[i].id = next_id();
+    ids.push_back(id);
+    unanswered_.emplace(id, [all, write, i](const Answer& answer) {
+      write(i, answer);
+      if (--all->left == 0) all->done->fulfill();
+    });
+  }
+  // In list order, so the shard applies them in that order.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (refused[i])
+      plane_->refuse(ids[i], *refused[i]);
+    else
+      plane_->serve(std::move(requests[i]));
+  }
+  return paf.promise.attach(
+      kj::defer([this, ids = std::move(ids), alive = std::weak_ptr<bool>(alive_)] {
+        if (alive.lock()) forget(ids);
+      }));
+}
+
+void SessionService::forget(std::span<const uint64_t> ids) {
+  for (uint64_t id : ids)
+    if (unanswered_.erase(id) > 0) plane_->cancel(id);
+}
+
+void SessionService::take(Answer& answer) {
+  auto it = unanswered_.find(answer.id);
+  if (it == unanswered_.end()) return;  // its call went away
+  Write settle = std::move(it->second);
+  unanswered_.erase(it);
+  window_->sent(kReturnOverheadBytes + answer.value.size());
+  settle(answer);
+}
+
 void SessionService::check_fused(const char* what, size_t parts) const {
   uint64_t limit = endpoint_.config.limits.max_fused_partitions;
   if (parts > limit)
@@ -150,13 +217,25 @@ void SessionService::check_fused(const char* what, size_t parts) const {
          parts, limit);
 }
 
+void SessionService::check_answer_fits(capnp::List<wire::PolledRange>::Reader ranges) const {
+  uint64_t limit = endpoint_.config.limits.max_message_bytes, elements = 0;
+  for (auto r : ranges) {
+    elements += std::min<uint64_t>(r.getCount(), limit);  // stays below 2 x limit
+    if (elements > limit / sizeof(float))
+      fail(ErrorCode::message_too_large,
+           "pollFused rejected: its ranges hold over {} elements, which do not fit the message "
+           "limit of {} bytes (limits.max_message_bytes)",
+           limit / sizeof(float), limit);
+  }
+}
+
 kj::Promise<void> SessionService::register_(RegisterContext context) {
   auto params = context.getParams();
   VariableSpec spec;
   try {
     spec = from_wire(params.getSpec(), endpoint_.config.optimizer, endpoint_.config.limits);
-  } catch (...) {
-    return refuse(endpoint_, std::current_exception());
+  } catch (const Error& e) {
+    return refused(endpoint_, e);
   }
   auto initial = params.getInitialValue();
   auto [promise, f] = reply_promise<std::pair<VariableId, bool>>();
@@ -174,106 +253,69 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
   });
 }
 
-template <typename Fields>
-PushArgs SessionService::decode_push(Fields fields) const {
-  const capnp::Data::Reader data = fields.getData();
-  return check_push(endpoint_.config.limits, fields.getVariable(), fields.getStep(),
-                    fields.getOffset(), from_wire(fields.getDtype()),
-                    {reinterpret_cast<const std::byte*>(data.begin()), data.size()});
-}
-
-kj::Promise<void> SessionService::push_one(const PushArgs& push) {
-  auto [promise, f] = reply_promise<void>();
-  endpoint_.shard.push(worker_, push.variable, push.step, push.range, push.dtype, push.data,
-                       [f = f](std::exception_ptr error) {
-                         if (error) return (*f)->reject(to_kj_exception(error));
-                         (*f)->fulfill();
-                       });
-  return kj::mv(promise);
-}
-
 kj::Promise<void> SessionService::push(PushContext context) {
-  auto params = context.getParams();
   try {
-    return push_one(decode_push(params));
-  } catch (...) {
-    return refuse(endpoint_, std::current_exception());
+    return ask(push_request(RequestKind::push, context.getParams()), [](const Answer&) {});
+  } catch (const Error& e) {
+    return refused(endpoint_, e);
   }
+}
+
+kj::Promise<void> SessionService::poll(PollContext context) {
+  auto params = context.getParams();
+  context.allowCancellation();
+  return ask({.kind = RequestKind::poll,
+              .variable = params.getVariable(),
+              .step = params.getStep(),
+              .offset = params.getOffset(),
+              .count = params.getCount()},
+             [context](const Answer& answer) mutable { put_answer(context.getResults(), answer); });
+}
+
+kj::Promise<void> SessionService::pushPoll(PushPollContext context) {
+  try {
+    return ask(
+        push_request(RequestKind::push_poll, context.getParams()),
+        [context](const Answer& answer) mutable { put_answer(context.getResults(), answer); });
+  } catch (const Error& e) {
+    return refused(endpoint_, e);
+  }
+}
+
+kj::Promise<void> SessionService::pull(PullContext context) {
+  auto params = context.getParams();
+  return ask({.kind = RequestKind::pull,
+              .variable = params.getVariable(),
+              .offset = params.getOffset(),
+              .count = params.getCount()},
+             [context](const Answer& answer) mutable {
+               auto results = context.getResults();
+               put_value(results, answer.value);
+               results.setAppliedStep(answer.applied_step.value);
+             });
 }
 
 kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
   auto partitions = context.getParams().getPartitions();
   try {
     check_fused("pushFused", partitions.size());
-  } catch (...) {
-    return refuse(endpoint_, std::current_exception());
+  } catch (const Error& e) {
+    return refused(endpoint_, e);
   }
-  auto outcomes = kj::heapArrayBuilder<kj::Promise<kj::String>>(partitions.size());
-  // Each partition goes to the shard in list order, so they apply in that order.
-  for (auto p : partitions) {
+  std::vector<Request> requests(partitions.size());
+  std::vector<std::optional<Error>> refused(partitions.size());
+  for (unsigned i = 0; i < partitions.size(); ++i) {
     try {
-      outcomes.add(error_text(push_one(decode_push(p))));
-    } catch (...) {
-      outcomes.add(error_text(refuse(endpoint_, std::current_exception())));
+      requests[i] = push_request(RequestKind::push, partitions[i]);
+    } catch (const Error& e) {
+      refused[i] = e;
     }
   }
-  return kj::joinPromises(outcomes.finish()).then([context](kj::Array<kj::String> errors) mutable {
-    auto out = context.getResults().initErrors(static_cast<unsigned>(errors.size()));
-    for (unsigned i = 0; i < errors.size(); ++i) out.set(i, errors[i]);
-  });
-}
-
-void SessionService::check_answer_fits(capnp::List<wire::PolledRange>::Reader ranges) const {
-  uint64_t limit = endpoint_.config.limits.max_message_bytes, elements = 0;
-  for (auto r : ranges) {
-    elements += std::min<uint64_t>(r.getCount(), limit);  // stays below 2 x limit
-    if (elements > limit / sizeof(float))
-      fail(ErrorCode::message_too_large,
-           "pollFused rejected: its ranges hold over {} elements, which do not fit the message "
-           "limit of {} bytes (limits.max_message_bytes)",
-           limit / sizeof(float), limit);
-  }
-}
-
-kj::Promise<void> SessionService::poll_one(VariableId variable, Step step, uint64_t offset,
-                                           uint64_t count, WriteValue write) {
-  ElementRange r = checked_range("poll", offset, count);
-  check_poll_room(endpoint_.config.limits, *waiting_polls_);
-  ++*waiting_polls_;
-  auto [promise, f] = reply_promise<void>();
-  PollTicket ticket(endpoint_.next_poll_ticket++);
-  endpoint_.shard.poll(worker_, variable, step, r, ticket,
-                       [f = f, write = std::move(write),
-                        order = std::make_shared<kj::Own<AnswerOrder>>(kj::addRef(*order_))](
-                           std::exception_ptr error, const FreshValue* value) {
-                         if (error) return (*f)->reject(to_kj_exception(error));
-                         write(*value, wall_clock_ns());
-                         (*order)->submit(value->priority(), value->bytes(), kj::mv(*f));
-                       });
-  // A poll may wait long; when its caller goes away (cancel, dropped connection) the promise
-  // is dropped and the shard forgets the poll at once, before the call's results (which
-  // `write` fills) go away. Polls borrow nothing from their parameters.
-  VariableShard& shard = endpoint_.shard;
-  std::weak_ptr<bool> alive = endpoint_.alive;
-  return promise.attach(kj::defer([&shard, alive, ticket, waiting = waiting_polls_] {
-    --*waiting;
-    if (alive.lock()) shard.withdraw_poll(ticket);
-  }));
-}
-
-kj::Promise<void> SessionService::poll(PollContext context) {
-  auto params = context.getParams();
-  try {
-    auto answered =
-        poll_one(VariableId(params.getVariable()), Step(params.getStep()), params.getOffset(),
-                 params.getCount(), [context](const FreshValue& value, int64_t at_ns) mutable {
-                   write_answer(context.getResults(), value, at_ns);
+  auto errors = context.getResults().initErrors(partitions.size());
+  return ask_all(std::move(requests), std::move(refused),
+                 [errors](unsigned i, const Answer& answer) mutable {
+                   if (answer.kind == AnswerKind::error) errors.set(i, describe(*answer.error));
                  });
-    context.allowCancellation();
-    return answered;
-  } catch (...) {
-    return refuse(endpoint_, std::current_exception());
-  }
 }
 
 kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
@@ -281,63 +323,46 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
   try {
     check_fused("pollFused", ranges.size());
     check_answer_fits(ranges);
-  } catch (...) {
-    return refuse(endpoint_, std::current_exception());
+  } catch (const Error& e) {
+    return refused(endpoint_, e);
   }
   context.allowCancellation();
-  return answer_each(context, ranges.size(), [&](unsigned i) -> kj::Promise<void> {
-    auto r = ranges[i];
-    try {
-      return poll_one(VariableId(r.getVariable()), Step(r.getStep()), r.getOffset(), r.getCount(),
-                      slot_writer(context, i));
-    } catch (...) {
-      return refuse(endpoint_, std::current_exception());
-    }
-  });
-}
-
-kj::Promise<void> SessionService::push_then_poll(const PushArgs& push, WriteValue write) {
-  // Before the push: a refused call must leave the variable untouched.
-  check_poll_room(endpoint_.config.limits, *waiting_polls_);
-  auto pushed = push_one(push);
-  // Filed behind the push on the shard's loop; dropped, and so withdrawn, if the push is refused.
-  auto answered =
-      poll_one(push.variable, push.step, push.range.begin, push.range.size(), std::move(write));
-  return pushed.then([answered = kj::mv(answered)]() mutable { return kj::mv(answered); });
-}
-
-kj::Promise<void> SessionService::pushPoll(PushPollContext context) {
-  auto params = context.getParams();
-  try {
-    return push_then_poll(decode_push(params),
-                          [context](const FreshValue& value, int64_t at_ns) mutable {
-                            write_answer(context.getResults(), value, at_ns);
-                          });
-  } catch (...) {
-    return refuse(endpoint_, std::current_exception());
-  }
+  std::vector<Request> requests;
+  for (auto range : ranges) requests.push_back(poll_request(range));
+  auto values = context.getResults().initValues(ranges.size());
+  return ask_all(std::move(requests), std::vector<std::optional<Error>>(ranges.size()),
+                 [values](unsigned i, const Answer& answer) mutable {
+                   if (answer.kind == AnswerKind::error)
+                     values[i].setError(describe(*answer.error));
+                   else
+                     put_answer(values[i], answer);
+                 });
 }
 
 kj::Promise<void> SessionService::pushPollFused(PushPollFusedContext context) {
   auto partitions = context.getParams().getPartitions();
   try {
     check_fused("pushPollFused", partitions.size());
-  } catch (...) {
-    return refuse(endpoint_, std::current_exception());
+  } catch (const Error& e) {
+    return refused(endpoint_, e);
   }
-  // Each partition goes to the shard in list order, so they apply in that order.
-  return answer_each(context, partitions.size(), [&](unsigned i) -> kj::Promise<void> {
-    auto p = partitions[i];
+  std::vector<Request> requests(partitions.size());
+  std::vector<std::optional<Error>> refused(partitions.size());
+  for (unsigned i = 0; i < partitions.size(); ++i) {
     try {
-      return push_then_poll(decode_push(p), slot_writer(context, i));
-    } catch (...) {
-      return refuse(endpoint_, std::current_exception());
+      requests[i] = push_request(RequestKind::push_poll, partitions[i]);
+    } catch (const Error& e) {
+      refused[i] = e;
     }
-  });
-}
-
-SessionService::~SessionService() {
-  if (!data_key_.empty()) endpoint_.data_keys.erase(data_key_);
+  }
+  auto values = context.getResults().initValues(partitions.size());
+  return ask_all(std::move(requests), std::move(refused),
+                 [values](unsigned i, const Answer& answer) mutable {
+                   if (answer.kind == AnswerKind::error)
+                     values[i].setError(describe(*answer.error));
+                   else
+                     put_answer(values[i], answer);
+                 });
 }
 
 kj::Promise<void> SessionService::openDataStream(OpenDataStreamContext context) {
@@ -347,26 +372,6 @@ kj::Promise<void> SessionService::openDataStream(OpenDataStreamContext context) 
   context.getResults().setKey(
       capnp::Data::Reader(reinterpret_cast<const kj::byte*>(data_key_.data()), data_key_.size()));
   return kj::READY_NOW;
-}
-
-kj::Promise<void> SessionService::pull(PullContext context) {
-  auto params = context.getParams();
-  try {
-    ElementRange r = checked_range("pull", params.getOffset(), params.getCount());
-    auto [promise, f] = reply_promise<void>();
-    endpoint_.shard.pull(
-        VariableId(params.getVariable()), r,
-        [f = f, context](std::exception_ptr error, const FreshValue* value) mutable {
-          if (error) return (*f)->reject(to_kj_exception(error));
-          auto results = context.getResults();
-          put_value(results, *value);
-          results.setAppliedStep(value->step().value);
-          (*f)->fulfill();
-        });
-    return kj::mv(promise);
-  } catch (...) {
-    return refuse(endpoint_, std::current_exception());
-  }
 }
 
 }  // namespace psched

@@ -1,58 +1,41 @@
 // SPDX-License-Identifier: Apache-2.0
-// The RPC face of a shard: Shard (connect) and Session (register, push, poll, pushPoll, pull,
-// ...) servers that turn calls into VariableShard messages and the actor's replies into answers.
+// The Cap'n Proto calls' front end of a shard: Shard (connect) and Session (register,
+// openDataStream, and the data path: push, poll, pushPoll, pull and their fused forms).
+// Register and openDataStream go to the shard and the endpoint directly; each data-path call
+// is decoded into Requests for the worker's DataPlane (server/data_plane.h), which does the
+// rest, and the call completes when the plane's answer comes back (a fused call when all of
+// its answers are in).
 //
-// Runs on the shard's loop, with the shard: a call reaches it as a direct call, and a fresh
-// value is read from the variable straight into the answer's message. Views into a call's
-// parameters stay valid until it is answered (pushes are not cancellable), which is what lets
-// the shard apply straight from them.
+// Runs on the shard's loop, with the shard. Views into a call's parameters stay valid until it
+// is answered (pushes are not cancellable), which is what lets the shard apply straight from
+// them; a large value is referenced from the variable's memory into the answer's message.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
-#include "actors/shard/variable_shard.h"
-#include "config/deployment.h"
 #include "net/psched.capnp.h"
-#include "server/answer_order.h"
 #include "server/connection_admission.h"
-#include "server/receive_buffers.h"
-#include "server/request_checks.h"
-#include "server/shard_trace.h"
+#include "server/data_plane.h"
+#include "server/return_window.h"
+#include "server/shard_endpoint.h"
 
 namespace psched {
 
-// What every connection to one shard shares; outlives the connections.
-struct ShardEndpoint {
-  VariableShard& shard;
-  const DeploymentConfig& config;
-  ShardId id;
-  uint64_t next_poll_ticket = 1;
-  // Keys a session gave out for opening its data stream (server/data_session.h), each good for
-  // one stream of that session's worker.
-  std::unordered_map<std::string, WorkerId> data_keys{};
-  // Where the data streams record their requests; null when not tracing.
-  ShardTrace* trace = nullptr;
-  // The data streams' gradient buffers, reused; up to limits.max_message_bytes kept free.
-  std::shared_ptr<ReceiveBuffers> receive_buffers =
-      ReceiveBuffers::make(config.limits.max_message_bytes);
-  // Expires when the endpoint goes; cleanup that may outlive it (a cancelled poll's promise,
-  // destroyed with the event loop) checks it before touching the shard.
-  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
-};
-
-// One per connection; its sessions send their poll answers in `order`.
+// One per connection; its sessions complete their calls within `window`.
 class ShardService final : public wire::Shard::Server {
  public:
   // `admission` (optional; outlives the service) is told when `ticket`'s connection
   // authenticates, and logs refused connects.
-  ShardService(ShardEndpoint& endpoint, kj::Own<AnswerOrder> order,
+  ShardService(ShardEndpoint& endpoint, kj::Own<ReturnWindow> window,
                ConnectionAdmission* admission = nullptr,
                std::shared_ptr<ConnectionTicket> ticket = nullptr)
       : endpoint_(endpoint),
-        order_(kj::mv(order)),
+        window_(kj::mv(window)),
         admission_(admission),
         ticket_(std::move(ticket)) {}
 
@@ -61,18 +44,17 @@ class ShardService final : public wire::Shard::Server {
 
  private:
   // Counts the refused connect, logs it (rate-limited) and returns its exception.
-  kj::Exception refuse_connect(Error error);
+  kj::Exception refuse_connect(const Error& error);
 
   ShardEndpoint& endpoint_;
-  kj::Own<AnswerOrder> order_;
+  kj::Own<ReturnWindow> window_;
   ConnectionAdmission* admission_;
   std::shared_ptr<ConnectionTicket> ticket_;
 };
 
-class SessionService final : public wire::Session::Server {
+class SessionService final : public wire::Session::Server, private AnswerWriter {
  public:
-  SessionService(ShardEndpoint& endpoint, WorkerId worker, kj::Own<AnswerOrder> order)
-      : endpoint_(endpoint), worker_(worker), order_(kj::mv(order)) {}
+  SessionService(ShardEndpoint& endpoint, WorkerId worker, kj::Own<ReturnWindow> window);
   ~SessionService();
 
  protected:
@@ -87,36 +69,41 @@ class SessionService final : public wire::Session::Server {
   kj::Promise<void> openDataStream(OpenDataStreamContext context) override;
 
  private:
-  // Checks a push's size and dtype; throws psched::Error naming what is wrong. `fields`: a
-  // reader with variable, step, offset, dtype and data (push's and pushPoll's parameters, a
-  // fused Partition). Defined in shard_service.cc, its only user.
-  template <typename Fields>
-  PushArgs decode_push(Fields fields) const;
-  // Hands the push to the shard; resolves with its receipt.
-  kj::Promise<void> push_one(const PushArgs& push);
-  // Writes a ready poll's value into the call's results, with the shard's wall clock then.
-  using WriteValue = std::function<void(const FreshValue&, int64_t answered_at_ns)>;
-  // Files the poll with the shard; once its value is ready, `write` puts it into the results
-  // and the promise resolves when the connection's AnswerOrder lets the answer go. Dropped
-  // unanswered, the promise withdraws the poll.
-  kj::Promise<void> poll_one(VariableId variable, Step step, uint64_t offset, uint64_t count,
-                             WriteValue write);
-  // The push, then the poll of its range: resolves when the poll's answer may go, rejects
-  // with the push's refusal (the poll withdrawn) or the poll's.
-  kj::Promise<void> push_then_poll(const PushArgs& push, WriteValue write);
+  // Puts an answer into a call's results (nothing for a receipt).
+  using Write = std::function<void(const Answer&)>;
+  // Puts an answer into slot `i` of a fused call's results, its error as the slot's text.
+  using WriteSlot = std::function<void(unsigned i, const Answer&)>;
 
+  // Hands `request` to the plane; resolves once `write` put its answer into the results,
+  // rejects with its error. Dropped unanswered, it withdraws the request's poll.
+  kj::Promise<void> ask(Request request, Write write);
+  // The same for the requests of a fused call, each answered on its own as if it came alone;
+  // resolves when every answer is in. `refused[i]`, when set, answers request i at once.
+  kj::Promise<void> ask_all(std::vector<Request> requests,
+                            std::vector<std::optional<Error>> refused, WriteSlot write);
+  // A new request id of this session's.
+  uint64_t next_id() { return next_id_++; }
+  // Forgets the unanswered requests `ids` (their calls went away).
+  void forget(std::span<const uint64_t> ids);
   // Throws unless a fused call of `parts` partitions is within limits.max_fused_partitions.
   void check_fused(const char* what, size_t parts) const;
   // Throws unless the answer to a fused poll of `ranges` fits the message limit (as float32).
   void check_answer_fits(capnp::List<wire::PolledRange>::Reader ranges) const;
 
+  // AnswerWriter: a call completes while the connection's ReturnWindow has room.
+  bool has_room() override { return window_->has_room(); }
+  void take(Answer& answer) override;
+  kj::Promise<void> flush() override { return kj::READY_NOW; }
+
   ShardEndpoint& endpoint_;
   WorkerId worker_;
-  kj::Own<AnswerOrder> order_;  // the connection's
-  // This connection's unanswered polls; shared with the polls, which may be dropped after the
-  // service.
-  std::shared_ptr<uint64_t> waiting_polls_ = std::make_shared<uint64_t>(0);
+  kj::Own<ReturnWindow> window_;  // the connection's
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, Write> unanswered_;  // by request id
   std::string data_key_;  // the key this session gave out last, while unused
+  // Expires with the service: a call's promise may be dropped after it.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::shared_ptr<DataPlane> plane_;  // last: it withdraws its polls first
 };
 
 // True when `a` and `b` are equal, taking time that depends only on their lengths.

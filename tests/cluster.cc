@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tests/cluster.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "net/tls.h"
 
@@ -29,7 +33,16 @@ TlsConfig test_tls_config(const std::string& ca_file) {
           .server_name = {}};
 }
 
-Cluster::Cluster(DeploymentConfig config) : config_(std::move(config)), scope_(loop_) {
+DataPathKind default_data_path() {
+  const char* chosen = std::getenv("PSCHED_TEST_DATA_PATH");
+  if (chosen == nullptr || std::string_view(chosen) == "stream") return DataPathKind::stream;
+  if (std::string_view(chosen) == "calls") return DataPathKind::calls;
+  throw std::invalid_argument(
+      fmt::format("PSCHED_TEST_DATA_PATH={}: expected stream or calls", chosen));
+}
+
+Cluster::Cluster(DeploymentConfig config, DataPathKind data_path)
+    : config_(std::move(config)), data_path_(data_path), scope_(loop_) {
   std::vector<ShardId> all;
   for (uint32_t i = 0; i < config_.shards.size(); ++i) all.push_back(ShardId(i));
   host_ = std::make_unique<ShardHost>(config_, all, actors_);
@@ -52,7 +65,8 @@ Worker& Cluster::add_worker(WorkerId id, SchedulerConfig scheduler, const std::s
     auto plan = plans.emplace_back(std::make_shared<CutPlan>());
     StreamOpener open = [this, s, plan] { return open_stream(s, plan); };
     links.push_back(kj::heap<ShardLink>(config_.shards[s].listen.to_string(), open,
-                                        config_.limits.max_message_bytes, policy));
+                                        config_.limits.max_message_bytes, policy,
+                                        data_path_ == DataPathKind::stream));
   }
   auto worker =
       std::make_unique<Worker>(actors_, kj::mv(links), WorkerOptions{id, token, scheduler});

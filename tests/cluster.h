@@ -26,13 +26,21 @@ DeploymentConfig cluster_config(uint32_t shards, uint32_t workers, Mode mode);
 // ca.pem; workers trust `ca_file` there ("other_ca.pem" signed nothing of ours).
 TlsConfig test_tls_config(const std::string& ca_file = "ca.pem");
 
+// How the workers of a Cluster carry their pushes and polls: over a data stream, as trainers
+// do by default, or as Cap'n Proto calls. The environment variable PSCHED_TEST_DATA_PATH
+// ("stream" or "calls"; unset: stream) sets the default, so that ctest runs each cluster test
+// over both front ends of the shard.
+enum class DataPathKind { stream, calls };
+DataPathKind default_data_path();
+
 class Cluster {
  public:
-  explicit Cluster(DeploymentConfig config);
+  explicit Cluster(DeploymentConfig config, DataPathKind data_path = default_data_path());
   ~Cluster();
 
-  // Connects a new worker to every shard (over TLS when config.tls is set); returns it once
-  // connected. Its links reconnect (over a new pipe) when their connection breaks.
+  // Connects a new worker to every shard (over TLS when config.tls is set), carrying its pushes
+  // and polls as data_path() says; returns it once connected. Its links reconnect (over a new pipe)
+  // when their connection breaks.
   Worker& add_worker(WorkerId id, SchedulerConfig scheduler, const std::string& token = "");
   // Cuts the connection of the `worker`-th added worker to `shard` once `after_bytes` more
   // bytes were written on it. The plan, to read its cut count.
@@ -61,6 +69,9 @@ class Cluster {
   void settle();
 
   const DeploymentConfig& config() const { return config_; }
+  DataPathKind data_path() const { return data_path_; }
+  // The connections a worker holds to each shard: RPC, and its data stream when it has one.
+  size_t streams_per_link() const { return data_path_ == DataPathKind::stream ? 2 : 1; }
   ShardHost& host() { return *host_; }
   ActorLoop& loop() { return actors_; }
   kj::WaitScope& scope() { return scope_; }
@@ -76,6 +87,7 @@ class Cluster {
                                                       std::shared_ptr<CutPlan> plan);
 
   DeploymentConfig config_;
+  DataPathKind data_path_;
   kj::EventLoop loop_;
   kj::WaitScope scope_;
   ActorLoop actors_;  // every shard and worker actor

@@ -179,6 +179,8 @@ TEST_CASE("sync mode on 2 shards and 3 workers equals the sequential reference")
 
 TEST_CASE("fused small partitions give the sequential reference and share messages") {
   Cluster cluster(split_config(Mode::sync, 3));
+  // Only Cap'n Proto calls fuse: a data stream's frames of one turn already share a write.
+  const bool fusing = cluster.data_path() == DataPathKind::calls;
   SchedulerConfig scheduler = small_windows(SchedulePolicy::priority);
   scheduler.fusion_bytes = 160;  // up to two 64-byte partitions, or several smaller ones
   auto workers = start_sync_cluster(cluster, 3, scheduler);
@@ -191,7 +193,7 @@ TEST_CASE("fused small partitions give the sequential reference and share messag
     SchedulerStats stats;
     w.worker->scheduler().stats([&](SchedulerStats s) { stats = s; });
     cluster.settle();
-    CHECK(stats.fused_messages > 0);
+    CHECK((stats.fused_messages > 0) == fusing);
     CHECK(stats.fused_tasks >= 2 * stats.fused_messages);
     CHECK(stats.bytes_in_flight == 0);
   }

@@ -39,8 +39,8 @@ std::span<const std::byte> bytes(const std::vector<float>& v) {
   return std::as_bytes(std::span(v));
 }
 
-struct Answer {
-  DataAnswer header;
+struct AnswerFrame {
+  AnswerHeader header;
   std::string body;
 };
 
@@ -78,21 +78,21 @@ struct RawWorker {
   // Opens a data stream with a fresh key of its session and checks the shard accepted it.
   void open_accepted_data() {
     open_data(key());
-    CHECK(read().header.kind == AnswerKind::ready);
+    CHECK(read().header.kind == wire::AnswerKind::READY);
   }
 
   void write(const std::string& bytes) { cluster.run(data->write(bytes.data(), bytes.size())); }
-  void send(const DataRequest& request, std::span<const std::byte> body = {}) {
+  void send(const RequestHeader& request, std::span<const std::byte> body = {}) {
     FrameHeaderBytes header = encode(request);
     std::string frame(reinterpret_cast<const char*>(header.data()), header.size());
     frame.append(reinterpret_cast<const char*>(body.data()), body.size());
     write(frame);
   }
 
-  Answer read() {
+  AnswerFrame read() {
     FrameHeaderBytes header;
     cluster.run(data->read(header.data(), header.size()));
-    std::optional<DataAnswer> answer = decode_answer(header);
+    std::optional<AnswerHeader> answer = decode_answer(header);
     REQUIRE(answer);
     std::string body(answer->body_bytes, '\0');
     cluster.run(data->read(body.data(), body.size()));
@@ -129,11 +129,11 @@ struct DataStreamFixture {
     id = VariableId(cluster.run(request.send()).getVariable());
   }
 
-  DataRequest push(uint64_t request_id, uint64_t step, uint64_t elements) const {
-    return {RequestKind::push, DType::float32, id.value, request_id, step, 0, elements * 4};
+  RequestHeader push(uint64_t request_id, uint64_t step, uint64_t elements) const {
+    return {wire::RequestKind::PUSH, DType::float32, id.value, request_id, step, 0, elements * 4};
   }
-  DataRequest poll(uint64_t request_id, uint64_t step) const {
-    return {RequestKind::poll, DType::float32, id.value, request_id, step, 0, elements};
+  RequestHeader poll(uint64_t request_id, uint64_t step) const {
+    return {wire::RequestKind::POLL, DType::float32, id.value, request_id, step, 0, 0, elements};
   }
 
   std::vector<float> current_value() {
@@ -151,10 +151,10 @@ struct DataStreamFixture {
     RawWorker other(cluster, WorkerId(1));
     other.open_accepted_data();
     std::vector<float> grad(kElements, 1.f);
-    other.send({RequestKind::push_poll, DType::float32, id.value, 7, 1, 0, kElements * 4},
+    other.send({wire::RequestKind::PUSH_POLL, DType::float32, id.value, 7, 1, 0, kElements * 4},
                bytes(grad));
-    Answer answer = other.read();
-    CHECK(answer.header.kind == AnswerKind::value);
+    AnswerFrame answer = other.read();
+    CHECK(answer.header.kind == wire::AnswerKind::VALUE);
     CHECK(answer.header.id == 7);
     REQUIRE(answer.body.size() == kElements * 4);
   }
@@ -167,9 +167,9 @@ struct DataStreamFixture {
   }
 };
 
-void check_error(const Answer& answer, uint64_t id, const std::string& code,
+void check_error(const AnswerFrame& answer, uint64_t id, const std::string& code,
                  const std::string& text) {
-  CHECK(answer.header.kind == AnswerKind::error);
+  CHECK(answer.header.kind == wire::AnswerKind::ERROR);
   CHECK(answer.header.id == id);
   CHECK_MESSAGE(answer.body.starts_with("[" + code + "] "), answer.body);
   CHECK_MESSAGE(answer.body.find(text) != std::string::npos, answer.body);
@@ -178,9 +178,9 @@ void check_error(const Answer& answer, uint64_t id, const std::string& code,
 }  // namespace
 
 TEST_CASE("frame headers read back as written, and unknown kinds are refused") {
-  DataRequest request{RequestKind::push_poll, DType::float64, 7, 1ull << 40, 12, 34, 56};
+  RequestHeader request{wire::RequestKind::PUSH_POLL, DType::float64, 7, 1ull << 40, 12, 34, 56};
   std::string why;
-  std::optional<DataRequest> back = decode_request(encode(request), why);
+  std::optional<RequestHeader> back = decode_request(encode(request), why);
   REQUIRE(back);
   CHECK(back->kind == request.kind);
   CHECK(back->dtype == request.dtype);
@@ -188,11 +188,16 @@ TEST_CASE("frame headers read back as written, and unknown kinds are refused") {
   CHECK(back->id == 1ull << 40);
   CHECK(back->step == 12);
   CHECK(back->offset == 34);
-  CHECK(back->size == 56);
-  CHECK(back->body_bytes() == 56);
+  CHECK(back->body_bytes == 56);
+  CHECK(back->count == 0);
+  RequestHeader poll{wire::RequestKind::POLL, DType::float32, 7, 1, 12, 34, 0, 78};
+  std::optional<RequestHeader> poll_back = decode_request(encode(poll), why);
+  REQUIRE(poll_back);
+  CHECK(poll_back->count == 78);
+  CHECK(poll_back->body_bytes == 0);
 
-  DataAnswer answer{AnswerKind::value, 9, 3, -5, 64};
-  std::optional<DataAnswer> answered = decode_answer(encode(answer));
+  AnswerHeader answer{wire::AnswerKind::VALUE, 9, 3, -5, 64};
+  std::optional<AnswerHeader> answered = decode_answer(encode(answer));
   REQUIRE(answered);
   CHECK(answered->id == 9);
   CHECK(answered->applied_step == 3);
@@ -219,7 +224,7 @@ TEST_CASE("a data stream with an unknown or used key is refused and closed") {
 
   std::string key = f.worker.key();
   f.worker.open_data(key);
-  CHECK(f.worker.read().header.kind == AnswerKind::ready);
+  CHECK(f.worker.read().header.kind == wire::AnswerKind::READY);
   RawWorker thief(f.cluster, WorkerId(1));
   thief.open_data(key);
   check_error(thief.read(), 0, "bad_token", "its key is unknown or used");
@@ -252,19 +257,19 @@ TEST_CASE("bad pushes are answered with their error and the stream goes on") {
   DataStreamFixture f;
   f.worker.open_accepted_data();
   std::vector<float> grad(kElements, 1.f);
-  DataRequest odd = f.push(1, 1, kElements);
-  odd.size = 6;
+  RequestHeader odd = f.push(1, 1, kElements);
+  odd.body_bytes = 6;
   f.worker.send(odd, bytes(grad).first(6));
   check_error(f.worker.read(), 1, "shape_mismatch", "6 bytes of data are not whole float32");
-  DataRequest outside = f.push(2, 1, kElements);
+  RequestHeader outside = f.push(2, 1, kElements);
   outside.offset = 8;
   f.worker.send(outside, bytes(grad));
   check_error(f.worker.read(), 2, "offset_out_of_range", "are outside");
   CHECK(f.current_value() == std::vector<float>(kElements, 2.f));
 
   f.worker.send(f.push(3, 1, kElements), bytes(grad));
-  Answer receipt = f.worker.read();
-  CHECK(receipt.header.kind == AnswerKind::receipt);
+  AnswerFrame receipt = f.worker.read();
+  CHECK(receipt.header.kind == wire::AnswerKind::RECEIPT);
   CHECK(receipt.header.id == 3);
   CHECK(f.current_value() == std::vector<float>(kElements, 1.f));
 }
@@ -277,15 +282,15 @@ TEST_CASE("a poll id already waiting is refused; a cancel withdraws the waiting 
   CHECK(f.polls_waiting() == 1);
   f.worker.send(f.poll(1, 1));
   check_error(f.worker.read(), 1, "invalid_argument", "request id 1 is already waiting");
-  f.worker.send({RequestKind::cancel, DType::float32, 0, 1, 0, 0, 0});
+  f.worker.send({wire::RequestKind::CANCEL, DType::float32, 0, 1, 0, 0, 0});
   f.cluster.settle();
   CHECK(f.polls_waiting() == 0);
   // The push that would have answered it is receipted, and no value comes for the cancelled
   // poll: the next answer is the receipt.
   std::vector<float> grad(kElements, 1.f);
   f.worker.send(f.push(2, 1, kElements), bytes(grad));
-  Answer next = f.worker.read();
-  CHECK(next.header.kind == AnswerKind::receipt);
+  AnswerFrame next = f.worker.read();
+  CHECK(next.header.kind == wire::AnswerKind::RECEIPT);
   CHECK(next.header.id == 2);
   f.check_others_served();
 }
@@ -309,14 +314,14 @@ TEST_CASE("a traced shard records each applied push and answered poll, phases in
   f.cluster.host().start_tracing(16);
   f.worker.open_accepted_data();
   std::vector<float> grad(kElements, 1.f);
-  DataRequest outside = f.push(1, 1, kElements);
+  RequestHeader outside = f.push(1, 1, kElements);
   outside.offset = 8;
   f.worker.send(outside, bytes(grad));  // refused: not traced
   check_error(f.worker.read(), 1, "offset_out_of_range", "are outside");
   f.worker.send(f.push(2, 1, kElements), bytes(grad));
-  CHECK(f.worker.read().header.kind == AnswerKind::receipt);
+  CHECK(f.worker.read().header.kind == wire::AnswerKind::RECEIPT);
   f.worker.send(f.poll(3, 1));
-  CHECK(f.worker.read().header.kind == AnswerKind::value);
+  CHECK(f.worker.read().header.kind == wire::AnswerKind::VALUE);
 
   const ShardTrace* trace = f.cluster.host().trace(0);
   REQUIRE(trace != nullptr);
@@ -354,7 +359,7 @@ TEST_CASE("a large push's buffer goes back to the shard's pool once applied, and
   std::vector<float> grad(f.elements, 1.f);
   for (uint64_t step = 1; step <= 2; ++step) {
     f.worker.send(f.push(step, step, f.elements), bytes(grad));
-    CHECK(f.worker.read().header.kind == AnswerKind::receipt);
+    CHECK(f.worker.read().header.kind == wire::AnswerKind::RECEIPT);
     CHECK(pool.kept_bytes() == kLargeBytes);  // one buffer, kept again after each push
   }
 }
@@ -377,8 +382,8 @@ TEST_CASE(
 
   // One frame in four pieces, each stall - 1 seconds after the one before.
   std::vector<float> grad(kElements, 1.f);
-  DataRequest request = f.push(1, 1, kElements);
-  request.kind = RequestKind::push_poll;
+  RequestHeader request = f.push(1, 1, kElements);
+  request.kind = wire::RequestKind::PUSH_POLL;
   FrameHeaderBytes header = encode(request);
   std::string frame(reinterpret_cast<const char*>(header.data()), header.size());
   frame.append(reinterpret_cast<const char*>(grad.data()), grad.size() * sizeof(float));
@@ -387,8 +392,8 @@ TEST_CASE(
     if (i > 0) wait_seconds(stall - 1);
     f.worker.write(frame.substr(cuts[i], cuts[i + 1] - cuts[i]));
   }
-  Answer answer = f.worker.read();
-  CHECK(answer.header.kind == AnswerKind::value);
+  AnswerFrame answer = f.worker.read();
+  CHECK(answer.header.kind == wire::AnswerKind::VALUE);
   CHECK(answer.header.id == 1);
   CHECK(f.current_value() == std::vector<float>(kElements, 1.f));  // 2 - lr 1 x 1
 

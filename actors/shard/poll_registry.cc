@@ -1,18 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "actors/shard/poll_registry.h"
 
-#include <algorithm>
-
 #include "common/check.h"
 
 namespace psched {
 
-void PollRegistry::wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Priority priority,
-                        Answer answer) {
+void PollRegistry::wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Answer answer) {
   PSCHED_REQUIRE(on_loop());
   if (not_applied.empty()) return answer(nullptr);
   PSCHED_REQUIRE(!keys_.contains(ticket), ticket.value);
-  waiting_[key].push_back({ticket, std::move(not_applied), priority, std::move(answer)});
+  waiting_[key].push_back({ticket, std::move(not_applied), std::move(answer)});
   keys_.emplace(ticket, key);
   ++waiting_count_;
 }
@@ -46,8 +43,6 @@ void PollRegistry::applied(PollKey key, ElementRange range) {
   if (polls.empty()) waiting_.erase(it);
   waiting_count_ -= ready.size();
   for (const Waiting& poll : ready) keys_.erase(poll.ticket);
-  std::stable_sort(ready.begin(), ready.end(),
-                   [](const Waiting& a, const Waiting& b) { return a.priority < b.priority; });
   for (Waiting& poll : ready) poll.answer(nullptr);
 }
 

@@ -4,7 +4,8 @@
 // Lives on its VariableShard's loop and is called by the shard directly (no hop).
 // The shard files a poll with the part of its range not yet applied; each apply the shard
 // reports shrinks the waiting polls of the same (owner, variable, step); a poll whose range is
-// fully applied is answered. Polls released together are answered in priority order.
+// fully applied is answered. Answers leave each connection in priority order
+// (server/answer_queue.h), not here.
 #pragma once
 
 #include <exception>
@@ -45,8 +46,7 @@ class PollRegistry : public Actor {
   explicit PollRegistry(ActorLoop& shard_loop) : Actor(shard_loop) {}
 
   // Files a poll that waits until every index of `not_applied` is applied for `key`.
-  void wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Priority priority,
-            Answer answer);
+  void wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Answer answer);
   // Forgets the poll with `ticket` unanswered; nothing happens when it was answered already.
   void withdraw(PollTicket ticket);
   // Reports that `range` of `key`'s update is applied; answers the polls this completes.
@@ -62,7 +62,6 @@ class PollRegistry : public Actor {
   struct Waiting {
     PollTicket ticket;
     IntervalSet not_applied;
-    Priority priority;
     Answer answer;
   };
   std::unordered_map<PollKey, std::vector<Waiting>, PollKeyHash> waiting_;

@@ -151,7 +151,7 @@ void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRa
   Variable& variable = find("poll", id);
   IntervalSet pending = variable.not_yet_applied(worker, step, range);
   PollKey key{variable.poll_owner(worker), id, step};
-  polls_.wait(key, ticket, std::move(pending), variable.spec().priority,
+  polls_.wait(key, ticket, std::move(pending),
               [this, id, worker, range, reply, filed = Clock::now()](std::exception_ptr error) {
                 if (error) return reply(error, nullptr);
                 stats_.poll_wait_seconds.observe(seconds_since(filed));

@@ -51,16 +51,14 @@ struct TaskCallbacks {
 class PartitionTransport {
  public:
   virtual ~PartitionTransport() = default;
-  // Pushes the partition's gradient to its shard and polls the range's fresh value for
-  // `task.step` into task.fresh_value, reporting through `callbacks`. The task's pointers stay
-  // valid until `callbacks.done` runs.
-  virtual void start(const PartitionTask& task, TaskCallbacks callbacks) = 0;
-  // The same for several small partitions bound for one shard, sent as one message each way
-  // where the transport can (tensor fusion); each task still reports through its own
-  // callbacks. `callbacks[i]` belongs to `tasks[i]`. By default, one start() per task.
-  virtual void start_fused(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) {
-    for (size_t i = 0; i < tasks.size(); ++i) start(tasks[i], std::move(callbacks[i]));
-  }
+  // Whether tasks bound for `shard` may travel several to a message (tensor fusion): where
+  // each message costs a call of its own. The scheduler builds fused groups only then.
+  virtual bool fuses(ShardId shard) const = 0;
+  // Pushes each task's gradient to its shard and polls the range's fresh value for its step
+  // into task.fresh_value, reporting through `callbacks[i]` for `tasks[i]`. Several tasks only
+  // when fuses() holds for their one shard; they then go as one message each way. The tasks'
+  // pointers stay valid until their `done` runs.
+  virtual void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) = 0;
 };
 
 }  // namespace psched

@@ -184,10 +184,7 @@ void Scheduler::launch(std::vector<PartitionTask> tasks) {
                          .done = done_of(id, applied_at)});
   }
   try {
-    if (tasks.size() == 1)
-      transport_.start(tasks[0], std::move(callbacks[0]));
-    else
-      transport_.start_fused(std::move(tasks), std::move(callbacks));
+    transport_.start(std::move(tasks), std::move(callbacks));
   } catch (...) {
     // A transport that throws instead of calling `done` failed the tasks; finished() ignores
     // a second report of a task it already reported.

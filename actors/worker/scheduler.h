@@ -9,7 +9,8 @@
 // task larger than the whole credit starts alone when nothing is in flight. Strict order: a
 // smaller task never overtakes a better one that is waiting for credit.
 //
-// Tensor fusion: tasks smaller than fusion_bytes that start at the same moment (the next ones
+// Tensor fusion: where the transport fuses (PartitionTransport::fuses: Cap'n Proto calls, not
+// a data stream), tasks smaller than fusion_bytes that start at the same moment (the next ones
 // in order, all fitting in the credit) are handed to the transport together, grouped by shard
 // into messages of at most fusion_bytes. Fusion never changes which tasks start or in what
 // order; it only saves per-message costs when small tasks queue up. A lone small task on an
@@ -81,7 +82,10 @@ class Scheduler : public Actor {
 
   // Starts queued tasks, best first, while the best one fits the credit left. On the loop.
   void start_ready();
-  bool fusable(const PartitionTask& task) const { return task.bytes < fusion_bytes_; }
+  // Whether `task` may share a message: it is small and its shard's transport fuses.
+  bool fusable(const PartitionTask& task) const {
+    return task.bytes < fusion_bytes_ && transport_.fuses(task.shard);
+  }
   // Whether the best queued task would fuse into a run of `gathered` bytes starting now: it is
   // fusable and fits the credit left beside them.
   bool next_joins(uint64_t gathered) const;

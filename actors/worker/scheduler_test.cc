@@ -34,7 +34,19 @@ class RecordingTransport : public PartitionTransport {
     std::function<void()> receipt;
   };
 
-  void start(const PartitionTask& task, TaskCallbacks callbacks) override {
+  bool fuses(ShardId) const override { return fusing; }
+
+  // Records a fused group, then starts each task alone.
+  void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override {
+    if (tasks.size() > 1) {
+      std::vector<uint64_t> ids;
+      for (const auto& t : tasks) ids.push_back(t.id);
+      fused.push_back(ids);
+    }
+    for (size_t i = 0; i < tasks.size(); ++i) start_one(tasks[i], std::move(callbacks[i]));
+  }
+
+  void start_one(const PartitionTask& task, TaskCallbacks callbacks) {
     TaskDone done = std::move(callbacks.done);
     if (on_start) on_start(task);
     started.push_back(task);
@@ -43,15 +55,6 @@ class RecordingTransport : public PartitionTransport {
       return;
     }
     running.push_back(Running{task, std::move(done), std::move(callbacks.receipt)});
-  }
-
-  // Records the group, then starts each task alone.
-  void start_fused(std::vector<PartitionTask> tasks,
-                   std::vector<TaskCallbacks> callbacks) override {
-    std::vector<uint64_t> ids;
-    for (const auto& t : tasks) ids.push_back(t.id);
-    fused.push_back(ids);
-    for (size_t i = 0; i < tasks.size(); ++i) start(tasks[i], std::move(callbacks[i]));
   }
 
   // Calls the `receipt` of running task `id`, which keeps running.
@@ -86,7 +89,8 @@ class RecordingTransport : public PartitionTransport {
 
   std::vector<PartitionTask> started;
   std::vector<Running> running;
-  std::vector<std::vector<uint64_t>> fused;  // the ids of each start_fused call
+  std::vector<std::vector<uint64_t>> fused;  // the ids of each fused group started
+  bool fusing = true;                        // what fuses() answers
   bool finish_inside_start = false;
   std::function<void(const PartitionTask&)> on_start;  // runs before the start is recorded
 };

@@ -16,6 +16,11 @@ namespace {
 // stream (owned by the shard's connection, which may end first) and FuzzShard::feed.
 struct Feed {
   std::span<const uint8_t> rest;
+  // Whether `rest` is Cap'n Proto messages: a read then gets at most one, as from a client
+  // that waits for each answer before it sends its next message (a Finish that came before
+  // its call's return would cancel the call, and the next call would reuse its question id).
+  bool one_message_a_read = false;
+  size_t message_left = 0;     // of the message being delivered
   bool closed = false;         // the end of the input was delivered
   kj::byte* buffer = nullptr;  // of the waiting read
   size_t max = 0;
@@ -25,13 +30,30 @@ struct Feed {
   // client closed). False when no read waits (any more) or the end was delivered.
   bool deliver() {
     if (closed || !read || !read->isWaiting()) return false;
-    size_t n = std::min(max, rest.size());
+    if (one_message_a_read && message_left == 0) message_left = next_message_bytes();
+    size_t n = std::min({max, rest.size(), one_message_a_read ? message_left : max});
+    if (one_message_a_read) message_left -= n;
     std::memcpy(buffer, rest.data(), n);
     rest = rest.subspan(n);
     closed = n == 0;
     auto answered = kj::mv(read);
     answered->fulfill(kj::cp(n));
     return true;
+  }
+
+  // The bytes of the message `rest` starts with, by its segment table (a word count per
+  // segment after the count of segments); all of `rest` when the table makes no sense.
+  size_t next_message_bytes() const {
+    auto word = [&](size_t i) {
+      uint32_t w = 0;
+      if (4 * (i + 1) <= rest.size()) std::memcpy(&w, rest.data() + 4 * i, 4);
+      return w;
+    };
+    uint64_t segments = uint64_t{word(0)} + 1;
+    if (segments > 512) return rest.size();
+    uint64_t bytes = ((segments + 2) / 2) * 8;  // the table, padded to a word
+    for (uint64_t i = 0; i < segments; ++i) bytes += uint64_t{word(1 + i)} * 8;
+    return std::max<uint64_t>(1, std::min<uint64_t>(bytes, rest.size()));
   }
 };
 
@@ -113,7 +135,9 @@ kj::Own<kj::AsyncIoStream> FuzzShard::connect() {
 }
 
 void FuzzShard::feed(std::span<const uint8_t> bytes, bool eager) {
-  auto feed = std::make_shared<Feed>(Feed{bytes});
+  bool data_stream = bytes.size() >= kDataPreface.size() &&
+                     std::memcmp(bytes.data(), kDataPreface.data(), kDataPreface.size()) == 0;
+  auto feed = std::make_shared<Feed>(Feed{bytes, !data_stream});
   listener_->serve(kj::heap<FedStream>(feed));
   if (eager) {
     do scope_.poll();

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// LinkTransport: carries scheduled partitions over the shard links. It lives on the worker's
+// loop with the scheduler and the links: start() sends at once, with no hop, on the link's
+// current DataPath (link/data_path.h). A partition, or a fused group where the path fuses, is
+// one push_poll (its gradient up, its fresh value back). When the receipt must come first
+// (set_receipt_first), push and poll go as two requests sent back to back (the poll does not
+// wait for the receipt): still one round trip, twice the messages. What a lost connection
+// leaves unfinished is carried again once the link has reconnected.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "actors/worker/partition_task.h"
+#include "link/shard_link.h"
+
+namespace psched {
+
+class LinkTransport final : public PartitionTransport, private kj::TaskSet::ErrorHandler {
+ public:
+  // `links[i]` is shard i; the links outlive the transport. On the links' loop only.
+  explicit LinkTransport(std::vector<ShardLink*> links);
+  ~LinkTransport() noexcept override;
+
+  bool fuses(ShardId shard) const override;
+  void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override;
+
+  // Whether a partition's receipt must arrive before its fresh value (sync mode, whose
+  // scheduler frees credit on receipt while the value waits for every worker). Off by default.
+  void set_receipt_first(bool receipt_first) { receipt_first_ = receipt_first; }
+
+ private:
+  struct Carried;
+
+  // One attempt at carrying what is unfinished; after a lost connection, the next once the
+  // link has recovered.
+  kj::Promise<void> attempt(std::shared_ptr<Carried> carried);
+  // Sends the `live` partitions of `carried` (`parts`) on `path`; resolves with one outcome
+  // each, the receipts reported and refused pushes finished.
+  kj::Promise<std::vector<Outcome>> send(std::shared_ptr<Carried> carried,
+                                         const std::vector<size_t>& live, DataPath& path,
+                                         std::span<const PartitionRequest> parts);
+  void taskFailed(kj::Exception&& exception) override;
+
+  std::vector<ShardLink*> links_;
+  bool receipt_first_ = false;
+  kj::TaskSet tasks_;
+};
+
+}  // namespace psched

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// FrameWriter: writes a data stream's frames (net/data_frame.h) on the loop, for both ends: the
+// worker's requests, the shard's answers. Frames added in one turn of the loop share a write,
+// which starts at the end of the turn; one write runs at a time, and what is added meanwhile
+// goes in the next. Headers and bodies under kCopiedBodyBytes are copied into the write's
+// buffer (reused from write to write); larger bodies are written from where they lie, with no
+// copy. KJ thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include <kj/async-io.h>
+
+#include "net/data_frame.h"
+
+namespace psched {
+
+class FrameWriter final : private kj::TaskSet::ErrorHandler {
+ public:
+  // Bodies at least this large are written from where they lie. Below it a copy is cheaper than
+  // a piece of its own (psched-transport-bench --sizes 4KiB).
+  static constexpr size_t kCopiedBodyBytes = 64 * 1024;
+
+  // Writes to `stream`, which outlives the writer. `failed` runs once, on the first write that
+  // fails; nothing more is written after it.
+  FrameWriter(kj::AsyncOutputStream& stream, std::function<void(kj::Exception)> failed);
+  ~FrameWriter() noexcept;
+
+  // Adds a frame to the next write. A body of kCopiedBodyBytes or more is referenced: the caller
+  // keeps it alive and unchanged until it is written (see on_written) or the writer is gone.
+  void add(const FrameHeaderBytes& header, std::span<const std::byte> body = {});
+  // The same with the body copied whatever its size: the caller's memory is free at once.
+  void add_copied(const FrameHeaderBytes& header, std::span<const std::byte> body);
+  // Bytes added and not yet handed to a write.
+  uint64_t waiting_bytes() const { return waiting_bytes_; }
+  // Whether a write is in flight.
+  bool writing() const { return writing_; }
+  // Runs `callback` on the loop each time a write completes (its referenced bodies are free).
+  void on_written(std::function<void()> callback) { written_ = std::move(callback); }
+  // Resolves when everything added so far is written (at once when nothing waits).
+  kj::Promise<void> drained();
+
+ private:
+  // One write's bytes: copied runs in one buffer, referenced bodies in between.
+  class Batch {
+   public:
+    uint64_t bytes() const { return bytes_; }
+    size_t pieces() const { return pieces_.size() + (buffer_.size() > cut_at_ ? 1 : 0); }
+    void copy(std::span<const std::byte> bytes);
+    void reference(std::span<const std::byte> bytes);
+    // The pieces to write, in order; valid until clear().
+    kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> gather();
+    void clear();
+
+   private:
+    struct Piece {
+      const std::byte* referenced;  // null: bytes at `offset` in buffer_
+      size_t offset;
+      size_t size;
+    };
+    // Ends the copied run being built, if any.
+    void cut();
+    std::vector<std::byte> buffer_;
+    size_t cut_at_ = 0;
+    uint64_t bytes_ = 0;
+    std::vector<Piece> pieces_;
+    std::vector<kj::ArrayPtr<const kj::byte>> gathered_;
+  };
+
+  // A write takes at most this many pieces (below the kernel's IOV_MAX).
+  static constexpr size_t kPiecesPerWrite = 256;
+
+  // The batch the next add() goes to.
+  Batch& open_batch();
+  // Counts `bytes` waiting and has them written at the end of the turn.
+  void added(uint64_t bytes);
+  // Writes the oldest waiting batch, then the next, until none waits.
+  kj::Promise<void> write_waiting();
+  void taskFailed(kj::Exception&& exception) override;
+
+  kj::AsyncOutputStream& stream_;
+  std::function<void(kj::Exception)> failed_;
+  std::function<void()> written_;
+  // Batches not yet written, oldest first; while writing_, the first is in flight.
+  std::deque<Batch> batches_;
+  std::vector<Batch> spare_;  // written batches, kept to reuse their memory
+  uint64_t waiting_bytes_ = 0;
+  bool scheduled_ = false;  // a write_waiting is queued for the end of the turn
+  bool writing_ = false;
+  bool broken_ = false;
+  kj::Own<kj::PromiseFulfiller<void>> drained_;
+  kj::TaskSet tasks_;
+};
+
+}  // namespace psched

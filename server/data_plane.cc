@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "server/data_plane.h"
+
+#include "common/log.h"
+#include "common/wall_clock.h"
+#include "server/request_checks.h"
+
+namespace psched {
+
+DataPlane::DataPlane(ShardEndpoint& endpoint, WorkerId worker, AnswerWriter& writer)
+    : endpoint_(endpoint),
+      alive_(endpoint.alive),
+      worker_(worker),
+      writer_(writer),
+      tasks_(*this) {}
+
+DataPlane::~DataPlane() noexcept {
+  if (!alive_.lock()) return;
+  for (auto& [id, ticket] : polls_) endpoint_.shard.withdraw_poll(ticket);
+}
+
+void DataPlane::serve(Request request) {
+  switch (request.kind) {
+    case RequestKind::push:
+      return push(request, false);
+    case RequestKind::push_poll:
+      return push(request, true);
+    case RequestKind::poll:
+      return poll(request);
+    case RequestKind::pull:
+      return pull(request);
+  }
+}
+
+void DataPlane::push(const Request& r, bool then_poll) {
+  PushArgs args;
+  try {
+    args = check_push(limits(), r.variable, r.step, r.offset, r.dtype, r.gradient);
+    if (then_poll) check_new_poll(r.id);
+  } catch (const Error& e) {
+    return refuse(r.id, e);
+  }
+  unreceipted_bytes_ += r.gradient.size();
+  auto refused = std::make_shared<bool>(false);
+  ShardTrace::Request traced{
+      ShardTrace::Kind::push, worker_,     args.variable, args.step,    args.range,
+      r.gradient.size(),      Priority(0), r.arrived,     trace_time(), {}};
+  endpoint_.shard.push(worker_, args.variable, args.step, args.range, args.dtype, args.data,
+                       [weak = weak_from_this(), id = r.id, then_poll, bytes = r.gradient.size(),
+                        keeps = r.keeps_gradient, refused, traced](std::exception_ptr error) {
+                         *refused = error != nullptr;
+                         auto plane = weak.lock();
+                         if (!plane) return;
+                         plane->receipted(bytes);
+                         if (error) {
+                           plane->cancel(id);
+                           return plane->queue_error(id, to_error(error));
+                         }
+                         plane->record(traced);
+                         if (!then_poll) plane->queue(Answer::receipt(id));
+                       });
+  // Filed behind the push; withdrawn if the push is refused later (the apply pool's answer).
+  if (then_poll && !*refused) file_poll(r.id, args.variable, args.step, args.range);
+}
+
+void DataPlane::poll(const Request& r) {
+  ElementRange range;
+  try {
+    range = checked_range("poll", r.offset, r.count);
+    check_new_poll(r.id);
+  } catch (const Error& e) {
+    return refuse(r.id, e);
+  }
+  file_poll(r.id, VariableId(r.variable), Step(r.step), range);
+}
+
+void DataPlane::pull(const Request& r) {
+  ElementRange range;
+  try {
+    range = checked_range("pull", r.offset, r.count);
+  } catch (const Error& e) {
+    return refuse(r.id, e);
+  }
+  endpoint_.shard.pull(
+      VariableId(r.variable), range,
+      [weak = weak_from_this(), id = r.id](std::exception_ptr error, const FreshValue* value) {
+        auto plane = weak.lock();
+        if (!plane) return;
+        if (error) return plane->queue_error(id, to_error(error));
+        plane->queue(Answer::fresh_value(id, value->priority(), value->step(), value->in_place()));
+      });
+}
+
+void DataPlane::check_new_poll(uint64_t id) const {
+  check_poll_room(limits(), polls_.size());
+  if (polls_.contains(id))
+    fail(ErrorCode::invalid_argument, "request id {} is already waiting on this connection", id);
+}
+
+void DataPlane::file_poll(uint64_t id, VariableId variable, Step step, ElementRange range) {
+  PollTicket ticket(endpoint_.next_poll_ticket++);
+  polls_.emplace(id, ticket);
+  endpoint_.shard.poll(
+      worker_, variable, step, range, ticket,
+      [weak = weak_from_this(), id, variable, step, range, filed_at = trace_time()](
+          std::exception_ptr error, const FreshValue* value) {
+        auto plane = weak.lock();
+        if (!plane) return;
+        plane->polls_.erase(id);
+        if (error) return plane->queue_error(id, to_error(error));
+        Answer answer = Answer::fresh_value(id, value->priority(), value->step(), value->in_place(),
+                                            wall_clock_ns());
+        if (plane->tracing())
+          answer.traced = {ShardTrace::Kind::poll,
+                           plane->worker_,
+                           variable,
+                           step,
+                           range,
+                           value->bytes(),
+                           value->priority(),
+                           filed_at,
+                           ShardTrace::now(),
+                           {}};
+        plane->queue(std::move(answer));
+      });
+}
+
+void DataPlane::cancel(uint64_t id) {
+  auto it = polls_.find(id);
+  if (it == polls_.end()) return;
+  endpoint_.shard.withdraw_poll(it->second);
+  polls_.erase(it);
+}
+
+void DataPlane::refuse(uint64_t id, Error error) {
+  endpoint_.shard.report_error(std::make_exception_ptr(error));
+  queue_error(id, std::move(error));
+}
+
+void DataPlane::queue_error(uint64_t id, Error error) {
+  queue(Answer::refusal(id, std::move(error)));
+}
+
+void DataPlane::queue(Answer answer) {
+  answers_.push(std::move(answer));
+  if (sending_scheduled_) return;
+  sending_scheduled_ = true;
+  // At the end of the turn: the answers that become ready in one turn leave best first, and
+  // share a write.
+  tasks_.add(kj::evalLast([this] { send_waiting(); }));
+}
+
+void DataPlane::writable() {
+  if (answers_.empty() || sending_scheduled_) return;
+  sending_scheduled_ = true;
+  tasks_.add(kj::evalLast([this] { send_waiting(); }));
+}
+
+void DataPlane::send_waiting() {
+  sending_scheduled_ = false;
+  std::vector<ShardTrace::Request> traced;
+  while (!answers_.empty() && writer_.has_room()) {
+    Answer answer = answers_.pop();
+    if (answer.traced) traced.push_back(*answer.traced);
+    writer_.take(answer);
+  }
+  if (has_room()) wake(room_);
+  if (!traced.empty())
+    tasks_.add(writer_.flush().then([weak = weak_from_this(), traced = std::move(traced)] {
+      if (auto plane = weak.lock())
+        for (const ShardTrace::Request& r : traced) plane->record(r);
+    }));
+  if (answers_.empty() && drained_.get() != nullptr)
+    tasks_.add(writer_.flush().then([weak = weak_from_this()] {
+      if (auto plane = weak.lock()) wake(plane->drained_);
+    }));
+}
+
+kj::Promise<void> DataPlane::drained() {
+  if (answers_.empty() && !sending_scheduled_) return writer_.flush();
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  drained_ = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+bool DataPlane::has_room() const {
+  return unreceipted_bytes_ <= 2 * limits().max_message_bytes &&
+         answers_.size() < limits().max_waiting_polls;
+}
+
+kj::Maybe<kj::Promise<void>> DataPlane::wait_for_room() {
+  if (has_room()) return nullptr;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  room_ = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+void DataPlane::receipted(uint64_t bytes) {
+  unreceipted_bytes_ -= bytes;
+  if (has_room()) wake(room_);
+}
+
+void DataPlane::wake(kj::Own<kj::PromiseFulfiller<void>>& waiter) {
+  if (waiter.get() != nullptr) waiter->fulfill();
+  waiter = nullptr;
+}
+
+void DataPlane::record(ShardTrace::Request request) {
+  if (!tracing()) return;
+  request.end = ShardTrace::now();
+  endpoint_.trace->add(request);
+}
+
+void DataPlane::taskFailed(kj::Exception&& exception) {
+  log_error("shard {}: worker {}'s answers: {}", endpoint_.id.value, worker_.value,
+            exception.getDescription().cStr());
+}
+
+}  // namespace psched

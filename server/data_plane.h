@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+// DataPlane: the shard's side of one worker's data path, written once for both front ends.
+// A front end (Cap'n Proto calls, server/shard_service.h; the data stream,
+// server/data_session.h) decodes a request and hands it here; the plane checks it, hands it to
+// the VariableShard (apply, or accumulate for sync), files the poll that waits for the update,
+// counts what the worker has in flight (back-pressure), orders the answers (AnswerQueue) and
+// hands them to the front end's AnswerWriter, best first, as it has room. A feature of the data
+// path (a wire format, a membership rule) goes here, never into a front end.
+//
+// Bad input is answered with an error naming what was wrong, and changes nothing. Lives on the
+// shard's loop, with the shard and the front end's connection; made with make_shared (the
+// shard's replies hold it weakly). Dropping it withdraws its waiting polls.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <unordered_map>
+
+#include <kj/async.h>
+
+#include "server/answer_queue.h"
+#include "server/shard_endpoint.h"
+
+namespace psched {
+
+enum class RequestKind : uint8_t {
+  push,       ///< a gradient partition; answered by a receipt
+  poll,       ///< the fresh value once a step's update is applied; answered by the value
+  push_poll,  ///< push, then poll of its range; answered by the value only
+  pull,       ///< the current value at once
+};
+
+// One request of a worker's, as a front end decoded it.
+struct Request {
+  RequestKind kind = RequestKind::push;
+  uint64_t id = 0;  // the front end's; unique among the worker's unanswered requests
+  uint32_t variable = 0;
+  uint64_t step = 0;    // push, poll, push_poll
+  uint64_t offset = 0;  // in elements
+  uint64_t count = 0;   // poll, pull: elements asked for
+  DType dtype = DType::float32;
+  // push, push_poll: the gradient, in the front end's memory; `keeps_gradient` (optional) is
+  // held until the shard has taken it, else the front end keeps it until the request is
+  // answered.
+  std::span<const std::byte> gradient{};
+  std::shared_ptr<const void> keeps_gradient{};
+  ShardTrace::TimePoint arrived{};  // when its first byte was read (for the trace)
+};
+
+// Where a front end takes its answers.
+class AnswerWriter {
+ public:
+  // Whether another answer may be taken now. False holds answers back in priority order
+  // until the front end calls DataPlane::writable().
+  virtual bool has_room() = 0;
+  // Takes the next answer; its value's bytes may be read until flush()'s promise resolves.
+  virtual void take(Answer& answer) = 0;
+  // Resolves once every answer taken so far has left (at once where the front end cannot tell).
+  virtual kj::Promise<void> flush() = 0;
+
+ protected:
+  ~AnswerWriter() = default;
+};
+
+class DataPlane : public std::enable_shared_from_this<DataPlane>,
+                  private kj::TaskSet::ErrorHandler {
+ public:
+  // Serves `worker` for `endpoint`'s shard (which outlives the plane), answering through
+  // `writer` (which outlives it too).
+  DataPlane(ShardEndpoint& endpoint, WorkerId worker, AnswerWriter& writer);
+  ~DataPlane() noexcept;
+  DataPlane(const DataPlane&) = delete;
+  DataPlane& operator=(const DataPlane&) = delete;
+
+  // Takes one request; its answer (as its kind says, or an error) is queued for the writer.
+  void serve(Request request);
+  // Forgets the waiting poll or push_poll `id` unanswered; nothing when none waits.
+  void cancel(uint64_t id);
+  // Answers `id` with `error`, a refusal the front end found itself (counted for operators).
+  void refuse(uint64_t id, Error error);
+
+  // Whether the front end may read more requests: the worker's gradients not yet receipted
+  // hold at most twice the message limit, and fewer answers wait than polls may.
+  bool has_room() const;
+  // Null when there is room; else resolves when there is.
+  kj::Maybe<kj::Promise<void>> wait_for_room();
+  // Resolves when every answer queued so far has left.
+  kj::Promise<void> drained();
+  // The writer has room again: waiting answers go out at the end of the turn.
+  void writable();
+  // Polls waiting for their update (the limit is limits.max_waiting_polls).
+  size_t waiting_polls() const { return polls_.size(); }
+
+ private:
+  const LimitsConfig& limits() const { return endpoint_.config.limits; }
+  void push(const Request& request, bool then_poll);
+  void poll(const Request& request);
+  void pull(const Request& request);
+  // Throws unless a poll `id` may wait now.
+  void check_new_poll(uint64_t id) const;
+  void file_poll(uint64_t id, VariableId variable, Step step, ElementRange range);
+  void queue(Answer answer);
+  void queue_error(uint64_t id, Error error);
+  void receipted(uint64_t bytes);
+  // Hands the best answers to the writer while it has room (at the end of a turn).
+  void send_waiting();
+  static void wake(kj::Own<kj::PromiseFulfiller<void>>& waiter);
+
+  bool tracing() const { return endpoint_.trace != nullptr; }
+  // Now, when tracing; else a time nobody reads (and no clock read).
+  ShardTrace::TimePoint trace_time() const {
+    return tracing() ? ShardTrace::now() : ShardTrace::TimePoint{};
+  }
+  // Adds `request`, ending now, to the trace (when tracing).
+  void record(ShardTrace::Request request);
+
+  void taskFailed(kj::Exception&& exception) override;
+
+  ShardEndpoint& endpoint_;
+  std::weak_ptr<bool> alive_;  // the endpoint's
+  WorkerId worker_;
+  AnswerWriter& writer_;
+  std::unordered_map<uint64_t, PollTicket> polls_;  // waiting, by request id
+  uint64_t unreceipted_bytes_ = 0;
+  AnswerQueue answers_;
+  bool sending_scheduled_ = false;  // a send_waiting is queued for the end of the turn
+  kj::Own<kj::PromiseFulfiller<void>> room_, drained_;
+  kj::TaskSet tasks_;
+};
+
+}  // namespace psched
