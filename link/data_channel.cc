@@ -96,6 +96,7 @@ kj::Promise<std::vector<Outcome>> DataChannel::send(wire::RequestKind kind,
                                       kind == wire::RequestKind::PUSH ? nullptr : p.out,
                                       kind == wire::RequestKind::PUSH ? 0 : p.bytes()});
   writer_.add(encode(header), pushes ? p.gradient : std::span<const std::byte>());
+  writer_.flush_at_end_of_turn();  // the requests of one turn share a write
   return answered.promise.attach(kj::defer([this, id = header.id] { abandon(id); }));
 }
 
@@ -104,8 +105,10 @@ void DataChannel::abandon(uint64_t id) {
   if (it == waiting_.end()) return;  // answered
   bool poll = it->second.kind != wire::RequestKind::PUSH;
   waiting_.erase(it);
-  if (poll && !broken_)
+  if (poll && !broken_) {
     writer_.add(encode(RequestHeader{.kind = wire::RequestKind::CANCEL, .id = id}));
+    writer_.flush_at_end_of_turn();
+  }
 }
 
 kj::Maybe<kj::Promise<void>> DataChannel::take_answer(const FrameHeaderBytes& bytes) {

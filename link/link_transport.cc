@@ -16,26 +16,33 @@ bool connection_lost(const std::optional<Error>& error) {
 
 // Partitions of one message on their way, across attempts; each finishes on its own.
 struct LinkTransport::Carried {
-  std::vector<PartitionTask> tasks;
-  std::vector<TaskCallbacks> callbacks;
-  std::vector<bool> receipted, finished;
+  struct Part {
+    PartitionTask task;
+    TaskCallbacks callbacks;
+    bool receipted = false;
+    bool finished = false;
+  };
+  std::vector<Part> parts;
+  std::vector<size_t> live;  // the parts of the attempt on its way
 
   void receipt(size_t i) {
-    if (!receipted[i]) callbacks[i].receipt();
-    receipted[i] = true;
+    if (!parts[i].receipted) parts[i].callbacks.receipt();
+    parts[i].receipted = true;
   }
   void finish(size_t i, const std::optional<Error>& error) {
-    if (!finished[i]) callbacks[i].done(error ? std::make_exception_ptr(*error) : nullptr);
-    finished[i] = true;
+    if (!parts[i].finished)
+      parts[i].callbacks.done(error ? std::make_exception_ptr(*error) : nullptr);
+    parts[i].finished = true;
   }
   void finish_all(const Error& error) {
-    for (size_t i = 0; i < tasks.size(); ++i) finish(i, error);
+    for (size_t i = 0; i < parts.size(); ++i) finish(i, error);
   }
-  std::vector<size_t> unfinished() const {
-    std::vector<size_t> out;
-    for (size_t i = 0; i < tasks.size(); ++i)
-      if (!finished[i]) out.push_back(i);
-    return out;
+  // Sets `live` to the unfinished parts; false when there are none.
+  bool start_attempt() {
+    live.clear();
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (!parts[i].finished) live.push_back(i);
+    return !live.empty();
   }
 };
 
@@ -49,31 +56,35 @@ bool LinkTransport::fuses(ShardId shard) const {
 }
 
 void LinkTransport::start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) {
-  size_t n = tasks.size();
-  tasks_.add(attempt(std::make_shared<Carried>(Carried{
-      std::move(tasks), std::move(callbacks), std::vector<bool>(n), std::vector<bool>(n)})));
+  auto carried = std::make_shared<Carried>();
+  carried->parts.reserve(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i)
+    carried->parts.push_back({std::move(tasks[i]), std::move(callbacks[i])});
+  if (carried->start_attempt()) tasks_.add(attempt(std::move(carried)));
 }
 
 kj::Promise<std::vector<Outcome>> LinkTransport::send(std::shared_ptr<Carried> carried,
-                                                      const std::vector<size_t>& live,
                                                       DataPath& path,
                                                       std::span<const PartitionRequest> parts) {
   if (!receipt_first_)
-    return path.push_poll(parts).then([carried, live](std::vector<Outcome> outcomes) {
-      for (size_t k = 0; k < live.size(); ++k)
-        if (!outcomes[k].error) carried->receipt(live[k]);
+    return path.push_poll(parts).then([carried](std::vector<Outcome> outcomes) {
+      for (size_t k = 0; k < carried->live.size(); ++k)
+        if (!outcomes[k].error) carried->receipt(carried->live[k]);
       return outcomes;
     });
   auto pushed = path.push(parts);
   auto polled = path.poll(parts);  // sent now; dropped (so cancelled) when every push failed
-  return pushed.then([carried, live, polled = kj::mv(polled)](std::vector<Outcome> receipts) mutable
+  return pushed.then([carried, polled = kj::mv(polled)](std::vector<Outcome> receipts) mutable
                      -> kj::Promise<std::vector<Outcome>> {
     bool any = false;
-    for (size_t k = 0; k < live.size(); ++k) {
-      if (!receipts[k].error)
-        carried->receipt(live[k]), any = true;
-      else if (!connection_lost(receipts[k].error))
-        carried->finish(live[k], receipts[k].error);
+    for (size_t k = 0; k < carried->live.size(); ++k) {
+      size_t i = carried->live[k];
+      if (!receipts[k].error) {
+        carried->receipt(i);
+        any = true;
+      } else if (!connection_lost(receipts[k].error)) {
+        carried->finish(i, receipts[k].error);
+      }
     }
     if (!any) return receipts;
     return kj::mv(polled);
@@ -81,35 +92,35 @@ kj::Promise<std::vector<Outcome>> LinkTransport::send(std::shared_ptr<Carried> c
 }
 
 kj::Promise<void> LinkTransport::attempt(std::shared_ptr<Carried> carried) {
-  std::vector<size_t> live = carried->unfinished();
-  ShardId shard = carried->tasks[live.front()].shard;
+  ShardId shard = carried->parts[carried->live.front()].task.shard;
   ShardLink& link = *links_.at(shard.value);
   uint64_t epoch = link.epoch();
-  kj::Own<DataPath> path = link.data_path();
-  if (!path) {
+  DataPath* path = link.data_path();
+  if (path == nullptr) {
     carried->finish_all(
         Error(ErrorCode::invalid_argument, "push before connect: the shard session is not open"));
     return kj::READY_NOW;
   }
-  std::vector<PartitionRequest> parts;
-  for (size_t i : live) {
-    const PartitionTask& t = carried->tasks[i];
+  std::vector<PartitionRequest> requests;
+  requests.reserve(carried->live.size());
+  for (size_t i : carried->live) {
+    const PartitionTask& t = carried->parts[i].task;
     PSCHED_REQUIRE(t.shard == shard, t.id);
-    parts.push_back(
+    requests.push_back(
         {t.shard_variable, t.step, t.range, t.dtype, {t.gradient, t.bytes}, t.fresh_value});
   }
   // A partition finishes at a refused push, else at its poll's answer; one lost with its
   // connection (or failed because the shard stopped) is carried again.
-  auto sent = send(carried, live, *path, parts).attach(kj::mv(path));
-  return sent.then([this, carried, live, &link, epoch](std::vector<Outcome> outcomes) {
-    for (size_t k = 0; k < live.size(); ++k) {
-      size_t i = live[k];
-      if (carried->finished[i] || connection_lost(outcomes[k].error)) continue;
-      if (!outcomes[k].error && carried->callbacks[i].applied)
-        carried->callbacks[i].applied(outcomes[k].applied_at_ns);
+  auto sent = send(carried, *path, requests).attach(link.hold());
+  return sent.then([this, carried, &link, epoch](std::vector<Outcome> outcomes) {
+    for (size_t k = 0; k < carried->live.size(); ++k) {
+      size_t i = carried->live[k];
+      if (carried->parts[i].finished || connection_lost(outcomes[k].error)) continue;
+      if (!outcomes[k].error && carried->parts[i].callbacks.applied)
+        carried->parts[i].callbacks.applied(outcomes[k].applied_at_ns);
       carried->finish(i, outcomes[k].error);
     }
-    if (carried->unfinished().empty()) return kj::Promise<void>(kj::READY_NOW);
+    if (!carried->start_attempt()) return kj::Promise<void>(kj::READY_NOW);
     return link.recover(epoch).then(
         [this, carried] { return attempt(carried); },
         [carried](kj::Exception&& e) { carried->finish_all(from_kj_exception(e)); });

@@ -32,13 +32,12 @@ class LinkTransport final : public PartitionTransport, private kj::TaskSet::Erro
  private:
   struct Carried;
 
-  // One attempt at carrying what is unfinished; after a lost connection, the next once the
-  // link has recovered.
+  // One attempt at carrying the live (unfinished) parts; after a lost connection, the next
+  // once the link has recovered.
   kj::Promise<void> attempt(std::shared_ptr<Carried> carried);
-  // Sends the `live` partitions of `carried` (`parts`) on `path`; resolves with one outcome
-  // each, the receipts reported and refused pushes finished.
-  kj::Promise<std::vector<Outcome>> send(std::shared_ptr<Carried> carried,
-                                         const std::vector<size_t>& live, DataPath& path,
+  // Sends the live parts of `carried` (`parts`) on `path`; resolves with one outcome each,
+  // the receipts reported and refused pushes finished.
+  kj::Promise<std::vector<Outcome>> send(std::shared_ptr<Carried> carried, DataPath& path,
                                          std::span<const PartitionRequest> parts);
   void taskFailed(kj::Exception&& exception) override;
 

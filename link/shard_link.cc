@@ -269,10 +269,12 @@ kj::Promise<void> ShardLink::open_data(Connection& connection, StreamOpener open
   return not_connected();
 }
 
-kj::Own<DataPath> ShardLink::data_path() {
-  if (session() == nullptr) return {};
-  return kj::Own<DataPath>(&connection_->path(), kj::NullDisposer::instance)
-      .attach(kj::addRef(*connection_));
+DataPath* ShardLink::data_path() {
+  return session() != nullptr ? &connection_->path() : nullptr;
+}
+
+kj::Own<void> ShardLink::hold() {
+  return kj::addRef(*connection_);
 }
 
 bool ShardLink::has_data_stream() {

@@ -62,9 +62,12 @@ class ShardLink {
   // Opens a data stream over `stream` beside the current connection (after connect()), for
   // links over one stream (tests' hand-made clients); later calls use it.
   kj::Promise<void> open_data_stream(kj::Own<kj::AsyncIoStream> stream);
-  // The current connection's way of carrying pushes and polls, holding the connection open
-  // while the caller keeps it (a call in flight does); null before connect() succeeded.
-  kj::Own<DataPath> data_path();
+  // The current connection's way of carrying pushes and polls; null before connect()
+  // succeeded. Valid while the connection lives: keep hold() with a call in flight.
+  DataPath* data_path();
+  // Keeps the current connection open while it is kept (a lost one is closed once its calls
+  // are done). Requires data_path() != null.
+  kj::Own<void> hold();
   // Whether the current connection carries them over a data stream (else as RPC calls).
   bool has_data_stream();
   // Whether the current connection's path fuses partitions (DataPath::fuses).

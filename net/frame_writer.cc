@@ -41,7 +41,7 @@ FrameWriter::FrameWriter(kj::AsyncOutputStream& stream, std::function<void(kj::E
 FrameWriter::~FrameWriter() noexcept = default;
 
 FrameWriter::Batch& FrameWriter::open_batch() {
-  bool in_flight_only = writing_ && batches_.size() == 1;
+  bool in_flight_only = writing_ && batches_.size() == 1;  // the in-flight batch is sealed
   if (batches_.empty() || in_flight_only || batches_.back().pieces() >= kPiecesPerWrite) {
     if (spare_.empty()) {
       batches_.emplace_back();
@@ -59,7 +59,7 @@ void FrameWriter::add(const FrameHeaderBytes& header, std::span<const std::byte>
   Batch& batch = open_batch();
   batch.copy(header);
   batch.reference(body);
-  added(header.size() + body.size());
+  waiting_bytes_ += header.size() + body.size();
 }
 
 void FrameWriter::add_copied(const FrameHeaderBytes& header, std::span<const std::byte> body) {
@@ -67,22 +67,28 @@ void FrameWriter::add_copied(const FrameHeaderBytes& header, std::span<const std
   Batch& batch = open_batch();
   batch.copy(header);
   batch.copy(body);
-  added(header.size() + body.size());
+  waiting_bytes_ += header.size() + body.size();
 }
 
-void FrameWriter::added(uint64_t bytes) {
-  waiting_bytes_ += bytes;
+void FrameWriter::flush_at_end_of_turn() {
   if (writing_ || scheduled_) return;
   scheduled_ = true;
-  // At the end of the turn, so that the frames of one turn share a write.
   tasks_.add(kj::evalLast([this] {
     scheduled_ = false;
     return write_waiting();
   }));
 }
 
+void FrameWriter::flush_now() {
+  if (!writing_) tasks_.add(write_waiting());
+}
+
 kj::Promise<void> FrameWriter::write_waiting() {
-  if (batches_.empty() || broken_) return kj::READY_NOW;
+  if (writing_) return kj::READY_NOW;  // it goes on with what waits
+  if (batches_.empty() || broken_) {
+    now_idle();
+    return kj::READY_NOW;
+  }
   writing_ = true;
   Batch& batch = batches_.front();  // a deque: later batches never move it
   waiting_bytes_ -= batch.bytes();
@@ -90,21 +96,21 @@ kj::Promise<void> FrameWriter::write_waiting() {
     batches_.front().clear();
     spare_.push_back(std::move(batches_.front()));
     batches_.pop_front();
-    writing_ = !batches_.empty();
-    if (written_) written_();  // may add(), which then starts a write of its own if none runs
-    if (writing_) return write_waiting();
-    if (!scheduled_ && drained_.get() != nullptr) {
-      drained_->fulfill();
-      drained_ = nullptr;
-    }
-    return kj::Promise<void>(kj::READY_NOW);
+    writing_ = false;
+    if (written_) written_();  // may add and flush: that goes in the next write
+    return write_waiting();
   });
 }
 
+void FrameWriter::now_idle() {
+  for (auto& waiter : drained_) waiter->fulfill();
+  drained_.clear();
+}
+
 kj::Promise<void> FrameWriter::drained() {
-  if (!writing_ && !scheduled_) return kj::READY_NOW;
+  if (!writing_ && batches_.empty()) return kj::READY_NOW;
   auto paf = kj::newPromiseAndFulfiller<void>();
-  drained_ = kj::mv(paf.fulfiller);
+  drained_.push_back(kj::mv(paf.fulfiller));
   return kj::mv(paf.promise);
 }
 

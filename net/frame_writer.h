@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // FrameWriter: writes a data stream's frames (net/data_frame.h) on the loop, for both ends: the
-// worker's requests, the shard's answers. Frames added in one turn of the loop share a write,
-// which starts at the end of the turn; one write runs at a time, and what is added meanwhile
-// goes in the next. Headers and bodies under kCopiedBodyBytes are copied into the write's
-// buffer (reused from write to write); larger bodies are written from where they lie, with no
-// copy. KJ thread only.
+// worker's requests, the shard's answers. Frames added until the owner flushes share a write:
+// the worker flushes at the end of the loop turn, so a turn's requests go together; the shard
+// adds its answers at the end of a turn already and writes them at once. One write runs at a
+// time; what is added meanwhile goes in the next, which starts as soon as it is done. Headers
+// and bodies under kCopiedBodyBytes are copied into the write's buffer (reused from write to
+// write); larger bodies are written from where they lie, with no copy. KJ thread only.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +31,16 @@ class FrameWriter final : private kj::TaskSet::ErrorHandler {
   FrameWriter(kj::AsyncOutputStream& stream, std::function<void(kj::Exception)> failed);
   ~FrameWriter() noexcept;
 
-  // Adds a frame to the next write. A body of kCopiedBodyBytes or more is referenced: the caller
-  // keeps it alive and unchanged until it is written (see on_written) or the writer is gone.
+  // Adds a frame to the next write; it is written once flushed. A body of kCopiedBodyBytes or
+  // more is referenced: the caller keeps it alive and unchanged until it is written (see
+  // on_written) or the writer is gone.
   void add(const FrameHeaderBytes& header, std::span<const std::byte> body = {});
   // The same with the body copied whatever its size: the caller's memory is free at once.
   void add_copied(const FrameHeaderBytes& header, std::span<const std::byte> body);
+  // Writes what was added at the end of this turn of the loop (or after the write in flight).
+  void flush_at_end_of_turn();
+  // Writes what was added now (or after the write in flight).
+  void flush_now();
   // Bytes added and not yet handed to a write.
   uint64_t waiting_bytes() const { return waiting_bytes_; }
   // Whether a write is in flight.
@@ -76,10 +82,11 @@ class FrameWriter final : private kj::TaskSet::ErrorHandler {
 
   // The batch the next add() goes to.
   Batch& open_batch();
-  // Counts `bytes` waiting and has them written at the end of the turn.
-  void added(uint64_t bytes);
-  // Writes the oldest waiting batch, then the next, until none waits.
+  // Writes the oldest waiting batch, then the next, until none waits (nothing when a write is
+  // in flight: it goes on with them).
   kj::Promise<void> write_waiting();
+  // Nothing is written or waits: resolves drained().
+  void now_idle();
   void taskFailed(kj::Exception&& exception) override;
 
   kj::AsyncOutputStream& stream_;
@@ -89,10 +96,10 @@ class FrameWriter final : private kj::TaskSet::ErrorHandler {
   std::deque<Batch> batches_;
   std::vector<Batch> spare_;  // written batches, kept to reuse their memory
   uint64_t waiting_bytes_ = 0;
-  bool scheduled_ = false;  // a write_waiting is queued for the end of the turn
+  bool scheduled_ = false;  // a flush is queued for the end of the turn
   bool writing_ = false;
   bool broken_ = false;
-  kj::Own<kj::PromiseFulfiller<void>> drained_;
+  std::vector<kj::Own<kj::PromiseFulfiller<void>>> drained_;  // drained()'s waiters
   kj::TaskSet tasks_;
 };
 

@@ -151,33 +151,35 @@ void DataPlane::queue(Answer answer) {
 }
 
 void DataPlane::writable() {
-  if (answers_.empty() || sending_scheduled_) return;
-  sending_scheduled_ = true;
-  tasks_.add(kj::evalLast([this] { send_waiting(); }));
+  // At once: what waits became ready in earlier turns, or is queued for this one's end.
+  if (!answers_.empty() && !sending_scheduled_) send_waiting();
 }
 
 void DataPlane::send_waiting() {
   sending_scheduled_ = false;
   std::vector<ShardTrace::Request> traced;
+  bool took = false;
   while (!answers_.empty() && writer_.has_room()) {
     Answer answer = answers_.pop();
     if (answer.traced) traced.push_back(*answer.traced);
     writer_.take(answer);
+    took = true;
   }
+  if (took) writer_.send();
   if (has_room()) wake(room_);
   if (!traced.empty())
-    tasks_.add(writer_.flush().then([weak = weak_from_this(), traced = std::move(traced)] {
+    tasks_.add(writer_.written().then([weak = weak_from_this(), traced = std::move(traced)] {
       if (auto plane = weak.lock())
         for (const ShardTrace::Request& r : traced) plane->record(r);
     }));
   if (answers_.empty() && drained_.get() != nullptr)
-    tasks_.add(writer_.flush().then([weak = weak_from_this()] {
+    tasks_.add(writer_.written().then([weak = weak_from_this()] {
       if (auto plane = weak.lock()) wake(plane->drained_);
     }));
 }
 
 kj::Promise<void> DataPlane::drained() {
-  if (answers_.empty() && !sending_scheduled_) return writer_.flush();
+  if (answers_.empty() && !sending_scheduled_) return writer_.written();
   auto paf = kj::newPromiseAndFulfiller<void>();
   drained_ = kj::mv(paf.fulfiller);
   return kj::mv(paf.promise);

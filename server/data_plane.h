@@ -53,10 +53,12 @@ class AnswerWriter {
   // Whether another answer may be taken now. False holds answers back in priority order
   // until the front end calls DataPlane::writable().
   virtual bool has_room() = 0;
-  // Takes the next answer; its value's bytes may be read until flush()'s promise resolves.
+  // Takes the next answer; its value's bytes may be read until written() resolves.
   virtual void take(Answer& answer) = 0;
+  // The answers taken so far leave now (they are all the plane has room for this turn).
+  virtual void send() = 0;
   // Resolves once every answer taken so far has left (at once where the front end cannot tell).
-  virtual kj::Promise<void> flush() = 0;
+  virtual kj::Promise<void> written() = 0;
 
  protected:
   ~AnswerWriter() = default;
@@ -86,7 +88,7 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   kj::Maybe<kj::Promise<void>> wait_for_room();
   // Resolves when every answer queued so far has left.
   kj::Promise<void> drained();
-  // The writer has room again: waiting answers go out at the end of the turn.
+  // The writer has room again: answers that wait since an earlier turn go out now.
   void writable();
   // Polls waiting for their update (the limit is limits.max_waiting_polls).
   size_t waiting_polls() const { return polls_.size(); }

@@ -122,8 +122,4 @@ void DataSession::take(Answer& answer) {
   }
 }
 
-kj::Promise<void> DataSession::flush() {
-  return writer_.drained();
-}
-
 }  // namespace psched

@@ -48,7 +48,8 @@ class DataSession final : private AnswerWriter {
   static constexpr uint64_t kBatchBytes = 256 * 1024;
   bool has_room() override;
   void take(Answer& answer) override;
-  kj::Promise<void> flush() override;
+  void send() override { writer_.flush_now(); }
+  kj::Promise<void> written() override { return writer_.drained(); }
 
   ShardEndpoint& endpoint_;
   kj::Timer* timer_;

@@ -93,7 +93,8 @@ class SessionService final : public wire::Session::Server, private AnswerWriter 
   // AnswerWriter: a call completes while the connection's ReturnWindow has room.
   bool has_room() override { return window_->has_room(); }
   void take(Answer& answer) override;
-  kj::Promise<void> flush() override { return kj::READY_NOW; }
+  void send() override {}  // each call completed in take()
+  kj::Promise<void> written() override { return kj::READY_NOW; }
 
   ShardEndpoint& endpoint_;
   WorkerId worker_;

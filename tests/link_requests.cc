@@ -12,12 +12,11 @@ using Send = kj::Promise<std::vector<Outcome>> (DataPath::*)(std::span<const Par
 // `send` of `parts` on the link's current path, the connection held until it is answered.
 kj::Promise<std::vector<Outcome>> on_path(ShardLink& link, Send send,
                                           std::span<const PartitionRequest> parts) {
-  kj::Own<DataPath> path = link.data_path();
-  if (!path)
+  DataPath* path = link.data_path();
+  if (path == nullptr)
     return to_kj_exception(Error(ErrorCode::invalid_argument,
                                  "request before connect: the shard session is not open"));
-  DataPath& on = *path;
-  return (on.*send)(parts).attach(kj::mv(path));
+  return (path->*send)(parts).attach(link.hold());
 }
 
 // The single outcome's value: its applied time, or its error as a rejection.
