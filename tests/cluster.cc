@@ -105,6 +105,14 @@ ShardLink& Cluster::open_link(uint32_t shard, uint64_t max_message_bytes) {
   return *raw_links_.back();
 }
 
+ShardLink& Cluster::open_reconnecting_link(uint32_t shard, std::shared_ptr<CutPlan> plan) {
+  StreamOpener open = [this, shard, plan] { return open_stream(shard, plan); };
+  raw_links_.push_back(kj::heap<ShardLink>(
+      config_.shards[shard].listen.to_string(), open, config_.limits.max_message_bytes,
+      ReconnectPolicy{.timer = &timer_}, data_path_ == DataPathKind::stream));
+  return *raw_links_.back();
+}
+
 kj::Promise<void> Cluster::open_data_stream(ShardLink& link, uint32_t shard) {
   auto pipe = kj::newTwoWayPipe();
   host_->listener(shard).serve(kj::mv(pipe.ends[0]));

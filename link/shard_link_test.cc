@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// ShardLink on the simulated cluster (tests/cluster.h): which data path a connection gets,
+// reconnecting after a cut, and what a lost connection does to requests in flight. ctest runs
+// it over both data paths (PSCHED_TEST_DATA_PATH).
+#include "link/shard_link.h"
+
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "common/kj_error.h"
+#include "tests/cluster.h"
+#include "tests/link_requests.h"
+
+using namespace psched;
+using namespace psched::testing;
+
+namespace {
+
+constexpr uint64_t kElements = 16;
+
+struct LinkFixture {
+  Cluster cluster{config()};
+  std::shared_ptr<CutPlan> plan = std::make_shared<CutPlan>();
+  ShardLink& link = cluster.open_reconnecting_link(0, plan);
+  std::vector<float> initial = std::vector<float>(kElements, 2.f);
+
+  static DeploymentConfig config() {
+    DeploymentConfig c = cluster_config(1, 2, Mode::async);
+    c.optimizer.lr = 1.0;
+    return c;
+  }
+  VariableId connect_and_register() {
+    cluster.run(link.connect(WorkerId(0), ""));
+    VariableSpec spec{"w", {kElements}, DType::float32, Priority(0), {}};
+    return cluster.run(link.register_part(spec, true, {0, kElements}, as_bytes(initial)));
+  }
+  static std::span<const std::byte> as_bytes(const std::vector<float>& v) {
+    return std::as_bytes(std::span(v));
+  }
+  std::vector<float> pulled(VariableId id) {
+    std::vector<float> out(kElements);
+    cluster.run(
+        link.pull(id, {0, kElements}, reinterpret_cast<std::byte*>(out.data()), kElements * 4));
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a connection's data path is chosen once: a data stream when the link asks, else "
+    "Cap'n Proto calls, which alone fuse") {
+  LinkFixture f;
+  CHECK(f.link.data_path() == nullptr);  // not connected yet
+  f.connect_and_register();
+  REQUIRE(f.link.data_path() != nullptr);
+  bool stream = f.cluster.data_path() == DataPathKind::stream;
+  CHECK(f.link.has_data_stream() == stream);
+  CHECK(f.link.fuses() == !stream);
+  CHECK(f.link.data_path()->fuses() == !stream);
+}
+
+TEST_CASE("a link whose connection is cut reconnects and registers its parts again, same ids") {
+  LinkFixture f;
+  VariableId id = f.connect_and_register();
+  uint64_t epoch = f.link.epoch();
+  std::vector<float> grad(kElements, 1.f);
+  f.plan->bytes_left = 0;  // the next byte written is lost with the connection
+  try {
+    f.cluster.run(push(f.link, id, Step(1), {0, kElements}, DType::float32, f.as_bytes(grad)));
+    FAIL("a push over a cut connection was answered");
+  } catch (const kj::Exception& e) {
+    CHECK(from_kj_exception(e).code() == ErrorCode::disconnected);
+  }
+  CHECK(f.plan->cuts == 1);
+  f.cluster.run(f.link.recover(epoch));
+  CHECK(f.link.epoch() == epoch + 1);
+  f.cluster.run(f.link.recover(epoch));  // already recovered: at once
+  CHECK(f.link.epoch() == epoch + 1);
+  // The push may or may not have reached the shard; resent, it is applied once.
+  f.cluster.run(push(f.link, id, Step(1), {0, kElements}, DType::float32, f.as_bytes(grad)));
+  CHECK(f.pulled(id) == std::vector<float>(kElements, 1.f));
+}
+
+TEST_CASE("a connection cut while it is set up is tried again, not given up") {
+  for (uint64_t after : {0ul, 8ul, 40ul}) {  // inside the first messages of connect()
+    CAPTURE(after);
+    LinkFixture f;
+    f.plan->bytes_left = after;
+    VariableId id = f.connect_and_register();
+    CHECK(f.plan->cuts == 1);
+    CHECK(f.pulled(id) == f.initial);
+  }
+}
+
+TEST_CASE("a poll waiting when its connection is lost ends [disconnected]; the link goes on") {
+  LinkFixture f;
+  VariableId id = f.connect_and_register();
+  std::vector<float> fresh(kElements);
+  auto waiting = poll(f.link, id, Step(1), {0, kElements},
+                      reinterpret_cast<std::byte*>(fresh.data()), kElements * 4);
+  f.cluster.settle();
+  uint64_t epoch = f.link.epoch();
+  f.plan->bytes_left = 0;
+  std::vector<float> grad(kElements, 1.f);
+  auto pushed = push(f.link, id, Step(1), {0, kElements}, DType::float32, f.as_bytes(grad));
+  try {
+    f.cluster.run(kj::mv(waiting));
+    FAIL("a poll over a lost connection was answered");
+  } catch (const kj::Exception& e) {
+    CHECK(from_kj_exception(e).code() == ErrorCode::disconnected);
+  }
+  CHECK_THROWS_AS(f.cluster.run(kj::mv(pushed)), kj::Exception);
+  f.cluster.run(f.link.recover(epoch));
+  f.cluster.run(push(f.link, id, Step(1), {0, kElements}, DType::float32, f.as_bytes(grad)));
+  f.cluster.run(poll(f.link, id, Step(1), {0, kElements},
+                     reinterpret_cast<std::byte*>(fresh.data()), kElements * 4));
+  CHECK(fresh == std::vector<float>(kElements, 1.f));
+}
