@@ -47,14 +47,14 @@ void DataPlane::push(const Request& r, bool then_poll) {
       r.gradient.size(),      Priority(0), r.arrived,     trace_time(), {}};
   endpoint_.shard.push(worker_, args.variable, args.step, args.range, args.dtype, args.data,
                        [weak = weak_from_this(), id = r.id, then_poll, bytes = r.gradient.size(),
-                        keeps = r.keeps_gradient, refused, traced](std::exception_ptr error) {
+                        keeps = r.keeps_gradient, refused, traced](const Error* error) {
                          *refused = error != nullptr;
                          auto plane = weak.lock();
                          if (!plane) return;
                          plane->receipted(bytes);
                          if (error) {
                            plane->cancel(id);
-                           return plane->queue_error(id, to_error(error));
+                           return plane->queue_error(id, *error);
                          }
                          plane->record(traced);
                          if (!then_poll) plane->queue(Answer::receipt(id));
@@ -83,10 +83,10 @@ void DataPlane::pull(const Request& r) {
   }
   endpoint_.shard.pull(
       VariableId(r.variable), range,
-      [weak = weak_from_this(), id = r.id](std::exception_ptr error, const FreshValue* value) {
+      [weak = weak_from_this(), id = r.id](const Error* error, const FreshValue* value) {
         auto plane = weak.lock();
         if (!plane) return;
-        if (error) return plane->queue_error(id, to_error(error));
+        if (error) return plane->queue_error(id, *error);
         plane->queue(Answer::fresh_value(id, value->priority(), value->step(), value->in_place()));
       });
 }
@@ -100,29 +100,28 @@ void DataPlane::check_new_poll(uint64_t id) const {
 void DataPlane::file_poll(uint64_t id, VariableId variable, Step step, ElementRange range) {
   PollTicket ticket(endpoint_.next_poll_ticket++);
   polls_.emplace(id, ticket);
-  endpoint_.shard.poll(
-      worker_, variable, step, range, ticket,
-      [weak = weak_from_this(), id, variable, step, range, filed_at = trace_time()](
-          std::exception_ptr error, const FreshValue* value) {
-        auto plane = weak.lock();
-        if (!plane) return;
-        plane->polls_.erase(id);
-        if (error) return plane->queue_error(id, to_error(error));
-        Answer answer = Answer::fresh_value(id, value->priority(), value->step(), value->in_place(),
-                                            wall_clock_ns());
-        if (plane->tracing())
-          answer.traced = {ShardTrace::Kind::poll,
-                           plane->worker_,
-                           variable,
-                           step,
-                           range,
-                           value->bytes(),
-                           value->priority(),
-                           filed_at,
-                           ShardTrace::now(),
-                           {}};
-        plane->queue(std::move(answer));
-      });
+  endpoint_.shard.poll(worker_, variable, step, range, ticket,
+                       [weak = weak_from_this(), id, variable, step, range,
+                        filed_at = trace_time()](const Error* error, const FreshValue* value) {
+                         auto plane = weak.lock();
+                         if (!plane) return;
+                         plane->polls_.erase(id);
+                         if (error) return plane->queue_error(id, *error);
+                         Answer answer = Answer::fresh_value(id, value->priority(), value->step(),
+                                                             value->in_place(), wall_clock_ns());
+                         if (plane->tracing())
+                           answer.traced = {ShardTrace::Kind::poll,
+                                            plane->worker_,
+                                            variable,
+                                            step,
+                                            range,
+                                            value->bytes(),
+                                            value->priority(),
+                                            filed_at,
+                                            ShardTrace::now(),
+                                            {}};
+                         plane->queue(std::move(answer));
+                       });
 }
 
 void DataPlane::cancel(uint64_t id) {
@@ -133,7 +132,7 @@ void DataPlane::cancel(uint64_t id) {
 }
 
 void DataPlane::refuse(uint64_t id, Error error) {
-  endpoint_.shard.report_error(std::make_exception_ptr(error));
+  endpoint_.shard.report_error(error);
   queue_error(id, std::move(error));
 }
 

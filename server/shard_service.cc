@@ -66,7 +66,7 @@ Request poll_request(wire::PolledRange::Reader range) {
 // The exception that answers a call refused before it reached the plane; the shard counts it
 // for the operator view.
 kj::Exception refused(ShardEndpoint& endpoint, const Error& error) {
-  endpoint.shard.report_error(std::make_exception_ptr(error));
+  endpoint.shard.report_error(error);
   return to_kj_exception(error);
 }
 
@@ -243,8 +243,8 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
       kj::mv(spec), {params.getBegin(), params.getEnd()},
       {reinterpret_cast<const std::byte*>(initial.begin()), initial.size()},
       // f = f: clang 14 (the fuzz build) cannot capture a structured binding by name.
-      [f = f](std::exception_ptr error, VariableId id, bool created) {
-        if (error) return (*f)->reject(to_kj_exception(error));
+      [f = f](const Error* refused, VariableId id, bool created) {
+        if (refused) return (*f)->reject(to_kj_exception(*refused));
         (*f)->fulfill(std::make_pair(id, created));
       });
   return promise.then([context](std::pair<VariableId, bool> r) mutable {

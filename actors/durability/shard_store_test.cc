@@ -55,28 +55,30 @@ struct ShardLife {
     spec.shape = {init.size()};
     spec.optimizer.kind = optim::OptimizerKind::adam;
     VariableId id;
-    std::exception_ptr error;
+    std::optional<Error> error;
     shard.register_variable(spec, {0, init.size()}, std::as_bytes(std::span(init)),
-                            [&](std::exception_ptr e, VariableId v, bool) {
-                              error = e;
+                            [&](const Error* e, VariableId v, bool) {
+                              if (e) error = *e;
                               id = v;
                             });
     drain();
-    if (error) std::rethrow_exception(error);
+    if (error) throw *error;
     return id;
   }
 
   void push(WorkerId worker, VariableId id, Step step, ElementRange range, std::vector<float> g) {
-    std::exception_ptr error;
+    std::optional<Error> error;
     shard.push(worker, id, step, range, DType::float32, std::as_bytes(std::span(g)),
-               [&](std::exception_ptr e) { error = e; });
+               [&](const Error* e) {
+                 if (e) error = *e;
+               });
     drain();
-    if (error) std::rethrow_exception(error);
+    if (error) throw *error;
   }
 
   std::vector<float> value(VariableId id, uint64_t n) {
     std::vector<float> out(n);
-    shard.pull(id, {0, n}, [&](std::exception_ptr, const FreshValue* v) {
+    shard.pull(id, {0, n}, [&](const Error*, const FreshValue* v) {
       v->read_into(reinterpret_cast<std::byte*>(out.data()));
     });
     drain();
@@ -330,7 +332,7 @@ TEST_CASE("pushes accepted while a checkpoint is written go to the new log and s
     });
     std::vector<float> g{0.5f, -1, 2, 0.25f};
     life.shard.push(WorkerId(0), w, Step(2), {0, 4}, DType::float32, std::as_bytes(std::span(g)),
-                    [](std::exception_ptr e) { REQUIRE_FALSE(e); });
+                    [](const Error* e) { REQUIRE_FALSE(e); });
     life.io.wait(kj::mv(replied.promise));  // the file is written on another thread
     CHECK_FALSE(written.empty());
     CHECK(life.stats().checkpoints_written == 2);  // the one restore wrote, and this one

@@ -46,17 +46,17 @@ void PollRegistry::applied(PollKey key, ElementRange range) {
   for (Waiting& poll : ready) poll.answer(nullptr);
 }
 
-void PollRegistry::fail_all(std::exception_ptr error) {
+void PollRegistry::fail_all(const Error& error) {
   PSCHED_REQUIRE(on_loop());
   auto all = std::move(waiting_);
   waiting_.clear();
   keys_.clear();
   waiting_count_ = 0;
   for (auto& [key, polls] : all)
-    for (Waiting& poll : polls) poll.answer(error);
+    for (Waiting& poll : polls) poll.answer(&error);
 }
 
-size_t PollRegistry::fail(PollKey key, std::exception_ptr error) {
+size_t PollRegistry::fail(PollKey key, const Error& error) {
   PSCHED_REQUIRE(on_loop());
   auto it = waiting_.find(key);
   if (it == waiting_.end()) return 0;
@@ -64,7 +64,7 @@ size_t PollRegistry::fail(PollKey key, std::exception_ptr error) {
   waiting_.erase(it);
   for (const Waiting& poll : polls) keys_.erase(poll.ticket);
   waiting_count_ -= polls.size();
-  for (Waiting& poll : polls) poll.answer(error);
+  for (Waiting& poll : polls) poll.answer(&error);
   return polls.size();
 }
 

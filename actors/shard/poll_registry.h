@@ -8,12 +8,12 @@
 // (server/answer_queue.h), not here.
 #pragma once
 
-#include <exception>
 #include <functional>
 #include <unordered_map>
 #include <vector>
 
 #include "actors/runtime/actor.h"
+#include "common/error.h"
 #include "common/interval_set.h"
 #include "common/types.h"
 
@@ -40,8 +40,8 @@ struct PollKeyHash {
 
 class PollRegistry : public Actor {
  public:
-  // Called on the loop when the poll is ready (null) or can no longer be answered (error).
-  using Answer = std::function<void(std::exception_ptr)>;
+  // Called on the loop when the poll is ready (null) or can no longer be answered (why not).
+  using Answer = std::function<void(const Error* refused)>;
 
   explicit PollRegistry(ActorLoop& shard_loop) : Actor(shard_loop) {}
 
@@ -52,9 +52,9 @@ class PollRegistry : public Actor {
   // Reports that `range` of `key`'s update is applied; answers the polls this completes.
   void applied(PollKey key, ElementRange range);
   // Fails every waiting poll with `error` (shutdown).
-  void fail_all(std::exception_ptr error);
+  void fail_all(const Error& error);
   // Fails the polls waiting for `key` with `error`; returns how many there were.
-  size_t fail(PollKey key, std::exception_ptr error);
+  size_t fail(PollKey key, const Error& error);
   // Number of polls waiting.
   size_t waiting() const { return waiting_count_; }
 

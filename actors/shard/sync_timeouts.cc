@@ -50,15 +50,15 @@ void SyncTimeouts::time_out(VariableId id, const Variable& variable, Clock::time
   Step step = variable.applied_step(kAllWorkers).next();
   std::vector<uint32_t> missing = variable.missing_workers();
   bool proceed = settings_.sync.on_timeout == SyncTimeoutAction::proceed;
-  auto error = std::make_exception_ptr(
-      Error(ErrorCode::sync_timeout,
-            fmt::format("step {} of variable '{}' on shard {} waited {:.1f} s for worker(s) {}{}",
-                        step, variable.spec().name, settings_.id.value,
-                        seconds_between(step_began_[id.value], now), fmt::join(missing, ", "),
-                        proceed ? "; applied without them (their pushes of it are dropped)" : "")));
+  Error error(
+      ErrorCode::sync_timeout,
+      fmt::format("step {} of variable '{}' on shard {} waited {:.1f} s for worker(s) {}{}", step,
+                  variable.spec().name, settings_.id.value,
+                  seconds_between(step_began_[id.value], now), fmt::join(missing, ", "),
+                  proceed ? "; applied without them (their pushes of it are dropped)" : ""));
   ++timeouts_;
   actions_.count_error(error);
-  log_warn("{}", to_error(error).what());
+  log_warn("{}", error.what());
   if (!proceed) {
     actions_.fail_polls(id, step, error);
     step_began_[id.value] = now;  // fail the polls filed from now on after as long

@@ -32,9 +32,9 @@ class SyncTimeouts {
   class Actions {
    public:
     // Counts `error` (a [sync_timeout]) among the shard's failed requests.
-    virtual void count_error(std::exception_ptr error) = 0;
+    virtual void count_error(const Error& error) = 0;
     // Fails the polls waiting for step `step` of variable `id` with `error`.
-    virtual void fail_polls(VariableId id, Step step, std::exception_ptr error) = 0;
+    virtual void fail_polls(VariableId id, Step step, const Error& error) = 0;
     // Completes step `step` of `id` without its missing workers (logged first, like any
     // accepted update; throws when it cannot be) and answers the polls waiting for it.
     virtual void complete_without_missing(VariableId id, Step step) = 0;

@@ -22,11 +22,11 @@ struct RecordingActions final : SyncTimeouts::Actions {
   std::vector<std::string> calls;
 
   explicit RecordingActions(std::vector<Variable>& v) : variables(v) {}
-  void count_error(std::exception_ptr error) override {
-    CHECK(to_error(error).code() == ErrorCode::sync_timeout);
-    calls.push_back(fmt::format("error {}", to_error(error).what()));
+  void count_error(const Error& error) override {
+    CHECK(error.code() == ErrorCode::sync_timeout);
+    calls.push_back(fmt::format("error {}", error.what()));
   }
-  void fail_polls(VariableId id, Step step, std::exception_ptr) override {
+  void fail_polls(VariableId id, Step step, const Error&) override {
     calls.push_back(fmt::format("fail v{} s{}", id.value, step));
   }
   void complete_without_missing(VariableId id, Step step) override {

@@ -11,6 +11,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The exception being handled as the refusal a reply carries (other exceptions than
+// psched::Error become [internal]).
+Error caught() {
+  return to_error(std::current_exception());
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -40,8 +46,9 @@ void VariableShard::register_variable(VariableSpec spec, ElementRange part,
     try {
       do_register(spec, part, initial, reply);
     } catch (...) {
-      count_error(std::current_exception());
-      reply(std::current_exception(), VariableId(), false);
+      Error refused = caught();
+      count_error(refused);
+      reply(&refused, VariableId(), false);
     }
   });
 }
@@ -91,8 +98,9 @@ void VariableShard::push(WorkerId worker, VariableId variable, Step step, Elemen
       do_push(worker, variable, step, range, dtype, data);
     } catch (...) {
       ++stats_.pushes_rejected;
-      count_error(std::current_exception());
-      return reply(std::current_exception());
+      Error refused = caught();
+      count_error(refused);
+      return reply(&refused);
     }
     stats_.apply_seconds.observe(seconds_since(start));
     reply(nullptr);
@@ -119,7 +127,7 @@ void VariableShard::enforce_sync_timeout(Clock::time_point now) {
   dispatch([this, now] { sync_timeouts_.enforce(now, variables_); });
 }
 
-void VariableShard::fail_polls(VariableId id, Step step, std::exception_ptr error) {
+void VariableShard::fail_polls(VariableId id, Step step, const Error& error) {
   polls_.fail(PollKey{kAllWorkers, id, step}, error);
 }
 
@@ -136,8 +144,9 @@ void VariableShard::poll(WorkerId worker, VariableId variable, Step step, Elemen
     try {
       do_poll(worker, variable, step, range, ticket, reply);
     } catch (...) {
-      count_error(std::current_exception());
-      reply(std::current_exception(), nullptr);
+      Error refused = caught();
+      count_error(refused);
+      reply(&refused, nullptr);
     }
   });
 }
@@ -152,8 +161,8 @@ void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRa
   IntervalSet pending = variable.not_yet_applied(worker, step, range);
   PollKey key{variable.poll_owner(worker), id, step};
   polls_.wait(key, ticket, std::move(pending),
-              [this, id, worker, range, reply, filed = Clock::now()](std::exception_ptr error) {
-                if (error) return reply(error, nullptr);
+              [this, id, worker, range, reply, filed = Clock::now()](const Error* refused) {
+                if (refused) return reply(refused, nullptr);
                 stats_.poll_wait_seconds.observe(seconds_since(filed));
                 const Variable& v = variables_[id.value];
                 answer(v, range, v.applied_step(worker), reply);
@@ -167,8 +176,9 @@ void VariableShard::pull(VariableId variable, ElementRange range, ValueReply rep
       v.check_range("pull", range);
       answer(v, range, v.applied_step(kAllWorkers), reply);
     } catch (...) {
-      count_error(std::current_exception());
-      reply(std::current_exception(), nullptr);
+      Error refused = caught();
+      count_error(refused);
+      reply(&refused, nullptr);
     }
   });
 }
@@ -202,21 +212,19 @@ void VariableShard::variables(size_t limit,
   });
 }
 
-void VariableShard::report_error(std::exception_ptr error) {
+void VariableShard::report_error(const Error& error) {
   dispatch([this, error] { count_error(error); });
 }
 
-void VariableShard::count_error(std::exception_ptr error) {
-  Error e = to_error(error);
-  ++stats_.errors[static_cast<size_t>(e.code())];
+void VariableShard::count_error(const Error& error) {
+  ++stats_.errors[static_cast<size_t>(error.code())];
   if (recent_errors_.size() == kRecentErrors) recent_errors_.pop_front();
-  recent_errors_.push_back({std::chrono::system_clock::now(), e.code(), e.what()});
+  recent_errors_.push_back({std::chrono::system_clock::now(), error.code(), error.what()});
 }
 
 void VariableShard::shut_down(std::function<void()> done) {
   dispatch([this, done = std::move(done)] {
-    polls_.fail_all(std::make_exception_ptr(
-        Error(ErrorCode::disconnected, "poll abandoned: the shard is shutting down")));
+    polls_.fail_all(Error(ErrorCode::disconnected, "poll abandoned: the shard is shutting down"));
     done();
   });
 }
@@ -241,14 +249,14 @@ void VariableShard::checkpoint(
     try {
       durability_.checkpoint([this, reply](std::exception_ptr error, std::filesystem::path file) {
         if (error) {
-          count_error(error);
+          count_error(to_error(error));
           return reply(error, {});
         }
         ++stats_.checkpoints_written;
         reply(nullptr, file);
       });
     } catch (...) {
-      count_error(std::current_exception());
+      count_error(caught());
       reply(std::current_exception(), {});
     }
   });
@@ -271,7 +279,7 @@ void VariableShard::load_variables(ByteReader& in) {
 
 void VariableShard::replay_register(VariableSpec& spec, ElementRange part,
                                     std::span<const std::byte> initial) {
-  do_register(spec, part, initial, [](std::exception_ptr, VariableId, bool) {});
+  do_register(spec, part, initial, [](const Error*, VariableId, bool) {});
 }
 
 void VariableShard::replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,

@@ -97,10 +97,11 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
  public:
   static constexpr size_t kRecentErrors = 16;
 
-  using RegisterReply = std::function<void(std::exception_ptr, VariableId, bool created)>;
-  using Receipt = std::function<void(std::exception_ptr)>;
+  // Replies take null, or the refusal (nothing changed).
+  using RegisterReply = std::function<void(const Error* refused, VariableId, bool created)>;
+  using Receipt = std::function<void(const Error* refused)>;
   // The value of the requested range, or null with the error.
-  using ValueReply = std::function<void(std::exception_ptr, const FreshValue*)>;
+  using ValueReply = std::function<void(const Error* refused, const FreshValue*)>;
 
   // `apply_pool` (optional) applies large partitions on several threads; it outlives the shard.
   // `device` (optional, outlives the shard) holds the variables and applies their updates
@@ -127,7 +128,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   // Answers with the first `limit` hosted variable parts, in registration order.
   void variables(size_t limit, std::function<void(std::vector<VariableStatus>)> reply);
   // Counts an error the RPC layer answered for this shard before the request reached it.
-  void report_error(std::exception_ptr error);
+  void report_error(const Error& error);
   // Fails every waiting poll (the server is stopping), then calls `done` on the loop.
   void shut_down(std::function<void()> done);
 
@@ -160,9 +161,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
   // Counts a failed request and keeps it among the recent errors. On the loop. Also what
   // sync_timeouts_ counts its timeouts with.
-  void count_error(std::exception_ptr error) override;
+  void count_error(const Error& error) override;
   // SyncTimeouts::Actions, called by sync_timeouts_ on the loop.
-  void fail_polls(VariableId id, Step step, std::exception_ptr error) override;
+  void fail_polls(VariableId id, Step step, const Error& error) override;
   void complete_without_missing(VariableId id, Step step) override;
   // ShardDurability::State, called by durability_ on the loop.
   void save_variables(ByteWriter& out) const override;

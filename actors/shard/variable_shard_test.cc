@@ -25,15 +25,15 @@ struct ShardFixture {
     spec.shape = {init.size()};
     spec.optimizer.lr = 1.0;
     std::optional<VariableId> id;
-    std::exception_ptr error;
+    std::optional<Error> error;
     shard.register_variable(spec, {0, init.size()}, std::as_bytes(std::span(init)),
-                            [&](std::exception_ptr e, VariableId v, bool c) {
-                              error = e;
+                            [&](const Error* e, VariableId v, bool c) {
+                              if (e) error = *e;
                               id = v;
                               if (created) *created = c;
                             });
     drain();
-    if (error) std::rethrow_exception(error);
+    if (error) throw *error;
     return *id;
   }
 };
@@ -56,7 +56,7 @@ TEST_CASE("registering the same spec twice is a no-op that keeps the value") {
   CHECK_FALSE(created);
   CHECK(a == b);
   std::vector<float> got;
-  f.shard.pull(a, {0, 2}, [&](std::exception_ptr, const FreshValue* v) { got = floats(v); });
+  f.shard.pull(a, {0, 2}, [&](const Error*, const FreshValue* v) { got = floats(v); });
   f.drain();
   CHECK(got == std::vector<float>{1, 2});
 }
@@ -79,7 +79,7 @@ TEST_CASE("a poll waits for the worker's own push and then returns the fresh val
   VariableId id = f.add("w", {1, 2});
   std::optional<std::vector<float>> answer;
   f.shard.poll(WorkerId(0), id, Step(1), {0, 2}, PollTicket(1),
-               [&](std::exception_ptr e, const FreshValue* v) {
+               [&](const Error* e, const FreshValue* v) {
                  REQUIRE(!e);
                  CHECK(v->step() == Step(1));
                  answer = floats(v);
@@ -87,13 +87,15 @@ TEST_CASE("a poll waits for the worker's own push and then returns the fresh val
   f.drain();
   CHECK_FALSE(answer);
   std::vector<float> g{1, 1};
-  std::exception_ptr other_worker_error;
+  std::optional<Error> other_worker_error;
   f.shard.push(WorkerId(1), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [&](std::exception_ptr e) { other_worker_error = e; });
+               [&](const Error* e) {
+                 if (e) other_worker_error = *e;
+               });
   f.drain();
   CHECK_FALSE(answer);  // async: another worker's update does not release worker 0's poll
   f.shard.push(WorkerId(0), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [](std::exception_ptr e) { REQUIRE(!e); });
+               [](const Error* e) { REQUIRE(!e); });
   f.drain();
   REQUIRE(answer);
   CHECK(*answer == std::vector<float>{-1, 0});
@@ -104,11 +106,11 @@ TEST_CASE("a poll for an applied step returns at once") {
   VariableId id = f.add("w", {1});
   std::vector<float> g{1};
   f.shard.push(WorkerId(0), id, Step(1), {0, 1}, DType::float32, std::as_bytes(std::span(g)),
-               [](std::exception_ptr) {});
+               [](const Error*) {});
   f.drain();
   bool answered = false;
   f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(1),
-               [&](std::exception_ptr e, const FreshValue*) { answered = !e; });
+               [&](const Error* e, const FreshValue*) { answered = !e; });
   f.drain();
   CHECK(answered);
 }
@@ -116,21 +118,24 @@ TEST_CASE("a poll for an applied step returns at once") {
 TEST_CASE("requests naming an unknown variable fail with unknown_variable") {
   ShardFixture f;
   std::vector<float> g{1};
-  std::exception_ptr error;
+  std::optional<Error> error;
   f.shard.push(WorkerId(0), VariableId(3), Step(1), {0, 1}, DType::float32,
-               std::as_bytes(std::span(g)), [&](std::exception_ptr e) { error = e; });
+               std::as_bytes(std::span(g)), [&](const Error* e) {
+                 if (e) error = *e;
+               });
   f.drain();
   REQUIRE(error);
-  CHECK_THROWS_WITH_AS(std::rethrow_exception(error), doctest::Contains("no variable with id 3"),
-                       Error);
+  CHECK_THROWS_WITH_AS(throw *error, doctest::Contains("no variable with id 3"), Error);
 }
 
 TEST_CASE("shutting down fails the waiting polls") {
   ShardFixture f;
   VariableId id = f.add("w", {1});
-  std::exception_ptr error;
+  std::optional<Error> error;
   f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(1),
-               [&](std::exception_ptr e, const FreshValue*) { error = e; });
+               [&](const Error* e, const FreshValue*) {
+                 if (e) error = *e;
+               });
   f.drain();
   f.shard.shut_down([] {});
   f.drain();
@@ -142,7 +147,7 @@ TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds noth
   VariableId id = f.add("w", {1});
   int answers = 0;
   f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(7),
-               [&](std::exception_ptr, const FreshValue*) { ++answers; });
+               [&](const Error*, const FreshValue*) { ++answers; });
   f.drain();
   ShardStats stats;
   f.shard.stats([&](ShardStats s) { stats = s; });
@@ -152,7 +157,7 @@ TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds noth
   f.shard.withdraw_poll(PollTicket(7));  // twice is harmless
   std::vector<float> g{1};
   f.shard.push(WorkerId(0), id, Step(1), {0, 1}, DType::float32, std::as_bytes(std::span(g)),
-               [](std::exception_ptr) {});
+               [](const Error*) {});
   f.shard.stats([&](ShardStats s) { stats = s; });
   f.drain();
   CHECK(answers == 0);
@@ -165,10 +170,10 @@ TEST_CASE("the shard's stats count applies, poll waits and failed requests by co
   f.shard.poll(WorkerId(0), id, Step(1), {0, 2}, PollTicket(1), [](auto...) {});
   std::vector<float> g{1, 1};
   f.shard.push(WorkerId(0), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [](std::exception_ptr) {});
+               [](const Error*) {});
   f.shard.push(WorkerId(0), id, Step(3), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [](std::exception_ptr) {});
-  f.shard.report_error(std::make_exception_ptr(Error(ErrorCode::bad_token, "wrong token")));
+               [](const Error*) {});
+  f.shard.report_error(Error(ErrorCode::bad_token, "wrong token"));
   ShardStats stats;
   std::vector<VariableStatus> variables;
   f.shard.stats([&](ShardStats s) { stats = std::move(s); });
@@ -202,14 +207,14 @@ struct SyncTimeoutFixture {
     spec.optimizer.lr = 1.0;
     std::vector<float> init{0, 0};
     shard.register_variable(spec, {0, 2}, std::as_bytes(std::span(init)),
-                            [&](std::exception_ptr, VariableId v, bool) { id = v; });
+                            [&](const Error*, VariableId v, bool) { id = v; });
     drain();
   }
   void drain() { io.drain(); }
   void push(uint32_t worker, Step step, std::vector<float> g) {
     shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [](std::exception_ptr e) {
-                 if (e) std::rethrow_exception(e);
+               [](const Error* e) {
+                 if (e) throw *e;
                });
     drain();
   }
@@ -227,9 +232,11 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
   SyncTimeoutFixture f(SyncTimeoutAction::fail);
   f.push(0, Step(1), {1, 1});
   f.push(1, Step(1), {3, 3});
-  std::exception_ptr answer;
+  std::optional<Error> answer;
   f.shard.poll(WorkerId(0), f.id, Step(1), {0, 2}, PollTicket(1),
-               [&](std::exception_ptr e, const FreshValue*) { answer = e; });
+               [&](const Error* e, const FreshValue*) {
+                 if (e) answer = *e;
+               });
   f.drain();
   auto start = std::chrono::steady_clock::now();
   f.shard.enforce_sync_timeout(start + std::chrono::seconds(5));  // not yet overdue
@@ -238,13 +245,13 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
   f.shard.enforce_sync_timeout(start + std::chrono::seconds(11));
   f.drain();
   REQUIRE(answer);
-  CHECK(to_error(answer).code() == ErrorCode::sync_timeout);
-  CHECK(std::string(to_error(answer).what()).find("worker(s) 2") != std::string::npos);
+  CHECK(answer->code() == ErrorCode::sync_timeout);
+  CHECK(std::string(answer->what()).find("worker(s) 2") != std::string::npos);
   CHECK(f.stats().sync_timeouts == 1);
   // The step still completes when the missing worker comes back.
   f.push(2, Step(1), {5, 5});
   std::vector<float> value;
-  f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, const FreshValue* v) { value = floats(v); });
+  f.shard.pull(f.id, {0, 2}, [&](const Error*, const FreshValue* v) { value = floats(v); });
   f.drain();
   CHECK(value == std::vector<float>{-3, -3});
 }
@@ -255,7 +262,7 @@ TEST_CASE("a sync step past its timeout proceeds with the mean of the workers th
   f.push(1, Step(1), {3, 3});
   std::optional<std::vector<float>> answer;
   f.shard.poll(WorkerId(0), f.id, Step(1), {0, 2}, PollTicket(1),
-               [&](std::exception_ptr e, const FreshValue* v) {
+               [&](const Error* e, const FreshValue* v) {
                  if (!e) answer = floats(v);
                });
   f.drain();
@@ -268,7 +275,7 @@ TEST_CASE("a sync step past its timeout proceeds with the mean of the workers th
   CHECK(f.stats().pushes_late == 1);
   for (uint32_t w = 0; w < 3; ++w) f.push(w, Step(2), {3, 3});
   std::vector<float> value;
-  f.shard.pull(f.id, {0, 2}, [&](std::exception_ptr, const FreshValue* v) { value = floats(v); });
+  f.shard.pull(f.id, {0, 2}, [&](const Error*, const FreshValue* v) { value = floats(v); });
   f.drain();
   CHECK(value == std::vector<float>{-5, -5});
 }

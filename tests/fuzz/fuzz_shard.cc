@@ -157,8 +157,8 @@ void FuzzShard::register_data_variables() {
   for (const VariableSpec& spec : {floats, doubles})
     shard_->register_variable(spec, {0, spec.shape[0]},
                               {initial.data(), spec.shape[0] * element_bytes(spec.dtype)},
-                              [](std::exception_ptr error, VariableId, bool) {
-                                if (error) std::rethrow_exception(error);
+                              [](const Error* refused, VariableId, bool) {
+                                if (refused) throw *refused;
                               });
   settle();
 }
