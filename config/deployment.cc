@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -67,28 +68,6 @@ constexpr std::array<optim::OptimizerKind, 7> kOptimizerKinds = {
     optim::OptimizerKind::sgd,     optim::OptimizerKind::momentum, optim::OptimizerKind::adam,
     optim::OptimizerKind::adam_tf, optim::OptimizerKind::adamw,    optim::OptimizerKind::adagrad,
     optim::OptimizerKind::rmsprop};
-
-// An OptimizerSpec hyper-parameter under its field name; exactly one member pointer is set.
-struct OptimizerField {
-  std::string_view name;
-  double OptimizerSpec::*number = nullptr;
-  bool OptimizerSpec::*flag = nullptr;
-};
-constexpr std::array<OptimizerField, 13> kOptimizerFields = {{
-    {"lr", &OptimizerSpec::lr},
-    {"momentum", &OptimizerSpec::momentum},
-    {"dampening", &OptimizerSpec::dampening},
-    {"nesterov", nullptr, &OptimizerSpec::nesterov},
-    {"beta1", &OptimizerSpec::beta1},
-    {"beta2", &OptimizerSpec::beta2},
-    {"eps", &OptimizerSpec::eps},
-    {"weight_decay", &OptimizerSpec::weight_decay},
-    {"amsgrad", nullptr, &OptimizerSpec::amsgrad},
-    {"lr_decay", &OptimizerSpec::lr_decay},
-    {"initial_accumulator_value", &OptimizerSpec::initial_accumulator_value},
-    {"alpha", &OptimizerSpec::alpha},
-    {"centered", nullptr, &OptimizerSpec::centered},
-}};
 
 // Room a push message needs besides its partition's bytes (name, step, range, framing).
 constexpr uint64_t kMessageHeadroomBytes = 64 << 10;
@@ -218,7 +197,7 @@ optim::OptimizerKind read_optimizer_kind(const ConfigNode& node) {
 
 std::vector<std::string_view> optimizer_keys() {
   std::vector<std::string_view> keys = {"kind"};
-  for (const OptimizerField& field : kOptimizerFields) keys.push_back(field.name);
+  optim::for_each_hyperparameter([&](std::string_view name, auto) { keys.push_back(name); });
   return keys;
 }
 
@@ -226,11 +205,14 @@ OptimizerSpec parse_optimizer(const ConfigNode& node) {
   ConfigMap map(node, optimizer_keys());
   OptimizerSpec spec;
   if (std::optional<ConfigNode> kind = map.find("kind")) spec.kind = read_optimizer_kind(*kind);
-  for (const OptimizerField& field : kOptimizerFields) {
-    std::optional<ConfigNode> value = map.find(field.name);
-    if (value && field.number) spec.*field.number = read_number(*value);
-    if (value && field.flag) spec.*field.flag = read_bool(*value);
-  }
+  optim::for_each_hyperparameter([&](std::string_view name, auto member) {
+    std::optional<ConfigNode> value = map.find(name);
+    if (!value) return;
+    if constexpr (std::is_same_v<decltype(member), bool OptimizerSpec::*>)
+      spec.*member = read_bool(*value);
+    else
+      spec.*member = read_number(*value);
+  });
   try {
     optim::validate(spec);
   } catch (const Error& e) {

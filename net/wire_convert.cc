@@ -34,19 +34,9 @@ Mode from_wire(wire::Mode mode) {
 void to_wire(const optim::OptimizerSpec& s, wire::OptimizerSpec::Builder out) {
   std::string_view kind = optim::to_string(s.kind);
   out.setKind(capnp::Text::Reader(kind.data(), kind.size()));
-  out.setLr(s.lr);
-  out.setMomentum(s.momentum);
-  out.setDampening(s.dampening);
-  out.setNesterov(s.nesterov);
-  out.setBeta1(s.beta1);
-  out.setBeta2(s.beta2);
-  out.setEps(s.eps);
-  out.setWeightDecay(s.weight_decay);
-  out.setAmsgrad(s.amsgrad);
-  out.setLrDecay(s.lr_decay);
-  out.setInitialAccumulatorValue(s.initial_accumulator_value);
-  out.setAlpha(s.alpha);
-  out.setCentered(s.centered);
+#define PSCHED_SET_FIELD(field, Wire) out.set##Wire(s.field);
+  PSCHED_OPTIMIZER_FIELDS(PSCHED_SET_FIELD)
+#undef PSCHED_SET_FIELD
 }
 
 optim::OptimizerSpec from_wire(wire::OptimizerSpec::Reader in) {
@@ -55,19 +45,9 @@ optim::OptimizerSpec from_wire(wire::OptimizerSpec::Reader in) {
   if (!optim::parse_optimizer_kind(kind, s.kind))  // quotes a long kind's start only
     fail(ErrorCode::invalid_argument, "unknown optimizer '{}' ({} bytes)", kind.substr(0, 32),
          kind.size());
-  s.lr = in.getLr();
-  s.momentum = in.getMomentum();
-  s.dampening = in.getDampening();
-  s.nesterov = in.getNesterov();
-  s.beta1 = in.getBeta1();
-  s.beta2 = in.getBeta2();
-  s.eps = in.getEps();
-  s.weight_decay = in.getWeightDecay();
-  s.amsgrad = in.getAmsgrad();
-  s.lr_decay = in.getLrDecay();
-  s.initial_accumulator_value = in.getInitialAccumulatorValue();
-  s.alpha = in.getAlpha();
-  s.centered = in.getCentered();
+#define PSCHED_GET_FIELD(field, Wire) s.field = in.get##Wire();
+  PSCHED_OPTIMIZER_FIELDS(PSCHED_GET_FIELD)
+#undef PSCHED_GET_FIELD
   return s;
 }
 

@@ -47,6 +47,34 @@ struct OptimizerSpec {
   bool operator==(const OptimizerSpec&) const = default;
 };
 
+// Every hyper-parameter of OptimizerSpec, once, in the struct's order: X(field, WireField), the
+// field's name here (and in the deployment file and Python) and its name in net/psched.capnp's
+// OptimizerSpec. The wire conversion, the checkpoint codec, the config loader and the Python
+// binding expand it, so a new hyper-parameter is added here, to the struct and to the schema.
+#define PSCHED_OPTIMIZER_FIELDS(X)                      \
+  X(lr, Lr)                                             \
+  X(momentum, Momentum)                                 \
+  X(dampening, Dampening)                               \
+  X(nesterov, Nesterov)                                 \
+  X(beta1, Beta1)                                       \
+  X(beta2, Beta2)                                       \
+  X(eps, Eps)                                           \
+  X(weight_decay, WeightDecay)                          \
+  X(amsgrad, Amsgrad)                                   \
+  X(lr_decay, LrDecay)                                  \
+  X(initial_accumulator_value, InitialAccumulatorValue) \
+  X(alpha, Alpha)                                       \
+  X(centered, Centered)
+
+// Calls visit(name, member) for each hyper-parameter, in the struct's order; `member` is a
+// `double OptimizerSpec::*` or a `bool OptimizerSpec::*`.
+template <typename Visit>
+constexpr void for_each_hyperparameter(Visit&& visit) {
+#define PSCHED_VISIT_FIELD(field, Wire) visit(std::string_view(#field), &OptimizerSpec::field);
+  PSCHED_OPTIMIZER_FIELDS(PSCHED_VISIT_FIELD)
+#undef PSCHED_VISIT_FIELD
+}
+
 // Number of per-element state arrays the optimizer keeps (momentum buffer, m, v, ...). Each
 // has as many elements as the variable (or the shard's range of it). Slot order, as `apply`
 // reads `state` (torch's state-dict order):

@@ -5,6 +5,13 @@
 //
 // Errors: psched::Error becomes psched.Error (or its subclass for the error's category) with
 // the C++ message and `.code`, the ErrorCode's name ("shape_mismatch", "disconnected", ...).
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
@@ -60,45 +67,56 @@ optim::OptimizerSpec make_optimizer(const std::string& kind, const optim::Optimi
   return result;
 }
 
+// The hyper-parameter names an Optimizer takes, for messages.
+std::string hyperparameter_names() {
+  std::vector<std::string_view> names;
+  optim::for_each_hyperparameter([&](std::string_view name, auto) { names.push_back(name); });
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// `settings` (keyword arguments named as OptimizerSpec's fields) over PyTorch's defaults.
+optim::OptimizerSpec optimizer_from(const std::string& kind, const py::kwargs& settings) {
+  optim::OptimizerSpec spec;
+  for (auto setting : settings) {
+    std::string name = py::cast<std::string>(setting.first);
+    py::handle value = setting.second;  // not a structured binding: clang 14 cannot capture one
+    bool known = false;
+    optim::for_each_hyperparameter([&](std::string_view field, auto member) {
+      if (field != name) return;
+      known = true;
+      using Value = std::remove_reference_t<decltype(spec.*member)>;
+      if (std::is_same_v<Value, bool> && !py::isinstance<py::bool_>(value))
+        throw py::type_error(fmt::format("Optimizer(): {} takes True or False, not {}", name,
+                                         py::str(value).cast<std::string>()));
+      spec.*member = value.template cast<Value>();
+    });
+    if (!known)
+      throw py::type_error(
+          fmt::format("Optimizer() got an unexpected keyword argument '{}' "
+                      "(expected one of: {})",
+                      name, hyperparameter_names()));
+  }
+  return make_optimizer(kind, spec);
+}
+
 void bind_optimizer(py::module_& m) {
   using optim::OptimizerSpec;
-  const OptimizerSpec d;  // defaults (PyTorch's)
-  py::class_<OptimizerSpec>(m, "Optimizer",
-                            "Optimizer settings for a variable; the formulas are torch.optim's "
-                            "(adam_tf: TensorFlow's ApplyAdam).")
-      .def(py::init([](const std::string& kind, double lr, double momentum, double dampening,
-                       bool nesterov, double beta1, double beta2, double eps, double weight_decay,
-                       bool amsgrad, double lr_decay, double initial_accumulator_value,
-                       double alpha, bool centered) {
-             return make_optimizer(kind, {.lr = lr,
-                                          .momentum = momentum,
-                                          .dampening = dampening,
-                                          .nesterov = nesterov,
-                                          .beta1 = beta1,
-                                          .beta2 = beta2,
-                                          .eps = eps,
-                                          .weight_decay = weight_decay,
-                                          .amsgrad = amsgrad,
-                                          .lr_decay = lr_decay,
-                                          .initial_accumulator_value = initial_accumulator_value,
-                                          .alpha = alpha,
-                                          .centered = centered});
-           }),
-           py::arg("kind"), py::kw_only(), py::arg("lr") = d.lr, py::arg("momentum") = d.momentum,
-           py::arg("dampening") = d.dampening, py::arg("nesterov") = d.nesterov,
-           py::arg("beta1") = d.beta1, py::arg("beta2") = d.beta2, py::arg("eps") = d.eps,
-           py::arg("weight_decay") = d.weight_decay, py::arg("amsgrad") = d.amsgrad,
-           py::arg("lr_decay") = d.lr_decay,
-           py::arg("initial_accumulator_value") = d.initial_accumulator_value,
-           py::arg("alpha") = d.alpha, py::arg("centered") = d.centered)
+  auto optimizer = py::class_<OptimizerSpec>(
+      m, "Optimizer",
+      fmt::format("Optimizer(kind, **settings): optimizer settings for a variable; the formulas "
+                  "are torch.optim's (adam_tf: TensorFlow's ApplyAdam). Settings, each with "
+                  "PyTorch's default when left out: {}.",
+                  hyperparameter_names())
+          .c_str());
+  optimizer.def(py::init(&optimizer_from), py::arg("kind"))
       .def_property_readonly("kind",
                              [](const OptimizerSpec& s) { return std::string(to_string(s.kind)); })
-      .def_readonly("lr", &OptimizerSpec::lr)
-      .def_readonly("momentum", &OptimizerSpec::momentum)
-      .def_readonly("weight_decay", &OptimizerSpec::weight_decay)
       .def("__repr__", [](const OptimizerSpec& s) {
         return fmt::format("psched.Optimizer('{}', lr={})", to_string(s.kind), s.lr);
       });
+  optim::for_each_hyperparameter([&](std::string_view name, auto member) {
+    optimizer.def_readonly(std::string(name).c_str(), member);
+  });
 }
 
 void bind_deployment(py::module_& m) {

@@ -1,28 +1,42 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "actors/durability/state_codec.h"
 
+#include <string_view>
+#include <type_traits>
+
 namespace psched {
 namespace {
 
-void encode(ByteWriter& out, const optim::OptimizerSpec& o) {
+using optim::OptimizerSpec;
+
+// The kind, then the hyper-parameters (optim/optimizer.h's list): the numbers in the list's
+// order, then the flags, one byte each.
+void encode(ByteWriter& out, const OptimizerSpec& o) {
   out.put<uint8_t>(static_cast<uint8_t>(o.kind));
-  for (double x : {o.lr, o.momentum, o.dampening, o.beta1, o.beta2, o.eps, o.weight_decay,
-                   o.lr_decay, o.initial_accumulator_value, o.alpha})
-    out.put(x);
-  for (bool b : {o.nesterov, o.amsgrad, o.centered}) out.put<uint8_t>(b);
+  optim::for_each_hyperparameter([&](std::string_view, auto member) {
+    if constexpr (std::is_same_v<decltype(member), double OptimizerSpec::*>) out.put(o.*member);
+  });
+  optim::for_each_hyperparameter([&](std::string_view, auto member) {
+    if constexpr (std::is_same_v<decltype(member), bool OptimizerSpec::*>)
+      out.put<uint8_t>(o.*member);
+  });
 }
 
-optim::OptimizerSpec decode_optimizer(ByteReader& in) {
-  optim::OptimizerSpec o;
+OptimizerSpec decode_optimizer(ByteReader& in) {
+  OptimizerSpec o;
   auto kind = in.get<uint8_t>();
   if (kind > static_cast<uint8_t>(optim::OptimizerKind::rmsprop))
     fail(ErrorCode::corrupt_checkpoint, "{}: unknown optimizer kind {} at byte {}", in.what(), kind,
          in.position());
   o.kind = static_cast<optim::OptimizerKind>(kind);
-  for (double* x : {&o.lr, &o.momentum, &o.dampening, &o.beta1, &o.beta2, &o.eps, &o.weight_decay,
-                    &o.lr_decay, &o.initial_accumulator_value, &o.alpha})
-    *x = in.get<double>();
-  for (bool* b : {&o.nesterov, &o.amsgrad, &o.centered}) *b = in.get<uint8_t>() != 0;
+  optim::for_each_hyperparameter([&](std::string_view, auto member) {
+    if constexpr (std::is_same_v<decltype(member), double OptimizerSpec::*>)
+      o.*member = in.get<double>();
+  });
+  optim::for_each_hyperparameter([&](std::string_view, auto member) {
+    if constexpr (std::is_same_v<decltype(member), bool OptimizerSpec::*>)
+      o.*member = in.get<uint8_t>() != 0;
+  });
   return o;
 }
 

@@ -172,3 +172,15 @@ def test_the_worker_id_comes_from_rank(start_server, monkeypatch):
     monkeypatch.setenv("PSCHED_CONFIG", str(server.config))
     with psched.connect() as client:
         assert client.worker == 1 and client.deployment.workers == 2
+
+
+def test_an_optimizer_takes_every_setting_by_name_and_refuses_others():
+    adam = psched.Optimizer("adam", lr=0.5, beta2=0.99, amsgrad=True)
+    assert (adam.kind, adam.lr, adam.beta2, adam.amsgrad) == ("adam", 0.5, 0.99, True)
+    assert adam.eps == 1e-8  # left out: PyTorch's default
+    with pytest.raises(TypeError, match="'betas'.*expected one of: lr, momentum"):
+        psched.Optimizer("adam", betas=(0.9, 0.99))
+    with pytest.raises(TypeError, match="amsgrad takes True or False, not 1.5"):
+        psched.Optimizer("adam", amsgrad=1.5)
+    with pytest.raises(psched.Error, match="lr"):
+        psched.Optimizer("sgd", lr=-1.0)
