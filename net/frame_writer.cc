@@ -3,44 +3,12 @@
 
 namespace psched {
 
-void FrameWriter::Batch::copy(std::span<const std::byte> bytes) {
-  buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
-  bytes_ += bytes.size();
-}
-
-void FrameWriter::Batch::reference(std::span<const std::byte> bytes) {
-  cut();
-  pieces_.push_back({bytes.data(), 0, bytes.size()});
-  bytes_ += bytes.size();
-}
-
-void FrameWriter::Batch::cut() {
-  if (buffer_.size() > cut_at_) pieces_.push_back({nullptr, cut_at_, buffer_.size() - cut_at_});
-  cut_at_ = buffer_.size();
-}
-
-kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> FrameWriter::Batch::gather() {
-  cut();
-  gathered_.clear();
-  for (const Piece& p : pieces_) {
-    const std::byte* at = p.referenced ? p.referenced : buffer_.data() + p.offset;
-    gathered_.emplace_back(reinterpret_cast<const kj::byte*>(at), p.size);
-  }
-  return {gathered_.data(), gathered_.size()};
-}
-
-void FrameWriter::Batch::clear() {
-  buffer_.clear();
-  pieces_.clear();
-  cut_at_ = bytes_ = 0;
-}
-
 FrameWriter::FrameWriter(kj::AsyncOutputStream& stream, std::function<void(kj::Exception)> failed)
     : stream_(stream), failed_(std::move(failed)), tasks_(*this) {}
 
 FrameWriter::~FrameWriter() noexcept = default;
 
-FrameWriter::Batch& FrameWriter::open_batch() {
+WriteBatch& FrameWriter::open_batch() {
   bool in_flight_only = writing_ && batches_.size() == 1;  // the in-flight batch is sealed
   if (batches_.empty() || in_flight_only || batches_.back().pieces() >= kPiecesPerWrite) {
     if (spare_.empty()) {
@@ -56,7 +24,7 @@ FrameWriter::Batch& FrameWriter::open_batch() {
 void FrameWriter::add(const FrameHeaderBytes& header, std::span<const std::byte> body) {
   if (body.size() < kCopiedBodyBytes) return add_copied(header, body);
   if (broken_) return;
-  Batch& batch = open_batch();
+  WriteBatch& batch = open_batch();
   batch.copy(header);
   batch.reference(body);
   waiting_bytes_ += header.size() + body.size();
@@ -64,7 +32,7 @@ void FrameWriter::add(const FrameHeaderBytes& header, std::span<const std::byte>
 
 void FrameWriter::add_copied(const FrameHeaderBytes& header, std::span<const std::byte> body) {
   if (broken_) return;
-  Batch& batch = open_batch();
+  WriteBatch& batch = open_batch();
   batch.copy(header);
   batch.copy(body);
   waiting_bytes_ += header.size() + body.size();
@@ -90,7 +58,7 @@ kj::Promise<void> FrameWriter::write_waiting() {
     return kj::READY_NOW;
   }
   writing_ = true;
-  Batch& batch = batches_.front();  // a deque: later batches never move it
+  WriteBatch& batch = batches_.front();  // a deque: later batches never move it
   waiting_bytes_ -= batch.bytes();
   return stream_.write(batch.gather()).then([this] {
     batches_.front().clear();

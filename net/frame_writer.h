@@ -17,6 +17,7 @@
 #include <kj/async-io.h>
 
 #include "net/data_frame.h"
+#include "net/write_batch.h"
 
 namespace psched {
 
@@ -51,37 +52,11 @@ class FrameWriter final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> drained();
 
  private:
-  // One write's bytes: copied runs in one buffer, referenced bodies in between.
-  class Batch {
-   public:
-    uint64_t bytes() const { return bytes_; }
-    size_t pieces() const { return pieces_.size() + (buffer_.size() > cut_at_ ? 1 : 0); }
-    void copy(std::span<const std::byte> bytes);
-    void reference(std::span<const std::byte> bytes);
-    // The pieces to write, in order; valid until clear().
-    kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> gather();
-    void clear();
-
-   private:
-    struct Piece {
-      const std::byte* referenced;  // null: bytes at `offset` in buffer_
-      size_t offset;
-      size_t size;
-    };
-    // Ends the copied run being built, if any.
-    void cut();
-    std::vector<std::byte> buffer_;
-    size_t cut_at_ = 0;
-    uint64_t bytes_ = 0;
-    std::vector<Piece> pieces_;
-    std::vector<kj::ArrayPtr<const kj::byte>> gathered_;
-  };
-
   // A write takes at most this many pieces (below the kernel's IOV_MAX).
   static constexpr size_t kPiecesPerWrite = 256;
 
   // The batch the next add() goes to.
-  Batch& open_batch();
+  WriteBatch& open_batch();
   // Writes the oldest waiting batch, then the next, until none waits (nothing when a write is
   // in flight: it goes on with them).
   kj::Promise<void> write_waiting();
@@ -93,8 +68,8 @@ class FrameWriter final : private kj::TaskSet::ErrorHandler {
   std::function<void(kj::Exception)> failed_;
   std::function<void()> written_;
   // Batches not yet written, oldest first; while writing_, the first is in flight.
-  std::deque<Batch> batches_;
-  std::vector<Batch> spare_;  // written batches, kept to reuse their memory
+  std::deque<WriteBatch> batches_;
+  std::vector<WriteBatch> spare_;  // written batches, kept to reuse their memory
   uint64_t waiting_bytes_ = 0;
   bool scheduled_ = false;  // a flush is queued for the end of the turn
   bool writing_ = false;

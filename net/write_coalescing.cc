@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "net/write_coalescing.h"
 
+#include <utility>
+
 #include <capnp/message.h>
 #include <capnp/rpc.capnp.h>
-#include <kj/vector.h>
+
+#include "net/write_batch.h"
 
 namespace psched {
 namespace {
@@ -34,7 +37,7 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
         flushes_(*this) {}
 
   kj::Promise<void> drained() override {
-    if (pending_.size() > 0) return hand_on({});
+    if (!pending_.empty()) return hand_on({});
     auto all_written = kj::mv(tail_).fork();
     tail_ = all_written.addBranch();
     return all_written.addBranch();
@@ -50,18 +53,19 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
     size_t size = 0;
     for (auto piece : pieces) size += piece.size();
     if (size > small_bytes_) return hand_on(pieces);
-    bool hold = finish_timer_ != nullptr && (pending_.size() == 0 || holding_) && is_finish(pieces);
-    for (auto piece : pieces) pending_.addAll(piece);
+    bool hold = finish_timer_ != nullptr && (pending_.empty() || holding_) && is_finish(pieces);
+    for (auto piece : pieces)
+      pending_.copy({reinterpret_cast<const std::byte*>(piece.begin()), piece.size()});
     holding_ = hold;
     if (hold) {
       hold_for_next_write();
-    } else if (pending_.size() >= kFlushBytes) {
+    } else if (pending_.bytes() >= kFlushBytes) {
       flushes_.add(hand_on({}));
     } else if (!flush_scheduled_) {
       flush_scheduled_ = true;
       flushes_.add(kj::evalLast([this]() -> kj::Promise<void> {
         flush_scheduled_ = false;
-        if (pending_.size() == 0) return kj::READY_NOW;  // went ahead of a large message
+        if (pending_.empty()) return kj::READY_NOW;  // went ahead of a large message
         return hand_on({});
       }));
     }
@@ -71,7 +75,7 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
   // Writes what is buffered first, at once when no write is in progress: an abort sent just
   // before the connection closes still leaves.
   void shutdownWrite() override {
-    if (pending_.size() == 0 && writes_in_progress_ == 0) return inner().shutdownWrite();
+    if (pending_.empty() && writes_in_progress_ == 0) return inner().shutdownWrite();
     flushes_.add(drained().then([this] { inner().shutdownWrite(); }));
   }
 
@@ -83,7 +87,7 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
     hold_timer_armed_ = true;
     flushes_.add(finish_timer_->afterDelay(kFinishHold).then([this]() -> kj::Promise<void> {
       hold_timer_armed_ = false;
-      if (pending_.size() == 0 || flush_scheduled_) return kj::READY_NOW;
+      if (pending_.empty() || flush_scheduled_) return kj::READY_NOW;
       return hand_on({});
     }));
   }
@@ -94,15 +98,12 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
   // Writes the buffered small messages and then `pieces` (caller-owned until the promise
   // resolves) in one writev once every earlier write is done: at once when none is in progress.
   kj::Promise<void> hand_on(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
-    kj::Array<kj::byte> pending = pending_.releaseAsArray();
+    auto batch = kj::heap<WriteBatch>(std::move(pending_));
+    pending_ = WriteBatch();
     holding_ = false;
-    auto all = kj::heapArrayBuilder<kj::ArrayPtr<const kj::byte>>(pieces.size() + 1);
-    if (pending.size() > 0) all.add(pending);
-    all.addAll(pieces);
-    kj::Array<kj::ArrayPtr<const kj::byte>> gathered = all.finish();
-    auto start = [this, first = gathered.begin(), count = gathered.size()] {
-      return inner().write(kj::arrayPtr(first, count));
-    };
+    for (auto piece : pieces)
+      batch->reference({reinterpret_cast<const std::byte*>(piece.begin()), piece.size()});
+    auto start = [this, &written = *batch] { return inner().write(written.gather()); };
     kj::Promise<void> writing =
         writes_in_progress_++ == 0 ? kj::evalNow(start) : tail_.then(kj::mv(start));
     auto written = writing
@@ -111,7 +112,7 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
                                --writes_in_progress_;
                                kj::throwFatalException(kj::mv(e));
                              })
-                       .attach(kj::mv(gathered), kj::mv(pending))
+                       .attach(kj::mv(batch))
                        .fork();
     tail_ = written.addBranch();
     return written.addBranch();
@@ -123,7 +124,7 @@ class CoalescingStream final : public WriteCoalescingStream, private kj::TaskSet
 
   size_t small_bytes_;
   kj::Timer* finish_timer_;                 // null: Finish messages are not held
-  kj::Vector<kj::byte> pending_;            // small messages accepted and not yet handed on
+  WriteBatch pending_;                      // small messages accepted and not yet handed on
   bool flush_scheduled_ = false;            // an end-of-turn flush is queued
   bool holding_ = false;                    // pending_ holds only Finish messages
   bool hold_timer_armed_ = false;           // hold_for_next_write's timer runs

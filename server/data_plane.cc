@@ -20,6 +20,7 @@ DataPlane::~DataPlane() noexcept {
 }
 
 void DataPlane::serve(Request request) {
+  if (request.refused) return refuse(request.id, *request.refused);
   switch (request.kind) {
     case RequestKind::push:
       return push(request, false);
@@ -42,9 +43,12 @@ void DataPlane::push(const Request& r, bool then_poll) {
   }
   unreceipted_bytes_ += r.gradient.size();
   auto refused = std::make_shared<bool>(false);
+  ShardTrace::TimePoint received = trace_time();
+  // A call arrives whole: its receive phase is empty.
+  ShardTrace::TimePoint arrived = r.arrived == ShardTrace::TimePoint{} ? received : r.arrived;
   ShardTrace::Request traced{
-      ShardTrace::Kind::push, worker_,     args.variable, args.step,    args.range,
-      r.gradient.size(),      Priority(0), r.arrived,     trace_time(), {}};
+      ShardTrace::Kind::push, worker_,     args.variable, args.step, args.range,
+      r.gradient.size(),      Priority(0), arrived,       received,  {}};
   endpoint_.shard.push(worker_, args.variable, args.step, args.range, args.dtype, args.data,
                        [weak = weak_from_this(), id = r.id, then_poll, bytes = r.gradient.size(),
                         keeps = r.keeps_gradient, refused, traced](const Error* error) {

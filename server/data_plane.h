@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 
@@ -44,7 +45,11 @@ struct Request {
   // answered.
   std::span<const std::byte> gradient{};
   std::shared_ptr<const void> keeps_gradient{};
-  ShardTrace::TimePoint arrived{};  // when its first byte was read (for the trace)
+  // When its first byte was read (for the trace); unset: when the plane got it.
+  ShardTrace::TimePoint arrived{};
+  // What the front end found wrong while decoding it (a dtype not on the wire, say): the plane
+  // answers with it and does nothing else.
+  std::optional<Error> refused{};
 };
 
 // Where a front end takes its answers.

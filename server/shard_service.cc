@@ -42,17 +42,40 @@ void put_answer(Results results, const Answer& answer) {
   results.setAppliedAtNs(answer.applied_at_ns);
 }
 
-// A push's or pushPoll's fields (also a fused Partition's) as a request to the plane. Throws
-// Error for a dtype not on the wire.
+// A push's or pushPoll's fields (also a fused Partition's) as a request to the plane; a dtype
+// not on the wire makes it one the plane refuses.
 template <typename Fields>
 Request push_request(RequestKind kind, Fields fields) {
   const capnp::Data::Reader data = fields.getData();
-  return {.kind = kind,
-          .variable = fields.getVariable(),
-          .step = fields.getStep(),
-          .offset = fields.getOffset(),
-          .dtype = from_wire(fields.getDtype()),
-          .gradient = {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
+  Request request{.kind = kind,
+                  .variable = fields.getVariable(),
+                  .step = fields.getStep(),
+                  .offset = fields.getOffset(),
+                  .gradient = {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
+  try {
+    request.dtype = from_wire(fields.getDtype());
+  } catch (const Error& e) {
+    request.refused = e;
+  }
+  return request;
+}
+
+// The requests of a fused push or pushPoll, in list order.
+template <typename Partitions>
+std::vector<Request> push_requests(RequestKind kind, Partitions partitions) {
+  std::vector<Request> requests;
+  for (auto p : partitions) requests.push_back(push_request(kind, p));
+  return requests;
+}
+
+// What puts each answer of a fused poll or pushPoll into slot i of its `values`.
+auto value_slots(capnp::List<wire::PolledValue>::Builder values) {
+  return [values](unsigned i, const Answer& answer) mutable {
+    if (answer.kind == AnswerKind::error)
+      values[i].setError(describe(*answer.error));
+    else
+      put_answer(values[i], answer);
+  };
 }
 
 Request poll_request(wire::PolledRange::Reader range) {
@@ -163,9 +186,7 @@ kj::Promise<void> SessionService::ask(Request request, Write write) {
   }));
 }
 
-kj::Promise<void> SessionService::ask_all(std::vector<Request> requests,
-                                          std::vector<std::optional<Error>> refused,
-                                          WriteSlot write) {
+kj::Promise<void> SessionService::ask_all(std::vector<Request> requests, WriteSlot write) {
   struct Gathering {
     size_t left;
     kj::Own<kj::PromiseFulfiller<void>> done;
@@ -183,12 +204,7 @@ kj::Promise<void> SessionService::ask_all(std::vector<Request> requests,
     });
   }
   // In list order, so the shard applies them in that order.
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (refused[i])
-      plane_->refuse(ids[i], *refused[i]);
-    else
-      plane_->serve(std::move(requests[i]));
-  }
+  for (Request& request : requests) plane_->serve(std::move(request));
   return paf.promise.attach(
       kj::defer([this, ids = std::move(ids), alive = std::weak_ptr<bool>(alive_)] {
         if (alive.lock()) forget(ids);
@@ -254,11 +270,7 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
 }
 
 kj::Promise<void> SessionService::push(PushContext context) {
-  try {
-    return ask(push_request(RequestKind::push, context.getParams()), [](const Answer&) {});
-  } catch (const Error& e) {
-    return refused(endpoint_, e);
-  }
+  return ask(push_request(RequestKind::push, context.getParams()), [](const Answer&) {});
 }
 
 kj::Promise<void> SessionService::poll(PollContext context) {
@@ -273,13 +285,8 @@ kj::Promise<void> SessionService::poll(PollContext context) {
 }
 
 kj::Promise<void> SessionService::pushPoll(PushPollContext context) {
-  try {
-    return ask(
-        push_request(RequestKind::push_poll, context.getParams()),
-        [context](const Answer& answer) mutable { put_answer(context.getResults(), answer); });
-  } catch (const Error& e) {
-    return refused(endpoint_, e);
-  }
+  return ask(push_request(RequestKind::push_poll, context.getParams()),
+             [context](const Answer& answer) mutable { put_answer(context.getResults(), answer); });
 }
 
 kj::Promise<void> SessionService::pull(PullContext context) {
@@ -302,17 +309,8 @@ kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
   } catch (const Error& e) {
     return refused(endpoint_, e);
   }
-  std::vector<Request> requests(partitions.size());
-  std::vector<std::optional<Error>> refused(partitions.size());
-  for (unsigned i = 0; i < partitions.size(); ++i) {
-    try {
-      requests[i] = push_request(RequestKind::push, partitions[i]);
-    } catch (const Error& e) {
-      refused[i] = e;
-    }
-  }
   auto errors = context.getResults().initErrors(partitions.size());
-  return ask_all(std::move(requests), std::move(refused),
+  return ask_all(push_requests(RequestKind::push, partitions),
                  [errors](unsigned i, const Answer& answer) mutable {
                    if (answer.kind == AnswerKind::error) errors.set(i, describe(*answer.error));
                  });
@@ -329,14 +327,7 @@ kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
   context.allowCancellation();
   std::vector<Request> requests;
   for (auto range : ranges) requests.push_back(poll_request(range));
-  auto values = context.getResults().initValues(ranges.size());
-  return ask_all(std::move(requests), std::vector<std::optional<Error>>(ranges.size()),
-                 [values](unsigned i, const Answer& answer) mutable {
-                   if (answer.kind == AnswerKind::error)
-                     values[i].setError(describe(*answer.error));
-                   else
-                     put_answer(values[i], answer);
-                 });
+  return ask_all(std::move(requests), value_slots(context.getResults().initValues(ranges.size())));
 }
 
 kj::Promise<void> SessionService::pushPollFused(PushPollFusedContext context) {
@@ -346,23 +337,8 @@ kj::Promise<void> SessionService::pushPollFused(PushPollFusedContext context) {
   } catch (const Error& e) {
     return refused(endpoint_, e);
   }
-  std::vector<Request> requests(partitions.size());
-  std::vector<std::optional<Error>> refused(partitions.size());
-  for (unsigned i = 0; i < partitions.size(); ++i) {
-    try {
-      requests[i] = push_request(RequestKind::push_poll, partitions[i]);
-    } catch (const Error& e) {
-      refused[i] = e;
-    }
-  }
-  auto values = context.getResults().initValues(partitions.size());
-  return ask_all(std::move(requests), std::move(refused),
-                 [values](unsigned i, const Answer& answer) mutable {
-                   if (answer.kind == AnswerKind::error)
-                     values[i].setError(describe(*answer.error));
-                   else
-                     put_answer(values[i], answer);
-                 });
+  return ask_all(push_requests(RequestKind::push_poll, partitions),
+                 value_slots(context.getResults().initValues(partitions.size())));
 }
 
 kj::Promise<void> SessionService::openDataStream(OpenDataStreamContext context) {

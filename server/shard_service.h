@@ -78,9 +78,8 @@ class SessionService final : public wire::Session::Server, private AnswerWriter 
   // rejects with its error. Dropped unanswered, it withdraws the request's poll.
   kj::Promise<void> ask(Request request, Write write);
   // The same for the requests of a fused call, each answered on its own as if it came alone;
-  // resolves when every answer is in. `refused[i]`, when set, answers request i at once.
-  kj::Promise<void> ask_all(std::vector<Request> requests,
-                            std::vector<std::optional<Error>> refused, WriteSlot write);
+  // resolves when every answer is in.
+  kj::Promise<void> ask_all(std::vector<Request> requests, WriteSlot write);
   // A new request id of this session's.
   uint64_t next_id() { return next_id_++; }
   // Forgets the unanswered requests `ids` (their calls went away).

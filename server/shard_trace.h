@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// ShardTrace: what one shard did with each request of its workers' data streams, for a Chrome
+// ShardTrace: what one shard did with each request of its workers' data path, for a Chrome
 // trace (Perfetto, chrome://tracing) to lay beside the workers' (client/chrome_trace.h,
 // psched.torch's). A request is a slice of two phases:
-//   push  receive  its frame's header read to its last byte read
+//   push  receive  its frame's header read to its last byte read (empty for a Cap'n Proto
+//                  call, which arrives whole)
 //         apply    its last byte read to its receipt (the optimizer update, on the shard's
 //                  loop or the apply pool)
 //   poll  wait     filed to its fresh value ready (sync mode: until every worker's push of the
@@ -11,7 +12,8 @@
 //                  answers, and a full socket)
 // Times are steady_clock, which is CLOCK_MONOTONIC on Linux: the workers' axis too, when they
 // run on the same machine. Lives on the shard's loop, like the shard; keeps the first
-// `capacity` requests and counts the rest. Requests sent as RPC calls are not traced.
+// `capacity` requests and counts the rest. DataPlane (server/data_plane.h) records them, for
+// both front ends.
 #pragma once
 
 #include <chrono>
