@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
+#include "common/kj_error.h"
 #include "net/data_frame.h"
 #include "net/psched.capnp.h"
 #include "net/rpc_connection.h"
@@ -272,6 +273,28 @@ TEST_CASE("bad pushes are answered with their error and the stream goes on") {
   CHECK(receipt.header.kind == wire::AnswerKind::RECEIPT);
   CHECK(receipt.header.id == 3);
   CHECK(f.current_value() == std::vector<float>(kElements, 1.f));
+}
+
+TEST_CASE("a Cap'n Proto push of a dtype not on the wire is refused naming it; nothing changes") {
+  DataStreamFixture f;
+  std::vector<float> grad(kElements, 1.f);
+  auto request = f.worker.session.pushRequest();
+  request.setVariable(f.id.value);
+  request.setStep(1);
+  request.setDtype(static_cast<wire::DType>(7));
+  request.setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(grad.data()),
+                                      grad.size() * sizeof(float)));
+  try {
+    f.cluster.run(request.send());
+    FAIL("the push was accepted");
+  } catch (const kj::Exception& e) {
+    Error error = from_kj_exception(e);
+    CHECK(error.code() == ErrorCode::dtype_mismatch);
+    CHECK_MESSAGE(std::string(error.what()).find("unknown dtype number 7") != std::string::npos,
+                  error.what());
+  }
+  CHECK(f.current_value() == std::vector<float>(kElements, 2.f));
+  f.check_others_served();
 }
 
 TEST_CASE("a poll id already waiting is refused; a cancel withdraws the waiting poll") {
