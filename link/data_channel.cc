@@ -95,7 +95,8 @@ kj::Promise<std::vector<Outcome>> DataChannel::send(wire::RequestKind kind,
   waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller), kind,
                                       kind == wire::RequestKind::PUSH ? nullptr : p.out,
                                       kind == wire::RequestKind::PUSH ? 0 : p.bytes()});
-  writer_.add(encode(header), pushes ? p.gradient : std::span<const std::byte>());
+  // The gradient stays in the trainer's memory until the request is answered: no copy.
+  writer_.add_referenced(encode(header), pushes ? p.gradient : std::span<const std::byte>());
   writer_.flush_at_end_of_turn();  // the requests of one turn share a write
   return answered.promise.attach(kj::defer([this, id = header.id] { abandon(id); }));
 }

@@ -49,7 +49,8 @@ class DataPath {
   // calls fuse: a data stream's frames of one turn already share a write.
   virtual bool fuses() const = 0;
 
-  // Each of these sends its partitions now (several only where fuses()) and resolves with one
+  // Each of these sends its partitions now (several only where fuses()), done with `parts`
+  // when it returns (the memory they point to is another matter, above), and resolves with one
   // outcome each, in order; a refused partition changed nothing on the shard. They reject only
   // when the connection is lost ([disconnected]); the caller then resends what has no outcome.
   //

@@ -101,17 +101,16 @@ kj::Promise<void> LinkTransport::attempt(std::shared_ptr<Carried> carried) {
         Error(ErrorCode::invalid_argument, "push before connect: the shard session is not open"));
     return kj::READY_NOW;
   }
-  std::vector<PartitionRequest> requests;
-  requests.reserve(carried->live.size());
+  requests_.clear();  // read by the path before send() returns
   for (size_t i : carried->live) {
     const PartitionTask& t = carried->parts[i].task;
     PSCHED_REQUIRE(t.shard == shard, t.id);
-    requests.push_back(
+    requests_.push_back(
         {t.shard_variable, t.step, t.range, t.dtype, {t.gradient, t.bytes}, t.fresh_value});
   }
   // A partition finishes at a refused push, else at its poll's answer; one lost with its
   // connection (or failed because the shard stopped) is carried again.
-  auto sent = send(carried, *path, requests).attach(link.hold());
+  auto sent = send(carried, *path, requests_).attach(link.hold());
   return sent.then([this, carried, &link, epoch](std::vector<Outcome> outcomes) {
     for (size_t k = 0; k < carried->live.size(); ++k) {
       size_t i = carried->live[k];

@@ -43,6 +43,7 @@ class LinkTransport final : public PartitionTransport, private kj::TaskSet::Erro
 
   std::vector<ShardLink*> links_;
   bool receipt_first_ = false;
+  std::vector<PartitionRequest> requests_;  // attempt()'s, reused: paths read them at once
   kj::TaskSet tasks_;
 };
 

@@ -23,10 +23,14 @@ WriteBatch& FrameWriter::open_batch() {
 
 void FrameWriter::add(const FrameHeaderBytes& header, std::span<const std::byte> body) {
   if (body.size() < kCopiedBodyBytes) return add_copied(header, body);
+  add_referenced(header, body);
+}
+
+void FrameWriter::add_referenced(const FrameHeaderBytes& header, std::span<const std::byte> body) {
   if (broken_) return;
   WriteBatch& batch = open_batch();
   batch.copy(header);
-  batch.reference(body);
+  if (!body.empty()) batch.reference(body);
   waiting_bytes_ += header.size() + body.size();
 }
 

@@ -38,6 +38,9 @@ class FrameWriter final : private kj::TaskSet::ErrorHandler {
   void add(const FrameHeaderBytes& header, std::span<const std::byte> body = {});
   // The same with the body copied whatever its size: the caller's memory is free at once.
   void add_copied(const FrameHeaderBytes& header, std::span<const std::byte> body);
+  // The same with the body referenced whatever its size (the worker's gradients, which stay in
+  // the trainer's memory until their push is answered anyway).
+  void add_referenced(const FrameHeaderBytes& header, std::span<const std::byte> body);
   // Writes what was added at the end of this turn of the loop (or after the write in flight).
   void flush_at_end_of_turn();
   // Writes what was added now (or after the write in flight).
