@@ -36,6 +36,7 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   options.scheduler = config.scheduler;
   options.max_message_bytes = config.limits.max_message_bytes;
   options.reconnect_timeout_seconds = config.reconnect.timeout_seconds;
+  options.data_stream = config.data_path == DataPathKind::stream;
   return options;
 }
 

@@ -55,7 +55,7 @@ struct ClientOptions {
   // per-call RPC objects; net/data_frame.h); false: as RPC calls (the A/B baseline).
   bool data_stream = true;
 
-  // Shards, token, TLS, scheduler and limits from a deployment file.
+  // Shards, token, TLS, scheduler, limits and data path from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
 };
 

@@ -30,6 +30,14 @@ struct SyncConfig {
   SyncTimeoutAction on_timeout = SyncTimeoutAction::fail;
 };
 
+// How a worker carries its pushes and polls to a shard (`data_path:`): over a data stream
+// beside each RPC connection (frames, no per-call RPC objects), or as Cap'n Proto calls (the
+// protocol the design started from, what a client in another language speaks first).
+enum class DataPathKind {
+  stream,  ///< the default
+  calls,
+};
+
 // Workers fuse at most this many partitions into one message (actors/worker/scheduler.h); every
 // shard accepts that many (limits.max_fused_partitions).
 inline constexpr uint64_t kMinFusedPartitionsLimit = 256;

@@ -28,9 +28,9 @@ using config::ConfigMap;
 using config::ConfigNode;
 using optim::OptimizerSpec;
 
-constexpr std::array<std::string_view, 12> kTopKeys = {
-    "mode",      "workers",   "auth",   "shards",     "tls",  "split_bytes",
-    "optimizer", "scheduler", "limits", "checkpoint", "sync", "reconnect"};
+constexpr std::array<std::string_view, 13> kTopKeys = {
+    "mode",      "workers", "auth",       "shards", "tls",       "split_bytes", "optimizer",
+    "scheduler", "limits",  "checkpoint", "sync",   "reconnect", "data_path"};
 constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
                                                              "update_log"};
 constexpr std::array<std::string_view, 2> kSyncKeys = {"timeout_seconds", "on_timeout"};
@@ -58,6 +58,10 @@ constexpr std::array<std::pair<std::string_view, Mode>, 2> kModes = {{
 constexpr std::array<std::pair<std::string_view, SyncTimeoutAction>, 2> kTimeoutActions = {{
     {"fail", SyncTimeoutAction::fail},
     {"proceed", SyncTimeoutAction::proceed},
+}};
+constexpr std::array<std::pair<std::string_view, DataPathKind>, 2> kDataPaths = {{
+    {"stream", DataPathKind::stream},
+    {"calls", DataPathKind::calls},
 }};
 constexpr std::array<std::pair<std::string_view, SchedulePolicy>, 2> kPolicies = {{
     {"priority", SchedulePolicy::priority},
@@ -335,6 +339,7 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.checkpoint = parse_checkpoint(top.find_or_null("checkpoint"), source.parent_path());
   config.sync = parse_sync(top.find_or_null("sync"));
   config.reconnect = parse_reconnect(top.find_or_null("reconnect"));
+  if (auto f = top.find("data_path")) config.data_path = read_choice(*f, kDataPaths);
   check_partition_fits(config, top);
   return config;
 }

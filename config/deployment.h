@@ -108,6 +108,7 @@ struct DeploymentConfig {
   CheckpointConfig checkpoint;
   SyncConfig sync;
   ReconnectConfig reconnect;
+  DataPathKind data_path = DataPathKind::stream;  // worker side
 };
 
 // Loads and validates a deployment file. Throws psched::Error(bad_config) whose message names

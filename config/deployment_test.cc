@@ -90,6 +90,15 @@ TEST_CASE("omitted keys take the struct defaults") {
   CHECK(config.limits.max_message_bytes == defaults.limits.max_message_bytes);
   CHECK(config.limits.max_variables == defaults.limits.max_variables);
   CHECK(config.limits.max_name_bytes == defaults.limits.max_name_bytes);
+  CHECK(config.data_path == DataPathKind::stream);
+}
+
+TEST_CASE("data_path chooses how workers carry pushes and polls") {
+  DeploymentConfig calls = parse(kOneShard + "data_path: calls\n");
+  CHECK(calls.data_path == DataPathKind::calls);
+  CHECK(parse(kOneShard + "data_path: stream\n").data_path == DataPathKind::stream);
+  CHECK(error_of(kOneShard + "data_path: rpc\n") ==
+        "configs/x.yaml:3: data_path: 'rpc' is not one of: stream, calls");
 }
 
 TEST_CASE("empty sections read as all defaults") {

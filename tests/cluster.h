@@ -26,11 +26,9 @@ DeploymentConfig cluster_config(uint32_t shards, uint32_t workers, Mode mode);
 // ca.pem; workers trust `ca_file` there ("other_ca.pem" signed nothing of ours).
 TlsConfig test_tls_config(const std::string& ca_file = "ca.pem");
 
-// How the workers of a Cluster carry their pushes and polls: over a data stream, as trainers
-// do by default, or as Cap'n Proto calls. The environment variable PSCHED_TEST_DATA_PATH
-// ("stream" or "calls"; unset: stream) sets the default, so that ctest runs each cluster test
-// over both front ends of the shard.
-enum class DataPathKind { stream, calls };
+// How the workers of a Cluster carry their pushes and polls (common/policies.h) unless a test
+// says: the environment variable PSCHED_TEST_DATA_PATH ("stream" or "calls"; unset: stream), so
+// that ctest runs each cluster test over both front ends of the shard.
 DataPathKind default_data_path();
 
 class Cluster {

@@ -48,6 +48,8 @@ def config_text(extra, ports=LISTEN):
     for listen, http in zip(ports, HTTP):
         text += f"  - {{listen: 127.0.0.1:{listen}, http: 127.0.0.1:{http}}}\n"
     text += "optimizer: {kind: adam, lr: 0.05}\nreconnect: {timeout_seconds: 30}\n"
+    if "PSCHED_TEST_DATA_PATH" in os.environ:  # ctest runs some faults over both data paths
+        text += f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
     return text + extra
 
 

@@ -12,6 +12,8 @@ work=$(mktemp -d)
 trap 'kill -KILL $server 2>/dev/null || true; rm -rf "$work"' EXIT
 
 sed -e 's/7410/17410/; s/7411/17411/; s/8410/18410/; s/8411/18411/' "$source/configs/local.yaml" > "$work/test.yaml"
+# ctest runs this over both data paths.
+if [ -n "${PSCHED_TEST_DATA_PATH:-}" ]; then echo "data_path: $PSCHED_TEST_DATA_PATH" >> "$work/test.yaml"; fi
 source "$source/tests/process_lib.sh"
 start_server "$build" "$work/test.yaml" "$work/server.log"
 

@@ -90,7 +90,10 @@ def start_server(tmp_path):
                           "split_bytes: 2KiB\n"  # larger variables span both shards
                           "scheduler: {partition_bytes: 1KiB, credit_bytes: 4KiB}\n" +
                           (f"reconnect: {{timeout_seconds: {reconnect_seconds}}}\n"
-                           if reconnect_seconds is not None else ""))
+                           if reconnect_seconds is not None else "") +
+                          # ctest runs the suite over both data paths
+                          (f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
+                           if "PSCHED_TEST_DATA_PATH" in os.environ else ""))
         servers.append(Server(config, shards))
         return servers[-1]
 
