@@ -17,6 +17,8 @@ chmod 600 "$work/server.key" "$work/token"
 sed -e 's/7410/17420/; s/7411/17421/; s/8410/18420/; s/8411/18421/' \
     "$source/configs/local.yaml" > "$work/plain.yaml"
 echo 'auth: {token_file: token}' >> "$work/plain.yaml"
+# ctest runs this over both data paths.
+if [ -n "${PSCHED_TEST_DATA_PATH:-}" ]; then echo "data_path: $PSCHED_TEST_DATA_PATH" >> "$work/plain.yaml"; fi
 tls_yaml() {  # CA_FILE OUT
   cp "$work/plain.yaml" "$work/$2"
   echo "tls: {cert_file: server.pem, key_file: server.key, ca_file: $1}" >> "$work/$2"
