@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "compression/codec.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "common/check.h"
+#include "common/error.h"
+#include "compression/half.h"
+
+namespace psched {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the wire is little-endian");
+
+template <typename T>
+T load(const std::byte* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+template <typename T>
+void store(std::byte* p, T value) {
+  std::memcpy(p, &value, sizeof(T));
+}
+
+template <typename T>
+std::span<const T> typed(std::span<const std::byte> bytes) {
+  return {reinterpret_cast<const T*>(bytes.data()), bytes.size() / sizeof(T)};
+}
+
+template <typename T>
+std::span<T> typed(std::span<std::byte> bytes) {
+  return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
+}
+
+template <typename T, uint16_t (*narrow)(float)>
+void encode_16(std::span<const T> values, std::byte* out) {
+  for (size_t i = 0; i < values.size(); ++i)
+    store(out + 2 * i, narrow(static_cast<float>(values[i])));
+}
+
+template <typename T, float (*widen)(uint16_t)>
+void decode_16(const std::byte* body, std::span<T> out) {
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<T>(widen(load<uint16_t>(body + 2 * i)));
+}
+
+template <typename T>
+void encode_topk(std::span<const T> values, const TopK& topk, std::vector<std::byte>& body) {
+  const uint64_t n = values.size();
+  const uint64_t k = topk.of(n);
+  std::vector<uint32_t> order(n);
+  if (k == 0)
+    order.clear();
+  else
+    std::iota(order.begin(), order.end(), 0u);
+  // Larger magnitude first; among equal magnitudes the lower index.
+  auto before = [&](uint32_t a, uint32_t b) {
+    T ma = std::abs(values[a]), mb = std::abs(values[b]);
+    return ma != mb ? ma > mb : a < b;
+  };
+  if (k > 0)
+    std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(k - 1), order.end(),
+                     before);
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  body.resize(8 + k * (4 + sizeof(T)));
+  store(body.data(), static_cast<uint32_t>(n));
+  store(body.data() + 4, static_cast<uint32_t>(k));
+  std::byte* indices = body.data() + 8;
+  std::byte* kept = indices + 4 * k;
+  for (uint64_t i = 0; i < k; ++i) {
+    store(indices + 4 * i, order[i]);
+    store(kept + sizeof(T) * i, values[order[i]]);
+  }
+}
+
+template <typename T>
+void decode_topk(std::span<const std::byte> body, std::span<T> out) {
+  const uint32_t k = load<uint32_t>(body.data() + 4);
+  const std::byte* indices = body.data() + 8;
+  const std::byte* kept = indices + 4 * uint64_t{k};
+  std::fill(out.begin(), out.end(), T(0));
+  for (uint64_t i = 0; i < k; ++i)
+    out[load<uint32_t>(indices + 4 * i)] = load<T>(kept + sizeof(T) * i);
+}
+
+template <typename T>
+void encode_onebit(std::span<const T> values, std::vector<std::byte>& body) {
+  const uint64_t n = values.size();
+  T magnitude = 0;
+  for (T v : values) magnitude += std::abs(v);
+  const T scale = n == 0 ? T(0) : magnitude / static_cast<T>(n);
+  body.assign(4 + sizeof(T) + (n + 7) / 8, std::byte{0});
+  store(body.data(), static_cast<uint32_t>(n));
+  store(body.data() + 4, scale);
+  std::byte* signs = body.data() + 4 + sizeof(T);
+  for (uint64_t i = 0; i < n; ++i)
+    if (std::signbit(values[i])) signs[i / 8] |= std::byte{1} << (i % 8);
+}
+
+template <typename T>
+void decode_onebit(std::span<const std::byte> body, std::span<T> out) {
+  const T scale = load<T>(body.data() + 4);
+  const std::byte* signs = body.data() + 4 + sizeof(T);
+  for (uint64_t i = 0; i < out.size(); ++i) {
+    bool negative = (signs[i / 8] & (std::byte{1} << (i % 8))) != std::byte{0};
+    out[i] = negative ? -scale : scale;
+  }
+}
+
+[[noreturn]] void malformed(WireFormat format, std::string_view why) {
+  fail(ErrorCode::invalid_argument, "malformed {} push: {}", to_string(format), why);
+}
+
+uint64_t topk_elements(DType dtype, std::span<const std::byte> body) {
+  if (body.size() < 8)
+    malformed(WireFormat::topk, fmt::format("{} bytes, under the 8 of its counts", body.size()));
+  const uint64_t n = load<uint32_t>(body.data());
+  const uint64_t k = load<uint32_t>(body.data() + 4);
+  const uint64_t expected = 8 + k * (4 + element_bytes(dtype));
+  if (body.size() != expected)
+    malformed(WireFormat::topk, fmt::format("{} bytes where {} values of {} take {}", body.size(),
+                                            k, to_string(dtype), expected));
+  if (k > n) malformed(WireFormat::topk, fmt::format("{} values for {} elements", k, n));
+  const std::byte* indices = body.data() + 8;
+  for (uint64_t i = 0; i < k; ++i) {
+    uint64_t index = load<uint32_t>(indices + 4 * i);
+    if (index >= n) malformed(WireFormat::topk, fmt::format("index {} of {} elements", index, n));
+    if (i > 0 && index <= load<uint32_t>(indices + 4 * (i - 1)))
+      malformed(WireFormat::topk, fmt::format("index {} after {}: indices must ascend", index,
+                                              load<uint32_t>(indices + 4 * (i - 1))));
+  }
+  return n;
+}
+
+uint64_t onebit_elements(DType dtype, std::span<const std::byte> body) {
+  const uint64_t head = 4 + element_bytes(dtype);
+  if (body.size() < head)
+    malformed(WireFormat::onebit,
+              fmt::format("{} bytes, under the {} of its count and scale", body.size(), head));
+  const uint64_t n = load<uint32_t>(body.data());
+  if (body.size() != head + (n + 7) / 8)
+    malformed(WireFormat::onebit, fmt::format("{} bytes where {} elements take {}", body.size(), n,
+                                              head + (n + 7) / 8));
+  return n;
+}
+
+}  // namespace
+
+uint64_t TopK::of(uint64_t elements) const {
+  uint64_t k = count != 0
+                   ? count
+                   : static_cast<uint64_t>(std::ceil(fraction * static_cast<double>(elements)));
+  return std::clamp<uint64_t>(k, elements == 0 ? 0 : 1, elements);
+}
+
+void encode(WireFormat format, DType dtype, std::span<const std::byte> values, const TopK& topk,
+            std::vector<std::byte>& body) {
+  const uint64_t n = values.size() / element_bytes(dtype);
+  PSCHED_REQUIRE(format == WireFormat::none || format == WireFormat::bf16 ||
+                     format == WireFormat::fp16 || n <= UINT32_MAX,
+                 n);
+  visit_dtype(dtype, [&]<typename T>(T) {
+    std::span<const T> v = typed<T>(values);
+    switch (format) {
+      case WireFormat::none:
+        body.assign(values.begin(), values.end());
+        return;
+      case WireFormat::bf16:
+        body.resize(2 * n);
+        return encode_16<T, half::to_bf16>(v, body.data());
+      case WireFormat::fp16:
+        body.resize(2 * n);
+        return encode_16<T, half::to_fp16>(v, body.data());
+      case WireFormat::topk:
+        return encode_topk(v, topk, body);
+      case WireFormat::onebit:
+        return encode_onebit(v, body);
+    }
+  });
+}
+
+uint64_t encoded_bytes(WireFormat format, DType dtype, uint64_t elements) {
+  switch (format) {
+    case WireFormat::none:
+      return elements * element_bytes(dtype);
+    case WireFormat::bf16:
+    case WireFormat::fp16:
+      return 2 * elements;
+    case WireFormat::topk:
+      return 8 + elements * (4 + element_bytes(dtype));
+    case WireFormat::onebit:
+      return 4 + element_bytes(dtype) + (elements + 7) / 8;
+  }
+  return 0;
+}
+
+uint64_t decoded_elements(WireFormat format, DType dtype, std::span<const std::byte> body) {
+  switch (format) {
+    case WireFormat::none:
+      if (body.size() % element_bytes(dtype) != 0)
+        fail(ErrorCode::invalid_argument, "a push of {} bytes is not whole {} elements",
+             body.size(), to_string(dtype));
+      return body.size() / element_bytes(dtype);
+    case WireFormat::bf16:
+    case WireFormat::fp16:
+      if (body.size() % 2 != 0)
+        malformed(format, fmt::format("{} bytes, not whole 16-bit values", body.size()));
+      return body.size() / 2;
+    case WireFormat::topk:
+      return topk_elements(dtype, body);
+    case WireFormat::onebit:
+      return onebit_elements(dtype, body);
+  }
+  malformed(format, "unknown format");
+}
+
+void decode(WireFormat format, DType dtype, std::span<const std::byte> body,
+            std::span<std::byte> out) {
+  visit_dtype(dtype, [&]<typename T>(T) {
+    std::span<T> o = typed<T>(out);
+    switch (format) {
+      case WireFormat::none:
+        std::memcpy(out.data(), body.data(), out.size());
+        return;
+      case WireFormat::bf16:
+        return decode_16<T, half::from_bf16>(body.data(), o);
+      case WireFormat::fp16:
+        return decode_16<T, half::from_fp16>(body.data(), o);
+      case WireFormat::topk:
+        return decode_topk(body, o);
+      case WireFormat::onebit:
+        return decode_onebit(body, o);
+    }
+  });
+}
+
+bool all_finite(DType dtype, std::span<const std::byte> values) {
+  return visit_dtype(dtype, [&]<typename T>(T) {
+    std::span<const T> v = typed<T>(values);
+    return std::all_of(v.begin(), v.end(), [](T x) { return std::isfinite(x); });
+  });
+}
+
+}  // namespace psched

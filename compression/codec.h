@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// The bodies of compressed pushes and values: what a worker encodes and a shard decodes, the
+// same bytes over the data stream and over Cap'n Proto calls. Integers and floats are
+// little-endian; a body holds one partition of `n` elements of the variable's dtype:
+//   none    the n elements as they are
+//   bf16    n 16-bit values (compression/half.h)
+//   fp16    n 16-bit values
+//   topk    UInt32 n, UInt32 k, k UInt32 indices into the partition (ascending), then the k
+//           values in the dtype: the k largest magnitudes, ties to the lower index; the rest 0
+//   onebit  UInt32 n, the scale in the dtype (the mean magnitude), then ceil(n / 8) bytes of
+//           signs (bit i % 8 of byte i / 8 set: element i is negative); element i is +-scale
+// A shard decodes into the dtype before anything else reads the push, so every optimizer, the
+// sync sum and the GPU apply see a plain gradient.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/dtype.h"
+#include "compression/wire_format.h"
+
+namespace psched {
+
+// Encodes `values` (elements of `dtype`) as `format` into `body`, replacing what it held (its
+// memory is reused). Requires fewer than 2^32 elements for topk and onebit.
+void encode(WireFormat format, DType dtype, std::span<const std::byte> values, const TopK& topk,
+            std::vector<std::byte>& body);
+
+// The bytes `elements` take as `format` where that does not depend on the values (none, bf16,
+// fp16); for topk and onebit, the most they take.
+uint64_t encoded_bytes(WireFormat format, DType dtype, uint64_t elements);
+
+// The elements `body` holds as `format`. Throws Error(invalid_argument) naming what is wrong
+// when the body is not one (a size that does not fit, an index out of range or not ascending).
+uint64_t decoded_elements(WireFormat format, DType dtype, std::span<const std::byte> body);
+
+// Decodes `body` into `out`, which holds decoded_elements() elements of `dtype`. The body must
+// have passed decoded_elements(). Writes every element of `out`.
+void decode(WireFormat format, DType dtype, std::span<const std::byte> body,
+            std::span<std::byte> out);
+
+// Whether every element of `values` is finite (neither infinite nor NaN).
+bool all_finite(DType dtype, std::span<const std::byte> values);
+
+}  // namespace psched

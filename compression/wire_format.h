@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// How a variable's numbers travel: the format of a push's gradient and of a fresh value on the
+// wire, chosen per variable by the worker (the deployment's `compression:` section is the
+// default, a trainer may choose per variable) and named in every request, so a shard needs no
+// state to read it and one shard serves workers of mixed formats. The shard keeps values and
+// optimizer state in the variable's dtype whatever the wire carries (compression/codec.h).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace psched {
+
+enum class WireFormat : uint8_t {
+  none,    ///< the variable's dtype, as it is
+  bf16,    ///< bfloat16: the dtype's exponent range, 8 bits of precision (push and values)
+  fp16,    ///< IEEE binary16: 11 bits of precision, finite up to 65504 (push and values)
+  topk,    ///< pushes: the largest magnitudes of a partition, as index and value
+  onebit,  ///< pushes: the signs of a partition and one scale, its mean magnitude
+};
+
+constexpr std::string_view to_string(WireFormat format) {
+  switch (format) {
+    case WireFormat::none:
+      return "none";
+    case WireFormat::bf16:
+      return "bf16";
+    case WireFormat::fp16:
+      return "fp16";
+    case WireFormat::topk:
+      return "topk";
+    case WireFormat::onebit:
+      return "onebit";
+  }
+  return "unknown";
+}
+
+// Whether fresh values may travel in `format` (the sparse formats are for gradients only:
+// a value must arrive whole).
+constexpr bool carries_values(WireFormat format) {
+  return format == WireFormat::none || format == WireFormat::bf16 || format == WireFormat::fp16;
+}
+
+// Whether `format` drops part of each gradient, so the worker keeps what it did not send and
+// adds it to the next step's (error feedback, compression/error_feedback.h).
+constexpr bool needs_feedback(WireFormat format) {
+  return format == WireFormat::topk || format == WireFormat::onebit;
+}
+
+// How many of a partition's elements a topk push sends.
+struct TopK {
+  double fraction = 0.01;  // of the partition's elements, rounded up
+  uint64_t count = 0;      // when not 0: this many, whatever the fraction
+  // For a partition of `elements` (at least one is sent, at most all).
+  uint64_t of(uint64_t elements) const;
+};
+
+// A variable's compression, both directions. The deployment's `compression:` section is the
+// default for every variable; a trainer may give another per variable.
+struct Compression {
+  WireFormat push = WireFormat::none;
+  WireFormat pull = WireFormat::none;  // of fresh values; carries_values() holds
+  TopK topk;
+  // Variables smaller than this travel uncompressed both ways (narrowing a small tensor saves
+  // less than it costs).
+  uint64_t min_bytes = 64 * 1024;
+  // Steps below this push uncompressed (the first updates are the largest and least alike).
+  uint64_t warmup_steps = 0;
+
+  // The push format of `step` of a variable of `bytes`.
+  WireFormat push_at(uint64_t step, uint64_t bytes) const {
+    return step < warmup_steps || bytes < min_bytes ? WireFormat::none : push;
+  }
+  // The format fresh values of a variable of `bytes` come back in.
+  WireFormat pull_for(uint64_t bytes) const { return bytes < min_bytes ? WireFormat::none : pull; }
+};
+
+}  // namespace psched
