@@ -37,6 +37,7 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   options.max_message_bytes = config.limits.max_message_bytes;
   options.reconnect_timeout_seconds = config.reconnect.timeout_seconds;
   options.data_stream = config.data_path == DataPathKind::stream;
+  options.compression = config.compression;
   return options;
 }
 
@@ -140,9 +141,11 @@ const ClusterLayout& Client::layout() const {
 }
 
 VariableHandle Client::register_variable(const VariableSpec& spec, std::span<std::byte> value,
-                                         bool use_server_optimizer) {
-  return impl_->thread.call([this, spec, value, use_server_optimizer](kj::AsyncIoContext&) {
-    return impl_->worker->register_variable(spec, value, use_server_optimizer);
+                                         bool use_server_optimizer,
+                                         std::optional<Compression> compression) {
+  Compression chosen = compression.value_or(impl_->options.compression);
+  return impl_->thread.call([this, spec, value, use_server_optimizer, chosen](kj::AsyncIoContext&) {
+    return impl_->worker->register_variable(spec, value, use_server_optimizer, chosen);
   });
 }
 

@@ -54,8 +54,10 @@ struct ClientOptions {
   // Pushes and polls go over a data stream beside each shard's RPC connection (framed, no
   // per-call RPC objects; net/data_frame.h); false: as RPC calls (the A/B baseline).
   bool data_stream = true;
+  // How variables' gradients and fresh values travel unless register_variable says otherwise.
+  Compression compression;
 
-  // Shards, token, TLS, scheduler, limits and data path from a deployment file.
+  // Shards, token, TLS, scheduler, limits, data path and compression from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
 };
 
@@ -84,8 +86,10 @@ class Client {
   // initial value (the first registration of a name wins; call pull() to adopt it) and fresh
   // values are written into it. It must stay alive as long as the client.
   // With `use_server_optimizer`, spec.optimizer is ignored and the deployment's default used.
+  // `compression`: how this variable's gradients and values travel; none given: the options'.
   VariableHandle register_variable(const VariableSpec& spec, std::span<std::byte> value,
-                                   bool use_server_optimizer = false);
+                                   bool use_server_optimizer = false,
+                                   std::optional<Compression> compression = std::nullopt);
   // Starts pushing the variable's whole gradient for `step` (1, 2, ...); returns at once.
   // `gradient` must stay alive and unchanged until wait(handle, step) returns.
   void push(VariableHandle handle, Step step, std::span<const std::byte> gradient);

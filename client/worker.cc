@@ -81,12 +81,14 @@ void Worker::check_layout(const ClusterLayout& layout, size_t link) const {
 }
 
 kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec, std::span<std::byte> value,
-                                                      bool use_server_optimizer) {
+                                                      bool use_server_optimizer,
+                                                      Compression compression) {
   if (value.size() != spec.bytes())
     fail(ErrorCode::shape_mismatch,
          "register of variable '{}' rejected: memory of {} bytes for {} elements of {} ({} bytes)",
          spec.name, value.size(), spec.elements(), to_string(spec.dtype), spec.bytes());
-  VariablePlan plan{spec.name, spec.priority, spec.dtype, spec.elements(), {}, value.data()};
+  VariablePlan plan{spec.name, spec.priority, spec.dtype, spec.elements(),
+                    {},        value.data(),  compression};
   size_t bytes = element_bytes(spec.dtype);
   auto parts =
       place_variable(spec.name, spec.elements(), bytes, links_.size(), layout_.split_bytes);

@@ -39,8 +39,10 @@ class Worker {
   // Registers the variable on the shards that placement gives it. `value` is the
   // trainer's parameter memory: its content is the initial value (the first registration of
   // a name wins) and fresh values are written into it; it stays alive while the worker does.
+  // `compression`: how its gradients and fresh values travel.
   kj::Promise<VariableHandle> register_variable(VariableSpec spec, std::span<std::byte> value,
-                                                bool use_server_optimizer);
+                                                bool use_server_optimizer,
+                                                Compression compression = {});
   // Overwrites the variable's memory with the shards' current value.
   kj::Promise<void> pull(VariableHandle handle);
   // Registrations, pulls and pushes whose connection is lost are sent again once the link

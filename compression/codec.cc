@@ -173,16 +173,30 @@ void encode(WireFormat format, DType dtype, std::span<const std::byte> values, c
         body.assign(values.begin(), values.end());
         return;
       case WireFormat::bf16:
-        body.resize(2 * n);
-        return encode_16<T, half::to_bf16>(v, body.data());
       case WireFormat::fp16:
         body.resize(2 * n);
-        return encode_16<T, half::to_fp16>(v, body.data());
+        return narrow_values(format, dtype, values, body);
       case WireFormat::topk:
         return encode_topk(v, topk, body);
       case WireFormat::onebit:
         return encode_onebit(v, body);
     }
+  });
+}
+
+void narrow_values(WireFormat format, DType dtype, std::span<const std::byte> values,
+                   std::span<std::byte> out) {
+  PSCHED_REQUIRE(carries_values(format), static_cast<int>(format));
+  PSCHED_REQUIRE(out.size() == encoded_bytes(format, dtype, values.size() / element_bytes(dtype)),
+                 out.size(), values.size());
+  visit_dtype(dtype, [&]<typename T>(T) {
+    std::span<const T> v = typed<T>(values);
+    if (format == WireFormat::none)
+      std::memcpy(out.data(), values.data(), out.size());
+    else if (format == WireFormat::bf16)
+      encode_16<T, half::to_bf16>(v, out.data());
+    else
+      encode_16<T, half::to_fp16>(v, out.data());
   });
 }
 

@@ -28,6 +28,11 @@ namespace psched {
 void encode(WireFormat format, DType dtype, std::span<const std::byte> values, const TopK& topk,
             std::vector<std::byte>& body);
 
+// Writes `values` (elements of `dtype`) as `format` (none, bf16 or fp16: carries_values())
+// into `out`, which holds encoded_bytes() of them (a fresh value, narrowed as it leaves).
+void narrow_values(WireFormat format, DType dtype, std::span<const std::byte> values,
+                   std::span<std::byte> out);
+
 // The bytes `elements` take as `format` where that does not depend on the values (none, bf16,
 // fp16); for topk and onebit, the most they take.
 uint64_t encoded_bytes(WireFormat format, DType dtype, uint64_t elements);

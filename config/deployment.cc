@@ -28,9 +28,24 @@ using config::ConfigMap;
 using config::ConfigNode;
 using optim::OptimizerSpec;
 
-constexpr std::array<std::string_view, 13> kTopKeys = {
+constexpr std::array<std::string_view, 14> kTopKeys = {
     "mode",      "workers", "auth",       "shards", "tls",       "split_bytes", "optimizer",
-    "scheduler", "limits",  "checkpoint", "sync",   "reconnect", "data_path"};
+    "scheduler", "limits",  "checkpoint", "sync",   "reconnect", "data_path",   "compression"};
+constexpr std::array<std::string_view, 6> kCompressionKeys = {
+    "push", "pull", "topk_fraction", "topk_count", "min_bytes", "warmup_steps"};
+constexpr std::array<std::pair<std::string_view, WireFormat>, 5> kPushFormats = {{
+    {"none", WireFormat::none},
+    {"bf16", WireFormat::bf16},
+    {"fp16", WireFormat::fp16},
+    {"topk", WireFormat::topk},
+    {"onebit", WireFormat::onebit},
+}};
+// Values arrive whole: no sparse formats.
+constexpr std::array<std::pair<std::string_view, WireFormat>, 3> kValueFormats = {{
+    {"none", WireFormat::none},
+    {"bf16", WireFormat::bf16},
+    {"fp16", WireFormat::fp16},
+}};
 constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
                                                              "update_log"};
 constexpr std::array<std::string_view, 2> kSyncKeys = {"timeout_seconds", "on_timeout"};
@@ -269,6 +284,22 @@ LimitsConfig parse_limits(const ConfigNode& node) {
   return out;
 }
 
+Compression parse_compression(const ConfigNode& node) {
+  ConfigMap map(node, kCompressionKeys);
+  Compression out;
+  if (auto f = map.find("push")) out.push = read_choice(*f, kPushFormats);
+  if (auto f = map.find("pull")) out.pull = read_choice(*f, kValueFormats);
+  if (auto f = map.find("topk_fraction")) {
+    out.topk.fraction = read_number(*f);
+    if (!(out.topk.fraction > 0 && out.topk.fraction <= 1))
+      f->fail(fmt::format("{} is not a fraction in (0, 1]", out.topk.fraction));
+  }
+  if (auto f = map.find("topk_count")) out.topk.count = read_integer(*f, 1, UINT32_MAX);
+  if (auto f = map.find("min_bytes")) out.min_bytes = read_byte_size(*f, 0);
+  if (auto f = map.find("warmup_steps")) out.warmup_steps = read_integer(*f, 0, UINT64_MAX);
+  return out;
+}
+
 double read_seconds(const ConfigNode& node) {
   double seconds = read_number(node);
   if (seconds < 0) node.fail(fmt::format("{} is negative (expected seconds, 0 or more)", seconds));
@@ -340,6 +371,7 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.sync = parse_sync(top.find_or_null("sync"));
   config.reconnect = parse_reconnect(top.find_or_null("reconnect"));
   if (auto f = top.find("data_path")) config.data_path = read_choice(*f, kDataPaths);
+  config.compression = parse_compression(top.find_or_null("compression"));
   check_partition_fits(config, top);
   return config;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/policies.h"
+#include "compression/wire_format.h"
 #include "config/config_file.h"
 #include "optim/device.h"
 #include "optim/optimizer.h"
@@ -109,6 +110,9 @@ struct DeploymentConfig {
   SyncConfig sync;
   ReconnectConfig reconnect;
   DataPathKind data_path = DataPathKind::stream;  // worker side
+  // How every variable's gradients and values travel unless its trainer says otherwise
+  // (`compression:`; compression/wire_format.h). Worker side: the shard reads what it is sent.
+  Compression compression;
 };
 
 // Loads and validates a deployment file. Throws psched::Error(bad_config) whose message names

@@ -83,18 +83,19 @@ kj::Promise<std::vector<Outcome>> DataChannel::send(wire::RequestKind kind,
   if (broken_) return std::vector<Outcome>{{*broken_}};
   const PartitionRequest& p = parts[0];
   bool pushes = kind != wire::RequestKind::POLL;
-  RequestHeader header{.kind = kind,
-                       .dtype = p.dtype,
-                       .variable = p.variable.value,
-                       .id = next_id_++,
-                       .step = p.step.value,
-                       .offset = p.range.begin,
-                       .body_bytes = pushes ? p.gradient.size() : 0,
-                       .count = pushes ? 0 : p.range.size()};
+  RequestHeader header{
+      .kind = kind,
+      .dtype = p.dtype,
+      .variable = p.variable.value,
+      .id = next_id_++,
+      .step = p.step.value,
+      .offset = p.range.begin,
+      .body_bytes = pushes ? p.gradient.size() : 0,
+      .count = pushes ? 0 : p.range.size(),
+      .format = pushes ? p.format : WireFormat::none,
+      .value_format = kind == wire::RequestKind::PUSH ? WireFormat::none : p.value_format};
   auto answered = kj::newPromiseAndFulfiller<std::vector<Outcome>>();
-  waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller), kind,
-                                      kind == wire::RequestKind::PUSH ? nullptr : p.out,
-                                      kind == wire::RequestKind::PUSH ? 0 : p.bytes()});
+  waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller), kind, p});
   // The gradient stays in the trainer's memory until the request is answered: no copy.
   writer_.add_referenced(encode(header), pushes ? p.gradient : std::span<const std::byte>());
   writer_.flush_at_end_of_turn();  // the requests of one turn share a write
@@ -137,17 +138,34 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_value(const AnswerHeader& answer)
   auto it = waiting_.find(answer.id);
   if (it == waiting_.end()) return discard(answer.body_bytes);  // cancelled
   Waiting& waiting = it->second;
-  if (waiting.out == nullptr || waiting.out_bytes != answer.body_bytes) {
+  const size_t expected = waiting.kind == wire::RequestKind::PUSH ? 0 : waiting.part.value_bytes();
+  if (waiting.kind == wire::RequestKind::PUSH || expected != answer.body_bytes) {
     settle(answer.id, {Error(ErrorCode::shape_mismatch,
                              fmt::format("shard answered {} bytes where {} were expected",
-                                         answer.body_bytes, waiting.out_bytes))});
+                                         answer.body_bytes, expected))});
     return discard(answer.body_bytes);
   }
   Outcome value{std::nullopt, answer.applied_at_ns};
-  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(waiting.out, answer.body_bytes)) {
+  if (waiting.part.value_format != WireFormat::none) return take_narrowed(answer, waiting.part);
+  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(waiting.part.out, answer.body_bytes)) {
     return rest->then([this, id = answer.id, value] { settle(id, value); });
   }
   settle(answer.id, value);
+  return nullptr;
+}
+
+kj::Maybe<kj::Promise<void>> DataChannel::take_narrowed(const AnswerHeader& answer,
+                                                        const PartitionRequest& part) {
+  auto body = kj::heapArray<std::byte>(answer.body_bytes);
+  auto landed = [this, id = answer.id, part,
+                 at = answer.applied_at_ns](kj::ArrayPtr<const std::byte> body) {
+    std::optional<Error> error = part.land({body.begin(), body.size()});
+    settle(id, {error, error ? 0 : at});
+  };
+  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(body.begin(), body.size())) {
+    return rest->then([landed, body = kj::mv(body)] { landed(body); });
+  }
+  landed(body);
   return nullptr;
 }
 

@@ -42,8 +42,7 @@ class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
   struct Waiting {
     kj::Own<kj::PromiseFulfiller<std::vector<Outcome>>> answer;
     wire::RequestKind kind;
-    std::byte* out;
-    size_t out_bytes;
+    PartitionRequest part;  // a poll's or pushPoll's: where its value lands, and in what form
   };
 
   // Sends the request for `part` as a frame; resolves with its outcome. A value being read when
@@ -55,6 +54,9 @@ class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
   // Settles the request `bytes` answers, with its body (FrameReader::Serve).
   kj::Maybe<kj::Promise<void>> take_answer(const FrameHeaderBytes& bytes);
   kj::Maybe<kj::Promise<void>> take_value(const AnswerHeader& answer);
+  // A value in a narrow format: read whole, then widened into part.out.
+  kj::Maybe<kj::Promise<void>> take_narrowed(const AnswerHeader& answer,
+                                             const PartitionRequest& part);
   kj::Maybe<kj::Promise<void>> take_error(const AnswerHeader& answer);
   // Settles request `id` with `outcome`; nothing when nobody waits for it (it was answered,
   // cancelled or never sent).

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/placement.h"
 #include "common/types.h"
+#include "compression/wire_format.h"
 
 namespace psched {
 
@@ -25,14 +26,22 @@ struct PartitionRequest {
   Step step;
   ElementRange range;
   DType dtype = DType::float32;
-  // range.size() elements; sent from where it lies when the path can (the caller keeps it alive
-  // and unchanged until the promise resolves or is dropped), else copied.
+  // range.size() elements in `format`; sent from where it lies when the path can (the caller
+  // keeps it alive and unchanged until the promise resolves or is dropped), else copied.
   std::span<const std::byte> gradient;
   // Room for range.size() elements. The caller keeps it alive until the promise resolves or is
   // dropped, and over a data stream while the connection lives: a value already arriving lands.
   std::byte* out = nullptr;
+  WireFormat format = WireFormat::none;        // of `gradient` (compression/codec.h)
+  WireFormat value_format = WireFormat::none;  // the fresh value travels in
 
+  // The bytes of the range in the variable's dtype (what lands in `out`).
   size_t bytes() const { return range.size() * element_bytes(dtype); }
+  // The bytes of the fresh value on the wire, in value_format.
+  size_t value_bytes() const;
+  // Writes an answered value (value_format) into `out`, widened; an error, and nothing written,
+  // when it is not value_bytes() long.
+  std::optional<Error> land(std::span<const std::byte> value) const;
 };
 
 // What became of one partition's request.

@@ -105,8 +105,14 @@ kj::Promise<void> LinkTransport::attempt(std::shared_ptr<Carried> carried) {
   for (size_t i : carried->live) {
     const PartitionTask& t = carried->parts[i].task;
     PSCHED_REQUIRE(t.shard == shard, t.id);
-    requests_.push_back(
-        {t.shard_variable, t.step, t.range, t.dtype, {t.gradient, t.bytes}, t.fresh_value});
+    requests_.push_back({t.shard_variable,
+                         t.step,
+                         t.range,
+                         t.dtype,
+                         {t.gradient, t.bytes},
+                         t.fresh_value,
+                         t.format,
+                         t.value_format});
   }
   // A partition finishes at a refused push, else at its poll's answer; one lost with its
   // connection (or failed because the shard stopped) is carried again.

@@ -26,13 +26,10 @@ std::optional<Error> error_of(capnp::Text::Reader text) {
   return from_description({text.cStr(), text.size()});
 }
 
-// Copies an answered value into the partition's memory.
+// Writes an answered value into the partition's memory.
 Outcome take_value(capnp::Data::Reader value, int64_t applied_at_ns, const PartitionRequest& p) {
-  if (value.size() != p.bytes())
-    return {Error(
-        ErrorCode::shape_mismatch,
-        fmt::format("shard answered {} bytes where {} were expected", value.size(), p.bytes()))};
-  std::memcpy(p.out, value.begin(), p.bytes());
+  if (auto error = p.land({reinterpret_cast<const std::byte*>(value.begin()), value.size()}))
+    return {error};
   return {std::nullopt, applied_at_ns};
 }
 
@@ -45,6 +42,9 @@ void fill_push(Params params, const PartitionRequest& p) {
   params.setStep(p.step.value);
   params.setOffset(p.range.begin);
   params.setDtype(to_wire(p.dtype));
+  params.setFormat(to_wire(p.format));
+  if constexpr (requires { params.setValueFormat(wire::WireFormat::NONE); })
+    params.setValueFormat(to_wire(p.value_format));
   capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(p.gradient.data()), p.gradient.size());
   if (reinterpret_cast<uintptr_t>(p.gradient.data()) % sizeof(capnp::word) == 0 &&
       p.gradient.size() % sizeof(capnp::word) == 0) {
@@ -64,6 +64,8 @@ void fill_fused(capnp::List<wire::Partition>::Builder list,
     list[i].setStep(p.step.value);
     list[i].setOffset(p.range.begin);
     list[i].setDtype(to_wire(p.dtype));
+    list[i].setFormat(to_wire(p.format));
+    list[i].setValueFormat(to_wire(p.value_format));
     list[i].setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(p.gradient.data()),
                                         p.gradient.size()));
   }
@@ -119,6 +121,7 @@ kj::Promise<std::vector<Outcome>> RpcCalls::poll(std::span<const PartitionReques
     request.setStep(p.step.value);
     request.setOffset(p.range.begin);
     request.setCount(p.range.size());
+    request.setValueFormat(to_wire(p.value_format));
     return refused_each(request.send().then([p](capnp::Response<wire::Session::PollResults> r) {
       return std::vector<Outcome>{take_value(r.getValue(), r.getAppliedAtNs(), p)};
     }),
@@ -131,6 +134,7 @@ kj::Promise<std::vector<Outcome>> RpcCalls::poll(std::span<const PartitionReques
     list[i].setStep(parts[i].step.value);
     list[i].setOffset(parts[i].range.begin);
     list[i].setCount(parts[i].range.size());
+    list[i].setValueFormat(to_wire(parts[i].value_format));
   }
   std::vector<PartitionRequest> kept(parts.begin(), parts.end());
   return refused_each(request.send().then([kept = std::move(kept)](

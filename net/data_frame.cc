@@ -30,6 +30,8 @@ FrameHeaderBytes encode(const RequestHeader& request) {
   FrameHeaderBytes out{};
   put(out, 0, static_cast<uint8_t>(request.kind));
   put(out, 1, static_cast<uint8_t>(request.dtype));
+  put(out, 2, static_cast<uint8_t>(request.format));
+  put(out, 3, static_cast<uint8_t>(request.value_format));
   put(out, 4, request.variable);
   put(out, 8, request.id);
   put(out, 16, request.step);
@@ -60,12 +62,20 @@ std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::
     why = fmt::format("unknown dtype {}", dtype);
     return std::nullopt;
   }
+  for (size_t at : {2, 3}) {
+    if (get<uint8_t>(bytes, at) > static_cast<uint8_t>(WireFormat::onebit)) {
+      why = fmt::format("unknown wire format {}", get<uint8_t>(bytes, at));
+      return std::nullopt;
+    }
+  }
   RequestHeader out{.kind = static_cast<wire::RequestKind>(kind),
                     .dtype = static_cast<DType>(dtype),
                     .variable = get<uint32_t>(bytes, 4),
                     .id = get<uint64_t>(bytes, 8),
                     .step = get<uint64_t>(bytes, 16),
                     .offset = get<uint64_t>(bytes, 24)};
+  out.format = static_cast<WireFormat>(get<uint8_t>(bytes, 2));
+  out.value_format = static_cast<WireFormat>(get<uint8_t>(bytes, 3));
   uint64_t size = get<uint64_t>(bytes, 32);
   if (out.kind == wire::RequestKind::POLL)
     out.count = size;

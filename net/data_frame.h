@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "common/dtype.h"
+#include "compression/wire_format.h"
 #include "net/psched.capnp.h"
 
 namespace psched {
@@ -29,6 +30,8 @@ struct RequestHeader {
   uint64_t offset = 0;      // in elements
   uint64_t body_bytes = 0;  // push, push_poll: the gradient's bytes that follow the header
   uint64_t count = 0;       // poll: elements asked for
+  WireFormat format = WireFormat::none;        // push, push_poll: of the body
+  WireFormat value_format = WireFormat::none;  // poll, push_poll: of the value asked for
 };
 
 struct AnswerHeader {
@@ -41,7 +44,8 @@ struct AnswerHeader {
 
 FrameHeaderBytes encode(const RequestHeader& request);
 FrameHeaderBytes encode(const AnswerHeader& answer);
-// The request in `bytes`, or nullopt with `why` set when its kind or dtype is none we know.
+// The request in `bytes`, or nullopt with `why` set when its kind, dtype or a format is none
+// we know.
 std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::string& why);
 // The answer in `bytes`, or nullopt when its kind is none we know.
 std::optional<AnswerHeader> decode_answer(const FrameHeaderBytes& bytes);

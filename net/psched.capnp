@@ -20,6 +20,14 @@ enum DType {
   float64 @1;
 }
 
+enum WireFormat {  # how a gradient or a value travels (compression/codec.h gives the bytes)
+  none @0;    # the variable's dtype, as it is
+  bf16 @1;    # bfloat16, rounded to nearest even
+  fp16 @2;    # IEEE binary16, rounded to nearest even
+  topk @3;    # pushes only: the largest magnitudes of the partition, as indices and values
+  onebit @4;  # pushes only: the partition's signs and its mean magnitude
+}
+
 enum Mode {
   async @0;  # each push applied on arrival
   sync @1;   # the mean of all workers' step-s gradients applied once
@@ -67,6 +75,8 @@ struct Partition {  # one partition of a fused push; fields as in Session.push
   offset @2 :UInt64;
   dtype @3 :DType;
   data @4 :Data;
+  format @5 :WireFormat;       # of `data`
+  valueFormat @6 :WireFormat;  # pushPollFused: of the value asked for
 }
 
 struct PolledRange {  # one range of a fused poll; fields as in Session.poll
@@ -74,6 +84,7 @@ struct PolledRange {  # one range of a fused poll; fields as in Session.poll
   step @1 :UInt64;
   offset @2 :UInt64;
   count @3 :UInt64;
+  valueFormat @4 :WireFormat;
 }
 
 struct PolledValue {  # one answer of a fused poll
@@ -96,18 +107,23 @@ interface Session {
   # again is a no-op (created = false, the value stays); a different spec for the name fails
   # with [spec_conflict]. initialValue holds (end - begin) elements.
 
-  push @1 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data) -> ();
-  # One partition of this worker's gradient for `step`. The reply is the receipt: the
-  # partition was validated and applied (async) or accumulated (sync).
+  push @1 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data,
+           format :WireFormat) -> ();
+  # One partition of this worker's gradient for `step`, `data` in `format`. The reply is the
+  # receipt: the partition was validated and applied (async) or accumulated (sync). The shard
+  # decodes a compressed partition into `dtype` first; one that does not decode, or decodes to
+  # an infinity or a NaN, is refused ([invalid_argument]) and changes nothing.
 
-  poll @2 (variable :UInt32, step :UInt64, offset :UInt64, count :UInt64)
-      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64);
+  poll @2 (variable :UInt32, step :UInt64, offset :UInt64, count :UInt64,
+           valueFormat :WireFormat) -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64);
   # The fresh value of [offset, offset+count) once `step`'s update of that range is applied:
   # this worker's own update in async mode, the aggregate of all workers in sync mode.
   # appliedStep: that step; `value` is the range as the answer leaves, so it may also hold
   # updates applied after it (never less than appliedStep's).
   # appliedAtNs: the shard's wall clock (ns since the Unix epoch) when it found the range
   # applied for this poll (for traces; only comparable across machines with synced clocks).
+  # valueFormat: none, bf16 or fp16; `value` is the range in it (the shard keeps its own
+  # values and optimizer state at full width).
 
   pull @3 (variable :UInt32, offset :UInt64, count :UInt64) -> (value :Data, appliedStep :UInt64);
   # The current value of the range, at once.
@@ -120,7 +136,8 @@ interface Session {
   pollFused @5 (ranges :List(PolledRange)) -> (values :List(PolledValue));
   # Several polls in one message; answered when every range is ready or failed.
 
-  pushPoll @6 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data)
+  pushPoll @6 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data,
+               format :WireFormat, valueFormat :WireFormat)
       -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64);
   # push, then poll of the same range, in one call: async mode's whole round trip in half the
   # messages. A refused push rejects the call with the push's error (the variable untouched);
@@ -149,13 +166,17 @@ interface Session {
 #   request (worker -> shard)            answer (shard -> worker)
 #   0   UInt8   RequestKind              0   UInt8   AnswerKind
 #   1   UInt8   DType                    8   UInt64  id of the request answered
+#   2   UInt8   WireFormat of the body
+#   3   UInt8   WireFormat of the value
 #   4   UInt32  variable                 16  UInt64  appliedStep (value)
 #   8   UInt64  id, the worker's choice  24  Int64   appliedAtNs (value)
 #   16  UInt64  step                     32  UInt64  bodyBytes
 #   24  UInt64  offset (elements)
 #   32  UInt64  bodyBytes (push, pushPoll) or count (poll: elements)
 #
-# Other bytes are zero. Fields mean what Session's parameters of the same names do.
+# Other bytes are zero. Fields mean what Session's parameters of the same names do (the body's
+# WireFormat is push's `format`, the value's poll's `valueFormat`; a value answer's body is in
+# the format its request asked for).
 
 const dataPreface :Text = "PSCHDAT1";
 const dataKeyBytes :UInt32 = 16;

@@ -13,6 +13,17 @@ wire::DType to_wire(DType dtype) {
   return dtype == DType::float32 ? wire::DType::FLOAT32 : wire::DType::FLOAT64;
 }
 
+wire::WireFormat to_wire(WireFormat format) {
+  return static_cast<wire::WireFormat>(format);
+}
+
+WireFormat from_wire(wire::WireFormat format) {
+  if (static_cast<unsigned>(format) > static_cast<unsigned>(WireFormat::onebit))
+    fail(ErrorCode::invalid_argument, "unknown wire format number {}",
+         static_cast<unsigned>(format));
+  return static_cast<WireFormat>(format);
+}
+
 DType from_wire(wire::DType dtype) {
   switch (dtype) {
     case wire::DType::FLOAT32:

@@ -8,6 +8,7 @@
 #include "actors/shard/variable_spec.h"
 #include "common/error.h"
 #include "common/kj_error.h"
+#include "compression/wire_format.h"
 #include "config/deployment.h"
 #include "net/psched.capnp.h"
 
@@ -15,6 +16,9 @@ namespace psched {
 
 wire::DType to_wire(DType dtype);
 DType from_wire(wire::DType dtype);
+wire::WireFormat to_wire(WireFormat format);
+// Throws Error(invalid_argument) for a format number psched does not know.
+WireFormat from_wire(wire::WireFormat format);
 wire::Mode to_wire(Mode mode);
 Mode from_wire(wire::Mode mode);
 

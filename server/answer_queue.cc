@@ -23,7 +23,8 @@ Answer Answer::refusal(uint64_t id, Error error) {
 }
 
 Answer Answer::fresh_value(uint64_t id, Priority priority, Step step,
-                           std::span<const std::byte> bytes, int64_t applied_at_ns) {
+                           std::span<const std::byte> bytes, DType dtype, WireFormat format,
+                           int64_t applied_at_ns) {
   Answer a;
   a.kind = AnswerKind::value;
   a.id = id;
@@ -31,6 +32,8 @@ Answer Answer::fresh_value(uint64_t id, Priority priority, Step step,
   a.applied_step = step;
   a.applied_at_ns = applied_at_ns;
   a.value = bytes;
+  a.dtype = dtype;
+  a.format = format;
   return a;
 }
 

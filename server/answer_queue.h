@@ -8,12 +8,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "common/types.h"
+#include "compression/wire_format.h"
 #include "server/shard_trace.h"
 
 namespace psched {
@@ -32,16 +35,22 @@ struct Answer {
   Step applied_step;          // value: the step whose update it holds at least
   int64_t applied_at_ns = 0;  // value: the shard's wall clock when it was found ready
   // value: the range in the variable's memory, which lives as long as the shard; it is read
-  // as the answer leaves, so it may hold updates applied after applied_step.
+  // as the answer leaves, so it may hold updates applied after applied_step. The data plane
+  // narrows it to `format` as it leaves (then `value` points into `narrowed`).
   std::span<const std::byte> value;
+  DType dtype = DType::float32;               // value: the variable's
+  WireFormat format = WireFormat::none;       // value: as the request asked
+  std::shared_ptr<const void> narrowed{};     // value: holds the narrowed bytes
   std::optional<Error> error;                 // error
   std::optional<ShardTrace::Request> traced;  // a value's, when tracing
 
   static Answer receipt(uint64_t id);
   static Answer refusal(uint64_t id, Error error);
-  // `bytes` of a variable of `priority`, holding at least `step`'s update.
+  // `bytes` of a variable of `priority`, holding at least `step`'s update, to leave in
+  // `format`.
   static Answer fresh_value(uint64_t id, Priority priority, Step step,
-                            std::span<const std::byte> bytes, int64_t applied_at_ns = 0);
+                            std::span<const std::byte> bytes, DType dtype, WireFormat format,
+                            int64_t applied_at_ns = 0);
 };
 
 class AnswerQueue {

@@ -3,6 +3,7 @@
 
 #include "common/log.h"
 #include "common/wall_clock.h"
+#include "compression/codec.h"
 #include "server/request_checks.h"
 
 namespace psched {
@@ -35,8 +36,12 @@ void DataPlane::serve(Request request) {
 
 void DataPlane::push(const Request& r, bool then_poll) {
   PushArgs args;
+  std::shared_ptr<AlignedBuffer> widened;
   try {
-    args = check_push(limits(), r.variable, r.step, r.offset, r.dtype, r.gradient);
+    if (then_poll) check_value_format(r.value_format);
+    if (r.format != WireFormat::none) widened = widen(r);
+    args = check_push(limits(), r.variable, r.step, r.offset, r.dtype,
+                      widened ? widened->bytes() : r.gradient);
     if (then_poll) check_new_poll(r.id);
   } catch (const Error& e) {
     return refuse(r.id, e);
@@ -51,11 +56,13 @@ void DataPlane::push(const Request& r, bool then_poll) {
       r.gradient.size(),      Priority(0), arrived,       received,  {}};
   endpoint_.shard.push(worker_, args.variable, args.step, args.range, args.dtype, args.data,
                        [weak = weak_from_this(), id = r.id, then_poll, bytes = r.gradient.size(),
-                        keeps = r.keeps_gradient, refused, traced](const Error* error) {
+                        raw = args.data.size(), keeps = r.keeps_gradient, widened, refused,
+                        traced](const Error* error) {
                          *refused = error != nullptr;
                          auto plane = weak.lock();
                          if (!plane) return;
                          plane->receipted(bytes);
+                         plane->endpoint_.shard.count_wire_bytes(true, raw, bytes);
                          if (error) {
                            plane->cancel(id);
                            return plane->queue_error(id, *error);
@@ -64,34 +71,69 @@ void DataPlane::push(const Request& r, bool then_poll) {
                          if (!then_poll) plane->queue(Answer::receipt(id));
                        });
   // Filed behind the push; withdrawn if the push is refused later (the apply pool's answer).
-  if (then_poll && !*refused) file_poll(r.id, args.variable, args.step, args.range);
+  if (then_poll && !*refused) file_poll(r.id, args.variable, args.step, args.range, r.value_format);
+}
+
+std::shared_ptr<AlignedBuffer> DataPlane::widen(const Request& r) const {
+  const uint64_t elements = decoded_elements(r.format, r.dtype, r.gradient);
+  const uint64_t bytes = elements * element_bytes(r.dtype);
+  if (bytes > limits().max_message_bytes)
+    fail(ErrorCode::message_too_large,
+         "push to variable id {} rejected: its {} body decodes to {} bytes, over the message "
+         "limit of {} bytes (limits.max_message_bytes)",
+         r.variable, to_string(r.format), bytes, limits().max_message_bytes);
+  auto widened = endpoint_.receive_buffers->take(bytes);
+  decode(r.format, r.dtype, r.gradient, widened->bytes());
+  if (!all_finite(r.dtype, widened->bytes()))
+    fail(ErrorCode::invalid_argument,
+         "push to variable id {} step {} rejected: its {} gradient decodes to an infinity or a "
+         "NaN (nothing applied)",
+         r.variable, r.step, to_string(r.format));
+  return widened;
+}
+
+void DataPlane::narrow(Answer& answer) {
+  const uint64_t raw = answer.value.size();
+  if (answer.format != WireFormat::none) {
+    const uint64_t elements = raw / element_bytes(answer.dtype);
+    auto narrowed =
+        endpoint_.receive_buffers->take(encoded_bytes(answer.format, answer.dtype, elements));
+    narrow_values(answer.format, answer.dtype, answer.value, narrowed->bytes());
+    answer.value = narrowed->bytes();
+    answer.narrowed = std::move(narrowed);
+  }
+  endpoint_.shard.count_wire_bytes(false, raw, answer.value.size());
 }
 
 void DataPlane::poll(const Request& r) {
   ElementRange range;
   try {
     range = checked_range("poll", r.offset, r.count);
+    check_value_format(r.value_format);
     check_new_poll(r.id);
   } catch (const Error& e) {
     return refuse(r.id, e);
   }
-  file_poll(r.id, VariableId(r.variable), Step(r.step), range);
+  file_poll(r.id, VariableId(r.variable), Step(r.step), range, r.value_format);
 }
 
 void DataPlane::pull(const Request& r) {
   ElementRange range;
   try {
     range = checked_range("pull", r.offset, r.count);
+    check_value_format(r.value_format);
   } catch (const Error& e) {
     return refuse(r.id, e);
   }
   endpoint_.shard.pull(
       VariableId(r.variable), range,
-      [weak = weak_from_this(), id = r.id](const Error* error, const FreshValue* value) {
+      [weak = weak_from_this(), id = r.id, format = r.value_format](const Error* error,
+                                                                    const FreshValue* value) {
         auto plane = weak.lock();
         if (!plane) return;
         if (error) return plane->queue_error(id, *error);
-        plane->queue(Answer::fresh_value(id, value->priority(), value->step(), value->in_place()));
+        plane->queue(Answer::fresh_value(id, value->priority(), value->step(), value->in_place(),
+                                         value->dtype(), format));
       });
 }
 
@@ -101,18 +143,20 @@ void DataPlane::check_new_poll(uint64_t id) const {
     fail(ErrorCode::invalid_argument, "request id {} is already waiting on this connection", id);
 }
 
-void DataPlane::file_poll(uint64_t id, VariableId variable, Step step, ElementRange range) {
+void DataPlane::file_poll(uint64_t id, VariableId variable, Step step, ElementRange range,
+                          WireFormat format) {
   PollTicket ticket(endpoint_.next_poll_ticket++);
   polls_.emplace(id, ticket);
   endpoint_.shard.poll(worker_, variable, step, range, ticket,
-                       [weak = weak_from_this(), id, variable, step, range,
+                       [weak = weak_from_this(), id, variable, step, range, format,
                         filed_at = trace_time()](const Error* error, const FreshValue* value) {
                          auto plane = weak.lock();
                          if (!plane) return;
                          plane->polls_.erase(id);
                          if (error) return plane->queue_error(id, *error);
                          Answer answer = Answer::fresh_value(id, value->priority(), value->step(),
-                                                             value->in_place(), wall_clock_ns());
+                                                             value->in_place(), value->dtype(),
+                                                             format, wall_clock_ns());
                          if (plane->tracing())
                            answer.traced = {ShardTrace::Kind::poll,
                                             plane->worker_,
@@ -161,14 +205,18 @@ void DataPlane::writable() {
 void DataPlane::send_waiting() {
   sending_scheduled_ = false;
   std::vector<ShardTrace::Request> traced;
+  std::vector<std::shared_ptr<const void>> narrowed;  // until written
   bool took = false;
   while (!answers_.empty() && writer_.has_room()) {
     Answer answer = answers_.pop();
     if (answer.traced) traced.push_back(*answer.traced);
+    if (answer.kind == AnswerKind::value) narrow(answer);
+    if (answer.narrowed) narrowed.push_back(std::move(answer.narrowed));
     writer_.take(answer);
     took = true;
   }
   if (took) writer_.send();
+  if (!narrowed.empty()) tasks_.add(writer_.written().then([narrowed = std::move(narrowed)] {}));
   if (has_room()) wake(room_);
   if (!traced.empty())
     tasks_.add(writer_.written().then([weak = weak_from_this(), traced = std::move(traced)] {

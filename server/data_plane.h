@@ -40,9 +40,11 @@ struct Request {
   uint64_t offset = 0;  // in elements
   uint64_t count = 0;   // poll, pull: elements asked for
   DType dtype = DType::float32;
-  // push, push_poll: the gradient, in the front end's memory; `keeps_gradient` (optional) is
-  // held until the shard has taken it, else the front end keeps it until the request is
-  // answered.
+  WireFormat format = WireFormat::none;        // push, push_poll: of `gradient`
+  WireFormat value_format = WireFormat::none;  // poll, push_poll, pull: of the value's answer
+  // push, push_poll: the gradient (in `format`), in the front end's memory; `keeps_gradient`
+  // (optional) is held until the shard has taken it, else the front end keeps it until the request
+  // is answered.
   std::span<const std::byte> gradient{};
   std::shared_ptr<const void> keeps_gradient{};
   // When its first byte was read (for the trace); unset: when the plane got it.
@@ -101,11 +103,18 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
  private:
   const LimitsConfig& limits() const { return endpoint_.config.limits; }
   void push(const Request& request, bool then_poll);
+  // The gradient of a compressed push decoded into its dtype, in a buffer of its own; throws
+  // Error naming what is wrong when it does not decode, is over the message limit decoded, or
+  // holds an infinity or a NaN.
+  std::shared_ptr<AlignedBuffer> widen(const Request& request) const;
+  // `answer`'s value narrowed to its format, as it leaves; counts its bytes.
+  void narrow(Answer& answer);
   void poll(const Request& request);
   void pull(const Request& request);
   // Throws unless a poll `id` may wait now.
   void check_new_poll(uint64_t id) const;
-  void file_poll(uint64_t id, VariableId variable, Step step, ElementRange range);
+  void file_poll(uint64_t id, VariableId variable, Step step, ElementRange range,
+                 WireFormat format);
   void queue(Answer answer);
   void queue_error(uint64_t id, Error error);
   void receipted(uint64_t bytes);

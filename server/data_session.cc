@@ -64,7 +64,8 @@ kj::Maybe<kj::Promise<void>> DataSession::serve_frame(const FrameHeaderBytes& by
                      .variable = r.variable,
                      .step = r.step,
                      .offset = r.offset,
-                     .count = r.count});
+                     .count = r.count,
+                     .value_format = r.value_format});
       return nullptr;
     case wire::RequestKind::CANCEL:
       plane_->cancel(r.id);
@@ -84,6 +85,8 @@ kj::Maybe<kj::Promise<void>> DataSession::read_push(const RequestHeader& r) {
       .step = r.step,
       .offset = r.offset,
       .dtype = r.dtype,
+      .format = r.format,
+      .value_format = r.value_format,
       .gradient = data->bytes(),
       .keeps_gradient = data,
       .arrived = endpoint_.trace ? ShardTrace::now() : ShardTrace::TimePoint{}};

@@ -27,6 +27,13 @@ PushArgs check_push(const LimitsConfig& limits, uint32_t variable, uint64_t step
           checked_range("push", offset, data.size() / element_bytes(dtype)), dtype, data};
 }
 
+void check_value_format(WireFormat format) {
+  if (!carries_values(format))
+    fail(ErrorCode::invalid_argument,
+         "poll rejected: values cannot travel as {} (none, bf16 or fp16; {} is for pushes)",
+         to_string(format), to_string(format));
+}
+
 void check_poll_room(const LimitsConfig& limits, uint64_t waiting) {
   if (waiting >= limits.max_waiting_polls)
     fail(ErrorCode::overloaded,

@@ -10,6 +10,7 @@
 #include "common/dtype.h"
 #include "common/placement.h"
 #include "common/types.h"
+#include "compression/wire_format.h"
 #include "config/deployment.h"
 
 namespace psched {
@@ -28,6 +29,8 @@ ElementRange checked_range(const char* what, uint64_t offset, uint64_t count);
 // holds whole elements of `dtype`.
 PushArgs check_push(const LimitsConfig& limits, uint32_t variable, uint64_t step, uint64_t offset,
                     DType dtype, std::span<const std::byte> data);
+// Throws [invalid_argument] unless fresh values may travel in `format` (none, bf16, fp16).
+void check_value_format(WireFormat format);
 // Throws [overloaded] when `waiting` polls of one connection already wait
 // (limits.max_waiting_polls).
 void check_poll_room(const LimitsConfig& limits, uint64_t waiting);

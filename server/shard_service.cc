@@ -54,6 +54,9 @@ Request push_request(RequestKind kind, Fields fields) {
                   .gradient = {reinterpret_cast<const std::byte*>(data.begin()), data.size()}};
   try {
     request.dtype = from_wire(fields.getDtype());
+    request.format = from_wire(fields.getFormat());
+    if constexpr (requires { fields.getValueFormat(); })
+      request.value_format = from_wire(fields.getValueFormat());
   } catch (const Error& e) {
     request.refused = e;
   }
@@ -78,12 +81,20 @@ auto value_slots(capnp::List<wire::PolledValue>::Builder values) {
   };
 }
 
-Request poll_request(wire::PolledRange::Reader range) {
-  return {.kind = RequestKind::poll,
-          .variable = range.getVariable(),
-          .step = range.getStep(),
-          .offset = range.getOffset(),
-          .count = range.getCount()};
+// A poll's fields (also a fused PolledRange's) as a request to the plane.
+template <typename Fields>
+Request poll_request(Fields fields) {
+  Request request{.kind = RequestKind::poll,
+                  .variable = fields.getVariable(),
+                  .step = fields.getStep(),
+                  .offset = fields.getOffset(),
+                  .count = fields.getCount()};
+  try {
+    request.value_format = from_wire(fields.getValueFormat());
+  } catch (const Error& e) {
+    request.refused = e;
+  }
+  return request;
 }
 
 // The exception that answers a call refused before it reached the plane; the shard counts it
@@ -274,13 +285,8 @@ kj::Promise<void> SessionService::push(PushContext context) {
 }
 
 kj::Promise<void> SessionService::poll(PollContext context) {
-  auto params = context.getParams();
   context.allowCancellation();
-  return ask({.kind = RequestKind::poll,
-              .variable = params.getVariable(),
-              .step = params.getStep(),
-              .offset = params.getOffset(),
-              .count = params.getCount()},
+  return ask(poll_request(context.getParams()),
              [context](const Answer& answer) mutable { put_answer(context.getResults(), answer); });
 }
 

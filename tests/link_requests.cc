@@ -33,7 +33,12 @@ kj::Promise<int64_t> single(ShardLink& link, Send send, PartitionRequest part) {
 
 PartitionRequest part_of(VariableId variable, Step step, ElementRange range, DType dtype,
                          std::span<const std::byte> gradient, std::byte* out, size_t out_bytes) {
-  PartitionRequest part{variable, step, range, dtype, gradient, out};
+  PartitionRequest part{.variable = variable,
+                        .step = step,
+                        .range = range,
+                        .dtype = dtype,
+                        .gradient = gradient,
+                        .out = out};
   if (out != nullptr) PSCHED_REQUIRE(out_bytes == part.bytes(), out_bytes, part.bytes());
   return part;
 }

@@ -216,6 +216,14 @@ void VariableShard::report_error(const Error& error) {
   dispatch([this, error] { count_error(error); });
 }
 
+void VariableShard::count_wire_bytes(bool push, uint64_t raw, uint64_t sent) {
+  dispatch([this, push, raw, sent] {
+    WireBytes& counted = push ? stats_.push_wire : stats_.pull_wire;
+    counted.raw += raw;
+    counted.sent += sent;
+  });
+}
+
 void VariableShard::count_error(const Error& error) {
   ++stats_.errors[static_cast<size_t>(error.code())];
   if (recent_errors_.size() == kRecentErrors) recent_errors_.pop_front();

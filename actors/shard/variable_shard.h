@@ -44,6 +44,11 @@ struct RecentError {
 
 // Counters a shard keeps; read with VariableShard::stats. A copy: reading never touches the
 // live counters, which only the shard's loop updates.
+struct WireBytes {
+  uint64_t raw = 0;
+  uint64_t sent = 0;
+};
+
 struct ShardStats {
   uint64_t variables = 0;
   uint64_t bytes_received = 0;  // gradient payload bytes accepted
@@ -55,6 +60,10 @@ struct ShardStats {
   uint64_t sync_timeouts = 0;  // sync steps that waited past sync.timeout_seconds
   uint64_t pushes_late = 0;    // pushes of a step completed without their worker (dropped)
   uint64_t polls_waiting = 0;
+  // Payload bytes on the wire, pushes in and values out, as the variable's dtype carries them
+  // (raw) and as they travelled (sent; smaller when compressed, compression/codec.h).
+  WireBytes push_wire;
+  WireBytes pull_wire;
   Histogram apply_seconds;      // per accepted push: validating and applying (or summing) it
   Histogram poll_wait_seconds;  // per answered poll: from its arrival to its answer
   std::array<uint64_t, kErrorCodeCount> errors{};  // failed requests, indexed by ErrorCode
@@ -78,6 +87,7 @@ class FreshValue {
   // The step whose update the value reflects.
   Step step() const { return step_; }
   Priority priority() const { return variable_.spec().priority; }
+  DType dtype() const { return variable_.spec().dtype; }
   uint64_t bytes() const { return range_.size() * element_bytes(variable_.spec().dtype); }
   // Copies the value into `out` (bytes() bytes).
   void read_into(std::byte* out) const { variable_.read(range_, out); }
@@ -129,6 +139,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void variables(size_t limit, std::function<void(std::vector<VariableStatus>)> reply);
   // Counts an error the RPC layer answered for this shard before the request reached it.
   void report_error(const Error& error);
+  // Counts a push's (`push`) or a value's payload, `raw` as its dtype carries it and `sent` as
+  // the wire did (the data plane's, server/data_plane.h).
+  void count_wire_bytes(bool push, uint64_t raw, uint64_t sent);
   // Fails every waiting poll (the server is stopping), then calls `done` on the loop.
   void shut_down(std::function<void()> done);
 

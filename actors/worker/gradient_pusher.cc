@@ -6,6 +6,8 @@
 
 #include "common/check.h"
 #include "common/error.h"
+#include "compression/codec.h"
+#include "compression/error_feedback.h"
 
 namespace psched {
 
@@ -66,12 +68,42 @@ void GradientPusher::push(VariableHandle handle, Step step, std::span<const std:
       done(nullptr);
       return;
     }
+    compress(handle, plan, step, tasks);
     next_task_id_ += tasks.size();
     uint64_t push_id = next_push_id_++;
     pushes_.emplace(push_id, PendingPush{tasks.size(), nullptr, std::move(done)});
     for (const auto& task : tasks) push_of_task_.emplace(task.id, push_id);
     scheduler_.enqueue(std::move(tasks));
   });
+}
+
+void GradientPusher::compress(VariableHandle handle, const VariablePlan& plan, Step step,
+                              std::vector<PartitionTask>& tasks) {
+  const uint64_t variable_bytes = plan.elements * element_bytes(plan.dtype);
+  const WireFormat format = plan.compression.push_at(step.value, variable_bytes);
+  const WireFormat value_format = plan.compression.pull_for(variable_bytes);
+  std::byte* residual = nullptr;
+  if (needs_feedback(format)) {
+    std::vector<std::byte>& owed = residuals_[handle];
+    owed.resize(variable_bytes);  // zeros the first time
+    residual = owed.data();
+  }
+  for (PartitionTask& task : tasks) {
+    task.value_format = value_format;
+    if (format == WireFormat::none) continue;
+    auto body = std::make_shared<std::vector<std::byte>>();
+    std::span<const std::byte> gradient(task.gradient, task.bytes);
+    if (residual)
+      encode_with_feedback(format, plan.dtype, gradient,
+                           {residual + task.range.begin * element_bytes(plan.dtype), task.bytes},
+                           plan.compression.topk, *body, scratch_);
+    else
+      encode(format, plan.dtype, gradient, plan.compression.topk, *body);
+    task.format = format;
+    task.gradient = body->data();
+    task.bytes = body->size();
+    task.encoded = std::move(body);
+  }
 }
 
 void GradientPusher::set_partition_bytes(uint64_t bytes) {

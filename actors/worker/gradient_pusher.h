@@ -22,6 +22,7 @@
 #include "actors/worker/partition_task.h"
 #include "actors/worker/scheduler.h"
 #include "actors/worker/variable_handle.h"
+#include "compression/wire_format.h"
 
 namespace psched {
 
@@ -42,6 +43,8 @@ struct VariablePlan {
   // The trainer's parameter memory (elements * element_bytes(dtype) bytes). Fresh values are
   // written here. Owner: the trainer, alive while the variable is registered.
   std::byte* value = nullptr;
+  // How its gradients and fresh values travel (compression/wire_format.h).
+  Compression compression{};
 };
 
 class GradientPusher : public Actor {
@@ -89,6 +92,10 @@ class GradientPusher : public Actor {
 
   // A push of `step` arrived: feeds the tuner the iteration it ends, if it ends one.
   void observe_step(Step step);
+  // Encodes each task's gradient as the variable's compression says for `step`, adding what
+  // earlier steps' lossy pushes owe the same elements (compression/error_feedback.h).
+  void compress(VariableHandle handle, const VariablePlan& plan, Step step,
+                std::vector<PartitionTask>& tasks);
 
   Scheduler& scheduler_;
   // Loop-owned state:
@@ -96,6 +103,9 @@ class GradientPusher : public Actor {
   uint64_t next_task_id_ = 1;
   uint64_t next_push_id_ = 1;
   std::unordered_map<VariableHandle, VariablePlan> variables_;
+  // What lossy pushes have not sent yet, per variable (elements of its dtype, all of them).
+  std::unordered_map<VariableHandle, std::vector<std::byte>> residuals_;
+  std::vector<std::byte> scratch_;
   std::unordered_map<uint64_t, uint64_t> push_of_task_;  // task id -> push id
   std::unordered_map<uint64_t, PendingPush> pushes_;     // push id -> progress
   // Autotuning (when enabled): the tuner and the iterations it is fed.

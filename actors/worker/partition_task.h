@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/placement.h"
 #include "common/types.h"
+#include "compression/wire_format.h"
 
 namespace psched {
 
@@ -19,15 +21,19 @@ struct PartitionTask {
   uint64_t id = 0;        // unique within a worker; assigned by GradientPusher
   Priority priority;      // the variable's priority; lower goes first
   uint64_t sequence = 0;  // arrival order: fifo order and the tie-break within a priority
-  uint64_t bytes = 0;     // payload bytes; what counts against the credit window
+  uint64_t bytes = 0;     // payload bytes on the wire; what counts against the credit window
 
   ShardId shard;              // where the partition goes
   VariableId shard_variable;  // the id that shard gave the variable
   Step step;
   ElementRange range;  // elements of the whole variable this partition covers
   DType dtype = DType::float32;
-  // The range's gradient bytes. Owner: the trainer, alive until its push completes.
+  WireFormat format = WireFormat::none;        // of `gradient`
+  WireFormat value_format = WireFormat::none;  // the fresh value travels in
+  // The range's gradient, `bytes` long. Owner: the trainer, alive until its push completes;
+  // or, compressed, `encoded`.
   const std::byte* gradient = nullptr;
+  std::shared_ptr<const std::vector<std::byte>> encoded{};
   // Where the range's fresh value is written. Owner: the trainer (its parameter memory).
   std::byte* fresh_value = nullptr;
 };
