@@ -70,10 +70,23 @@ uint64_t error_total(const json& status) {
   return total;
 }
 
+// Bytes as sent over bytes as the dtype carries them, both directions together: "0.50", "-"
+// before any payload.
+std::string wire_ratio(const json& status) {
+  const json& wire = status.at("wire_bytes");
+  uint64_t raw = 0, sent = 0;
+  for (const char* direction : {"push", "pull"}) {
+    raw += wire.at(direction).at("raw").get<uint64_t>();
+    sent += wire.at(direction).at("sent").get<uint64_t>();
+  }
+  return raw == 0 ? "-" : fmt::format("{:.2f}", double(sent) / double(raw));
+}
+
 int status(const std::string& config_file) {
   psched::DeploymentConfig config = psched::load_deployment(config_file);
-  fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>11} {:>7}\n", "shard", "state",
-             "http", "workers", "variables", "polls", "received", "sent", "partitions", "errors");
+  fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", "shard",
+             "state", "http", "workers", "variables", "polls", "received", "sent", "wire/raw",
+             "partitions", "errors");
   bool all_up = true;
   for (size_t i = 0; i < config.shards.size(); ++i) {
     std::string http = config.shards[i].http.to_string();
@@ -83,11 +96,11 @@ int status(const std::string& config_file) {
       fmt::print("{:<5} {:<6} {}\n", i, "down", http);
       continue;
     }
-    fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>11} {:>7}\n", i, "up", http,
-               s->at("connected_workers").get<uint64_t>(), s->at("variables").get<uint64_t>(),
+    fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", i, "up",
+               http, s->at("connected_workers").get<uint64_t>(), s->at("variables").get<uint64_t>(),
                s->at("polls_waiting").get<uint64_t>(),
                human_bytes(s->at("bytes_received").get<uint64_t>()),
-               human_bytes(s->at("bytes_sent").get<uint64_t>()),
+               human_bytes(s->at("bytes_sent").get<uint64_t>()), wire_ratio(*s),
                s->at("partitions_applied").get<uint64_t>(), error_total(*s));
   }
   return all_up ? 0 : 1;

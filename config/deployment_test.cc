@@ -101,6 +101,32 @@ TEST_CASE("data_path chooses how workers carry pushes and polls") {
         "configs/x.yaml:3: data_path: 'rpc' is not one of: stream, calls");
 }
 
+TEST_CASE("compression sets every variable's wire formats, checked like every key") {
+  DeploymentConfig config =
+      parse(kOneShard +
+            "compression: {push: topk, pull: bf16, topk_fraction: 0.02, min_bytes: 1MiB, "
+            "warmup_steps: 100}\n");
+  CHECK(config.compression.push == WireFormat::topk);
+  CHECK(config.compression.pull == WireFormat::bf16);
+  CHECK(config.compression.topk.fraction == 0.02);
+  CHECK(config.compression.topk.count == 0);
+  CHECK(config.compression.min_bytes == 1 << 20);
+  CHECK(config.compression.warmup_steps == 100);
+  CHECK(parse(kOneShard + "compression: {topk_count: 50}\n").compression.topk.count == 50);
+  Compression defaults = parse(kOneShard).compression;
+  CHECK(defaults.push == WireFormat::none);
+  CHECK(defaults.pull == WireFormat::none);
+  CHECK(defaults.min_bytes == 64 * 1024);
+  CHECK(error_of(kOneShard + "compression: {pull: topk}\n") ==
+        "configs/x.yaml:3: compression.pull: 'topk' is not one of: none, bf16, fp16");
+  CHECK(error_of(kOneShard + "compression: {push: int8}\n") ==
+        "configs/x.yaml:3: compression.push: 'int8' is not one of: none, bf16, fp16, topk, onebit");
+  CHECK(error_of(kOneShard + "compression: {topk_fraction: 1.5}\n") ==
+        "configs/x.yaml:3: compression.topk_fraction: 1.5 is not a fraction in (0, 1]");
+  CHECK(error_of(kOneShard + "compression: {level: 3}\n").find("compression.level: unknown key") !=
+        std::string::npos);
+}
+
 TEST_CASE("empty sections read as all defaults") {
   DeploymentConfig config = parse(kOneShard + "auth:\noptimizer:\nscheduler: {}\nlimits:\n");
   CHECK(config.auth_token.empty());

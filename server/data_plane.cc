@@ -62,11 +62,11 @@ void DataPlane::push(const Request& r, bool then_poll) {
                          auto plane = weak.lock();
                          if (!plane) return;
                          plane->receipted(bytes);
-                         plane->endpoint_.shard.count_wire_bytes(true, raw, bytes);
                          if (error) {
                            plane->cancel(id);
                            return plane->queue_error(id, *error);
                          }
+                         plane->endpoint_.shard.count_wire_bytes(true, raw, bytes);
                          plane->record(traced);
                          if (!then_poll) plane->queue(Answer::receipt(id));
                        });

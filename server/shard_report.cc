@@ -61,6 +61,17 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   out.single("psched_shard_sent_bytes_total", MetricType::counter,
              "Parameter value bytes the shard answered to polls and pulls.", shard,
              double(s.bytes_sent));
+  out.family("psched_shard_wire_bytes_total", MetricType::counter,
+             "Payload bytes of accepted pushes (in) and of values (out), as the variable's dtype "
+             "carries them (raw) and as they travelled (sent; less when compressed).");
+  for (const auto& [direction, bytes] : {std::pair{"push", s.push_wire}, {"pull", s.pull_wire}}) {
+    for (const auto& [form, value] : {std::pair{"raw", bytes.raw}, {"sent", bytes.sent}}) {
+      MetricLabels labels = shard;
+      labels.emplace_back("direction", direction);
+      labels.emplace_back("form", form);
+      out.sample("psched_shard_wire_bytes_total", labels, double(value));
+    }
+  }
   out.single("psched_shard_partitions_applied_total", MetricType::counter,
              "Partition updates the shard applied.", shard, double(s.partitions_applied));
   out.single("psched_shard_duplicate_pushes_total", MetricType::counter,
@@ -112,6 +123,9 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
           {"variables", s.variables},
           {"bytes_received", s.bytes_received},
           {"bytes_sent", s.bytes_sent},
+          {"wire_bytes",
+           {{"push", {{"raw", s.push_wire.raw}, {"sent", s.push_wire.sent}}},
+            {"pull", {{"raw", s.pull_wire.raw}, {"sent", s.pull_wire.sent}}}}},
           {"partitions_applied", s.partitions_applied},
           {"pushes_rejected", s.pushes_rejected},
           {"pushes_duplicate", s.pushes_duplicate},

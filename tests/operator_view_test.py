@@ -259,9 +259,15 @@ def test_metrics(deployment):
                        "psched_shard_partitions_applied_total", "psched_shard_apply_seconds",
                        "psched_shard_poll_wait_seconds", "psched_shard_waiting_polls",
                        "psched_shard_variables", "psched_shard_connected_workers",
-                       "psched_shard_errors_total", "psched_process_uptime_seconds"):
+                       "psched_shard_errors_total", "psched_process_uptime_seconds",
+                       "psched_shard_wire_bytes_total"):
             check(family in families, f"/metrics has no {family}")
         received += value(families, "psched_shard_received_bytes_total", shard)
+        # Nothing is compressed here: every payload travels as its dtype carries it.
+        for direction in ("push", "pull"):
+            raw, sent = (value(families, "psched_shard_wire_bytes_total", shard,
+                               direction=direction, form=form) for form in ("raw", "sent"))
+            check(raw == sent > 0, f"shard {shard} {direction}: {sent} bytes sent of {raw} raw")
         partitions += value(families, "psched_shard_partitions_applied_total", shard)
         refused += value(families, "psched_shard_errors_total", shard, code="invalid_argument")
         check(value(families, "psched_shard_waiting_polls", shard) == 0, "polls still waiting")
@@ -377,7 +383,8 @@ def test_browser(deployment, build):
     for shard, port in enumerate(HTTP):
         s = status_of(port)
         for key, expected in (("state", "up"), ("partitions", s["partitions_applied"]),
-                              ("variables", s["variables"]), ("polls", 0)):
+                              ("variables", s["variables"]), ("polls", 0),
+                              ("wire", "1.00 / 1.00")):
             check(re.search(f'id="{key}-{shard}"[^>]*>{expected}<', dom),
                   f"the page does not show {key} {expected} for shard {shard}")
     for name in ("logistic/w", "logistic/b"):
