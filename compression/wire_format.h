@@ -35,6 +35,18 @@ constexpr std::string_view to_string(WireFormat format) {
   return "unknown";
 }
 
+// The format named `name` ("none", "bf16", ...); false when none is.
+constexpr bool parse_wire_format(std::string_view name, WireFormat& out) {
+  for (WireFormat f : {WireFormat::none, WireFormat::bf16, WireFormat::fp16, WireFormat::topk,
+                       WireFormat::onebit}) {
+    if (to_string(f) == name) {
+      out = f;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Whether fresh values may travel in `format` (the sparse formats are for gradients only:
 // a value must arrive whole).
 constexpr bool carries_values(WireFormat format) {

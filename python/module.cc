@@ -134,6 +134,51 @@ void bind_deployment(py::module_& m) {
         "Loads a deployment YAML file; raises psched.Error (code 'bad_config') naming the line.");
 }
 
+WireFormat wire_format(const std::string& name, bool of_values) {
+  WireFormat format;
+  if (!parse_wire_format(name, format) || (of_values && !carries_values(format)))
+    fail(ErrorCode::invalid_argument, "'{}' is not a {} format (one of: {})", name,
+         of_values ? "value" : "push",
+         of_values ? "none, bf16, fp16" : "none, bf16, fp16, topk, onebit");
+  return format;
+}
+
+void bind_compression(py::module_& m) {
+  py::class_<Compression>(m, "Compression",
+                          "How a variable's gradients (push) and fresh values (pull) travel; "
+                          "the deployment's compression: section is the default "
+                          "(compression/wire_format.h).")
+      .def(py::init([](const std::string& push, const std::string& pull, double topk_fraction,
+                       uint64_t topk_count, uint64_t min_bytes, uint64_t warmup_steps) {
+             if (!(topk_fraction > 0 && topk_fraction <= 1))
+               fail(ErrorCode::invalid_argument, "topk_fraction {} is not in (0, 1]",
+                    topk_fraction);
+             return Compression{.push = wire_format(push, false),
+                                .pull = wire_format(pull, true),
+                                .topk = {.fraction = topk_fraction, .count = topk_count},
+                                .min_bytes = min_bytes,
+                                .warmup_steps = warmup_steps};
+           }),
+           py::kw_only(), py::arg("push") = "none", py::arg("pull") = "none",
+           py::arg("topk_fraction") = TopK{}.fraction, py::arg("topk_count") = 0,
+           py::arg("min_bytes") = Compression{}.min_bytes, py::arg("warmup_steps") = 0)
+      .def_property_readonly("push",
+                             [](const Compression& c) { return std::string(to_string(c.push)); })
+      .def_property_readonly("pull",
+                             [](const Compression& c) { return std::string(to_string(c.pull)); })
+      .def_property_readonly("topk_fraction", [](const Compression& c) { return c.topk.fraction; })
+      .def_property_readonly("topk_count", [](const Compression& c) { return c.topk.count; })
+      .def_readonly("min_bytes", &Compression::min_bytes)
+      .def_readonly("warmup_steps", &Compression::warmup_steps)
+      .def("__repr__", [](const Compression& c) {
+        return fmt::format(
+            "psched.Compression(push='{}', pull='{}', topk_fraction={}, topk_count={}, "
+            "min_bytes={}, warmup_steps={})",
+            to_string(c.push), to_string(c.pull), c.topk.fraction, c.topk.count, c.min_bytes,
+            c.warmup_steps);
+      });
+}
+
 void bind_client_options(py::module_& m) {
   py::class_<ClientOptions>(m, "ClientOptions", "Where and how a Client connects.")
       .def(py::init<>())
@@ -146,6 +191,8 @@ void bind_client_options(py::module_& m) {
       .def_readwrite("shards", &ClientOptions::shards)
       .def_readwrite("token", &ClientOptions::token)
       .def_readwrite("max_message_bytes", &ClientOptions::max_message_bytes)
+      .def_readwrite("compression", &ClientOptions::compression,
+                     "every variable's default psched.Compression")
       .def_property(
           "worker", [](const ClientOptions& o) { return o.worker.value; },
           [](ClientOptions& o, uint32_t w) { o.worker = WorkerId(w); })
@@ -189,7 +236,8 @@ void bind_client(py::module_& m) {
   py::class_<PyClient>(m, "Client", "A worker's connection to every shard (client/client.h).")
       .def(py::init<ClientOptions>(), py::arg("options"))
       .def("register", &PyClient::register_variable, py::arg("name"), py::arg("value"),
-           py::kw_only(), py::arg("priority") = py::none(), py::arg("optimizer") = py::none())
+           py::kw_only(), py::arg("priority") = py::none(), py::arg("optimizer") = py::none(),
+           py::arg("compression") = py::none())
       .def("push", &PyClient::push, py::arg("variable"), py::arg("step"), py::arg("gradient"))
       .def("wait", &PyClient::wait, py::arg("variable"), py::arg("step"))
       .def("ready", &PyClient::ready, py::arg("variable"), py::arg("step"))
@@ -211,6 +259,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "psched's C++ client; use the package psched, which re-exports it.";
   translate_errors();
   bind_optimizer(m);
+  bind_compression(m);
   bind_deployment(m);
   bind_client_options(m);
   bind_client(m);

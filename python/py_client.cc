@@ -72,7 +72,7 @@ Client& PyClient::client() {
 
 std::shared_ptr<PyVariable> PyClient::register_variable(
     std::string name, py::buffer value, std::optional<int64_t> priority,
-    std::optional<optim::OptimizerSpec> optimizer) {
+    std::optional<optim::OptimizerSpec> optimizer, std::optional<Compression> compression) {
   if (by_name_.contains(name))
     fail(ErrorCode::invalid_argument, "variable '{}' is already registered by this client", name);
   TensorView view = view_of(value, true, fmt::format("register '{}'", name));
@@ -86,7 +86,8 @@ std::shared_ptr<PyVariable> PyClient::register_variable(
   VariableHandle handle;
   {
     py::gil_scoped_release unlocked;
-    handle = c.register_variable(spec, {view.data, view.bytes}, !optimizer.has_value());
+    handle =
+        c.register_variable(spec, {view.data, view.bytes}, !optimizer.has_value(), compression);
   }
   auto variable = std::make_shared<PyVariable>(PyVariable{.name = std::move(name),
                                                           .shape = view.shape,

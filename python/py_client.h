@@ -47,10 +47,11 @@ class PyClient {
 
   // Registers `value` (writable, C-contiguous float32/float64) as the variable `name`; its
   // content is the initial value. Priority defaults to the registration order; no optimizer
-  // means the deployment's default.
+  // means the deployment's default; no compression, the options' (the deployment's).
   std::shared_ptr<PyVariable> register_variable(std::string name, py::buffer value,
                                                 std::optional<int64_t> priority,
-                                                std::optional<optim::OptimizerSpec> optimizer);
+                                                std::optional<optim::OptimizerSpec> optimizer,
+                                                std::optional<Compression> compression);
   // Starts the push of `gradient` (C-contiguous, the variable's shape and dtype) for `step`;
   // keeps a reference to it until wait(variable, step) returns. Steps come from Python as
   // plain ints and become Steps here.

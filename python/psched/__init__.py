@@ -20,10 +20,11 @@ For PyTorch models, psched.torch.DistributedModel does all of this from hooks.
 import os
 
 from . import _core
-from ._core import ClientOptions, Deployment, Optimizer, Variable, load_deployment
+from ._core import ClientOptions, Compression, Deployment, Optimizer, Variable, load_deployment
 from .errors import DisconnectedError, Error, OverloadedError, UnimplementedError
 
-__all__ = ["Client", "ClientOptions", "Deployment", "DisconnectedError", "Error", "Optimizer",
+__all__ = ["Client", "ClientOptions", "Compression", "Deployment", "DisconnectedError", "Error",
+           "Optimizer",
            "OverloadedError", "UnimplementedError", "Variable", "connect", "load_deployment",
            "worker_from_env"]
 
@@ -49,12 +50,14 @@ class Client(_core.Client):
         self.deployment = deployment  # the Deployment it came from, if any
         self.worker = options.worker
 
-    def register(self, name, value, *, priority=None, optimizer=None):
+    def register(self, name, value, *, priority=None, optimizer=None, compression=None):
         """Registers `value` (a writable, C-contiguous float32/float64 array or CPU tensor) as
         the variable `name`. Its content is the initial value; the first registration of a name
         wins, so call pull() to adopt the shards' value. Priority: lower goes first; default:
-        registration order. Optimizer: a psched.Optimizer; default: the deployment's."""
-        return super().register(name, _as_buffer(value), priority=priority, optimizer=optimizer)
+        registration order. Optimizer: a psched.Optimizer; default: the deployment's.
+        Compression: a psched.Compression; default: the deployment's compression: section."""
+        return super().register(name, _as_buffer(value), priority=priority, optimizer=optimizer,
+                                compression=compression)
 
     def push(self, variable, step, gradient):
         """Starts pushing the whole gradient of `variable` for `step` (1, 2, ...)."""

@@ -144,14 +144,15 @@ class DistributedModel(torch.nn.Module):
     optimizer: a torch.optim name ("sgd", "adam", "adamw", "adagrad", "rmsprop") or
     psched-only "adam_tf", with torch.optim's keyword settings (lr, momentum, betas,
     weight_decay, ...), or a psched.Optimizer. trace: a Chrome trace file (the module
-    docstring); default $PSCHED_TRACE, none when unset. The parameters are registered under
+    docstring); default $PSCHED_TRACE, none when unset. compression: a psched.Compression for
+    every parameter (default: the deployment's compression: section). The parameters are registered under
     their named_parameters() names during the first forward; the first registration of a name
     wins and every worker adopts the shards' value before the module uses it, so all workers
     start from the same parameters.
     """
 
     def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,
-                 trace=None, **settings):
+                 trace=None, compression=None, **settings):
         super().__init__()
         self.module = module
         if not isinstance(optimizer, psched.Optimizer):
@@ -159,6 +160,7 @@ class DistributedModel(torch.nn.Module):
         elif settings:
             raise psched.Error(f"settings {sorted(settings)} given beside a psched.Optimizer")
         self._optimizer = optimizer
+        self._compression = compression
         self._parameters_by_id = {}
         for name, parameter in module.named_parameters():
             if not parameter.requires_grad:
@@ -211,7 +213,8 @@ class DistributedModel(torch.nn.Module):
                 continue
             entry.check(self.module)
             entry.variable = self.client.register(entry.name, entry.memory,
-                                                  optimizer=self._optimizer)
+                                                  optimizer=self._optimizer,
+                                                  compression=self._compression)
             self.client.pull(entry.variable)
             self._waits.setdefault(module, []).append(entry)
 

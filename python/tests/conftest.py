@@ -42,8 +42,9 @@ def free_ports(count):
 class Server:
     """A psched-server process hosting every shard of a deployment written to `config`."""
 
-    def __init__(self, config, shards):
+    def __init__(self, config, shards, ports):
         self.config = config
+        self.ports = ports  # each shard's listen port; its HTTP view is on port + 1000
         self.log = []
         self.process = subprocess.Popen([SERVER, "--config", str(config), "--threads", "2",
                                          "--apply-threads", "1"],
@@ -78,23 +79,27 @@ class Server:
 @pytest.fixture
 def start_server(tmp_path):
     """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1,
-    reconnect_seconds=None) -> Server. reconnect_seconds: how long its workers keep trying to
-    reconnect (default: the deployment's 60 s)."""
+    reconnect_seconds=None, compression=None) -> Server. reconnect_seconds: how long its workers
+    keep trying to reconnect (default: the deployment's 60 s). compression: the deployment's
+    compression: section, as YAML text."""
     servers = []
 
-    def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None):
+    def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None,
+              compression=None):
         config = tmp_path / f"deployment{len(servers)}.yaml"
-        listen = "".join(f"  - listen: 127.0.0.1:{port}\n" for port in free_ports(shards))
+        ports = free_ports(shards)
+        listen = "".join(f"  - listen: 127.0.0.1:{port}\n" for port in ports)
         config.write_text(f"mode: {mode}\nworkers: {workers}\nshards:\n{listen}"
                           f"optimizer: {{kind: {optimizer}, lr: {lr}}}\n"
                           "split_bytes: 2KiB\n"  # larger variables span both shards
                           "scheduler: {partition_bytes: 1KiB, credit_bytes: 4KiB}\n" +
                           (f"reconnect: {{timeout_seconds: {reconnect_seconds}}}\n"
                            if reconnect_seconds is not None else "") +
+                          (f"compression: {compression}\n" if compression else "") +
                           # ctest runs the suite over both data paths
                           (f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
                            if "PSCHED_TEST_DATA_PATH" in os.environ else ""))
-        servers.append(Server(config, shards))
+        servers.append(Server(config, shards, ports))
         return servers[-1]
 
     yield start

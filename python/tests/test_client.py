@@ -184,3 +184,29 @@ def test_an_optimizer_takes_every_setting_by_name_and_refuses_others():
         psched.Optimizer("adam", amsgrad=1.5)
     with pytest.raises(psched.Error, match="lr"):
         psched.Optimizer("sgd", lr=-1.0)
+
+
+def test_a_compression_names_its_formats_and_refuses_others():
+    c = psched.Compression(push="topk", pull="bf16", topk_fraction=0.05, min_bytes=0)
+    assert (c.push, c.pull, c.topk_fraction, c.min_bytes) == ("topk", "bf16", 0.05, 0)
+    with pytest.raises(psched.Error, match="'topk' is not a value format"):
+        psched.Compression(pull="topk")
+    with pytest.raises(psched.Error, match="'int8' is not a push format"):
+        psched.Compression(push="int8")
+    with pytest.raises(psched.Error, match="topk_fraction 2 is not in"):
+        psched.Compression(push="topk", topk_fraction=2.0)
+
+
+def test_a_variable_registered_with_bf16_receives_its_values_in_bf16(start_server):
+    server = start_server()
+    with psched.connect(server.config) as client:
+        w = np.zeros(1000, dtype=np.float32)
+        client.register("w", w, optimizer=psched.Optimizer("sgd", lr=1.0),
+                        compression=psched.Compression(push="bf16", pull="bf16", min_bytes=0))
+        gradient = np.full(1000, -1.0 / 3, dtype=np.float32)
+        client.push("w", 1, gradient)
+        client.wait("w", 1)
+        # 1/3 in bf16 is 0.333984375: narrowed on the way up and again on the way back.
+        assert np.all(w == np.float32(0.333984375)), w[:4]
+        client.pull("w")  # the shard's value, whole: the bf16 gradient applied in float32
+        assert np.all(w == np.float32(0.333984375)), w[:4]

@@ -1,17 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """The digits example (python/examples/train_digits.py) with two worker processes, started as
 torchrun would start them (RANK, WORLD_SIZE), learns the digits."""
+import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import urllib.request
 
 EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "train_digits.py"
 
 
-def test_two_workers_learn_the_digits(start_server):
-    server = start_server(mode="sync", workers=2)
+def run_example(server):
+    """Trains the example with two workers on `server`; checks they learn."""
     workers = [subprocess.Popen([sys.executable, str(EXAMPLE), "--epochs", "4"],
                                 env={**os.environ, "PSCHED_CONFIG": str(server.config),
                                      "RANK": str(rank), "WORLD_SIZE": "2"},
@@ -23,3 +25,19 @@ def test_two_workers_learn_the_digits(start_server):
         losses = [float(v) for v in re.findall(r"loss (\S+)", output)]
         accuracy = float(re.findall(r"test accuracy (\S+)", output)[-1])
         assert len(losses) == 4 and losses[-1] < losses[0] / 2 and accuracy > 0.9, output
+
+
+def test_two_workers_learn_the_digits(start_server):
+    run_example(start_server(mode="sync", workers=2))
+
+
+def test_the_deployment_compresses_the_example_without_a_change(start_server):
+    server = start_server(mode="sync", workers=2,
+                          compression="{push: bf16, pull: bf16, min_bytes: 0}")
+    run_example(server)
+    for port in server.ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port + 1000}/status") as response:
+            wire = json.load(response)["wire_bytes"]
+        assert wire["push"]["raw"] > 0 and wire["push"]["sent"] * 2 == wire["push"]["raw"], wire
+        # Fresh values in bf16; the pulls that adopt the initial values travel whole.
+        assert 0 < wire["pull"]["sent"] <= 0.51 * wire["pull"]["raw"], wire
