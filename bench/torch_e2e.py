@@ -13,6 +13,10 @@ SGD with momentum and the same number of steps, in each mode:
   fifo      psched.torch, sync mode, no scheduling: arrival order, whole tensors up to 64 MiB,
             no credit window, no fusion (psched-bench's fifo)
   ddp       torch DistributedDataParallel, gloo, its default buckets, torch.optim.SGD
+  MODE+FORMAT  the same with compressed communication: priority+bf16 (pushes and values in
+            bf16), priority+fp16, priority+topk (pushes: the largest 1% per partition with
+            error feedback; values in bf16), priority+onebit (signs and a scale, values in
+            bf16); ddp+fp16 (DDP with torch's own fp16_compress_hook)
 Each worker runs in its own network namespace, joined by a veth pair with `tc tbf` both ways to
 a hub namespace where the psched shards run (one psched-server process, 2 shards); DDP's
 workers reach each other through the hub (bench/torch_e2e_links.py). Without root the same runs
@@ -24,7 +28,8 @@ time is measured first, in the same run, with both workers training alone (mode 
 
 Reported per mode: median iteration time after the warm-up steps (the slower worker's), its
 samples/s, the CPU seconds per step of every process (workers, and the shard server for psched),
-and the ratio DDP time / mode time (above 1: faster than DDP). --repeats runs every mode again,
+the ratio DDP time / mode time (above 1: faster than DDP), and for psched the payload bytes the
+shards counted each way, as sent and as float32 would carry them (their /status). --repeats runs every mode again,
 in rotated order; the summary gives the median and range.
 
 --check MODELS: psched sync SGD+momentum against DDP with torch.optim.SGD in float64, same
@@ -64,6 +69,29 @@ CHECK_TOLERANCE = 1e-9
 EXCEED_FACTOR = 2.5
 SKIPPED = 77  # ctest's SKIP_RETURN_CODE: torch or torchvision missing
 FIFO_SCHEDULER = "{policy: fifo, partition_bytes: 64MiB, credit_bytes: 1TiB, fusion_bytes: 0}"
+# The deployment's compression: section for each psched mode's +FORMAT.
+COMPRESSION = {"bf16": "{push: bf16, pull: bf16}",
+               "fp16": "{push: fp16, pull: fp16}",
+               "topk": "{push: topk, pull: bf16, topk_fraction: 0.01}",
+               "onebit": "{push: onebit, pull: bf16}"}
+DDP_HOOKS = ("fp16",)
+
+
+def base_mode(mode):
+    """priority, fifo, ddp or local: the mode without its +FORMAT."""
+    return mode.partition("+")[0]
+
+
+def is_psched(mode):
+    return base_mode(mode) in ("priority", "fifo")
+
+
+def check_mode(mode):
+    base, _, variant = mode.partition("+")
+    known = COMPRESSION if base in ("priority", "fifo") else DDP_HOOKS if base == "ddp" else ()
+    if base not in ("priority", "fifo", "ddp") or (variant and variant not in known):
+        raise SystemExit(f"unknown mode '{mode}' (priority, fifo, ddp, each optionally +"
+                         f"{'|'.join(COMPRESSION)} for psched, +fp16 for ddp)")
 
 
 def log(message):
@@ -166,7 +194,10 @@ class Network:
                 else f"127.0.0.1:{self.ports[shard]}")
 
     def ddp_init_method(self):
-        return (f"tcp://{self.links.worker_address(0)}:{DDP_PORT}" if self.links
+        # A port of its own for each run: a run's store on the port of the one before it hung
+        # (ddp then ddp+fp16: the second run's rank 1 never got past its first step).
+        self.ddp_runs = getattr(self, "ddp_runs", 0) + 1
+        return (f"tcp://{self.links.worker_address(0)}:{DDP_PORT + self.ddp_runs}" if self.links
                 else f"tcp://127.0.0.1:{self.ports[-1]}")
 
     def name(self):
@@ -179,7 +210,7 @@ class Network:
 
 
 def scheduler_yaml(args, mode):
-    if mode == "fifo":
+    if base_mode(mode) == "fifo":
         return FIFO_SCHEDULER
     return (f"{{policy: priority, partition_bytes: {args.partition_bytes}, "
             f"credit_bytes: {args.credit_bytes}, fusion_bytes: 64KiB}}")
@@ -192,8 +223,11 @@ def deployment_yaml(args, network, mode, worker):
     shards = "".join(
         f"  - listen: {network.shard_listen(s) if worker is None else network.shard_address(worker, s)}\n"
         f"    http: {network.shard_http(s)}\n" for s in range(SHARDS))
+    variant = mode.partition("+")[2]
+    compression = f"compression: {COMPRESSION[variant]}\n" if variant else ""
     return (f"mode: sync\nworkers: {WORKERS}\nshards:\n{shards}"
-            f"scheduler: {scheduler_yaml(args, mode)}\nlimits: {{max_message_bytes: 512MiB}}\n")
+            f"scheduler: {scheduler_yaml(args, mode)}\nlimits: {{max_message_bytes: 512MiB}}\n"
+            + compression)
 
 
 class ShardServer:
@@ -222,6 +256,20 @@ class ShardServer:
                 listening.set()
         listening.set()
 
+    def wire_bytes(self, network):
+        """The shards' payload bytes each way, as sent and raw, summed (their /status)."""
+        total = {d: {"raw": 0, "sent": 0} for d in ("push", "pull")}
+        for s in range(SHARDS):
+            read = ("import urllib.request; "
+                    f"print(urllib.request.urlopen('http://{network.shard_http(s)}/status')"
+                    ".read().decode())")
+            status = json.loads(subprocess.run(network.prefix() + [PYTHON, "-c", read],
+                                               check=True, capture_output=True, text=True).stdout)
+            for direction, counts in status["wire_bytes"].items():
+                for form, value in counts.items():
+                    total[direction][form] += value
+        return total
+
     def stop(self):
         if hasattr(self, "cpu"):
             self.cpu.stop()
@@ -247,7 +295,7 @@ def run_workers(args, network, spec, workdir, timeout):
     processes = []
     for rank in range(WORKERS):
         worker_spec = dict(spec, rank=rank, workers=WORKERS, out=str(workdir / f"w{rank}.json"))
-        if spec["mode"] in ("priority", "fifo"):
+        if is_psched(spec["mode"]):
             config = workdir / f"w{rank}.yaml"
             config.write_text(deployment_yaml(args, network, spec["mode"], rank))
             worker_spec["config"] = str(config)
@@ -285,9 +333,12 @@ def run_mode(args, network, model, mode, *, steps, warmup, float64=False, save=F
     spec = {"model": model, "mode": mode, "batch": args.batch, "lr": args.lr,
             "momentum": args.momentum, "seed": args.seed, "steps": steps, "warmup": warmup,
             "float64": float64, "save": save, "init_method": network.ddp_init_method()}
-    server = ShardServer(args, network, mode, workdir) if mode in ("priority", "fifo") else None
+    server = ShardServer(args, network, mode, workdir) if is_psched(mode) else None
+    wire = None
     try:
         workers = run_workers(args, network, spec, workdir, args.timeout)
+        if server:
+            wire = server.wire_bytes(network)
     finally:
         if server:
             server.stop()
@@ -302,6 +353,8 @@ def run_mode(args, network, model, mode, *, steps, warmup, float64=False, save=F
               "cpu_s_per_step": cpu, "cpu_s_per_step_total": sum(cpu.values()),
               "step_s": [w["step_s"] for w in workers],
               "loss_last": [w["loss"][-1] for w in workers]}
+    if wire:
+        result["wire_bytes"] = wire
     if args.trace:
         add_trace(args, workers, workdir, f"{model} {network.name()}",
                   server.trace if server else None)
@@ -384,6 +437,15 @@ def summarize(runs, modes):
                 for rep in by_repeat.values() if "fifo" in rep and mode in rep]
         if fifo and mode == "priority":
             entry["ratio_to_fifo"] = spread(fifo)
+        # Every other mode's time / this mode's, per repeat (above 1: this mode is faster).
+        entry["speedup_over"] = {
+            other: spread([rep[other]["iteration_s"] / rep[mode]["iteration_s"]
+                           for rep in by_repeat.values() if other in rep and mode in rep])
+            for other in modes if other != mode}
+        if "wire_bytes" in mine[0]:
+            entry["wire_sent_of_raw"] = {
+                d: spread([r["wire_bytes"][d]["sent"] / r["wire_bytes"][d]["raw"] for r in mine])
+                for d in ("push", "pull")}
         summary[mode] = entry
     return summary
 
@@ -403,6 +465,8 @@ def benchmark_model(args, use_netns, model):
     param_bytes = model_bytes(model)
     out = {"model": model, "param_bytes": param_bytes, "compute": local, "rates": []}
     modes = args.modes.split(",")
+    for mode in modes:
+        check_mode(mode)
     for bits in choose_rates(args, model, local["iteration_s"], param_bytes):
         network = Network(use_netns, bits)
         runs = []

@@ -32,7 +32,10 @@ def table(results):
     return "\n".join(lines)
 
 
-MODE_STYLE = {"priority": ("tab:blue", "s"), "fifo": ("tab:red", "o"), "ddp": ("tab:green", "^")}
+MODE_STYLE = {"priority": ("tab:blue", "s"), "fifo": ("tab:red", "o"), "ddp": ("tab:green", "^"),
+              "priority+bf16": ("tab:cyan", "s"), "priority+fp16": ("tab:olive", "s"),
+              "priority+topk": ("tab:purple", "D"), "priority+onebit": ("tab:pink", "D"),
+              "ddp+fp16": ("tab:brown", "^")}
 
 
 def plot(results, path):

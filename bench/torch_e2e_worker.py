@@ -5,7 +5,8 @@ writes; the result is a JSON file at spec["out"].
 
 Modes:
   local      torch.optim.SGD on this worker's data alone: the compute time, no communication
-  ddp        DistributedDataParallel (gloo, default buckets) + torch.optim.SGD
+  ddp        DistributedDataParallel (gloo, default buckets) + torch.optim.SGD;
+             ddp+fp16 with torch's fp16_compress_hook
   priority   psched.torch.DistributedModel, sync mode, the deployment's scheduler
   fifo       the same; the deployment written for it schedules in arrival order
 The same seeds give every mode the same initial weights and, per rank and step, the same data
@@ -90,7 +91,7 @@ def train(spec):
     rank = spec["rank"]
     model, dtype = build(spec)
     batches = make_batches(spec["model"], spec["batch"], spec["seed"], rank, dtype)
-    mode = spec["mode"]
+    mode, _, variant = spec["mode"].partition("+")  # the deployment file says psched's format
     if mode in ("priority", "fifo"):
         import psched.torch
         model = psched.torch.DistributedModel(model, "sgd", lr=spec["lr"],
@@ -105,6 +106,9 @@ def train(spec):
             dist.init_process_group("gloo", init_method=spec["init_method"], rank=rank,
                                     world_size=spec["workers"])
             model = torch.nn.parallel.DistributedDataParallel(model)
+            if variant == "fp16":
+                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+                model.register_comm_hook(None, default_hooks.fp16_compress_hook)
             module = model.module
         else:
             module = model
@@ -159,7 +163,7 @@ def write_trace(spec, phases):
     psched.torch wrote at synchronize() (its partitions and waits), or a new one. Times are
     time.monotonic() in microseconds, as psched.torch's."""
     name = f"{spec['mode']} / worker {spec['rank']}"
-    if spec["mode"] in ("priority", "fifo"):
+    if spec["mode"].partition("+")[0] in ("priority", "fifo"):
         with open(spec["trace"]) as f:
             trace = json.load(f)
         for event in trace["traceEvents"]:
