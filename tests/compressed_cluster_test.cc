@@ -28,6 +28,13 @@ optim::OptimizerSpec momentum() {
   return spec;
 }
 
+optim::OptimizerSpec adam() {
+  optim::OptimizerSpec spec;
+  spec.kind = optim::OptimizerKind::adam;
+  spec.lr = 0.01;
+  return spec;
+}
+
 optim::OptimizerSpec sgd() {
   optim::OptimizerSpec spec;
   spec.kind = optim::OptimizerKind::sgd;
@@ -72,9 +79,9 @@ DeploymentConfig one_shard(Mode mode) {
 
 // What the shard should hold after `steps` sync steps: each worker's gradient encoded as
 // `c` says (with error feedback where the format needs it) and decoded, averaged, applied.
-std::vector<float> sync_reference(const Compression& c, uint64_t steps) {
+std::vector<float> sync_reference(const Compression& c, const optim::OptimizerSpec& spec,
+                                  uint64_t steps) {
   std::vector<float> param = normal_values(1);
-  optim::OptimizerSpec spec = momentum();
   std::vector<std::vector<float>> slots(optim::state_slots(spec), std::vector<float>(kElements));
   std::vector<std::span<float>> state(slots.begin(), slots.end());
   std::vector<std::vector<float>> residual(kWorkers, std::vector<float>(kElements));
@@ -152,30 +159,34 @@ std::vector<float> narrowed(WireFormat format, const std::vector<float>& values)
 }  // namespace
 
 TEST_CASE("sync mode with each wire format equals a reference that quantizes the same way") {
-  const std::vector<std::pair<WireFormat, WireFormat>> formats = {
-      {WireFormat::bf16, WireFormat::bf16},
-      {WireFormat::fp16, WireFormat::fp16},
-      {WireFormat::topk, WireFormat::none},
-      {WireFormat::onebit, WireFormat::bf16},
-      {WireFormat::none, WireFormat::fp16}};
-  for (auto [push, pull] : formats) {
-    for (uint64_t warmup : {0, 2}) {
-      Compression c = compression(push, pull);
-      c.warmup_steps = warmup;
-      INFO("push " << to_string(push) << ", values " << to_string(pull) << ", warm-up " << warmup);
-      Cluster cluster(one_shard(Mode::sync));
-      std::vector<Trainer> trainers = join(cluster, {c, c});
-      const uint64_t steps = 5;
-      for (uint64_t s = 1; s <= steps; ++s) {
-        std::vector<std::vector<float>> grads;
-        for (uint32_t w = 0; w < kWorkers; ++w) grads.push_back(gradient(w, s));
-        for (auto& e : step(cluster, trainers, s, grads)) REQUIRE_FALSE(e);
+  // The shard's optimizer sees the decoded gradient, stateful ones too (docs/compression.md).
+  for (const optim::OptimizerSpec& optimizer : {momentum(), adam()}) {
+    const std::vector<std::pair<WireFormat, WireFormat>> formats = {
+        {WireFormat::bf16, WireFormat::bf16},
+        {WireFormat::fp16, WireFormat::fp16},
+        {WireFormat::topk, WireFormat::none},
+        {WireFormat::onebit, WireFormat::bf16},
+        {WireFormat::none, WireFormat::fp16}};
+    for (auto [push, pull] : formats) {
+      for (uint64_t warmup : {0, 2}) {
+        Compression c = compression(push, pull);
+        c.warmup_steps = warmup;
+        INFO("push " << to_string(push) << ", values " << to_string(pull) << ", warm-up " << warmup
+                     << ", " << optim::to_string(optimizer.kind));
+        Cluster cluster(one_shard(Mode::sync));
+        std::vector<Trainer> trainers = join(cluster, {c, c}, optimizer);
+        const uint64_t steps = 5;
+        for (uint64_t s = 1; s <= steps; ++s) {
+          std::vector<std::vector<float>> grads;
+          for (uint32_t w = 0; w < kWorkers; ++w) grads.push_back(gradient(w, s));
+          for (auto& e : step(cluster, trainers, s, grads)) REQUIRE_FALSE(e);
+        }
+        std::vector<float> reference = sync_reference(c, optimizer, steps);
+        // The trainers hold the shard's value as it travelled; the shard keeps it whole.
+        for (Trainer& t : trainers) CHECK(t.value == narrowed(pull, reference));
+        cluster.run(trainers[0].worker->pull(trainers[0].handle));
+        CHECK(trainers[0].value == reference);
       }
-      std::vector<float> reference = sync_reference(c, steps);
-      // The trainers hold the shard's value as it travelled; the shard keeps it whole.
-      for (Trainer& t : trainers) CHECK(t.value == narrowed(pull, reference));
-      cluster.run(trainers[0].worker->pull(trainers[0].handle));
-      CHECK(trainers[0].value == reference);
     }
   }
 }

@@ -37,10 +37,11 @@ def main():
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch", type=int, default=32, help="samples per step and worker")
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0, help="initial weights and batch order")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # small model; leave the cores to the other workers and shards
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     model = psched.torch.DistributedModel(model, "adam", lr=args.lr, config=args.config)
     rank, workers = model.client.worker, model.client.deployment.workers
@@ -51,7 +52,8 @@ def main():
     print(f"worker {rank}/{workers}: {len(y_mine)} training samples, {steps} steps per epoch, "
           f"{model.client.deployment.mode} mode", flush=True)
     for epoch in range(1, args.epochs + 1):
-        order = torch.randperm(len(y_mine), generator=torch.Generator().manual_seed(epoch))
+        shuffle = torch.Generator().manual_seed(args.seed * 1000 + epoch)
+        order = torch.randperm(len(y_mine), generator=shuffle)
         total = 0.0
         for step in range(steps):
             batch = order[step * args.batch:(step + 1) * args.batch]

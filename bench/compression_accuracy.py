@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""What compression does to learning: the digits example (python/examples/train_digits.py,
+Adam on the shards, sync mode, 2 workers) trained under each wire format for the same steps,
+from the same seeds; test accuracy and the training loss per epoch.
+
+    bench/compression_accuracy.py --epochs 15 --seeds 0,1,2 --json out.json --plot loss.svg
+
+Formats (the deployment's compression: section, min_bytes 0 so every tensor is compressed):
+  none     full width both ways (the baseline)
+  bf16     pushes and values in bf16
+  fp16     pushes and values in fp16
+  topk     pushes: the largest 1% of each partition, with error feedback; values in bf16
+  onebit   pushes: signs and the mean magnitude, with error feedback; values in bf16
+Prints, per format, the final test accuracy (median and range over the seeds) and its
+difference from `none` of the same seed, in points.
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "python" / "examples" / "train_digits.py"
+PYTHON = "/usr/bin/python3"
+WORKERS = 2
+FORMATS = {"none": "{push: none, pull: none}",
+           "bf16": "{push: bf16, pull: bf16, min_bytes: 0}",
+           "fp16": "{push: fp16, pull: fp16, min_bytes: 0}",
+           "topk": "{push: topk, pull: bf16, topk_fraction: 0.01, min_bytes: 0}",
+           "onebit": "{push: onebit, pull: bf16, min_bytes: 0}"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args, config):
+    server = subprocess.Popen([os.path.join(args.build, "apps", "psched-server"), "--config",
+                               str(config), "--threads", "1", "--apply-threads", "1"],
+                              stderr=subprocess.PIPE, text=True)
+    listening = threading.Event()
+
+    def read_log():
+        for line in server.stderr:
+            if "listening on" in line:
+                listening.set()
+        listening.set()
+
+    threading.Thread(target=read_log, daemon=True).start()
+    if not listening.wait(30) or server.poll() is not None:
+        raise RuntimeError("psched-server did not start")
+    return server
+
+
+def train(args, fmt, seed, workdir):
+    """Worker 0's (loss, accuracy) per epoch under `fmt` from `seed`."""
+    config = workdir / f"{fmt}-{seed}.yaml"
+    config.write_text(f"mode: sync\nworkers: {WORKERS}\n"
+                      f"shards:\n  - {{listen: 127.0.0.1:{free_port()}, "
+                      f"http: 127.0.0.1:{free_port()}}}\n"
+                      f"compression: {FORMATS[fmt]}\n")
+    server = start_server(args, config)
+    try:
+        env = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"), WORLD_SIZE="2")
+        workers = [subprocess.Popen([PYTHON, str(EXAMPLE), "--config", str(config), "--epochs",
+                                     str(args.epochs), "--seed", str(seed)],
+                                    env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+                   for rank in range(WORKERS)]
+        outputs = [w.communicate(timeout=args.timeout)[0] for w in workers]
+    finally:
+        server.terminate()
+        server.wait()
+    for w, out in zip(workers, outputs):
+        if w.returncode != 0:
+            raise RuntimeError(f"{fmt} seed {seed}: a worker failed:\n{out}")
+    epochs = re.findall(r"worker 0 epoch\s+\d+\s+loss (\S+)\s+test accuracy (\S+)", outputs[0])
+    return [float(loss) for loss, _ in epochs], [float(acc) for _, acc in epochs]
+
+
+def spread(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for fmt, runs in results.items():
+        epochs = range(1, len(runs[0]["loss"]) + 1)
+        loss = [statistics.median(r["loss"][e - 1] for r in runs) for e in epochs]
+        acc = [statistics.median(r["accuracy"][e - 1] for r in runs) for e in epochs]
+        loss_ax.plot(epochs, loss, marker=".", label=fmt)
+        acc_ax.plot(epochs, acc, marker=".", label=fmt)
+    loss_ax.set(xlabel="epoch", ylabel="training loss (median over seeds)", yscale="log")
+    acc_ax.set(xlabel="epoch", ylabel="test accuracy (median over seeds)")
+    loss_ax.legend()
+    figure.suptitle("digits, 2 workers, sync, Adam on the shards: wire formats")
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--build", default=str(ROOT / "build"))
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per training run")
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--plot", help="draw the loss and accuracy curves here (.svg, .png)")
+    args = parser.parse_args(argv)
+    formats, seeds = args.formats.split(","), [int(s) for s in args.seeds.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="compression_accuracy-") as workdir:
+        for fmt in formats:
+            for seed in seeds:
+                loss, accuracy = train(args, fmt, seed, pathlib.Path(workdir))
+                results.setdefault(fmt, []).append({"seed": seed, "loss": loss,
+                                                    "accuracy": accuracy})
+                print(f"{fmt:7} seed {seed}: loss {loss[-1]:.4f}, test accuracy "
+                      f"{accuracy[-1]:.3f}", file=sys.stderr, flush=True)
+    summary = {}
+    for fmt, runs in results.items():
+        entry = {"accuracy": spread([r["accuracy"][-1] for r in runs]),
+                 "loss": spread([r["loss"][-1] for r in runs])}
+        if "none" in results and fmt != "none":
+            base = {r["seed"]: r["accuracy"][-1] for r in results["none"]}
+            entry["points_from_none"] = spread([100 * (r["accuracy"][-1] - base[r["seed"]])
+                                                for r in runs if r["seed"] in base])
+        summary[fmt] = entry
+    print("| format | test accuracy, median (range) | points from none, median (range) | "
+          "final loss |\n|---|---|---|---|")
+    for fmt, e in summary.items():
+        a, d = e["accuracy"], e.get("points_from_none")
+        points = f"{d['median']:+.1f} ({d['min']:+.1f} to {d['max']:+.1f})" if d else ""
+        print(f"| {fmt} | {a['median']:.3f} ({a['min']:.3f}–{a['max']:.3f}) | {points} | "
+              f"{e['loss']['median']:.4f} |")
+    out = {"command": " ".join(["bench/compression_accuracy.py"] + argv), "epochs": args.epochs,
+           "seeds": seeds, "formats": FORMATS, "runs": results, "summary": summary}
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(out, indent=1))
+    if args.plot:
+        plot(results, args.plot)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
