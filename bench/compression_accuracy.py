@@ -12,6 +12,8 @@ Formats (the deployment's compression: section, min_bytes 0 so every tensor is c
   fp16     pushes and values in fp16
   topk     pushes: the largest 1% of each partition, with error feedback; values in bf16
   onebit   pushes: signs and the mean magnitude, with error feedback; values in bf16
+  topk10   topk of 10%
+  topk_warmup  topk 1% after 110 full-width steps (5 epochs)
 Prints, per format, the final test accuracy (median and range over the seeds) and its
 difference from `none` of the same seed, in points.
 """
@@ -35,7 +37,10 @@ FORMATS = {"none": "{push: none, pull: none}",
            "bf16": "{push: bf16, pull: bf16, min_bytes: 0}",
            "fp16": "{push: fp16, pull: fp16, min_bytes: 0}",
            "topk": "{push: topk, pull: bf16, topk_fraction: 0.01, min_bytes: 0}",
-           "onebit": "{push: onebit, pull: bf16, min_bytes: 0}"}
+           "onebit": "{push: onebit, pull: bf16, min_bytes: 0}",
+           "topk10": "{push: topk, pull: bf16, topk_fraction: 0.1, min_bytes: 0}",
+           "topk_warmup": "{push: topk, pull: bf16, topk_fraction: 0.01, min_bytes: 0, "
+                          "warmup_steps: 110}"}
 
 
 def free_port():
@@ -113,7 +118,8 @@ def plot(results, path):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--formats", default="none,bf16,fp16,topk,onebit",
+                        help=f"of: {', '.join(FORMATS)}")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--build", default=str(ROOT / "build"))
