@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/kj_error.h"
+#include "compression/codec.h"
 #include "net/data_frame.h"
 #include "net/psched.capnp.h"
 #include "net/rpc_connection.h"
@@ -273,6 +274,45 @@ TEST_CASE("bad pushes are answered with their error and the stream goes on") {
   CHECK(receipt.header.kind == wire::AnswerKind::RECEIPT);
   CHECK(receipt.header.id == 3);
   CHECK(f.current_value() == std::vector<float>(kElements, 1.f));
+}
+
+TEST_CASE("compressed pushes that do not decode are refused naming why; the stream goes on") {
+  DataStreamFixture f;
+  f.worker.open_accepted_data();
+  std::vector<float> grad(kElements, 1.f);
+  std::vector<std::byte> body;
+  encode(WireFormat::topk, DType::float32, bytes(grad), {.count = 2}, body);
+  RequestHeader topk = f.push(1, 1, kElements);
+  topk.format = WireFormat::topk;
+  topk.body_bytes = body.size() - 1;
+  f.worker.send(topk, std::span<const std::byte>(body).first(body.size() - 1));
+  check_error(f.worker.read(), 1, "invalid_argument", "malformed topk push");
+  encode(WireFormat::fp16, DType::float32, bytes(std::vector<float>(kElements, 1e6f)), {}, body);
+  RequestHeader overflow = f.push(2, 1, kElements);
+  overflow.format = WireFormat::fp16;
+  overflow.body_bytes = body.size();
+  f.worker.send(overflow, body);
+  check_error(f.worker.read(), 2, "invalid_argument", "decodes to an infinity or a NaN");
+  RequestHeader sparse_value = f.poll(3, 1);
+  sparse_value.value_format = WireFormat::topk;
+  f.worker.send(sparse_value);
+  check_error(f.worker.read(), 3, "invalid_argument", "values cannot travel as topk");
+  CHECK(f.current_value() == std::vector<float>(kElements, 2.f));
+
+  encode(WireFormat::bf16, DType::float32, bytes(grad), {}, body);
+  RequestHeader bf16 = f.push(4, 1, kElements);
+  bf16.format = WireFormat::bf16;
+  bf16.body_bytes = body.size();
+  f.worker.send(bf16, body);
+  CHECK(f.worker.read().header.kind == wire::AnswerKind::RECEIPT);
+  CHECK(f.current_value() == std::vector<float>(kElements, 1.f));
+
+  FrameHeaderBytes unknown = encode(f.push(5, 2, kElements));
+  unknown[2] = std::byte{9};
+  f.worker.write(std::string(reinterpret_cast<const char*>(unknown.data()), unknown.size()));
+  check_error(f.worker.read(), 0, "invalid_argument", "unknown wire format 9");
+  CHECK(f.worker.closed());
+  f.check_others_served();
 }
 
 TEST_CASE("a Cap'n Proto push of a dtype not on the wire is refused naming it; nothing changes") {
