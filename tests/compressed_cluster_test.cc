@@ -167,7 +167,8 @@ TEST_CASE("sync mode with each wire format equals a reference that quantizes the
         {WireFormat::topk, WireFormat::none},
         {WireFormat::onebit, WireFormat::bf16},
         {WireFormat::none, WireFormat::fp16}};
-    for (auto [push, pull] : formats) {
+    for (const auto& [push_format, pull_format] : formats) {
+      const WireFormat push = push_format, pull = pull_format;  // INFO captures them
       for (uint64_t warmup : {0, 2}) {
         Compression c = compression(push, pull);
         c.warmup_steps = warmup;
