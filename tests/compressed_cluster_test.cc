@@ -167,8 +167,8 @@ TEST_CASE("sync mode with each wire format equals a reference that quantizes the
         {WireFormat::topk, WireFormat::none},
         {WireFormat::onebit, WireFormat::bf16},
         {WireFormat::none, WireFormat::fp16}};
-    for (const auto& [push_format, pull_format] : formats) {
-      const WireFormat push = push_format, pull = pull_format;  // INFO captures them
+    for (const auto& both : formats) {
+      const WireFormat push = both.first, pull = both.second;
       for (uint64_t warmup : {0, 2}) {
         Compression c = compression(push, pull);
         c.warmup_steps = warmup;
