@@ -5,7 +5,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "common/check.h"
 #include "common/error.h"
@@ -54,21 +53,29 @@ template <typename T>
 void encode_topk(std::span<const T> values, const TopK& topk, std::vector<std::byte>& body) {
   const uint64_t n = values.size();
   const uint64_t k = topk.of(n);
-  std::vector<uint32_t> order(n);
-  if (k == 0)
-    order.clear();
-  else
-    std::iota(order.begin(), order.end(), 0u);
-  // Larger magnitude first; among equal magnitudes the lower index.
-  auto before = [&](uint32_t a, uint32_t b) {
-    T ma = std::abs(values[a]), mb = std::abs(values[b]);
-    return ma != mb ? ma > mb : a < b;
-  };
-  if (k > 0)
-    std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(k - 1), order.end(),
-                     before);
-  order.resize(k);
-  std::sort(order.begin(), order.end());
+  // The k-th largest magnitude, then every element above it and, in index order, as many of
+  // those equal to it as fit: the k largest, ties to the lower index, indices ascending.
+  std::vector<uint32_t> order;
+  order.reserve(k);
+  if (k > 0) {
+    std::vector<T> magnitudes(n);
+    for (uint64_t i = 0; i < n; ++i) magnitudes[i] = std::abs(values[i]);
+    std::nth_element(magnitudes.begin(), magnitudes.begin() + static_cast<ptrdiff_t>(n - k),
+                     magnitudes.end());
+    const T threshold = magnitudes[n - k];
+    uint64_t above = 0;
+    for (T v : values) above += std::abs(v) > threshold;
+    uint64_t ties = k - above;
+    for (uint64_t i = 0; i < n && order.size() < k; ++i) {
+      T magnitude = std::abs(values[i]);
+      if (magnitude > threshold) {
+        order.push_back(static_cast<uint32_t>(i));
+      } else if (magnitude == threshold && ties > 0) {
+        order.push_back(static_cast<uint32_t>(i));
+        --ties;
+      }
+    }
+  }
   body.resize(8 + k * (4 + sizeof(T)));
   store(body.data(), static_cast<uint32_t>(n));
   store(body.data() + 4, static_cast<uint32_t>(k));

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "compression/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -76,6 +78,27 @@ TEST_CASE("topk sends the largest magnitudes, ties to the lower index, indices a
   CHECK(indices == std::vector<uint32_t>{1, 2, 3, 4});
   CHECK(decoded<float>(WireFormat::topk, body) ==
         std::vector<float>{0.0f, -3.0f, 2.0f, 3.0f, -2.0f, 0.0f, 0.0f});
+}
+
+TEST_CASE("topk keeps what a plain sort by magnitude, then index, keeps first") {
+  std::mt19937 random(9);
+  std::uniform_int_distribution<int> few(-4, 4);  // many ties
+  for (int round = 0; round < 200; ++round) {
+    std::vector<float> values(1 + round * 7);
+    for (float& v : values) v = static_cast<float>(few(random)) / 2;
+    TopK topk{.fraction = 0.1 + 0.004 * round};
+    std::vector<uint32_t> plain(values.size());
+    for (uint32_t i = 0; i < plain.size(); ++i) plain[i] = i;
+    std::stable_sort(plain.begin(), plain.end(), [&](uint32_t a, uint32_t b) {
+      return std::abs(values[a]) > std::abs(values[b]);
+    });
+    plain.resize(topk.of(values.size()));
+    std::sort(plain.begin(), plain.end());
+    auto body = encoded(WireFormat::topk, values, topk);
+    std::vector<uint32_t> sent;
+    for (size_t i = 0; i < plain.size(); ++i) sent.push_back(at<uint32_t>(body, 8 + 4 * i));
+    CHECK(sent == plain);
+  }
 }
 
 TEST_CASE("topk's fraction rounds up, and sends at least one element and at most all") {
