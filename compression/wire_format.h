@@ -6,6 +6,7 @@
 // optimizer state in the variable's dtype whatever the wire carries (compression/codec.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -18,6 +19,10 @@ enum class WireFormat : uint8_t {
   topk,    ///< pushes: the largest magnitudes of a partition, as index and value
   onebit,  ///< pushes: the signs of a partition and one scale, its mean magnitude
 };
+
+// Every format, in the wire's order.
+inline constexpr std::array<WireFormat, 5> kWireFormats = {
+    WireFormat::none, WireFormat::bf16, WireFormat::fp16, WireFormat::topk, WireFormat::onebit};
 
 constexpr std::string_view to_string(WireFormat format) {
   switch (format) {
@@ -37,8 +42,7 @@ constexpr std::string_view to_string(WireFormat format) {
 
 // The format named `name` ("none", "bf16", ...); false when none is.
 constexpr bool parse_wire_format(std::string_view name, WireFormat& out) {
-  for (WireFormat f : {WireFormat::none, WireFormat::bf16, WireFormat::fp16, WireFormat::topk,
-                       WireFormat::onebit}) {
+  for (WireFormat f : kWireFormats) {
     if (to_string(f) == name) {
       out = f;
       return true;

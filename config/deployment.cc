@@ -33,19 +33,23 @@ constexpr std::array<std::string_view, 14> kTopKeys = {
     "scheduler", "limits",  "checkpoint", "sync",   "reconnect", "data_path",   "compression"};
 constexpr std::array<std::string_view, 6> kCompressionKeys = {
     "push", "pull", "topk_fraction", "topk_count", "min_bytes", "warmup_steps"};
-constexpr std::array<std::pair<std::string_view, WireFormat>, 5> kPushFormats = {{
-    {"none", WireFormat::none},
-    {"bf16", WireFormat::bf16},
-    {"fp16", WireFormat::fp16},
-    {"topk", WireFormat::topk},
-    {"onebit", WireFormat::onebit},
-}};
+// The formats (by name) that `carrying` holds for, in the wire's order.
+template <size_t N>
+constexpr std::array<std::pair<std::string_view, WireFormat>, N> format_choices(
+    bool (*carrying)(WireFormat)) {
+  std::array<std::pair<std::string_view, WireFormat>, N> out{};
+  size_t n = 0;
+  for (WireFormat f : kWireFormats)
+    if (carrying(f)) out[n++] = {to_string(f), f};
+  return out;
+}
+constexpr bool any_format(WireFormat) {
+  return true;
+}
+constexpr auto kPushFormats = format_choices<kWireFormats.size()>(any_format);
 // Values arrive whole: no sparse formats.
-constexpr std::array<std::pair<std::string_view, WireFormat>, 3> kValueFormats = {{
-    {"none", WireFormat::none},
-    {"bf16", WireFormat::bf16},
-    {"fp16", WireFormat::fp16},
-}};
+constexpr auto kValueFormats =
+    format_choices<std::ranges::count_if(kWireFormats, carries_values)>(carries_values);
 constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
                                                              "update_log"};
 constexpr std::array<std::string_view, 2> kSyncKeys = {"timeout_seconds", "on_timeout"};

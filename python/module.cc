@@ -136,10 +136,13 @@ void bind_deployment(py::module_& m) {
 
 WireFormat wire_format(const std::string& name, bool of_values) {
   WireFormat format;
-  if (!parse_wire_format(name, format) || (of_values && !carries_values(format)))
+  if (!parse_wire_format(name, format) || (of_values && !carries_values(format))) {
+    std::vector<std::string_view> names;
+    for (WireFormat f : kWireFormats)
+      if (!of_values || carries_values(f)) names.push_back(to_string(f));
     fail(ErrorCode::invalid_argument, "'{}' is not a {} format (one of: {})", name,
-         of_values ? "value" : "push",
-         of_values ? "none, bf16, fp16" : "none, bf16, fp16, topk, onebit");
+         of_values ? "value" : "push", fmt::join(names, ", "));
+  }
   return format;
 }
 
