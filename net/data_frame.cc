@@ -73,9 +73,9 @@ std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::
                     .variable = get<uint32_t>(bytes, 4),
                     .id = get<uint64_t>(bytes, 8),
                     .step = get<uint64_t>(bytes, 16),
-                    .offset = get<uint64_t>(bytes, 24)};
-  out.format = static_cast<WireFormat>(get<uint8_t>(bytes, 2));
-  out.value_format = static_cast<WireFormat>(get<uint8_t>(bytes, 3));
+                    .offset = get<uint64_t>(bytes, 24),
+                    .format = static_cast<WireFormat>(get<uint8_t>(bytes, 2)),
+                    .value_format = static_cast<WireFormat>(get<uint8_t>(bytes, 3))};
   uint64_t size = get<uint64_t>(bytes, 32);
   if (out.kind == wire::RequestKind::POLL)
     out.count = size;
