@@ -42,9 +42,9 @@ def free_ports(count):
 class Server:
     """A psched-server process hosting every shard of a deployment written to `config`."""
 
-    def __init__(self, config, shards, ports):
+    def __init__(self, config, shards, http_ports):
         self.config = config
-        self.ports = ports  # each shard's listen port; its HTTP view is on port + 1000
+        self.http_ports = http_ports  # each shard's operator view (/metrics, /status)
         self.log = []
         self.process = subprocess.Popen([SERVER, "--config", str(config), "--threads", "2",
                                          "--apply-threads", "1"],
@@ -87,8 +87,9 @@ def start_server(tmp_path):
     def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None,
               compression=None):
         config = tmp_path / f"deployment{len(servers)}.yaml"
-        ports = free_ports(shards)
-        listen = "".join(f"  - listen: 127.0.0.1:{port}\n" for port in ports)
+        ports = free_ports(2 * shards)
+        listen = "".join(f"  - {{listen: 127.0.0.1:{port}, http: 127.0.0.1:{http}}}\n"
+                         for port, http in zip(ports[:shards], ports[shards:]))
         config.write_text(f"mode: {mode}\nworkers: {workers}\nshards:\n{listen}"
                           f"optimizer: {{kind: {optimizer}, lr: {lr}}}\n"
                           "split_bytes: 2KiB\n"  # larger variables span both shards
@@ -99,7 +100,7 @@ def start_server(tmp_path):
                           # ctest runs the suite over both data paths
                           (f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
                            if "PSCHED_TEST_DATA_PATH" in os.environ else ""))
-        servers.append(Server(config, shards, ports))
+        servers.append(Server(config, shards, ports[shards:]))
         return servers[-1]
 
     yield start

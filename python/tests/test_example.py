@@ -35,8 +35,8 @@ def test_the_deployment_compresses_the_example_without_a_change(start_server):
     server = start_server(mode="sync", workers=2,
                           compression="{push: bf16, pull: bf16, min_bytes: 0}")
     run_example(server)
-    for port in server.ports:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port + 1000}/status") as response:
+    for port in server.http_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status") as response:
             wire = json.load(response)["wire_bytes"]
         assert wire["push"]["raw"] > 0 and wire["push"]["sent"] * 2 == wire["push"]["raw"], wire
         # Fresh values in bf16; the pulls that adopt the initial values travel whole.
