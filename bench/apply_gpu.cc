@@ -113,7 +113,7 @@ void measure_kernel(const GpuApplyOptions& o, const VariableSpec& spec, cudaStre
   for (DeviceMemory& m : state) check_cuda(cudaMemset(m.data(), 0, bytes), "clearing");
   uint64_t t = 0;
   const double s = gpu_seconds(
-      stream, o.seconds, [&] { optim::gpu::enqueue_apply(spec.optimizer, range, ++t, stream); });
+      stream, o.seconds, [&] { optim::gpu::enqueue_apply(spec.optimizer, range, ++t, 0, stream); });
   row.gpu_kernel = gb_per_s(bytes, s);
   row.kernel_traffic = gb_per_s(apply_traffic_bytes(spec), s);
 }

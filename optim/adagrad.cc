@@ -7,8 +7,8 @@
 namespace psched::optim::detail {
 namespace {
 
-// Slot 0 sum: g = grad + wd*p;  sum += g*g;  p -= clr * g / (sqrt(sum) + eps).
-template <typename T, bool kL2>
+// Slot 0 sum: g = grad + wd*p;  sum += g*g (kFrozen: sum read);  p -= clr * g / (sqrt(sum) + eps).
+template <typename T, bool kL2, bool kFrozen>
 struct AdagradElement {
   AdagradArgs<T> a;
 
@@ -16,7 +16,7 @@ struct AdagradElement {
   void operator()(L& p, L grad, std::array<L, 1>& state) const {
     const L g = l2_grad<kL2>(grad, a.weight_decay, p);
     L& sum = state[0];
-    sum = sum + g * g;
+    if constexpr (!kFrozen) sum = sum + g * g;
     p = p - L::splat(a.clr) * g / (sqrt(sum) + L::splat(a.eps));
   }
 };
@@ -24,13 +24,16 @@ struct AdagradElement {
 }  // namespace
 
 template <typename T>
-void apply_adagrad(const OptimizerSpec& spec, const Range<T>& range, uint64_t t) {
-  const AdagradArgs<T> a = adagrad_args<T>(spec, t);
-  with_flag(a.weight_decay != T(0),
-            [&](auto l2) { for_each_element<1>(range, AdagradElement<T, l2>{a}); });
+void apply_adagrad(const OptimizerSpec& spec, const Range<T>& range, uint64_t t,
+                   uint64_t frozen_after) {
+  const AdagradArgs<T> a = adagrad_args<T>(spec, t, frozen_after);
+  with_flag(a.weight_decay != T(0), [&](auto l2) {
+    with_flag(a.freeze_variance,
+              [&](auto frozen) { for_each_element<1>(range, AdagradElement<T, l2, frozen>{a}); });
+  });
 }
 
-template void apply_adagrad<float>(const OptimizerSpec&, const Range<float>&, uint64_t);
-template void apply_adagrad<double>(const OptimizerSpec&, const Range<double>&, uint64_t);
+template void apply_adagrad<float>(const OptimizerSpec&, const Range<float>&, uint64_t, uint64_t);
+template void apply_adagrad<double>(const OptimizerSpec&, const Range<double>&, uint64_t, uint64_t);
 
 }  // namespace psched::optim::detail

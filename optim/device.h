@@ -46,12 +46,12 @@ class DeviceVariable {
  public:
   virtual ~DeviceVariable() = default;
 
-  // One optimizer update (optim::apply's formula, `t` likewise) of the elements [offset, offset
-  // + n), n = grad.size() / element bytes. `grad` is host memory, only read, any alignment.
-  // The fresh values of those elements are written to `fresh` (host memory, grad.size()
-  // bytes) before this returns. Throws psched::Error(internal) on a CUDA failure.
+  // One optimizer update (optim::apply's formula, `t` and `variance_frozen_after` likewise) of
+  // the elements [offset, offset + n), n = grad.size() / element bytes. `grad` is host memory, only
+  // read, any alignment. The fresh values of those elements are written to `fresh` (host memory,
+  // grad.size() bytes) before this returns. Throws psched::Error(internal) on a CUDA failure.
   virtual void apply(uint64_t offset, std::span<const std::byte> grad, uint64_t t,
-                     std::span<std::byte> fresh) = 0;
+                     uint64_t variance_frozen_after, std::span<std::byte> fresh) = 0;
   // Copies elements [offset, offset + out.size() / element bytes) of optimizer state slot
   // `slot` (optimizer.h's slot order) to host memory `out`.
   virtual void read_state(int slot, uint64_t offset, std::span<std::byte> out) const = 0;

@@ -21,7 +21,8 @@ constexpr std::array<std::pair<OptimizerKind, std::string_view>, 7> kNames{{
 }};
 
 template <typename T>
-void check_sizes(const OptimizerSpec& spec, const detail::Range<T>& range, uint64_t t) {
+void check_sizes(const OptimizerSpec& spec, const detail::Range<T>& range, uint64_t t,
+                 uint64_t frozen_after) {
   const size_t size = range.param.size();
   const size_t slots = static_cast<size_t>(state_slots(spec));
   PSCHED_REQUIRE(range.grad.size() == size, range.grad.size(), size);
@@ -29,26 +30,28 @@ void check_sizes(const OptimizerSpec& spec, const detail::Range<T>& range, uint6
   for (size_t k = 0; k < slots; ++k)
     PSCHED_REQUIRE(range.state[k].size() == size, k, range.state[k].size(), size);
   PSCHED_REQUIRE(t >= 1, t);
+  PSCHED_REQUIRE(frozen_after < t, frozen_after, t);
 }
 
 template <typename T>
-void apply_any(const OptimizerSpec& spec, const detail::Range<T>& range, uint64_t t) {
-  check_sizes(spec, range, t);
+void apply_any(const OptimizerSpec& spec, const detail::Range<T>& range, uint64_t t,
+               uint64_t frozen_after) {
+  check_sizes(spec, range, t, frozen_after);
   switch (spec.kind) {
     case OptimizerKind::sgd:
       return detail::apply_sgd(spec, range);
     case OptimizerKind::momentum:
       return detail::apply_momentum(spec, range, t);
     case OptimizerKind::adam:
-      return detail::apply_adam(spec, range, t);
+      return detail::apply_adam(spec, range, t, frozen_after);
     case OptimizerKind::adam_tf:
-      return detail::apply_adam_tf(spec, range, t);
+      return detail::apply_adam_tf(spec, range, t, frozen_after);
     case OptimizerKind::adamw:
-      return detail::apply_adamw(spec, range, t);
+      return detail::apply_adamw(spec, range, t, frozen_after);
     case OptimizerKind::adagrad:
-      return detail::apply_adagrad(spec, range, t);
+      return detail::apply_adagrad(spec, range, t, frozen_after);
     case OptimizerKind::rmsprop:
-      return detail::apply_rmsprop(spec, range);
+      return detail::apply_rmsprop(spec, range, frozen_after);
   }
   PSCHED_REQUIRE(false, static_cast<int>(spec.kind));
 }
@@ -96,13 +99,13 @@ double initial_state_value(const OptimizerSpec& spec, int slot) {
 }
 
 void apply(const OptimizerSpec& spec, std::span<float> param, std::span<const float> grad,
-           std::span<const std::span<float>> state, uint64_t t) {
-  apply_any(spec, detail::Range<float>{param, grad, state}, t);
+           std::span<const std::span<float>> state, uint64_t t, uint64_t variance_frozen_after) {
+  apply_any(spec, detail::Range<float>{param, grad, state}, t, variance_frozen_after);
 }
 
 void apply(const OptimizerSpec& spec, std::span<double> param, std::span<const double> grad,
-           std::span<const std::span<double>> state, uint64_t t) {
-  apply_any(spec, detail::Range<double>{param, grad, state}, t);
+           std::span<const std::span<double>> state, uint64_t t, uint64_t variance_frozen_after) {
+  apply_any(spec, detail::Range<double>{param, grad, state}, t, variance_frozen_after);
 }
 
 }  // namespace psched::optim

@@ -99,17 +99,26 @@ void validate(const OptimizerSpec& spec);
 //   param[i], state[k][i]  <-  formula(param[i], grad[i], state[k][i], t)
 // `state` holds state_slots(spec) spans, each as long as `param`; `grad` as long as `param`.
 // `t` is the 1-based count of updates applied to this variable, this one included (bias
-// correction, adagrad's lr decay). Runs on the calling thread; element-wise, so a caller may
-// apply disjoint pieces of a range on several threads (the shard does, for large partitions).
-// `grad` may point straight into a received message: it is only read, never copied.
-// `spec` must have passed validate(); sizes and `t` are checked (PSCHED_REQUIRE). Arithmetic is
-// in the element type; hyper-parameters and the per-step scalars derived from them (bias
-// corrections, adagrad's decayed lr) are computed in double and then cast, as torch does
-// with Python floats. Each element's result is independent of the range's length, address and
-// split, so a partition applied in pieces equals the whole applied at once, bit for bit.
+// correction, adagrad's lr decay).
+//
+// `variance_frozen_after` (0: not frozen; else below `t`) freezes the adaptive optimizers'
+// second moment as it stood after update number `variance_frozen_after`: adam, adamw and
+// adam_tf read v (and amsgrad's max) without updating it and bias-correct it with that count;
+// adagrad reads its sum, rmsprop its square_avg (and centered grad_avg), without updating
+// them. The update is then linear in the gradient, as 1-bit Adam makes it after its warm-up: a
+// shard applies sparse and 1-bit gradients so (docs/compression.md). sgd and momentum ignore it.
+// Runs on the calling thread; element-wise, so a caller may apply disjoint pieces of a range on
+// several threads (the shard does, for large partitions). `grad` may point straight into a received
+// message: it is only read, never copied. `spec` must have passed validate(); sizes and `t` are
+// checked (PSCHED_REQUIRE). Arithmetic is in the element type; hyper-parameters and the per-step
+// scalars derived from them (bias corrections, adagrad's decayed lr) are computed in double and
+// then cast, as torch does with Python floats. Each element's result is independent of the range's
+// length, address and split, so a partition applied in pieces equals the whole applied at once, bit
+// for bit.
 void apply(const OptimizerSpec& spec, std::span<float> param, std::span<const float> grad,
-           std::span<const std::span<float>> state, uint64_t t);
+           std::span<const std::span<float>> state, uint64_t t, uint64_t variance_frozen_after = 0);
 void apply(const OptimizerSpec& spec, std::span<double> param, std::span<const double> grad,
-           std::span<const std::span<double>> state, uint64_t t);
+           std::span<const std::span<double>> state, uint64_t t,
+           uint64_t variance_frozen_after = 0);
 
 }  // namespace psched::optim

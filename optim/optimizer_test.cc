@@ -144,6 +144,8 @@ TEST_CASE("apply rejects buffers whose sizes do not match") {
   CHECK_THROWS_AS(apply(spec, p, grad, short_slot, 1), std::logic_error);
   CHECK_THROWS_WITH_AS(apply(spec, p, grad, state, 0), doctest::Contains("t >= 1"),
                        std::logic_error);
+  CHECK_THROWS_WITH_AS(apply(spec, p, grad, state, 2, 2), doctest::Contains("frozen_after < t"),
+                       std::logic_error);
   CHECK_NOTHROW(apply(spec, p, grad, state, 1));
 }
 

@@ -56,9 +56,11 @@ void reference_momentum(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t 
   e.p = e.p - to<R>(o.lr) * g;
 }
 
-// torch.optim.Adam, or torch.optim.AdamW when `decoupled`.
+// torch.optim.Adam, or torch.optim.AdamW when `decoupled`. A frozen v (frozen_after != 0) is
+// left as it is and bias-corrected as of update `frozen_after`.
 template <typename R>
-void reference_adam(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t, bool decoupled) {
+void reference_adam(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t, bool decoupled,
+                    uint64_t frozen_after) {
   R g = grad;
   if (decoupled) {
     e.p = e.p * to<R>(1 - o.lr * o.weight_decay);
@@ -68,9 +70,10 @@ void reference_adam(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t, b
   R& m = e.s[0];
   R& v = e.s[1];
   m = to<R>(o.beta1) * m + to<R>(1 - o.beta1) * g;
-  v = to<R>(o.beta2) * v + to<R>(1 - o.beta2) * g * g;
+  if (frozen_after == 0) v = to<R>(o.beta2) * v + to<R>(1 - o.beta2) * g * g;
+  const uint64_t v_updates = frozen_after == 0 ? t : frozen_after;
   const double bias_correction1 = 1 - std::pow(o.beta1, static_cast<double>(t));
-  const double bias_correction2 = 1 - std::pow(o.beta2, static_cast<double>(t));
+  const double bias_correction2 = 1 - std::pow(o.beta2, static_cast<double>(v_updates));
   R v_used = v;
   if (o.amsgrad) {
     e.s[2] = std::max(e.s[2], v);
@@ -82,30 +85,32 @@ void reference_adam(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t, b
 
 // TensorFlow ApplyAdam; weight_decay is not part of it.
 template <typename R>
-void reference_adam_tf(const OptimizerSpec& o, Element<R>& e, R g, uint64_t t) {
+void reference_adam_tf(const OptimizerSpec& o, Element<R>& e, R g, uint64_t t,
+                       uint64_t frozen_after) {
+  const uint64_t v_updates = frozen_after == 0 ? t : frozen_after;
   const double beta1_t = std::pow(o.beta1, static_cast<double>(t));
-  const double beta2_t = std::pow(o.beta2, static_cast<double>(t));
+  const double beta2_t = std::pow(o.beta2, static_cast<double>(v_updates));
   const R lr_t = to<R>(o.lr * std::sqrt(1 - beta2_t) / (1 - beta1_t));
   R& m = e.s[0];
   R& v = e.s[1];
   m = to<R>(o.beta1) * m + to<R>(1 - o.beta1) * g;
-  v = to<R>(o.beta2) * v + to<R>(1 - o.beta2) * g * g;
+  if (frozen_after == 0) v = to<R>(o.beta2) * v + to<R>(1 - o.beta2) * g * g;
   e.p = e.p - lr_t * m / (std::sqrt(v) + to<R>(o.eps));
 }
 
 // torch.optim.Adagrad.
 template <typename R>
-void reference_adagrad(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t) {
+void reference_adagrad(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t, bool frozen) {
   const R g = l2_grad(o, grad, e.p);
   const R clr = to<R>(o.lr / (1 + static_cast<double>(t - 1) * o.lr_decay));
   R& sum = e.s[0];
-  sum = sum + g * g;
+  if (!frozen) sum = sum + g * g;
   e.p = e.p - clr * g / (std::sqrt(sum) + to<R>(o.eps));
 }
 
 // torch.optim.RMSprop; slots square_avg, [momentum_buffer], [grad_avg].
 template <typename R>
-void reference_rmsprop(const OptimizerSpec& o, Element<R>& e, R grad) {
+void reference_rmsprop(const OptimizerSpec& o, Element<R>& e, R grad, bool frozen) {
   const R g = l2_grad(o, grad, e.p);
   const R alpha = to<R>(o.alpha);
   const R one_minus_alpha = to<R>(1 - o.alpha);
@@ -113,10 +118,10 @@ void reference_rmsprop(const OptimizerSpec& o, Element<R>& e, R grad) {
   R* buf = o.momentum > 0 ? &e.s[next_slot++] : nullptr;
   R* grad_avg = o.centered ? &e.s[next_slot++] : nullptr;
   R& square_avg = e.s[0];
-  square_avg = alpha * square_avg + one_minus_alpha * g * g;
+  if (!frozen) square_avg = alpha * square_avg + one_minus_alpha * g * g;
   R avg = std::sqrt(square_avg) + to<R>(o.eps);
   if (grad_avg) {
-    *grad_avg = alpha * *grad_avg + one_minus_alpha * g;
+    if (!frozen) *grad_avg = alpha * *grad_avg + one_minus_alpha * g;
     avg = std::sqrt(square_avg - *grad_avg * *grad_avg) + to<R>(o.eps);
   }
   if (buf) {
@@ -127,24 +132,26 @@ void reference_rmsprop(const OptimizerSpec& o, Element<R>& e, R grad) {
   }
 }
 
-// One update of one element by the formula of `o.kind`; `t` is the 1-based step.
+// One update of one element by the formula of `o.kind`; `t` is the 1-based step; the
+// adaptive optimizers' second moment frozen after update `frozen_after` (0: not frozen).
 template <typename R>
-void reference_step(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t) {
+void reference_step(const OptimizerSpec& o, Element<R>& e, R grad, uint64_t t,
+                    uint64_t frozen_after = 0) {
   switch (o.kind) {
     case OptimizerKind::sgd:
       return reference_sgd(o, e, grad);
     case OptimizerKind::momentum:
       return reference_momentum(o, e, grad, t);
     case OptimizerKind::adam:
-      return reference_adam(o, e, grad, t, /*decoupled=*/false);
+      return reference_adam(o, e, grad, t, /*decoupled=*/false, frozen_after);
     case OptimizerKind::adamw:
-      return reference_adam(o, e, grad, t, /*decoupled=*/true);
+      return reference_adam(o, e, grad, t, /*decoupled=*/true, frozen_after);
     case OptimizerKind::adam_tf:
-      return reference_adam_tf(o, e, grad, t);
+      return reference_adam_tf(o, e, grad, t, frozen_after);
     case OptimizerKind::adagrad:
-      return reference_adagrad(o, e, grad, t);
+      return reference_adagrad(o, e, grad, t, frozen_after != 0);
     case OptimizerKind::rmsprop:
-      return reference_rmsprop(o, e, grad);
+      return reference_rmsprop(o, e, grad, frozen_after != 0);
   }
 }
 

@@ -44,6 +44,7 @@ struct AdamArgs {
   T weight_decay;
   T decay;
   bool amsgrad;
+  bool freeze_variance;  // v (and max v) read, not updated; bias_correction2_sqrt at the freeze
 };
 
 // adam_tf: p -= lr_t * m / (sqrt(v) + eps).
@@ -53,8 +54,9 @@ struct AdamTfArgs {
   T one_minus_beta1;
   T beta2;
   T one_minus_beta2;
-  T lr_t;  // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+  T lr_t;  // lr * sqrt(1 - beta2^tv) / (1 - beta1^t), tv = t or the update v froze after
   T eps;
+  bool freeze_variance;  // v read, not updated
 };
 
 // adagrad: sum += g*g; p -= clr * g / (sqrt(sum) + eps).
@@ -63,6 +65,7 @@ struct AdagradArgs {
   T clr;  // lr / (1 + (t-1)*lr_decay)
   T weight_decay;
   T eps;
+  bool freeze_variance;  // sum read, not updated
 };
 
 // rmsprop: slots square_avg, [momentum_buffer], [grad_avg].
@@ -74,23 +77,25 @@ struct RmspropArgs {
   T eps;
   T weight_decay;
   T momentum;
-  int momentum_slot;  // -1 without momentum
-  int grad_avg_slot;  // -1 unless centered
+  int momentum_slot;     // -1 without momentum
+  int grad_avg_slot;     // -1 unless centered
+  bool freeze_variance;  // square_avg and grad_avg read, not updated
 };
 
 // The scalars of step t (1-based) for `spec`, which passed validate() (step_args.cc; float
-// and double). adam_args serves adam and adamw, by spec.kind.
+// and double), with the variance frozen after update `frozen_after` unless it is 0
+// (optimizer.h's apply). adam_args serves adam and adamw, by spec.kind.
 template <typename T>
 SgdArgs<T> sgd_args(const OptimizerSpec& spec);
 template <typename T>
 MomentumArgs<T> momentum_args(const OptimizerSpec& spec, uint64_t t);
 template <typename T>
-AdamArgs<T> adam_args(const OptimizerSpec& spec, uint64_t t);
+AdamArgs<T> adam_args(const OptimizerSpec& spec, uint64_t t, uint64_t frozen_after);
 template <typename T>
-AdamTfArgs<T> adam_tf_args(const OptimizerSpec& spec, uint64_t t);
+AdamTfArgs<T> adam_tf_args(const OptimizerSpec& spec, uint64_t t, uint64_t frozen_after);
 template <typename T>
-AdagradArgs<T> adagrad_args(const OptimizerSpec& spec, uint64_t t);
+AdagradArgs<T> adagrad_args(const OptimizerSpec& spec, uint64_t t, uint64_t frozen_after);
 template <typename T>
-RmspropArgs<T> rmsprop_args(const OptimizerSpec& spec);
+RmspropArgs<T> rmsprop_args(const OptimizerSpec& spec, uint64_t frozen_after);
 
 }  // namespace psched::optim

@@ -54,7 +54,10 @@ void DataPlane::push(const Request& r, bool then_poll) {
   ShardTrace::Request traced{
       ShardTrace::Kind::push, worker_,     args.variable, args.step, args.range,
       r.gradient.size(),      Priority(0), arrived,       received,  {}};
+  const PushedGradient gradient =
+      needs_feedback(r.format) ? PushedGradient::fed_back : PushedGradient::whole;
   endpoint_.shard.push(worker_, args.variable, args.step, args.range, args.dtype, args.data,
+                       gradient,
                        [weak = weak_from_this(), id = r.id, then_poll, bytes = r.gradient.size(),
                         raw = args.data.size(), keeps = r.keeps_gradient, widened, refused,
                         traced](const Error* error) {

@@ -78,7 +78,8 @@ DeploymentConfig one_shard(Mode mode) {
 }
 
 // What the shard should hold after `steps` sync steps: each worker's gradient encoded as
-// `c` says (with error feedback where the format needs it) and decoded, averaged, applied.
+// `c` says (with error feedback where the format needs it) and decoded, averaged, applied; a
+// fed-back step (topk, onebit) with the variance frozen after the last whole step, if any.
 std::vector<float> sync_reference(const Compression& c, const optim::OptimizerSpec& spec,
                                   uint64_t steps) {
   std::vector<float> param = normal_values(1);
@@ -86,11 +87,12 @@ std::vector<float> sync_reference(const Compression& c, const optim::OptimizerSp
   std::vector<std::span<float>> state(slots.begin(), slots.end());
   std::vector<std::vector<float>> residual(kWorkers, std::vector<float>(kElements));
   std::vector<std::byte> body, scratch;
+  uint64_t last_whole = 0;
   for (uint64_t s = 1; s <= steps; ++s) {
     std::vector<float> mean(kElements);
+    const WireFormat format = c.push_at(s, kElements * 4);
     for (uint32_t w = 0; w < kWorkers; ++w) {
       std::vector<float> g = gradient(w, s), sent(kElements);
-      WireFormat format = c.push_at(s, kElements * 4);
       if (needs_feedback(format))
         encode_with_feedback(format, DType::float32, bytes_of(g), bytes_of(residual[w]), c.topk,
                              body, scratch);
@@ -100,7 +102,9 @@ std::vector<float> sync_reference(const Compression& c, const optim::OptimizerSp
       for (uint64_t i = 0; i < kElements; ++i) mean[i] += sent[i];
     }
     for (float& m : mean) m *= 1.0f / kWorkers;
-    optim::apply(spec, std::span(param), std::span<const float>(mean), state, s);
+    if (!needs_feedback(format)) last_whole = s;
+    optim::apply(spec, std::span(param), std::span<const float>(mean), state, s,
+                 needs_feedback(format) ? last_whole : 0);
   }
   return param;
 }
@@ -158,7 +162,9 @@ std::vector<float> narrowed(WireFormat format, const std::vector<float>& values)
 
 }  // namespace
 
-TEST_CASE("sync mode with each wire format equals a reference that quantizes the same way") {
+TEST_CASE(
+    "sync mode with each wire format equals a reference that quantizes the same way and freezes "
+    "adam's variance for fed-back steps after a warm-up") {
   // The shard's optimizer sees the decoded gradient, stateful ones too (docs/compression.md).
   for (const optim::OptimizerSpec& optimizer : {momentum(), adam()}) {
     const std::vector<std::pair<WireFormat, WireFormat>> formats = {

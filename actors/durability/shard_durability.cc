@@ -15,7 +15,8 @@ namespace {
 // Update log record kinds.
 constexpr uint8_t kRegisterRecord = 'R';
 constexpr uint8_t kPushRecord = 'P';
-constexpr uint8_t kTimeoutRecord = 'T';  // a sync step completed without its missing workers
+constexpr uint8_t kFedBackPushRecord = 'F';  // a push of a fed-back gradient (PushedGradient)
+constexpr uint8_t kTimeoutRecord = 'T';      // a sync step completed without its missing workers
 
 }  // namespace
 
@@ -42,10 +43,11 @@ void ShardDurability::log_register(const VariableSpec& spec, ElementRange part,
 }
 
 void ShardDurability::log_push(WorkerId worker, VariableId id, Step step, ElementRange range,
-                               DType dtype, std::span<const std::byte> data) {
+                               DType dtype, std::span<const std::byte> data,
+                               PushedGradient gradient) {
   if (!store_ || !store_->logging()) return;
   ByteWriter record;
-  record.put(kPushRecord);
+  record.put(gradient == PushedGradient::fed_back ? kFedBackPushRecord : kPushRecord);
   record.put(worker.value);
   record.put(id.value);
   record.put(step.value);
@@ -75,14 +77,15 @@ void ShardDurability::replay(ByteReader& record) {
     VariableId id(record.get<uint32_t>());
     return state_.replay_timeout(id, Step(record.get<uint64_t>()), record.what());
   }
-  if (kind != kPushRecord)
+  if (kind != kPushRecord && kind != kFedBackPushRecord)
     fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
   WorkerId worker(record.get<uint32_t>());
   VariableId id(record.get<uint32_t>());
   Step step(record.get<uint64_t>());
   ElementRange range = decode_range(record);
   auto dtype = static_cast<DType>(record.get<uint8_t>());
-  state_.replay_push(worker, id, step, range, dtype, record.blob());
+  state_.replay_push(worker, id, step, range, dtype, record.blob(),
+                     kind == kFedBackPushRecord ? PushedGradient::fed_back : PushedGradient::whole);
 }
 
 std::vector<std::byte> ShardDurability::snapshot() {
@@ -115,7 +118,7 @@ void ShardDurability::restore(RestoreReport& report) {
          report.skipped.front());
   if (found) {
     ByteReader in(found->payload, found->file.string());
-    load(in);
+    load(in, found->format);
     report.checkpoint = found->file;
   }
   // Nothing is logged while replaying: store_ is still unset.
@@ -136,7 +139,7 @@ void ShardDurability::restore(RestoreReport& report) {
   report.written = store_->write_checkpoint(generation_, begin_checkpoint());
 }
 
-void ShardDurability::load(ByteReader& in) {
+void ShardDurability::load(ByteReader& in, uint32_t checkpoint_format) {
   uint32_t shard = in.get<uint32_t>();
   auto mode = static_cast<Mode>(in.get<uint8_t>());
   uint32_t workers = in.get<uint32_t>();
@@ -148,7 +151,7 @@ void ShardDurability::load(ByteReader& in) {
          settings_.mode == Mode::sync ? "sync" : "async", settings_.workers);
   in.get<uint64_t>();  // generation, also in the file name
   in.get<int64_t>();   // written at
-  state_.load_variables(in);
+  state_.load_variables(in, checkpoint_format);
   if (!in.done())
     fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes after the last variable", in.what(),
          in.position());

@@ -49,12 +49,14 @@ class ShardDurability {
    public:
     // Writes the count of variables, then each one.
     virtual void save_variables(ByteWriter& out) const = 0;
-    // Reads what save_variables wrote into the shard, which holds no variables yet.
-    virtual void load_variables(ByteReader& in) = 0;
+    // Reads what save_variables wrote into the shard, which holds no variables yet, as
+    // checkpoint files of format `checkpoint_format` hold it (ShardStore::Checkpoint::format).
+    virtual void load_variables(ByteReader& in, uint32_t checkpoint_format) = 0;
     virtual void replay_register(VariableSpec& spec, ElementRange part,
                                  std::span<const std::byte> initial) = 0;
     virtual void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
-                             DType dtype, std::span<const std::byte> data) = 0;
+                             DType dtype, std::span<const std::byte> data,
+                             PushedGradient gradient) = 0;
     // A sync step completed without its missing workers; `record` names the log record.
     virtual void replay_timeout(VariableId id, Step step, const std::string& record) = 0;
 
@@ -71,7 +73,7 @@ class ShardDurability {
   void log_register(const VariableSpec& spec, ElementRange part,
                     std::span<const std::byte> initial);
   void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
-                std::span<const std::byte> data);
+                std::span<const std::byte> data, PushedGradient gradient);
   void log_timeout(VariableId id, Step step);
 
   // Loads the newest valid checkpoint into the state and replays the logs after it, then
@@ -88,7 +90,7 @@ class ShardDurability {
   // Re-applies one logged record. On the loop.
   void replay(ByteReader& record);
   // Decodes a checkpoint's payload into the state. On the loop.
-  void load(ByteReader& in);
+  void load(ByteReader& in, uint32_t checkpoint_format);
   // The state, encoded with this shard's header. On the loop.
   std::vector<std::byte> snapshot();
   // The next generation's snapshot, with its update log started. On the loop.

@@ -26,9 +26,9 @@ struct RecordingState final : ShardDurability::State {
   std::vector<std::string> calls;
 
   void save_variables(ByteWriter& out) const override { out.put(value); }
-  void load_variables(ByteReader& in) override {
+  void load_variables(ByteReader& in, uint32_t checkpoint_format) override {
     value = in.get<uint64_t>();
-    calls.push_back(fmt::format("load {}", value));
+    calls.push_back(fmt::format("load {} (format {})", value, checkpoint_format));
   }
   void replay_register(VariableSpec& spec, ElementRange part,
                        std::span<const std::byte> initial) override {
@@ -36,9 +36,10 @@ struct RecordingState final : ShardDurability::State {
                                 initial.size()));
   }
   void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType,
-                   std::span<const std::byte> data) override {
-    calls.push_back(fmt::format("push w{} v{} s{} [{}, {}) {} bytes", worker.value, id.value, step,
-                                range.begin, range.end, data.size()));
+                   std::span<const std::byte> data, PushedGradient gradient) override {
+    calls.push_back(fmt::format("push w{} v{} s{} [{}, {}) {} bytes{}", worker.value, id.value,
+                                step, range.begin, range.end, data.size(),
+                                gradient == PushedGradient::fed_back ? " fed back" : ""));
   }
   void replay_timeout(VariableId id, Step step, const std::string&) override {
     calls.push_back(fmt::format("timeout v{} s{}", id.value, step));
@@ -73,7 +74,9 @@ const std::vector<std::byte> kFourBytes(4);
 
 }  // namespace
 
-TEST_CASE("a restart hands back the checkpoint's state, then the logged updates in order") {
+TEST_CASE(
+    "a restart hands back the checkpoint's state, then the logged updates in order, fed-back "
+    "pushes as such") {
   testing::TempDir dir;
   {
     Life life(dir.path);
@@ -84,16 +87,19 @@ TEST_CASE("a restart hands back the checkpoint's state, then the logged updates 
     VariableSpec spec{.name = "w", .shape = {1}};
     life.durability.log_register(spec, {0, 1}, kFourBytes);
     life.durability.log_push(WorkerId(1), VariableId(0), Step(1), {0, 1}, DType::float32,
-                             kFourBytes);
-    life.durability.log_timeout(VariableId(0), Step(2));
+                             kFourBytes, PushedGradient::whole);
+    life.durability.log_push(WorkerId(1), VariableId(0), Step(2), {0, 1}, DType::float32,
+                             kFourBytes, PushedGradient::fed_back);
+    life.durability.log_timeout(VariableId(0), Step(3));
   }
   Life again(dir.path);
   RestoreReport report = again.restore();
   CHECK(report.checkpoint.filename() == "shard-0.00000001.ckpt");
-  CHECK(report.replayed == 3);
-  CHECK(again.state.calls == std::vector<std::string>{"load 7", "register w [0, 1) 4 bytes",
-                                                      "push w1 v0 s1 [0, 1) 4 bytes",
-                                                      "timeout v0 s2"});
+  CHECK(report.replayed == 4);
+  CHECK(again.state.calls ==
+        std::vector<std::string>{"load 7 (format 3)", "register w [0, 1) 4 bytes",
+                                 "push w1 v0 s1 [0, 1) 4 bytes",
+                                 "push w1 v0 s2 [0, 1) 4 bytes fed back", "timeout v0 s3"});
 }
 
 TEST_CASE("updates logged after a checkpoint are all a restart replays") {
@@ -102,21 +108,23 @@ TEST_CASE("updates logged after a checkpoint are all a restart replays") {
     Life life(dir.path);
     life.restore();
     life.durability.log_push(WorkerId(0), VariableId(0), Step(1), {0, 1}, DType::float32,
-                             kFourBytes);
+                             kFourBytes, PushedGradient::whole);
     life.state.value = 8;  // what the checkpoint holds, the push above included
     CHECK(life.checkpoint().filename() == "shard-0.00000002.ckpt");
     life.durability.log_push(WorkerId(0), VariableId(0), Step(2), {0, 1}, DType::float32,
-                             kFourBytes);
+                             kFourBytes, PushedGradient::whole);
   }
   Life again(dir.path);
   CHECK(again.restore().replayed == 1);
-  CHECK(again.state.calls == std::vector<std::string>{"load 8", "push w0 v0 s2 [0, 1) 4 bytes"});
+  CHECK(again.state.calls ==
+        std::vector<std::string>{"load 8 (format 3)", "push w0 v0 s2 [0, 1) 4 bytes"});
 }
 
 TEST_CASE("nothing is logged or checkpointed before restore") {
   testing::TempDir dir;
   Life life(dir.path);
-  life.durability.log_push(WorkerId(0), VariableId(0), Step(1), {0, 1}, DType::float32, kFourBytes);
+  life.durability.log_push(WorkerId(0), VariableId(0), Step(1), {0, 1}, DType::float32, kFourBytes,
+                           PushedGradient::whole);
   CHECK(!std::filesystem::exists(dir.path));
   CHECK_THROWS_WITH_AS(life.durability.checkpoint([](std::exception_ptr, std::filesystem::path) {}),
                        doctest::Contains("checkpoint before restore"), Error);

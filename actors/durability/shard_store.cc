@@ -17,11 +17,12 @@
 namespace psched {
 namespace {
 
-// The first format: magic | crc32 of the payload | payload blob.
-constexpr char kCheckpointMagicV1[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '1'};
-// magic | crc32 of the body | body blob, where body = generation u64 | log follows u8 | payload
-// blob.
-constexpr char kCheckpointMagic[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '2'};
+// "PSCHDCK" and the format's digit. The first format: magic | crc32 of the payload | payload
+// blob. Since the second: magic | crc32 of the body | body blob, where body = generation u64 |
+// log follows u8 | payload blob. The third has the same envelope; its payload's variables carry
+// their frozen variance's bookkeeping (ShardStore::Checkpoint::format).
+constexpr char kCheckpointMagicStem[7] = {'P', 'S', 'C', 'H', 'D', 'C', 'K'};
+constexpr char kCheckpointMagic[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '3'};
 
 [[noreturn]] void fail_io(const char* what, const std::filesystem::path& file) {
   fail(ErrorCode::io_error, "{} {} failed: {}", what, file.string(), std::strerror(errno));
@@ -39,20 +40,22 @@ ShardStore::Checkpoint decode_checkpoint(const std::filesystem::path& file, uint
   std::vector<std::byte> bytes = read_file(file);
   ByteReader in(bytes, file.string());
   auto magic = in.take(sizeof kCheckpointMagic);
-  bool v1 = std::memcmp(magic.data(), kCheckpointMagicV1, sizeof kCheckpointMagicV1) == 0;
-  if (!v1 && std::memcmp(magic.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0)
+  const auto digit = static_cast<char>(magic[sizeof kCheckpointMagicStem]);
+  if (std::memcmp(magic.data(), kCheckpointMagicStem, sizeof kCheckpointMagicStem) != 0 ||
+      digit < '1' || digit > ShardStore::kCheckpointFormat + '0')
     fail(ErrorCode::corrupt_checkpoint, "{}: not a psched checkpoint", file.string());
+  const uint32_t format = digit - '0';
   uint32_t crc = in.get<uint32_t>();
   auto body = in.blob();
   if (!in.done() || crc32_of(body.data(), body.size()) != crc)
     fail(ErrorCode::corrupt_checkpoint, "{}: checksum mismatch", file.string());
-  if (v1) return {generation, file, {body.begin(), body.end()}, std::nullopt};
+  if (format == 1) return {generation, file, {body.begin(), body.end()}, std::nullopt, format};
   ByteReader fields(body, file.string());
   if (fields.get<uint64_t>() != generation)
     fail(ErrorCode::corrupt_checkpoint, "{}: holds another generation", file.string());
   bool log_follows = fields.get<uint8_t>() != 0;
   auto payload = fields.blob();
-  return {generation, file, {payload.begin(), payload.end()}, log_follows};
+  return {generation, file, {payload.begin(), payload.end()}, log_follows, format};
 }
 
 }  // namespace

@@ -51,12 +51,18 @@ class ShardStore {
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
+  // The format write_checkpoint writes; load_latest reads it and every earlier one.
+  static constexpr uint32_t kCheckpointFormat = 3;
+
   struct Checkpoint {
     uint64_t generation = 0;
     std::filesystem::path file;
     std::vector<std::byte> payload;  // what write_checkpoint was given
     // Whether generation `generation`'s update log follows it; unknown in the first format.
     std::optional<bool> log_follows;
+    // The file's format, 1 to kCheckpointFormat: which layout of the payload was written
+    // (ShardDurability::State::load_variables).
+    uint32_t format = kCheckpointFormat;
   };
   // The newest checkpoint that reads back whole and matches its checksum. Each one that does
   // not is named in `skipped` with the reason, and never used.

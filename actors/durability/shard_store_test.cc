@@ -10,6 +10,7 @@
 
 #include <sys/resource.h>
 
+#include <climits>
 #include <csignal>
 
 #include <doctest/doctest.h>
@@ -66,9 +67,10 @@ struct ShardLife {
     return id;
   }
 
-  void push(WorkerId worker, VariableId id, Step step, ElementRange range, std::vector<float> g) {
+  void push(WorkerId worker, VariableId id, Step step, ElementRange range, std::vector<float> g,
+            PushedGradient gradient = PushedGradient::whole) {
     std::optional<Error> error;
-    shard.push(worker, id, step, range, DType::float32, std::as_bytes(std::span(g)),
+    shard.push(worker, id, step, range, DType::float32, std::as_bytes(std::span(g)), gradient,
                [&](const Error* e) {
                  if (e) error = *e;
                });
@@ -107,17 +109,30 @@ struct ShardLife {
   }
 };
 
+// Step s of the pushes below: whole up to `whole_steps`, fed back after.
+PushedGradient pushed_at(int s, int whole_steps) {
+  return s <= whole_steps ? PushedGradient::whole : PushedGradient::fed_back;
+}
+
+// Step s's gradient: the same at every whole step; s times it at a fed-back one, so that a
+// variance updated where it should be frozen shows in the values.
+std::vector<float> gradient_at(int s, int whole_steps) {
+  const float scale = s <= whole_steps ? 1.0f : static_cast<float>(s);
+  return {0.5f * scale, -1 * scale, 2 * scale, 0.25f * scale};
+}
+
 // The same pushes, in the same order, on a shard that never restarts. On a thread of its own:
 // a thread has one event loop, and the caller's shard holds it.
-std::vector<float> uninterrupted(int pushes) {
+std::vector<float> uninterrupted(int pushes, int whole_steps = INT_MAX) {
   return std::async(std::launch::async,
-                    [pushes] {
+                    [pushes, whole_steps] {
                       TempDir dir;
                       ShardLife life(dir.path);
                       life.restore();
                       VariableId w = life.add("w", {1, 2, 3, 4});
                       for (int s = 1; s <= pushes; ++s)
-                        life.push(WorkerId(0), w, Step(s), {0, 4}, {0.5f, -1, 2, 0.25f});
+                        life.push(WorkerId(0), w, Step(s), {0, 4}, gradient_at(s, whole_steps),
+                                  pushed_at(s, whole_steps));
                       return life.value(w, 4);
                     })
       .get();
@@ -207,6 +222,25 @@ TEST_CASE("a restart restores the checkpoint and replays the logged updates afte
   CHECK(report.skipped.empty());
   again.push(WorkerId(0), VariableId(0), Step(3), {2, 4}, {2, 0.25f});
   CHECK(again.value(VariableId(0), 4) == uninterrupted(3));
+}
+
+TEST_CASE("fed-back pushes after a restart find adam's variance frozen where it was") {
+  // The checkpoint keeps the step the variance froze after; the log, which pushes were fed back.
+  TempDir dir;
+  {
+    ShardLife life(dir.path);
+    life.restore();
+    VariableId w = life.add("w", {1, 2, 3, 4});
+    for (int s = 1; s <= 4; ++s) {
+      if (s == 3) life.checkpoint();
+      life.push(WorkerId(0), w, Step(s), {0, 4}, gradient_at(s, 1), pushed_at(s, 1));
+    }
+  }
+  ShardLife again(dir.path);
+  CHECK(again.restore().replayed == 2);
+  again.push(WorkerId(0), VariableId(0), Step(5), {0, 4}, gradient_at(5, 1),
+             PushedGradient::fed_back);
+  CHECK(again.value(VariableId(0), 4) == uninterrupted(5, 1));
 }
 
 TEST_CASE("a push retried after a restart is acknowledged and not applied twice") {
@@ -332,7 +366,7 @@ TEST_CASE("pushes accepted while a checkpoint is written go to the new log and s
     });
     std::vector<float> g{0.5f, -1, 2, 0.25f};
     life.shard.push(WorkerId(0), w, Step(2), {0, 4}, DType::float32, std::as_bytes(std::span(g)),
-                    [](const Error* e) { REQUIRE_FALSE(e); });
+                    PushedGradient::whole, [](const Error* e) { REQUIRE_FALSE(e); });
     life.io.wait(kj::mv(replied.promise));  // the file is written on another thread
     CHECK_FALSE(written.empty());
     CHECK(life.stats().checkpoints_written == 2);  // the one restore wrote, and this one

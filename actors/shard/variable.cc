@@ -93,22 +93,24 @@ bool Variable::is_duplicate(WorkerId worker, Step step, ElementRange range, DTyp
 }
 
 PushOutcome Variable::push(WorkerId worker, Step step, ElementRange range, DType dtype,
-                           std::span<const std::byte> data) {
+                           std::span<const std::byte> data, PushedGradient gradient) {
   if (is_duplicate(worker, step, range, dtype, data)) return {.duplicate = true};
-  return {.applied = push_checked(worker, step, range, data)};
+  return {.applied = push_checked(worker, step, range, data, gradient)};
 }
 
 std::vector<ElementRange> Variable::push_checked(WorkerId worker, Step step, ElementRange range,
-                                                 std::span<const std::byte> data) {
-  if (mode_ == Mode::sync) return push_sync(worker, step, range, data);
-  return push_async(worker, step, range, data);
+                                                 std::span<const std::byte> data,
+                                                 PushedGradient gradient) {
+  if (mode_ == Mode::sync) return push_sync(worker, step, range, data, gradient);
+  return push_async(worker, step, range, data, gradient);
 }
 
 std::vector<ElementRange> Variable::push_async(WorkerId worker, Step step, ElementRange range,
-                                               std::span<const std::byte> data) {
+                                               std::span<const std::byte> data,
+                                               PushedGradient gradient) {
   WorkerProgress& p = progress_[worker];
   if (p.t == 0) p.t = ++updates_;
-  apply(range, data.data(), p.t);
+  apply(range, data.data(), p.t, gradient == PushedGradient::fed_back);
   p.received.add(range);
   if (p.received.size() == part_.size()) {
     p.completed = step;
@@ -119,7 +121,8 @@ std::vector<ElementRange> Variable::push_async(WorkerId worker, Step step, Eleme
 }
 
 std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, ElementRange range,
-                                              std::span<const std::byte> data) {
+                                              std::span<const std::byte> data,
+                                              PushedGradient gradient) {
   // One pass per piece: the first pusher's gradient is copied into the sum, later ones added,
   // and the last one's add, the mean and the apply go together (one worker: straight from
   // `data`, no sum at all). So the sum never needs zeroing between steps.
@@ -128,17 +131,20 @@ std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, Elemen
     const std::byte* grad =
         data.data() + (piece.range.begin - range.begin) * element_bytes(spec_.dtype);
     if (piece.pushers + 1 == workers_) {
-      apply_mean(piece.range, grad, piece.pushers, step.value);  // t = s
+      bool fed_back = gradient == PushedGradient::fed_back || sync_.fed_back.overlaps(piece.range);
+      apply_mean(piece.range, grad, piece.pushers, step.value, fed_back);  // t = s
       applied.push_back(piece.range);
     } else {
       accumulate(piece.range, grad, piece.pushers == 0);
     }
   }
   sync_.received[worker.value].add(range);
+  if (gradient == PushedGradient::fed_back) sync_.fed_back.add(range);
   for (ElementRange r : applied) sync_.applied.add(r);
   if (sync_.applied.size() == part_.size()) {
     sync_.completed = step;
     sync_.applied.clear();
+    sync_.fed_back.clear();
     for (IntervalSet& received : sync_.received) received.clear();
   }
   return applied;
@@ -181,15 +187,16 @@ void Variable::accumulate(ElementRange range, const std::byte* grad, bool first)
   });
 }
 
-void Variable::apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t) {
-  if (others == 0) return apply(range, grad, t);
+void Variable::apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t,
+                          bool fed_back) {
+  if (others == 0) return apply(range, grad, t, fed_back);
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
     T* s = sync_.sum.as<T>().data() + (range.begin - part_.begin);
     const T* g = reinterpret_cast<const T*>(grad);
     const T scale = T(1) / static_cast<T>(others + 1);
     for (uint64_t i = 0; i < range.size(); ++i) s[i] = (s[i] + g[i]) * scale;
-    apply(range, reinterpret_cast<const std::byte*>(s), t);
+    apply(range, reinterpret_cast<const std::byte*>(s), t, fed_back);
   });
 }
 
@@ -217,37 +224,50 @@ std::vector<ElementRange> Variable::complete_step_without_missing() {
         using T = decltype(zero);
         T* sum = sync_.sum.as<T>().data() + (piece.range.begin - part_.begin);
         for (uint64_t k = 0; k < piece.range.size(); ++k) sum[k] /= static_cast<T>(piece.pushers);
-        apply(piece.range, reinterpret_cast<const std::byte*>(sum), step.value);
+        apply(piece.range, reinterpret_cast<const std::byte*>(sum), step.value,
+              sync_.fed_back.overlaps(piece.range));
       });
     }
   }
   sync_.completed = step;
   sync_.applied.clear();
+  sync_.fed_back.clear();
   for (IntervalSet& received : sync_.received) received.clear();
   return open.ranges();
 }
 
-void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t) {
-  uint64_t n = range.size();
-  if (device_) return apply_on_device(range, grad, t);
+uint64_t Variable::variance_frozen_after(uint64_t t, bool fed_back) {
+  if (!fed_back) {
+    last_whole_t_ = std::max(last_whole_t_, t);
+    return 0;
+  }
+  return std::min(last_whole_t_, t - 1);  // async: another worker's later t may be whole
+}
+
+void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t, bool fed_back) {
+  uint64_t n = range.size(), frozen_after = variance_frozen_after(t, fed_back);
+  if (device_) return apply_on_device(range, grad, t, frozen_after);
   if (apply_pool_ == nullptr || apply_pool_->width() == 1 || n <= kParallelApplyElements)
-    return apply_here(range, grad, t);
+    return apply_here(range, grad, t, frozen_after);
   // Element-wise kernels: disjoint pieces give exactly the whole range's result.
   uint64_t pieces = apply_pool_->width(), piece = (n + pieces - 1) / pieces;
   size_t bytes = element_bytes(spec_.dtype);
   apply_pool_->run(pieces, [&](size_t i) {
     uint64_t begin = std::min(n, i * piece), end = std::min(n, begin + piece);
-    apply_here({range.begin + begin, range.begin + end}, grad + begin * bytes, t);
+    apply_here({range.begin + begin, range.begin + end}, grad + begin * bytes, t, frozen_after);
   });
 }
 
-void Variable::apply_on_device(ElementRange range, const std::byte* grad, uint64_t t) {
+void Variable::apply_on_device(ElementRange range, const std::byte* grad, uint64_t t,
+                               uint64_t frozen_after) {
   size_t bytes = element_bytes(spec_.dtype);
   uint64_t local = range.begin - part_.begin, n = range.size();
-  device_->apply(local, {grad, n * bytes}, t, value_.bytes().subspan(local * bytes, n * bytes));
+  device_->apply(local, {grad, n * bytes}, t, frozen_after,
+                 value_.bytes().subspan(local * bytes, n * bytes));
 }
 
-void Variable::apply_here(ElementRange range, const std::byte* grad, uint64_t t) {
+void Variable::apply_here(ElementRange range, const std::byte* grad, uint64_t t,
+                          uint64_t frozen_after) {
   uint64_t local = range.begin - part_.begin, n = range.size();
   if (n == 0) return;
   visit_dtype(spec_.dtype, [&](auto zero) {
@@ -256,7 +276,7 @@ void Variable::apply_here(ElementRange range, const std::byte* grad, uint64_t t)
     for (size_t k = 0; k < state_.size(); ++k) slots[k] = state_[k].as<T>().subspan(local, n);
     optim::apply(spec_.optimizer, value_.as<T>().subspan(local, n),
                  std::span<const T>(reinterpret_cast<const T*>(grad), n),
-                 std::span<const std::span<T>>(slots.data(), state_.size()), t);
+                 std::span<const std::span<T>>(slots.data(), state_.size()), t, frozen_after);
   });
 }
 
@@ -324,10 +344,12 @@ void Variable::save(ByteWriter& out) const {
   for (const IntervalSet& received : sync_.received) encode(out, received);
   encode(out, sync_.applied);
   out.blob(sync_.sum.bytes());
+  out.put(last_whole_t_);
+  encode(out, sync_.fed_back);
 }
 
-Variable Variable::restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoinPool* apply_pool,
-                           optim::ComputeDevice* device) {
+Variable Variable::restore(ByteReader& in, uint32_t format, Mode mode, uint32_t workers,
+                           ForkJoinPool* apply_pool, optim::ComputeDevice* device) {
   VariableSpec spec = decode_spec(in);
   ElementRange part = decode_range(in);
   if (part.end > spec.elements() || part.begin >= part.end)
@@ -369,6 +391,12 @@ Variable Variable::restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoin
     v.sync_.sum = AlignedBuffer(sum.size());
     std::memcpy(v.sync_.sum.data(), sum.data(), sum.size());
   }
+  if (format == 1) {  // every update then was a whole one
+    v.last_whole_t_ = mode == Mode::sync ? v.sync_.completed.value : v.updates_;
+    return v;
+  }
+  v.last_whole_t_ = in.get<uint64_t>();
+  v.sync_.fed_back = decode_intervals(in);
   return v;
 }
 

@@ -12,6 +12,13 @@
 // Exactly once: a push of a range the worker already pushed for that step (a retry after a
 // lost connection) is a duplicate: acknowledged, never applied again. A push that overlaps a
 // received range only in part is an error, as retries resend the same partitions.
+//
+// Fed-back gradients (PushedGradient::fed_back, the topk and onebit pushes) are applied with
+// the adaptive optimizers' variance frozen as the last update by whole gradients left it
+// (optim::apply's variance_frozen_after), so that the update is linear in the gradient and
+// error feedback's late parts land at full weight (1-bit Adam's answer). Before any whole
+// update there is no variance to freeze, and fed-back ones update it as whole ones do. In sync
+// mode an element range's update is fed back when any worker's push summed into it was.
 #pragma once
 
 #include <array>
@@ -53,12 +60,14 @@ class Variable {
 
   static constexpr uint64_t kParallelApplyElements = 1 << 18;
 
+  // What save() writes: 1 before the frozen variance's bookkeeping, 2 since.
+  static constexpr uint32_t kSaveFormat = 2;
   // Writes everything the variable holds (spec, value, optimizer state, progress) so that
   // restore() rebuilds an equal variable.
   void save(ByteWriter& out) const;
-  // Reads what save() wrote; throws Error(corrupt_checkpoint) when it does not fit `mode` and
-  // `workers` or is malformed.
-  static Variable restore(ByteReader& in, Mode mode, uint32_t workers,
+  // Reads what save() wrote in `format` (1 or kSaveFormat); throws Error(corrupt_checkpoint)
+  // when it does not fit `mode` and `workers` or is malformed.
+  static Variable restore(ByteReader& in, uint32_t format, Mode mode, uint32_t workers,
                           ForkJoinPool* apply_pool = nullptr,
                           optim::ComputeDevice* device = nullptr);
 
@@ -71,7 +80,8 @@ class Variable {
   // polls wait on (the worker in async mode, kAllWorkers in sync mode). Throws psched::Error on
   // bad input and then changes nothing.
   PushOutcome push(WorkerId worker, Step step, ElementRange range, DType dtype,
-                   std::span<const std::byte> data);
+                   std::span<const std::byte> data,
+                   PushedGradient gradient = PushedGradient::whole);
   // The validation push() does first: throws what it would throw; true when the push is a
   // duplicate (a resent partition already received), which push() acknowledges and ignores.
   bool is_duplicate(WorkerId worker, Step step, ElementRange range, DType dtype,
@@ -80,7 +90,7 @@ class Variable {
   // push). is_duplicate() must have returned false for the same arguments, with nothing pushed
   // since.
   std::vector<ElementRange> push_checked(WorkerId worker, Step step, ElementRange range,
-                                         std::span<const std::byte> data);
+                                         std::span<const std::byte> data, PushedGradient gradient);
 
   // The part of `range` whose update for `step` is not applied yet (empty: answer at once).
   // Throws on a range outside the part or a step from the future.
@@ -127,6 +137,7 @@ class Variable {
     Step completed;
     std::vector<IntervalSet> received;  // of step completed + 1, per worker
     IntervalSet applied;                // of step completed + 1
+    IntervalSet fed_back;               // of step completed + 1: some push was fed back
     AlignedBuffer sum;  // gradient sums of step completed + 1 where received (else stale)
   };
 
@@ -135,9 +146,9 @@ class Variable {
                           std::span<const std::byte> data, Step completed,
                           const IntervalSet& received) const;
   std::vector<ElementRange> push_async(WorkerId worker, Step step, ElementRange range,
-                                       std::span<const std::byte> data);
+                                       std::span<const std::byte> data, PushedGradient gradient);
   std::vector<ElementRange> push_sync(WorkerId worker, Step step, ElementRange range,
-                                      std::span<const std::byte> data);
+                                      std::span<const std::byte> data, PushedGradient gradient);
   // A piece of a range that the same workers pushed all of in the step in progress.
   struct CoveredPiece {
     ElementRange range;
@@ -150,14 +161,19 @@ class Variable {
   void accumulate(ElementRange range, const std::byte* grad, bool first);
   // Applies the mean of sync_.sum (the sum of `others` pushers' gradients) and `grad`: the
   // last pusher's. With no others, straight from `grad`.
-  void apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t);
-  // One optimizer update of `range` from `grad` (range.size() elements of the dtype), split
-  // over the apply pool when large.
-  void apply(ElementRange range, const std::byte* grad, uint64_t t);
-  // The same on the calling thread.
-  void apply_here(ElementRange range, const std::byte* grad, uint64_t t);
+  void apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t,
+                  bool fed_back);
+  // One optimizer update `t` of `range` from `grad` (range.size() elements of the dtype), the
+  // variance frozen when `fed_back` (and there is one to freeze), split over the apply pool
+  // when large.
+  void apply(ElementRange range, const std::byte* grad, uint64_t t, bool fed_back);
+  // optim::apply's variance_frozen_after for update `t`; notes a whole update's t.
+  uint64_t variance_frozen_after(uint64_t t, bool fed_back);
+  // The update on the calling thread.
+  void apply_here(ElementRange range, const std::byte* grad, uint64_t t, uint64_t frozen_after);
   // The same on device_, whole; the fresh values are copied back into value_.
-  void apply_on_device(ElementRange range, const std::byte* grad, uint64_t t);
+  void apply_on_device(ElementRange range, const std::byte* grad, uint64_t t,
+                       uint64_t frozen_after);
 
   VariableSpec spec_;
   ElementRange part_;
@@ -167,7 +183,8 @@ class Variable {
   AlignedBuffer value_;               // part_.size() elements
   std::vector<AlignedBuffer> state_;  // optimizer slots, each like value_; empty with device_
   std::unique_ptr<optim::DeviceVariable> device_;  // value and state on a device, or null
-  uint64_t updates_ = 0;  // async: updates started so far (the optimizer's t)
+  uint64_t updates_ = 0;       // async: updates started so far (the optimizer's t)
+  uint64_t last_whole_t_ = 0;  // the latest t applied from whole gradients (0: none yet)
   std::unordered_map<WorkerId, WorkerProgress> progress_;  // async
   SyncProgress sync_;
 };

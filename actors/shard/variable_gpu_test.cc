@@ -124,8 +124,9 @@ TEST_CASE("a GPU variable's checkpoint restores onto the GPU and onto the CPU al
   ByteWriter out;
   gpu.save(out);
   ByteReader on_gpu_bytes(out.bytes(), "gpu"), on_cpu_bytes(out.bytes(), "cpu");
-  Variable on_gpu = Variable::restore(on_gpu_bytes, Mode::async, 1, nullptr, device.get());
-  Variable on_cpu = Variable::restore(on_cpu_bytes, Mode::async, 1);
+  Variable on_gpu =
+      Variable::restore(on_gpu_bytes, Variable::kSaveFormat, Mode::async, 1, nullptr, device.get());
+  Variable on_cpu = Variable::restore(on_cpu_bytes, Variable::kSaveFormat, Mode::async, 1);
   const std::vector<float> grad = random_values<float>(rng, 5000, 1.0);
   for (Variable* v : {&gpu, &on_gpu, &on_cpu})
     v->push(WorkerId(0), Step(2), {0, 5000}, spec.dtype, bytes_of(grad));

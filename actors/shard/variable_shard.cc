@@ -91,11 +91,12 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
 }
 
 void VariableShard::push(WorkerId worker, VariableId variable, Step step, ElementRange range,
-                         DType dtype, std::span<const std::byte> data, Receipt reply) {
+                         DType dtype, std::span<const std::byte> data, PushedGradient gradient,
+                         Receipt reply) {
   dispatch([=, this, reply = std::move(reply)] {
     auto start = Clock::now();
     try {
-      do_push(worker, variable, step, range, dtype, data);
+      do_push(worker, variable, step, range, dtype, data, gradient);
     } catch (...) {
       ++stats_.pushes_rejected;
       Error refused = caught();
@@ -108,14 +109,14 @@ void VariableShard::push(WorkerId worker, VariableId variable, Step step, Elemen
 }
 
 void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRange range,
-                            DType dtype, std::span<const std::byte> data) {
+                            DType dtype, std::span<const std::byte> data, PushedGradient gradient) {
   Variable& variable = find("push", id);
   if (variable.is_duplicate(worker, step, range, dtype, data)) {
     if (!sync_timeouts_.late_push(id, worker, step)) ++stats_.pushes_duplicate;
     return;
   }
-  durability_.log_push(worker, id, step, range, dtype, data);
-  std::vector<ElementRange> applied = variable.push_checked(worker, step, range, data);
+  durability_.log_push(worker, id, step, range, dtype, data, gradient);
+  std::vector<ElementRange> applied = variable.push_checked(worker, step, range, data, gradient);
   stats_.bytes_received += data.size();
   stats_.partitions_applied += applied.size();
   PollKey key{variable.poll_owner(worker), id, step};
@@ -275,11 +276,12 @@ void VariableShard::save_variables(ByteWriter& out) const {
   for (const Variable& v : variables_) v.save(out);
 }
 
-void VariableShard::load_variables(ByteReader& in) {
+void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format) {
+  const uint32_t format = checkpoint_format < 3 ? 1 : Variable::kSaveFormat;
   uint64_t count = in.get<uint64_t>();
   for (uint64_t i = 0; i < count; ++i) {
     variables_.push_back(
-        Variable::restore(in, settings_.mode, settings_.workers, apply_pool_, device_));
+        Variable::restore(in, format, settings_.mode, settings_.workers, apply_pool_, device_));
     by_name_.emplace(variables_.back().spec().name, VariableId(static_cast<uint32_t>(i)));
   }
   stats_.variables = variables_.size();
@@ -291,8 +293,9 @@ void VariableShard::replay_register(VariableSpec& spec, ElementRange part,
 }
 
 void VariableShard::replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
-                                DType dtype, std::span<const std::byte> data) {
-  do_push(worker, id, step, range, dtype, data);
+                                DType dtype, std::span<const std::byte> data,
+                                PushedGradient gradient) {
+  do_push(worker, id, step, range, dtype, data, gradient);
 }
 
 void VariableShard::replay_timeout(VariableId id, Step step, const std::string& record) {

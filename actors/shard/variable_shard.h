@@ -123,9 +123,10 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   // Idempotent for the same spec; a different spec for the name fails with spec_conflict.
   void register_variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
                          RegisterReply reply);
-  // Applies (async) or accumulates (sync) one partition of `worker`'s step-`step` gradient.
+  // Applies (async) or accumulates (sync) one partition of `worker`'s step-`step` gradient:
+  // `gradient` says whether it is whole or fed back (Variable).
   void push(WorkerId worker, VariableId variable, Step step, ElementRange range, DType dtype,
-            std::span<const std::byte> data, Receipt reply);
+            std::span<const std::byte> data, PushedGradient gradient, Receipt reply);
   // Answers with the fresh value of `range` once `step`'s update of it is applied.
   // `ticket` (unique per shard) lets the caller withdraw the poll.
   void poll(WorkerId worker, VariableId variable, Step step, ElementRange range, PollTicket ticket,
@@ -167,7 +168,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void do_register(VariableSpec& spec, ElementRange part, std::span<const std::byte> initial,
                    const RegisterReply& reply);
   void do_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
-               std::span<const std::byte> data);
+               std::span<const std::byte> data, PushedGradient gradient);
   // Copies `reply` (the caller's copy can still fail the poll if filing it throws).
   void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
                ValueReply& reply);
@@ -180,11 +181,11 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void complete_without_missing(VariableId id, Step step) override;
   // ShardDurability::State, called by durability_ on the loop.
   void save_variables(ByteWriter& out) const override;
-  void load_variables(ByteReader& in) override;
+  void load_variables(ByteReader& in, uint32_t checkpoint_format) override;
   void replay_register(VariableSpec& spec, ElementRange part,
                        std::span<const std::byte> initial) override;
   void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
-                   std::span<const std::byte> data) override;
+                   std::span<const std::byte> data, PushedGradient gradient) override;
   void replay_timeout(VariableId id, Step step, const std::string& record) override;
 
   ShardSettings settings_;

@@ -89,13 +89,13 @@ TEST_CASE("a poll waits for the worker's own push and then returns the fresh val
   std::vector<float> g{1, 1};
   std::optional<Error> other_worker_error;
   f.shard.push(WorkerId(1), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [&](const Error* e) {
+               PushedGradient::whole, [&](const Error* e) {
                  if (e) other_worker_error = *e;
                });
   f.drain();
   CHECK_FALSE(answer);  // async: another worker's update does not release worker 0's poll
   f.shard.push(WorkerId(0), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [](const Error* e) { REQUIRE(!e); });
+               PushedGradient::whole, [](const Error* e) { REQUIRE(!e); });
   f.drain();
   REQUIRE(answer);
   CHECK(*answer == std::vector<float>{-1, 0});
@@ -106,7 +106,7 @@ TEST_CASE("a poll for an applied step returns at once") {
   VariableId id = f.add("w", {1});
   std::vector<float> g{1};
   f.shard.push(WorkerId(0), id, Step(1), {0, 1}, DType::float32, std::as_bytes(std::span(g)),
-               [](const Error*) {});
+               PushedGradient::whole, [](const Error*) {});
   f.drain();
   bool answered = false;
   f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(1),
@@ -120,7 +120,7 @@ TEST_CASE("requests naming an unknown variable fail with unknown_variable") {
   std::vector<float> g{1};
   std::optional<Error> error;
   f.shard.push(WorkerId(0), VariableId(3), Step(1), {0, 1}, DType::float32,
-               std::as_bytes(std::span(g)), [&](const Error* e) {
+               std::as_bytes(std::span(g)), PushedGradient::whole, [&](const Error* e) {
                  if (e) error = *e;
                });
   f.drain();
@@ -157,7 +157,7 @@ TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds noth
   f.shard.withdraw_poll(PollTicket(7));  // twice is harmless
   std::vector<float> g{1};
   f.shard.push(WorkerId(0), id, Step(1), {0, 1}, DType::float32, std::as_bytes(std::span(g)),
-               [](const Error*) {});
+               PushedGradient::whole, [](const Error*) {});
   f.shard.stats([&](ShardStats s) { stats = s; });
   f.drain();
   CHECK(answers == 0);
@@ -170,9 +170,9 @@ TEST_CASE("the shard's stats count applies, poll waits and failed requests by co
   f.shard.poll(WorkerId(0), id, Step(1), {0, 2}, PollTicket(1), [](auto...) {});
   std::vector<float> g{1, 1};
   f.shard.push(WorkerId(0), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [](const Error*) {});
+               PushedGradient::whole, [](const Error*) {});
   f.shard.push(WorkerId(0), id, Step(3), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [](const Error*) {});
+               PushedGradient::whole, [](const Error*) {});
   f.shard.report_error(Error(ErrorCode::bad_token, "wrong token"));
   ShardStats stats;
   std::vector<VariableStatus> variables;
@@ -213,7 +213,7 @@ struct SyncTimeoutFixture {
   void drain() { io.drain(); }
   void push(uint32_t worker, Step step, std::vector<float> g) {
     shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               [](const Error* e) {
+               PushedGradient::whole, [](const Error* e) {
                  if (e) throw *e;
                });
     drain();

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
+#include "optim/optimizer.h"
 
 using namespace psched;
 
@@ -153,28 +154,95 @@ TEST_CASE("a sync retry after the step completed is a duplicate") {
   CHECK(value_of(v) == std::vector<float>{-2, -2});
 }
 
-TEST_CASE("a restored variable continues exactly like the one saved") {
+TEST_CASE("a restored variable continues exactly like the one saved, frozen variance too") {
   VariableSpec spec = sgd_spec(4);
   spec.optimizer.kind = optim::OptimizerKind::adam;
   std::vector<float> init{1, 2, 3, 4};
+  constexpr PushedGradient kWhole = PushedGradient::whole, kFedBack = PushedGradient::fed_back;
   for (Mode mode : {Mode::async, Mode::sync}) {
     Variable original(spec, {0, 4}, bytes_of(init), mode, 2);
     std::vector<float> g{0.5f, -1, 2, 0.25f}, head{0.5f, -1}, tail{2, 0.25f};
-    original.push(WorkerId(0), Step(1), {0, 4}, DType::float32, bytes_of(g));
-    original.push(WorkerId(1), Step(1), {0, 2}, DType::float32,
-                  bytes_of(head));  // a step half done
+    for (uint32_t w = 0; w < 2; ++w)
+      original.push(WorkerId(w), Step(1), {0, 4}, DType::float32, bytes_of(g), kWhole);
+    // Step 2 half done, worker 0's push fed back: the tail's update, after the restore, must
+    // still freeze the variance (sync), as of step 1's update.
+    original.push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(g), kFedBack);
+    original.push(WorkerId(1), Step(2), {0, 2}, DType::float32, bytes_of(head), kWhole);
     ByteWriter out;
     original.save(out);
     ByteReader in(out.bytes(), "test");
-    Variable copy = Variable::restore(in, mode, 2);
+    Variable copy = Variable::restore(in, Variable::kSaveFormat, mode, 2);
     CHECK(in.done());
     for (Variable* v : {&original, &copy}) {
-      v->push(WorkerId(1), Step(1), {2, 4}, DType::float32, bytes_of(tail));
-      v->push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(g));
+      v->push(WorkerId(1), Step(2), {2, 4}, DType::float32, bytes_of(tail), kWhole);
+      for (uint32_t w = 0; w < 2; ++w)
+        v->push(WorkerId(w), Step(3), {0, 4}, DType::float32, bytes_of(g), kFedBack);
     }
     CHECK(value_of(copy) == value_of(original));
     CHECK(copy.applied_step(WorkerId(0)) == original.applied_step(WorkerId(0)));
     CHECK(copy.applied_step(WorkerId(1)) == original.applied_step(WorkerId(1)));
+  }
+}
+
+TEST_CASE("a variable saved before fed-back pushes existed restores with every update whole") {
+  // Format 1 ended after the gradient sums; its variance was last updated by the last update.
+  VariableSpec spec = sgd_spec(2);
+  spec.optimizer.kind = optim::OptimizerKind::adam;
+  std::vector<float> init{1, 2}, g{0.5f, -1};
+  Variable original(spec, {0, 2}, bytes_of(init), Mode::async, 1);
+  original.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
+  ByteWriter out;
+  original.save(out);
+  std::vector<std::byte> format1 = out.bytes();
+  format1.resize(format1.size() - sizeof(uint64_t) - sizeof(uint64_t));  // no t, no ranges
+  ByteReader in(format1, "format 1");
+  Variable copy = Variable::restore(in, 1, Mode::async, 1);
+  CHECK(in.done());
+  for (Variable* v : {&original, &copy})
+    v->push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(g), PushedGradient::fed_back);
+  CHECK(value_of(copy) == value_of(original));
+}
+
+// The value of `init` after adam updates by `grads`, update i (1-based) with the variance
+// frozen after frozen[i - 1].
+std::vector<float> adam_reference(const VariableSpec& spec, std::vector<float> param,
+                                  const std::vector<std::vector<float>>& grads,
+                                  const std::vector<uint64_t>& frozen) {
+  std::vector<float> m(param.size()), v(param.size());
+  std::vector<std::span<float>> state{std::span(m), std::span(v)};
+  for (uint64_t t = 1; t <= grads.size(); ++t)
+    optim::apply(spec.optimizer, std::span(param), std::span(grads[t - 1]), state, t,
+                 frozen[t - 1]);
+  return param;
+}
+
+TEST_CASE("fed-back pushes apply adam with the variance the last whole update left") {
+  VariableSpec spec = sgd_spec(2, 0.1);
+  spec.optimizer.kind = optim::OptimizerKind::adam;
+  std::vector<float> init{1, 2};
+  const std::vector<std::vector<float>> grads{{0.5f, -1}, {4, 3}, {-2, 5}, {1, 1}};
+  SUBCASE("async: frozen from the first fed-back push on, unfrozen by a whole one") {
+    Variable v(spec, {0, 2}, bytes_of(init), Mode::async, 1);
+    const std::vector<PushedGradient> kinds{PushedGradient::whole, PushedGradient::fed_back,
+                                            PushedGradient::fed_back, PushedGradient::whole};
+    for (uint64_t s = 1; s <= 4; ++s)
+      v.push(WorkerId(0), Step(s), {0, 2}, DType::float32, bytes_of(grads[s - 1]), kinds[s - 1]);
+    CHECK(value_of(v) == adam_reference(spec, init, grads, {0, 1, 1, 0}));
+  }
+  SUBCASE("before any whole update there is no variance to freeze") {
+    Variable v(spec, {0, 2}, bytes_of(init), Mode::async, 1);
+    v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(grads[0]),
+           PushedGradient::fed_back);
+    CHECK(value_of(v) == adam_reference(spec, init, {grads[0]}, {0}));
+  }
+  SUBCASE("sync: a range is frozen when any worker's push into it was fed back") {
+    Variable v(spec, {0, 2}, bytes_of(init), Mode::sync, 2);
+    for (uint32_t w = 0; w < 2; ++w)
+      v.push(WorkerId(w), Step(1), {0, 2}, DType::float32, bytes_of(grads[0]));
+    v.push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(grads[1]),
+           PushedGradient::fed_back);
+    v.push(WorkerId(1), Step(2), {0, 2}, DType::float32, bytes_of(grads[1]));  // whole
+    CHECK(value_of(v) == adam_reference(spec, init, {grads[0], grads[1]}, {0, 1}));
   }
 }
 
@@ -186,7 +254,8 @@ TEST_CASE("a truncated variable record is refused as corrupt, not misread") {
   auto bytes = out.bytes();
   bytes.resize(bytes.size() - 3);  // cut short
   ByteReader in(bytes, "cut");
-  CHECK(code_of([&] { Variable::restore(in, Mode::sync, 2); }) == ErrorCode::corrupt_checkpoint);
+  CHECK(code_of([&] { Variable::restore(in, Variable::kSaveFormat, Mode::sync, 2); }) ==
+        ErrorCode::corrupt_checkpoint);
 }
 
 TEST_CASE("a step of a split variable completes when this shard's part is covered") {

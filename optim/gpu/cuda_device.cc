@@ -76,7 +76,7 @@ class CudaVariable final : public DeviceVariable {
                std::span<const std::byte> initial);
   ~CudaVariable() override { cudaSetDevice(static_cast<int>(device_.spec().ordinal)); }
   void apply(uint64_t offset, std::span<const std::byte> grad, uint64_t t,
-             std::span<std::byte> fresh) override;
+             uint64_t variance_frozen_after, std::span<std::byte> fresh) override;
   void read_state(int slot, uint64_t offset, std::span<std::byte> out) const override;
   void write_state(int slot, uint64_t offset, std::span<const std::byte> in) override;
 
@@ -196,7 +196,7 @@ DeviceRange<T> CudaVariable::range(uint64_t first, uint64_t count,
 }
 
 void CudaVariable::apply(uint64_t offset, std::span<const std::byte> grad, uint64_t t,
-                         std::span<std::byte> fresh) {
+                         uint64_t variance_frozen_after, std::span<std::byte> fresh) {
   const size_t bytes = element_bytes(dtype_);
   PSCHED_REQUIRE(offset + grad.size() / bytes <= size_, offset, grad.size(), size_);
   device_.pipeline(grad, bytes, value_.data() + offset * bytes, fresh,
@@ -204,7 +204,7 @@ void CudaVariable::apply(uint64_t offset, std::span<const std::byte> grad, uint6
                      visit_dtype(dtype_, [&](auto zero) {
                        using T = decltype(zero);
                        enqueue_apply(optimizer_, range<T>(offset + first, count, device_grad), t,
-                                     s);
+                                     variance_frozen_after, s);
                      });
                    });
 }

@@ -10,12 +10,13 @@
 namespace psched::optim::gpu {
 
 // Enqueues one update of `range` (device memory on the current CUDA device) on `stream` and
-// returns at once: optim::apply's formula for `spec` at step `t` (>= 1), with the per-step
-// scalars computed in double and cast to T exactly as the CPU kernels compute them.
+// returns at once: optim::apply's formula for `spec` at step `t` (>= 1), the variance frozen
+// after update `variance_frozen_after` (< t; 0: not frozen), with the per-step scalars
+// computed in double and cast to T exactly as the CPU kernels compute them.
 // `spec` must have passed validate(); `range` holds state_slots(spec) state pointers.
 // Throws psched::Error(internal) when the launch fails.
 template <typename T>
 void enqueue_apply(const OptimizerSpec& spec, const DeviceRange<T>& range, uint64_t t,
-                   Stream stream);
+                   uint64_t variance_frozen_after, Stream stream);
 
 }  // namespace psched::optim::gpu

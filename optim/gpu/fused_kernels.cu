@@ -58,13 +58,16 @@ __global__ void adam_kernel(DeviceRange<T> r, AdamArgs<T> a) {
     const T p = r.param[i] * a.decay;
     const T g = l2_grad(r.grad[i], a.weight_decay, p);
     const T m = a.beta1 * r.state[0][i] + a.one_minus_beta1 * g;
-    const T v = a.beta2 * r.state[1][i] + a.one_minus_beta2 * g * g;
     r.state[0][i] = m;
-    r.state[1][i] = v;
+    T v = r.state[1][i];
+    if (!a.freeze_variance) {
+      v = a.beta2 * v + a.one_minus_beta2 * g * g;
+      r.state[1][i] = v;
+    }
     T v_used = v;
     if (a.amsgrad) {
       const T v_max = r.state[2][i];
-      v_used = v_max < v ? v : v_max;  // std::max(v_max, v), as the CPU's
+      v_used = v_max < v ? v : v_max;  // std::max(v_max, v), as the CPU's (frozen: v_max)
       r.state[2][i] = v_used;
     }
     r.param[i] = p - a.step_size * m / (sqrt(v_used) / a.bias_correction2_sqrt + a.eps);
@@ -76,9 +79,12 @@ __global__ void adam_tf_kernel(DeviceRange<T> r, AdamTfArgs<T> a) {
   for (uint64_t i = first_index(); i < r.size; i += grid_stride()) {
     const T g = r.grad[i];
     const T m = a.beta1 * r.state[0][i] + a.one_minus_beta1 * g;
-    const T v = a.beta2 * r.state[1][i] + a.one_minus_beta2 * g * g;
     r.state[0][i] = m;
-    r.state[1][i] = v;
+    T v = r.state[1][i];
+    if (!a.freeze_variance) {
+      v = a.beta2 * v + a.one_minus_beta2 * g * g;
+      r.state[1][i] = v;
+    }
     r.param[i] = r.param[i] - a.lr_t * m / (sqrt(v) + a.eps);
   }
 }
@@ -88,8 +94,11 @@ __global__ void adagrad_kernel(DeviceRange<T> r, AdagradArgs<T> a) {
   for (uint64_t i = first_index(); i < r.size; i += grid_stride()) {
     const T p = r.param[i];
     const T g = l2_grad(r.grad[i], a.weight_decay, p);
-    const T sum = r.state[0][i] + g * g;
-    r.state[0][i] = sum;
+    T sum = r.state[0][i];
+    if (!a.freeze_variance) {
+      sum = sum + g * g;
+      r.state[0][i] = sum;
+    }
     r.param[i] = p - a.clr * g / (sqrt(sum) + a.eps);
   }
 }
@@ -102,14 +111,20 @@ __global__ void rmsprop_kernel(DeviceRange<T> r, RmspropArgs<T> a) {
   for (uint64_t i = first_index(); i < r.size; i += grid_stride()) {
     const T p = r.param[i];
     const T g = l2_grad(r.grad[i], a.weight_decay, p);
-    const T square_avg = a.alpha * r.state[0][i] + a.one_minus_alpha * g * g;
-    r.state[0][i] = square_avg;
+    T square_avg = r.state[0][i];
+    if (!a.freeze_variance) {
+      square_avg = a.alpha * square_avg + a.one_minus_alpha * g * g;
+      r.state[0][i] = square_avg;
+    }
     T avg;
     if (grad_avgs == nullptr) {
       avg = sqrt(square_avg) + a.eps;
     } else {
-      const T grad_avg = a.alpha * grad_avgs[i] + a.one_minus_alpha * g;
-      grad_avgs[i] = grad_avg;
+      T grad_avg = grad_avgs[i];
+      if (!a.freeze_variance) {
+        grad_avg = a.alpha * grad_avg + a.one_minus_alpha * g;
+        grad_avgs[i] = grad_avg;
+      }
       avg = sqrt(square_avg - grad_avg * grad_avg) + a.eps;
     }
     if (buffers == nullptr) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The fused CUDA kernels against the CPU kernels (optim::apply) on random data, under the CPU
 // kernels' own tolerance rule (reference_check.h): every optimizer option combination, float
-// and double, odd sizes, 5 steps, each step's gradient pushed in uneven pieces. Staging
+// and double, odd sizes, 5 steps (the variance updated throughout, or frozen after
+// kFreezeAfter), each step's gradient pushed in uneven pieces. Staging
 // buffers of 64 KiB make the larger sizes run through the pinned ring several times.
 #include <doctest/doctest.h>
 
@@ -32,12 +33,12 @@ struct DeviceCopy {
 // Applies `grad` to `variable` in three uneven pieces; the fresh values land in `param`.
 template <typename T>
 void apply_in_pieces(DeviceVariable& variable, const std::vector<T>& grad, uint64_t t,
-                     std::vector<T>& param) {
+                     uint64_t frozen_after, std::vector<T>& param) {
   const size_t n = grad.size(), cuts[] = {0, n / 3, n / 3 + n / 5, n};
   for (size_t i = 0; i + 1 < std::size(cuts); ++i) {
     const size_t begin = cuts[i], count = cuts[i + 1] - begin;
     if (count == 0) continue;
-    variable.apply(begin, bytes_of(std::span<const T>(grad).subspan(begin, count)), t,
+    variable.apply(begin, bytes_of(std::span<const T>(grad).subspan(begin, count)), t, frozen_after,
                    std::as_writable_bytes(std::span<T>(param).subspan(begin, count)));
   }
 }
@@ -50,8 +51,8 @@ std::vector<T> read_slot(const DeviceVariable& variable, int slot, size_t size) 
 }
 
 template <typename T>
-void check_against_cpu(ComputeDevice& device, const OptimizerSpec& spec, size_t size,
-                       uint32_t seed) {
+void check_against_cpu(ComputeDevice& device, const OptimizerSpec& spec, size_t size, uint32_t seed,
+                       uint64_t freeze_after) {
   std::mt19937 rng(seed);
   const std::vector<T> initial = random_values<T>(rng, size, 1.0);
   KernelVariable<T> cpu(spec, initial);
@@ -61,8 +62,9 @@ void check_against_cpu(ComputeDevice& device, const OptimizerSpec& spec, size_t 
   for (uint64_t t = 1; t <= kGradScales.size(); ++t) {
     CAPTURE(t);
     const std::vector<T> grad = random_values<T>(rng, size, kGradScales[t - 1]);
-    cpu.step(spec, grad, t);
-    apply_in_pieces(*gpu, grad, t, gpu_param);
+    const uint64_t frozen = frozen_at(t, freeze_after);
+    cpu.step(spec, grad, t, frozen);
+    apply_in_pieces(*gpu, grad, t, frozen, gpu_param);
     const Tolerance tol = same_arithmetic_tolerance<T>();
     check_close(
         "param", gpu_param, [&](size_t i) { return double(cpu.param[i]); }, tol);
@@ -81,7 +83,9 @@ TEST_CASE_TEMPLATE("every optimizer on the GPU matches the CPU kernel on random 
   for (const NamedSpec& named : all_option_combinations()) {
     CAPTURE(named.name);
     for (size_t size : kOddSizes)
-      check_against_cpu<T>(*device, named.spec, size, static_cast<uint32_t>(2000 + size));
+      for (uint64_t freeze_after : {uint64_t(0), kFreezeAfter})
+        check_against_cpu<T>(*device, named.spec, size, static_cast<uint32_t>(2000 + size),
+                             freeze_after);
   }
 }
 
