@@ -13,7 +13,8 @@ Formats (the deployment's compression: section, min_bytes 0 so every tensor is c
   topk     pushes: the largest 1% of each partition, with error feedback; values in bf16
   onebit   pushes: signs and the mean magnitude, with error feedback; values in bf16
   topk10   topk of 10%
-  topk_warmup  topk 1% after 110 full-width steps (5 epochs)
+  topk_warmup  topk 1% after 110 full-width steps (5 epochs): Adam's variance frozen then
+  onebit_warmup  onebit after the same warm-up
 Prints, per format, the final test accuracy (median and range over the seeds) and its
 difference from `none` of the same seed, in points.
 """
@@ -40,7 +41,8 @@ FORMATS = {"none": "{push: none, pull: none}",
            "onebit": "{push: onebit, pull: bf16, min_bytes: 0}",
            "topk10": "{push: topk, pull: bf16, topk_fraction: 0.1, min_bytes: 0}",
            "topk_warmup": "{push: topk, pull: bf16, topk_fraction: 0.01, min_bytes: 0, "
-                          "warmup_steps: 110}"}
+                          "warmup_steps: 110}",
+           "onebit_warmup": "{push: onebit, pull: bf16, min_bytes: 0, warmup_steps: 110}"}
 
 
 def free_port():

@@ -36,13 +36,13 @@ struct Step : Strong<struct StepTag, uint64_t> {
   // The step after this one.
   constexpr Step next() const { return Step(value + 1); }
 };
-// What a pushed gradient is, as a shard's adaptive optimizers see it: the step's whole gradient
-// (full width, bf16, fp16), or the part of it error feedback sent, the rest held back on the
-// worker and sent in later steps (topk, onebit pushes). A fed-back gradient is applied with the
-// optimizer's variance frozen (optim::apply; docs/compression.md).
+// What a pushed gradient is, as a shard's adaptive optimizers see it: a value for every
+// element this step (full width, bf16, fp16, onebit), or sparse: a few elements, each carrying
+// the gradients error feedback held back for it over earlier steps (topk). A sparse gradient
+// is applied with the optimizer's variance frozen (optim::apply; docs/compression.md).
 enum class PushedGradient : uint8_t {
   whole,
-  fed_back,
+  sparse,
 };
 
 // Lower value = more urgent. Default: registration order (layer nearest the input first). An

@@ -55,7 +55,7 @@ void DataPlane::push(const Request& r, bool then_poll) {
       ShardTrace::Kind::push, worker_,     args.variable, args.step, args.range,
       r.gradient.size(),      Priority(0), arrived,       received,  {}};
   const PushedGradient gradient =
-      needs_feedback(r.format) ? PushedGradient::fed_back : PushedGradient::whole;
+      r.format == WireFormat::topk ? PushedGradient::sparse : PushedGradient::whole;
   endpoint_.shard.push(worker_, args.variable, args.step, args.range, args.dtype, args.data,
                        gradient,
                        [weak = weak_from_this(), id = r.id, then_poll, bytes = r.gradient.size(),

@@ -79,7 +79,7 @@ DeploymentConfig one_shard(Mode mode) {
 
 // What the shard should hold after `steps` sync steps: each worker's gradient encoded as
 // `c` says (with error feedback where the format needs it) and decoded, averaged, applied; a
-// fed-back step (topk, onebit) with the variance frozen after the last whole step, if any.
+// topk step (sparse) with the variance frozen after the last whole step, if any.
 std::vector<float> sync_reference(const Compression& c, const optim::OptimizerSpec& spec,
                                   uint64_t steps) {
   std::vector<float> param = normal_values(1);
@@ -102,9 +102,10 @@ std::vector<float> sync_reference(const Compression& c, const optim::OptimizerSp
       for (uint64_t i = 0; i < kElements; ++i) mean[i] += sent[i];
     }
     for (float& m : mean) m *= 1.0f / kWorkers;
-    if (!needs_feedback(format)) last_whole = s;
+    const bool sparse = format == WireFormat::topk;
+    if (!sparse) last_whole = s;
     optim::apply(spec, std::span(param), std::span<const float>(mean), state, s,
-                 needs_feedback(format) ? last_whole : 0);
+                 sparse ? last_whole : 0);
   }
   return param;
 }
@@ -164,7 +165,7 @@ std::vector<float> narrowed(WireFormat format, const std::vector<float>& values)
 
 TEST_CASE(
     "sync mode with each wire format equals a reference that quantizes the same way and freezes "
-    "adam's variance for fed-back steps after a warm-up") {
+    "adam's variance for sparse steps after a warm-up") {
   // The shard's optimizer sees the decoded gradient, stateful ones too (docs/compression.md).
   for (const optim::OptimizerSpec& optimizer : {momentum(), adam()}) {
     const std::vector<std::pair<WireFormat, WireFormat>> formats = {

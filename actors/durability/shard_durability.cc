@@ -15,8 +15,8 @@ namespace {
 // Update log record kinds.
 constexpr uint8_t kRegisterRecord = 'R';
 constexpr uint8_t kPushRecord = 'P';
-constexpr uint8_t kFedBackPushRecord = 'F';  // a push of a fed-back gradient (PushedGradient)
-constexpr uint8_t kTimeoutRecord = 'T';      // a sync step completed without its missing workers
+constexpr uint8_t kSparsePushRecord = 'S';  // a push of a sparse gradient (PushedGradient)
+constexpr uint8_t kTimeoutRecord = 'T';     // a sync step completed without its missing workers
 
 }  // namespace
 
@@ -47,7 +47,7 @@ void ShardDurability::log_push(WorkerId worker, VariableId id, Step step, Elemen
                                PushedGradient gradient) {
   if (!store_ || !store_->logging()) return;
   ByteWriter record;
-  record.put(gradient == PushedGradient::fed_back ? kFedBackPushRecord : kPushRecord);
+  record.put(gradient == PushedGradient::sparse ? kSparsePushRecord : kPushRecord);
   record.put(worker.value);
   record.put(id.value);
   record.put(step.value);
@@ -77,7 +77,7 @@ void ShardDurability::replay(ByteReader& record) {
     VariableId id(record.get<uint32_t>());
     return state_.replay_timeout(id, Step(record.get<uint64_t>()), record.what());
   }
-  if (kind != kPushRecord && kind != kFedBackPushRecord)
+  if (kind != kPushRecord && kind != kSparsePushRecord)
     fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
   WorkerId worker(record.get<uint32_t>());
   VariableId id(record.get<uint32_t>());
@@ -85,7 +85,7 @@ void ShardDurability::replay(ByteReader& record) {
   ElementRange range = decode_range(record);
   auto dtype = static_cast<DType>(record.get<uint8_t>());
   state_.replay_push(worker, id, step, range, dtype, record.blob(),
-                     kind == kFedBackPushRecord ? PushedGradient::fed_back : PushedGradient::whole);
+                     kind == kSparsePushRecord ? PushedGradient::sparse : PushedGradient::whole);
 }
 
 std::vector<std::byte> ShardDurability::snapshot() {

@@ -39,7 +39,7 @@ struct RecordingState final : ShardDurability::State {
                    std::span<const std::byte> data, PushedGradient gradient) override {
     calls.push_back(fmt::format("push w{} v{} s{} [{}, {}) {} bytes{}", worker.value, id.value,
                                 step, range.begin, range.end, data.size(),
-                                gradient == PushedGradient::fed_back ? " fed back" : ""));
+                                gradient == PushedGradient::sparse ? " sparse" : ""));
   }
   void replay_timeout(VariableId id, Step step, const std::string&) override {
     calls.push_back(fmt::format("timeout v{} s{}", id.value, step));
@@ -75,7 +75,7 @@ const std::vector<std::byte> kFourBytes(4);
 }  // namespace
 
 TEST_CASE(
-    "a restart hands back the checkpoint's state, then the logged updates in order, fed-back "
+    "a restart hands back the checkpoint's state, then the logged updates in order, sparse "
     "pushes as such") {
   testing::TempDir dir;
   {
@@ -89,7 +89,7 @@ TEST_CASE(
     life.durability.log_push(WorkerId(1), VariableId(0), Step(1), {0, 1}, DType::float32,
                              kFourBytes, PushedGradient::whole);
     life.durability.log_push(WorkerId(1), VariableId(0), Step(2), {0, 1}, DType::float32,
-                             kFourBytes, PushedGradient::fed_back);
+                             kFourBytes, PushedGradient::sparse);
     life.durability.log_timeout(VariableId(0), Step(3));
   }
   Life again(dir.path);
@@ -99,7 +99,7 @@ TEST_CASE(
   CHECK(again.state.calls ==
         std::vector<std::string>{"load 7 (format 3)", "register w [0, 1) 4 bytes",
                                  "push w1 v0 s1 [0, 1) 4 bytes",
-                                 "push w1 v0 s2 [0, 1) 4 bytes fed back", "timeout v0 s3"});
+                                 "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3"});
 }
 
 TEST_CASE("updates logged after a checkpoint are all a restart replays") {

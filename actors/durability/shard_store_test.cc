@@ -109,12 +109,12 @@ struct ShardLife {
   }
 };
 
-// Step s of the pushes below: whole up to `whole_steps`, fed back after.
+// Step s of the pushes below: whole up to `whole_steps`, sparse after.
 PushedGradient pushed_at(int s, int whole_steps) {
-  return s <= whole_steps ? PushedGradient::whole : PushedGradient::fed_back;
+  return s <= whole_steps ? PushedGradient::whole : PushedGradient::sparse;
 }
 
-// Step s's gradient: the same at every whole step; s times it at a fed-back one, so that a
+// Step s's gradient: the same at every whole step; s times it at a sparse one, so that a
 // variance updated where it should be frozen shows in the values.
 std::vector<float> gradient_at(int s, int whole_steps) {
   const float scale = s <= whole_steps ? 1.0f : static_cast<float>(s);
@@ -224,8 +224,8 @@ TEST_CASE("a restart restores the checkpoint and replays the logged updates afte
   CHECK(again.value(VariableId(0), 4) == uninterrupted(3));
 }
 
-TEST_CASE("fed-back pushes after a restart find adam's variance frozen where it was") {
-  // The checkpoint keeps the step the variance froze after; the log, which pushes were fed back.
+TEST_CASE("sparse pushes after a restart find adam's variance frozen where it was") {
+  // The checkpoint keeps the step the variance froze after; the log, which pushes were sparse.
   TempDir dir;
   {
     ShardLife life(dir.path);
@@ -239,7 +239,7 @@ TEST_CASE("fed-back pushes after a restart find adam's variance frozen where it 
   ShardLife again(dir.path);
   CHECK(again.restore().replayed == 2);
   again.push(WorkerId(0), VariableId(0), Step(5), {0, 4}, gradient_at(5, 1),
-             PushedGradient::fed_back);
+             PushedGradient::sparse);
   CHECK(again.value(VariableId(0), 4) == uninterrupted(5, 1));
 }
 

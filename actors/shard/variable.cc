@@ -110,7 +110,7 @@ std::vector<ElementRange> Variable::push_async(WorkerId worker, Step step, Eleme
                                                PushedGradient gradient) {
   WorkerProgress& p = progress_[worker];
   if (p.t == 0) p.t = ++updates_;
-  apply(range, data.data(), p.t, gradient == PushedGradient::fed_back);
+  apply(range, data.data(), p.t, gradient == PushedGradient::sparse);
   p.received.add(range);
   if (p.received.size() == part_.size()) {
     p.completed = step;
@@ -131,20 +131,20 @@ std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, Elemen
     const std::byte* grad =
         data.data() + (piece.range.begin - range.begin) * element_bytes(spec_.dtype);
     if (piece.pushers + 1 == workers_) {
-      bool fed_back = gradient == PushedGradient::fed_back || sync_.fed_back.overlaps(piece.range);
-      apply_mean(piece.range, grad, piece.pushers, step.value, fed_back);  // t = s
+      bool sparse = gradient == PushedGradient::sparse || sync_.sparse.overlaps(piece.range);
+      apply_mean(piece.range, grad, piece.pushers, step.value, sparse);  // t = s
       applied.push_back(piece.range);
     } else {
       accumulate(piece.range, grad, piece.pushers == 0);
     }
   }
   sync_.received[worker.value].add(range);
-  if (gradient == PushedGradient::fed_back) sync_.fed_back.add(range);
+  if (gradient == PushedGradient::sparse) sync_.sparse.add(range);
   for (ElementRange r : applied) sync_.applied.add(r);
   if (sync_.applied.size() == part_.size()) {
     sync_.completed = step;
     sync_.applied.clear();
-    sync_.fed_back.clear();
+    sync_.sparse.clear();
     for (IntervalSet& received : sync_.received) received.clear();
   }
   return applied;
@@ -188,15 +188,15 @@ void Variable::accumulate(ElementRange range, const std::byte* grad, bool first)
 }
 
 void Variable::apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t,
-                          bool fed_back) {
-  if (others == 0) return apply(range, grad, t, fed_back);
+                          bool sparse) {
+  if (others == 0) return apply(range, grad, t, sparse);
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
     T* s = sync_.sum.as<T>().data() + (range.begin - part_.begin);
     const T* g = reinterpret_cast<const T*>(grad);
     const T scale = T(1) / static_cast<T>(others + 1);
     for (uint64_t i = 0; i < range.size(); ++i) s[i] = (s[i] + g[i]) * scale;
-    apply(range, reinterpret_cast<const std::byte*>(s), t, fed_back);
+    apply(range, reinterpret_cast<const std::byte*>(s), t, sparse);
   });
 }
 
@@ -225,27 +225,27 @@ std::vector<ElementRange> Variable::complete_step_without_missing() {
         T* sum = sync_.sum.as<T>().data() + (piece.range.begin - part_.begin);
         for (uint64_t k = 0; k < piece.range.size(); ++k) sum[k] /= static_cast<T>(piece.pushers);
         apply(piece.range, reinterpret_cast<const std::byte*>(sum), step.value,
-              sync_.fed_back.overlaps(piece.range));
+              sync_.sparse.overlaps(piece.range));
       });
     }
   }
   sync_.completed = step;
   sync_.applied.clear();
-  sync_.fed_back.clear();
+  sync_.sparse.clear();
   for (IntervalSet& received : sync_.received) received.clear();
   return open.ranges();
 }
 
-uint64_t Variable::variance_frozen_after(uint64_t t, bool fed_back) {
-  if (!fed_back) {
+uint64_t Variable::variance_frozen_after(uint64_t t, bool sparse) {
+  if (!sparse) {
     last_whole_t_ = std::max(last_whole_t_, t);
     return 0;
   }
   return std::min(last_whole_t_, t - 1);  // async: another worker's later t may be whole
 }
 
-void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t, bool fed_back) {
-  uint64_t n = range.size(), frozen_after = variance_frozen_after(t, fed_back);
+void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t, bool sparse) {
+  uint64_t n = range.size(), frozen_after = variance_frozen_after(t, sparse);
   if (device_) return apply_on_device(range, grad, t, frozen_after);
   if (apply_pool_ == nullptr || apply_pool_->width() == 1 || n <= kParallelApplyElements)
     return apply_here(range, grad, t, frozen_after);
@@ -345,7 +345,7 @@ void Variable::save(ByteWriter& out) const {
   encode(out, sync_.applied);
   out.blob(sync_.sum.bytes());
   out.put(last_whole_t_);
-  encode(out, sync_.fed_back);
+  encode(out, sync_.sparse);
 }
 
 Variable Variable::restore(ByteReader& in, uint32_t format, Mode mode, uint32_t workers,
@@ -396,7 +396,7 @@ Variable Variable::restore(ByteReader& in, uint32_t format, Mode mode, uint32_t 
     return v;
   }
   v.last_whole_t_ = in.get<uint64_t>();
-  v.sync_.fed_back = decode_intervals(in);
+  v.sync_.sparse = decode_intervals(in);
   return v;
 }
 

@@ -13,12 +13,12 @@
 // lost connection) is a duplicate: acknowledged, never applied again. A push that overlaps a
 // received range only in part is an error, as retries resend the same partitions.
 //
-// Fed-back gradients (PushedGradient::fed_back, the topk and onebit pushes) are applied with
-// the adaptive optimizers' variance frozen as the last update by whole gradients left it
+// Sparse gradients (PushedGradient::sparse, topk pushes) are applied with the adaptive
+// optimizers' variance frozen as the last update by whole gradients left it
 // (optim::apply's variance_frozen_after), so that the update is linear in the gradient and
 // error feedback's late parts land at full weight (1-bit Adam's answer). Before any whole
-// update there is no variance to freeze, and fed-back ones update it as whole ones do. In sync
-// mode an element range's update is fed back when any worker's push summed into it was.
+// update there is no variance to freeze, and sparse ones update it as whole ones do. In sync
+// mode an element range's update is sparse when any worker's push summed into it was.
 #pragma once
 
 #include <array>
@@ -137,7 +137,7 @@ class Variable {
     Step completed;
     std::vector<IntervalSet> received;  // of step completed + 1, per worker
     IntervalSet applied;                // of step completed + 1
-    IntervalSet fed_back;               // of step completed + 1: some push was fed back
+    IntervalSet sparse;                 // of step completed + 1: some push was sparse
     AlignedBuffer sum;  // gradient sums of step completed + 1 where received (else stale)
   };
 
@@ -162,13 +162,13 @@ class Variable {
   // Applies the mean of sync_.sum (the sum of `others` pushers' gradients) and `grad`: the
   // last pusher's. With no others, straight from `grad`.
   void apply_mean(ElementRange range, const std::byte* grad, uint32_t others, uint64_t t,
-                  bool fed_back);
+                  bool sparse);
   // One optimizer update `t` of `range` from `grad` (range.size() elements of the dtype), the
-  // variance frozen when `fed_back` (and there is one to freeze), split over the apply pool
+  // variance frozen when `sparse` (and there is one to freeze), split over the apply pool
   // when large.
-  void apply(ElementRange range, const std::byte* grad, uint64_t t, bool fed_back);
+  void apply(ElementRange range, const std::byte* grad, uint64_t t, bool sparse);
   // optim::apply's variance_frozen_after for update `t`; notes a whole update's t.
-  uint64_t variance_frozen_after(uint64_t t, bool fed_back);
+  uint64_t variance_frozen_after(uint64_t t, bool sparse);
   // The update on the calling thread.
   void apply_here(ElementRange range, const std::byte* grad, uint64_t t, uint64_t frozen_after);
   // The same on device_, whole; the fresh values are copied back into value_.

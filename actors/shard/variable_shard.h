@@ -124,7 +124,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void register_variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
                          RegisterReply reply);
   // Applies (async) or accumulates (sync) one partition of `worker`'s step-`step` gradient:
-  // `gradient` says whether it is whole or fed back (Variable).
+  // `gradient` says whether it is whole or sparse (Variable).
   void push(WorkerId worker, VariableId variable, Step step, ElementRange range, DType dtype,
             std::span<const std::byte> data, PushedGradient gradient, Receipt reply);
   // Answers with the fresh value of `range` once `step`'s update of it is applied.

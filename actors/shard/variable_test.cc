@@ -158,15 +158,15 @@ TEST_CASE("a restored variable continues exactly like the one saved, frozen vari
   VariableSpec spec = sgd_spec(4);
   spec.optimizer.kind = optim::OptimizerKind::adam;
   std::vector<float> init{1, 2, 3, 4};
-  constexpr PushedGradient kWhole = PushedGradient::whole, kFedBack = PushedGradient::fed_back;
+  constexpr PushedGradient kWhole = PushedGradient::whole, kSparse = PushedGradient::sparse;
   for (Mode mode : {Mode::async, Mode::sync}) {
     Variable original(spec, {0, 4}, bytes_of(init), mode, 2);
     std::vector<float> g{0.5f, -1, 2, 0.25f}, head{0.5f, -1}, tail{2, 0.25f};
     for (uint32_t w = 0; w < 2; ++w)
       original.push(WorkerId(w), Step(1), {0, 4}, DType::float32, bytes_of(g), kWhole);
-    // Step 2 half done, worker 0's push fed back: the tail's update, after the restore, must
+    // Step 2 half done, worker 0's push sparse: the tail's update, after the restore, must
     // still freeze the variance (sync), as of step 1's update.
-    original.push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(g), kFedBack);
+    original.push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(g), kSparse);
     original.push(WorkerId(1), Step(2), {0, 2}, DType::float32, bytes_of(head), kWhole);
     ByteWriter out;
     original.save(out);
@@ -176,7 +176,7 @@ TEST_CASE("a restored variable continues exactly like the one saved, frozen vari
     for (Variable* v : {&original, &copy}) {
       v->push(WorkerId(1), Step(2), {2, 4}, DType::float32, bytes_of(tail), kWhole);
       for (uint32_t w = 0; w < 2; ++w)
-        v->push(WorkerId(w), Step(3), {0, 4}, DType::float32, bytes_of(g), kFedBack);
+        v->push(WorkerId(w), Step(3), {0, 4}, DType::float32, bytes_of(g), kSparse);
     }
     CHECK(value_of(copy) == value_of(original));
     CHECK(copy.applied_step(WorkerId(0)) == original.applied_step(WorkerId(0)));
@@ -184,7 +184,7 @@ TEST_CASE("a restored variable continues exactly like the one saved, frozen vari
   }
 }
 
-TEST_CASE("a variable saved before fed-back pushes existed restores with every update whole") {
+TEST_CASE("a variable saved before sparse pushes existed restores with every update whole") {
   // Format 1 ended after the gradient sums; its variance was last updated by the last update.
   VariableSpec spec = sgd_spec(2);
   spec.optimizer.kind = optim::OptimizerKind::adam;
@@ -199,7 +199,7 @@ TEST_CASE("a variable saved before fed-back pushes existed restores with every u
   Variable copy = Variable::restore(in, 1, Mode::async, 1);
   CHECK(in.done());
   for (Variable* v : {&original, &copy})
-    v->push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(g), PushedGradient::fed_back);
+    v->push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(g), PushedGradient::sparse);
   CHECK(value_of(copy) == value_of(original));
 }
 
@@ -216,15 +216,15 @@ std::vector<float> adam_reference(const VariableSpec& spec, std::vector<float> p
   return param;
 }
 
-TEST_CASE("fed-back pushes apply adam with the variance the last whole update left") {
+TEST_CASE("sparse pushes apply adam with the variance the last whole update left") {
   VariableSpec spec = sgd_spec(2, 0.1);
   spec.optimizer.kind = optim::OptimizerKind::adam;
   std::vector<float> init{1, 2};
   const std::vector<std::vector<float>> grads{{0.5f, -1}, {4, 3}, {-2, 5}, {1, 1}};
-  SUBCASE("async: frozen from the first fed-back push on, unfrozen by a whole one") {
+  SUBCASE("async: frozen from the first sparse push on, unfrozen by a whole one") {
     Variable v(spec, {0, 2}, bytes_of(init), Mode::async, 1);
-    const std::vector<PushedGradient> kinds{PushedGradient::whole, PushedGradient::fed_back,
-                                            PushedGradient::fed_back, PushedGradient::whole};
+    const std::vector<PushedGradient> kinds{PushedGradient::whole, PushedGradient::sparse,
+                                            PushedGradient::sparse, PushedGradient::whole};
     for (uint64_t s = 1; s <= 4; ++s)
       v.push(WorkerId(0), Step(s), {0, 2}, DType::float32, bytes_of(grads[s - 1]), kinds[s - 1]);
     CHECK(value_of(v) == adam_reference(spec, init, grads, {0, 1, 1, 0}));
@@ -232,15 +232,15 @@ TEST_CASE("fed-back pushes apply adam with the variance the last whole update le
   SUBCASE("before any whole update there is no variance to freeze") {
     Variable v(spec, {0, 2}, bytes_of(init), Mode::async, 1);
     v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(grads[0]),
-           PushedGradient::fed_back);
+           PushedGradient::sparse);
     CHECK(value_of(v) == adam_reference(spec, init, {grads[0]}, {0}));
   }
-  SUBCASE("sync: a range is frozen when any worker's push into it was fed back") {
+  SUBCASE("sync: a range is frozen when any worker's push into it was sparse") {
     Variable v(spec, {0, 2}, bytes_of(init), Mode::sync, 2);
     for (uint32_t w = 0; w < 2; ++w)
       v.push(WorkerId(w), Step(1), {0, 2}, DType::float32, bytes_of(grads[0]));
     v.push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(grads[1]),
-           PushedGradient::fed_back);
+           PushedGradient::sparse);
     v.push(WorkerId(1), Step(2), {0, 2}, DType::float32, bytes_of(grads[1]));  // whole
     CHECK(value_of(v) == adam_reference(spec, init, {grads[0], grads[1]}, {0, 1}));
   }
