@@ -80,7 +80,8 @@ struct Compression {
   // Variables smaller than this travel uncompressed both ways (narrowing a small tensor saves
   // less than it costs).
   uint64_t min_bytes = 64 * 1024;
-  // Steps below this push uncompressed (the first updates are the largest and least alike).
+  // Steps below this push uncompressed (the first updates are the largest and least alike;
+  // under an adaptive optimizer they estimate the variance topk pushes are applied with).
   uint64_t warmup_steps = 0;
 
   // The push format of `step` of a variable of `bytes`.
