@@ -74,6 +74,28 @@ bool parse_optimizer_kind(std::string_view name, OptimizerKind& out) {
   return false;
 }
 
+OptimizerSpec torch_defaults(OptimizerKind kind) {
+  OptimizerSpec spec{.kind = kind};
+  switch (kind) {
+    case OptimizerKind::adam:
+    case OptimizerKind::adam_tf:
+      spec.lr = 1e-3;
+      break;
+    case OptimizerKind::adamw:
+      spec.lr = 1e-3;
+      spec.weight_decay = 1e-2;
+      break;
+    case OptimizerKind::adagrad:
+      spec.eps = 1e-10;
+      break;
+    case OptimizerKind::sgd:
+    case OptimizerKind::momentum:
+    case OptimizerKind::rmsprop:
+      break;
+  }
+  return spec;
+}
+
 int state_slots(const OptimizerSpec& spec) {
   switch (spec.kind) {
     case OptimizerKind::sgd:

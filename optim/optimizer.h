@@ -75,6 +75,12 @@ constexpr void for_each_hyperparameter(Visit&& visit) {
 #undef PSCHED_VISIT_FIELD
 }
 
+// torch.optim's (1.13) defaults for `kind`: lr 1e-3 for adam and adamw, 1e-2 for adagrad and
+// rmsprop, adamw's weight_decay 1e-2, adagrad's eps 1e-10, the rest as OptimizerSpec's;
+// adam_tf takes TensorFlow's AdamOptimizer's lr 1e-3. torch.optim.SGD has no default lr:
+// sgd and momentum keep OptimizerSpec's 0.01, and a caller speaking for torch requires one.
+OptimizerSpec torch_defaults(OptimizerKind kind);
+
 // Number of per-element state arrays the optimizer keeps (momentum buffer, m, v, ...). Each
 // has as many elements as the variable (or the shard's range of it). Slot order, as `apply`
 // reads `state` (torch's state-dict order):

@@ -56,14 +56,13 @@ void translate_errors() {
   });
 }
 
-optim::OptimizerSpec make_optimizer(const std::string& kind, const optim::OptimizerSpec& spec) {
-  optim::OptimizerSpec result = spec;
-  if (!optim::parse_optimizer_kind(kind, result.kind))
+optim::OptimizerKind optimizer_kind(const std::string& kind) {
+  optim::OptimizerKind result{};
+  if (!optim::parse_optimizer_kind(kind, result))
     fail(ErrorCode::invalid_argument,
          "optimizer '{}' is unknown (expected sgd, momentum, adam, adam_tf, adamw, adagrad or "
          "rmsprop)",
          kind);
-  optim::validate(result);
   return result;
 }
 
@@ -74,9 +73,14 @@ std::string hyperparameter_names() {
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
-// `settings` (keyword arguments named as OptimizerSpec's fields) over PyTorch's defaults.
+// `settings` (keyword arguments named as OptimizerSpec's fields) over torch.optim's defaults
+// for `kind`; sgd and momentum require lr, as torch.optim.SGD does.
 optim::OptimizerSpec optimizer_from(const std::string& kind, const py::kwargs& settings) {
-  optim::OptimizerSpec spec;
+  optim::OptimizerSpec spec = optim::torch_defaults(optimizer_kind(kind));
+  if ((spec.kind == optim::OptimizerKind::sgd || spec.kind == optim::OptimizerKind::momentum) &&
+      !settings.contains("lr"))
+    fail(ErrorCode::invalid_argument,
+         "Optimizer('{}') needs lr: torch.optim.SGD has no default learning rate", kind);
   for (auto setting : settings) {
     std::string name = py::cast<std::string>(setting.first);
     py::handle value = setting.second;  // not a structured binding: clang 14 cannot capture one
@@ -96,7 +100,8 @@ optim::OptimizerSpec optimizer_from(const std::string& kind, const py::kwargs& s
                       "(expected one of: {})",
                       name, hyperparameter_names()));
   }
-  return make_optimizer(kind, spec);
+  optim::validate(spec);
+  return spec;
 }
 
 void bind_optimizer(py::module_& m) {
@@ -105,7 +110,8 @@ void bind_optimizer(py::module_& m) {
       m, "Optimizer",
       fmt::format("Optimizer(kind, **settings): optimizer settings for a variable; the formulas "
                   "are torch.optim's (adam_tf: TensorFlow's ApplyAdam). Settings, each with "
-                  "PyTorch's default when left out: {}.",
+                  "torch.optim's default for the kind when left out (sgd and momentum require "
+                  "lr, as torch.optim.SGD does; adam_tf's lr is TensorFlow's 1e-3): {}.",
                   hyperparameter_names())
           .c_str());
   optimizer.def(py::init(&optimizer_from), py::arg("kind"))

@@ -51,17 +51,14 @@ import torch
 
 import psched
 
-# torch.optim's defaults where psched's differ.
-_TORCH_DEFAULTS = {"adamw": {"weight_decay": 1e-2}, "adagrad": {"eps": 1e-10}}
-
 _WAIT_LANE = 10001  # the trace's lane of waits, below the partitions' lanes (0, 1, ...)
 
 
 def optimizer_settings(name="sgd", **settings):
     """A psched.Optimizer from torch.optim's name and settings: optimizer_settings("adam",
     lr=1e-3, betas=(0.9, 0.999)) is torch.optim.Adam's formula with those settings. "sgd" with
-    momentum is torch.optim.SGD's momentum (psched kind "momentum")."""
-    settings = {**_TORCH_DEFAULTS.get(name, {}), **settings}
+    momentum is torch.optim.SGD's momentum (psched kind "momentum"). What is left out takes
+    torch.optim's default (psched.Optimizer); sgd requires lr, as torch.optim.SGD does."""
     if "betas" in settings:
         settings["beta1"], settings["beta2"] = settings.pop("betas")
     if name == "sgd" and settings.get("momentum", 0) != 0:
@@ -143,9 +140,10 @@ class DistributedModel(torch.nn.Module):
 
     optimizer: a torch.optim name ("sgd", "adam", "adamw", "adagrad", "rmsprop") or
     psched-only "adam_tf", with torch.optim's keyword settings (lr, momentum, betas,
-    weight_decay, ...), or a psched.Optimizer. trace: a Chrome trace file (the module
-    docstring); default $PSCHED_TRACE, none when unset. compression: a psched.Compression for
-    every parameter (default: the deployment's compression: section). The parameters are registered under
+    weight_decay, ...; those left out take torch.optim's defaults, and "sgd" requires lr), or
+    a psched.Optimizer. trace: a Chrome trace file (the module docstring); default
+    $PSCHED_TRACE, none when unset. compression: a psched.Compression for every parameter
+    (default: the deployment's compression: section). The parameters are registered under
     their named_parameters() names during the first forward; the first registration of a name
     wins and every worker adopts the shards' value before the module uses it, so all workers
     start from the same parameters.
