@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# shellcheck shell=bash
 # Sourced by the process tests: start_server BUILD CONFIG LOG [LINE] starts psched-server on
 # every shard of CONFIG, its log in LOG and its pid in $server, and waits (bounded) until two
 # shards log LINE (a grep pattern; default 'listening on'). Exits, printing the log, if the

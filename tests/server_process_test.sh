@@ -20,9 +20,9 @@ start_server "$build" "$work/test.yaml" "$work/server.log"
 for w in 0 1; do
   "$build/apps/psched-example-trainer" --config "$work/test.yaml" --worker $w --steps 60 \
       --print-every 59 > "$work/trainer$w.log" &
-  trainers[$w]=$!
+  trainers[w]=$!
 done
-for w in 0 1; do wait ${trainers[$w]}; done
+for w in 0 1; do wait "${trainers[w]}"; done
 
 for w in 0 1; do
   cat "$work/trainer$w.log"
@@ -43,8 +43,12 @@ echo "server stopped cleanly"
 sed -e 's/^    http: 127.0.0.1:18410$/&\n    device: cuda:1000/' "$work/test.yaml" > "$work/gpu.yaml"
 status=0
 "$build/apps/psched-server" --config "$work/gpu.yaml" 2>"$work/gpu.log" || status=$?
-grep -q "gpu.yaml: shards\[0\].device: device cuda:1000 is not available: " "$work/gpu.log" &&
-  [ $status -eq 2 ] || { cat "$work/gpu.log"; echo "expected exit 2, got $status"; exit 1; }
+if ! grep -q "gpu.yaml: shards\[0\].device: device cuda:1000 is not available: " "$work/gpu.log" ||
+  [ $status -ne 2 ]; then
+  cat "$work/gpu.log"
+  echo "expected exit 2, got $status"
+  exit 1
+fi
 echo "a shard on a missing GPU is refused: $(cat "$work/gpu.log")"
 
 # A server that cannot tell its shard from the environment says which variable it looked for.

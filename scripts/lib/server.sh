@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# shellcheck shell=bash
 # Sourced by scripts: start_server CONFIG starts build/apps/psched-server on every shard of the
 # deployment CONFIG, waits (bounded) until each shard listens and serves its dashboard, prints
 # the server's log so far (in $server_log), and stops the server when the calling script exits.
