@@ -24,7 +24,9 @@ import tempfile
 import time
 import urllib.request
 
-LISTEN, HTTP = 17480, 18480  # this test's ports (other tests use 17410-17461)
+from free_ports import free_ports
+
+LISTEN, HTTP = free_ports(2)
 WORKERS = 64                 # each check trains as a new worker
 MAX_MESSAGE = 1 << 20
 MAX_CONNECTIONS = 2   # sessions

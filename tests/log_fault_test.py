@@ -26,7 +26,9 @@ import sys
 import tempfile
 import time
 
-LISTEN, HTTP = 17520, 18520  # this test's ports (the transport bench uses 17490)
+from free_ports import free_ports
+
+LISTEN, HTTP = free_ports(2)
 
 
 def check(condition, message):

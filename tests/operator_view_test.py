@@ -26,13 +26,14 @@ import sys
 import tempfile
 import time
 
+from free_ports import free_ports
+
 STEPS = 20
 FEATURES = 64  # the example trainer's default
 WORKERS = 2
-# Ports of this test's deployment (other tests use 174xx/175xx).
-LISTEN = [17430, 17431]
-HTTP = [18430, 18431]
-WORKER_HTTP = 18439
+# Ports of this test's deployment: shards' RPC, shards' HTTP, the example trainer's HTTP.
+LISTEN_AND_HTTP = free_ports(5)
+LISTEN, HTTP, WORKER_HTTP = LISTEN_AND_HTTP[:2], LISTEN_AND_HTTP[2:4], LISTEN_AND_HTTP[4]
 
 
 def fail(message):

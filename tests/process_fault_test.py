@@ -27,9 +27,10 @@ import threading
 import time
 import urllib.request
 
-LISTEN = [17450, 17451]
-HTTP = [18450, 18451]
-PROXY = [17460, 17461]
+from free_ports import free_ports
+
+PORTS = free_ports(6)
+LISTEN, HTTP, PROXY = PORTS[:2], PORTS[2:4], PORTS[4:]  # the proxy forwards PROXY to LISTEN
 STEPS = 400
 FEATURES = 64
 
@@ -212,7 +213,7 @@ class ChaosProxy:
         self.cuts = 0
         self.listeners = []
         for front, back in zip(PROXY, LISTEN):
-            listener = socket.create_server(("127.0.0.1", front), reuse_port=True)
+            listener = socket.create_server(("127.0.0.1", front))
             self.listeners.append(listener)
             threading.Thread(target=self.accept, args=(listener, back), daemon=True).start()
         threading.Thread(target=self.chaos, daemon=True).start()

@@ -1,16 +1,32 @@
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
-# Sourced by the process tests: start_server BUILD CONFIG LOG [LINE] starts psched-server on
-# every shard of CONFIG, its log in LOG and its pid in $server, and waits (bounded) until two
-# shards log LINE (a grep pattern; default 'listening on'). Exits, printing the log, if the
-# server dies first. The caller stops the server.
+# Sourced by the process tests.
+
+# start_server BUILD CONFIG LOG [LINE] starts psched-server on every shard of CONFIG, its log
+# in LOG and its pid in $server, and waits until two shards log LINE (a grep pattern; default
+# 'listening on'). Exits, printing the log, if the server dies first or has not logged LINE
+# twice after 60 s. The caller stops the server.
 start_server() {
   local build=$1 config=$2 log=$3 line=${4:-listening on}
   "$build/apps/psched-server" --config "$config" 2>"$log" &
   server=$!
-  for _ in $(seq 400); do
+  for _ in $(seq 1200); do
     [ "$(grep -c "$line" "$log")" -ge 2 ] && return
     kill -0 $server 2>/dev/null || { cat "$log"; exit 1; }
     sleep 0.05
   done
+  cat "$log"
+  echo "psched-server did not log '$line' for both shards within 60 s"
+  exit 1
+}
+
+# local_yaml SOURCE OUT writes configs/local.yaml to OUT with its four ports (two shards' RPC
+# and HTTP) replaced by ports the kernel picks (tests/free_ports.py), so that runs at once do
+# not share them.
+local_yaml() {
+  local ports
+  read -r -a ports < <(python3 -c 'import sys; sys.path.insert(0, sys.argv[1])
+from free_ports import free_ports; print(*free_ports(4))' "$1/tests")
+  sed -e "s/:7410$/:${ports[0]}/; s/:7411$/:${ports[1]}/; s/:8410$/:${ports[2]}/" \
+      -e "s/:8411$/:${ports[3]}/" "$1/configs/local.yaml" > "$2"
 }

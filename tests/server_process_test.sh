@@ -11,10 +11,10 @@ source=$2
 work=$(mktemp -d)
 trap 'kill -KILL $server 2>/dev/null || true; rm -rf "$work"' EXIT
 
-sed -e 's/7410/17410/; s/7411/17411/; s/8410/18410/; s/8411/18411/' "$source/configs/local.yaml" > "$work/test.yaml"
+source "$source/tests/process_lib.sh"
+local_yaml "$source" "$work/test.yaml"
 # ctest runs this over both data paths.
 if [ -n "${PSCHED_TEST_DATA_PATH:-}" ]; then echo "data_path: $PSCHED_TEST_DATA_PATH" >> "$work/test.yaml"; fi
-source "$source/tests/process_lib.sh"
 start_server "$build" "$work/test.yaml" "$work/server.log"
 
 for w in 0 1; do
@@ -40,7 +40,7 @@ grep -q 'stopping' "$work/server.log"
 echo "server stopped cleanly"
 
 # A shard on a GPU this machine lacks is refused at start, naming the file, shard and device.
-sed -e 's/^    http: 127.0.0.1:18410$/&\n    device: cuda:1000/' "$work/test.yaml" > "$work/gpu.yaml"
+sed -e '0,/^    http: /s/^    http: .*$/&\n    device: cuda:1000/' "$work/test.yaml" > "$work/gpu.yaml"
 status=0
 "$build/apps/psched-server" --config "$work/gpu.yaml" 2>"$work/gpu.log" || status=$?
 if ! grep -q "gpu.yaml: shards\[0\].device: device cuda:1000 is not available: " "$work/gpu.log" ||
