@@ -203,7 +203,12 @@ def test_kill(build):
 
 
 class ChaosProxy:
-    """Forwards each PROXY port to its shard; cuts a random open connection every 50-300 ms."""
+    """Forwards each PROXY port to its shard; after every 20-60 KB it forwarded (either way, all
+    connections together) it cuts a random open connection. Driven by the bytes, not the clock:
+    the soak forwards at least its gradients up and its values down, so it cuts at least that
+    many bytes over 60 KB times, however long the run takes (test_soak checks it)."""
+
+    CUT_EVERY = (20_000, 60_000)  # bytes forwarded between two cuts
 
     def __init__(self, seed):
         self.random = random.Random(seed)
@@ -211,12 +216,13 @@ class ChaosProxy:
         self.lock = threading.Lock()
         self.running = True
         self.cuts = 0
+        self.forwarded = 0
+        self.next_cut = self.random.uniform(*self.CUT_EVERY)
         self.listeners = []
         for front, back in zip(PROXY, LISTEN):
             listener = socket.create_server(("127.0.0.1", front))
             self.listeners.append(listener)
             threading.Thread(target=self.accept, args=(listener, back), daemon=True).start()
-        threading.Thread(target=self.chaos, daemon=True).start()
 
     def accept(self, listener, back):
         while self.running:
@@ -230,14 +236,14 @@ class ChaosProxy:
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def pump(src, dst):
+    def pump(self, src, dst):
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
                 dst.sendall(data)
+                self.count(len(data))
         except OSError:
             pass
         for s in (src, dst):
@@ -246,19 +252,20 @@ class ChaosProxy:
             except OSError:
                 pass
 
-    def chaos(self):
-        while self.running:
-            time.sleep(self.random.uniform(0.05, 0.3))
-            with self.lock:
-                if not self.pairs:
-                    continue
-                pair = self.pairs.pop(self.random.randrange(len(self.pairs)))
-                self.cuts += 1
-            for s in pair:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def count(self, forwarded):
+        """Adds `forwarded` bytes; cuts a random open connection when the budget is spent."""
+        with self.lock:
+            self.forwarded += forwarded
+            if self.forwarded < self.next_cut or not self.pairs or not self.running:
+                return
+            self.next_cut = self.forwarded + self.random.uniform(*self.CUT_EVERY)
+            pair = self.pairs.pop(self.random.randrange(len(self.pairs)))
+            self.cuts += 1
+        for s in pair:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def stop(self):
         self.running = False
@@ -283,10 +290,14 @@ def test_soak(build):
         pushed_bytes = 2 * STEPS * (FEATURES + 1) * 4  # workers x steps x (w and b) floats
         received = job.metric("psched_shard_received_bytes_total")
         duplicates = job.metric("psched_shard_duplicate_pushes_total")
-        print(f"soak: {proxy.cuts} connections cut, {reconnects} reconnects, "
-              f"{pushed_bytes} bytes pushed, {received:.0f} accepted, "
+        print(f"soak: {proxy.forwarded} bytes forwarded, {proxy.cuts} connections cut, "
+              f"{reconnects} reconnects, {pushed_bytes} bytes pushed, {received:.0f} accepted, "
               f"{duplicates:.0f} duplicate pushes acknowledged")
-        check(proxy.cuts >= 5, f"only {proxy.cuts} cuts: the soak did not exercise reconnects")
+        # Gradients up and values down: at least twice the pushed bytes crossed the proxy, so
+        # at least that over the largest budget of cuts happened, whatever the timing.
+        least_cuts = 2 * pushed_bytes // ChaosProxy.CUT_EVERY[1]
+        check(proxy.cuts >= least_cuts,
+              f"{proxy.cuts} cuts after {proxy.forwarded} bytes: fewer than {least_cuts}")
         check(received == pushed_bytes,
               f"shards accepted {received:.0f} bytes of {pushed_bytes} pushed (lost or doubled)")
         check(job.params(0) == reference,
