@@ -21,7 +21,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,dri
 
 echo "== configure and build ($build, CUDA on, sm_90) =="
 mkdir -p "$build"
-cmake -S . -B "$build" -G Ninja -DPSCHED_CUDA=ON \
+cmake -S . -B "$build" -G Ninja -DPSCHED_CUDA=ON -DPSCHED_STRICT=OFF \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
 ninja -C "$build" -j"$jobs" gpu_test optim_test psched-apply-bench
