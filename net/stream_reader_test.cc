@@ -166,11 +166,19 @@ void poll_until(kj::AsyncIoContext& io, Done done) {
     io.provider->getTimer().afterDelay(1 * kj::MILLISECONDS).wait(io.waitScope);
 }
 
+// An older kernel cannot mark sockets, so the reader reads them as a stream and the cases
+// that pin the marks have nothing to check: they say so (scripts/test lists the line).
+bool skipped_without_marks() {
+  if (StreamReader::can_mark_sockets()) return false;
+  MESSAGE("skipped: this kernel cannot set a low-water mark safely, sockets are read as streams");
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE_FIXTURE(PlainSocketReader,
                   "over a plain socket, a large read sleeps until a MiB or the rest has come") {
-  if (!StreamReader::can_mark_sockets()) return;  // an older kernel: read as a stream
+  if (skipped_without_marks()) return;
   std::mt19937 rng(7);
   std::vector<kj::byte> sent = random_bytes((5 << 19) + 8, rng);  // a 2.5 MiB body, 8 more
   std::vector<kj::byte> got(sent.size());
@@ -204,7 +212,7 @@ TEST_CASE_FIXTURE(PlainSocketReader,
 
 TEST_CASE_FIXTURE(PlainSocketReader,
                   "over a plain socket, the mark counts only what is still to come") {
-  if (!StreamReader::can_mark_sockets()) return;
+  if (skipped_without_marks()) return;
   std::mt19937 rng(9);
   const size_t body = (1 << 20) + 1000, early = 30000;
   std::vector<kj::byte> sent = random_bytes(8 + body, rng);  // a header and a body
@@ -222,7 +230,7 @@ TEST_CASE_FIXTURE(PlainSocketReader,
 
 TEST_CASE_FIXTURE(PlainSocketReader,
                   "over a plain socket, a dropped large read leaves no mark for the next frame") {
-  if (!StreamReader::can_mark_sockets()) return;
+  if (skipped_without_marks()) return;
   std::vector<kj::byte> body(2 << 20);
   {
     auto reading = reader.read(body.data(), body.size()).eagerlyEvaluate(nullptr);

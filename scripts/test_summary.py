@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """Says what a ctest run did not prove: every test that did not run, with the reason it
-printed, read from ctest's JUnit file (ctest --output-junit).
+printed, and every test that ran but printed that it skipped a part (a line with "skipped:"),
+read from ctest's JUnit file (ctest --output-junit).
 
     scripts/test_summary.py build/Testing/ctest-junit.xml [--strict]
 
@@ -18,15 +19,25 @@ import xml.etree.ElementTree as ElementTree
 MACHINE_REASONS = re.compile(r"no GPU|not root|needs root")
 
 
+def skip_lines(case):
+    output = (case.findtext("system-out") or "").strip()
+    return [line.strip() for line in output.splitlines() if "skipped:" in line]
+
+
 def not_run(junit):
     """(name, reason) of each test the file says did not run."""
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        if case.get("status") == "run":
-            continue
-        output = (case.findtext("system-out") or "").strip()
-        lines = [line for line in output.splitlines() if "skip" in line.lower()] or \
-            output.splitlines()[-1:] or ["(it printed nothing)"]
-        yield case.get("name"), lines[0].strip()
+        if case.get("status") != "run":
+            output = (case.findtext("system-out") or "").strip()
+            reason = (skip_lines(case) or output.splitlines()[-1:] or ["(it printed nothing)"])
+            yield case.get("name"), reason[0]
+
+
+def partly_run(junit):
+    """(name, what it skipped) of each test that ran and printed that it skipped a part."""
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        if case.get("status") == "run" and skip_lines(case):
+            yield case.get("name"), skip_lines(case)[0]
 
 
 def main(argv):
@@ -34,6 +45,8 @@ def main(argv):
     parser.add_argument("junit")
     parser.add_argument("--strict", action="store_true")
     args = parser.parse_args(argv)
+    for name, part in partly_run(args.junit):
+        print(f"{name} ran, but {part}")
     skipped = list(not_run(args.junit))
     if not skipped:
         print("every registered test ran")
