@@ -45,6 +45,8 @@ nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
             {{"task", r.task_id},
              {"priority", r.priority.value},
              {"bytes", r.bytes},
+             {"format", to_string(r.format)},
+             {"value_format", to_string(r.value_format)},
              {"fused_with", r.fused_with},
              {"start_index", r.start_index}});
       slice("queued", r.queued, r.started, nullptr);

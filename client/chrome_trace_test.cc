@@ -80,3 +80,16 @@ TEST_CASE("an unknown or skewed shard time is shown as in flight or clamped into
   CHECK(back[0]["ts"].get<double>() == doctest::Approx(6000));  // clamped to the finish
   CHECK(back[0]["dur"].get<double>() == doctest::Approx(0));
 }
+
+TEST_CASE("a partition's slice says the bytes it travelled as and the formats both ways") {
+  auto t0 = Clock::now();
+  TaskRecord topk = record(1, t0, 0, 1, 2, 3);
+  topk.format = WireFormat::topk;
+  topk.value_format = WireFormat::bf16;
+  topk.bytes = 24;
+  auto partition = named(chrome_trace({{"w0", {topk}, t0}}), "p1 s0 [0, 16)");
+  REQUIRE(partition.size() == 1);
+  CHECK(partition[0]["args"]["bytes"] == 24);
+  CHECK(partition[0]["args"]["format"] == "topk");
+  CHECK(partition[0]["args"]["value_format"] == "bf16");
+}

@@ -51,9 +51,17 @@ void DataPlane::push(const Request& r, bool then_poll) {
   ShardTrace::TimePoint received = trace_time();
   // A call arrives whole: its receive phase is empty.
   ShardTrace::TimePoint arrived = r.arrived == ShardTrace::TimePoint{} ? received : r.arrived;
-  ShardTrace::Request traced{
-      ShardTrace::Kind::push, worker_,     args.variable, args.step, args.range,
-      r.gradient.size(),      Priority(0), arrived,       received,  {}};
+  ShardTrace::Request traced{ShardTrace::Kind::push,
+                             worker_,
+                             args.variable,
+                             args.step,
+                             args.range,
+                             r.gradient.size(),
+                             r.format,
+                             Priority(0),
+                             arrived,
+                             received,
+                             {}};
   const PushedGradient gradient =
       r.format == WireFormat::topk ? PushedGradient::sparse : PushedGradient::whole;
   endpoint_.shard.push(worker_, args.variable, args.step, args.range, args.dtype, args.data,
@@ -166,7 +174,8 @@ void DataPlane::file_poll(uint64_t id, VariableId variable, Step step, ElementRa
                                             variable,
                                             step,
                                             range,
-                                            value->bytes(),
+                                            encoded_bytes(format, value->dtype(), range.size()),
+                                            format,
                                             value->priority(),
                                             filed_at,
                                             ShardTrace::now(),

@@ -74,7 +74,8 @@ void ShardTrace::append_events(nlohmann::json& events, int pid, const std::strin
                             {"step", r->step.value},
                             {"begin", r->range.begin},
                             {"end", r->range.end},
-                            {"bytes", r->bytes}};
+                            {"bytes", r->bytes},
+                            {"format", to_string(r->format)}};
       if (kind == Kind::poll) detail["priority"] = r->priority.value;
       slice(fmt::format("{} v{} s{} [{}, {})", kind == Kind::push ? "push" : "poll",
                         r->variable.value, r->step.value, r->range.begin, r->range.end),

@@ -24,6 +24,7 @@
 
 #include "common/placement.h"
 #include "common/types.h"
+#include "compression/wire_format.h"
 
 namespace psched {
 
@@ -37,7 +38,8 @@ class ShardTrace {
     VariableId variable;
     Step step;
     ElementRange range;
-    uint64_t bytes;
+    uint64_t bytes;     // on the wire, in `format`
+    WireFormat format;  // of the gradient (push) or the value (poll)
     Priority priority;  // a poll's, from its variable; 0 for a push
     TimePoint begin;    // header read (push) or filed (poll)
     TimePoint middle;   // last byte read (push) or value ready (poll)

@@ -21,7 +21,8 @@ ShardTrace::Request request(ShardTrace::Kind kind, uint32_t worker, int begin_ms
           VariableId(4),
           Step(2),
           ElementRange{0, 8},
-          32,
+          kind == ShardTrace::Kind::poll ? 16u : 32u,
+          kind == ShardTrace::Kind::poll ? WireFormat::bf16 : WireFormat::none,
           Priority(kind == ShardTrace::Kind::poll ? 1 : 0),
           zero + begin_ms * 1ms,
           zero + (begin_ms + end_ms) / 2 * 1ms,
@@ -87,4 +88,7 @@ TEST_CASE("a request's two phases split its slice at its middle time") {
                                                              {"answer", 10000.0, 10000.0}});
   CHECK_FALSE(events.back().contains("args"));
   CHECK(events[events.size() - 3]["args"]["priority"] == 1);
+  // The bytes as they travelled, and in what form.
+  CHECK(events[events.size() - 3]["args"]["bytes"] == 16);
+  CHECK(events[events.size() - 3]["args"]["format"] == "bf16");
 }

@@ -154,6 +154,8 @@ void Scheduler::admit(const Queued& queued, uint32_t fused_with) {
                     .start_index = stats_.started_tasks - 1,
                     .priority = task.priority,
                     .bytes = task.bytes,
+                    .format = task.format,
+                    .value_format = task.value_format,
                     .shard = task.shard,
                     .range = task.range,
                     .fused_with = fused_with,

@@ -9,6 +9,7 @@
 
 #include "common/placement.h"
 #include "common/types.h"
+#include "compression/wire_format.h"
 
 namespace psched {
 
@@ -17,7 +18,9 @@ struct TaskRecord {
   uint64_t task_id = 0;
   uint64_t start_index = 0;  // 0 for the first task this scheduler started, then 1, 2, ...
   Priority priority;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;                          // on the wire, in `format`
+  WireFormat format = WireFormat::none;        // of the gradient
+  WireFormat value_format = WireFormat::none;  // the fresh value came back in
   ShardId shard;
   ElementRange range;
   uint32_t fused_with = 0;  // other tasks sent in the same message
