@@ -32,6 +32,7 @@ GradientPusher::GradientPusher(Scheduler& scheduler, uint64_t partition_bytes)
 void GradientPusher::add_variable(VariableHandle handle, VariablePlan plan) {
   check_parts(plan);
   dispatch([this, handle, plan = std::move(plan)]() mutable {
+    residuals_.erase(handle);  // what error feedback held back belongs to the plan replaced
     variables_.insert_or_assign(handle, std::move(plan));
   });
 }

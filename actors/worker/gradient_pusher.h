@@ -56,8 +56,9 @@ class GradientPusher : public Actor {
   // on the scheduler's loop, so handing tasks over and taking completions back costs no hop.
   GradientPusher(Scheduler& scheduler, uint64_t partition_bytes);
 
-  // Registers (or replaces) the plan of `handle`. Checks on the caller's thread that the parts
-  // cover [0, plan.elements) contiguously (PSCHED_REQUIRE).
+  // Registers (or replaces, with nothing held back by error feedback) the plan of `handle`.
+  // Checks on the caller's thread that the parts cover [0, plan.elements) contiguously
+  // (PSCHED_REQUIRE).
   void add_variable(VariableHandle handle, VariablePlan plan);
   // Cuts and queues the push. `gradient` is the whole variable's gradient (elements *
   // element_bytes bytes, else done gets shape_mismatch); the caller keeps it alive until `done`

@@ -10,6 +10,7 @@
 
 #include "actors/runtime/test_loop.h"
 #include "common/error.h"
+#include "compression/codec.h"
 
 using namespace psched;
 
@@ -341,4 +342,34 @@ TEST_CASE("a push completes when the transport finishes partitions inside start"
   CHECK(f.transport.started.size() == 10);
   CHECK(result.calls == 1);
   CHECK_FALSE(result.error);
+}
+
+TEST_CASE("a replaced plan starts with nothing held back by error feedback") {
+  // topk of one element: step 1 sends the 4 and holds back 1, 2, 3 for later steps.
+  std::vector<float> value(4), first{1, 2, 3, 4}, zeros(4);
+  VariablePlan plan =
+      make_plan(DType::float32, 4, {{0, 0, 4}}, reinterpret_cast<std::byte*>(value.data()));
+  plan.compression = {.push = WireFormat::topk, .topk = {.count = 1}, .min_bytes = 0};
+  PusherFixture f(1 << 10);
+  f.pusher.add_variable(VariableHandle(0), plan);
+  f.drain();
+  // What the last started partition carries, decoded.
+  auto sent = [&] {
+    std::vector<float> out(4);
+    decode(WireFormat::topk, DType::float32, *f.transport.started.back().encoded,
+           std::as_writable_bytes(std::span(out)));
+    f.finish(f.transport.started.back().id);
+    return out;
+  };
+  f.push(VariableHandle(0), Step(1), std::as_bytes(std::span(first)));
+  CHECK(sent() == std::vector<float>{0, 0, 0, 4});
+  SUBCASE("kept, the held-back 3 goes next") {
+    f.push(VariableHandle(0), Step(2), std::as_bytes(std::span(zeros)));
+    CHECK(sent() == std::vector<float>{0, 0, 3, 0});
+  }
+  SUBCASE("replaced, nothing is owed") {
+    f.pusher.add_variable(VariableHandle(0), plan);
+    f.push(VariableHandle(0), Step(2), std::as_bytes(std::span(zeros)));
+    CHECK(sent() == std::vector<float>{0, 0, 0, 0});
+  }
 }
