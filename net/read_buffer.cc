@@ -27,6 +27,7 @@ class ReadBufferedStream final : public ForwardingStream {
   // Copies up to `max` buffered bytes into `out`; returns how many.
   size_t take(kj::byte* out, size_t max) {
     size_t n = std::min(max, end_ - begin_);
+    if (n == 0) return 0;  // `out` may be null then, which memcpy does not allow
     std::memcpy(out, buffer_.begin() + begin_, n);
     begin_ += n;
     return n;

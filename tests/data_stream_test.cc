@@ -142,7 +142,8 @@ struct DataStreamFixture {
     auto request = worker.session.pullRequest();
     request.setVariable(id.value);
     request.setCount(elements);
-    auto value = cluster.run(request.send()).getValue();
+    auto response = cluster.run(request.send());  // owns the bytes getValue() views
+    auto value = response.getValue();
     std::vector<float> out(elements);
     std::memcpy(out.data(), value.begin(), value.size());
     return out;
