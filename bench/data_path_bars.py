@@ -28,7 +28,7 @@ UNSCALED_GBIT = (4, 10)
 def transport_runs(quick):
     """(file stem, arguments) of the two transport runs of one round."""
     if quick:
-        common = ["--seconds", "0.05", "--workers", "2", "--port", "17495"]
+        common = ["--seconds", "0.05", "--workers", "2"]
         return [("transport", ["--sizes", "4KiB,256KiB"] + common),
                 ("transport-echo8", ["--sizes", "256KiB", "--echo-buffers", "8"] + common)]
     common = ["--seconds", "1", "--workers", "8"]
@@ -42,7 +42,7 @@ def scheduling_runs(quick):
     if quick:
         here = os.path.dirname(os.path.abspath(__file__))
         model = ["--model", os.path.join(here, "tiny_profile.json"), "--iters", "4",
-                 "--shaping", "inprocess", "--port", "17535"]
+                 "--shaping", "inprocess"]
     else:
         model = ["--model", "resnet50"]
     runs = [("eight-workers", model + ["--workers", "8", "--shards", "2", "--policy", "priority"])]

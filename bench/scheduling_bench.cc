@@ -15,6 +15,7 @@
 
 #include "bench/emulated_trainer.h"
 #include "bench/fluid_model.h"
+#include "bench/loopback_ports.h"
 #include "bench/measurement.h"
 #include "bench/netns_links.h"
 #include "bench/shaped_link.h"
@@ -55,7 +56,7 @@ struct Options {
   std::string trace;
   std::string http;  // serve worker 0's /metrics and /status here while a policy runs
   std::string mode = "sync";
-  uint16_t port = 17500;
+  uint16_t port = 0;  // 0: free ones (loopback_ports.h)
   std::string json;
   std::string shaping = "auto";
   bool rpc_calls = false;  // pushes and polls as RPC calls, not over the data stream
@@ -548,7 +549,8 @@ int main(int argc, char** argv) {
                  "time) on this host:port while each policy runs");
   app.add_option("--trace", o.trace, "write per-partition timelines here (Chrome trace JSON)");
   app.add_option("--mode", o.mode)->check(CLI::IsMember({"sync", "async"}));
-  app.add_option("--port", o.port, "first shard port (on 127.0.0.1, or in the shard namespace)");
+  app.add_option("--port", o.port,
+                 "first shard port (on 127.0.0.1, or in the shard namespace; default: free ones)");
   app.add_option("--json", o.json, "write the results here");
   app.add_option("--shaping", o.shaping,
                  "tbf: tc tbf on veth pairs between network namespaces (root; exits 77 where "
@@ -559,6 +561,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   psched::set_log_level(psched::LogLevel::warn);
   try {
+    if (o.port == 0) o.port = psched::bench::free_loopback_ports(o.shards);
     return psched::bench::run(o);
   } catch (const psched::bench::ShapingUnavailable& e) {
     std::fprintf(stderr, "psched-bench: %s\n", e.what());

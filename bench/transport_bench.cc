@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/loop_echo.h"
+#include "bench/loopback_ports.h"
 #include "bench/tcp_echo.h"
 #include "client/client.h"
 #include "common/error.h"
@@ -38,7 +39,7 @@ constexpr uint64_t kMaxMessageBytes = uint64_t(256) << 20;
 struct Options {
   std::vector<std::string> sizes{"4KiB", "64KiB", "1MiB", "4MiB"};
   double seconds = 1.0;
-  uint16_t port = 17490;
+  uint16_t port = 0;  // 0: free ones (loopback_ports.h)
   unsigned server_threads = 1;
   unsigned workers = 1;  // above 1: also N clients at once against N TCP streams
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
@@ -461,7 +462,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--seconds", o.seconds, "time budget per case and size")
       ->check(CLI::PositiveNumber);
-  app.add_option("--port", o.port, "the shard's loopback port");
+  app.add_option("--port", o.port, "the shard's loopback port (default: a free one)");
   app.add_option("--server-threads", o.server_threads, "event-loop threads serving the shard")
       ->check(CLI::Range(1u, 256u));
   app.add_option("--workers", o.workers,
@@ -486,6 +487,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   psched::bench::g_data_stream = !o.rpc_calls;
   try {
+    if (o.port == 0) o.port = psched::bench::free_loopback_ports(1);
     return psched::bench::run(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "psched-transport-bench: %s\n", e.what());
