@@ -25,8 +25,7 @@ start_server() {
 # not share them.
 local_yaml() {
   local ports
-  read -r -a ports < <(python3 -c 'import sys; sys.path.insert(0, sys.argv[1])
-from free_ports import free_ports; print(*free_ports(4))' "$1/tests")
+  read -r -a ports < <(python3 "$1/tests/free_ports.py" 4)
   sed -e "s/:7410$/:${ports[0]}/; s/:7411$/:${ports[1]}/; s/:8410$/:${ports[2]}/" \
       -e "s/:8411$/:${ports[3]}/" "$1/configs/local.yaml" > "$2"
 }

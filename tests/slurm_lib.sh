@@ -6,7 +6,8 @@
 # for sbatch, srun and scontrol); it returns once the node is idle. stop_slurm cancels what is
 # still queued and stops the three daemons; it is safe to call at any point.
 slurm_pids=()
-slurm_ports=(26817 26818)  # slurmctld, slurmd
+# slurmctld's and slurmd's ports, free ones (tests/free_ports.py).
+read -r -a slurm_ports < <(python3 "$(dirname "${BASH_SOURCE[0]}")/free_ports.py" 2)
 
 start_slurm() {
   local work=$1

@@ -29,7 +29,9 @@ start_slurm "$work"
 # The job: the shipped base file, a token beside it, two shards and two trainers on the node.
 cp "$source/deploy/slurm/psched.yaml" "$work/psched.yaml"
 (umask 077; head -c 32 /dev/urandom | base64 >"$work/psched.token")
-job=$(PSCHED_SHARDS=2 PSCHED_PORT=27410 PSCHED_BIN="$build/apps" PSCHED_START_TIMEOUT=20 \
+# Two shards count their ports up from PSCHED_PORT, their operator views from it + 1000.
+port=$(python3 "$source/tests/free_ports.py" --at 0,1,1000,1001)
+job=$(PSCHED_SHARDS=2 PSCHED_PORT=$port PSCHED_BIN="$build/apps" PSCHED_START_TIMEOUT=20 \
   sbatch --parsable --nodes=1 --ntasks=2 --chdir="$work" --output="$work/job.out" \
   "$source/deploy/slurm/psched.sbatch" "$work/psched.yaml" \
   "$build/apps/psched-example-trainer" --steps 100 --print-every 99)
