@@ -22,7 +22,8 @@ namespace {
 // log follows u8 | payload blob. The third has the same envelope; its payload's variables carry
 // their frozen variance's bookkeeping (ShardStore::Checkpoint::format).
 constexpr char kCheckpointMagicStem[7] = {'P', 'S', 'C', 'H', 'D', 'C', 'K'};
-constexpr char kCheckpointMagic[8] = {'P', 'S', 'C', 'H', 'D', 'C', 'K', '3'};
+constexpr char kCheckpointMagic[8] = {
+    'P', 'S', 'C', 'H', 'D', 'C', 'K', static_cast<char>('0' + ShardStore::kCheckpointFormat)};
 
 [[noreturn]] void fail_io(const char* what, const std::filesystem::path& file) {
   fail(ErrorCode::io_error, "{} {} failed: {}", what, file.string(), std::strerror(errno));

@@ -53,6 +53,9 @@ class ShardStore {
 
   // The format write_checkpoint writes; load_latest reads it and every earlier one.
   static constexpr uint32_t kCheckpointFormat = 3;
+  // The first format whose variables carry their frozen variance's bookkeeping (Variable's
+  // save format 2; earlier files hold its format 1).
+  static constexpr uint32_t kFrozenVarianceFormat = 3;
 
   struct Checkpoint {
     uint64_t generation = 0;

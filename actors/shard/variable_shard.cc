@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "actors/durability/shard_store.h"
 #include "common/error.h"
 
 namespace psched {
@@ -277,7 +278,8 @@ void VariableShard::save_variables(ByteWriter& out) const {
 }
 
 void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format) {
-  const uint32_t format = checkpoint_format < 3 ? 1 : Variable::kSaveFormat;
+  const uint32_t format =
+      checkpoint_format < ShardStore::kFrozenVarianceFormat ? 1 : Variable::kSaveFormat;
   uint64_t count = in.get<uint64_t>();
   for (uint64_t i = 0; i < count; ++i) {
     variables_.push_back(
