@@ -23,7 +23,6 @@ import json
 import os
 import pathlib
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import tempfile
 import threading
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from free_ports import free_ports  # noqa: E402
 EXAMPLE = ROOT / "python" / "examples" / "train_digits.py"
 PYTHON = "/usr/bin/python3"
 WORKERS = 2
@@ -43,12 +44,6 @@ FORMATS = {"none": "{push: none, pull: none}",
            "topk_warmup": "{push: topk, pull: bf16, topk_fraction: 0.01, min_bytes: 0, "
                           "warmup_steps: 110}",
            "onebit_warmup": "{push: onebit, pull: bf16, min_bytes: 0, warmup_steps: 110}"}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(args, config):
@@ -72,9 +67,10 @@ def start_server(args, config):
 def train(args, fmt, seed, workdir):
     """Worker 0's (loss, accuracy) per epoch under `fmt` from `seed`."""
     config = workdir / f"{fmt}-{seed}.yaml"
+    listen, http = free_ports(2)
     config.write_text(f"mode: sync\nworkers: {WORKERS}\n"
-                      f"shards:\n  - {{listen: 127.0.0.1:{free_port()}, "
-                      f"http: 127.0.0.1:{free_port()}}}\n"
+                      f"shards:\n  - {{listen: 127.0.0.1:{listen}, "
+                      f"http: 127.0.0.1:{http}}}\n"
                       f"compression: {FORMATS[fmt]}\n")
     server = start_server(args, config)
     try:

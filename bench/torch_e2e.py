@@ -45,7 +45,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,9 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import torch_e2e_links as links_lib  # noqa: E402
+from free_ports import free_ports  # noqa: E402
 from torch_e2e_report import plot, table  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -116,16 +117,6 @@ def round_rate(bits):
     """Two significant digits: a rate one can type again."""
     digits = len(str(int(bits))) - 2
     return round(bits / 10 ** digits) * 10 ** digits
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def process_cpu_seconds(pid):

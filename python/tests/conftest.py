@@ -7,12 +7,15 @@ PYTHONPATH=build/python /usr/bin/python3 -m pytest python/tests
 import faulthandler
 import os
 import pathlib
-import socket
+import sys
 import subprocess
 import threading
 
 import pytest
 import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests"))
+from free_ports import free_ports  # noqa: E402  (test_client.py imports it from here)
 
 SERVER = os.environ.get(
     "PSCHED_SERVER", str(pathlib.Path(__file__).parents[2] / "build/apps/psched-server"))
@@ -27,16 +30,6 @@ def watchdog():
     yield
     faulthandler.cancel_dump_traceback_later()
 
-
-def free_ports(count):
-    """Ports the kernel just handed out as free (another process could take one meanwhile)."""
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 class Server:
