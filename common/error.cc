@@ -21,6 +21,7 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, kErrorCodeCount> kN
     {ErrorCode::bad_config, "bad_config"},
     {ErrorCode::corrupt_checkpoint, "corrupt_checkpoint"},
     {ErrorCode::sync_timeout, "sync_timeout"},
+    {ErrorCode::not_a_member, "not_a_member"},
     {ErrorCode::overloaded, "overloaded"},
     {ErrorCode::disconnected, "disconnected"},
     {ErrorCode::unimplemented, "unimplemented"},

@@ -37,6 +37,7 @@ enum class ErrorCode {
   bad_config,           ///< a deployment config that cannot be used
   corrupt_checkpoint,   ///< a checkpoint or update log that fails its checksum or cannot be read
   sync_timeout,         ///< sync mode: a step's workers did not all push within the timeout
+  not_a_member,         ///< sync mode: a worker that left the job (or never joined) pushed
   overloaded,           ///< the server is out of capacity for now
   disconnected,         ///< the connection to a shard was lost
   unimplemented,        ///< the peer does not support the request

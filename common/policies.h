@@ -24,10 +24,16 @@ enum class SyncTimeoutAction {
             ///< it are acknowledged and dropped (counted)
 };
 
-// Sync mode's liveness: how long a step may wait for its last worker.
+// Sync mode's liveness: how long a step may wait for its last worker, and who its workers are
+// (actors/shard/membership.h).
 struct SyncConfig {
   double timeout_seconds = 0;  // from a step's first push on a variable part; 0: no timeout
   SyncTimeoutAction on_timeout = SyncTimeoutAction::fail;
+  // Steps apply only while this many workers are members; 0: all of the job's workers.
+  uint32_t min_workers = 0;
+  // A worker stops being a member this long after its last connection to a shard closed;
+  // 0: never (the job waits for it, up to timeout_seconds).
+  double lease_seconds = 0;
 };
 
 // How a worker carries its pushes and polls to a shard (`data_path:`): over a data stream

@@ -52,7 +52,8 @@ constexpr auto kValueFormats =
     format_choices<std::ranges::count_if(kWireFormats, carries_values)>(carries_values);
 constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
                                                              "update_log"};
-constexpr std::array<std::string_view, 2> kSyncKeys = {"timeout_seconds", "on_timeout"};
+constexpr std::array<std::string_view, 4> kSyncKeys = {"timeout_seconds", "on_timeout",
+                                                       "min_workers", "lease_seconds"};
 constexpr std::array<std::string_view, 1> kReconnectKeys = {"timeout_seconds"};
 constexpr std::array<std::string_view, 2> kAuthKeys = {"token", "token_file"};
 constexpr std::array<std::string_view, 4> kTlsKeys = {"cert_file", "key_file", "ca_file",
@@ -322,11 +323,17 @@ CheckpointConfig parse_checkpoint(const ConfigNode& node, const std::filesystem:
   return out;
 }
 
-SyncConfig parse_sync(const ConfigNode& node) {
+SyncConfig parse_sync(const ConfigNode& node, uint32_t workers) {
   ConfigMap map(node, kSyncKeys);
   SyncConfig out;
   if (auto f = map.find("timeout_seconds")) out.timeout_seconds = read_seconds(*f);
   if (auto f = map.find("on_timeout")) out.on_timeout = read_choice(*f, kTimeoutActions);
+  if (auto f = map.find("min_workers")) {
+    out.min_workers = static_cast<uint32_t>(read_integer(*f, 1, UINT32_MAX));
+    if (out.min_workers > workers)
+      f->fail(fmt::format("{} is more than the job's {} workers", out.min_workers, workers));
+  }
+  if (auto f = map.find("lease_seconds")) out.lease_seconds = read_seconds(*f);
   return out;
 }
 
@@ -372,7 +379,7 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.scheduler = parse_scheduler(top.find_or_null("scheduler"));
   config.limits = parse_limits(top.find_or_null("limits"));
   config.checkpoint = parse_checkpoint(top.find_or_null("checkpoint"), source.parent_path());
-  config.sync = parse_sync(top.find_or_null("sync"));
+  config.sync = parse_sync(top.find_or_null("sync"), config.workers);
   config.reconnect = parse_reconnect(top.find_or_null("reconnect"));
   if (auto f = top.find("data_path")) config.data_path = read_choice(*f, kDataPaths);
   config.compression = parse_compression(top.find_or_null("compression"));

@@ -151,15 +151,15 @@ kj::Promise<void> ShardHost::keep_checkpointing(kj::Timer& timer) {
       .then([this, &timer] { return keep_checkpointing(timer); });
 }
 
-kj::Promise<void> ShardHost::keep_enforcing_sync_timeout(kj::Timer& timer) {
-  double timeout = config_.sync.timeout_seconds;
-  if (config_.mode != Mode::sync || timeout <= 0) return kj::NEVER_DONE;
-  // A step is acted on at most a quarter of the timeout (or 100 ms) late.
-  auto period = static_cast<int64_t>(std::max(0.1, timeout / 4) * 1e3) * kj::MILLISECONDS;
+kj::Promise<void> ShardHost::keep_enforcing_deadlines(kj::Timer& timer) {
+  double timeout = config_.sync.timeout_seconds, lease = config_.sync.lease_seconds;
+  if (config_.mode != Mode::sync || (timeout <= 0 && lease <= 0)) return kj::NEVER_DONE;
+  // A deadline is acted on at most a quarter of it (or 100 ms) late.
+  double shortest = timeout <= 0 ? lease : lease <= 0 ? timeout : std::min(timeout, lease);
+  auto period = static_cast<int64_t>(std::max(0.1, shortest / 4) * 1e3) * kj::MILLISECONDS;
   return timer.afterDelay(period).then([this, &timer] {
-    for (auto& hosted : hosted_)
-      hosted->shard->enforce_sync_timeout(std::chrono::steady_clock::now());
-    return keep_enforcing_sync_timeout(timer);
+    for (auto& hosted : hosted_) hosted->shard->enforce_deadlines(std::chrono::steady_clock::now());
+    return keep_enforcing_deadlines(timer);
   });
 }
 

@@ -34,9 +34,10 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
   // next is tried at the next interval.
   kj::Promise<void> keep_checkpointing(kj::Timer& timer);
 
-  // Sync mode with sync.timeout_seconds: has the shards act on overdue steps until the
-  // promise is dropped (VariableShard::enforce_sync_timeout). Otherwise never resolves.
-  kj::Promise<void> keep_enforcing_sync_timeout(kj::Timer& timer);
+  // Sync mode with sync.timeout_seconds or sync.lease_seconds: has the shards act on overdue
+  // steps and ended leases until the promise is dropped (VariableShard::enforce_deadlines).
+  // Otherwise never resolves.
+  kj::Promise<void> keep_enforcing_deadlines(kj::Timer& timer);
 
   // Binds every hosted shard's listen address; resolves once all are bound, and accepts from
   // then on until the host goes. Rejects with psched::Error naming the address when one

@@ -54,7 +54,7 @@ void ShardThreads::start() {
     group->thread.call([&group = *group](kj::AsyncIoContext& io) {
       kj::Timer& timer = io.provider->getTimer();
       group.checkpointing = group.host->keep_checkpointing(timer).eagerlyEvaluate(nullptr);
-      group.liveness = group.host->keep_enforcing_sync_timeout(timer).eagerlyEvaluate(nullptr);
+      group.liveness = group.host->keep_enforcing_deadlines(timer).eagerlyEvaluate(nullptr);
       return group.host->listen(io.provider->getNetwork(), timer);
     });
   }

@@ -17,6 +17,8 @@ constexpr uint8_t kRegisterRecord = 'R';
 constexpr uint8_t kPushRecord = 'P';
 constexpr uint8_t kSparsePushRecord = 'S';  // a push of a sparse gradient (PushedGradient)
 constexpr uint8_t kTimeoutRecord = 'T';     // a sync step completed without its missing workers
+constexpr uint8_t kJoinRecord = 'J';        // a worker is a member from a step on
+constexpr uint8_t kLeaveRecord = 'L';       // a worker is no member any more
 
 }  // namespace
 
@@ -66,6 +68,23 @@ void ShardDurability::log_timeout(VariableId id, Step step) {
   append(record);
 }
 
+void ShardDurability::log_join(WorkerId worker, Step from) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kJoinRecord);
+  record.put(worker.value);
+  record.put(from.value);
+  append(record);
+}
+
+void ShardDurability::log_leave(WorkerId worker) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kLeaveRecord);
+  record.put(worker.value);
+  append(record);
+}
+
 void ShardDurability::replay(ByteReader& record) {
   uint8_t kind = record.get<uint8_t>();
   if (kind == kRegisterRecord) {
@@ -77,6 +96,12 @@ void ShardDurability::replay(ByteReader& record) {
     VariableId id(record.get<uint32_t>());
     return state_.replay_timeout(id, Step(record.get<uint64_t>()), record.what());
   }
+  if (kind == kJoinRecord) {
+    WorkerId worker(record.get<uint32_t>());
+    return state_.replay_join(worker, Step(record.get<uint64_t>()), record.what());
+  }
+  if (kind == kLeaveRecord)
+    return state_.replay_leave(WorkerId(record.get<uint32_t>()), record.what());
   if (kind != kPushRecord && kind != kSparsePushRecord)
     fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
   WorkerId worker(record.get<uint32_t>());

@@ -47,7 +47,7 @@ class ShardDurability {
   // a log replays, applied as when they were first accepted (and, while restoring, not logged).
   class State {
    public:
-    // Writes the count of variables, then each one.
+    // Writes the membership, the count of variables, then each variable.
     virtual void save_variables(ByteWriter& out) const = 0;
     // Reads what save_variables wrote into the shard, which holds no variables yet, as
     // checkpoint files of format `checkpoint_format` hold it (ShardStore::Checkpoint::format).
@@ -59,6 +59,9 @@ class ShardDurability {
                              PushedGradient gradient) = 0;
     // A sync step completed without its missing workers; `record` names the log record.
     virtual void replay_timeout(VariableId id, Step step, const std::string& record) = 0;
+    // A worker joined the job from step `from`, or left it (actors/shard/membership.h).
+    virtual void replay_join(WorkerId worker, Step from, const std::string& record) = 0;
+    virtual void replay_leave(WorkerId worker, const std::string& record) = 0;
 
    protected:
     ~State() = default;
@@ -75,6 +78,8 @@ class ShardDurability {
   void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                 std::span<const std::byte> data, PushedGradient gradient);
   void log_timeout(VariableId id, Step step);
+  void log_join(WorkerId worker, Step from);
+  void log_leave(WorkerId worker);
 
   // Loads the newest valid checkpoint into the state and replays the logs after it, then
   // writes a fresh checkpoint and starts a new log (VariableShard::restore says what throws),

@@ -44,6 +44,12 @@ struct RecordingState final : ShardDurability::State {
   void replay_timeout(VariableId id, Step step, const std::string&) override {
     calls.push_back(fmt::format("timeout v{} s{}", id.value, step));
   }
+  void replay_join(WorkerId worker, Step from, const std::string&) override {
+    calls.push_back(fmt::format("join w{} s{}", worker.value, from));
+  }
+  void replay_leave(WorkerId worker, const std::string&) override {
+    calls.push_back(fmt::format("leave w{}", worker.value));
+  }
 };
 
 // One process's life on a directory: a loop, a state and its durability.
@@ -76,7 +82,7 @@ const std::vector<std::byte> kFourBytes(4);
 
 TEST_CASE(
     "a restart hands back the checkpoint's state, then the logged updates in order, sparse "
-    "pushes as such") {
+    "pushes, joins and leaves as such") {
   testing::TempDir dir;
   {
     Life life(dir.path);
@@ -91,15 +97,17 @@ TEST_CASE(
     life.durability.log_push(WorkerId(1), VariableId(0), Step(2), {0, 1}, DType::float32,
                              kFourBytes, PushedGradient::sparse);
     life.durability.log_timeout(VariableId(0), Step(3));
+    life.durability.log_leave(WorkerId(2));
+    life.durability.log_join(WorkerId(2), Step(5));
   }
   Life again(dir.path);
   RestoreReport report = again.restore();
   CHECK(report.checkpoint.filename() == "shard-0.00000001.ckpt");
-  CHECK(report.replayed == 4);
+  CHECK(report.replayed == 6);
   CHECK(again.state.calls ==
-        std::vector<std::string>{"load 7 (format 3)", "register w [0, 1) 4 bytes",
-                                 "push w1 v0 s1 [0, 1) 4 bytes",
-                                 "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3"});
+        std::vector<std::string>{
+            "load 7 (format 4)", "register w [0, 1) 4 bytes", "push w1 v0 s1 [0, 1) 4 bytes",
+            "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3", "leave w2", "join w2 s5"});
 }
 
 TEST_CASE("updates logged after a checkpoint are all a restart replays") {
@@ -117,7 +125,7 @@ TEST_CASE("updates logged after a checkpoint are all a restart replays") {
   Life again(dir.path);
   CHECK(again.restore().replayed == 1);
   CHECK(again.state.calls ==
-        std::vector<std::string>{"load 8 (format 3)", "push w0 v0 s2 [0, 1) 4 bytes"});
+        std::vector<std::string>{"load 8 (format 4)", "push w0 v0 s2 [0, 1) 4 bytes"});
 }
 
 TEST_CASE("nothing is logged or checkpointed before restore") {

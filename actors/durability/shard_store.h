@@ -52,10 +52,13 @@ class ShardStore {
   ShardStore& operator=(const ShardStore&) = delete;
 
   // The format write_checkpoint writes; load_latest reads it and every earlier one.
-  static constexpr uint32_t kCheckpointFormat = 3;
+  static constexpr uint32_t kCheckpointFormat = 4;
   // The first format whose variables carry their frozen variance's bookkeeping (Variable's
   // save format 2; earlier files hold its format 1).
   static constexpr uint32_t kFrozenVarianceFormat = 3;
+  // The first format that holds the sync job's membership (actors/shard/membership.h; before
+  // it, every declared worker was a member from step 1).
+  static constexpr uint32_t kMembershipFormat = 4;
 
   struct Checkpoint {
     uint64_t generation = 0;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "actors/durability/state_codec.h"
 #include "common/check.h"
 #include "common/error.h"
@@ -24,14 +26,16 @@ AlignedBuffer filled(size_t elements, DType dtype, double value) {
 
 Variable::Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
                    Mode mode, uint32_t workers, ForkJoinPool* apply_pool,
-                   optim::ComputeDevice* device)
+                   optim::ComputeDevice* device, const Membership* membership)
     : spec_(std::move(spec)),
       part_(part),
       mode_(mode),
       workers_(workers),
       apply_pool_(apply_pool),
-      value_(part.size() * element_bytes(spec_.dtype)) {
+      value_(part.size() * element_bytes(spec_.dtype)),
+      membership_(membership) {
   PSCHED_REQUIRE(initial.size() == value_.size(), initial.size(), value_.size());
+  PSCHED_REQUIRE(!membership || membership->workers() == workers, workers);
   std::memcpy(value_.data(), initial.data(), initial.size());
   if (device != nullptr) device_ = device->allocate(spec_.optimizer, spec_.dtype, initial);
   for (int slot = 0; !device_ && slot < optim::state_slots(spec_.optimizer); ++slot)
@@ -83,8 +87,10 @@ bool Variable::is_duplicate(WorkerId worker, Step step, ElementRange range, DTyp
       fail(ErrorCode::invalid_argument,
            "push to variable '{}' rejected: worker {} is not below the job's {} workers",
            spec_.name, worker.value, workers_);
-    return is_duplicate_given(worker, step, range, dtype, data, sync_.completed,
-                              sync_.received[worker.value]);
+    bool duplicate = is_duplicate_given(worker, step, range, dtype, data, sync_.completed,
+                                        sync_.received[worker.value]);
+    if (!expects(worker, step)) check_expected(worker, step);
+    return duplicate;
   }
   static const WorkerProgress kFresh;
   auto it = progress_.find(worker);
@@ -120,6 +126,24 @@ std::vector<ElementRange> Variable::push_async(WorkerId worker, Step step, Eleme
   return {range};
 }
 
+bool Variable::expects(WorkerId worker, Step step) const {
+  return membership_ ? membership_->expects(worker, step) : worker.value < workers_;
+}
+
+void Variable::check_expected(WorkerId worker, Step step) const {
+  Step joined = membership_->joined_at(worker);
+  if (joined == Step() && step > sync_.completed)
+    fail(ErrorCode::not_a_member,
+         "push of step {} to variable '{}' rejected: worker {} is no member of the job (its "
+         "lease ended or it never joined); join again (the client does on start)",
+         step, spec_.name, worker.value);
+  fail(ErrorCode::stale_step,
+       "push of step {} to variable '{}' from worker {} dropped: the step {} without it ({})", step,
+       spec_.name, worker.value, step <= sync_.completed ? "closed" : "goes on",
+       joined == Step() ? fmt::format("worker {} left the job", worker.value)
+                        : fmt::format("worker {} joined at step {}", worker.value, joined));
+}
+
 std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, ElementRange range,
                                               std::span<const std::byte> data,
                                               PushedGradient gradient) {
@@ -127,11 +151,12 @@ std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, Elemen
   // and the last one's add, the mean and the apply go together (one worker: straight from
   // `data`, no sum at all). So the sum never needs zeroing between steps.
   std::vector<ElementRange> applied;
-  for (const CoveredPiece& piece : coverage(range, worker)) {
+  for (const CoveredPiece& piece : coverage(range, worker, step)) {
     const std::byte* grad =
         data.data() + (piece.range.begin - range.begin) * element_bytes(spec_.dtype);
-    if (piece.pushers + 1 == workers_) {
+    if (piece.complete) {
       bool sparse = gradient == PushedGradient::sparse || sync_.sparse.overlaps(piece.range);
+      note_contributors(step, piece.range, piece.pushers + 1, worker);
       apply_mean(piece.range, grad, piece.pushers, step.value, sparse);  // t = s
       applied.push_back(piece.range);
     } else {
@@ -141,16 +166,28 @@ std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, Elemen
   sync_.received[worker.value].add(range);
   if (gradient == PushedGradient::sparse) sync_.sparse.add(range);
   for (ElementRange r : applied) sync_.applied.add(r);
-  if (sync_.applied.size() == part_.size()) {
-    sync_.completed = step;
-    sync_.applied.clear();
-    sync_.sparse.clear();
-    for (IntervalSet& received : sync_.received) received.clear();
-  }
+  if (sync_.applied.size() == part_.size()) finish_step(step);
   return applied;
 }
 
-std::vector<Variable::CoveredPiece> Variable::coverage(ElementRange range, WorkerId except) const {
+void Variable::finish_step(Step step) {
+  sync_.completed = step;
+  sync_.applied.clear();
+  sync_.sparse.clear();
+  for (IntervalSet& received : sync_.received) received.clear();
+}
+
+void Variable::note_contributors(Step step, ElementRange range, uint32_t gradients,
+                                 WorkerId pusher) {
+  if (membership_ == nullptr || gradients == workers_) return;
+  ShortHanded record{.step = step, .range = range};
+  for (uint32_t w = 0; w < workers_; ++w)
+    if (w == pusher.value || sync_.received[w].contains(range)) record.workers.push_back(w);
+  short_handed_.push_back(std::move(record));
+}
+
+std::vector<Variable::CoveredPiece> Variable::coverage(ElementRange range, WorkerId except,
+                                                       Step step) const {
   std::vector<uint64_t> cuts{range.begin, range.end};
   for (uint32_t w = 0; w < sync_.received.size(); ++w) {
     if (w == except.value) continue;
@@ -163,9 +200,14 @@ std::vector<Variable::CoveredPiece> Variable::coverage(ElementRange range, Worke
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   std::vector<CoveredPiece> pieces;
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    CoveredPiece piece{.range = {cuts[i], cuts[i + 1]}};
-    for (uint32_t w = 0; w < sync_.received.size(); ++w)
-      if (w != except.value && sync_.received[w].contains(piece.range)) ++piece.pushers;
+    CoveredPiece piece{.range = {cuts[i], cuts[i + 1]}, .complete = quorum()};
+    for (uint32_t w = 0; w < sync_.received.size(); ++w) {
+      if (w == except.value) continue;
+      if (sync_.received[w].contains(piece.range))
+        ++piece.pushers;
+      else if (expects(WorkerId(w), step))
+        piece.complete = false;
+    }
     pieces.push_back(piece);
   }
   return pieces;
@@ -207,9 +249,23 @@ bool Variable::step_in_progress() const {
 
 std::vector<uint32_t> Variable::missing_workers() const {
   std::vector<uint32_t> out;
+  Step step = sync_.completed.next();
   for (uint32_t w = 0; w < sync_.received.size(); ++w)
-    if (sync_.received[w].size() != part_.size()) out.push_back(w);
+    if (expects(WorkerId(w), step) && sync_.received[w].size() != part_.size()) out.push_back(w);
   return out;
+}
+
+void Variable::apply_gathered(const CoveredPiece& piece, Step step) {
+  if (piece.pushers == 0) return;
+  note_contributors(step, piece.range, piece.pushers, kAllWorkers);
+  visit_dtype(spec_.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* sum = sync_.sum.as<T>().data() + (piece.range.begin - part_.begin);
+    const T scale = T(1) / static_cast<T>(piece.pushers);  // as apply_mean scales
+    for (uint64_t k = 0; k < piece.range.size(); ++k) sum[k] *= scale;
+    apply(piece.range, reinterpret_cast<const std::byte*>(sum), step.value,
+          sync_.sparse.overlaps(piece.range));
+  });
 }
 
 std::vector<ElementRange> Variable::complete_step_without_missing() {
@@ -217,23 +273,34 @@ std::vector<ElementRange> Variable::complete_step_without_missing() {
   open.add(part_);
   for (ElementRange r : sync_.applied.ranges()) open.subtract(r);
   Step step = sync_.completed.next();
-  for (ElementRange r : open.ranges()) {
-    for (const CoveredPiece& piece : coverage(r, kAllWorkers)) {
-      if (piece.pushers == 0) continue;
-      visit_dtype(spec_.dtype, [&](auto zero) {
-        using T = decltype(zero);
-        T* sum = sync_.sum.as<T>().data() + (piece.range.begin - part_.begin);
-        for (uint64_t k = 0; k < piece.range.size(); ++k) sum[k] /= static_cast<T>(piece.pushers);
-        apply(piece.range, reinterpret_cast<const std::byte*>(sum), step.value,
-              sync_.sparse.overlaps(piece.range));
-      });
-    }
-  }
-  sync_.completed = step;
-  sync_.applied.clear();
-  sync_.sparse.clear();
-  for (IntervalSet& received : sync_.received) received.clear();
+  for (ElementRange r : open.ranges())
+    for (const CoveredPiece& piece : coverage(r, kAllWorkers, step)) apply_gathered(piece, step);
+  finish_step(step);
   return open.ranges();
+}
+
+std::vector<AppliedRanges> Variable::settle() {
+  std::vector<AppliedRanges> out;
+  while (quorum()) {
+    Step step = sync_.completed.next();
+    IntervalSet open;
+    open.add(part_);
+    for (ElementRange r : sync_.applied.ranges()) open.subtract(r);
+    AppliedRanges applied{.step = step};
+    for (ElementRange r : open.ranges()) {
+      for (const CoveredPiece& piece : coverage(r, kAllWorkers, step)) {
+        if (!piece.complete) continue;
+        apply_gathered(piece, step);
+        applied.ranges.push_back(piece.range);
+      }
+    }
+    if (applied.ranges.empty()) break;
+    for (ElementRange r : applied.ranges) sync_.applied.add(r);
+    out.push_back(std::move(applied));
+    if (sync_.applied.size() != part_.size()) break;
+    finish_step(step);
+  }
+  return out;
 }
 
 uint64_t Variable::variance_frozen_after(uint64_t t, bool sparse) {
@@ -349,7 +416,8 @@ void Variable::save(ByteWriter& out) const {
 }
 
 Variable Variable::restore(ByteReader& in, uint32_t format, Mode mode, uint32_t workers,
-                           ForkJoinPool* apply_pool, optim::ComputeDevice* device) {
+                           ForkJoinPool* apply_pool, optim::ComputeDevice* device,
+                           const Membership* membership) {
   VariableSpec spec = decode_spec(in);
   ElementRange part = decode_range(in);
   if (part.end > spec.elements() || part.begin >= part.end)
@@ -359,7 +427,7 @@ Variable Variable::restore(ByteReader& in, uint32_t format, Mode mode, uint32_t 
   if (value.size() != part.size() * element_bytes(spec.dtype))
     fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has {} bytes of value where {} fit",
          in.what(), spec.name, value.size(), part.size() * element_bytes(spec.dtype));
-  Variable v(std::move(spec), part, value, mode, workers, apply_pool, device);
+  Variable v(std::move(spec), part, value, mode, workers, apply_pool, device, membership);
   int slots = optim::state_slots(v.spec_.optimizer);
   if (in.get<uint64_t>() != static_cast<uint64_t>(slots))
     fail(ErrorCode::corrupt_checkpoint, "{}: variable '{}' has the wrong number of optimizer slots",

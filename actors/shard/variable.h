@@ -5,9 +5,11 @@
 // Steps: a worker's updates to a variable are numbered 1, 2, ...; step 0 is the initial value.
 // async: each partition is applied on arrival; a worker's step s is complete when its pushes
 //   of step s covered the whole part. Its next push must be of step s+1.
-// sync: partitions of step s are summed per element; an element range is applied (mean of the
-//   `workers` gradients) as soon as every worker pushed it; step s is complete when the whole
-//   part is applied. Pushes of step s+1 are accepted only after that.
+// sync: partitions of step s are summed per element; an element range is applied (the mean of
+//   the gradients pushed into it) as soon as every worker step s waits for pushed it; step s is
+//   complete when the whole part is applied. Pushes of step s+1 are accepted only after that.
+//   The workers a step waits for are the shard's Membership's (actors/shard/membership.h);
+//   without one, all `workers`, always.
 //
 // Exactly once: a push of a range the worker already pushed for that step (a retry after a
 // lost connection) is a duplicate: acknowledged, never applied again. A push that overlaps a
@@ -26,8 +28,10 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "actors/shard/membership.h"
 #include "actors/shard/variable_spec.h"
 #include "common/aligned_buffer.h"
 #include "common/byte_codec.h"
@@ -40,6 +44,19 @@ namespace psched {
 
 // The worker id under which sync-mode progress (the aggregate of all workers) is tracked.
 inline constexpr WorkerId kAllWorkers{UINT32_MAX};
+
+// Ranges of one step whose update became applied.
+struct AppliedRanges {
+  Step step;
+  std::vector<ElementRange> ranges;
+};
+
+// A range of a sync step applied from fewer gradients than the job has workers: who gave them.
+struct ShortHanded {
+  Step step;
+  ElementRange range;
+  std::vector<uint32_t> workers;  // ascending
+};
 
 // What a push did.
 struct PushOutcome {
@@ -54,9 +71,11 @@ class Variable {
   // `device` (which outlives the variable) the optimizer state lives on that device and updates
   // run there; the value is kept both there and here, for reads. Throws psched::Error
   // (overloaded) when the device has no room.
+  // In sync mode `membership` (which outlives the variable; its workers() are `workers`) says
+  // which workers a step waits for; null: all of them.
   Variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial, Mode mode,
            uint32_t workers, ForkJoinPool* apply_pool = nullptr,
-           optim::ComputeDevice* device = nullptr);
+           optim::ComputeDevice* device = nullptr, const Membership* membership = nullptr);
 
   static constexpr uint64_t kParallelApplyElements = 1 << 18;
 
@@ -69,7 +88,8 @@ class Variable {
   // when it does not fit `mode` and `workers` or is malformed.
   static Variable restore(ByteReader& in, uint32_t format, Mode mode, uint32_t workers,
                           ForkJoinPool* apply_pool = nullptr,
-                          optim::ComputeDevice* device = nullptr);
+                          optim::ComputeDevice* device = nullptr,
+                          const Membership* membership = nullptr);
 
   const VariableSpec& spec() const { return spec_; }
   ElementRange part() const { return part_; }
@@ -105,6 +125,16 @@ class Variable {
   // pushed keeps its value and optimizer state. Returns the ranges polls may now be answered
   // for (all of the part that was not applied).
   std::vector<ElementRange> complete_step_without_missing();
+
+  // sync, after the membership changed: applies what the step in progress now has from every
+  // worker it waits for, and completes steps that wait for nobody unchanged, one after another.
+  // Returns what became applied, step by step.
+  std::vector<AppliedRanges> settle();
+  // sync: the ranges applied short-handed since the last call (only with a membership).
+  std::vector<ShortHanded> take_short_handed() { return std::exchange(short_handed_, {}); }
+  // sync: the step a push began or completed last (the step in progress, else the last
+  // complete one).
+  Step begun_step() const { return step_in_progress() ? sync_.completed.next() : sync_.completed; }
 
   // The owner a poll from `worker` waits on.
   WorkerId poll_owner(WorkerId worker) const { return mode_ == Mode::sync ? kAllWorkers : worker; }
@@ -152,11 +182,26 @@ class Variable {
   // A piece of a range that the same workers pushed all of in the step in progress.
   struct CoveredPiece {
     ElementRange range;
-    uint32_t pushers = 0;  // how many workers (but the one excluded) pushed it
+    uint32_t pushers = 0;   // how many workers (but the one excluded) pushed it
+    bool complete = false;  // every worker the step waits for (but the one excluded) pushed it
   };
   // `range` cut where a worker's received ranges begin or end, each piece with how many
-  // workers other than `except` pushed it (kAllWorkers: count them all).
-  std::vector<CoveredPiece> coverage(ElementRange range, WorkerId except) const;
+  // workers other than `except` pushed it (kAllWorkers: count them all) and whether it is
+  // complete for `step`, the step in progress.
+  std::vector<CoveredPiece> coverage(ElementRange range, WorkerId except, Step step) const;
+  // Whether step `step` waits for `worker`; whether steps may apply at all.
+  bool expects(WorkerId worker, Step step) const;
+  bool quorum() const { return membership_ == nullptr || membership_->quorum(); }
+  // Throws unless `worker` may push step `step` (sync): a worker the step does not wait for
+  // gets stale_step when it closed or goes on without it, not_a_member when it left the job.
+  void check_expected(WorkerId worker, Step step) const;
+  // Applies the mean of the sums gathered for `piece` (its pushers' gradients), when any.
+  void apply_gathered(const CoveredPiece& piece, Step step);
+  // Keeps who gave `range` of `step` when fewer than all workers did; `pusher` besides those
+  // in sync_.received (kAllWorkers: none).
+  void note_contributors(Step step, ElementRange range, uint32_t gradients, WorkerId pusher);
+  // Step `step` is complete: its bookkeeping starts afresh for the next one.
+  void finish_step(Step step);
   // Into sync_.sum: `grad` copied (the piece's first pusher) or added.
   void accumulate(ElementRange range, const std::byte* grad, bool first);
   // Applies the mean of sync_.sum (the sum of `others` pushers' gradients) and `grad`: the
@@ -187,6 +232,8 @@ class Variable {
   uint64_t last_whole_t_ = 0;  // the latest t applied from whole gradients (0: none yet)
   std::unordered_map<WorkerId, WorkerProgress> progress_;  // async
   SyncProgress sync_;
+  const Membership* membership_;           // sync; null: every worker, always
+  std::vector<ShortHanded> short_handed_;  // not yet taken
 };
 
 }  // namespace psched

@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+
+#include <fmt/format.h>
 
 #include "actors/durability/shard_store.h"
 #include "common/error.h"
+#include "common/log.h"
 
 namespace psched {
 namespace {
@@ -31,6 +35,9 @@ VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPo
       apply_pool_(apply_pool),
       device_(device),
       polls_(loop),
+      membership_(settings_.workers,
+                  settings_.sync.min_workers ? settings_.sync.min_workers : settings_.workers),
+      leases_(settings_.workers, settings_.sync.lease_seconds),
       durability_(loop, settings_, *this),
       sync_timeouts_(settings_, *this) {}
 
@@ -85,7 +92,7 @@ void VariableShard::do_register(VariableSpec& spec, ElementRange part,
   VariableId id(static_cast<uint32_t>(variables_.size()));
   std::string name = spec.name;
   variables_.emplace_back(std::move(spec), part, initial, settings_.mode, settings_.workers,
-                          apply_pool_, device_);
+                          apply_pool_, device_, members());
   by_name_.emplace(std::move(name), id);
   stats_.variables = variables_.size();
   reply(nullptr, id, true);
@@ -122,11 +129,140 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
   stats_.partitions_applied += applied.size();
   PollKey key{variable.poll_owner(worker), id, step};
   for (ElementRange r : applied) polls_.applied(key, r);
-  if (settings_.mode == Mode::sync) sync_timeouts_.pushed(id, variable, Clock::now());
+  if (settings_.mode != Mode::sync) return;
+  membership_.pushed(worker);
+  keep_short_handed(variable);
+  sync_timeouts_.pushed(id, variable, Clock::now());
 }
 
-void VariableShard::enforce_sync_timeout(Clock::time_point now) {
-  dispatch([this, now] { sync_timeouts_.enforce(now, variables_); });
+void VariableShard::enforce_deadlines(Clock::time_point now) {
+  dispatch([this, now] {
+    sync_timeouts_.enforce(now, variables_);
+    if (settings_.mode != Mode::sync) return;
+    for (WorkerId worker : leases_.ended(now)) {
+      if (!membership_.is_member(worker)) continue;
+      try {
+        leave(worker, fmt::format("no connection for {} s (sync.lease_seconds)",
+                                  settings_.sync.lease_seconds));
+      } catch (...) {
+        count_error(caught());
+        log_error(
+            "shard {}: worker {}'s lease ended but its leave could not be logged ({}); "
+            "it stays a member",
+            settings_.id.value, worker.value, caught().what());
+      }
+    }
+  });
+}
+
+void VariableShard::connected(WorkerId worker) {
+  dispatch([this, worker] {
+    if (worker.value < settings_.workers) leases_.connected(worker);
+  });
+}
+
+void VariableShard::disconnected(WorkerId worker) {
+  dispatch([this, worker] {
+    if (worker.value < settings_.workers) leases_.disconnected(worker, Clock::now());
+  });
+}
+
+void VariableShard::join(WorkerId worker, Step at_least, JoinReply reply) {
+  dispatch([this, worker, at_least, reply = std::move(reply)] {
+    Step from;
+    try {
+      from = do_join(worker, at_least);
+    } catch (...) {
+      Error refused = caught();
+      count_error(refused);
+      return reply(&refused, Step());
+    }
+    reply(nullptr, from);
+  });
+}
+
+Step VariableShard::do_join(WorkerId worker, Step at_least) {
+  if (worker.value >= settings_.workers)
+    fail(ErrorCode::invalid_argument,
+         "join rejected: worker id {} is not below the job's {} workers", worker.value,
+         settings_.workers);
+  if (settings_.mode != Mode::sync) {
+    std::optional<Step> from;
+    for (const Variable& v : variables_) {
+      Step next = v.applied_step(worker).next();
+      from = from ? std::min(*from, next) : next;
+    }
+    return from.value_or(Step(1));
+  }
+  at_least = std::max(at_least, Step(1));
+  Step from;
+  if (membership_.is_member(worker) && !membership_.has_pushed(worker))
+    from = std::max(membership_.joined_at(worker), at_least);
+  else
+    from = std::max(at_least, frontier().next());
+  if (from != membership_.joined_at(worker) || membership_.has_pushed(worker))
+    join_from(worker, from);
+  return from;
+}
+
+Step VariableShard::frontier() const {
+  Step newest;
+  for (const Variable& v : variables_) newest = std::max(newest, v.begun_step());
+  return newest;
+}
+
+void VariableShard::join_from(WorkerId worker, Step from) {
+  durability_.log_join(worker, from);
+  bool rejoined = membership_.has_pushed(worker);
+  membership_.join(worker, from);
+  ++stats_.joins;
+  log_info("shard {}: worker {} {} the job at step {} ({} of {} workers members)",
+           settings_.id.value, worker.value, rejoined ? "rejoins" : "joins", from,
+           membership_.members(), settings_.workers);
+  settle_all();
+}
+
+void VariableShard::leave(WorkerId worker, std::string_view why) {
+  durability_.log_leave(worker);
+  membership_.leave(worker);
+  ++stats_.leaves;
+  log_warn(
+      "shard {}: worker {} left the job at step {}: {}; {} of {} workers members{}",
+      settings_.id.value, worker.value, frontier(), why, membership_.members(), settings_.workers,
+      membership_.quorum()
+          ? ""
+          : fmt::format(", below sync.min_workers ({}): steps wait", membership_.min_workers()));
+  settle_all();
+}
+
+void VariableShard::settle_all() {
+  for (uint32_t i = 0; i < variables_.size(); ++i) {
+    Variable& variable = variables_[i];
+    for (const AppliedRanges& applied : variable.settle()) {
+      PollKey key{kAllWorkers, VariableId(i), applied.step};
+      stats_.partitions_applied += applied.ranges.size();
+      for (ElementRange r : applied.ranges) polls_.applied(key, r);
+    }
+    keep_short_handed(variable);
+    sync_timeouts_.pushed(VariableId(i), variable, Clock::now());
+  }
+}
+
+void VariableShard::keep_short_handed(Variable& variable) {
+  for (ShortHanded& record : variable.take_short_handed()) {
+    ++stats_.short_handed_ranges;
+    if (short_handed_.size() == kShortHandedKept) short_handed_.pop_front();
+    short_handed_.push_back(std::move(record));
+  }
+}
+
+void VariableShard::short_handed(size_t limit,
+                                 std::function<void(std::vector<ShortHanded>)> reply) {
+  dispatch([this, limit, reply = std::move(reply)] {
+    size_t n = std::min(limit, short_handed_.size());
+    reply(std::vector<ShortHanded>(short_handed_.end() - static_cast<ptrdiff_t>(n),
+                                   short_handed_.end()));
+  });
 }
 
 void VariableShard::fail_polls(VariableId id, Step step, const Error& error) {
@@ -198,6 +334,7 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
     s.sync_timeouts = sync_timeouts_.timeouts();
     s.pushes_late = sync_timeouts_.late_pushes();
     s.polls_waiting = polls_.waiting();
+    s.members = settings_.mode == Mode::sync ? membership_.members() : 0;
     s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
     reply(std::move(s));
   });
@@ -249,6 +386,7 @@ void VariableShard::restore(std::function<void(std::exception_ptr, RestoreReport
     }
     ++stats_.checkpoints_written;
     report.variables = variables_.size();
+    if (frontier() != Step()) leases_.start_all(Clock::now());  // a job under way resumes
     reply(nullptr, std::move(report));
   });
 }
@@ -273,6 +411,7 @@ void VariableShard::checkpoint(
 }
 
 void VariableShard::save_variables(ByteWriter& out) const {
+  membership_.save(out);
   out.put<uint64_t>(variables_.size());
   for (const Variable& v : variables_) v.save(out);
 }
@@ -280,10 +419,11 @@ void VariableShard::save_variables(ByteWriter& out) const {
 void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format) {
   const uint32_t format =
       checkpoint_format < ShardStore::kFrozenVarianceFormat ? 1 : Variable::kSaveFormat;
+  if (checkpoint_format >= ShardStore::kMembershipFormat) membership_.load(in);
   uint64_t count = in.get<uint64_t>();
   for (uint64_t i = 0; i < count; ++i) {
-    variables_.push_back(
-        Variable::restore(in, format, settings_.mode, settings_.workers, apply_pool_, device_));
+    variables_.push_back(Variable::restore(in, format, settings_.mode, settings_.workers,
+                                           apply_pool_, device_, members()));
     by_name_.emplace(variables_.back().spec().name, VariableId(static_cast<uint32_t>(i)));
   }
   stats_.variables = variables_.size();
@@ -305,6 +445,20 @@ void VariableShard::replay_timeout(VariableId id, Step step, const std::string& 
   if (step != variable.applied_step(kAllWorkers).next())
     fail(ErrorCode::corrupt_checkpoint, "{}: a timed-out step out of order", record);
   variable.complete_step_without_missing();
+}
+
+void VariableShard::replay_join(WorkerId worker, Step from, const std::string& record) {
+  if (settings_.mode != Mode::sync || worker.value >= settings_.workers || from == Step())
+    fail(ErrorCode::corrupt_checkpoint, "{}: a join of worker {} at step {} that cannot be", record,
+         worker.value, from);
+  join_from(worker, from);
+}
+
+void VariableShard::replay_leave(WorkerId worker, const std::string& record) {
+  if (settings_.mode != Mode::sync || worker.value >= settings_.workers)
+    fail(ErrorCode::corrupt_checkpoint, "{}: a leave of worker {} that cannot be", record,
+         worker.value);
+  leave(worker, "as logged");
 }
 
 }  // namespace psched

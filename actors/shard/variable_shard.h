@@ -3,7 +3,8 @@
 // large ones) and their optimizer state, applies received partitions, and answers polls
 // through its PollRegistry. Its checkpoints and update log are its ShardDurability's
 // (actors/durability/shard_durability.h); what a sync step that waits too long for a worker leads
-// to is its SyncTimeouts' (actors/shard/sync_timeouts.h).
+// to is its SyncTimeouts' (actors/shard/sync_timeouts.h); which workers a sync step waits for
+// is its Membership's (actors/shard/membership.h), kept by its Leases and by joins.
 //
 // The shard lives on one event loop (actors/runtime/actor.h), the one that also owns its listener
 // and connections: calls from that loop run at once and reply before they return, except polls,
@@ -25,6 +26,8 @@
 
 #include "actors/durability/shard_durability.h"
 #include "actors/runtime/actor.h"
+#include "actors/shard/leases.h"
+#include "actors/shard/membership.h"
 #include "actors/shard/poll_registry.h"
 #include "actors/shard/sync_timeouts.h"
 #include "actors/shard/variable.h"
@@ -59,6 +62,12 @@ struct ShardStats {
   uint64_t checkpoints_written = 0;
   uint64_t sync_timeouts = 0;  // sync steps that waited past sync.timeout_seconds
   uint64_t pushes_late = 0;    // pushes of a step completed without their worker (dropped)
+  // Sync membership (actors/shard/membership.h): members now, joins and leaves so far, and
+  // element ranges applied from fewer gradients than the job has workers.
+  uint64_t members = 0;
+  uint64_t joins = 0;
+  uint64_t leaves = 0;
+  uint64_t short_handed_ranges = 0;
   uint64_t polls_waiting = 0;
   // Payload bytes on the wire, pushes in and values out, as the variable's dtype carries them
   // (raw) and as they travelled (sent; smaller when compressed, compression/codec.h).
@@ -135,6 +144,20 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void withdraw_poll(PollTicket ticket);
   // Answers with the current value of `range` at once.
   void pull(VariableId variable, ElementRange range, ValueReply reply);
+
+  // A connection of `worker` opened or closed (its lease, actors/shard/leases.h).
+  void connected(WorkerId worker);
+  void disconnected(WorkerId worker);
+  // The step from which `worker`, a trainer process that starts, takes part. sync: at least
+  // `at_least`; a member that has not pushed yet keeps its step (a job's declared workers
+  // start at 1), any other (a restarted process of a member, or one whose lease ended) leaves
+  // and joins at a step no variable of the shard has begun, so that it is not awaited in
+  // steps under way. async: the first step any variable here has not completed for it
+  // (`at_least` unused). Refused for a worker id not below the job's workers.
+  using JoinReply = std::function<void(const Error* refused, Step from)>;
+  void join(WorkerId worker, Step at_least, JoinReply reply);
+  // Up to the newest `limit` ranges applied short-handed (ShortHanded), oldest first.
+  void short_handed(size_t limit, std::function<void(std::vector<ShortHanded>)> reply);
   void stats(std::function<void(ShardStats)> reply);
   // Answers with the first `limit` hosted variable parts, in registration order.
   void variables(size_t limit, std::function<void(std::vector<VariableStatus>)> reply);
@@ -147,9 +170,12 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void shut_down(std::function<void()> done);
 
   // Sync mode: acts on every step that has waited sync.timeout_seconds or more at `now` for
-  // its last worker, as sync.on_timeout says (actors/shard/sync_timeouts.h). psched-server calls it
-  // periodically; tests with a chosen `now`.
-  void enforce_sync_timeout(std::chrono::steady_clock::time_point now);
+  // its last worker, as sync.on_timeout says (actors/shard/sync_timeouts.h), and ends the
+  // membership of workers whose lease ended by `now`. psched-server calls it periodically;
+  // tests with a chosen `now`.
+  void enforce_deadlines(std::chrono::steady_clock::time_point now);
+
+  static constexpr size_t kShortHandedKept = 1 << 16;
 
   // Loads the newest valid checkpoint and replays the update logs after it, then writes a
   // fresh checkpoint and starts a new log. Call once, before serving, with a checkpoint
@@ -165,6 +191,10 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
  private:
   // The variable, or throws unknown_variable naming `what` ("push", "poll", ...).
   Variable& find(const char* what, VariableId id);
+  // What variables wait for in sync mode: the membership; null otherwise.
+  const Membership* members() const {
+    return settings_.mode == Mode::sync ? &membership_ : nullptr;
+  }
   void do_register(VariableSpec& spec, ElementRange part, std::span<const std::byte> initial,
                    const RegisterReply& reply);
   void do_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
@@ -173,6 +203,16 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void do_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
                ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
+  Step do_join(WorkerId worker, Step at_least);
+  // The newest step any variable here has begun (sync).
+  Step frontier() const;
+  // `worker` joins from `from` / leaves, logged first (throws when that fails, changing nothing).
+  void join_from(WorkerId worker, Step from);
+  void leave(WorkerId worker, std::string_view why);
+  // After the membership changed: applies what each variable's step now has and answers polls.
+  void settle_all();
+  // Keeps `variable`'s short-handed records for operators.
+  void keep_short_handed(Variable& variable);
   // Counts a failed request and keeps it among the recent errors. On the loop. Also what
   // sync_timeouts_ counts its timeouts with.
   void count_error(const Error& error) override;
@@ -187,6 +227,8 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                    std::span<const std::byte> data, PushedGradient gradient) override;
   void replay_timeout(VariableId id, Step step, const std::string& record) override;
+  void replay_join(WorkerId worker, Step from, const std::string& record) override;
+  void replay_leave(WorkerId worker, const std::string& record) override;
 
   ShardSettings settings_;
   ForkJoinPool* apply_pool_;
@@ -197,6 +239,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   std::unordered_map<std::string, VariableId> by_name_;
   ShardStats stats_;
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors
+  Membership membership_;                  // sync; its variables point to it
+  Leases leases_;
+  std::deque<ShortHanded> short_handed_;  // the newest kShortHandedKept
   ShardDurability durability_;
   SyncTimeouts sync_timeouts_;
 };

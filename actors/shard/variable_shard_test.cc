@@ -239,10 +239,10 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
                });
   f.drain();
   auto start = std::chrono::steady_clock::now();
-  f.shard.enforce_sync_timeout(start + std::chrono::seconds(5));  // not yet overdue
+  f.shard.enforce_deadlines(start + std::chrono::seconds(5));  // not yet overdue
   f.drain();
   CHECK_FALSE(answer);
-  f.shard.enforce_sync_timeout(start + std::chrono::seconds(11));
+  f.shard.enforce_deadlines(start + std::chrono::seconds(11));
   f.drain();
   REQUIRE(answer);
   CHECK(answer->code() == ErrorCode::sync_timeout);
@@ -266,7 +266,7 @@ TEST_CASE("a sync step past its timeout proceeds with the mean of the workers th
                  if (!e) answer = floats(v);
                });
   f.drain();
-  f.shard.enforce_sync_timeout(std::chrono::steady_clock::now() + std::chrono::seconds(11));
+  f.shard.enforce_deadlines(std::chrono::steady_clock::now() + std::chrono::seconds(11));
   f.drain();
   REQUIRE(answer);
   CHECK(*answer == std::vector<float>{-2, -2});

@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sync membership: which workers a step waits for (Membership, Variable), when a worker stops
+// being a member (Leases), and joins, leaves and restarts through the shard (VariableShard).
+#include "actors/shard/membership.h"
+
+#include <chrono>
+#include <optional>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "actors/durability/temp_dir.h"
+#include "actors/runtime/test_loop.h"
+#include "actors/shard/leases.h"
+#include "actors/shard/variable.h"
+#include "actors/shard/variable_shard.h"
+#include "common/error.h"
+
+using namespace psched;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+VariableSpec sgd_spec(uint64_t n) {
+  VariableSpec spec;
+  spec.name = "w";
+  spec.shape = {n};
+  spec.optimizer.kind = optim::OptimizerKind::sgd;
+  spec.optimizer.lr = 1.0;
+  return spec;
+}
+
+std::vector<float> value_of(const Variable& v) {
+  std::vector<float> out(v.part().size());
+  v.read(v.part(), reinterpret_cast<std::byte*>(out.data()));
+  return out;
+}
+
+std::vector<ElementRange> push(Variable& v, uint32_t worker, Step step, ElementRange range,
+                               std::vector<float> g) {
+  return v.push(WorkerId(worker), step, range, DType::float32, std::as_bytes(std::span(g))).applied;
+}
+
+ErrorCode code_of(auto&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  FAIL("no psched::Error thrown");
+  return ErrorCode::internal;
+}
+
+}  // namespace
+
+TEST_CASE("a step whose member left completes with the gradients that reached each element") {
+  Membership members(3, 2);
+  std::vector<float> init(4, 0.f);
+  Variable v(sgd_spec(4), {0, 4}, std::as_bytes(std::span(init)), Mode::sync, 3, nullptr, nullptr,
+             &members);
+  push(v, 0, Step(1), {0, 4}, {3, 3, 3, 3});
+  push(v, 2, Step(1), {0, 2}, {9, 9});  // worker 2 pushed half of step 1, then died
+  CHECK(v.settle().empty());            // still a member: the step waits for 1 and 2
+  members.leave(WorkerId(2));
+  CHECK(v.settle().empty());  // worker 1 has not pushed
+  CHECK(push(v, 1, Step(1), {0, 4}, {6, 6, 6, 6}) == std::vector<ElementRange>{{0, 2}, {2, 4}});
+  // [0, 2): the mean of three gradients, 2 included; [2, 4): of the two that reached it.
+  CHECK(value_of(v) == std::vector<float>{-6, -6, -4.5, -4.5});
+  CHECK(v.applied_step(kAllWorkers) == Step(1));
+  auto records = v.take_short_handed();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].step == Step(1));
+  CHECK(records[0].range == ElementRange{2, 4});
+  CHECK(records[0].workers == std::vector<uint32_t>{0, 1});
+  // Step 2 waits only for the members.
+  push(v, 0, Step(2), {0, 4}, {1, 1, 1, 1});
+  CHECK(push(v, 1, Step(2), {0, 4}, {1, 1, 1, 1}).size() == 1);
+  CHECK(v.applied_step(kAllWorkers) == Step(2));
+}
+
+TEST_CASE("a member leaving lets the step apply what the others already pushed") {
+  Membership members(3, 1);
+  std::vector<float> init(2, 0.f);
+  Variable v(sgd_spec(2), {0, 2}, std::as_bytes(std::span(init)), Mode::sync, 3, nullptr, nullptr,
+             &members);
+  push(v, 0, Step(1), {0, 2}, {2, 2});
+  push(v, 1, Step(1), {0, 2}, {4, 4});
+  members.leave(WorkerId(2));
+  auto applied = v.settle();
+  REQUIRE(applied.size() == 1);
+  CHECK(applied[0].step == Step(1));
+  CHECK(applied[0].ranges == std::vector<ElementRange>{{0, 2}});
+  CHECK(value_of(v) == std::vector<float>{-3, -3});
+  CHECK(v.applied_step(kAllWorkers) == Step(1));
+}
+
+TEST_CASE("below min_workers nothing applies until a worker joins again") {
+  Membership members(3, 2);
+  std::vector<float> init(2, 0.f);
+  Variable v(sgd_spec(2), {0, 2}, std::as_bytes(std::span(init)), Mode::sync, 3, nullptr, nullptr,
+             &members);
+  members.leave(WorkerId(1));
+  members.leave(WorkerId(2));
+  CHECK(push(v, 0, Step(1), {0, 2}, {2, 2}).empty());  // one member, two needed
+  CHECK(v.settle().empty());
+  members.join(WorkerId(2), Step(2));  // joins from the step after the one under way
+  auto applied = v.settle();
+  REQUIRE(applied.size() == 1);
+  CHECK(applied[0].step == Step(1));
+  CHECK(value_of(v) == std::vector<float>{-2, -2});
+  // Step 2 waits for the newcomer.
+  CHECK(push(v, 0, Step(2), {0, 2}, {2, 2}).empty());
+  CHECK(push(v, 2, Step(2), {0, 2}, {4, 4}).size() == 1);
+  CHECK(value_of(v) == std::vector<float>{-5, -5});
+}
+
+TEST_CASE("steps that wait for nobody complete unchanged up to a newcomer's first step") {
+  Membership members(2, 1);
+  std::vector<float> init(2, 1.f);
+  Variable v(sgd_spec(2), {0, 2}, std::as_bytes(std::span(init)), Mode::sync, 2, nullptr, nullptr,
+             &members);
+  members.leave(WorkerId(0));
+  members.leave(WorkerId(1));
+  members.join(WorkerId(1), Step(4));
+  auto applied = v.settle();
+  REQUIRE(applied.size() == 3);
+  CHECK(applied.back().step == Step(3));
+  CHECK(v.applied_step(kAllWorkers) == Step(3));
+  CHECK(value_of(v) == std::vector<float>{1, 1});
+  CHECK(v.take_short_handed().empty());  // nothing was applied short-handed: nothing was applied
+}
+
+TEST_CASE("a worker's pushes outside its membership are refused and change nothing") {
+  Membership members(2, 1);
+  std::vector<float> init(2, 0.f);
+  Variable v(sgd_spec(2), {0, 2}, std::as_bytes(std::span(init)), Mode::sync, 2, nullptr, nullptr,
+             &members);
+  push(v, 0, Step(1), {0, 2}, {2, 2});
+  push(v, 1, Step(1), {0, 2}, {2, 2});
+  members.leave(WorkerId(1));
+  CHECK(code_of([&] { push(v, 1, Step(2), {0, 2}, {1, 1}); }) == ErrorCode::not_a_member);
+  CHECK(code_of([&] { push(v, 1, Step(1), {0, 2}, {1, 1}); }) == ErrorCode::stale_step);
+  members.join(WorkerId(1), Step(3));
+  push(v, 0, Step(2), {0, 2}, {2, 2});  // step 2 does not wait for worker 1
+  CHECK(v.applied_step(kAllWorkers) == Step(2));
+  CHECK(code_of([&] { push(v, 1, Step(2), {0, 2}, {1, 1}); }) == ErrorCode::stale_step);
+  CHECK(value_of(v) == std::vector<float>{-4, -4});
+  CHECK(code_of([&] { push(v, 1, Step(4), {0, 2}, {1, 1}); }) == ErrorCode::step_from_future);
+}
+
+TEST_CASE("a membership saved and loaded keeps who is a member, from when, and who pushed") {
+  Membership members(3, 1);
+  members.leave(WorkerId(1));
+  members.join(WorkerId(2), Step(7));
+  members.pushed(WorkerId(0));
+  ByteWriter out;
+  members.save(out);
+  Membership loaded(3, 1);
+  ByteReader in(out.bytes(), "membership");
+  loaded.load(in);
+  CHECK(loaded.members() == 2);
+  CHECK(loaded.joined_at(WorkerId(0)) == Step(1));
+  CHECK(loaded.has_pushed(WorkerId(0)));
+  CHECK_FALSE(loaded.is_member(WorkerId(1)));
+  CHECK(loaded.joined_at(WorkerId(2)) == Step(7));
+  CHECK_FALSE(loaded.has_pushed(WorkerId(2)));
+  Membership other(4, 1);
+  ByteReader again(out.bytes(), "membership");
+  CHECK(code_of([&] { other.load(again); }) == ErrorCode::corrupt_checkpoint);
+}
+
+TEST_CASE("a lease ends lease_seconds after the worker's last connection closed") {
+  Leases leases(3, 3.0);
+  Clock::time_point t0{};
+  leases.connected(WorkerId(0));
+  leases.connected(WorkerId(0));  // RPC connection and data stream, say
+  leases.disconnected(WorkerId(0), t0);
+  CHECK(leases.ended(t0 + std::chrono::seconds(10)).empty());  // one still open
+  leases.disconnected(WorkerId(0), t0 + std::chrono::seconds(1));
+  CHECK(leases.ended(t0 + std::chrono::milliseconds(3900)).empty());
+  CHECK(leases.ended(t0 + std::chrono::seconds(4)) == std::vector<WorkerId>{WorkerId(0)});
+  CHECK(leases.ended(t0 + std::chrono::seconds(9)).empty());  // reported once
+  // A worker that reconnects within the lease keeps it.
+  leases.connected(WorkerId(1));
+  leases.disconnected(WorkerId(1), t0);
+  leases.connected(WorkerId(1));
+  CHECK(leases.ended(t0 + std::chrono::seconds(9)).empty());
+  // Worker 2 never connected: it holds its lease until a resumed job starts the lease of every
+  // worker without a connection (0's again, 2's).
+  leases.start_all(t0 + std::chrono::seconds(10));
+  CHECK(leases.ended(t0 + std::chrono::seconds(13)) ==
+        std::vector<WorkerId>{WorkerId(0), WorkerId(2)});
+}
+
+TEST_CASE("leases never end when lease_seconds is 0") {
+  Leases leases(1, 0);
+  leases.connected(WorkerId(0));
+  leases.disconnected(WorkerId(0), Clock::time_point{});
+  CHECK(leases.ended(Clock::time_point{} + std::chrono::hours(24)).empty());
+}
+
+namespace {
+
+// A sync shard of 3 workers (min_workers 2, lease 3 s) with one variable "w" of 2 elements
+// under SGD, lr 1; optionally persisting into `directory`.
+struct MemberShard {
+  testing::TestLoop io;
+  VariableShard shard;
+  VariableId id;
+
+  explicit MemberShard(const std::filesystem::path& directory = {})
+      : shard(io.actors, settings(directory)) {
+    if (!directory.empty()) restore();
+    VariableSpec spec = sgd_spec(2);
+    std::vector<float> init{0, 0};
+    shard.register_variable(spec, {0, 2}, std::as_bytes(std::span(init)),
+                            [&](const Error*, VariableId v, bool) { id = v; });
+    io.drain();
+  }
+  static ShardSettings settings(const std::filesystem::path& directory) {
+    ShardSettings s{ShardId(0), Mode::sync, 3, 4};
+    s.checkpoint_directory = directory;
+    s.sync.min_workers = 2;
+    s.sync.lease_seconds = 3;
+    return s;
+  }
+  void restore() {
+    std::exception_ptr error;
+    shard.restore([&](std::exception_ptr e, RestoreReport) { error = e; });
+    io.drain();
+    if (error) std::rethrow_exception(error);
+  }
+  std::optional<Error> push(uint32_t worker, Step step, std::vector<float> g) {
+    std::optional<Error> refused;
+    shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
+               PushedGradient::whole, [&](const Error* e) {
+                 if (e) refused = *e;
+               });
+    io.drain();
+    return refused;
+  }
+  Step join(uint32_t worker, Step at_least = Step(1)) {
+    std::optional<Step> from;
+    std::optional<Error> refused;
+    shard.join(WorkerId(worker), at_least, [&](const Error* e, Step s) {
+      if (e) refused = *e;
+      from = s;
+    });
+    io.drain();
+    if (refused) throw *refused;
+    return *from;
+  }
+  std::vector<float> value() {
+    std::vector<float> out;
+    shard.pull(id, {0, 2}, [&](const Error*, const FreshValue* v) {
+      out.resize(2);
+      v->read_into(reinterpret_cast<std::byte*>(out.data()));
+    });
+    io.drain();
+    return out;
+  }
+  ShardStats stats() {
+    ShardStats out;
+    shard.stats([&](ShardStats s) { out = s; });
+    io.drain();
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("declared workers that have not pushed start at step 1, however late they join") {
+  MemberShard f;
+  CHECK(f.join(0) == Step(1));
+  CHECK_FALSE(f.push(0, Step(1), {3, 3}));
+  CHECK_FALSE(f.push(1, Step(1), {3, 3}));
+  CHECK(f.join(2) == Step(1));  // the others wait for it at step 1
+  CHECK_FALSE(f.push(2, Step(1), {3, 3}));
+  CHECK(f.value() == std::vector<float>{-3, -3});
+  CHECK(f.stats().joins == 0);  // nothing changed
+}
+
+TEST_CASE("a worker whose lease ended leaves; the step goes on and polls are answered") {
+  MemberShard f;
+  for (uint32_t w = 0; w < 3; ++w) f.shard.connected(WorkerId(w));
+  for (uint32_t w = 0; w < 3; ++w) CHECK_FALSE(f.push(w, Step(1), {3, 3}));
+  CHECK_FALSE(f.push(0, Step(2), {2, 2}));
+  CHECK_FALSE(f.push(1, Step(2), {4, 4}));
+  std::optional<std::vector<float>> answer;
+  f.shard.poll(WorkerId(0), f.id, Step(2), {0, 2}, PollTicket(1),
+               [&](const Error* e, const FreshValue* v) {
+                 REQUIRE_FALSE(e);
+                 answer.emplace(2);
+                 v->read_into(reinterpret_cast<std::byte*>(answer->data()));
+               });
+  f.io.drain();
+  auto killed = Clock::now();
+  f.shard.disconnected(WorkerId(2));  // SIGKILL closes its connections
+  f.io.drain();
+  f.shard.enforce_deadlines(killed + std::chrono::seconds(1));
+  f.io.drain();
+  CHECK_FALSE(answer);
+  f.shard.enforce_deadlines(killed + std::chrono::seconds(4));
+  f.io.drain();
+  REQUIRE(answer);
+  CHECK(*answer == std::vector<float>{-6, -6});
+  ShardStats stats = f.stats();
+  CHECK(stats.members == 2);
+  CHECK(stats.leaves == 1);
+  CHECK(stats.short_handed_ranges == 1);
+  // Its pushes are refused from now on; a new process with its id joins at the next step.
+  CHECK(f.push(2, Step(3), {1, 1})->code() == ErrorCode::not_a_member);
+  CHECK(f.join(2) == Step(3));
+  CHECK(f.stats().joins == 1);
+}
+
+TEST_CASE("a restarted worker joins after the steps under way, which keep what it pushed") {
+  MemberShard f;
+  for (uint32_t w = 0; w < 3; ++w) CHECK_FALSE(f.push(w, Step(1), {3, 3}));
+  CHECK_FALSE(f.push(2, Step(2), {9, 9}));  // its last push before it died
+  CHECK_FALSE(f.push(0, Step(2), {3, 3}));
+  // The new process's join takes the old one's place: step 2 no longer waits for it.
+  CHECK(f.join(2) == Step(3));
+  CHECK_FALSE(f.push(1, Step(2), {6, 6}));
+  CHECK(f.value() == std::vector<float>{-9, -9});  // -3 - mean(9, 3, 6)
+  CHECK(f.push(2, Step(2), {1, 1})->code() == ErrorCode::stale_step);
+  CHECK_FALSE(f.push(0, Step(3), {1, 1}));
+  CHECK_FALSE(f.push(1, Step(3), {1, 1}));
+  CHECK(f.value() == std::vector<float>{-9, -9});  // step 3 waits for the newcomer
+  CHECK_FALSE(f.push(2, Step(3), {4, 4}));
+  CHECK(f.value() == std::vector<float>{-11, -11});
+}
+
+TEST_CASE("joins ask every shard and agree on the largest step") {
+  MemberShard f;
+  for (uint32_t w = 0; w < 3; ++w) CHECK_FALSE(f.push(w, Step(1), {1, 1}));
+  // Another shard answered step 5: asked again with it, this one moves the join there.
+  CHECK(f.join(2, Step(1)) == Step(2));
+  CHECK(f.join(2, Step(5)) == Step(5));
+  CHECK_FALSE(f.push(0, Step(2), {1, 1}));
+  CHECK_FALSE(f.push(1, Step(2), {1, 1}));
+  CHECK(f.value() == std::vector<float>{-2, -2});  // step 2 did not wait for worker 2
+}
+
+TEST_CASE("a join beyond the job's workers is refused") {
+  MemberShard f;
+  CHECK_THROWS_WITH_AS(f.join(3), doctest::Contains("not below the job's 3 workers"), Error);
+}
+
+TEST_CASE("membership survives a restart: who left, who joined, and from which step") {
+  testing::TempDir dir;
+  {
+    MemberShard f(dir.path);
+    for (uint32_t w = 0; w < 3; ++w) CHECK_FALSE(f.push(w, Step(1), {3, 3}));
+    CHECK_FALSE(f.push(0, Step(2), {3, 3}));
+    f.shard.connected(WorkerId(1));
+    f.shard.disconnected(WorkerId(1));
+    f.io.drain();
+    f.shard.enforce_deadlines(Clock::now() + std::chrono::seconds(4));  // worker 1 leaves
+    f.io.drain();
+    CHECK_FALSE(f.push(2, Step(2), {5, 5}));
+    CHECK(f.join(1) == Step(3));
+    CHECK(f.value() == std::vector<float>{-7, -7});
+  }
+  MemberShard g(dir.path);
+  CHECK(g.value() == std::vector<float>{-7, -7});
+  CHECK(g.stats().members == 3);
+  CHECK(g.join(1) == Step(3));  // still the member it was, nothing pushed: same step
+  CHECK(g.push(1, Step(2), {1, 1})->code() == ErrorCode::stale_step);
+  for (uint32_t w = 0; w < 3; ++w) CHECK_FALSE(g.push(w, Step(3), {1, 1}));
+  CHECK(g.value() == std::vector<float>{-8, -8});
+}
