@@ -64,6 +64,7 @@ struct Client::Impl {
   std::unique_ptr<ShardConnector> connector;
   std::unique_ptr<Worker> worker;
   ClusterLayout layout;
+  Step start_step{1};
 
   std::mutex pushes_mutex;
   // Guarded by pushes_mutex:
@@ -77,6 +78,8 @@ Client::Impl::Impl(ClientOptions options_in) : options(std::move(options_in)) {
   tune_malloc_for_large_messages();
   try {
     layout = thread.call([this](kj::AsyncIoContext& io) { return start(io); });
+    if (options.join)
+      start_step = thread.call([this](kj::AsyncIoContext&) { return worker->join(); });
   } catch (...) {
     stop();
     throw;
@@ -149,8 +152,13 @@ VariableHandle Client::register_variable(const VariableSpec& spec, std::span<std
   });
 }
 
-void Client::pull(VariableHandle handle) {
-  impl_->thread.call([this, handle](kj::AsyncIoContext&) { return impl_->worker->pull(handle); });
+Step Client::start_step() const {
+  return impl_->start_step;
+}
+
+void Client::pull(VariableHandle handle, Step after) {
+  impl_->thread.call(
+      [this, handle, after](kj::AsyncIoContext&) { return impl_->worker->pull(handle, after); });
 }
 
 void Client::push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {

@@ -3,7 +3,9 @@
 //
 //   psched::Client client(psched::ClientOptions::from_config(config, psched::WorkerId(rank)));
 //   auto w = client.register_variable({.name = "fc1/w", .shape = {784, 128}}, weights_bytes);
-//   for (uint64_t s = 1; ...; ++s) {
+//   uint64_t first = client.start_step().value;       // 1, or the step of a job under way
+//   client.pull(w, psched::Step(first - 1));          // the shards' values that step starts from
+//   for (uint64_t s = first; ...; ++s) {
 //     ... backward writes grad ...
 //     client.push(w, psched::Step(s), grad_bytes);  // returns at once; scheduled by priority
 //     client.wait(w, psched::Step(s));              // fresh weights are now in weights_bytes
@@ -56,6 +58,10 @@ struct ClientOptions {
   bool data_stream = true;
   // How variables' gradients and fresh values travel unless register_variable says otherwise.
   Compression compression;
+  // The client is a trainer process that starts: it asks the shards from which step it takes
+  // part (start_step(); a restarted worker rejoins a running job there). false: a client that
+  // only reads (an evaluator), which must not take a trainer's place in a sync job.
+  bool join = true;
 
   // Shards, token, TLS, scheduler, limits, data path and compression from a deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
@@ -81,6 +87,11 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   const ClusterLayout& layout() const;
+  // The first step this worker pushes: 1 in a fresh job; in a job under way (a restarted
+  // worker, or one that joins late), the step the shards agreed on. Its first pushes are of
+  // start_step(), from the values pull(handle, start_step() - 1) gives (docs/reliability.md).
+  // Step(1) when the options said not to join.
+  Step start_step() const;
 
   // Registers a variable. `value` is the trainer's parameter memory: its content is the
   // initial value (the first registration of a name wins; call pull() to adopt it) and fresh
@@ -97,8 +108,9 @@ class Client {
   void wait(VariableHandle handle, Step step);
   // Whether wait(handle, step) would return (or throw) at once; does not consume the push.
   bool ready(VariableHandle handle, Step step);
-  // Blocks; overwrites the variable's memory with the shards' current value.
-  void pull(VariableHandle handle);
+  // Blocks; overwrites the variable's memory with the shards' current value, with `after`
+  // once `after`'s update is applied (sync: the job's step; async: this worker's).
+  void pull(VariableHandle handle, Step after = Step());
   // The scheduler's figures (bytes in flight, tasks started, ...).
   SchedulerStats scheduler_stats();
   // Calls `reply` with the worker's figures, on the client's loop thread (do not block there).

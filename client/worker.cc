@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/worker.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
@@ -123,7 +124,20 @@ const VariablePlan& Worker::plan(VariableHandle handle) const {
   return plans_[handle.value];
 }
 
-kj::Promise<void> Worker::pull(VariableHandle handle) {
+kj::Promise<Step> Worker::join(Step at_least) {
+  kj::Vector<kj::Promise<Step>> answers;
+  for (auto& link : links_)
+    answers.add(on_link(*link, [&link = *link, at_least] { return link.join(at_least); }));
+  return kj::joinPromises(answers.releaseAsArray())
+      .then([this, at_least](kj::Array<Step> steps) -> kj::Promise<Step> {
+        auto [least, most] = std::minmax_element(steps.begin(), steps.end());
+        if (layout_.mode != Mode::sync) return *least;
+        if (*least == *most) return *most;
+        return join(*most);  // a shard moved on: ask them all again from there
+      });
+}
+
+kj::Promise<void> Worker::pull(VariableHandle handle, Step after) {
   const VariablePlan& p = plan(handle);
   size_t bytes = element_bytes(p.dtype);
   // In pieces of at most a partition, so any variable fits the message limit.
@@ -135,7 +149,7 @@ kj::Promise<void> Worker::pull(VariableHandle handle) {
       ShardLink& link = *links_[part.shard.value];
       answers.add(
           on_link(link, [&link, id = part.shard_variable, r, out = p.value + r.begin * bytes,
-                         n = r.size() * bytes] { return link.pull(id, r, out, n); }));
+                         n = r.size() * bytes, after] { return link.pull(id, r, out, n, after); }));
     }
   }
   return kj::joinPromises(answers.releaseAsArray());

@@ -43,8 +43,13 @@ class Worker {
   kj::Promise<VariableHandle> register_variable(VariableSpec spec, std::span<std::byte> value,
                                                 bool use_server_optimizer,
                                                 Compression compression = {});
-  // Overwrites the variable's memory with the shards' current value.
-  kj::Promise<void> pull(VariableHandle handle);
+  // Overwrites the variable's memory with the shards' current value; with `after`, once
+  // `after`'s update is applied (sync: the job's; async: this worker's).
+  kj::Promise<void> pull(VariableHandle handle, Step after = Step());
+  // This worker is a process that starts: resolves with the step from which it takes part,
+  // which every shard agreed on (sync: the largest any answered; async: the smallest).
+  // After connect().
+  kj::Promise<Step> join(Step at_least = Step(1));
   // Registrations, pulls and pushes whose connection is lost are sent again once the link
   // has reconnected (link/shard_link.h); they fail only when it gives up.
 

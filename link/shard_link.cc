@@ -286,8 +286,20 @@ bool ShardLink::fuses() {
 }
 
 kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::byte* out,
-                                  size_t out_bytes) {
+                                  size_t out_bytes, Step after) {
   if (session() == nullptr) return not_connected();
+  if (after != Step()) {
+    auto request = session()->pollRequest();
+    request.setVariable(variable.value);
+    request.setStep(after.value);
+    request.setOffset(range.begin);
+    request.setCount(range.size());
+    return request.send()
+        .then([out, out_bytes](capnp::Response<wire::Session::PollResults> r) {
+          copy_value(r.getValue(), out, out_bytes);
+        })
+        .attach(kj::addRef(*connection_));
+  }
   auto request = session()->pullRequest();
   request.setVariable(variable.value);
   request.setOffset(range.begin);
@@ -296,6 +308,15 @@ kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::
       .then([out, out_bytes](capnp::Response<wire::Session::PullResults> r) {
         copy_value(r.getValue(), out, out_bytes);
       })
+      .attach(kj::addRef(*connection_));
+}
+
+kj::Promise<Step> ShardLink::join(Step at_least) {
+  if (session() == nullptr) return not_connected();
+  auto request = session()->joinRequest();
+  request.setAtLeast(at_least.value);
+  return request.send()
+      .then([](capnp::Response<wire::Session::JoinResults> r) { return Step(r.getStep()); })
       .attach(kj::addRef(*connection_));
 }
 

@@ -86,8 +86,13 @@ class ShardLink {
   // while the call is built. Resolves with the shard's id for it.
   kj::Promise<VariableId> register_part(const VariableSpec& spec, bool use_server_optimizer,
                                         ElementRange part, std::span<const std::byte> initial);
-  // The current value of `range`, copied into `out`.
-  kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes);
+  // The current value of `range`, copied into `out`; with `after`, once `after`'s update of it
+  // is applied (a poll: the job's update in sync mode, this worker's in async mode).
+  kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes,
+                         Step after = Step());
+  // The step from which this worker, a process that starts, takes part, at least `at_least`
+  // (Session.join in net/psched.capnp).
+  kj::Promise<Step> join(Step at_least);
 
  private:
   struct Connection;

@@ -152,6 +152,14 @@ interface Session {
   # A key for opening this worker's data stream (below): a second connection to the shard that
   # carries push, poll and pushPoll as frames, without per-call RPC objects. The key opens one
   # stream; asking again replaces an unused one.
+
+  join @9 (atLeast :UInt64) -> (step :UInt64);
+  # This worker is a process that starts: the step from which it takes part. Sync mode: at
+  # least atLeast; a declared worker that has not pushed keeps its step (1 in a fresh job), any
+  # other (a restarted process, one whose lease ended) becomes a member from a step that no
+  # variable of this shard has begun. A worker asks every shard and, while their answers
+  # differ, asks again with the largest. Async mode: the first step some variable here has not
+  # completed for it (atLeast unused; a worker takes the smallest answer).
 }
 
 # The data stream. A worker opens it beside its RPC connection with a key from

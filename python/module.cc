@@ -200,6 +200,9 @@ void bind_client_options(py::module_& m) {
       .def_readwrite("shards", &ClientOptions::shards)
       .def_readwrite("token", &ClientOptions::token)
       .def_readwrite("max_message_bytes", &ClientOptions::max_message_bytes)
+      .def_readwrite("join", &ClientOptions::join,
+                     "ask the shards for start_step (a trainer); False for a client that only "
+                     "reads")
       .def_readwrite("compression", &ClientOptions::compression,
                      "every variable's default psched.Compression")
       .def_property(
@@ -250,7 +253,12 @@ void bind_client(py::module_& m) {
       .def("push", &PyClient::push, py::arg("variable"), py::arg("step"), py::arg("gradient"))
       .def("wait", &PyClient::wait, py::arg("variable"), py::arg("step"))
       .def("ready", &PyClient::ready, py::arg("variable"), py::arg("step"))
-      .def("pull", &PyClient::pull, py::arg("variable"))
+      .def("pull", &PyClient::pull, py::arg("variable"), py::arg("after") = 0)
+      .def_property_readonly("start_step", &PyClient::start_step,
+                             "The first step this worker pushes: 1 in a fresh job, the step the "
+                             "shards agreed on when it joins a job under way (a restarted "
+                             "worker); it starts from the values pull(variable, start_step - 1) "
+                             "gives")
       .def("variable", &PyClient::variable, py::arg("name"))
       .def_property_readonly("variables", &PyClient::variables)
       .def("chrome_trace", &PyClient::chrome_trace, py::arg("name"), py::arg("epoch"),

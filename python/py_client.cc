@@ -130,10 +130,14 @@ bool PyClient::ready(PyVariable& variable, uint64_t step) {
   return client().ready(variable.handle, Step(step));
 }
 
-void PyClient::pull(PyVariable& variable) {
+void PyClient::pull(PyVariable& variable, uint64_t after) {
   Client& c = client();
   py::gil_scoped_release unlocked;
-  c.pull(variable.handle);
+  c.pull(variable.handle, Step(after));
+}
+
+uint64_t PyClient::start_step() {
+  return client().start_step().value;
 }
 
 std::shared_ptr<PyVariable> PyClient::variable(const std::string& name) const {

@@ -61,7 +61,8 @@ class PyClient {
   // Whether wait(variable, step) would return at once.
   bool ready(PyVariable& variable, uint64_t step);
   // Overwrites the variable's memory with the shards' current value (GIL released).
-  void pull(PyVariable& variable);
+  void pull(PyVariable& variable, uint64_t after);
+  uint64_t start_step();
   // The variable registered under `name`; Error(unknown_variable) when there is none.
   std::shared_ptr<PyVariable> variable(const std::string& name) const;
   const std::vector<std::shared_ptr<PyVariable>>& variables() const { return variables_; }

@@ -176,10 +176,23 @@ SessionService::SessionService(ShardEndpoint& endpoint, WorkerId worker,
       window_(kj::mv(window)),
       plane_(std::make_shared<DataPlane>(endpoint, worker, static_cast<AnswerWriter&>(*this))) {
   window_->watch(plane_);
+  endpoint_.shard.connected(worker_);
 }
 
 SessionService::~SessionService() {
   if (!data_key_.empty()) endpoint_.data_keys.erase(data_key_);
+  endpoint_.shard.disconnected(worker_);
+}
+
+kj::Promise<void> SessionService::join(JoinContext context) {
+  auto paf = kj::newPromiseAndFulfiller<uint64_t>();
+  auto done = std::make_shared<kj::Own<kj::PromiseFulfiller<uint64_t>>>(kj::mv(paf.fulfiller));
+  endpoint_.shard.join(worker_, Step(context.getParams().getAtLeast()),
+                       [done](const Error* refused, Step from) {
+                         if (refused) return (*done)->reject(to_kj_exception(*refused));
+                         (*done)->fulfill(uint64_t{from.value});
+                       });
+  return paf.promise.then([context](uint64_t step) mutable { context.getResults().setStep(step); });
 }
 
 kj::Promise<void> SessionService::ask(Request request, Write write) {

@@ -67,6 +67,7 @@ class SessionService final : public wire::Session::Server, private AnswerWriter 
   kj::Promise<void> pushPoll(PushPollContext context) override;
   kj::Promise<void> pushPollFused(PushPollFusedContext context) override;
   kj::Promise<void> openDataStream(OpenDataStreamContext context) override;
+  kj::Promise<void> join(JoinContext context) override;
 
  private:
   // Puts an answer into a call's results (nothing for a receipt).

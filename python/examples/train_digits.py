@@ -51,18 +51,25 @@ def main():
     steps = len(y_train) // workers // args.batch  # equal in every worker (sync mode needs it)
     print(f"worker {rank}/{workers}: {len(y_mine)} training samples, {steps} steps per epoch, "
           f"{model.client.deployment.mode} mode", flush=True)
-    for epoch in range(1, args.epochs + 1):
+    # Step s of the job (1, 2, ...) is batch (s - 1) % steps of epoch (s - 1) // steps + 1. A
+    # worker restarted while the job runs joins at the job's step and skips what was done.
+    done = model.start_step - 1
+    if done:
+        print(f"worker {rank} joins the job at step {done + 1} (epoch {done // steps + 1})",
+              flush=True)
+    for epoch in range(done // steps + 1, args.epochs + 1):
         shuffle = torch.Generator().manual_seed(args.seed * 1000 + epoch)
         order = torch.randperm(len(y_mine), generator=shuffle)
+        first = done - (epoch - 1) * steps if epoch == done // steps + 1 else 0
         total = 0.0
-        for step in range(steps):
+        for step in range(first, steps):
             batch = order[step * args.batch:(step + 1) * args.batch]
             loss = F.cross_entropy(model(x_mine[batch]), y_mine[batch])
             loss.backward()  # pushes the gradients; the next forward waits for fresh values
             total += loss.item()
         with torch.no_grad():
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
-        print(f"worker {rank} epoch {epoch:2d}  loss {total / steps:.4f}  "
+        print(f"worker {rank} epoch {epoch:2d}  loss {total / (steps - first):.4f}  "
               f"test accuracy {accuracy:.3f}", flush=True)
     model.client.close()
 

@@ -72,9 +72,11 @@ class Client(_core.Client):
         """Whether wait(variable, step) would return at once (a non-blocking poll)."""
         return super().ready(self._variable(variable), step)
 
-    def pull(self, variable):
-        """Overwrites the variable's memory with the shards' current value."""
-        super().pull(self._variable(variable))
+    def pull(self, variable, after=0):
+        """Overwrites the variable's memory with the shards' current value; with `after`,
+        once step `after`'s update is applied (sync: the job's step; async: this worker's)."""
+        super().pull(self._variable(variable), after)
+
 
     def __enter__(self):
         return self
@@ -92,13 +94,14 @@ def worker_from_env(default=0):
 
 
 def connect(config=None, worker=None, *, shards=None, token="", policy=None,
-            partition_bytes=None, credit_bytes=None):
+            partition_bytes=None, credit_bytes=None, join=True):
     """Connects to a deployment.
 
     config: a deployment YAML file (default: $PSCHED_CONFIG); or give `shards` ("host:port"
     list) and `token` instead. worker: this worker's id (default: $RANK as torchrun sets it,
     else 0); with a config, $WORLD_SIZE (when set) must equal its `workers`. policy,
-    partition_bytes, credit_bytes override the scheduler settings.
+    partition_bytes, credit_bytes override the scheduler settings. join: this is a trainer
+    that takes part from Client.start_step; False for a client that only reads.
     """
     worker = worker_from_env() if worker is None else worker
     config = config if config is not None or shards else os.environ.get("PSCHED_CONFIG")
@@ -118,6 +121,7 @@ def connect(config=None, worker=None, *, shards=None, token="", policy=None,
     else:
         raise Error("connect() needs a deployment file (or $PSCHED_CONFIG) or a list of shards",
                     "bad_config")
+    options.join = join
     for key, value in (("policy", policy), ("partition_bytes", partition_bytes),
                        ("credit_bytes", credit_bytes)):
         if value is not None:

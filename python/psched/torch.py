@@ -146,7 +146,10 @@ class DistributedModel(torch.nn.Module):
     (default: the deployment's compression: section). The parameters are registered under
     their named_parameters() names during the first forward; the first registration of a name
     wins and every worker adopts the shards' value before the module uses it, so all workers
-    start from the same parameters.
+    start from the same parameters. start_step: the first step this process pushes, 1 in a
+    fresh job; a worker that joins a job under way (a restarted one, under torchrun say)
+    starts there, from the values the job had after the step before (psched.Client.start_step),
+    and the training loop skips the steps done (python/examples/train_digits.py).
     """
 
     def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,
@@ -169,9 +172,12 @@ class DistributedModel(torch.nn.Module):
                                    "contiguous float32 or float64 CPU tensors")
             self._parameters_by_id[id(parameter)] = _Parameter(name, parameter)
         self.client = client if client is not None else psched.connect(config, worker)
+        # A worker that joins a job under way (a restarted one) pushes from the job's step on.
+        self.start_step = self.client.start_step
         trace = trace if trace is not None else os.environ.get("PSCHED_TRACE")
         self._trace = _Trace(trace, self.client.worker) if trace else None
         for entry in self._parameters_by_id.values():
+            entry.pushed = self.start_step - 1
             entry.parameter.register_hook(functools.partial(self._push, entry))
         self._waits = {}  # module -> the entries it registered, which it waits for
         self._observers = [hook for m in module.modules() for hook in (
@@ -213,7 +219,7 @@ class DistributedModel(torch.nn.Module):
             entry.variable = self.client.register(entry.name, entry.memory,
                                                   optimizer=self._optimizer,
                                                   compression=self._compression)
-            self.client.pull(entry.variable)
+            self.client.pull(entry.variable, after=self.start_step - 1)
             self._waits.setdefault(module, []).append(entry)
 
     def _push(self, entry, grad):
