@@ -47,6 +47,15 @@ HttpRoutes ShardMonitor::routes() {
                }});
     });
   };
+  routes["/membership"] = [this](const HttpRequest&, HttpRespond respond) {
+    // The reply may run after the monitor is gone: it captures nothing of it.
+    shard_.short_handed(
+        VariableShard::kShortHandedKept, [respond](std::vector<ShortHanded> records) {
+          respond({200, "application/json", {}, [r = std::move(records)] {
+                     return nlohmann::json{{"short_handed", short_handed_json(r)}}.dump();
+                   }});
+        });
+  };
   routes["/"] = [](const HttpRequest&, HttpRespond respond) {
     respond({200, "text/html; charset=utf-8", std::string(kDashboardHtml)});
   };

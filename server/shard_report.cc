@@ -85,6 +85,30 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   out.single("psched_shard_late_pushes_total", MetricType::counter,
              "Pushes of a sync step applied without their worker: acknowledged, dropped.", shard,
              double(s.pushes_late));
+  out.single("psched_shard_members", MetricType::gauge,
+             "Sync mode: workers that are members of the job now (steps wait for them).", shard,
+             double(s.members));
+  out.single("psched_shard_joins_total", MetricType::counter,
+             "Sync mode: workers that joined or rejoined the job.", shard, double(s.joins));
+  out.single("psched_shard_leaves_total", MetricType::counter,
+             "Sync mode: workers that left the job (their lease ended).", shard, double(s.leaves));
+  out.single("psched_shard_short_handed_ranges_total", MetricType::counter,
+             "Sync mode: element ranges of a step applied from fewer gradients than the job has "
+             "workers.",
+             shard, double(s.short_handed_ranges));
+  if (!s.workers.empty()) {
+    Step newest;
+    for (const MemberStatus& m : s.workers) newest = std::max(newest, m.pushed);
+    out.family("psched_shard_worker_lag_steps", MetricType::gauge,
+               "Sync mode: steps between the newest step any worker pushed here and each "
+               "member's newest.");
+    for (const MemberStatus& m : s.workers) {
+      if (!m.member) continue;
+      MetricLabels labels = shard;
+      labels.emplace_back("worker", std::to_string(m.worker));
+      out.sample("psched_shard_worker_lag_steps", labels, double(newest.value - m.pushed.value));
+    }
+  }
   out.family("psched_shard_apply_seconds", MetricType::histogram,
              "Time to validate and apply (sync: sum) one accepted push.");
   out.histogram("psched_shard_apply_seconds", shard, s.apply_seconds);
@@ -108,6 +132,23 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   out.single("psched_process_uptime_seconds", MetricType::gauge,
              "Seconds since the server process started.", {}, snapshot.uptime_seconds);
   return out.text();
+}
+
+// Sync mode's members, joins and leaves; null in async mode.
+json membership_json(const ShardStats& s) {
+  if (s.workers.empty()) return nullptr;
+  json workers = json::array();
+  for (const MemberStatus& m : s.workers)
+    workers.push_back({{"worker", m.worker},
+                       {"member", m.member},
+                       {"joined_at", m.joined_at.value},
+                       {"connections", m.connections},
+                       {"pushed_step", m.pushed.value}});
+  return {{"members", s.members},
+          {"joins", s.joins},
+          {"leaves", s.leaves},
+          {"short_handed_ranges", s.short_handed_ranges},
+          {"workers", workers}};
 }
 
 json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& config) {
@@ -137,7 +178,19 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
           {"poll_wait_seconds", histogram_json(s.poll_wait_seconds)},
           {"errors", errors_json(s)},
           {"recent_errors", recent_errors_json(s)},
+          {"membership", membership_json(s)},
           {"variable_steps", variables}};
+}
+
+json short_handed_json(const std::vector<ShortHanded>& records) {
+  json out = json::array();
+  for (const ShortHanded& r : records)
+    out.push_back({{"variable", r.variable},
+                   {"step", r.step.value},
+                   {"begin", r.range.begin},
+                   {"end", r.range.end},
+                   {"workers", r.workers}});
+  return out;
 }
 
 }  // namespace psched

@@ -28,6 +28,9 @@ inline constexpr size_t kStatusVariables = 1000;
 // The Prometheus text exposition of `snapshot` (every sample labelled shard="<id>").
 std::string shard_metrics_text(const ShardSnapshot& snapshot);
 
+// The /membership document: sync steps' ranges applied short-handed, who gave each.
+nlohmann::json short_handed_json(const std::vector<ShortHanded>& records);
+
 // The /status document: the snapshot's figures, the deployment's summary and the variables.
 nlohmann::json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& config);
 

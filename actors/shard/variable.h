@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -53,6 +54,7 @@ struct AppliedRanges {
 
 // A range of a sync step applied from fewer gradients than the job has workers: who gave them.
 struct ShortHanded {
+  std::string variable;  // its name (the shard fills it in)
   Step step;
   ElementRange range;
   std::vector<uint32_t> workers;  // ascending

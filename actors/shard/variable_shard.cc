@@ -38,6 +38,7 @@ VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPo
       membership_(settings_.workers,
                   settings_.sync.min_workers ? settings_.sync.min_workers : settings_.workers),
       leases_(settings_.workers, settings_.sync.lease_seconds),
+      pushed_(settings_.workers),
       durability_(loop, settings_, *this),
       sync_timeouts_(settings_, *this) {}
 
@@ -131,6 +132,7 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
   for (ElementRange r : applied) polls_.applied(key, r);
   if (settings_.mode != Mode::sync) return;
   membership_.pushed(worker);
+  pushed_[worker.value] = std::max(pushed_[worker.value], step);
   keep_short_handed(variable);
   sync_timeouts_.pushed(id, variable, Clock::now());
 }
@@ -251,6 +253,7 @@ void VariableShard::settle_all() {
 void VariableShard::keep_short_handed(Variable& variable) {
   for (ShortHanded& record : variable.take_short_handed()) {
     ++stats_.short_handed_ranges;
+    record.variable = variable.spec().name;
     if (short_handed_.size() == kShortHandedKept) short_handed_.pop_front();
     short_handed_.push_back(std::move(record));
   }
@@ -334,7 +337,15 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
     s.sync_timeouts = sync_timeouts_.timeouts();
     s.pushes_late = sync_timeouts_.late_pushes();
     s.polls_waiting = polls_.waiting();
-    s.members = settings_.mode == Mode::sync ? membership_.members() : 0;
+    if (settings_.mode == Mode::sync) {
+      s.members = membership_.members();
+      for (uint32_t w = 0; w < settings_.workers; ++w)
+        s.workers.push_back({.worker = w,
+                             .member = membership_.is_member(WorkerId(w)),
+                             .joined_at = membership_.joined_at(WorkerId(w)),
+                             .connections = leases_.connections(WorkerId(w)),
+                             .pushed = pushed_[w]});
+    }
     s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
     reply(std::move(s));
   });

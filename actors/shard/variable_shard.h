@@ -45,6 +45,15 @@ struct RecentError {
   std::string message;
 };
 
+// A worker as a sync shard sees it (VariableShard::stats).
+struct MemberStatus {
+  uint32_t worker = 0;
+  bool member = false;
+  Step joined_at;  // the first step it takes part in (Step(): no member)
+  uint32_t connections = 0;
+  Step pushed;  // the newest step it pushed here (any variable)
+};
+
 // Counters a shard keeps; read with VariableShard::stats. A copy: reading never touches the
 // live counters, which only the shard's loop updates.
 struct WireBytes {
@@ -68,6 +77,7 @@ struct ShardStats {
   uint64_t joins = 0;
   uint64_t leaves = 0;
   uint64_t short_handed_ranges = 0;
+  std::vector<MemberStatus> workers;  // sync: every worker of the job, by id
   uint64_t polls_waiting = 0;
   // Payload bytes on the wire, pushes in and values out, as the variable's dtype carries them
   // (raw) and as they travelled (sent; smaller when compressed, compression/codec.h).
@@ -242,6 +252,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   Membership membership_;                  // sync; its variables point to it
   Leases leases_;
   std::deque<ShortHanded> short_handed_;  // the newest kShortHandedKept
+  std::vector<Step> pushed_;              // by worker: the newest step it pushed here
   ShardDurability durability_;
   SyncTimeouts sync_timeouts_;
 };

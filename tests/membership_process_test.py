@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Sync membership against real processes on loopback (docs/reliability.md):
+
+  members   psched-server (2 shards), 4 psched-member-client workers, sync, min_workers 2,
+            lease_seconds 2: worker 3 is killed (SIGKILL) mid-run; the other three go on once
+            its lease ends; a new process with id 3 rejoins at the step the shards give it and
+            trains to the end. The shards' values then equal, bit for bit, a sequential replay
+            of the recorded membership of every step (/membership: who gave each range of each
+            step applied short-handed; every other range had all four).
+  restart   the same, and psched-server is killed and restarted on its checkpoint directory
+            after worker 3 left and before it rejoins.
+  digits    python/examples/train_digits.py, 3 workers, 40 epochs: worker 2 is killed after its
+            second epoch, the other two go on, a new RANK=2 process joins at the job's step and
+            prints only the epochs that remain; all three end with the same test accuracy.
+
+Usage: membership_process_test.py members|restart|digits BUILD_DIR SOURCE_DIR
+Needs numpy (the replay); digits also torch and scikit-learn (the trainers).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from free_ports import free_ports
+
+try:
+    import numpy as np
+except ImportError:
+    print("membership_process_test: skipped: numpy is missing (scripts/setup installs it)")
+    sys.exit(77)
+
+LISTEN, HTTP = free_ports(2), free_ports(2)
+ELEMENTS = (40000, 12000, 900)  # tests/member_client.cc's variables
+STEPS = 400
+
+
+def fail(message):
+    raise AssertionError(message)
+
+
+def check(condition, message):
+    if not condition:
+        fail(message)
+
+
+def wait_until(condition, what, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    fail(f"timed out waiting for {what}")
+
+
+class Job:
+    """A deployment in a temp dir: its server and its workers, each with a log."""
+
+    def __init__(self, build, name, workers, extra=""):
+        self.build = build
+        self.work = tempfile.mkdtemp(prefix=f"psched_{name}_")
+        text = (f"mode: sync\nworkers: {workers}\nsync: {{min_workers: 2, lease_seconds: 2}}\n"
+                "split_bytes: 64KiB\nscheduler: {partition_bytes: 16KiB}\n"
+                "reconnect: {timeout_seconds: 30}\nshards:\n")
+        for listen, http in zip(LISTEN, HTTP):
+            text += f"  - {{listen: 127.0.0.1:{listen}, http: 127.0.0.1:{http}}}\n"
+        self.config = os.path.join(self.work, "job.yaml")
+        with open(self.config, "w") as f:
+            f.write(text + extra)
+        self.server = None
+        self.server_log = os.path.join(self.work, "server.log")
+        self.workers = {}  # id -> its newest process
+
+    def start_server(self):
+        start = os.path.getsize(self.server_log) if os.path.exists(self.server_log) else 0
+        self.server = subprocess.Popen(
+            [os.path.join(self.build, "apps", "psched-server"), "--config", self.config],
+            stderr=open(self.server_log, "a"))
+        wait_until(lambda: self.server_text()[start:].count("listening on") == 2 or
+                   self.server.poll() is not None, "psched-server to listen", timeout=30)
+        check(self.server.poll() is None, "psched-server exited:\n" + self.server_text())
+
+    def server_text(self):
+        return open(self.server_log).read()
+
+    def log(self, name):
+        return os.path.join(self.work, name + ".log")
+
+    def start(self, worker, command, name, env=None):
+        self.workers[worker] = subprocess.Popen(
+            command, stdout=open(self.log(name), "w"), stderr=subprocess.STDOUT, env=env)
+
+    def text(self, name):
+        return open(self.log(name)).read()
+
+    def kill(self, worker):
+        self.workers[worker].send_signal(signal.SIGKILL)
+        self.workers[worker].wait()
+
+    def wait_all(self, names, timeout=300):
+        deadline = time.time() + timeout
+        for worker, process in self.workers.items():
+            try:
+                code = process.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                fail(f"worker {worker} did not finish:\n" + self.text(names[worker]))
+            check(code == 0, f"worker {worker} exited {code}:\n" + self.text(names[worker]))
+
+    def get(self, path, shard):
+        with urllib.request.urlopen(f"http://127.0.0.1:{HTTP[shard]}{path}", timeout=10) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        for process in list(self.workers.values()) + [self.server]:
+            if process and process.poll() is None:
+                process.kill()
+                process.wait()
+
+    def dump_logs(self):
+        print("--- server log\n" + self.server_text())
+        for name in sorted(os.listdir(self.work)):
+            if name.endswith(".log") and name != "server.log":
+                print(f"--- {name}\n" + open(os.path.join(self.work, name)).read())
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def last_step(text):
+    steps = re.findall(r"^step (\d+)$", text, re.M)
+    return int(steps[-1]) if steps else 0
+
+
+def replay(records, workers, steps):
+    """The variables after `steps` steps of SGD (lr 1) in float32, each range of each step
+    averaging the gradients (tests/member_client.cc's) of the workers `records` name for it,
+    else of all `workers`, in the shard's arithmetic: the exact integer sum times 1/k."""
+    short = {}  # (variable index, step) -> [(begin, end, workers)]
+    for r in records:
+        short.setdefault((int(r["variable"][1:]), r["step"]), []).append(
+            (r["begin"], r["end"], r["workers"]))
+    values = []
+    for v, n in enumerate(ELEMENTS):
+        i = np.arange(n, dtype=np.int64)
+        w = np.zeros(n, dtype=np.float32)
+        for s in range(1, steps + 1):
+            gave = np.ones((workers, n), dtype=bool)
+            for begin, end, who in short.get((v, s), []):
+                for g in range(workers):
+                    gave[g, begin:end] = g in who
+            grads = np.stack([((g * 7 + v * 11 + s * 31 + i * 3) % 9 - 4) for g in range(workers)])
+            total = (grads * gave).sum(axis=0).astype(np.float32)  # small integers: exact
+            scale = np.float32(1) / gave.sum(axis=0).astype(np.float32)
+            w = w - total * scale
+        values.append(w)
+    return np.concatenate(values)
+
+
+def member_command(job, worker, compute_ms):
+    return [os.path.join(job.build, "tests", "psched-member-client"), "--config", job.config,
+            "--worker", str(worker), "--steps", str(STEPS), "--compute-ms", str(compute_ms),
+            "--dump", os.path.join(job.work, f"values{worker}.bin")]
+
+
+def test_members(build, restart_server):
+    extra = "checkpoint: {directory: state, interval_seconds: 0}\n" if restart_server else ""
+    job = Job(build, "members", 4, extra)
+    names = {w: f"worker{w}" for w in range(4)}
+    try:
+        job.start_server()
+        for w in range(4):
+            job.start(w, member_command(job, w, 10), names[w])
+        wait_until(lambda: last_step(job.text("worker3")) >= 60, "worker 3 to reach step 60")
+        job.kill(3)
+        killed = time.time()
+        killed_at = last_step(job.text("worker3"))
+        others = lambda: min(last_step(job.text(f"worker{w}")) for w in range(3))
+        stalled_at = others()
+        wait_until(lambda: "worker 3 left the job" in job.server_text(), "worker 3's lease to end")
+        wait_until(lambda: others() >= stalled_at + 10, "the others to go on without worker 3")
+        went_on = time.time() - killed
+        if restart_server:
+            job.server.send_signal(signal.SIGKILL)
+            job.server.wait()
+            job.start_server()
+            check("restored" in job.server_text(), "the restarted server restored nothing")
+        names[3] = "worker3-rejoined"
+        job.start(3, member_command(job, 3, 10), names[3])
+        job.wait_all(names)
+        rejoined = job.text(names[3])
+        start = int(re.search(r"start step (\d+)", rejoined).group(1))
+        check(start > killed_at, f"the new worker 3 started at step {start}, before the old one "
+              f"was killed ({killed_at})")
+        records = job.get("/membership", 0)["short_handed"] + \
+            job.get("/membership", 1)["short_handed"]
+        check(records, "no step was recorded short-handed")
+        for shard in (0, 1):
+            membership = job.get("/status", shard)["membership"]
+            check(membership["members"] == 4 and membership["leaves"] >= 1 and
+                  membership["joins"] >= 1, f"shard {shard}'s membership: {membership}")
+        expected = replay(records, 4, STEPS).tobytes()
+        for w in range(4):
+            with open(os.path.join(job.work, f"values{w}.bin"), "rb") as f:
+                check(f.read() == expected, f"worker {w}'s values differ from the replay of the "
+                      "recorded membership")
+        print(f"{'restart' if restart_server else 'members'}: worker 3 killed at step "
+              f"{killed_at}; the others went on {went_on:.1f} s after the kill (lease 2 s); "
+              f"the new worker 3 started at step {start}; {len(records)} ranges applied "
+              "short-handed; final values equal the replay of the recorded membership")
+    except Exception:
+        job.dump_logs()
+        raise
+    finally:
+        job.cleanup()
+
+
+def epochs(text):
+    return [(int(e), float(a)) for e, a in
+            re.findall(r"epoch +(\d+) +loss \S+ +test accuracy (\S+)", text)]
+
+
+def test_digits(build, source):
+    job = Job(build, "digits", 3)
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PSCHED_CONFIG=job.config,
+               WORLD_SIZE="3")
+    example = os.path.join(source, "python", "examples", "train_digits.py")
+    command = ["/usr/bin/python3", example, "--epochs", "40", "--batch", "8"]
+    names = {w: f"worker{w}" for w in range(3)}
+    try:
+        job.start_server()
+        for w in range(3):
+            job.start(w, command, names[w], dict(env, RANK=str(w)))
+        wait_until(lambda: len(epochs(job.text("worker2"))) >= 2, "worker 2's second epoch")
+        job.kill(2)
+        killed = time.time()
+        before = min(len(epochs(job.text(f"worker{w}"))) for w in (0, 1))
+        wait_until(lambda: min(len(epochs(job.text(f"worker{w}"))) for w in (0, 1)) >= before + 2,
+                   "the other two to finish two more epochs")
+        went_on = time.time() - killed
+        names[2] = "worker2-rejoined"
+        job.start(2, command, names[2], dict(env, RANK="2"))
+        job.wait_all(names)
+        rejoined = job.text(names[2])
+        joined = re.search(r"joins the job at step (\d+) \(epoch (\d+)\)", rejoined)
+        check(joined, "the new worker 2 did not say where it joined:\n" + rejoined)
+        first = int(joined.group(2))
+        printed = [e for e, _ in epochs(rejoined)]
+        check(printed == list(range(first, 41)) and first > 2,
+              f"the new worker 2 printed epochs {printed}, joining at epoch {first}")
+        finals = [epochs(job.text(names[w]))[-1] for w in range(3)]
+        check(all(e == 40 for e, _ in finals), f"not every worker ended at epoch 40: {finals}")
+        accuracies = {a for _, a in finals}
+        check(len(accuracies) == 1 and min(accuracies) >= 0.9,
+              f"final test accuracies {finals}: expected one value of at least 0.9")
+        print(f"digits: worker 2 killed after epoch 2; the others finished two more epochs "
+              f"{went_on:.1f} s later (lease 2 s); the new worker 2 joined at step "
+              f"{joined.group(1)} (epoch {first}); all three ended at test accuracy "
+              f"{accuracies.pop():.3f}")
+    except Exception:
+        job.dump_logs()
+        raise
+    finally:
+        job.cleanup()
+
+
+def main():
+    scenario, build, source = sys.argv[1:4]
+    if scenario == "members":
+        test_members(build, restart_server=False)
+    elif scenario == "restart":
+        test_members(build, restart_server=True)
+    elif scenario == "digits":
+        test_digits(build, source)
+    else:
+        fail(f"unknown scenario {scenario}")
+
+
+if __name__ == "__main__":
+    main()
