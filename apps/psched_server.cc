@@ -103,8 +103,7 @@ int serve(const Options& options) {
   }
   psched::log_info("psched-server: {} shard(s) on {} thread(s), {} mode, {} worker(s), config {}",
                    shards.size(), std::min<size_t>(shards.size(), std::max(1u, options.threads)),
-                   config.mode == psched::Mode::sync ? "sync" : "async", config.workers,
-                   options.config);
+                   to_string(config.mode), config.workers, options.config);
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

@@ -65,8 +65,9 @@ kj::Promise<void> Worker::connect() {
     layout_ = layouts[0];
     // Sync mode frees credit when a push is received, long before every worker's push is in
     // and the value comes back; async holds it to the value, which follows the push at once.
-    scheduler_.set_free_credit_on_receipt(layout_.mode == Mode::sync);
-    transport_.set_receipt_first(layout_.mode == Mode::sync);
+    // Bounded mode's values may wait for a straggler as sync's do.
+    scheduler_.set_free_credit_on_receipt(layout_.mode != Mode::async);
+    transport_.set_receipt_first(layout_.mode != Mode::async);
   });
 }
 
@@ -131,7 +132,7 @@ kj::Promise<Step> Worker::join(Step at_least) {
   return kj::joinPromises(answers.releaseAsArray())
       .then([this, at_least](kj::Array<Step> steps) -> kj::Promise<Step> {
         auto [least, most] = std::minmax_element(steps.begin(), steps.end());
-        if (layout_.mode != Mode::sync) return *least;
+        if (layout_.mode == Mode::async) return *least;
         if (*least == *most) return *most;
         return join(*most);  // a shard moved on: ask them all again from there
       });

@@ -9,9 +9,15 @@
 namespace psched {
 
 enum class Mode {
-  async,  ///< each push applied on arrival; a worker's poll waits for its own update
-  sync,   ///< a shard applies the mean of all workers' step-s gradients once (BSP)
+  async,    ///< each push applied on arrival; a worker's poll waits for its own update
+  sync,     ///< a shard applies the mean of all workers' step-s gradients once (BSP)
+  bounded,  ///< applied as async, but a poll for step s also waits until every member pushed
+            ///< step s - staleness (SyncConfig::staleness)
 };
+
+constexpr const char* to_string(Mode mode) {
+  return mode == Mode::sync ? "sync" : mode == Mode::bounded ? "bounded" : "async";
+}
 
 enum class SchedulePolicy {
   priority,  ///< lowest priority value first, partitioned, credit-limited (default)
@@ -34,6 +40,8 @@ struct SyncConfig {
   // A worker stops being a member this long after its last connection to a shard closed;
   // 0: never (the job waits for it, up to timeout_seconds).
   double lease_seconds = 0;
+  // mode: bounded: how many steps a worker may run ahead of the slowest member (`staleness:`).
+  uint64_t staleness = 1;
 };
 
 // How a worker carries its pushes and polls to a shard (`data_path:`): over a data stream

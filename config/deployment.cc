@@ -28,9 +28,10 @@ using config::ConfigMap;
 using config::ConfigNode;
 using optim::OptimizerSpec;
 
-constexpr std::array<std::string_view, 14> kTopKeys = {
-    "mode",      "workers", "auth",       "shards", "tls",       "split_bytes", "optimizer",
-    "scheduler", "limits",  "checkpoint", "sync",   "reconnect", "data_path",   "compression"};
+constexpr std::array<std::string_view, 15> kTopKeys = {
+    "mode",        "workers",   "auth",      "shards",      "tls",
+    "split_bytes", "optimizer", "scheduler", "limits",      "checkpoint",
+    "sync",        "reconnect", "data_path", "compression", "staleness"};
 constexpr std::array<std::string_view, 6> kCompressionKeys = {
     "push", "pull", "topk_fraction", "topk_count", "min_bytes", "warmup_steps"};
 // The formats (by name) that `carrying` holds for, in the wire's order.
@@ -71,9 +72,10 @@ constexpr std::array<std::string_view, 11> kLimitsKeys = {
     "max_waiting_polls",   "stall_timeout_seconds",
     "auth_timeout_seconds"};
 
-constexpr std::array<std::pair<std::string_view, Mode>, 2> kModes = {{
+constexpr std::array<std::pair<std::string_view, Mode>, 3> kModes = {{
     {"async", Mode::async},
     {"sync", Mode::sync},
+    {"bounded", Mode::bounded},
 }};
 constexpr std::array<std::pair<std::string_view, SyncTimeoutAction>, 2> kTimeoutActions = {{
     {"fail", SyncTimeoutAction::fail},
@@ -380,6 +382,10 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.limits = parse_limits(top.find_or_null("limits"));
   config.checkpoint = parse_checkpoint(top.find_or_null("checkpoint"), source.parent_path());
   config.sync = parse_sync(top.find_or_null("sync"), config.workers);
+  if (auto f = top.find("staleness")) {
+    config.sync.staleness = read_integer(*f, 0, UINT32_MAX);
+    if (config.mode != Mode::bounded) f->fail("is only for mode: bounded");
+  }
   config.reconnect = parse_reconnect(top.find_or_null("reconnect"));
   if (auto f = top.find("data_path")) config.data_path = read_choice(*f, kDataPaths);
   config.compression = parse_compression(top.find_or_null("compression"));

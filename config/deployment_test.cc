@@ -270,7 +270,7 @@ TEST_CASE("a repeated key is an error naming both lines") {
 
 TEST_CASE("an enum value outside its choices lists the choices") {
   CHECK(error_of("# comment\n\nmode: asink\n" + kOneShard) ==
-        "configs/x.yaml:3: mode: 'asink' is not one of: async, sync");
+        "configs/x.yaml:3: mode: 'asink' is not one of: async, sync, bounded");
   CHECK(error_of(kOneShard + "scheduler:\n  policy: lifo\n") ==
         "configs/x.yaml:4: scheduler.policy: 'lifo' is not one of: priority, fifo");
   CHECK(error_of(kOneShard + "optimizer:\n  kind: adamax\n") ==
@@ -467,6 +467,23 @@ TEST_CASE("checkpoint, sync and reconnect sections read into their fields") {
   CHECK(c.sync.timeout_seconds == 12.5);
   CHECK(c.sync.on_timeout == SyncTimeoutAction::proceed);
   CHECK(c.reconnect.timeout_seconds == 5);
+}
+
+TEST_CASE("membership keys and bounded staleness read into the sync settings") {
+  DeploymentConfig c = parse(
+      "mode: bounded\nworkers: 4\nstaleness: 3\nshards: [{listen: 127.0.0.1:7000}]\n"
+      "sync: {min_workers: 2, lease_seconds: 2.5}\n");
+  CHECK(c.mode == Mode::bounded);
+  CHECK(c.sync.staleness == 3);
+  CHECK(c.sync.min_workers == 2);
+  CHECK(c.sync.lease_seconds == 2.5);
+  DeploymentConfig plain = parse("shards: [{listen: 127.0.0.1:7000}]\n");
+  CHECK(plain.sync.min_workers == 0);    // all of the job's workers
+  CHECK(plain.sync.lease_seconds == 0);  // leases never end
+  CHECK(error_of("workers: 2\nshards: [{listen: 127.0.0.1:7000}]\nsync: {min_workers: 3}\n") ==
+        "configs/x.yaml:3: sync.min_workers: 3 is more than the job's 2 workers");
+  CHECK(error_of("mode: sync\nstaleness: 2\nshards: [{listen: 127.0.0.1:7000}]\n") ==
+        "configs/x.yaml:2: staleness: is only for mode: bounded");
 }
 
 TEST_CASE("without a checkpoint section nothing persists and sync waits forever") {

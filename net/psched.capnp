@@ -31,6 +31,7 @@ enum WireFormat {  # how a gradient or a value travels (compression/codec.h give
 enum Mode {
   async @0;  # each push applied on arrival
   sync @1;   # the mean of all workers' step-s gradients applied once
+  bounded @2;  # applied as async; a poll for step s waits until every member pushed s - staleness
 }
 
 struct OptimizerSpec {

@@ -36,10 +36,24 @@ DType from_wire(wire::DType dtype) {
 }
 
 wire::Mode to_wire(Mode mode) {
-  return mode == Mode::sync ? wire::Mode::SYNC : wire::Mode::ASYNC;
+  switch (mode) {
+    case Mode::sync:
+      return wire::Mode::SYNC;
+    case Mode::bounded:
+      return wire::Mode::BOUNDED;
+    default:
+      return wire::Mode::ASYNC;
+  }
 }
 Mode from_wire(wire::Mode mode) {
-  return mode == wire::Mode::SYNC ? Mode::sync : Mode::async;
+  switch (mode) {
+    case wire::Mode::SYNC:
+      return Mode::sync;
+    case wire::Mode::BOUNDED:
+      return Mode::bounded;
+    default:
+      return Mode::async;
+  }
 }
 
 void to_wire(const optim::OptimizerSpec& s, wire::OptimizerSpec::Builder out) {

@@ -128,8 +128,7 @@ void bind_optimizer(py::module_& m) {
 void bind_deployment(py::module_& m) {
   py::class_<DeploymentConfig>(m, "Deployment", "A deployment file, loaded and validated.")
       .def_property_readonly("path", [](const DeploymentConfig& c) { return c.source.string(); })
-      .def_property_readonly(
-          "mode", [](const DeploymentConfig& c) { return c.mode == Mode::sync ? "sync" : "async"; })
+      .def_property_readonly("mode", [](const DeploymentConfig& c) { return to_string(c.mode); })
       .def_readonly("workers", &DeploymentConfig::workers)
       .def_property_readonly("shards", [](const DeploymentConfig& c) {
         std::vector<std::string> shards;

@@ -153,7 +153,7 @@ kj::Promise<void> ShardHost::keep_checkpointing(kj::Timer& timer) {
 
 kj::Promise<void> ShardHost::keep_enforcing_deadlines(kj::Timer& timer) {
   double timeout = config_.sync.timeout_seconds, lease = config_.sync.lease_seconds;
-  if (config_.mode != Mode::sync || (timeout <= 0 && lease <= 0)) return kj::NEVER_DONE;
+  if (config_.mode == Mode::async || (timeout <= 0 && lease <= 0)) return kj::NEVER_DONE;
   // A deadline is acted on at most a quarter of it (or 100 ms) late.
   double shortest = timeout <= 0 ? lease : lease <= 0 ? timeout : std::min(timeout, lease);
   auto period = static_cast<int64_t>(std::max(0.1, shortest / 4) * 1e3) * kj::MILLISECONDS;

@@ -34,7 +34,7 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
   // next is tried at the next interval.
   kj::Promise<void> keep_checkpointing(kj::Timer& timer);
 
-  // Sync mode with sync.timeout_seconds or sync.lease_seconds: has the shards act on overdue
+  // Sync or bounded mode with sync.timeout_seconds or sync.lease_seconds: has the shards act on
   // steps and ended leases until the promise is dropped (VariableShard::enforce_deadlines).
   // Otherwise never resolves.
   kj::Promise<void> keep_enforcing_deadlines(kj::Timer& timer);

@@ -42,7 +42,7 @@ json config_json(const DeploymentConfig& config) {
   for (const ShardConfig& s : config.shards)
     shards.push_back({{"listen", s.listen.to_string()}, {"http", s.http.to_string()}});
   return {{"file", config.source.string()},
-          {"mode", config.mode == Mode::sync ? "sync" : "async"},
+          {"mode", to_string(config.mode)},
           {"workers", config.workers},
           {"auth", !config.auth_token.empty()},
           {"split_bytes", config.split_bytes},
@@ -86,8 +86,12 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
              "Pushes of a sync step applied without their worker: acknowledged, dropped.", shard,
              double(s.pushes_late));
   out.single("psched_shard_members", MetricType::gauge,
-             "Sync mode: workers that are members of the job now (steps wait for them).", shard,
-             double(s.members));
+             "Sync and bounded modes: workers that are members of the job now (steps wait for "
+             "them).",
+             shard, double(s.members));
+  out.single("psched_shard_held_polls_total", MetricType::counter,
+             "Bounded mode: polls held until every member pushed the step staleness behind.", shard,
+             double(s.polls_held));
   out.single("psched_shard_joins_total", MetricType::counter,
              "Sync mode: workers that joined or rejoined the job.", shard, double(s.joins));
   out.single("psched_shard_leaves_total", MetricType::counter,
@@ -100,8 +104,8 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
     Step newest;
     for (const MemberStatus& m : s.workers) newest = std::max(newest, m.pushed);
     out.family("psched_shard_worker_lag_steps", MetricType::gauge,
-               "Sync mode: steps between the newest step any worker pushed here and each "
-               "member's newest.");
+               "Sync and bounded modes: steps between the newest step any worker pushed here "
+               "and each member's newest.");
     for (const MemberStatus& m : s.workers) {
       if (!m.member) continue;
       MetricLabels labels = shard;
@@ -144,11 +148,9 @@ json membership_json(const ShardStats& s) {
                        {"joined_at", m.joined_at.value},
                        {"connections", m.connections},
                        {"pushed_step", m.pushed.value}});
-  return {{"members", s.members},
-          {"joins", s.joins},
-          {"leaves", s.leaves},
-          {"short_handed_ranges", s.short_handed_ranges},
-          {"workers", workers}};
+  return {{"members", s.members},       {"joins", s.joins},
+          {"leaves", s.leaves},         {"short_handed_ranges", s.short_handed_ranges},
+          {"polls_held", s.polls_held}, {"workers", workers}};
 }
 
 json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& config) {

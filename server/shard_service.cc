@@ -172,6 +172,7 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
 SessionService::SessionService(ShardEndpoint& endpoint, WorkerId worker,
                                kj::Own<ReturnWindow> window)
     : endpoint_(endpoint),
+      endpoint_alive_(endpoint.alive),
       worker_(worker),
       window_(kj::mv(window)),
       plane_(std::make_shared<DataPlane>(endpoint, worker, static_cast<AnswerWriter&>(*this))) {
@@ -180,6 +181,8 @@ SessionService::SessionService(ShardEndpoint& endpoint, WorkerId worker,
 }
 
 SessionService::~SessionService() {
+  // A session may be destroyed with the event loop, after its endpoint and shard.
+  if (endpoint_alive_.expired()) return;
   if (!data_key_.empty()) endpoint_.data_keys.erase(data_key_);
   endpoint_.shard.disconnected(worker_);
 }

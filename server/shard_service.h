@@ -97,6 +97,7 @@ class SessionService final : public wire::Session::Server, private AnswerWriter 
   kj::Promise<void> written() override { return kj::READY_NOW; }
 
   ShardEndpoint& endpoint_;
+  std::weak_ptr<bool> endpoint_alive_;  // the endpoint's
   WorkerId worker_;
   kj::Own<ReturnWindow> window_;  // the connection's
   uint64_t next_id_ = 1;

@@ -172,8 +172,8 @@ void ShardDurability::load(ByteReader& in, uint32_t checkpoint_format) {
     fail(ErrorCode::bad_config,
          "{} holds shard {} in {} mode with {} workers; this deployment runs shard {} in {} mode "
          "with {} workers",
-         in.what(), shard, mode == Mode::sync ? "sync" : "async", workers, settings_.id.value,
-         settings_.mode == Mode::sync ? "sync" : "async", settings_.workers);
+         in.what(), shard, to_string(mode), workers, settings_.id.value, to_string(settings_.mode),
+         settings_.workers);
   in.get<uint64_t>();  // generation, also in the file name
   in.get<int64_t>();   // written at
   state_.load_variables(in, checkpoint_format);

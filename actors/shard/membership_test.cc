@@ -210,7 +210,9 @@ struct MemberShard {
   VariableId id;
 
   explicit MemberShard(const std::filesystem::path& directory = {})
-      : shard(io.actors, settings(directory)) {
+      : MemberShard(settings(directory)) {}
+  explicit MemberShard(ShardSettings settings) : shard(io.actors, settings) {
+    const std::filesystem::path& directory = settings.checkpoint_directory;
     if (!directory.empty()) restore();
     VariableSpec spec = sgd_spec(2);
     std::vector<float> init{0, 0};
@@ -251,6 +253,17 @@ struct MemberShard {
     if (refused) throw *refused;
     return *from;
   }
+  // A poll of worker `worker` for `step`: its answer lands in `out` (empty until answered).
+  void poll(uint32_t worker, Step step, std::optional<std::vector<float>>& out) {
+    shard.poll(WorkerId(worker), id, step, {0, 2}, PollTicket(next_ticket++),
+               [&out](const Error* e, const FreshValue* v) {
+                 REQUIRE_FALSE(e);
+                 out.emplace(2);
+                 v->read_into(reinterpret_cast<std::byte*>(out->data()));
+               });
+    io.drain();
+  }
+  uint64_t next_ticket = 1;
   std::vector<float> value() {
     std::vector<float> out;
     shard.pull(id, {0, 2}, [&](const Error*, const FreshValue* v) {
@@ -370,4 +383,89 @@ TEST_CASE("membership survives a restart: who left, who joined, and from which s
   CHECK(g.push(1, Step(2), {1, 1})->code() == ErrorCode::stale_step);
   for (uint32_t w = 0; w < 3; ++w) CHECK_FALSE(g.push(w, Step(3), {1, 1}));
   CHECK(g.value() == std::vector<float>{-8, -8});
+}
+
+namespace {
+
+// A bounded-mode shard of 3 workers allowed `staleness` steps apart, with a 3 s lease.
+ShardSettings bounded(uint64_t staleness) {
+  ShardSettings s{ShardId(0), Mode::bounded, 3, 4};
+  s.sync.min_workers = 1;
+  s.sync.lease_seconds = 3;
+  s.sync.staleness = staleness;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a bounded poll is held until every member pushed the step staleness behind") {
+  MemberShard f(bounded(1));
+  CHECK_FALSE(f.push(0, Step(1), {1, 1}));
+  std::optional<std::vector<float>> first, second;
+  f.poll(0, Step(1), first);  // step 1 is within the bound of step 0: answered at once
+  REQUIRE(first);
+  CHECK(*first == std::vector<float>{-1, -1});
+  CHECK_FALSE(f.push(0, Step(2), {1, 1}));
+  f.poll(0, Step(2), second);  // needs every member's step 1
+  CHECK_FALSE(second);
+  CHECK_FALSE(f.push(1, Step(1), {1, 1}));
+  CHECK_FALSE(second);
+  CHECK_FALSE(f.push(2, Step(1), {1, 1}));
+  REQUIRE(second);
+  CHECK(*second == std::vector<float>{-4, -4});  // every push is applied on arrival, as async
+  CHECK(f.stats().polls_held == 1);
+}
+
+TEST_CASE("staleness 0 answers each step with every member's gradient of it applied") {
+  MemberShard f(bounded(0));
+  float expected = 0;
+  for (uint64_t s = 1; s <= 4; ++s) {
+    std::vector<std::optional<std::vector<float>>> answers(3);
+    for (uint32_t w = 0; w < 3; ++w) {
+      float g = static_cast<float>((w * 7 + s * 3) % 5) - 2;
+      expected -= g;
+      CHECK_FALSE(f.push(w, Step(s), {g, g}));
+      f.poll(w, Step(s), answers[w]);
+      CHECK(answers[w].has_value() == (w == 2));  // the last push of the step opens them all
+    }
+    for (uint32_t w = 0; w < 3; ++w) {
+      if (!answers[w]) continue;
+      CHECK(*answers[w] == std::vector<float>{expected, expected});
+    }
+  }
+}
+
+TEST_CASE("a large staleness lets a worker run ahead as in async mode") {
+  MemberShard f(bounded(1000));
+  for (uint64_t s = 1; s <= 20; ++s) {
+    CHECK_FALSE(f.push(0, Step(s), {1, 1}));
+    std::optional<std::vector<float>> answer;
+    f.poll(0, Step(s), answer);
+    REQUIRE(answer);
+  }
+  CHECK(f.value() == std::vector<float>{-20, -20});
+  CHECK(f.stats().polls_held == 0);
+}
+
+TEST_CASE("a straggler whose lease ended stops holding the others back, and rejoins level") {
+  MemberShard f(bounded(1));
+  f.shard.connected(WorkerId(2));
+  for (uint32_t w = 0; w < 3; ++w) CHECK_FALSE(f.push(w, Step(1), {1, 1}));
+  for (uint64_t s = 2; s <= 3; ++s)
+    for (uint32_t w = 0; w < 2; ++w) CHECK_FALSE(f.push(w, Step(s), {1, 1}));
+  std::optional<std::vector<float>> held;
+  f.poll(0, Step(3), held);  // needs worker 2's step 2
+  CHECK_FALSE(held);
+  auto gone = Clock::now();
+  f.shard.disconnected(WorkerId(2));
+  f.io.drain();
+  f.shard.enforce_deadlines(gone + std::chrono::seconds(4));
+  f.io.drain();
+  REQUIRE(held);
+  CHECK(*held == std::vector<float>{-7, -7});
+  CHECK(f.push(2, Step(2), {1, 1})->code() == ErrorCode::not_a_member);
+  // A new process with its id starts on a level with the slowest member, not where it stopped.
+  CHECK(f.join(2) == Step(4));
+  CHECK_FALSE(f.push(2, Step(4), {1, 1}));
+  CHECK(f.value() == std::vector<float>{-8, -8});
 }

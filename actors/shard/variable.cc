@@ -92,6 +92,11 @@ bool Variable::is_duplicate(WorkerId worker, Step step, ElementRange range, DTyp
     if (!expects(worker, step)) check_expected(worker, step);
     return duplicate;
   }
+  if (membership_ != nullptr && !membership_->is_member(worker))
+    fail(ErrorCode::not_a_member,
+         "push of step {} to variable '{}' rejected: worker {} is no member of the job (its "
+         "lease ended); join again (the client does on start)",
+         step, spec_.name, worker.value);
   static const WorkerProgress kFresh;
   auto it = progress_.find(worker);
   const WorkerProgress& p = it == progress_.end() ? kFresh : it->second;
@@ -142,6 +147,23 @@ void Variable::check_expected(WorkerId worker, Step step) const {
        spec_.name, worker.value, step <= sync_.completed ? "closed" : "goes on",
        joined == Step() ? fmt::format("worker {} left the job", worker.value)
                         : fmt::format("worker {} joined at step {}", worker.value, joined));
+}
+
+bool Variable::others_reached(Step step, uint64_t staleness) const {
+  if (step.value <= staleness) return true;
+  Step needed(step.value - staleness);
+  for (uint32_t w = 0; w < workers_; ++w) {
+    if (!membership_->expects(WorkerId(w), needed)) continue;
+    auto it = progress_.find(WorkerId(w));
+    if (it == progress_.end() || it->second.completed < needed) return false;
+  }
+  return true;
+}
+
+void Variable::skip_to(WorkerId worker, Step completed) {
+  WorkerProgress& p = progress_[worker];
+  if (p.completed >= completed) return;
+  p = WorkerProgress{.completed = completed};
 }
 
 std::vector<ElementRange> Variable::push_sync(WorkerId worker, Step step, ElementRange range,

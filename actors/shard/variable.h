@@ -5,6 +5,7 @@
 // Steps: a worker's updates to a variable are numbered 1, 2, ...; step 0 is the initial value.
 // async: each partition is applied on arrival; a worker's step s is complete when its pushes
 //   of step s covered the whole part. Its next push must be of step s+1.
+// bounded: as async; the shard holds a poll for step s until others_reached(s).
 // sync: partitions of step s are summed per element; an element range is applied (the mean of
 //   the gradients pushed into it) as soon as every worker step s waits for pushed it; step s is
 //   complete when the whole part is applied. Pushes of step s+1 are accepted only after that.
@@ -134,6 +135,12 @@ class Variable {
   std::vector<AppliedRanges> settle();
   // sync: the ranges applied short-handed since the last call (only with a membership).
   std::vector<ShortHanded> take_short_handed() { return std::exchange(short_handed_, {}); }
+  // bounded: whether a poll for `step` may be answered as far as the others go: every member
+  // that joined at or before step - staleness pushed that step here.
+  bool others_reached(Step step, uint64_t staleness) const;
+  // async, bounded: `worker` goes on from step `completed` + 1 (a worker that rejoins skips the
+  // steps it missed); what it pushed of a step up to `completed` is forgotten.
+  void skip_to(WorkerId worker, Step completed);
   // sync: the step a push began or completed last (the step in progress, else the last
   // complete one).
   Step begun_step() const { return step_in_progress() ? sync_.completed.next() : sync_.completed; }

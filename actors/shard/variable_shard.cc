@@ -130,9 +130,10 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
   stats_.partitions_applied += applied.size();
   PollKey key{variable.poll_owner(worker), id, step};
   for (ElementRange r : applied) polls_.applied(key, r);
-  if (settings_.mode != Mode::sync) return;
+  if (settings_.mode == Mode::async) return;
   membership_.pushed(worker);
   pushed_[worker.value] = std::max(pushed_[worker.value], step);
+  if (settings_.mode == Mode::bounded) return release_held(id);
   keep_short_handed(variable);
   sync_timeouts_.pushed(id, variable, Clock::now());
 }
@@ -140,7 +141,7 @@ void VariableShard::do_push(WorkerId worker, VariableId id, Step step, ElementRa
 void VariableShard::enforce_deadlines(Clock::time_point now) {
   dispatch([this, now] {
     sync_timeouts_.enforce(now, variables_);
-    if (settings_.mode != Mode::sync) return;
+    if (settings_.mode == Mode::async) return;
     for (WorkerId worker : leases_.ended(now)) {
       if (!membership_.is_member(worker)) continue;
       try {
@@ -188,6 +189,24 @@ Step VariableShard::do_join(WorkerId worker, Step at_least) {
     fail(ErrorCode::invalid_argument,
          "join rejected: worker id {} is not below the job's {} workers", worker.value,
          settings_.workers);
+  if (settings_.mode == Mode::bounded) {
+    // From its own next step, or on a level with the slowest other member (skipping the
+    // steps it missed), so that it neither holds the others back nor falls behind the bound.
+    Step from = std::max(at_least, Step(1));
+    for (const Variable& v : variables_) {
+      from = std::max(from, v.applied_step(worker).next());
+      std::optional<Step> slowest;
+      for (uint32_t w = 0; w < settings_.workers; ++w)
+        if (w != worker.value && membership_.is_member(WorkerId(w)))
+          slowest = std::min(slowest.value_or(Step(UINT64_MAX)), v.applied_step(WorkerId(w)));
+      if (slowest) from = std::max(from, slowest->next());
+    }
+    if (membership_.is_member(worker) && !membership_.has_pushed(worker))
+      from = std::max(at_least, membership_.joined_at(worker));
+    if (from != membership_.joined_at(worker) || membership_.has_pushed(worker))
+      join_from(worker, from);
+    return from;
+  }
   if (settings_.mode != Mode::sync) {
     std::optional<Step> from;
     for (const Variable& v : variables_) {
@@ -217,6 +236,8 @@ void VariableShard::join_from(WorkerId worker, Step from) {
   durability_.log_join(worker, from);
   bool rejoined = membership_.has_pushed(worker);
   membership_.join(worker, from);
+  if (settings_.mode == Mode::bounded)
+    for (Variable& v : variables_) v.skip_to(worker, Step(from.value - 1));
   ++stats_.joins;
   log_info("shard {}: worker {} {} the job at step {} ({} of {} workers members)",
            settings_.id.value, worker.value, rejoined ? "rejoins" : "joins", from,
@@ -238,6 +259,7 @@ void VariableShard::leave(WorkerId worker, std::string_view why) {
 }
 
 void VariableShard::settle_all() {
+  if (settings_.mode == Mode::bounded) return release_held(std::nullopt);
   for (uint32_t i = 0; i < variables_.size(); ++i) {
     Variable& variable = variables_[i];
     for (const AppliedRanges& applied : variable.settle()) {
@@ -247,6 +269,26 @@ void VariableShard::settle_all() {
     }
     keep_short_handed(variable);
     sync_timeouts_.pushed(VariableId(i), variable, Clock::now());
+  }
+}
+
+void VariableShard::release_held(std::optional<VariableId> variable) {
+  std::vector<HeldPoll> ready;
+  std::erase_if(held_, [&](HeldPoll& held) {
+    if (variable && held.variable != *variable) return false;
+    if (!variables_[held.variable.value].others_reached(held.step, settings_.sync.staleness))
+      return false;
+    ready.push_back(std::move(held));
+    return true;
+  });
+  for (HeldPoll& held : ready) {
+    try {
+      file_poll(held.worker, held.variable, held.step, held.range, held.ticket, held.reply);
+    } catch (...) {
+      Error refused = caught();
+      count_error(refused);
+      held.reply(&refused, nullptr);
+    }
   }
 }
 
@@ -293,12 +335,29 @@ void VariableShard::poll(WorkerId worker, VariableId variable, Step step, Elemen
 }
 
 void VariableShard::withdraw_poll(PollTicket ticket) {
-  dispatch([this, ticket] { polls_.withdraw(ticket); });
+  dispatch([this, ticket] {
+    std::erase_if(held_, [ticket](const HeldPoll& held) { return held.ticket == ticket; });
+    polls_.withdraw(ticket);
+  });
 }
 
 void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRange range,
                             PollTicket ticket, ValueReply& reply) {
   Variable& variable = find("poll", id);
+  if (settings_.mode == Mode::bounded) {
+    variable.not_yet_applied(worker, step, range);  // its checks, before holding it
+    if (!variable.others_reached(step, settings_.sync.staleness)) {
+      ++stats_.polls_held;
+      held_.push_back({worker, id, step, range, ticket, reply});
+      return;
+    }
+  }
+  file_poll(worker, id, step, range, ticket, reply);
+}
+
+void VariableShard::file_poll(WorkerId worker, VariableId id, Step step, ElementRange range,
+                              PollTicket ticket, ValueReply reply) {
+  const Variable& variable = variables_[id.value];
   IntervalSet pending = variable.not_yet_applied(worker, step, range);
   PollKey key{variable.poll_owner(worker), id, step};
   polls_.wait(key, ticket, std::move(pending),
@@ -337,7 +396,7 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
     s.sync_timeouts = sync_timeouts_.timeouts();
     s.pushes_late = sync_timeouts_.late_pushes();
     s.polls_waiting = polls_.waiting();
-    if (settings_.mode == Mode::sync) {
+    if (settings_.mode != Mode::async) {
       s.members = membership_.members();
       for (uint32_t w = 0; w < settings_.workers; ++w)
         s.workers.push_back({.worker = w,
@@ -382,7 +441,9 @@ void VariableShard::count_error(const Error& error) {
 
 void VariableShard::shut_down(std::function<void()> done) {
   dispatch([this, done = std::move(done)] {
-    polls_.fail_all(Error(ErrorCode::disconnected, "poll abandoned: the shard is shutting down"));
+    Error stopping(ErrorCode::disconnected, "poll abandoned: the shard is shutting down");
+    for (HeldPoll& held : std::exchange(held_, {})) held.reply(&stopping, nullptr);
+    polls_.fail_all(stopping);
     done();
   });
 }
@@ -459,14 +520,14 @@ void VariableShard::replay_timeout(VariableId id, Step step, const std::string& 
 }
 
 void VariableShard::replay_join(WorkerId worker, Step from, const std::string& record) {
-  if (settings_.mode != Mode::sync || worker.value >= settings_.workers || from == Step())
+  if (settings_.mode == Mode::async || worker.value >= settings_.workers || from == Step())
     fail(ErrorCode::corrupt_checkpoint, "{}: a join of worker {} at step {} that cannot be", record,
          worker.value, from);
   join_from(worker, from);
 }
 
 void VariableShard::replay_leave(WorkerId worker, const std::string& record) {
-  if (settings_.mode != Mode::sync || worker.value >= settings_.workers)
+  if (settings_.mode == Mode::async || worker.value >= settings_.workers)
     fail(ErrorCode::corrupt_checkpoint, "{}: a leave of worker {} that cannot be", record,
          worker.value);
   leave(worker, "as logged");

@@ -19,6 +19,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -77,7 +78,8 @@ struct ShardStats {
   uint64_t joins = 0;
   uint64_t leaves = 0;
   uint64_t short_handed_ranges = 0;
-  std::vector<MemberStatus> workers;  // sync: every worker of the job, by id
+  uint64_t polls_held = 0;  // bounded mode: polls that waited for a member s - staleness behind
+  std::vector<MemberStatus> workers;  // sync, bounded: every worker of the job, by id
   uint64_t polls_waiting = 0;
   // Payload bytes on the wire, pushes in and values out, as the variable's dtype carries them
   // (raw) and as they travelled (sent; smaller when compressed, compression/codec.h).
@@ -203,7 +205,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   Variable& find(const char* what, VariableId id);
   // What variables wait for in sync mode: the membership; null otherwise.
   const Membership* members() const {
-    return settings_.mode == Mode::sync ? &membership_ : nullptr;
+    return settings_.mode == Mode::async ? nullptr : &membership_;
   }
   void do_register(VariableSpec& spec, ElementRange part, std::span<const std::byte> initial,
                    const RegisterReply& reply);
@@ -219,8 +221,14 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   // `worker` joins from `from` / leaves, logged first (throws when that fails, changing nothing).
   void join_from(WorkerId worker, Step from);
   void leave(WorkerId worker, std::string_view why);
-  // After the membership changed: applies what each variable's step now has and answers polls.
+  // After the membership changed: applies what each variable's step now has and answers polls
+  // (sync), or files the held polls that may now wait for their own update only (bounded).
   void settle_all();
+  // Bounded: files the held polls of `variable` (all: nullopt) whose others reached their step.
+  void release_held(std::optional<VariableId> variable);
+  // Files a poll with the registry: answered once `worker`'s `step` update of `range` is applied.
+  void file_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
+                 ValueReply reply);
   // Keeps `variable`'s short-handed records for operators.
   void keep_short_handed(Variable& variable);
   // Counts a failed request and keeps it among the recent errors. On the loop. Also what
@@ -253,6 +261,16 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   Leases leases_;
   std::deque<ShortHanded> short_handed_;  // the newest kShortHandedKept
   std::vector<Step> pushed_;              // by worker: the newest step it pushed here
+  // Bounded mode: polls held until the other members are close enough (Variable::others_reached).
+  struct HeldPoll {
+    WorkerId worker;
+    VariableId variable;
+    Step step;
+    ElementRange range;
+    PollTicket ticket;
+    ValueReply reply;
+  };
+  std::vector<HeldPoll> held_;
   ShardDurability durability_;
   SyncTimeouts sync_timeouts_;
 };
