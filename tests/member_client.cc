@@ -6,6 +6,9 @@
 // membership of every step against these gradients.
 //
 //   psched-member-client --config F --worker W --steps N --compute-ms M --dump FILE
+//       [--slow-every K --slow-ms S]   (step s takes S ms instead of M when (s + W) % K == 0:
+//                                       a straggler that moves from worker to worker)
+// It prints the seconds its steps took ("steps took T s") for bench/membership_bench.sh.
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -38,11 +41,13 @@ int main(int argc, char** argv) {
   std::string config_file, dump;
   uint32_t worker = 0;
   uint64_t steps = 100;
-  uint32_t compute_ms = 0;
+  uint32_t compute_ms = 0, slow_every = 0, slow_ms = 0;
   app.add_option("--config", config_file)->required();
   app.add_option("--worker", worker)->required();
   app.add_option("--steps", steps)->required();
   app.add_option("--compute-ms", compute_ms, "sleep this long per step, as if computing");
+  app.add_option("--slow-every", slow_every, "every K-th step (offset by the worker id) is slow");
+  app.add_option("--slow-ms", slow_ms, "how long a slow step computes");
   app.add_option("--dump", dump)->required();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -63,8 +68,10 @@ int main(int argc, char** argv) {
           client.register_variable(spec, std::as_writable_bytes(std::span(values[v]))));
       client.pull(handles[v], psched::Step(first - 1));
     }
+    auto began = std::chrono::steady_clock::now();
     for (uint64_t s = first; s <= steps; ++s) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(compute_ms));
+      bool slow = slow_every != 0 && (s + worker) % slow_every == 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(slow ? slow_ms : compute_ms));
       for (uint32_t v = 0; v < handles.size(); ++v) {
         for (uint64_t i = 0; i < kElements[v]; ++i) grads[v][i] = gradient(worker, v, s, i);
         client.push(handles[v], psched::Step(s), std::as_bytes(std::span(grads[v])));
@@ -73,6 +80,8 @@ int main(int argc, char** argv) {
       std::printf("step %lu\n", static_cast<unsigned long>(s));
       std::fflush(stdout);
     }
+    std::printf("steps took %.3f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     std::FILE* out = std::fopen(dump.c_str(), "wb");
     if (!out) throw std::runtime_error("cannot write --dump file " + dump);
     for (const auto& v : values) std::fwrite(v.data(), sizeof(float), v.size(), out);

@@ -13,8 +13,10 @@
   digits    python/examples/train_digits.py, 3 workers, 40 epochs: worker 2 is killed after its
             second epoch, the other two go on, a new RANK=2 process joins at the job's step and
             prints only the epochs that remain; all three end with the same test accuracy.
+  bounded   the digits example, 3 workers, 40 epochs, in sync mode and in bounded mode
+            (staleness 2): both reach a test accuracy of at least 0.9, within 1 point.
 
-Usage: membership_process_test.py members|restart|digits BUILD_DIR SOURCE_DIR
+Usage: membership_process_test.py members|restart|digits|bounded BUILD_DIR SOURCE_DIR
 Needs numpy (the replay); digits also torch and scikit-learn (the trainers).
 """
 import json
@@ -62,10 +64,10 @@ def wait_until(condition, what, timeout=120):
 class Job:
     """A deployment in a temp dir: its server and its workers, each with a log."""
 
-    def __init__(self, build, name, workers, extra=""):
+    def __init__(self, build, name, workers, extra="", mode="sync"):
         self.build = build
         self.work = tempfile.mkdtemp(prefix=f"psched_{name}_")
-        text = (f"mode: sync\nworkers: {workers}\nsync: {{min_workers: 2, lease_seconds: 2}}\n"
+        text = (f"mode: {mode}\nworkers: {workers}\nsync: {{min_workers: 2, lease_seconds: 2}}\n"
                 "split_bytes: 64KiB\nscheduler: {partition_bytes: 16KiB}\n"
                 "reconnect: {timeout_seconds: 30}\nshards:\n")
         for listen, http in zip(LISTEN, HTTP):
@@ -270,6 +272,37 @@ def test_digits(build, source):
         job.cleanup()
 
 
+def final_accuracy(build, source, mode):
+    """The test accuracy the digits example's three workers end with in `mode`."""
+    job = Job(build, "digits_" + mode, 3, "staleness: 2\n" if mode == "bounded" else "", mode)
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PSCHED_CONFIG=job.config,
+               WORLD_SIZE="3")
+    example = os.path.join(source, "python", "examples", "train_digits.py")
+    names = {w: f"worker{w}" for w in range(3)}
+    try:
+        job.start_server()
+        for w in range(3):
+            job.start(w, ["/usr/bin/python3", example, "--epochs", "40", "--batch", "8"],
+                      names[w], dict(env, RANK=str(w)))
+        job.wait_all(names)
+        finals = [epochs(job.text(names[w]))[-1] for w in range(3)]
+        check(all(e == 40 for e, _ in finals), f"{mode}: not every worker ended at epoch 40")
+        return max(a for _, a in finals)
+    except Exception:
+        job.dump_logs()
+        raise
+    finally:
+        job.cleanup()
+
+
+def test_bounded(build, source):
+    sync, bounded = (final_accuracy(build, source, mode) for mode in ("sync", "bounded"))
+    check(min(sync, bounded) >= 0.9 and abs(sync - bounded) <= 0.01,
+          f"test accuracy {bounded:.3f} in bounded mode, {sync:.3f} in sync mode")
+    print(f"bounded: digits, 3 workers, 40 epochs: test accuracy {bounded:.3f} in bounded mode "
+          f"(staleness 2), {sync:.3f} in sync mode")
+
+
 def main():
     scenario, build, source = sys.argv[1:4]
     if scenario == "members":
@@ -278,6 +311,8 @@ def main():
         test_members(build, restart_server=True)
     elif scenario == "digits":
         test_digits(build, source)
+    elif scenario == "bounded":
+        test_bounded(build, source)
     else:
         fail(f"unknown scenario {scenario}")
 
