@@ -15,8 +15,11 @@
             prints only the epochs that remain; all three end with the same test accuracy.
   bounded   the digits example, 3 workers, 40 epochs, in sync mode and in bounded mode
             (staleness 2): both reach a test accuracy of at least 0.9, within 1 point.
+  torchrun  the digits example under torchrun (3 processes, --max-restarts 2): the RANK=2
+            process is SIGKILLed after epoch 2, the agent restarts the group, every new process
+            rejoins at the job's step, and all end at epoch 40 with the loss fallen.
 
-Usage: membership_process_test.py members|restart|digits|bounded BUILD_DIR SOURCE_DIR
+Usage: membership_process_test.py members|restart|digits|bounded|torchrun BUILD_DIR SOURCE_DIR
 Needs numpy (the replay); digits also torch and scikit-learn (the trainers).
 """
 import json
@@ -303,6 +306,53 @@ def test_bounded(build, source):
           f"(staleness 2), {sync:.3f} in sync mode")
 
 
+def test_torchrun(build, source):
+    job = Job(build, "torchrun", 3)
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PSCHED_CONFIG=job.config)
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    example = os.path.join(source, "python", "examples", "train_digits.py")
+    # --redirects/--tee 1: Debian's torch 1.13 under Python 3.11 cannot parse the default 0
+    # (Std.NONE is not among an IntFlag's members there), so stdout goes through its log files.
+    command = ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "3", "--max_restarts", "2", "--monitor_interval", "1",
+               "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(job.work, "torchrun"),
+               example, "--epochs", "40", "--batch", "8"]
+    try:
+        job.start_server()
+        job.start("agent", command, "torchrun", env)
+        wait_until(lambda: "worker 2 epoch  2" in job.text("torchrun"), "worker 2's second epoch")
+        victim = None
+        for pid in subprocess.run(["pgrep", "-f", example], capture_output=True,
+                                  text=True).stdout.split():
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if b"RANK=2" in f.read().split(b"\0"):
+                    victim = int(pid)
+        check(victim, "no RANK=2 process found")
+        os.kill(victim, signal.SIGKILL)
+        job.wait_all({"agent": "torchrun"})
+        log = job.text("torchrun")
+        joins = re.findall(r"worker (\d) joins the job at step (\d+)", log)
+        check(sorted(w for w, _ in joins) == ["0", "1", "2"],
+              f"not every restarted process rejoined: {joins}")
+        finals = {}
+        for w in range(3):
+            mine = re.findall(rf"worker {w} epoch +(\d+) +loss (\S+) +test accuracy (\S+)", log)
+            check(mine and mine[-1][0] == "40", f"worker {w} did not reach epoch 40")
+            check(float(mine[-1][1]) < float(mine[0][1]), f"worker {w}'s loss did not fall")
+            finals[w] = mine[-1][2]
+        check(len(set(finals.values())) == 1 and float(finals[0]) >= 0.9,
+              f"final test accuracies {finals}")
+        print(f"torchrun: RANK=2 killed after epoch 2; the agent restarted the group; the new "
+              f"processes rejoined at steps {[int(s) for _, s in joins]}; all ended at epoch 40, "
+              f"test accuracy {finals[0]}")
+    except Exception:
+        job.dump_logs()
+        raise
+    finally:
+        job.cleanup()
+
+
 def main():
     scenario, build, source = sys.argv[1:4]
     if scenario == "members":
@@ -313,6 +363,8 @@ def main():
         test_digits(build, source)
     elif scenario == "bounded":
         test_bounded(build, source)
+    elif scenario == "torchrun":
+        test_torchrun(build, source)
     else:
         fail(f"unknown scenario {scenario}")
 
