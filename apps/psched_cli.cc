@@ -2,13 +2,17 @@
 // psched: the operator's command line. `psched status [--config FILE]` asks every shard of a
 // deployment for its /status over HTTP and prints one line per shard; a shard that does not
 // answer is shown as down. Exits 0 when every shard answered, 1 otherwise.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "common/asio.h"  // first: it fixes Boost 1.74's Asio includes
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -82,11 +86,32 @@ std::string wire_ratio(const json& status) {
   return raw == 0 ? "-" : fmt::format("{:.2f}", double(sent) / double(raw));
 }
 
+// "shard 0: members 0 1 3 (from steps 1 1 73), joins 1, leaves 1, 158 ranges short-handed, lag
+// 0 0 2": a sync or bounded shard's membership.
+std::string membership_line(size_t shard, const json& m) {
+  std::vector<uint64_t> ids, from, lag;
+  uint64_t newest = 0;
+  for (const json& w : m.at("workers"))
+    newest = std::max(newest, w.at("pushed_step").get<uint64_t>());
+  for (const json& w : m.at("workers")) {
+    if (!w.at("member").get<bool>()) continue;
+    ids.push_back(w.at("worker").get<uint64_t>());
+    from.push_back(w.at("joined_at").get<uint64_t>());
+    lag.push_back(newest - w.at("pushed_step").get<uint64_t>());
+  }
+  return fmt::format(
+      "shard {}: members {} (from steps {}), joins {}, leaves {}, {} ranges short-handed, lag {}",
+      shard, fmt::join(ids, " "), fmt::join(from, " "), m.at("joins").get<uint64_t>(),
+      m.at("leaves").get<uint64_t>(), m.at("short_handed_ranges").get<uint64_t>(),
+      fmt::join(lag, " "));
+}
+
 int status(const std::string& config_file) {
   psched::DeploymentConfig config = psched::load_deployment(config_file);
-  fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", "shard",
-             "state", "http", "workers", "variables", "polls", "received", "sent", "wire/raw",
-             "partitions", "errors");
+  fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n",
+             "shard", "state", "http", "workers", "members", "variables", "polls", "received",
+             "sent", "wire/raw", "partitions", "errors");
+  std::vector<std::string> membership;
   bool all_up = true;
   for (size_t i = 0; i < config.shards.size(); ++i) {
     std::string http = config.shards[i].http.to_string();
@@ -96,13 +121,19 @@ int status(const std::string& config_file) {
       fmt::print("{:<5} {:<6} {}\n", i, "down", http);
       continue;
     }
-    fmt::print("{:<5} {:<6} {:<21} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", i, "up",
-               http, s->at("connected_workers").get<uint64_t>(), s->at("variables").get<uint64_t>(),
-               s->at("polls_waiting").get<uint64_t>(),
+    const json& m = s->at("membership");
+    std::string members =
+        m.is_null() ? "-"
+                    : fmt::format("{}/{}", m.at("members").get<uint64_t>(), m.at("workers").size());
+    if (!m.is_null()) membership.push_back(membership_line(i, m));
+    fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", i,
+               "up", http, s->at("connected_workers").get<uint64_t>(), members,
+               s->at("variables").get<uint64_t>(), s->at("polls_waiting").get<uint64_t>(),
                human_bytes(s->at("bytes_received").get<uint64_t>()),
                human_bytes(s->at("bytes_sent").get<uint64_t>()), wire_ratio(*s),
                s->at("partitions_applied").get<uint64_t>(), error_total(*s));
   }
+  for (const std::string& line : membership) fmt::print("{}\n", line);
   return all_up ? 0 : 1;
 }
 

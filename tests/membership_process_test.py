@@ -210,6 +210,11 @@ def test_members(build, restart_server):
             membership = job.get("/status", shard)["membership"]
             check(membership["members"] == 4 and membership["leaves"] >= 1 and
                   membership["joins"] >= 1, f"shard {shard}'s membership: {membership}")
+        status = subprocess.run([os.path.join(build, "apps", "psched"), "status", "--config",
+                                 job.config], capture_output=True, text=True)
+        check(status.returncode == 0 and
+              re.search(r"shard 0: members 0 1 2 3 \(from steps 1 1 1 \d+\), joins \d+, "
+                        r"leaves \d+", status.stdout), "psched status:\n" + status.stdout)
         expected = replay(records, 4, STEPS).tobytes()
         for w in range(4):
             with open(os.path.join(job.work, f"values{w}.bin"), "rb") as f:
