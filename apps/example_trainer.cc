@@ -72,15 +72,19 @@ int train(const Options& o) {
   auto hb = client.register_variable(
       {.name = "logistic/b", .shape = {1}, .priority = Priority(1), .optimizer = {}}, bytes(b),
       true);
-  client.pull(hw);
-  client.pull(hb);
+  // A trainer that joins a job under way (a restarted one) starts at the job's step, from the
+  // values of the step before; in a fresh job at step 1, from the first registration's values.
+  const uint32_t first = static_cast<uint32_t>(client.start_step().value);
+  client.pull(hw, Step(first - 1));
+  client.pull(hb, Step(first - 1));
+  if (first > 1) std::printf("worker %u joins the job at step %u\n", worker, first);
 
   double floor = example::evaluate(data, {data.true_weights.begin(), data.true_weights.end() - 1},
                                    data.true_weights.back(), 0, data.samples())
                      .loss;
   std::printf("worker %u: %u features, %u samples, loss of the true model %.4f\n", worker,
               o.features, o.samples, floor);
-  for (uint32_t step = 1; step <= o.steps; ++step) {
+  for (uint32_t step = first; step <= o.steps; ++step) {
     size_t begin = (size_t(step - 1) * o.batch) % (o.samples - o.batch + 1);
     auto lg = example::evaluate(data, w, b[0], begin, begin + o.batch);
     std::vector<float> grad_b{lg.grad_b};
@@ -88,7 +92,7 @@ int train(const Options& o) {
     client.push(hw, Step(step), std::as_bytes(std::span(lg.grad_w)));
     client.wait(hw, Step(step));
     client.wait(hb, Step(step));
-    if (step % o.print_every == 0 || step == 1 || step == o.steps) {
+    if (step % o.print_every == 0 || step == first || step == o.steps) {
       auto full = example::evaluate(data, w, b[0], 0, data.samples());
       std::printf("worker %u step %4u  loss %.4f  accuracy %.3f\n", worker, step, full.loss,
                   full.accuracy);

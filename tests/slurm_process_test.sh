@@ -3,7 +3,8 @@
 # deploy/slurm/psched.sbatch on a real one-node Slurm cluster: starts munged, slurmctld and
 # slurmd on loopback with a generated slurm.conf, submits the script with sbatch (two shards,
 # two example trainers), and checks that the job succeeded, both trainers' loss fell, and both
-# shards stopped cleanly. Stops the daemons it started, also on failure. Needs root (munged
+# shards stopped cleanly. Trainer 1 fails once, after 50 of its 100 steps: the script starts it
+# again (PSCHED_TRAINER_RESTARTS=1) and it rejoins the running job at its step. Stops the daemons it started, also on failure. Needs root (munged
 # runs as the munge user, slurmd as root) and Debian's slurm-wlm and munge (scripts/setup);
 # exits 77 (skipped) without them.
 # Usage: slurm_process_test.sh BUILD_DIR SOURCE_DIR
@@ -31,10 +32,21 @@ cp "$source/deploy/slurm/psched.yaml" "$work/psched.yaml"
 (umask 077; head -c 32 /dev/urandom | base64 >"$work/psched.token")
 # Two shards count their ports up from PSCHED_PORT, their operator views from it + 1000.
 port=$(python3 "$source/tests/free_ports.py" --at 0,1,1000,1001)
+cat >"$work/trainer.sh" <<EOF
+#!/usr/bin/env bash
+# Trainer 1's first run stops after step 50 and fails; every other run trains 100 steps.
+if [ "\$RANK" = 1 ] && [ ! -e "$work/failed-once" ]; then
+  touch "$work/failed-once"
+  "$build/apps/psched-example-trainer" --steps 50 --print-every 99
+  exit 9
+fi
+exec "$build/apps/psched-example-trainer" --steps 100 --print-every 99
+EOF
+chmod +x "$work/trainer.sh"
 job=$(PSCHED_SHARDS=2 PSCHED_PORT=$port PSCHED_BIN="$build/apps" PSCHED_START_TIMEOUT=20 \
+  PSCHED_TRAINER_RESTARTS=1 \
   sbatch --parsable --nodes=1 --ntasks=2 --chdir="$work" --output="$work/job.out" \
-  "$source/deploy/slurm/psched.sbatch" "$work/psched.yaml" \
-  "$build/apps/psched-example-trainer" --steps 100 --print-every 99)
+  "$source/deploy/slurm/psched.sbatch" "$work/psched.yaml" "$work/trainer.sh")
 echo "submitted job $job"
 state=$(wait_for_job "$job" 90)
 echo "---- sbatch output of job $job ($state) ----"
@@ -58,6 +70,13 @@ for w in 0 1; do
   fi
   echo "worker $w: loss $first -> $last (the true model's: $floor)"
 done
+
+if ! grep -q 'psched.sbatch: trainer 1 exited with status 9; starting it again' "$work/job.out" ||
+  ! grep -qE 'worker 1 joins the job at step [0-9]+' "$work/job.out"; then
+  echo "trainer 1 was not started again, or did not rejoin the job"
+  exit 1
+fi
+grep -E 'worker 1 joins the job' "$work/job.out"
 
 stopped=$(grep -c 'psched-server: signal 15 received, stopping' "$work/job.out" || true)
 if [ "$stopped" -ne 2 ] ||
