@@ -10,9 +10,12 @@
             step applied short-handed; every other range had all four).
   restart   the same, and psched-server is killed and restarted on its checkpoint directory
             after worker 3 left and before it rejoins.
-  digits    python/examples/train_digits.py, 3 workers, 40 epochs: worker 2 is killed after its
-            second epoch, the other two go on, a new RANK=2 process joins at the job's step and
-            prints only the epochs that remain; all three end with the same test accuracy.
+  digits    python/examples/train_digits.py, 3 workers, 40 epochs, lease_seconds 3: worker 2 is
+            killed after its second epoch, the other two finish two more epochs, then a new
+            RANK=2 process joins at the job's step and prints only the epochs that remain; all
+            three end with the same test accuracy. The new process is started at the kill and
+            runs the example once the two more epochs are done: importing torch takes longer
+            than the job's remaining epochs on a fast machine.
   bounded   the digits example, 3 workers, 40 epochs, in sync mode and in bounded mode
             (staleness 2): both reach a test accuracy of at least 0.9, within 1 point.
   torchrun  the digits example under torchrun (3 processes, --max-restarts 2): the RANK=2
@@ -67,10 +70,11 @@ def wait_until(condition, what, timeout=120):
 class Job:
     """A deployment in a temp dir: its server and its workers, each with a log."""
 
-    def __init__(self, build, name, workers, extra="", mode="sync"):
+    def __init__(self, build, name, workers, extra="", mode="sync", lease=2):
         self.build = build
         self.work = tempfile.mkdtemp(prefix=f"psched_{name}_")
-        text = (f"mode: {mode}\nworkers: {workers}\nsync: {{min_workers: 2, lease_seconds: 2}}\n"
+        text = (f"mode: {mode}\nworkers: {workers}\n"
+                f"sync: {{min_workers: 2, lease_seconds: {lease}}}\n"
                 "split_bytes: 64KiB\nscheduler: {partition_bytes: 16KiB}\n"
                 "reconnect: {timeout_seconds: 30}\nshards:\n")
         for listen, http in zip(LISTEN, HTTP):
@@ -97,9 +101,10 @@ class Job:
     def log(self, name):
         return os.path.join(self.work, name + ".log")
 
-    def start(self, worker, command, name, env=None):
+    def start(self, worker, command, name, env=None, stdin=None):
         self.workers[worker] = subprocess.Popen(
-            command, stdout=open(self.log(name), "w"), stderr=subprocess.STDOUT, env=env)
+            command, stdout=open(self.log(name), "w"), stderr=subprocess.STDOUT, env=env,
+            stdin=stdin)
 
     def text(self, name):
         return open(self.log(name)).read()
@@ -236,8 +241,14 @@ def epochs(text):
             re.findall(r"epoch +(\d+) +loss \S+ +test accuracy (\S+)", text)]
 
 
+# Runs the script in argv[1] with the arguments after it once a line arrives on stdin, with
+# torch, scikit-learn and psched imported before.
+LATER = ("import runpy, sys, torch, sklearn.datasets, psched.torch; sys.stdin.readline(); "
+         "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def test_digits(build, source):
-    job = Job(build, "digits", 3)
+    job = Job(build, "digits", 3, lease=3)
     env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PSCHED_CONFIG=job.config,
                WORLD_SIZE="3")
     example = os.path.join(source, "python", "examples", "train_digits.py")
@@ -250,19 +261,22 @@ def test_digits(build, source):
         wait_until(lambda: len(epochs(job.text("worker2"))) >= 2, "worker 2's second epoch")
         job.kill(2)
         killed = time.time()
+        names[2] = "worker2-rejoined"
+        job.start(2, ["/usr/bin/python3", "-c", LATER] + command[1:], names[2],
+                  dict(env, RANK="2"), stdin=subprocess.PIPE)
         before = min(len(epochs(job.text(f"worker{w}"))) for w in (0, 1))
         wait_until(lambda: min(len(epochs(job.text(f"worker{w}"))) for w in (0, 1)) >= before + 2,
                    "the other two to finish two more epochs")
         went_on = time.time() - killed
-        names[2] = "worker2-rejoined"
-        job.start(2, command, names[2], dict(env, RANK="2"))
+        job.workers[2].stdin.write(b"go\n")
+        job.workers[2].stdin.close()
         job.wait_all(names)
         rejoined = job.text(names[2])
         joined = re.search(r"joins the job at step (\d+) \(epoch (\d+)\)", rejoined)
         check(joined, "the new worker 2 did not say where it joined:\n" + rejoined)
         first = int(joined.group(2))
         printed = [e for e, _ in epochs(rejoined)]
-        check(printed == list(range(first, 41)) and first > 2,
+        check(printed == list(range(first, 41)) and 2 < first <= 40,
               f"the new worker 2 printed epochs {printed}, joining at epoch {first}")
         finals = [epochs(job.text(names[w]))[-1] for w in range(3)]
         check(all(e == 40 for e, _ in finals), f"not every worker ended at epoch 40: {finals}")
@@ -270,7 +284,7 @@ def test_digits(build, source):
         check(len(accuracies) == 1 and min(accuracies) >= 0.9,
               f"final test accuracies {finals}: expected one value of at least 0.9")
         print(f"digits: worker 2 killed after epoch 2; the others finished two more epochs "
-              f"{went_on:.1f} s later (lease 2 s); the new worker 2 joined at step "
+              f"{went_on:.1f} s later (lease 3 s); the new worker 2 joined at step "
               f"{joined.group(1)} (epoch {first}); all three ended at test accuracy "
               f"{accuracies.pop():.3f}")
     except Exception:
