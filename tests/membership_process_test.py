@@ -18,11 +18,17 @@
             than the job's remaining epochs on a fast machine.
   bounded   the digits example, 3 workers, 40 epochs, in sync mode and in bounded mode
             (staleness 2): both reach a test accuracy of at least 0.9, within 1 point.
+  staleness psched-server (2 shards), 4 psched-member-client workers in bounded mode
+            (staleness 2) with a straggler that moves between them: from the workers' own
+            clocks, no worker's step s came back before every other had begun pushing step
+            s - 2, some worker did run ahead of another, and the final values equal the exact
+            sum of every gradient (each push is applied on arrival; integers add exactly).
   torchrun  the digits example under torchrun (3 processes, --max-restarts 2): the RANK=2
             process is SIGKILLed after epoch 2, the agent restarts the group, every new process
             rejoins at the job's step, and all end at epoch 40 with the loss fallen.
 
-Usage: membership_process_test.py members|restart|digits|bounded|torchrun BUILD_DIR SOURCE_DIR
+Usage: membership_process_test.py members|restart|digits|bounded|torchrun|staleness BUILD_DIR
+       SOURCE_DIR
 Needs numpy (the replay); digits also torch and scikit-learn (the trainers).
 """
 import json
@@ -144,7 +150,7 @@ class Job:
 
 
 def last_step(text):
-    steps = re.findall(r"^step (\d+)$", text, re.M)
+    steps = re.findall(r"^step (\d+) ", text, re.M)
     return int(steps[-1]) if steps else 0
 
 
@@ -171,6 +177,59 @@ def replay(records, workers, steps):
             w = w - total * scale
         values.append(w)
     return np.concatenate(values)
+
+
+def test_staleness(build, k=2):
+    job = Job(build, "staleness", 4, f"staleness: {k}\n", mode="bounded")
+    names = {w: f"worker{w}" for w in range(4)}
+    try:
+        job.start_server()
+        for w in range(4):
+            job.start(w, member_command(job, w, 5) + ["--slow-every", "4", "--slow-ms", "30"],
+                      names[w])
+        job.wait_all(names)
+        pushing, done = {}, {}  # (worker, step) -> ns
+        for w in range(4):
+            text = job.text(names[w])
+            for s, t in re.findall(r"^pushing (\d+) (\d+)$", text, re.M):
+                pushing[w, int(s)] = int(t)
+            for s, t in re.findall(r"^step (\d+) (\d+)$", text, re.M):
+                done[w, int(s)] = int(t)
+        check(len(done) == 4 * STEPS, f"{len(done)} steps done, expected {4 * STEPS}")
+        lead = 0
+        for (w, s), t in done.items():
+            for other in range(4):
+                if s > k:
+                    check(pushing[other, s - k] < t,
+                          f"worker {w}'s step {s} came back before worker {other} began pushing "
+                          f"step {s - k}")
+                # How far ahead of `other` worker w got: its newest step done by time t.
+                behind = max((q for q in range(1, STEPS + 1) if pushing[other, q] < t),
+                             default=0)
+                lead = max(lead, s - behind)
+        check(lead >= 1, "no worker ever ran ahead of another: the bound was never tested")
+        # Negated as integers: a zero sum is +0.0 on the shard (x - x), not -0.0.
+        expected = np.concatenate([
+            (-sum(((g * 7 + v * 11 + s * 31 + np.arange(n) * 3) % 9 - 4)
+                  for g in range(4) for s in range(1, STEPS + 1))).astype(np.float32)
+            for v, n in enumerate(ELEMENTS)]).tobytes()
+        # The shards' values once every worker is done: worker 0 again, as a restarted process,
+        # starts after step STEPS, pushes nothing and fetches them.
+        again = subprocess.run(member_command(job, 0, 0), capture_output=True, text=True)
+        check(again.returncode == 0 and f"start step {STEPS + 1}" in again.stdout,
+              "worker 0 started again:\n" + again.stdout + again.stderr)
+        with open(os.path.join(job.work, "values0.bin"), "rb") as f:
+            check(f.read() == expected, "the shards' values differ from the exact sum")
+        held = sum(job.get("/status", shard)["membership"]["polls_held"] for shard in (0, 1))
+        print(f"staleness: 4 workers, k = {k}, a moving straggler, {STEPS} steps: no step came "
+              f"back before every worker began pushing the step {k} behind; the furthest a "
+              f"worker ran ahead of another: {lead} steps; {held} polls held; final values "
+              "equal the exact sum of every gradient")
+    except Exception:
+        job.dump_logs()
+        raise
+    finally:
+        job.cleanup()
 
 
 def member_command(job, worker, compute_ms):
@@ -384,6 +443,8 @@ def main():
         test_bounded(build, source)
     elif scenario == "torchrun":
         test_torchrun(build, source)
+    elif scenario == "staleness":
+        test_staleness(build)
     else:
         fail(f"unknown scenario {scenario}")
 
