@@ -9,7 +9,8 @@
             of the recorded membership of every step (/membership: who gave each range of each
             step applied short-handed; every other range had all four).
   restart   the same, and psched-server is killed and restarted on its checkpoint directory
-            after worker 3 left and before it rejoins.
+            twice: after worker 3 left and before it rejoins, and again as soon as the new
+            worker 3 has joined (its join must come back from the update log).
   digits    python/examples/train_digits.py, 3 workers, 40 epochs, lease_seconds 3: worker 2 is
             killed after its second epoch, the other two finish two more epochs, then a new
             RANK=2 process joins at the job's step and prints only the epochs that remain; all
@@ -100,6 +101,15 @@ class Job:
         wait_until(lambda: self.server_text()[start:].count("listening on") == 2 or
                    self.server.poll() is not None, "psched-server to listen", timeout=30)
         check(self.server.poll() is None, "psched-server exited:\n" + self.server_text())
+
+    def restart_server(self):
+        """SIGKILL, then a new psched-server on the same checkpoint directory."""
+        self.server.send_signal(signal.SIGKILL)
+        self.server.wait()
+        restored = self.server_text().count("restored")
+        self.start_server()
+        check(self.server_text().count("restored") > restored,
+              "the restarted server restored nothing:\n" + self.server_text())
 
     def server_text(self):
         return open(self.server_log).read()
@@ -256,12 +266,12 @@ def test_members(build, restart_server):
         wait_until(lambda: others() >= stalled_at + 10, "the others to go on without worker 3")
         went_on = time.time() - killed
         if restart_server:
-            job.server.send_signal(signal.SIGKILL)
-            job.server.wait()
-            job.start_server()
-            check("restored" in job.server_text(), "the restarted server restored nothing")
+            job.restart_server()
         names[3] = "worker3-rejoined"
         job.start(3, member_command(job, 3, 10), names[3])
+        if restart_server:
+            wait_until(lambda: "start step" in job.text(names[3]), "the new worker 3 to join")
+            job.restart_server()
         job.wait_all(names)
         rejoined = job.text(names[3])
         start = int(re.search(r"start step (\d+)", rejoined).group(1))

@@ -56,8 +56,9 @@ class ShardStore {
   // The first format whose variables carry their frozen variance's bookkeeping (Variable's
   // save format 2; earlier files hold its format 1).
   static constexpr uint32_t kFrozenVarianceFormat = 3;
-  // The first format that holds the sync job's membership (actors/shard/membership.h; before
-  // it, every declared worker was a member from step 1).
+  // The first format that holds the sync job's membership and its record (joins, leaves, ranges
+  // applied short-handed; actors/shard/membership.h; before it, every declared worker was a
+  // member from step 1).
   static constexpr uint32_t kMembershipFormat = 4;
 
   struct Checkpoint {

@@ -233,6 +233,16 @@ struct MemberShard {
     io.drain();
     if (error) std::rethrow_exception(error);
   }
+  void checkpoint() {
+    std::exception_ptr error;
+    auto written = kj::newPromiseAndFulfiller<void>();
+    shard.checkpoint([&](std::exception_ptr e, std::filesystem::path) {
+      error = e;
+      written.fulfiller->fulfill();
+    });
+    io.wait(kj::mv(written.promise));  // the file is written on another thread
+    if (error) std::rethrow_exception(error);
+  }
   std::optional<Error> push(uint32_t worker, Step step, std::vector<float> g) {
     std::optional<Error> refused;
     shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
@@ -361,7 +371,7 @@ TEST_CASE("a join beyond the job's workers is refused") {
   CHECK_THROWS_WITH_AS(f.join(3), doctest::Contains("not below the job's 3 workers"), Error);
 }
 
-TEST_CASE("membership survives a restart: who left, who joined, and from which step") {
+TEST_CASE("membership survives a restart: who left, who joined, from which step, the record") {
   testing::TempDir dir;
   {
     MemberShard f(dir.path);
@@ -375,10 +385,21 @@ TEST_CASE("membership survives a restart: who left, who joined, and from which s
     CHECK_FALSE(f.push(2, Step(2), {5, 5}));
     CHECK(f.join(1) == Step(3));
     CHECK(f.value() == std::vector<float>{-7, -7});
+    f.checkpoint();  // what came before is no longer replayed from the log
   }
   MemberShard g(dir.path);
   CHECK(g.value() == std::vector<float>{-7, -7});
-  CHECK(g.stats().members == 3);
+  ShardStats stats = g.stats();
+  CHECK(stats.members == 3);
+  CHECK(stats.joins == 1);  // the record too: joins, leaves, and who gave step 2
+  CHECK(stats.leaves == 1);
+  std::vector<ShortHanded> records;
+  g.shard.short_handed(10, [&](std::vector<ShortHanded> r) { records = std::move(r); });
+  g.io.drain();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].variable == "w");
+  CHECK(records[0].step == Step(2));
+  CHECK(records[0].workers == std::vector<uint32_t>{0, 2});
   CHECK(g.join(1) == Step(3));  // still the member it was, nothing pushed: same step
   CHECK(g.push(1, Step(2), {1, 1})->code() == ErrorCode::stale_step);
   for (uint32_t w = 0; w < 3; ++w) CHECK_FALSE(g.push(w, Step(3), {1, 1}));

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "actors/durability/shard_store.h"
+#include "actors/durability/state_codec.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -484,6 +485,7 @@ void VariableShard::checkpoint(
 
 void VariableShard::save_variables(ByteWriter& out) const {
   membership_.save(out);
+  save_membership_record(out);
   out.put<uint64_t>(variables_.size());
   for (const Variable& v : variables_) v.save(out);
 }
@@ -491,7 +493,10 @@ void VariableShard::save_variables(ByteWriter& out) const {
 void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format) {
   const uint32_t format =
       checkpoint_format < ShardStore::kFrozenVarianceFormat ? 1 : Variable::kSaveFormat;
-  if (checkpoint_format >= ShardStore::kMembershipFormat) membership_.load(in);
+  if (checkpoint_format >= ShardStore::kMembershipFormat) {
+    membership_.load(in);
+    load_membership_record(in);
+  }
   uint64_t count = in.get<uint64_t>();
   for (uint64_t i = 0; i < count; ++i) {
     variables_.push_back(Variable::restore(in, format, settings_.mode, settings_.workers,
@@ -499,6 +504,40 @@ void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format) {
     by_name_.emplace(variables_.back().spec().name, VariableId(static_cast<uint32_t>(i)));
   }
   stats_.variables = variables_.size();
+}
+
+void VariableShard::save_membership_record(ByteWriter& out) const {
+  out.put(stats_.joins);
+  out.put(stats_.leaves);
+  out.put(stats_.short_handed_ranges);
+  out.put<uint64_t>(short_handed_.size());
+  for (const ShortHanded& r : short_handed_) {
+    out.text(r.variable);
+    out.put(r.step.value);
+    encode(out, r.range);
+    out.put<uint64_t>(r.workers.size());
+    for (uint32_t w : r.workers) out.put(w);
+  }
+}
+
+void VariableShard::load_membership_record(ByteReader& in) {
+  stats_.joins = in.get<uint64_t>();
+  stats_.leaves = in.get<uint64_t>();
+  stats_.short_handed_ranges = in.get<uint64_t>();
+  uint64_t records = in.get<uint64_t>();
+  if (records > kShortHandedKept)
+    fail(ErrorCode::corrupt_checkpoint, "{}: {} short-handed records, more than are kept",
+         in.what(), records);
+  for (uint64_t i = 0; i < records; ++i) {
+    ShortHanded r{.variable = in.text(), .step = Step(in.get<uint64_t>())};
+    r.range = decode_range(in);
+    uint64_t workers = in.get<uint64_t>();
+    if (workers > settings_.workers)
+      fail(ErrorCode::corrupt_checkpoint, "{}: a short-handed record of {} workers", in.what(),
+           workers);
+    for (uint64_t w = 0; w < workers; ++w) r.workers.push_back(in.get<uint32_t>());
+    short_handed_.push_back(std::move(r));
+  }
 }
 
 void VariableShard::replay_register(VariableSpec& spec, ElementRange part,

@@ -231,6 +231,10 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
                  ValueReply reply);
   // Keeps `variable`'s short-handed records for operators.
   void keep_short_handed(Variable& variable);
+  // The joins, leaves and short-handed records so far, in checkpoints: a restarted shard shows
+  // the whole job's record, not only what it replayed.
+  void save_membership_record(ByteWriter& out) const;
+  void load_membership_record(ByteReader& in);
   // Counts a failed request and keeps it among the recent errors. On the loop. Also what
   // sync_timeouts_ counts its timeouts with.
   void count_error(const Error& error) override;
