@@ -230,7 +230,9 @@ std::vector<std::string_view> optimizer_keys() {
 OptimizerSpec parse_optimizer(const ConfigNode& node) {
   ConfigMap map(node, optimizer_keys());
   OptimizerSpec spec;
-  if (std::optional<ConfigNode> kind = map.find("kind")) spec.kind = read_optimizer_kind(*kind);
+  // What the file leaves out takes torch.optim's default for the kind (optim::torch_defaults).
+  if (std::optional<ConfigNode> kind = map.find("kind"))
+    spec = optim::torch_defaults(read_optimizer_kind(*kind));
   optim::for_each_hyperparameter([&](std::string_view name, auto member) {
     std::optional<ConfigNode> value = map.find(name);
     if (!value) return;

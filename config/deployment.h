@@ -103,8 +103,10 @@ struct DeploymentConfig {
   std::optional<TlsConfig> tls;     // absent: plain TCP
   std::vector<ShardConfig> shards;  // at least one
   uint64_t split_bytes = 4 << 20;   // variables larger than this are split across all shards
-  optim::OptimizerSpec optimizer;   // server default for registrations that name none
-  SchedulerConfig scheduler;        // worker side
+  // Server default for registrations that name none; a hyper-parameter the file leaves out
+  // takes torch.optim's default for the kind (optim::torch_defaults: adam's lr 1e-3, ...).
+  optim::OptimizerSpec optimizer;
+  SchedulerConfig scheduler;  // worker side
   LimitsConfig limits;
   CheckpointConfig checkpoint;
   SyncConfig sync;

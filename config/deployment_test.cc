@@ -203,6 +203,15 @@ limits:
   CHECK(config.limits.auth_timeout_seconds == 3);
 }
 
+TEST_CASE("an optimizer hyper-parameter left out takes torch.optim's default for the kind") {
+  CHECK(parse(kOneShard + "optimizer: {kind: adam}\n").optimizer.lr == 1e-3);
+  DeploymentConfig adamw = parse(kOneShard + "optimizer: {kind: adamw, lr: 0.5}\n");
+  CHECK(adamw.optimizer.lr == 0.5);
+  CHECK(adamw.optimizer.weight_decay == 1e-2);
+  CHECK(parse(kOneShard + "optimizer: {kind: adagrad}\n").optimizer.eps == 1e-10);
+  CHECK(parse(kOneShard + "optimizer: {kind: sgd}\n").optimizer.lr == 0.01);  // torch has none
+}
+
 TEST_CASE("every optimizer hyper-parameter can be set by its field name") {
   DeploymentConfig config = parse(kOneShard + R"(optimizer:
   kind: rmsprop
