@@ -190,40 +190,38 @@ Step VariableShard::do_join(WorkerId worker, Step at_least) {
     fail(ErrorCode::invalid_argument,
          "join rejected: worker id {} is not below the job's {} workers", worker.value,
          settings_.workers);
-  if (settings_.mode == Mode::bounded) {
-    // From its own next step, or on a level with the slowest other member (skipping the
-    // steps it missed), so that it neither holds the others back nor falls behind the bound.
-    Step from = std::max(at_least, Step(1));
-    for (const Variable& v : variables_) {
-      from = std::max(from, v.applied_step(worker).next());
-      std::optional<Step> slowest;
-      for (uint32_t w = 0; w < settings_.workers; ++w)
-        if (w != worker.value && membership_.is_member(WorkerId(w)))
-          slowest = std::min(slowest.value_or(Step(UINT64_MAX)), v.applied_step(WorkerId(w)));
-      if (slowest) from = std::max(from, slowest->next());
-    }
-    if (membership_.is_member(worker) && !membership_.has_pushed(worker))
-      from = std::max(at_least, membership_.joined_at(worker));
-    if (from != membership_.joined_at(worker) || membership_.has_pushed(worker))
-      join_from(worker, from);
-    return from;
-  }
-  if (settings_.mode != Mode::sync) {
-    std::optional<Step> from;
-    for (const Variable& v : variables_) {
-      Step next = v.applied_step(worker).next();
-      from = from ? std::min(*from, next) : next;
-    }
-    return from.value_or(Step(1));
-  }
+  if (settings_.mode == Mode::async) return resume_step(worker);
   at_least = std::max(at_least, Step(1));
   Step from;
   if (membership_.is_member(worker) && !membership_.has_pushed(worker))
     from = std::max(membership_.joined_at(worker), at_least);
   else
-    from = std::max(at_least, frontier().next());
+    from =
+        std::max(at_least, settings_.mode == Mode::sync ? frontier().next() : level_step(worker));
   if (from != membership_.joined_at(worker) || membership_.has_pushed(worker))
     join_from(worker, from);
+  return from;
+}
+
+Step VariableShard::resume_step(WorkerId worker) const {
+  std::optional<Step> from;
+  for (const Variable& v : variables_) {
+    Step next = v.applied_step(worker).next();
+    from = from ? std::min(*from, next) : next;
+  }
+  return from.value_or(Step(1));
+}
+
+Step VariableShard::level_step(WorkerId worker) const {
+  Step from(1);
+  for (const Variable& v : variables_) {
+    from = std::max(from, v.applied_step(worker).next());
+    std::optional<Step> slowest;
+    for (uint32_t w = 0; w < settings_.workers; ++w)
+      if (w != worker.value && membership_.is_member(WorkerId(w)))
+        slowest = std::min(slowest.value_or(Step(UINT64_MAX)), v.applied_step(WorkerId(w)));
+    if (slowest) from = std::max(from, slowest->next());
+  }
   return from;
 }
 

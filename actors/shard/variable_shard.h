@@ -216,6 +216,11 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
                ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
   Step do_join(WorkerId worker, Step at_least);
+  // async: the first step some variable here has not completed for `worker`.
+  Step resume_step(WorkerId worker) const;
+  // bounded: `worker`'s own next step, or level with the slowest other member (skipping the
+  // steps it missed), so that it neither holds the others back nor falls behind the bound.
+  Step level_step(WorkerId worker) const;
   // The newest step any variable here has begun (sync).
   Step frontier() const;
   // `worker` joins from `from` / leaves, logged first (throws when that fails, changing nothing).
