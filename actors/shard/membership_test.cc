@@ -490,3 +490,37 @@ TEST_CASE("a straggler whose lease ended stops holding the others back, and rejo
   CHECK_FALSE(f.push(2, Step(4), {1, 1}));
   CHECK(f.value() == std::vector<float>{-8, -8});
 }
+
+TEST_CASE("a bounded poll held past sync.timeout_seconds fails naming who is behind, or proceeds") {
+  for (SyncTimeoutAction action : {SyncTimeoutAction::fail, SyncTimeoutAction::proceed}) {
+    ShardSettings settings = bounded(1);
+    settings.sync.timeout_seconds = 5;
+    settings.sync.on_timeout = action;
+    MemberShard f(settings);
+    for (uint32_t w = 0; w < 2; ++w) CHECK_FALSE(f.push(w, Step(1), {1, 1}));
+    CHECK_FALSE(f.push(0, Step(2), {1, 1}));
+    std::optional<Error> refused;
+    std::optional<std::vector<float>> answer;
+    f.shard.poll(WorkerId(0), f.id, Step(2), {0, 2}, PollTicket(1),
+                 [&](const Error* e, const FreshValue* v) {
+                   if (e) return refused.emplace(*e), void();
+                   answer.emplace(2);
+                   v->read_into(reinterpret_cast<std::byte*>(answer->data()));
+                 });
+    f.io.drain();
+    f.shard.enforce_deadlines(Clock::now() + std::chrono::seconds(1));
+    f.io.drain();
+    CHECK_FALSE(refused);
+    CHECK_FALSE(answer);
+    f.shard.enforce_deadlines(Clock::now() + std::chrono::seconds(6));
+    f.io.drain();
+    if (action == SyncTimeoutAction::fail) {
+      REQUIRE(refused);
+      CHECK(refused->code() == ErrorCode::sync_timeout);
+      CHECK(std::string(refused->what()).find("worker(s) 2 to push step 1") != std::string::npos);
+    } else {
+      REQUIRE(answer);
+      CHECK(*answer == std::vector<float>{-3, -3});
+    }
+  }
+}

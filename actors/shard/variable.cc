@@ -149,15 +149,16 @@ void Variable::check_expected(WorkerId worker, Step step) const {
                         : fmt::format("worker {} joined at step {}", worker.value, joined));
 }
 
-bool Variable::others_reached(Step step, uint64_t staleness) const {
-  if (step.value <= staleness) return true;
+std::vector<uint32_t> Variable::behind(Step step, uint64_t staleness) const {
+  std::vector<uint32_t> out;
+  if (step.value <= staleness) return out;
   Step needed(step.value - staleness);
   for (uint32_t w = 0; w < workers_; ++w) {
     if (!membership_->expects(WorkerId(w), needed)) continue;
     auto it = progress_.find(WorkerId(w));
-    if (it == progress_.end() || it->second.completed < needed) return false;
+    if (it == progress_.end() || it->second.completed < needed) out.push_back(w);
   }
-  return true;
+  return out;
 }
 
 void Variable::skip_to(WorkerId worker, Step completed) {

@@ -137,7 +137,11 @@ class Variable {
   std::vector<ShortHanded> take_short_handed() { return std::exchange(short_handed_, {}); }
   // bounded: whether a poll for `step` may be answered as far as the others go: every member
   // that joined at or before step - staleness pushed that step here.
-  bool others_reached(Step step, uint64_t staleness) const;
+  bool others_reached(Step step, uint64_t staleness) const {
+    return behind(step, staleness).empty();
+  }
+  // bounded: the members that hold a poll for `step` back (ascending).
+  std::vector<uint32_t> behind(Step step, uint64_t staleness) const;
   // async, bounded: `worker` goes on from step `completed` + 1 (a worker that rejoins skips the
   // steps it missed); what it pushed of a step up to `completed` is forgotten.
   void skip_to(WorkerId worker, Step completed);

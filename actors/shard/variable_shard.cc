@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "actors/durability/shard_store.h"
 #include "actors/durability/state_codec.h"
@@ -143,6 +144,7 @@ void VariableShard::enforce_deadlines(Clock::time_point now) {
   dispatch([this, now] {
     sync_timeouts_.enforce(now, variables_);
     if (settings_.mode == Mode::async) return;
+    if (settings_.mode == Mode::bounded) time_out_held(now);
     for (WorkerId worker : leases_.ended(now)) {
       if (!membership_.is_member(worker)) continue;
       try {
@@ -280,14 +282,45 @@ void VariableShard::release_held(std::optional<VariableId> variable) {
     ready.push_back(std::move(held));
     return true;
   });
-  for (HeldPoll& held : ready) {
-    try {
-      file_poll(held.worker, held.variable, held.step, held.range, held.ticket, held.reply);
-    } catch (...) {
-      Error refused = caught();
-      count_error(refused);
-      held.reply(&refused, nullptr);
-    }
+  for (HeldPoll& held : ready) file_held(held);
+}
+
+void VariableShard::file_held(const HeldPoll& held) {
+  try {
+    file_poll(held.worker, held.variable, held.step, held.range, held.ticket, held.reply);
+  } catch (...) {
+    Error refused = caught();
+    count_error(refused);
+    held.reply(&refused, nullptr);
+  }
+}
+
+void VariableShard::time_out_held(Clock::time_point now) {
+  const double timeout = settings_.sync.timeout_seconds;
+  if (timeout <= 0) return;
+  std::vector<HeldPoll> overdue;
+  std::erase_if(held_, [&](HeldPoll& held) {
+    if (std::chrono::duration<double>(now - held.since).count() < timeout) return false;
+    overdue.push_back(std::move(held));
+    return true;
+  });
+  const bool proceed = settings_.sync.on_timeout == SyncTimeoutAction::proceed;
+  for (HeldPoll& held : overdue) {
+    const Variable& variable = variables_[held.variable.value];
+    Error error(ErrorCode::sync_timeout,
+                fmt::format("a poll of step {} of variable '{}' on shard {} waited {:.1f} s for "
+                            "worker(s) {} to push step {} (staleness {}){}",
+                            held.step, variable.spec().name, settings_.id.value,
+                            std::chrono::duration<double>(now - held.since).count(),
+                            fmt::join(variable.behind(held.step, settings_.sync.staleness), ", "),
+                            held.step.value - settings_.sync.staleness, settings_.sync.staleness,
+                            proceed ? "; answered without them" : ""));
+    count_error(error);
+    log_warn("{}", error.what());
+    if (proceed)
+      file_held(held);
+    else
+      held.reply(&error, nullptr);
   }
 }
 
@@ -347,7 +380,7 @@ void VariableShard::do_poll(WorkerId worker, VariableId id, Step step, ElementRa
     variable.not_yet_applied(worker, step, range);  // its checks, before holding it
     if (!variable.others_reached(step, settings_.sync.staleness)) {
       ++stats_.polls_held;
-      held_.push_back({worker, id, step, range, ticket, reply});
+      held_.push_back({worker, id, step, range, ticket, reply, Clock::now()});
       return;
     }
   }

@@ -182,8 +182,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void shut_down(std::function<void()> done);
 
   // Sync mode: acts on every step that has waited sync.timeout_seconds or more at `now` for
-  // its last worker, as sync.on_timeout says (actors/shard/sync_timeouts.h), and ends the
-  // membership of workers whose lease ended by `now`. psched-server calls it periodically;
+  // its last worker, as sync.on_timeout says (actors/shard/sync_timeouts.h); bounded mode: on
+  // every poll held that long for a member behind; both: ends the membership of workers whose
+  // lease ended by `now`. psched-server calls it periodically;
   // tests with a chosen `now`.
   void enforce_deadlines(std::chrono::steady_clock::time_point now);
 
@@ -231,6 +232,12 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   void settle_all();
   // Bounded: files the held polls of `variable` (all: nullopt) whose others reached their step.
   void release_held(std::optional<VariableId> variable);
+  // Bounded, with sync.timeout_seconds: a poll held that long is failed with [sync_timeout]
+  // naming the members behind (on_timeout: fail) or filed without waiting for them (proceed).
+  void time_out_held(std::chrono::steady_clock::time_point now);
+  // Files a held poll with the registry, or answers it with the refusal.
+  struct HeldPoll;
+  void file_held(const HeldPoll& held);
   // Files a poll with the registry: answered once `worker`'s `step` update of `range` is applied.
   void file_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
                  ValueReply reply);
@@ -278,6 +285,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
     ElementRange range;
     PollTicket ticket;
     ValueReply reply;
+    std::chrono::steady_clock::time_point since;
   };
   std::vector<HeldPoll> held_;
   ShardDurability durability_;
