@@ -210,3 +210,52 @@ def test_a_variable_registered_with_bf16_receives_its_values_in_bf16(start_serve
         assert np.all(w == np.float32(0.333984375)), w[:4]
         client.pull("w")  # the shard's value, whole: the bf16 gradient applied in float32
         assert np.all(w == np.float32(0.333984375)), w[:4]
+
+
+def test_a_restarted_sync_worker_starts_at_the_jobs_step_from_its_values(start_server):
+    server = start_server(mode="sync", workers=2, optimizer="sgd", lr=1.0)
+    values = [np.zeros(1000, dtype=np.float64) for _ in range(2)]
+    clients = [connect(server, w) for w in range(2)]
+    assert [c.start_step for c in clients] == [1, 1]  # declared workers of a fresh job
+    for client, w in zip(clients, values):
+        client.register("w", w)
+    for step in (1, 2, 3):
+        for client in clients:
+            client.push("w", step, np.full(1000, float(step)))
+        for client in clients:
+            client.wait("w", step)
+    clients[1].close()  # worker 1 "dies" after step 3; a new process with its id starts
+    with connect(server, 1) as again:
+        assert again.start_step == 4
+        fresh = np.full(1000, 99.0)
+        again.register("w", fresh)
+        again.pull("w", after=again.start_step - 1)
+        np.testing.assert_array_equal(fresh, values[0])  # -(1 + 2 + 3)
+        with pytest.raises(psched.Error) as refused:
+            again.push("w", 3, np.ones(1000))  # a step that closed without it
+            again.wait("w", 3)
+        assert refused.value.code == "stale_step"
+        for client in (clients[0], again):
+            client.push("w", 4, np.full(1000, 4.0))
+        for client in (clients[0], again):
+            client.wait("w", 4)
+        np.testing.assert_array_equal(values[0], np.full(1000, -10.0))
+    clients[0].close()
+
+
+def test_a_client_that_does_not_join_leaves_the_membership_alone(start_server):
+    server = start_server(mode="sync", workers=1, optimizer="sgd", lr=1.0)
+    with connect(server, 0) as trainer:
+        w = np.zeros(10)
+        trainer.register("w", w)
+        trainer.push("w", 1, np.ones(10))
+        trainer.wait("w", 1)
+        with psched.connect(server.config, 0, join=False) as reader:
+            assert reader.start_step == 1
+            seen = np.zeros(10)
+            reader.register("w", seen)
+            reader.pull("w")
+            np.testing.assert_array_equal(seen, -np.ones(10))
+        trainer.push("w", 2, np.ones(10))  # still a member: its step 2 is applied
+        trainer.wait("w", 2)
+        np.testing.assert_array_equal(w, np.full(10, -2.0))
