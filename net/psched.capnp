@@ -155,12 +155,13 @@ interface Session {
   # stream; asking again replaces an unused one.
 
   join @9 (atLeast :UInt64) -> (step :UInt64);
-  # This worker is a process that starts: the step from which it takes part. Sync mode: at
-  # least atLeast; a declared worker that has not pushed keeps its step (1 in a fresh job), any
-  # other (a restarted process, one whose lease ended) becomes a member from a step that no
-  # variable of this shard has begun. A worker asks every shard and, while their answers
-  # differ, asks again with the largest. Async mode: the first step some variable here has not
-  # completed for it (atLeast unused; a worker takes the smallest answer).
+  # This worker is a process that starts: the step from which it takes part. Sync and bounded
+  # modes: at least atLeast; a declared worker that has not pushed keeps its step (1 in a fresh
+  # job), any other (a restarted process, one whose lease ended) becomes a member from a step
+  # that no variable of this shard has begun (sync), or level with the slowest member
+  # (bounded). A worker asks every shard and, while their answers differ, asks again with the
+  # largest. Async mode: the first step some variable here has not completed for it (atLeast
+  # unused; a worker takes the smallest answer).
 }
 
 # The data stream. A worker opens it beside its RPC connection with a key from
