@@ -14,27 +14,23 @@
 #include "actors/shard/leases.h"
 #include "actors/shard/variable.h"
 #include "actors/shard/variable_shard.h"
+#include "actors/shard/variable_test_support.h"
 #include "common/error.h"
 
 using namespace psched;
+using psched::testing::code_of;
+using psched::testing::sgd_spec;
+using psched::testing::value_of;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-VariableSpec sgd_spec(uint64_t n) {
-  VariableSpec spec;
-  spec.name = "w";
-  spec.shape = {n};
-  spec.optimizer.kind = optim::OptimizerKind::sgd;
-  spec.optimizer.lr = 1.0;
-  return spec;
-}
-
-std::vector<float> value_of(const Variable& v) {
-  std::vector<float> out(v.part().size());
-  v.read(v.part(), reinterpret_cast<std::byte*>(out.data()));
-  return out;
+// A sync variable "w" of `n` elements, all `initial`, under SGD (lr 1), waiting for `members`.
+Variable member_variable(uint64_t n, const Membership& members, float initial = 0) {
+  std::vector<float> init(n, initial);
+  return Variable(sgd_spec(n), {0, n}, std::as_bytes(std::span(init)), Mode::sync,
+                  members.workers(), nullptr, nullptr, &members);
 }
 
 std::vector<ElementRange> push(Variable& v, uint32_t worker, Step step, ElementRange range,
@@ -42,23 +38,11 @@ std::vector<ElementRange> push(Variable& v, uint32_t worker, Step step, ElementR
   return v.push(WorkerId(worker), step, range, DType::float32, std::as_bytes(std::span(g))).applied;
 }
 
-ErrorCode code_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  FAIL("no psched::Error thrown");
-  return ErrorCode::internal;
-}
-
 }  // namespace
 
 TEST_CASE("a step whose member left completes with the gradients that reached each element") {
   Membership members(3, 2);
-  std::vector<float> init(4, 0.f);
-  Variable v(sgd_spec(4), {0, 4}, std::as_bytes(std::span(init)), Mode::sync, 3, nullptr, nullptr,
-             &members);
+  Variable v = member_variable(4, members);
   push(v, 0, Step(1), {0, 4}, {3, 3, 3, 3});
   push(v, 2, Step(1), {0, 2}, {9, 9});  // worker 2 pushed half of step 1, then died
   CHECK(v.settle().empty());            // still a member: the step waits for 1 and 2
@@ -81,9 +65,7 @@ TEST_CASE("a step whose member left completes with the gradients that reached ea
 
 TEST_CASE("a member leaving lets the step apply what the others already pushed") {
   Membership members(3, 1);
-  std::vector<float> init(2, 0.f);
-  Variable v(sgd_spec(2), {0, 2}, std::as_bytes(std::span(init)), Mode::sync, 3, nullptr, nullptr,
-             &members);
+  Variable v = member_variable(2, members);
   push(v, 0, Step(1), {0, 2}, {2, 2});
   push(v, 1, Step(1), {0, 2}, {4, 4});
   members.leave(WorkerId(2));
@@ -97,9 +79,7 @@ TEST_CASE("a member leaving lets the step apply what the others already pushed")
 
 TEST_CASE("below min_workers nothing applies until a worker joins again") {
   Membership members(3, 2);
-  std::vector<float> init(2, 0.f);
-  Variable v(sgd_spec(2), {0, 2}, std::as_bytes(std::span(init)), Mode::sync, 3, nullptr, nullptr,
-             &members);
+  Variable v = member_variable(2, members);
   members.leave(WorkerId(1));
   members.leave(WorkerId(2));
   CHECK(push(v, 0, Step(1), {0, 2}, {2, 2}).empty());  // one member, two needed
@@ -117,9 +97,7 @@ TEST_CASE("below min_workers nothing applies until a worker joins again") {
 
 TEST_CASE("steps that wait for nobody complete unchanged up to a newcomer's first step") {
   Membership members(2, 1);
-  std::vector<float> init(2, 1.f);
-  Variable v(sgd_spec(2), {0, 2}, std::as_bytes(std::span(init)), Mode::sync, 2, nullptr, nullptr,
-             &members);
+  Variable v = member_variable(2, members, 1);
   members.leave(WorkerId(0));
   members.leave(WorkerId(1));
   members.join(WorkerId(1), Step(4));
@@ -133,9 +111,7 @@ TEST_CASE("steps that wait for nobody complete unchanged up to a newcomer's firs
 
 TEST_CASE("a worker's pushes outside its membership are refused and change nothing") {
   Membership members(2, 1);
-  std::vector<float> init(2, 0.f);
-  Variable v(sgd_spec(2), {0, 2}, std::as_bytes(std::span(init)), Mode::sync, 2, nullptr, nullptr,
-             &members);
+  Variable v = member_variable(2, members);
   push(v, 0, Step(1), {0, 2}, {2, 2});
   push(v, 1, Step(1), {0, 2}, {2, 2});
   members.leave(WorkerId(1));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/shard/variable.h"
+#include "actors/shard/variable_test_support.h"
 #include "optim/device.h"
 #include "optim/reference_check.h"
 
@@ -17,18 +18,13 @@ namespace {
 using optim::testing::check_close;
 using optim::testing::random_values;
 using optim::testing::same_arithmetic_tolerance;
+using testing::value_of;
 
 constexpr size_t kStagingBytes = 64 << 10;
 constexpr uint64_t kPartition = 12345;  // elements; not a divisor of the part
 
 std::span<const std::byte> bytes_of(const std::vector<float>& v) {
   return std::as_bytes(std::span(v));
-}
-
-std::vector<float> value_of(const Variable& v) {
-  std::vector<float> out(v.part().size());
-  v.read(v.part(), reinterpret_cast<std::byte*>(out.data()));
-  return out;
 }
 
 std::vector<float> state_of(const Variable& v, int slot) {

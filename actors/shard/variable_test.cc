@@ -7,40 +7,19 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/shard/variable_test_support.h"
 #include "common/error.h"
 #include "optim/optimizer.h"
 
 using namespace psched;
+using psched::testing::code_of;
+using psched::testing::sgd_spec;
+using psched::testing::value_of;
 
 namespace {
 
 std::span<const std::byte> bytes_of(const std::vector<float>& v) {
   return std::as_bytes(std::span(v));
-}
-
-VariableSpec sgd_spec(uint64_t n, double lr = 1.0) {
-  VariableSpec spec;
-  spec.name = "layer/w";
-  spec.shape = {n};
-  spec.optimizer.kind = optim::OptimizerKind::sgd;
-  spec.optimizer.lr = lr;
-  return spec;
-}
-
-std::vector<float> value_of(const Variable& v) {
-  std::vector<float> out(v.part().size());
-  v.read(v.part(), reinterpret_cast<std::byte*>(out.data()));
-  return out;
-}
-
-ErrorCode code_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  FAIL("no psched::Error thrown");
-  return ErrorCode::internal;
 }
 
 }  // namespace
