@@ -25,6 +25,7 @@ import time
 import urllib.request
 
 from free_ports import free_ports
+from process_checks import check
 
 LISTEN, HTTP = free_ports(2)
 WORKERS = 64                 # each check trains as a new worker
@@ -50,11 +51,6 @@ limits:
   max_unauthenticated_connections: {MAX_WAITING}
   auth_timeout_seconds: {AUTH_SECONDS}
 """
-
-
-def check(condition, message):
-    if not condition:
-        raise AssertionError(message)
 
 
 def frame_header(segment_words):

@@ -27,13 +27,9 @@ import tempfile
 import time
 
 from free_ports import free_ports
+from process_checks import check
 
 LISTEN, HTTP = free_ports(2)
-
-
-def check(condition, message):
-    if not condition:
-        raise AssertionError(message)
 
 
 class Shard:

@@ -44,6 +44,7 @@ import time
 import urllib.request
 
 from free_ports import free_ports
+from process_checks import check, fail, wait_until
 
 try:
     import numpy as np
@@ -54,24 +55,6 @@ except ImportError:
 LISTEN, HTTP = free_ports(2), free_ports(2)
 ELEMENTS = (40000, 12000, 900)  # tests/member_client.cc's variables
 STEPS = 400
-
-
-def fail(message):
-    raise AssertionError(message)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
-
-
-def wait_until(condition, what, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    fail(f"timed out waiting for {what}")
 
 
 class Job:

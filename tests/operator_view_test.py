@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from free_ports import free_ports
+from process_checks import check, fail
 
 STEPS = 20
 FEATURES = 64  # the example trainer's default
@@ -34,15 +35,6 @@ WORKERS = 2
 # Ports of this test's deployment: shards' RPC, shards' HTTP, the example trainer's HTTP.
 LISTEN_AND_HTTP = free_ports(5)
 LISTEN, HTTP, WORKER_HTTP = LISTEN_AND_HTTP[:2], LISTEN_AND_HTTP[2:4], LISTEN_AND_HTTP[4]
-
-
-def fail(message):
-    raise AssertionError(message)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 # --- the deployment -----------------------------------------------------------------------

@@ -28,20 +28,12 @@ import time
 import urllib.request
 
 from free_ports import free_ports
+from process_checks import check, fail, wait_until
 
 PORTS = free_ports(6)
 LISTEN, HTTP, PROXY = PORTS[:2], PORTS[2:4], PORTS[4:]  # the proxy forwards PROXY to LISTEN
 STEPS = 400
 FEATURES = 64
-
-
-def fail(message):
-    raise AssertionError(message)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def config_text(extra, ports=LISTEN):
@@ -141,15 +133,6 @@ class Job:
     def cleanup(self):
         self.stop()
         shutil.rmtree(self.work, ignore_errors=True)
-
-
-def wait_until(condition, what, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    fail(f"timed out waiting for {what}")
 
 
 def run_clean(build, name):
