@@ -94,6 +94,11 @@ class Job:
         check(self.server_text().count("restored") > restored,
               "the restarted server restored nothing:\n" + self.server_text())
 
+    def python_env(self, **extra):
+        """The environment of a Python trainer of this job."""
+        return dict(os.environ, PYTHONPATH=os.path.join(self.build, "python"),
+                    PSCHED_CONFIG=self.config, **extra)
+
     def server_text(self):
         return open(self.server_log).read()
 
@@ -137,7 +142,14 @@ class Job:
             if name.endswith(".log") and name != "server.log":
                 print(f"--- {name}\n" + open(os.path.join(self.work, name)).read())
 
-    def cleanup(self):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, failure, *_):
+        """Prints the logs when the test failed, then stops every process and removes the
+        folder."""
+        if failure is not None:
+            self.dump_logs()
         self.stop()
         shutil.rmtree(self.work, ignore_errors=True)
 
@@ -173,9 +185,8 @@ def replay(records, workers, steps):
 
 
 def test_staleness(build, k=2):
-    job = Job(build, "staleness", 4, f"staleness: {k}\n", mode="bounded")
-    names = {w: f"worker{w}" for w in range(4)}
-    try:
+    with Job(build, "staleness", 4, f"staleness: {k}\n", mode="bounded") as job:
+        names = {w: f"worker{w}" for w in range(4)}
         job.start_server()
         for w in range(4):
             job.start(w, member_command(job, w, 5) + ["--slow-every", "4", "--slow-ms", "30"],
@@ -218,11 +229,6 @@ def test_staleness(build, k=2):
               f"back before every worker began pushing the step {k} behind; the furthest a "
               f"worker ran ahead of another: {lead} steps; {held} polls held; final values "
               "equal the exact sum of every gradient")
-    except Exception:
-        job.dump_logs()
-        raise
-    finally:
-        job.cleanup()
 
 
 def member_command(job, worker, compute_ms):
@@ -233,9 +239,8 @@ def member_command(job, worker, compute_ms):
 
 def test_members(build, restart_server):
     extra = "checkpoint: {directory: state, interval_seconds: 0}\n" if restart_server else ""
-    job = Job(build, "members", 4, extra)
-    names = {w: f"worker{w}" for w in range(4)}
-    try:
+    with Job(build, "members", 4, extra) as job:
+        names = {w: f"worker{w}" for w in range(4)}
         job.start_server()
         for w in range(4):
             job.start(w, member_command(job, w, 10), names[w])
@@ -281,11 +286,10 @@ def test_members(build, restart_server):
               f"{killed_at}; the others went on {went_on:.1f} s after the kill (lease 2 s); "
               f"the new worker 3 started at step {start}; {len(records)} ranges applied "
               "short-handed; final values equal the replay of the recorded membership")
-    except Exception:
-        job.dump_logs()
-        raise
-    finally:
-        job.cleanup()
+
+
+def digits_example(source):
+    return os.path.join(source, "python", "examples", "train_digits.py")
 
 
 def epochs(text):
@@ -300,13 +304,11 @@ LATER = ("import runpy, sys, torch, sklearn.datasets, psched.torch; sys.stdin.re
 
 
 def test_digits(build, source):
-    job = Job(build, "digits", 3, lease=3)
-    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PSCHED_CONFIG=job.config,
-               WORLD_SIZE="3")
-    example = os.path.join(source, "python", "examples", "train_digits.py")
-    command = ["/usr/bin/python3", example, "--epochs", "40", "--batch", "8"]
-    names = {w: f"worker{w}" for w in range(3)}
-    try:
+    with Job(build, "digits", 3, lease=3) as job:
+        env = job.python_env(WORLD_SIZE="3")
+        example = digits_example(source)
+        command = ["/usr/bin/python3", example, "--epochs", "40", "--batch", "8"]
+        names = {w: f"worker{w}" for w in range(3)}
         job.start_server()
         for w in range(3):
             job.start(w, command, names[w], dict(env, RANK=str(w)))
@@ -339,21 +341,15 @@ def test_digits(build, source):
               f"{went_on:.1f} s later (lease 3 s); the new worker 2 joined at step "
               f"{joined.group(1)} (epoch {first}); all three ended at test accuracy "
               f"{accuracies.pop():.3f}")
-    except Exception:
-        job.dump_logs()
-        raise
-    finally:
-        job.cleanup()
 
 
 def final_accuracy(build, source, mode):
     """The test accuracy the digits example's three workers end with in `mode`."""
-    job = Job(build, "digits_" + mode, 3, "staleness: 2\n" if mode == "bounded" else "", mode)
-    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PSCHED_CONFIG=job.config,
-               WORLD_SIZE="3")
-    example = os.path.join(source, "python", "examples", "train_digits.py")
-    names = {w: f"worker{w}" for w in range(3)}
-    try:
+    extra = "staleness: 2\n" if mode == "bounded" else ""
+    with Job(build, "digits_" + mode, 3, extra, mode) as job:
+        env = job.python_env(WORLD_SIZE="3")
+        example = digits_example(source)
+        names = {w: f"worker{w}" for w in range(3)}
         job.start_server()
         for w in range(3):
             job.start(w, ["/usr/bin/python3", example, "--epochs", "40", "--batch", "8"],
@@ -362,11 +358,6 @@ def final_accuracy(build, source, mode):
         finals = [epochs(job.text(names[w]))[-1] for w in range(3)]
         check(all(e == 40 for e, _ in finals), f"{mode}: not every worker ended at epoch 40")
         return max(a for _, a in finals)
-    except Exception:
-        job.dump_logs()
-        raise
-    finally:
-        job.cleanup()
 
 
 def test_bounded(build, source):
@@ -378,18 +369,18 @@ def test_bounded(build, source):
 
 
 def test_torchrun(build, source):
-    job = Job(build, "torchrun", 3)
-    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PSCHED_CONFIG=job.config)
-    env.pop("RANK", None)
-    env.pop("WORLD_SIZE", None)
-    example = os.path.join(source, "python", "examples", "train_digits.py")
-    # --redirects/--tee 1: Debian's torch 1.13 under Python 3.11 cannot parse the default 0
-    # (Std.NONE is not among an IntFlag's members there), so stdout goes through its log files.
-    command = ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", "3", "--max_restarts", "2", "--monitor_interval", "1",
-               "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(job.work, "torchrun"),
-               example, "--epochs", "40", "--batch", "8"]
-    try:
+    with Job(build, "torchrun", 3) as job:
+        env = job.python_env()
+        env.pop("RANK", None)
+        env.pop("WORLD_SIZE", None)
+        example = digits_example(source)
+        # --redirects/--tee 1: Debian's torch 1.13 under Python 3.11 cannot parse the default 0
+        # (Std.NONE is not among an IntFlag's members there), so stdout goes through its logs.
+        command = ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
+                   "--nproc_per_node", "3", "--max_restarts", "2", "--monitor_interval", "1",
+                   "--redirects", "1", "--tee", "1",
+                   "--log_dir", os.path.join(job.work, "torchrun"),
+                   example, "--epochs", "40", "--batch", "8"]
         job.start_server()
         job.start("agent", command, "torchrun", env)
         wait_until(lambda: "worker 2 epoch  2" in job.text("torchrun"), "worker 2's second epoch")
@@ -417,11 +408,6 @@ def test_torchrun(build, source):
         print(f"torchrun: RANK=2 killed after epoch 2; the agent restarted the group; the new "
               f"processes rejoined at steps {[int(s) for _, s in joins]}; all ended at epoch 40, "
               f"test accuracy {finals[0]}")
-    except Exception:
-        job.dump_logs()
-        raise
-    finally:
-        job.cleanup()
 
 
 def main():
