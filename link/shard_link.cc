@@ -31,6 +31,18 @@ void copy_value(capnp::Data::Reader value, std::byte* out, size_t out_bytes) {
   std::memcpy(out, value.begin(), out_bytes);
 }
 
+// Sends `request` (a pull or a poll, its other fields set) for `range` of `variable` and copies
+// the answer's value into `out`.
+template <typename Request>
+kj::Promise<void> ask_value(Request request, VariableId variable, ElementRange range,
+                            std::byte* out, size_t out_bytes) {
+  request.setVariable(variable.value);
+  request.setOffset(range.begin);
+  request.setCount(range.size());
+  return request.send().then(
+      [out, out_bytes](auto answer) { copy_value(answer.getValue(), out, out_bytes); });
+}
+
 template <typename... Args>
 kj::Exception error(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
   return to_kj_exception(
@@ -288,27 +300,15 @@ bool ShardLink::fuses() {
 kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::byte* out,
                                   size_t out_bytes, Step after) {
   if (session() == nullptr) return not_connected();
+  kj::Promise<void> answered = nullptr;
   if (after != Step()) {
     auto request = session()->pollRequest();
-    request.setVariable(variable.value);
     request.setStep(after.value);
-    request.setOffset(range.begin);
-    request.setCount(range.size());
-    return request.send()
-        .then([out, out_bytes](capnp::Response<wire::Session::PollResults> r) {
-          copy_value(r.getValue(), out, out_bytes);
-        })
-        .attach(kj::addRef(*connection_));
+    answered = ask_value(kj::mv(request), variable, range, out, out_bytes);
+  } else {
+    answered = ask_value(session()->pullRequest(), variable, range, out, out_bytes);
   }
-  auto request = session()->pullRequest();
-  request.setVariable(variable.value);
-  request.setOffset(range.begin);
-  request.setCount(range.size());
-  return request.send()
-      .then([out, out_bytes](capnp::Response<wire::Session::PullResults> r) {
-        copy_value(r.getValue(), out, out_bytes);
-      })
-      .attach(kj::addRef(*connection_));
+  return answered.attach(kj::addRef(*connection_));
 }
 
 kj::Promise<Step> ShardLink::join(Step at_least) {
