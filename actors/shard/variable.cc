@@ -92,11 +92,7 @@ bool Variable::is_duplicate(WorkerId worker, Step step, ElementRange range, DTyp
     if (!expects(worker, step)) check_expected(worker, step);
     return duplicate;
   }
-  if (membership_ != nullptr && !membership_->is_member(worker))
-    fail(ErrorCode::not_a_member,
-         "push of step {} to variable '{}' rejected: worker {} is no member of the job (its "
-         "lease ended); join again (the client does on start)",
-         step, spec_.name, worker.value);
+  if (membership_ != nullptr && !membership_->is_member(worker)) fail_not_a_member(worker, step);
   static const WorkerProgress kFresh;
   auto it = progress_.find(worker);
   const WorkerProgress& p = it == progress_.end() ? kFresh : it->second;
@@ -135,13 +131,16 @@ bool Variable::expects(WorkerId worker, Step step) const {
   return membership_ ? membership_->expects(worker, step) : worker.value < workers_;
 }
 
+void Variable::fail_not_a_member(WorkerId worker, Step step) const {
+  fail(ErrorCode::not_a_member,
+       "push of step {} to variable '{}' rejected: worker {} is no member of the job (its "
+       "lease ended or it never joined); join again (the client does on start)",
+       step, spec_.name, worker.value);
+}
+
 void Variable::check_expected(WorkerId worker, Step step) const {
   Step joined = membership_->joined_at(worker);
-  if (joined == Step() && step > sync_.completed)
-    fail(ErrorCode::not_a_member,
-         "push of step {} to variable '{}' rejected: worker {} is no member of the job (its "
-         "lease ended or it never joined); join again (the client does on start)",
-         step, spec_.name, worker.value);
+  if (joined == Step() && step > sync_.completed) fail_not_a_member(worker, step);
   fail(ErrorCode::stale_step,
        "push of step {} to variable '{}' from worker {} dropped: the step {} without it ({})", step,
        spec_.name, worker.value, step <= sync_.completed ? "closed" : "goes on",
@@ -291,10 +290,15 @@ void Variable::apply_gathered(const CoveredPiece& piece, Step step) {
   });
 }
 
-std::vector<ElementRange> Variable::complete_step_without_missing() {
+IntervalSet Variable::not_applied() const {
   IntervalSet open;
   open.add(part_);
   for (ElementRange r : sync_.applied.ranges()) open.subtract(r);
+  return open;
+}
+
+std::vector<ElementRange> Variable::complete_step_without_missing() {
+  IntervalSet open = not_applied();
   Step step = sync_.completed.next();
   for (ElementRange r : open.ranges())
     for (const CoveredPiece& piece : coverage(r, kAllWorkers, step)) apply_gathered(piece, step);
@@ -306,10 +310,8 @@ std::vector<AppliedRanges> Variable::settle() {
   std::vector<AppliedRanges> out;
   while (quorum()) {
     Step step = sync_.completed.next();
-    IntervalSet open;
-    open.add(part_);
-    for (ElementRange r : sync_.applied.ranges()) open.subtract(r);
     AppliedRanges applied{.step = step};
+    const IntervalSet open = not_applied();
     for (ElementRange r : open.ranges()) {
       for (const CoveredPiece& piece : coverage(r, kAllWorkers, step)) {
         if (!piece.complete) continue;

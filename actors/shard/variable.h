@@ -208,6 +208,9 @@ class Variable {
   // Throws unless `worker` may push step `step` (sync): a worker the step does not wait for
   // gets stale_step when it closed or goes on without it, not_a_member when it left the job.
   void check_expected(WorkerId worker, Step step) const;
+  [[noreturn]] void fail_not_a_member(WorkerId worker, Step step) const;
+  // sync: the part of the step in progress not applied yet.
+  IntervalSet not_applied() const;
   // Applies the mean of the sums gathered for `piece` (its pushers' gradients), when any.
   void apply_gathered(const CoveredPiece& piece, Step step);
   // Keeps who gave `range` of `step` when fewer than all workers did; `pusher` besides those
