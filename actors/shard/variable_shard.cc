@@ -151,11 +151,12 @@ void VariableShard::enforce_deadlines(Clock::time_point now) {
         leave(worker, fmt::format("no connection for {} s (sync.lease_seconds)",
                                   settings_.sync.lease_seconds));
       } catch (...) {
-        count_error(caught());
+        Error error = caught();
+        count_error(error);
         log_error(
             "shard {}: worker {}'s lease ended but its leave could not be logged ({}); "
             "it stays a member",
-            settings_.id.value, worker.value, caught().what());
+            settings_.id.value, worker.value, error.what());
       }
     }
   });
@@ -273,16 +274,23 @@ void VariableShard::settle_all() {
   }
 }
 
-void VariableShard::release_held(std::optional<VariableId> variable) {
-  std::vector<HeldPoll> ready;
+std::vector<VariableShard::HeldPoll> VariableShard::take_held(
+    const std::function<bool(const HeldPoll&)>& which) {
+  std::vector<HeldPoll> taken;
   std::erase_if(held_, [&](HeldPoll& held) {
-    if (variable && held.variable != *variable) return false;
-    if (!variables_[held.variable.value].others_reached(held.step, settings_.sync.staleness))
-      return false;
-    ready.push_back(std::move(held));
+    if (!which(held)) return false;
+    taken.push_back(std::move(held));
     return true;
   });
-  for (HeldPoll& held : ready) file_held(held);
+  return taken;
+}
+
+void VariableShard::release_held(std::optional<VariableId> variable) {
+  auto ready = take_held([&](const HeldPoll& held) {
+    return (!variable || held.variable == *variable) &&
+           variables_[held.variable.value].others_reached(held.step, settings_.sync.staleness);
+  });
+  for (const HeldPoll& held : ready) file_held(held);
 }
 
 void VariableShard::file_held(const HeldPoll& held) {
@@ -298,14 +306,11 @@ void VariableShard::file_held(const HeldPoll& held) {
 void VariableShard::time_out_held(Clock::time_point now) {
   const double timeout = settings_.sync.timeout_seconds;
   if (timeout <= 0) return;
-  std::vector<HeldPoll> overdue;
-  std::erase_if(held_, [&](HeldPoll& held) {
-    if (std::chrono::duration<double>(now - held.since).count() < timeout) return false;
-    overdue.push_back(std::move(held));
-    return true;
+  auto overdue = take_held([&](const HeldPoll& held) {
+    return std::chrono::duration<double>(now - held.since).count() >= timeout;
   });
   const bool proceed = settings_.sync.on_timeout == SyncTimeoutAction::proceed;
-  for (HeldPoll& held : overdue) {
+  for (const HeldPoll& held : overdue) {
     const Variable& variable = variables_[held.variable.value];
     Error error(ErrorCode::sync_timeout,
                 fmt::format("a poll of step {} of variable '{}' on shard {} waited {:.1f} s for "

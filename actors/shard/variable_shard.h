@@ -230,13 +230,15 @@ class VariableShard : public Actor, private ShardDurability::State, private Sync
   // After the membership changed: applies what each variable's step now has and answers polls
   // (sync), or files the held polls that may now wait for their own update only (bounded).
   void settle_all();
+  // Bounded: removes the held polls `which` picks and returns them.
+  struct HeldPoll;
+  std::vector<HeldPoll> take_held(const std::function<bool(const HeldPoll&)>& which);
   // Bounded: files the held polls of `variable` (all: nullopt) whose others reached their step.
   void release_held(std::optional<VariableId> variable);
   // Bounded, with sync.timeout_seconds: a poll held that long is failed with [sync_timeout]
   // naming the members behind (on_timeout: fail) or filed without waiting for them (proceed).
   void time_out_held(std::chrono::steady_clock::time_point now);
   // Files a held poll with the registry, or answers it with the refusal.
-  struct HeldPoll;
   void file_held(const HeldPoll& held);
   // Files a poll with the registry: answered once `worker`'s `step` update of `range` is applied.
   void file_poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
