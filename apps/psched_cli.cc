@@ -2,7 +2,6 @@
 // psched: the operator's command line. `psched status [--config FILE]` asks every shard of a
 // deployment for its /status over HTTP and prints one line per shard; a shard that does not
 // answer is shown as down. Exits 0 when every shard answered, 1 otherwise.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -90,14 +89,11 @@ std::string wire_ratio(const json& status) {
 // 0 0 2": a sync or bounded shard's membership.
 std::string membership_line(size_t shard, const json& m) {
   std::vector<uint64_t> ids, from, lag;
-  uint64_t newest = 0;
-  for (const json& w : m.at("workers"))
-    newest = std::max(newest, w.at("pushed_step").get<uint64_t>());
   for (const json& w : m.at("workers")) {
     if (!w.at("member").get<bool>()) continue;
     ids.push_back(w.at("worker").get<uint64_t>());
     from.push_back(w.at("joined_at").get<uint64_t>());
-    lag.push_back(newest - w.at("pushed_step").get<uint64_t>());
+    lag.push_back(w.at("lag_steps").get<uint64_t>());
   }
   return fmt::format(
       "shard {}: members {} (from steps {}), joins {}, leaves {}, {} ranges short-handed, lag {}",

@@ -130,7 +130,7 @@ kj::Promise<Step> Worker::join(Step at_least) {
   for (auto& link : links_)
     answers.add(on_link(*link, [&link = *link, at_least] { return link.join(at_least); }));
   return kj::joinPromises(answers.releaseAsArray())
-      .then([this, at_least](kj::Array<Step> steps) -> kj::Promise<Step> {
+      .then([this](kj::Array<Step> steps) -> kj::Promise<Step> {
         auto [least, most] = std::minmax_element(steps.begin(), steps.end());
         if (layout_.mode == Mode::async) return *least;
         if (*least == *most) return *most;

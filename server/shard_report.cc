@@ -101,8 +101,6 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
              "workers.",
              shard, double(s.short_handed_ranges));
   if (!s.workers.empty()) {
-    Step newest;
-    for (const MemberStatus& m : s.workers) newest = std::max(newest, m.pushed);
     out.family("psched_shard_worker_lag_steps", MetricType::gauge,
                "Sync and bounded modes: steps between the newest step any worker pushed here "
                "and each member's newest.");
@@ -110,7 +108,7 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
       if (!m.member) continue;
       MetricLabels labels = shard;
       labels.emplace_back("worker", std::to_string(m.worker));
-      out.sample("psched_shard_worker_lag_steps", labels, double(newest.value - m.pushed.value));
+      out.sample("psched_shard_worker_lag_steps", labels, double(m.lag_steps));
     }
   }
   out.family("psched_shard_apply_seconds", MetricType::histogram,
@@ -147,7 +145,8 @@ json membership_json(const ShardStats& s) {
                        {"member", m.member},
                        {"joined_at", m.joined_at.value},
                        {"connections", m.connections},
-                       {"pushed_step", m.pushed.value}});
+                       {"pushed_step", m.pushed.value},
+                       {"lag_steps", m.lag_steps}});
   return {{"members", s.members},       {"joins", s.joins},
           {"leaves", s.leaves},         {"short_handed_ranges", s.short_handed_ranges},
           {"polls_held", s.polls_held}, {"workers", workers}};

@@ -435,12 +435,14 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
     s.polls_waiting = polls_.waiting();
     if (settings_.mode != Mode::async) {
       s.members = membership_.members();
+      const Step newest = *std::max_element(pushed_.begin(), pushed_.end());
       for (uint32_t w = 0; w < settings_.workers; ++w)
         s.workers.push_back({.worker = w,
                              .member = membership_.is_member(WorkerId(w)),
                              .joined_at = membership_.joined_at(WorkerId(w)),
                              .connections = leases_.connections(WorkerId(w)),
-                             .pushed = pushed_[w]});
+                             .pushed = pushed_[w],
+                             .lag_steps = newest.value - pushed_[w].value});
     }
     s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
     reply(std::move(s));

@@ -52,7 +52,8 @@ struct MemberStatus {
   bool member = false;
   Step joined_at;  // the first step it takes part in (Step(): no member)
   uint32_t connections = 0;
-  Step pushed;  // the newest step it pushed here (any variable)
+  Step pushed;             // the newest step it pushed here (any variable)
+  uint64_t lag_steps = 0;  // steps between the newest any worker pushed here and `pushed`
 };
 
 // Counters a shard keeps; read with VariableShard::stats. A copy: reading never touches the
