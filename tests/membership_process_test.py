@@ -368,6 +368,22 @@ def test_bounded(build, source):
           f"(staleness 2), {sync:.3f} in sync mode")
 
 
+def process_running(script, variable):
+    """The id of a process running `script` with `variable` ("NAME=value") in its environment,
+    read from /proc (no procps on a minimal machine); None when there is none."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if script.encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if variable in f.read().split(b"\0"):
+                    return int(pid)
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return None
+
+
 def test_torchrun(build, source):
     with Job(build, "torchrun", 3) as job:
         env = job.python_env()
@@ -384,12 +400,7 @@ def test_torchrun(build, source):
         job.start_server()
         job.start("agent", command, "torchrun", env)
         wait_until(lambda: "worker 2 epoch  2" in job.text("torchrun"), "worker 2's second epoch")
-        victim = None
-        for pid in subprocess.run(["pgrep", "-f", example], capture_output=True,
-                                  text=True).stdout.split():
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if b"RANK=2" in f.read().split(b"\0"):
-                    victim = int(pid)
+        victim = process_running(example, b"RANK=2")
         check(victim, "no RANK=2 process found")
         os.kill(victim, signal.SIGKILL)
         job.wait_all({"agent": "torchrun"})
