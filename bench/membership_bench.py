@@ -29,7 +29,8 @@ from free_ports import free_ports  # noqa: E402
 
 def run(build, mode, staleness, straggler, steps, compute_ms):
     """Seconds per step of each worker but a constant straggler, and the CPU seconds used."""
-    listen, http = free_ports(2), free_ports(2)
+    ports = free_ports(4)  # one call: distinct
+    listen, http = ports[:2], ports[2:]
     with tempfile.TemporaryDirectory(prefix="psched_membership_bench_") as work:
         config = os.path.join(work, "job.yaml")
         with open(config, "w") as f:

@@ -52,7 +52,8 @@ except ImportError:
     print("membership_process_test: skipped: numpy is missing (scripts/setup installs it)")
     sys.exit(77)
 
-LISTEN, HTTP = free_ports(2), free_ports(2)
+PORTS = free_ports(4)  # one call: distinct
+LISTEN, HTTP = PORTS[:2], PORTS[2:]
 ELEMENTS = (40000, 12000, 900)  # tests/member_client.cc's variables
 STEPS = 400
 
