@@ -363,7 +363,8 @@ def final_accuracy(build, source, mode):
 
 def test_bounded(build, source):
     sync, bounded = (final_accuracy(build, source, mode) for mode in ("sync", "bounded"))
-    check(min(sync, bounded) >= 0.9 and abs(sync - bounded) <= 0.01,
+    # Bounded mode has to reach sync's accuracy within one point; ending above it is fine.
+    check(min(sync, bounded) >= 0.9 and bounded >= sync - 0.01,
           f"test accuracy {bounded:.3f} in bounded mode, {sync:.3f} in sync mode")
     print(f"bounded: digits, 3 workers, 40 epochs: test accuracy {bounded:.3f} in bounded mode "
           f"(staleness 2), {sync:.3f} in sync mode")
