@@ -25,9 +25,10 @@ def skip_lines(case):
 
 
 def not_run(junit):
-    """(name, reason) of each test the file says did not run."""
+    """(name, reason) of each test the file says did not run (a failed test ran: ctest
+    reports it)."""
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        if case.get("status") != "run":
+        if case.get("status") in ("notrun", "disabled"):
             output = (case.findtext("system-out") or "").strip()
             reason = (skip_lines(case) or output.splitlines()[-1:] or ["(it printed nothing)"])
             yield case.get("name"), reason[0]
