@@ -19,11 +19,12 @@
             than the job's remaining epochs on a fast machine.
   bounded   the digits example, 3 workers, 40 epochs, in sync mode and in bounded mode
             (staleness 2): both reach a test accuracy of at least 0.9, within 1 point.
-  staleness psched-server (2 shards), 4 psched-member-client workers in bounded mode
-            (staleness 2) with a straggler that moves between them: from the workers' own
-            clocks, no worker's step s came back before every other had begun pushing step
-            s - 2, some worker did run ahead of another, and the final values equal the exact
-            sum of every gradient (each push is applied on arrival; integers add exactly).
+  staleness psched-server (2 shards, --trace), 4 psched-member-client workers in bounded mode
+            (staleness 2) with a straggler that moves between them: from what the shards
+            recorded (their trace), no poll for step s was answered before every member's
+            pushes of step s - 2 of that variable had arrived, some poll did run ahead of
+            another worker, and the final values equal the exact sum of every gradient (each
+            push is applied on arrival; integers add exactly).
   torchrun  the digits example under torchrun (3 processes, --max-restarts 2): the RANK=2
             process is SIGKILLed after epoch 2, the agent restarts the group, every new process
             rejoins at the job's step, and all end at epoch 40 with the loss fallen.
@@ -32,6 +33,7 @@ Usage: membership_process_test.py members|restart|digits|bounded|torchrun|stalen
        SOURCE_DIR
 Needs numpy (the replay); digits also torch and scikit-learn (the trainers).
 """
+import bisect
 import json
 import os
 import re
@@ -77,11 +79,11 @@ class Job:
         self.server_log = os.path.join(self.work, "server.log")
         self.workers = {}  # id -> its newest process
 
-    def start_server(self):
+    def start_server(self, *options):
         start = os.path.getsize(self.server_log) if os.path.exists(self.server_log) else 0
         self.server = subprocess.Popen(
-            [os.path.join(self.build, "apps", "psched-server"), "--config", self.config],
-            stderr=open(self.server_log, "a"))
+            [os.path.join(self.build, "apps", "psched-server"), "--config", self.config,
+             *options], stderr=open(self.server_log, "a"))
         wait_until(lambda: self.server_text()[start:].count("listening on") == 2 or
                    self.server.poll() is not None, "psched-server to listen", timeout=30)
         check(self.server.poll() is None, "psched-server exited:\n" + self.server_text())
@@ -94,6 +96,12 @@ class Job:
         self.start_server()
         check(self.server_text().count("restored") > restored,
               "the restarted server restored nothing:\n" + self.server_text())
+
+    def stop_server(self):
+        """SIGTERM: the server stops as an operator stops it (writing its --trace)."""
+        self.server.send_signal(signal.SIGTERM)
+        check(self.server.wait(timeout=30) == 0, "psched-server did not stop cleanly:\n" +
+              self.server_text())
 
     def python_env(self, **extra):
         """The environment of a Python trainer of this job."""
@@ -156,7 +164,7 @@ class Job:
 
 
 def last_step(text):
-    steps = re.findall(r"^step (\d+) ", text, re.M)
+    steps = re.findall(r"^step (\d+)$", text, re.M)
     return int(steps[-1]) if steps else 0
 
 
@@ -185,34 +193,68 @@ def replay(records, workers, steps):
     return np.concatenate(values)
 
 
+def shard_requests(trace_file):
+    """From psched-server's --trace: per shard, the time each worker's pushes of each variable
+    and step had all arrived, {(worker, variable, step): time}, and each poll as (worker,
+    variable, step, time its value was ready), in microseconds of CLOCK_MONOTONIC. A request is
+    three slices in a row: the whole, then its two phases (server/shard_trace.h); the first
+    phase ends when the push's last byte arrived or the poll's value was ready."""
+    with open(trace_file) as f:
+        events = json.load(f)["traceEvents"]
+    workers, arrived, polls = {}, {}, {}  # (pid, tid) -> worker from the tracks' names
+    for i, e in enumerate(events):
+        if e.get("ph") == "M" and e["name"] == "thread_name":
+            workers[e["pid"], e["tid"]] = int(e["args"]["name"].split()[1])
+        if e.get("ph") != "X" or "step" not in (e.get("args") or {}):
+            continue
+        kind, phase = e["name"].split()[0], events[i + 1]
+        check(phase["name"] == {"push": "receive", "poll": "wait"}[kind],
+              f"trace: {e['name']} is followed by {phase['name']}")
+        key = (workers[e["pid"], e["tid"]], e["args"]["variable"], e["args"]["step"])
+        at = phase["ts"] + phase["dur"]
+        if kind == "push":
+            shard = arrived.setdefault(e["pid"], {})
+            shard[key] = max(shard.get(key, at), at)
+        else:
+            polls.setdefault(e["pid"], []).append(key + (at,))
+    return arrived, polls
+
+
+def check_bound_from_trace(trace_file, members, k):
+    """No poll for step s answered before every member's pushes of step s - k of that variable
+    had arrived at its shard; returns the furthest a poller was ahead of another member."""
+    arrived, polls = shard_requests(trace_file)
+    check(polls, "the trace holds no polls")
+    lead = 0
+    for shard, answered in polls.items():
+        # Per (member, variable): the times by which steps 1, 2, ... had all arrived.
+        by_step = {}
+        for (w, v, s), t in sorted(arrived[shard].items(), key=lambda item: item[0][2]):
+            times = by_step.setdefault((w, v), [])
+            check(s == len(times) + 1, f"shard {shard}: worker {w} pushed v{v} step {s} "
+                  f"after {len(times)} steps")
+            times.append(max(t, times[-1]) if times else t)
+        for w, v, s, ready in answered:
+            for other in members:
+                times = by_step.get((other, v), [])
+                done = bisect.bisect_right(times, ready + 1e-3)  # steps arrived by then
+                check(s <= k or done >= s - k,
+                      f"shard {shard}: worker {w}'s poll of v{v} for step {s} was answered "
+                      f"when worker {other} had pushed only {done} steps of it (k = {k})")
+                lead = max(lead, s - done)
+    return lead
+
+
 def test_staleness(build, k=2):
     with Job(build, "staleness", 4, f"staleness: {k}\n", mode="bounded") as job:
         names = {w: f"worker{w}" for w in range(4)}
-        job.start_server()
+        trace_file = os.path.join(job.work, "trace.json")
+        job.start_server("--trace", trace_file)
         for w in range(4):
             job.start(w, member_command(job, w, 5) + ["--slow-every", "4", "--slow-ms", "30"],
                       names[w])
         job.wait_all(names)
-        pushing, done = {}, {}  # (worker, step) -> ns
-        for w in range(4):
-            text = job.text(names[w])
-            for s, t in re.findall(r"^pushing (\d+) (\d+)$", text, re.M):
-                pushing[w, int(s)] = int(t)
-            for s, t in re.findall(r"^step (\d+) (\d+)$", text, re.M):
-                done[w, int(s)] = int(t)
-        check(len(done) == 4 * STEPS, f"{len(done)} steps done, expected {4 * STEPS}")
-        lead = 0
-        for (w, s), t in done.items():
-            for other in range(4):
-                if s > k:
-                    check(pushing[other, s - k] < t,
-                          f"worker {w}'s step {s} came back before worker {other} began pushing "
-                          f"step {s - k}")
-                # How far ahead of `other` worker w got: its newest step done by time t.
-                behind = max((q for q in range(1, STEPS + 1) if pushing[other, q] < t),
-                             default=0)
-                lead = max(lead, s - behind)
-        check(lead >= 1, "no worker ever ran ahead of another: the bound was never tested")
+        held = sum(job.get("/status", shard)["membership"]["polls_held"] for shard in (0, 1))
         # Negated as integers: a zero sum is +0.0 on the shard (x - x), not -0.0.
         expected = np.concatenate([
             (-sum(((g * 7 + v * 11 + s * 31 + np.arange(n) * 3) % 9 - 4)
@@ -225,11 +267,14 @@ def test_staleness(build, k=2):
               "worker 0 started again:\n" + again.stdout + again.stderr)
         with open(os.path.join(job.work, "values0.bin"), "rb") as f:
             check(f.read() == expected, "the shards' values differ from the exact sum")
-        held = sum(job.get("/status", shard)["membership"]["polls_held"] for shard in (0, 1))
-        print(f"staleness: 4 workers, k = {k}, a moving straggler, {STEPS} steps: no step came "
-              f"back before every worker began pushing the step {k} behind; the furthest a "
-              f"worker ran ahead of another: {lead} steps; {held} polls held; final values "
-              "equal the exact sum of every gradient")
+        job.stop_server()
+        lead = check_bound_from_trace(trace_file, range(4), k)
+        check(lead >= 1, "no poll was ever answered ahead of another worker's pushes: the bound "
+              "was never tested")
+        print(f"staleness: 4 workers, k = {k}, a moving straggler, {STEPS} steps: in the shards' "
+              f"trace no poll for step s was answered before every worker's pushes of step "
+              f"s - {k} had arrived; the furthest a poll ran ahead of another worker: {lead} "
+              f"steps; {held} polls held; final values equal the exact sum of every gradient")
 
 
 def member_command(job, worker, compute_ms):
