@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "compression/codec.h"
 #include "net/wire_convert.h"
 
 namespace psched {
@@ -85,6 +86,7 @@ void Worker::check_layout(const ClusterLayout& layout, size_t link) const {
 kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec, std::span<std::byte> value,
                                                       bool use_server_optimizer,
                                                       Compression compression) {
+  check(compression);
   if (value.size() != spec.bytes())
     fail(ErrorCode::shape_mismatch,
          "register of variable '{}' rejected: memory of {} bytes for {} elements of {} ({} bytes)",

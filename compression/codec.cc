@@ -160,6 +160,16 @@ uint64_t onebit_elements(DType dtype, std::span<const std::byte> body) {
 
 }  // namespace
 
+void check(const Compression& compression) {
+  if (!carries_values(compression.pull))
+    fail(ErrorCode::invalid_argument,
+         "compression: pull format {} does not carry values (expected none, bf16 or fp16)",
+         to_string(compression.pull));
+  if (!TopK::is_fraction(compression.topk.fraction))
+    fail(ErrorCode::invalid_argument, "compression: topk_fraction {} is not a fraction in (0, 1]",
+         compression.topk.fraction);
+}
+
 uint64_t TopK::of(uint64_t elements) const {
   uint64_t k = count != 0
                    ? count

@@ -23,6 +23,10 @@
 
 namespace psched {
 
+// Throws Error(invalid_argument) naming what is wrong with a trainer's `compression`: a pull
+// format that does not carry values, a topk fraction outside (0, 1].
+void check(const Compression& compression);
+
 // Encodes `values` (elements of `dtype`) as `format` into `body`, replacing what it held (its
 // memory is reused). Requires fewer than 2^32 elements for topk and onebit.
 void encode(WireFormat format, DType dtype, std::span<const std::byte> values, const TopK& topk,

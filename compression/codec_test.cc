@@ -123,6 +123,31 @@ TEST_CASE("onebit sends each sign and the mean magnitude") {
         std::vector<double>{2, -2, 2, 2, -2, 2, -2, 2, -2});
 }
 
+TEST_CASE("a compression with a sparse pull format or a fraction outside (0, 1] is refused") {
+  auto problem = [](const Compression& c) -> std::string {
+    try {
+      check(c);
+      return "";
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::invalid_argument);
+      return e.what();
+    }
+  };
+  Compression whole;
+  whole.push = WireFormat::topk;
+  whole.pull = WireFormat::bf16;
+  whole.topk.fraction = 1;
+  CHECK(problem(whole).empty());
+  Compression sparse_pull;
+  sparse_pull.pull = WireFormat::topk;
+  CHECK(problem(sparse_pull).find("pull format topk does not carry values") != std::string::npos);
+  for (double bad : {0.0, -0.5, 1.5}) {
+    Compression c;
+    c.topk.fraction = bad;
+    CHECK(problem(c).find("is not a fraction in (0, 1]") != std::string::npos);
+  }
+}
+
 TEST_CASE("a malformed body is refused naming what is wrong") {
   auto refused = [](WireFormat format, std::vector<std::byte> body, const char* says) {
     try {

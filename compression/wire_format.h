@@ -69,6 +69,8 @@ struct TopK {
   uint64_t count = 0;      // when not 0: this many, whatever the fraction
   // For a partition of `elements` (at least one is sent, at most all).
   uint64_t of(uint64_t elements) const;
+  // Whether `f` can be a fraction: in (0, 1].
+  static constexpr bool is_fraction(double f) { return f > 0 && f <= 1; }
 };
 
 // A variable's compression, both directions. The deployment's `compression:` section is the

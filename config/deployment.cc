@@ -300,7 +300,7 @@ Compression parse_compression(const ConfigNode& node) {
   if (auto f = map.find("pull")) out.pull = read_choice(*f, kValueFormats);
   if (auto f = map.find("topk_fraction")) {
     out.topk.fraction = read_number(*f);
-    if (!(out.topk.fraction > 0 && out.topk.fraction <= 1))
+    if (!TopK::is_fraction(out.topk.fraction))
       f->fail(fmt::format("{} is not a fraction in (0, 1]", out.topk.fraction));
   }
   if (auto f = map.find("topk_count")) out.topk.count = read_integer(*f, 1, UINT32_MAX);

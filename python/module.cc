@@ -16,6 +16,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include "common/error.h"
+#include "compression/codec.h"
 #include "config/deployment.h"
 #include "python/py_client.h"
 
@@ -158,14 +159,13 @@ void bind_compression(py::module_& m) {
                           "(compression/wire_format.h).")
       .def(py::init([](const std::string& push, const std::string& pull, double topk_fraction,
                        uint64_t topk_count, uint64_t min_bytes, uint64_t warmup_steps) {
-             if (!(topk_fraction > 0 && topk_fraction <= 1))
-               fail(ErrorCode::invalid_argument, "topk_fraction {} is not in (0, 1]",
-                    topk_fraction);
-             return Compression{.push = wire_format(push, false),
-                                .pull = wire_format(pull, true),
-                                .topk = {.fraction = topk_fraction, .count = topk_count},
-                                .min_bytes = min_bytes,
-                                .warmup_steps = warmup_steps};
+             Compression out{.push = wire_format(push, false),
+                             .pull = wire_format(pull, true),
+                             .topk = {.fraction = topk_fraction, .count = topk_count},
+                             .min_bytes = min_bytes,
+                             .warmup_steps = warmup_steps};
+             check(out);
+             return out;
            }),
            py::kw_only(), py::arg("push") = "none", py::arg("pull") = "none",
            py::arg("topk_fraction") = TopK{}.fraction, py::arg("topk_count") = 0,

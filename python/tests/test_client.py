@@ -193,7 +193,7 @@ def test_a_compression_names_its_formats_and_refuses_others():
         psched.Compression(pull="topk")
     with pytest.raises(psched.Error, match="'int8' is not a push format"):
         psched.Compression(push="int8")
-    with pytest.raises(psched.Error, match="topk_fraction 2 is not in"):
+    with pytest.raises(psched.Error, match="topk_fraction 2 is not a fraction in"):
         psched.Compression(push="topk", topk_fraction=2.0)
 
 
