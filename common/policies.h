@@ -42,6 +42,7 @@ struct SyncConfig {
   double lease_seconds = 0;
   // mode: bounded: how many steps a worker may run ahead of the slowest member (`staleness:`).
   uint64_t staleness = 1;
+  bool operator==(const SyncConfig&) const = default;
 };
 
 // How a worker carries its pushes and polls to a shard (`data_path:`): over a data stream

@@ -71,6 +71,7 @@ struct TopK {
   uint64_t of(uint64_t elements) const;
   // Whether `f` can be a fraction: in (0, 1].
   static constexpr bool is_fraction(double f) { return f > 0 && f <= 1; }
+  bool operator==(const TopK&) const = default;
 };
 
 // A variable's compression, both directions. The deployment's `compression:` section is the
@@ -92,6 +93,8 @@ struct Compression {
   }
   // The format fresh values of a variable of `bytes` come back in.
   WireFormat pull_for(uint64_t bytes) const { return bytes < min_bytes ? WireFormat::none : pull; }
+
+  bool operator==(const Compression&) const = default;
 };
 
 }  // namespace psched

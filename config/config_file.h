@@ -12,6 +12,7 @@ namespace psched {
 struct ConfigFile {
   std::filesystem::path path;  // resolved against the YAML file's folder
   std::string origin;          // "configs/x.yaml:12: tls.ca_file"
+  bool operator==(const ConfigFile&) const = default;
 };
 
 // The file's whole content. Throws Error(bad_config) "<origin>: cannot open '<path>': <reason>"

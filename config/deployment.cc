@@ -457,6 +457,34 @@ DeploymentConfig parse_deployment(const std::string& yaml_text,
   return parse_sections(root, source);
 }
 
+std::vector<std::string> deployment_keys() {
+  // The keys of a top-level section; none for a key that holds a value.
+  auto inner_keys = [](std::string_view top) -> std::vector<std::string_view> {
+    auto list = [](const auto& names) {
+      return std::vector<std::string_view>(names.begin(), names.end());
+    };
+    if (top == "auth") return list(kAuthKeys);
+    if (top == "tls") return list(kTlsKeys);
+    if (top == "shards") return list(kShardKeys);
+    if (top == "optimizer") return optimizer_keys();
+    if (top == "scheduler") return list(kSchedulerKeys);
+    if (top == "limits") return list(kLimitsKeys);
+    if (top == "checkpoint") return list(kCheckpointKeys);
+    if (top == "sync") return list(kSyncKeys);
+    if (top == "reconnect") return list(kReconnectKeys);
+    if (top == "compression") return list(kCompressionKeys);
+    return {};
+  };
+  std::vector<std::string> keys;
+  for (std::string_view top : kTopKeys) {
+    std::vector<std::string_view> inner = inner_keys(top);
+    if (inner.empty()) keys.emplace_back(top);
+    std::string prefix = top == "shards" ? "shards[]." : fmt::format("{}.", top);
+    for (std::string_view name : inner) keys.push_back(prefix + std::string(name));
+  }
+  return keys;
+}
+
 DeploymentConfig load_deployment(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   std::error_code ec;

@@ -22,6 +22,7 @@ struct ListenAddress {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
   std::string to_string() const;  // "host:port"; an IPv6 host in brackets, "[::1]:7000"
+  bool operator==(const ListenAddress&) const = default;
 };
 
 struct ShardConfig {
@@ -31,6 +32,7 @@ struct ShardConfig {
   // Where the shard keeps its variables and optimizer state and applies updates: `cpu` (the
   // default) or `cuda:N`, GPU N (docs/gpu.md). Checked when the server starts, not here.
   optim::DeviceSpec device = {};
+  bool operator==(const ShardConfig&) const = default;
 };
 
 struct SchedulerConfig {
@@ -39,6 +41,7 @@ struct SchedulerConfig {
   uint64_t credit_bytes = 2 << 20;   // bytes in flight at most (one larger partition may go alone)
   uint64_t fusion_bytes = 64 << 10;  // partitions smaller than this that queue up share messages
   bool autotune = false;
+  bool operator==(const SchedulerConfig&) const = default;
 };
 
 // What one shard accepts from its clients; a request over a limit is rejected with an error
@@ -67,6 +70,7 @@ struct LimitsConfig {
   // A connection silent this long in the middle of a message is dropped (between messages it
   // may be silent for ever).
   uint64_t stall_timeout_seconds = 60;
+  bool operator==(const LimitsConfig&) const = default;
 };
 
 // Durability of a shard's state (actors/durability/shard_store.h). Each shard writes its own files
@@ -78,11 +82,13 @@ struct CheckpointConfig {
   // Not a YAML key: psched-server --accept-log-loss sets it for one start. A damaged or missing
   // update log then loses the updates it held instead of stopping the start.
   bool accept_log_loss = false;
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 // Worker side: what a client does when a shard connection breaks.
 struct ReconnectConfig {
   double timeout_seconds = 60;  // keep trying to reconnect this long, then fail what waits
+  bool operator==(const ReconnectConfig&) const = default;
 };
 
 // TLS on the shard connections (docs/security.md). Each side reads only its files, when it
@@ -93,6 +99,7 @@ struct TlsConfig {
   ConfigFile ca_file;    // the CA certificate(s) workers trust (PEM); the system store is not used
   // The name workers check each shard's certificate for; empty: the shard's listen host.
   std::string server_name;
+  bool operator==(const TlsConfig&) const = default;
 };
 
 struct DeploymentConfig {
@@ -115,6 +122,7 @@ struct DeploymentConfig {
   // How every variable's gradients and values travel unless its trainer says otherwise
   // (`compression:`; compression/wire_format.h). Worker side: the shard reads what it is sent.
   Compression compression;
+  bool operator==(const DeploymentConfig&) const = default;
 };
 
 // Loads and validates a deployment file. Throws psched::Error(bad_config) whose message names
@@ -128,6 +136,11 @@ DeploymentConfig load_deployment(const std::filesystem::path& file);
 // The same from YAML text; `source` names it in messages.
 DeploymentConfig parse_deployment(const std::string& yaml_text,
                                   const std::filesystem::path& source);
+
+// Every key a deployment file may hold, as a path: "mode", "scheduler.credit_bytes",
+// "shards[].listen", "optimizer.lr". docs/configuration.md documents each (config_test checks
+// that both name the same keys, and the defaults the document gives).
+std::vector<std::string> deployment_keys();
 
 // Parses "127.0.0.1:7000", "localhost:7000", "[::1]:7000"; throws Error(bad_config) otherwise.
 ListenAddress parse_listen_address(const std::string& text);
