@@ -2,7 +2,8 @@
 // psched-member-client: the worker of tests/membership_process_test.py. Pushes known
 // gradients (small integers, so any sum is exact) to three variables under plain SGD (lr 1)
 // from the step the shards give it (Client::start_step) to --steps, printing "step S" once a
-// step's values are back, then writes the variables' final values to --dump. The test replays the recorded membership of every step against these gradients.
+// step's values are back, then writes the variables' final values to --dump. The test replays the
+// recorded membership of every step against these gradients.
 //
 //   psched-member-client --config F --worker W --steps N --compute-ms M --dump FILE
 //       [--slow-every K --slow-ms S]   (step s takes S ms instead of M when (s + W) % K == 0:
@@ -33,7 +34,6 @@ float gradient(uint32_t worker, uint32_t variable, uint64_t step, uint64_t i) {
              static_cast<int64_t>((worker * 7 + variable * 11 + step * 31 + i * 3) % 9)) -
          4;
 }
-
 
 }  // namespace
 
