@@ -229,6 +229,7 @@ std::optional<double> measure_tcp(const Shaping& shaping, uint32_t workers) {
 struct PolicyResult {
   double iteration_s = 0;
   double cpu_share = 0;  // CPU seconds used / (wall seconds x cores)
+  double gb_per_s = 0;   // bytes moved (gradients up plus values down, all workers) per second
   // CPU seconds per 1e9 bytes moved (gradients up plus values down), by thread role
   // (bench/thread_cpu.h), "other" (the rest of the process) and "total".
   std::map<std::string, double> cpu_s_per_gb;
@@ -327,6 +328,7 @@ PolicyResult run_policy(const ModelProfile& profile, const Options& o, const std
   for (auto& s : starts)
     result.iteration_s =
         std::max(result.iteration_s, steady_iteration_s(s, static_cast<int>(first)));
+  result.gb_per_s = moved_gb / iterations / result.iteration_s;
   if (trace)
     for (uint32_t w = 0; w < o.workers; ++w)
       trace->push_back(
@@ -360,6 +362,7 @@ struct Report {
     nlohmann::json entry{{"iter_s", r.iteration_s / scale},
                          {"iter_scaled_s", r.iteration_s},
                          {"cpu_share", r.cpu_share},
+                         {"gb_per_s", r.gb_per_s},
                          {"cpu_s_per_gb", r.cpu_s_per_gb}};
     if (!extra.is_null()) entry.update(extra);
     results[policy] = entry;
