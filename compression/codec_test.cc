@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
+#include "common/error_test_support.h"
 #include "compression/half.h"
 
 namespace psched {
@@ -124,14 +125,8 @@ TEST_CASE("onebit sends each sign and the mean magnitude") {
 }
 
 TEST_CASE("a compression with a sparse pull format or a fraction outside (0, 1] is refused") {
-  auto problem = [](const Compression& c) -> std::string {
-    try {
-      check(c);
-      return "";
-    } catch (const Error& e) {
-      CHECK(e.code() == ErrorCode::invalid_argument);
-      return e.what();
-    }
+  auto problem = [](const Compression& c) {
+    return testing::refusal(ErrorCode::invalid_argument, [&] { check(c); });
   };
   Compression whole;
   whole.push = WireFormat::topk;
@@ -150,13 +145,9 @@ TEST_CASE("a compression with a sparse pull format or a fraction outside (0, 1] 
 
 TEST_CASE("a malformed body is refused naming what is wrong") {
   auto refused = [](WireFormat format, std::vector<std::byte> body, const char* says) {
-    try {
-      decoded_elements(format, DType::float32, body);
-      FAIL("accepted");
-    } catch (const Error& e) {
-      CHECK(e.code() == ErrorCode::invalid_argument);
-      CHECK_MESSAGE(std::string(e.what()).find(says) != std::string::npos, e.what());
-    }
+    std::string message = testing::refusal(ErrorCode::invalid_argument,
+                                           [&] { decoded_elements(format, DType::float32, body); });
+    CHECK_MESSAGE(message.find(says) != std::string::npos, "refused with '" << message << "'");
   };
   auto topk = encoded(WireFormat::topk, std::vector<float>{1, 5, 3}, {.count = 2});
   refused(WireFormat::topk, {topk.begin(), topk.end() - 1}, "bytes where 2 values");

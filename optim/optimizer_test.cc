@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
+#include "common/error_test_support.h"
 #include "optim/reference_check.h"
 
 namespace psched::optim::testing {
@@ -19,13 +20,7 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
 // The message validate() throws for `spec`, or "" if it accepts it.
 std::string rejection(const OptimizerSpec& spec) {
-  try {
-    validate(spec);
-    return "";
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::invalid_argument);
-    return e.what();
-  }
+  return psched::testing::refusal(ErrorCode::invalid_argument, [&] { validate(spec); });
 }
 
 // `spec` after `change`.
