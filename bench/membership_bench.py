@@ -21,10 +21,10 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from free_ports import free_ports  # noqa: E402
+from server_process import start_server  # noqa: E402
 
 
 def run(build, mode, staleness, straggler, steps, compute_ms):
@@ -40,14 +40,7 @@ def run(build, mode, staleness, straggler, steps, compute_ms):
             f.write("shards:\n")
             for port, view in zip(listen, http):
                 f.write(f"  - {{listen: 127.0.0.1:{port}, http: 127.0.0.1:{view}}}\n")
-        log = os.path.join(work, "server.log")
-        server = subprocess.Popen([os.path.join(build, "apps", "psched-server"), "--config",
-                                   config], stderr=open(log, "w"))
-        deadline = time.time() + 30
-        while open(log).read().count("listening on") < 2:
-            if server.poll() is not None or time.time() > deadline:
-                sys.exit("membership_bench: psched-server did not start:\n" + open(log).read())
-            time.sleep(0.05)
+        server = start_server(build, config, work, 2)
         cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         workers = []
         for w in range(4):

@@ -28,10 +28,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from free_ports import free_ports  # noqa: E402
+from server_process import start_server  # noqa: E402
 
 
 def numbers(text):
@@ -73,16 +73,8 @@ def shard_memory(build, workers, steps, work):
     with open(config, "w") as f:
         f.write(f"mode: async\nworkers: {workers}\nshards:\n"
                 f"  - {{listen: 127.0.0.1:{listen}, http: 127.0.0.1:{http}}}\n")
-    log = os.path.join(work, "server.log")
-    server = subprocess.Popen([os.path.join(build, "apps", "psched-server"), "--config", config,
-                               "--threads", "1", "--apply-threads", "0"],
-                              stderr=open(log, "w"))
+    server = start_server(build, config, work, 1, "--threads", "1", "--apply-threads", "0")
     try:
-        deadline = time.time() + 30
-        while "listening on" not in open(log).read():
-            if server.poll() is not None or time.time() > deadline:
-                sys.exit("scaling: psched-server did not start:\n" + open(log).read())
-            time.sleep(0.05)
         idle = memory_kib(server.pid, "VmRSS")
         clients = [subprocess.Popen(
             [os.path.join(build, "tests", "psched-member-client"), "--config", config,
