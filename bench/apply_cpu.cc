@@ -53,14 +53,16 @@ void time_block(double seconds, Totals& into, Iteration&& iteration) {
   into.iterations += m.iterations;
 }
 
-// A Variable pushed whole, one step after the other, as one async worker would.
+// A Variable updated whole, one step after the other, as its shard's step machine has it
+// apply one async worker's pushes.
 struct PushedVariable {
   Variable variable;
   Step step;
 
   void push(std::span<const std::byte> grad) {
     step = step.next();
-    variable.push(WorkerId(0), step, variable.part(), DType::float32, grad);
+    const StepUpdate update{.step = step, .t = step.value, .pieces = {{variable.part(), 0, true}}};
+    variable.take(update, variable.part(), grad, PushedGradient::whole);
   }
 };
 
@@ -199,8 +201,8 @@ CpuApplyRow measure_cpu_apply(const CpuApplyOptions& options, const std::string&
   const std::vector<float> initial(n, 0.5f), grad(n, 1e-3f);
   const auto initial_bytes = std::as_bytes(std::span(initial));
   const auto grad_bytes = std::as_bytes(std::span(grad));
-  PushedVariable one{Variable(spec, {0, n}, initial_bytes, Mode::async, 1)};
-  PushedVariable pooled{Variable(spec, {0, n}, initial_bytes, Mode::async, 1, &pool)};
+  PushedVariable one{Variable(spec, {0, n}, initial_bytes)};
+  PushedVariable pooled{Variable(spec, {0, n}, initial_bytes, &pool)};
   CopyBuffers copies(row.traffic_bytes / 2);
   PatternBuffers pattern(n, optim::state_slots(spec.optimizer));
 
@@ -235,7 +237,7 @@ double ApplyAndCopies::copy_gb_per_s() const {
 
 void print_cpu_header(unsigned pool_width) {
   fmt::print(
-      "apply on the CPU: Variable::push of the whole variable; copy: the faster of memcpy and\n"
+      "apply on the CPU: Variable::take of the whole variable; copy: the faster of memcpy and\n"
       "a non-temporal copy of as many bytes as the apply reads and writes; pattern: the apply's\n"
       "reads and writes with one addition each. GB/s of traffic (bytes read + written), GB =\n"
       "1e9; a/c = apply / copy, a/p = apply / pattern; pool: {} threads; cores = CPU s / wall s\n",

@@ -19,9 +19,9 @@
 #include "optim/gpu/fused_apply.h"
 
 // Per optimizer and variable size (float32):
-//   cpu        Variable::push of the whole variable, split over the apply pool as
+//   cpu        Variable::take of the whole variable, split over the apply pool as
 //              psched-server does
-//   gpu shard  Variable::push on a `device: cuda:N` variable: the gradient through the pinned
+//   gpu shard  Variable::take on a `device: cuda:N` variable: the gradient through the pinned
 //              staging ring to the GPU, the fused kernel, the fresh values back
 //   gpu kernel the fused kernel alone on device-resident data (grad already on the GPU)
 //   h2d, d2h   cudaMemcpyAsync between pinned host memory and the GPU, `size` bytes
@@ -72,13 +72,15 @@ double gb_per_s(uint64_t bytes, double seconds) {
   return double(bytes) / seconds / 1e9;
 }
 
-// grad GB/s of Variable::push of the whole variable, one step after the other.
+// grad GB/s of Variable::take of the whole variable, one step after the other (as its shard's
+// step machine has it apply one async worker's pushes).
 double push_gb_per_s(Variable& variable, std::span<const std::byte> grad, double seconds) {
   Step step;
   const ElementRange all = variable.part();
   Measurement m = time_iterations(Budget{seconds, 3, 1}, grad.size(), [&] {
     step = step.next();
-    variable.push(WorkerId(0), step, all, DType::float32, grad);
+    const StepUpdate update{.step = step, .t = step.value, .pieces = {{all, 0, true}}};
+    variable.take(update, all, grad, PushedGradient::whole);
   });
   return m.gb_per_s();
 }
@@ -90,10 +92,10 @@ void measure_shard_paths(const GpuApplyOptions& o, const VariableSpec& spec, For
   const auto initial_bytes = std::as_bytes(std::span(initial));
   const auto grad_bytes = std::as_bytes(std::span(grad));
   {
-    Variable cpu(spec, {0, n}, initial_bytes, Mode::async, 1, &pool);
+    Variable cpu(spec, {0, n}, initial_bytes, &pool);
     row.cpu = push_gb_per_s(cpu, grad_bytes, o.seconds);
   }
-  Variable gpu(spec, {0, n}, initial_bytes, Mode::async, 1, nullptr, &device);
+  Variable gpu(spec, {0, n}, initial_bytes, nullptr, &device);
   row.gpu_shard = push_gb_per_s(gpu, grad_bytes, o.seconds);
 }
 

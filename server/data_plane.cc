@@ -35,54 +35,57 @@ void DataPlane::serve(Request request) {
 }
 
 void DataPlane::push(const Request& r, bool then_poll) {
-  PushArgs args;
+  Push push;
   std::shared_ptr<AlignedBuffer> widened;
   try {
     if (then_poll) check_value_format(r.value_format);
     if (r.format != WireFormat::none) widened = widen(r);
-    args = check_push(limits(), r.variable, r.step, r.offset, r.dtype,
-                      widened ? widened->bytes() : r.gradient);
+    push =
+        check_push(limits(), worker_, r.variable, r.step, r.offset, r.dtype,
+                   widened ? widened->bytes() : r.gradient,
+                   r.format == WireFormat::topk ? PushedGradient::sparse : PushedGradient::whole);
     if (then_poll) check_new_poll(r.id);
   } catch (const Error& e) {
     return refuse(r.id, e);
   }
   unreceipted_bytes_ += r.gradient.size();
-  auto refused = std::make_shared<bool>(false);
+  VariableShard::Receipt receipt = receipt_of(r, push, then_poll, std::move(widened));
+  if (!then_poll) return endpoint_.shard.push(push, std::move(receipt));
+  const Poll poll{worker_, push.variable, push.step, push.range, new_poll(r.id)};
+  endpoint_.shard.push_poll(push, poll.ticket, std::move(receipt),
+                            value_reply(r.id, poll, r.value_format));
+}
+
+VariableShard::Receipt DataPlane::receipt_of(const Request& r, const Push& push, bool then_poll,
+                                             std::shared_ptr<AlignedBuffer> widened) {
   ShardTrace::TimePoint received = trace_time();
   // A call arrives whole: its receive phase is empty.
   ShardTrace::TimePoint arrived = r.arrived == ShardTrace::TimePoint{} ? received : r.arrived;
   ShardTrace::Request traced{ShardTrace::Kind::push,
                              worker_,
-                             args.variable,
-                             args.step,
-                             args.range,
+                             push.variable,
+                             push.step,
+                             push.range,
                              r.gradient.size(),
                              r.format,
                              Priority(0),
                              arrived,
                              received,
                              {}};
-  const PushedGradient gradient =
-      r.format == WireFormat::topk ? PushedGradient::sparse : PushedGradient::whole;
-  endpoint_.shard.push(worker_, args.variable, args.step, args.range, args.dtype, args.data,
-                       gradient,
-                       [weak = weak_from_this(), id = r.id, then_poll, bytes = r.gradient.size(),
-                        raw = args.data.size(), keeps = r.keeps_gradient, widened, refused,
-                        traced](const Error* error) {
-                         *refused = error != nullptr;
-                         auto plane = weak.lock();
-                         if (!plane) return;
-                         plane->receipted(bytes);
-                         if (error) {
-                           plane->cancel(id);
-                           return plane->queue_error(id, *error);
-                         }
-                         plane->endpoint_.shard.count_wire_bytes(true, raw, bytes);
-                         plane->record(traced);
-                         if (!then_poll) plane->queue(Answer::receipt(id));
-                       });
-  // Filed behind the push; withdrawn if the push is refused later (the apply pool's answer).
-  if (then_poll && !*refused) file_poll(r.id, args.variable, args.step, args.range, r.value_format);
+  return [weak = weak_from_this(), id = r.id, then_poll, bytes = r.gradient.size(),
+          raw = push.data.size(), keeps = r.keeps_gradient, widened = std::move(widened),
+          traced](const Result<>& taken) {
+    auto plane = weak.lock();
+    if (!plane) return;
+    plane->receipted(bytes);
+    if (!taken) {
+      plane->polls_.erase(id);  // a push_poll's: its poll was never filed
+      return plane->queue_error(id, taken.error());
+    }
+    plane->endpoint_.shard.count_wire_bytes(true, raw, bytes);
+    plane->record(traced);
+    if (!then_poll) plane->queue(Answer::receipt(id));
+  };
 }
 
 std::shared_ptr<AlignedBuffer> DataPlane::widen(const Request& r) const {
@@ -125,7 +128,8 @@ void DataPlane::poll(const Request& r) {
   } catch (const Error& e) {
     return refuse(r.id, e);
   }
-  file_poll(r.id, VariableId(r.variable), Step(r.step), range, r.value_format);
+  const Poll poll{worker_, VariableId(r.variable), Step(r.step), range, new_poll(r.id)};
+  endpoint_.shard.poll(poll, value_reply(r.id, poll, r.value_format));
 }
 
 void DataPlane::pull(const Request& r) {
@@ -138,11 +142,11 @@ void DataPlane::pull(const Request& r) {
   }
   endpoint_.shard.pull(
       VariableId(r.variable), range,
-      [weak = weak_from_this(), id = r.id, format = r.value_format](const Error* error,
-                                                                    const FreshValue* value) {
+      [weak = weak_from_this(), id = r.id,
+       format = r.value_format](const Result<FreshValue>& value) {
         auto plane = weak.lock();
         if (!plane) return;
-        if (error) return plane->queue_error(id, *error);
+        if (!value) return plane->queue_error(id, value.error());
         plane->queue(Answer::fresh_value(id, value->priority(), value->step(), value->in_place(),
                                          value->dtype(), format));
       });
@@ -154,34 +158,40 @@ void DataPlane::check_new_poll(uint64_t id) const {
     fail(ErrorCode::invalid_argument, "request id {} is already waiting on this connection", id);
 }
 
-void DataPlane::file_poll(uint64_t id, VariableId variable, Step step, ElementRange range,
-                          WireFormat format) {
+PollTicket DataPlane::new_poll(uint64_t id) {
   PollTicket ticket(endpoint_.next_poll_ticket++);
   polls_.emplace(id, ticket);
-  endpoint_.shard.poll(worker_, variable, step, range, ticket,
-                       [weak = weak_from_this(), id, variable, step, range, format,
-                        filed_at = trace_time()](const Error* error, const FreshValue* value) {
-                         auto plane = weak.lock();
-                         if (!plane) return;
-                         plane->polls_.erase(id);
-                         if (error) return plane->queue_error(id, *error);
-                         Answer answer = Answer::fresh_value(id, value->priority(), value->step(),
-                                                             value->in_place(), value->dtype(),
-                                                             format, wall_clock_ns());
-                         if (plane->tracing())
-                           answer.traced = {ShardTrace::Kind::poll,
-                                            plane->worker_,
-                                            variable,
-                                            step,
-                                            range,
-                                            encoded_bytes(format, value->dtype(), range.size()),
-                                            format,
-                                            value->priority(),
-                                            filed_at,
-                                            ShardTrace::now(),
-                                            {}};
-                         plane->queue(std::move(answer));
-                       });
+  return ticket;
+}
+
+VariableShard::ValueReply DataPlane::value_reply(uint64_t id, const Poll& poll, WireFormat format) {
+  return [weak = weak_from_this(), id, poll, format,
+          filed_at = trace_time()](const Result<FreshValue>& value) {
+    auto plane = weak.lock();
+    if (!plane) return;
+    plane->polls_.erase(id);
+    if (!value) return plane->queue_error(id, value.error());
+    plane->queue(plane->value_answer(id, poll, format, *value, filed_at));
+  };
+}
+
+Answer DataPlane::value_answer(uint64_t id, const Poll& poll, WireFormat format,
+                               const FreshValue& value, ShardTrace::TimePoint filed_at) const {
+  Answer answer = Answer::fresh_value(id, value.priority(), value.step(), value.in_place(),
+                                      value.dtype(), format, wall_clock_ns());
+  if (tracing())
+    answer.traced = {ShardTrace::Kind::poll,
+                     worker_,
+                     poll.variable,
+                     poll.step,
+                     poll.range,
+                     encoded_bytes(format, value.dtype(), poll.range.size()),
+                     format,
+                     value.priority(),
+                     filed_at,
+                     ShardTrace::now(),
+                     {}};
+  return answer;
 }
 
 void DataPlane::cancel(uint64_t id) {

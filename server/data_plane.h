@@ -102,7 +102,13 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
 
  private:
   const LimitsConfig& limits() const { return endpoint_.config.limits; }
+  // A push, or a push_poll: one entry into the shard either way.
   void push(const Request& request, bool then_poll);
+  // The shard's receipt of `push` (`request`'s): releases its bytes, queues its refusal, or
+  // counts and traces it and, for a plain push, queues its receipt. Holds `widened`, the
+  // gradient decoded, until the shard has taken it.
+  VariableShard::Receipt receipt_of(const Request& request, const Push& push, bool then_poll,
+                                    std::shared_ptr<AlignedBuffer> widened);
   // The gradient of a compressed push decoded into its dtype, in a buffer of its own; throws
   // Error naming what is wrong when it does not decode, is over the message limit decoded, or
   // holds an infinity or a NaN.
@@ -113,8 +119,12 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   void pull(const Request& request);
   // Throws unless a poll `id` may wait now.
   void check_new_poll(uint64_t id) const;
-  void file_poll(uint64_t id, VariableId variable, Step step, ElementRange range,
-                 WireFormat format);
+  // A ticket for the new poll `id`, which waits from now on.
+  PollTicket new_poll(uint64_t id);
+  // What answers poll `id` (`poll`) with its value in `format`, or its refusal.
+  VariableShard::ValueReply value_reply(uint64_t id, const Poll& poll, WireFormat format);
+  Answer value_answer(uint64_t id, const Poll& poll, WireFormat format, const FreshValue& value,
+                      ShardTrace::TimePoint filed_at) const;
   void queue(Answer answer);
   void queue_error(uint64_t id, Error error);
   void receipted(uint64_t bytes);

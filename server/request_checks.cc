@@ -12,8 +12,9 @@ ElementRange checked_range(const char* what, uint64_t offset, uint64_t count) {
   return {offset, offset + count};
 }
 
-PushArgs check_push(const LimitsConfig& limits, uint32_t variable, uint64_t step, uint64_t offset,
-                    DType dtype, std::span<const std::byte> data) {
+Push check_push(const LimitsConfig& limits, WorkerId worker, uint32_t variable, uint64_t step,
+                uint64_t offset, DType dtype, std::span<const std::byte> data,
+                PushedGradient gradient) {
   if (data.size() > limits.max_message_bytes)
     fail(ErrorCode::message_too_large,
          "push to variable id {} rejected: {} bytes of data exceed the message limit of {} bytes "
@@ -23,8 +24,10 @@ PushArgs check_push(const LimitsConfig& limits, uint32_t variable, uint64_t step
     fail(ErrorCode::shape_mismatch,
          "push to variable id {} rejected: {} bytes of data are not whole {} elements", variable,
          data.size(), to_string(dtype));
-  return {VariableId(variable), Step(step),
-          checked_range("push", offset, data.size() / element_bytes(dtype)), dtype, data};
+  return {worker,     VariableId(variable),
+          Step(step), checked_range("push", offset, data.size() / element_bytes(dtype)),
+          dtype,      data,
+          gradient};
 }
 
 void check_value_format(WireFormat format) {

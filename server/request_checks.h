@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The checks a worker's request passes before it reaches the shard, shared by both of the
-// shard's faces (the RPC session, server/shard_service.h, and the data stream,
-// server/data_session.h). Each throws psched::Error naming what is wrong.
+// The checks the data plane (server/data_plane.h) makes of a worker's request, whichever front
+// end decoded it, before the request reaches the shard. Each throws psched::Error naming what
+// is wrong.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
+#include "actors/shard/shard_request.h"
 #include "common/dtype.h"
 #include "common/placement.h"
 #include "common/types.h"
@@ -15,20 +16,13 @@
 
 namespace psched {
 
-struct PushArgs {
-  VariableId variable;
-  Step step;
-  ElementRange range;
-  DType dtype;
-  std::span<const std::byte> data;  // a view into the request
-};
-
 // [offset, offset + count) after checking it does not overflow; `what` names the request.
 ElementRange checked_range(const char* what, uint64_t offset, uint64_t count);
-// A push's arguments, after checking its size against the message limit and that `data`
-// holds whole elements of `dtype`.
-PushArgs check_push(const LimitsConfig& limits, uint32_t variable, uint64_t step, uint64_t offset,
-                    DType dtype, std::span<const std::byte> data);
+// `worker`'s push of `data` (a view into the request) to `variable`, after checking its size
+// against the message limit and that it holds whole elements of `dtype`.
+Push check_push(const LimitsConfig& limits, WorkerId worker, uint32_t variable, uint64_t step,
+                uint64_t offset, DType dtype, std::span<const std::byte> data,
+                PushedGradient gradient);
 // Throws [invalid_argument] unless fresh values may travel in `format` (none, bf16, fp16).
 void check_value_format(WireFormat format);
 // Throws [overloaded] when `waiting` polls of one connection already wait

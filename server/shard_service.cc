@@ -191,9 +191,9 @@ kj::Promise<void> SessionService::join(JoinContext context) {
   auto paf = kj::newPromiseAndFulfiller<uint64_t>();
   auto done = std::make_shared<kj::Own<kj::PromiseFulfiller<uint64_t>>>(kj::mv(paf.fulfiller));
   endpoint_.shard.join(worker_, Step(context.getParams().getAtLeast()),
-                       [done](const Error* refused, Step from) {
-                         if (refused) return (*done)->reject(to_kj_exception(*refused));
-                         (*done)->fulfill(uint64_t{from.value});
+                       [done](const Result<Step>& from) {
+                         if (!from) return (*done)->reject(to_kj_exception(from.error()));
+                         (*done)->fulfill(uint64_t{from->value});
                        });
   return paf.promise.then([context](uint64_t step) mutable { context.getResults().setStep(step); });
 }
@@ -281,18 +281,18 @@ kj::Promise<void> SessionService::register_(RegisterContext context) {
     return refused(endpoint_, e);
   }
   auto initial = params.getInitialValue();
-  auto [promise, f] = reply_promise<std::pair<VariableId, bool>>();
+  auto [promise, f] = reply_promise<VariableShard::Registration>();
   endpoint_.shard.register_variable(
       kj::mv(spec), {params.getBegin(), params.getEnd()},
       {reinterpret_cast<const std::byte*>(initial.begin()), initial.size()},
       // f = f: clang 14 (the fuzz build) cannot capture a structured binding by name.
-      [f = f](const Error* refused, VariableId id, bool created) {
-        if (refused) return (*f)->reject(to_kj_exception(*refused));
-        (*f)->fulfill(std::make_pair(id, created));
+      [f = f](const Result<VariableShard::Registration>& registered) {
+        if (!registered) return (*f)->reject(to_kj_exception(registered.error()));
+        (*f)->fulfill(VariableShard::Registration(*registered));
       });
-  return promise.then([context](std::pair<VariableId, bool> r) mutable {
-    context.getResults().setVariable(r.first.value);
-    context.getResults().setCreated(r.second);
+  return promise.then([context](VariableShard::Registration r) mutable {
+    context.getResults().setVariable(r.id.value);
+    context.getResults().setCreated(r.created);
   });
 }
 

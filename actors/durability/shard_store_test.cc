@@ -17,6 +17,7 @@
 
 #include "actors/durability/temp_dir.h"
 #include "actors/runtime/test_loop.h"
+#include "actors/shard/shard_test_support.h"
 #include "actors/shard/variable_shard.h"
 #include "common/error.h"
 
@@ -55,36 +56,31 @@ struct ShardLife {
     spec.name = name;
     spec.shape = {init.size()};
     spec.optimizer.kind = optim::OptimizerKind::adam;
-    VariableId id;
-    std::optional<Error> error;
+    std::optional<Result<VariableShard::Registration>> registered;
     shard.register_variable(spec, {0, init.size()}, std::as_bytes(std::span(init)),
-                            [&](const Error* e, VariableId v, bool) {
-                              if (e) error = *e;
-                              id = v;
-                            });
+                            [&](const Result<VariableShard::Registration>& r) { registered = r; });
     drain();
-    if (error) throw *error;
-    return id;
+    REQUIRE(registered);
+    if (!*registered) throw registered->error();
+    return (*registered)->id;
   }
 
   void push(WorkerId worker, VariableId id, Step step, ElementRange range, std::vector<float> g,
             PushedGradient gradient = PushedGradient::whole) {
-    std::optional<Error> error;
-    shard.push(worker, id, step, range, DType::float32, std::as_bytes(std::span(g)), gradient,
-               [&](const Error* e) {
-                 if (e) error = *e;
-               });
+    testing::Receipted receipt;
+    shard.push({worker, id, step, range, DType::float32, std::as_bytes(std::span(g)), gradient},
+               receipt.reply());
     drain();
-    if (error) throw *error;
+    REQUIRE(receipt.done());
+    if (receipt.refusal) throw *receipt.refusal;
   }
 
   std::vector<float> value(VariableId id, uint64_t n) {
-    std::vector<float> out(n);
-    shard.pull(id, {0, n}, [&](const Error*, const FreshValue* v) {
-      v->read_into(reinterpret_cast<std::byte*>(out.data()));
-    });
+    testing::Answered pulled;
+    shard.pull(id, {0, n}, pulled.reply());
     drain();
-    return out;
+    REQUIRE(pulled.value);
+    return *pulled.value;
   }
 
   std::filesystem::path checkpoint() {
@@ -365,8 +361,10 @@ TEST_CASE("pushes accepted while a checkpoint is written go to the new log and s
       replied.fulfiller->fulfill();
     });
     std::vector<float> g{0.5f, -1, 2, 0.25f};
-    life.shard.push(WorkerId(0), w, Step(2), {0, 4}, DType::float32, std::as_bytes(std::span(g)),
-                    PushedGradient::whole, [](const Error* e) { REQUIRE_FALSE(e); });
+    testing::Receipted receipt;
+    life.shard.push({WorkerId(0), w, Step(2), {0, 4}, DType::float32, std::as_bytes(std::span(g))},
+                    receipt.reply());
+    CHECK(receipt.taken());
     life.io.wait(kj::mv(replied.promise));  // the file is written on another thread
     CHECK_FALSE(written.empty());
     CHECK(life.stats().checkpoints_written == 2);  // the one restore wrote, and this one

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Sync membership: which workers a step waits for (Membership, Variable), when a worker stops
-// being a member (Leases), and joins, leaves and restarts through the shard (VariableShard).
+// Sync membership: which workers a step waits for (Membership, StepTrack), and joins, leaves and
+// restarts through the shard (VariableShard, its StepMachine).
 #include "actors/shard/membership.h"
 
 #include <chrono>
@@ -11,7 +11,7 @@
 
 #include "actors/durability/temp_dir.h"
 #include "actors/runtime/test_loop.h"
-#include "actors/shard/leases.h"
+#include "actors/shard/shard_test_support.h"
 #include "actors/shard/variable.h"
 #include "actors/shard/variable_shard.h"
 #include "actors/shard/variable_test_support.h"
@@ -20,6 +20,7 @@
 using namespace psched;
 using psched::testing::code_of;
 using psched::testing::sgd_spec;
+using psched::testing::Tracked;
 using psched::testing::value_of;
 
 namespace {
@@ -27,13 +28,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A sync variable "w" of `n` elements, all `initial`, under SGD (lr 1), waiting for `members`.
-Variable member_variable(uint64_t n, const Membership& members, float initial = 0) {
+Tracked member_variable(uint64_t n, const Membership& members, float initial = 0) {
   std::vector<float> init(n, initial);
-  return Variable(sgd_spec(n), {0, n}, std::as_bytes(std::span(init)), Mode::sync,
-                  members.workers(), nullptr, nullptr, &members);
+  return Tracked(sgd_spec(n), {0, n}, std::as_bytes(std::span(init)), Mode::sync, members.workers(),
+                 nullptr, nullptr, &members);
 }
 
-std::vector<ElementRange> push(Variable& v, uint32_t worker, Step step, ElementRange range,
+std::vector<ElementRange> push(Tracked& v, uint32_t worker, Step step, ElementRange range,
                                std::vector<float> g) {
   return v.push(WorkerId(worker), step, range, DType::float32, std::as_bytes(std::span(g))).applied;
 }
@@ -42,7 +43,7 @@ std::vector<ElementRange> push(Variable& v, uint32_t worker, Step step, ElementR
 
 TEST_CASE("a step whose member left completes with the gradients that reached each element") {
   Membership members(3, 2);
-  Variable v = member_variable(4, members);
+  Tracked v = member_variable(4, members);
   push(v, 0, Step(1), {0, 4}, {3, 3, 3, 3});
   push(v, 2, Step(1), {0, 2}, {9, 9});  // worker 2 pushed half of step 1, then died
   CHECK(v.settle().empty());            // still a member: the step waits for 1 and 2
@@ -51,8 +52,8 @@ TEST_CASE("a step whose member left completes with the gradients that reached ea
   CHECK(push(v, 1, Step(1), {0, 4}, {6, 6, 6, 6}) == std::vector<ElementRange>{{0, 2}, {2, 4}});
   // [0, 2): the mean of three gradients, 2 included; [2, 4): of the two that reached it.
   CHECK(value_of(v) == std::vector<float>{-6, -6, -4.5, -4.5});
-  CHECK(v.applied_step(kAllWorkers) == Step(1));
-  auto records = v.take_short_handed();
+  CHECK(v.track.applied_step(kAllWorkers) == Step(1));
+  auto records = v.track.take_short_handed();
   REQUIRE(records.size() == 1);
   CHECK(records[0].step == Step(1));
   CHECK(records[0].range == ElementRange{2, 4});
@@ -60,26 +61,26 @@ TEST_CASE("a step whose member left completes with the gradients that reached ea
   // Step 2 waits only for the members.
   push(v, 0, Step(2), {0, 4}, {1, 1, 1, 1});
   CHECK(push(v, 1, Step(2), {0, 4}, {1, 1, 1, 1}).size() == 1);
-  CHECK(v.applied_step(kAllWorkers) == Step(2));
+  CHECK(v.track.applied_step(kAllWorkers) == Step(2));
 }
 
 TEST_CASE("a member leaving lets the step apply what the others already pushed") {
   Membership members(3, 1);
-  Variable v = member_variable(2, members);
+  Tracked v = member_variable(2, members);
   push(v, 0, Step(1), {0, 2}, {2, 2});
   push(v, 1, Step(1), {0, 2}, {4, 4});
   members.leave(WorkerId(2));
   auto applied = v.settle();
   REQUIRE(applied.size() == 1);
   CHECK(applied[0].step == Step(1));
-  CHECK(applied[0].ranges == std::vector<ElementRange>{{0, 2}});
+  CHECK(Tracked::complete_ranges(applied[0]) == std::vector<ElementRange>{{0, 2}});
   CHECK(value_of(v) == std::vector<float>{-3, -3});
-  CHECK(v.applied_step(kAllWorkers) == Step(1));
+  CHECK(v.track.applied_step(kAllWorkers) == Step(1));
 }
 
 TEST_CASE("below min_workers nothing applies until a worker joins again") {
   Membership members(3, 2);
-  Variable v = member_variable(2, members);
+  Tracked v = member_variable(2, members);
   members.leave(WorkerId(1));
   members.leave(WorkerId(2));
   CHECK(push(v, 0, Step(1), {0, 2}, {2, 2}).empty());  // one member, two needed
@@ -97,21 +98,22 @@ TEST_CASE("below min_workers nothing applies until a worker joins again") {
 
 TEST_CASE("steps that wait for nobody complete unchanged up to a newcomer's first step") {
   Membership members(2, 1);
-  Variable v = member_variable(2, members, 1);
+  Tracked v = member_variable(2, members, 1);
   members.leave(WorkerId(0));
   members.leave(WorkerId(1));
   members.join(WorkerId(1), Step(4));
   auto applied = v.settle();
   REQUIRE(applied.size() == 3);
   CHECK(applied.back().step == Step(3));
-  CHECK(v.applied_step(kAllWorkers) == Step(3));
+  CHECK(v.track.applied_step(kAllWorkers) == Step(3));
   CHECK(value_of(v) == std::vector<float>{1, 1});
-  CHECK(v.take_short_handed().empty());  // nothing was applied short-handed: nothing was applied
+  CHECK(v.track.take_short_handed()
+            .empty());  // nothing was applied short-handed: nothing was applied
 }
 
 TEST_CASE("a worker's pushes outside its membership are refused and change nothing") {
   Membership members(2, 1);
-  Variable v = member_variable(2, members);
+  Tracked v = member_variable(2, members);
   push(v, 0, Step(1), {0, 2}, {2, 2});
   push(v, 1, Step(1), {0, 2}, {2, 2});
   members.leave(WorkerId(1));
@@ -119,7 +121,7 @@ TEST_CASE("a worker's pushes outside its membership are refused and change nothi
   CHECK(code_of([&] { push(v, 1, Step(1), {0, 2}, {1, 1}); }) == ErrorCode::stale_step);
   members.join(WorkerId(1), Step(3));
   push(v, 0, Step(2), {0, 2}, {2, 2});  // step 2 does not wait for worker 1
-  CHECK(v.applied_step(kAllWorkers) == Step(2));
+  CHECK(v.track.applied_step(kAllWorkers) == Step(2));
   CHECK(code_of([&] { push(v, 1, Step(2), {0, 2}, {1, 1}); }) == ErrorCode::stale_step);
   CHECK(value_of(v) == std::vector<float>{-4, -4});
   CHECK(code_of([&] { push(v, 1, Step(4), {0, 2}, {1, 1}); }) == ErrorCode::step_from_future);
@@ -146,36 +148,6 @@ TEST_CASE("a membership saved and loaded keeps who is a member, from when, and w
   CHECK(code_of([&] { other.load(again); }) == ErrorCode::corrupt_checkpoint);
 }
 
-TEST_CASE("a lease ends lease_seconds after the worker's last connection closed") {
-  Leases leases(3, 3.0);
-  Clock::time_point t0{};
-  leases.connected(WorkerId(0));
-  leases.connected(WorkerId(0));  // RPC connection and data stream, say
-  leases.disconnected(WorkerId(0), t0);
-  CHECK(leases.ended(t0 + std::chrono::seconds(10)).empty());  // one still open
-  leases.disconnected(WorkerId(0), t0 + std::chrono::seconds(1));
-  CHECK(leases.ended(t0 + std::chrono::milliseconds(3900)).empty());
-  CHECK(leases.ended(t0 + std::chrono::seconds(4)) == std::vector<WorkerId>{WorkerId(0)});
-  CHECK(leases.ended(t0 + std::chrono::seconds(9)).empty());  // reported once
-  // A worker that reconnects within the lease keeps it.
-  leases.connected(WorkerId(1));
-  leases.disconnected(WorkerId(1), t0);
-  leases.connected(WorkerId(1));
-  CHECK(leases.ended(t0 + std::chrono::seconds(9)).empty());
-  // Worker 2 never connected: it holds its lease until a resumed job starts the lease of every
-  // worker without a connection (0's again, 2's).
-  leases.start_all(t0 + std::chrono::seconds(10));
-  CHECK(leases.ended(t0 + std::chrono::seconds(13)) ==
-        std::vector<WorkerId>{WorkerId(0), WorkerId(2)});
-}
-
-TEST_CASE("leases never end when lease_seconds is 0") {
-  Leases leases(1, 0);
-  leases.connected(WorkerId(0));
-  leases.disconnected(WorkerId(0), Clock::time_point{});
-  CHECK(leases.ended(Clock::time_point{} + std::chrono::hours(24)).empty());
-}
-
 namespace {
 
 // A sync shard of 3 workers (min_workers 2, lease 3 s) with one variable "w" of 2 elements
@@ -193,7 +165,7 @@ struct MemberShard {
     VariableSpec spec = sgd_spec(2);
     std::vector<float> init{0, 0};
     shard.register_variable(spec, {0, 2}, std::as_bytes(std::span(init)),
-                            [&](const Error*, VariableId v, bool) { id = v; });
+                            [&](const Result<VariableShard::Registration>& r) { id = r->id; });
     io.drain();
   }
   static ShardSettings settings(const std::filesystem::path& directory) {
@@ -220,44 +192,41 @@ struct MemberShard {
     if (error) std::rethrow_exception(error);
   }
   std::optional<Error> push(uint32_t worker, Step step, std::vector<float> g) {
-    std::optional<Error> refused;
-    shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               PushedGradient::whole, [&](const Error* e) {
-                 if (e) refused = *e;
-               });
+    testing::Receipted receipt;
+    shard.push({WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g))},
+               receipt.reply());
     io.drain();
-    return refused;
+    REQUIRE(receipt.done());
+    return receipt.refusal;
   }
   Step join(uint32_t worker, Step at_least = Step(1)) {
-    std::optional<Step> from;
-    std::optional<Error> refused;
-    shard.join(WorkerId(worker), at_least, [&](const Error* e, Step s) {
-      if (e) refused = *e;
-      from = s;
-    });
+    std::optional<Result<Step>> from;
+    shard.join(WorkerId(worker), at_least, [&](const Result<Step>& r) { from = r; });
     io.drain();
-    if (refused) throw *refused;
-    return *from;
+    REQUIRE(from);
+    if (!*from) throw from->error();
+    return from->value();
   }
   // A poll of worker `worker` for `step`: its answer lands in `out` (empty until answered).
   void poll(uint32_t worker, Step step, std::optional<std::vector<float>>& out) {
-    shard.poll(WorkerId(worker), id, step, {0, 2}, PollTicket(next_ticket++),
-               [&out](const Error* e, const FreshValue* v) {
-                 REQUIRE_FALSE(e);
-                 out.emplace(2);
-                 v->read_into(reinterpret_cast<std::byte*>(out->data()));
-               });
+    shard.poll({WorkerId(worker), id, step, {0, 2}, PollTicket(next_ticket++)}, into(out));
     io.drain();
+  }
+  // A reply that puts the value into `out`; a refusal fails the test.
+  static VariableShard::ValueReply into(std::optional<std::vector<float>>& out) {
+    return [&out](const Result<FreshValue>& v) {
+      REQUIRE(v);
+      out.emplace(2);
+      v->read_into(reinterpret_cast<std::byte*>(out->data()));
+    };
   }
   uint64_t next_ticket = 1;
   std::vector<float> value() {
-    std::vector<float> out;
-    shard.pull(id, {0, 2}, [&](const Error*, const FreshValue* v) {
-      out.resize(2);
-      v->read_into(reinterpret_cast<std::byte*>(out.data()));
-    });
+    testing::Answered out;
+    shard.pull(id, {0, 2}, out.reply());
     io.drain();
-    return out;
+    REQUIRE(out.value);
+    return *out.value;
   }
   ShardStats stats() {
     ShardStats out;
@@ -287,13 +256,7 @@ TEST_CASE("a worker whose lease ended leaves; the step goes on and polls are ans
   CHECK_FALSE(f.push(0, Step(2), {2, 2}));
   CHECK_FALSE(f.push(1, Step(2), {4, 4}));
   std::optional<std::vector<float>> answer;
-  f.shard.poll(WorkerId(0), f.id, Step(2), {0, 2}, PollTicket(1),
-               [&](const Error* e, const FreshValue* v) {
-                 REQUIRE_FALSE(e);
-                 answer.emplace(2);
-                 v->read_into(reinterpret_cast<std::byte*>(answer->data()));
-               });
-  f.io.drain();
+  f.poll(0, Step(2), answer);
   auto killed = Clock::now();
   f.shard.disconnected(WorkerId(2));  // SIGKILL closes its connections
   f.io.drain();
@@ -475,28 +438,24 @@ TEST_CASE("a bounded poll held past sync.timeout_seconds fails naming who is beh
     MemberShard f(settings);
     for (uint32_t w = 0; w < 2; ++w) CHECK_FALSE(f.push(w, Step(1), {1, 1}));
     CHECK_FALSE(f.push(0, Step(2), {1, 1}));
-    std::optional<Error> refused;
-    std::optional<std::vector<float>> answer;
-    f.shard.poll(WorkerId(0), f.id, Step(2), {0, 2}, PollTicket(1),
-                 [&](const Error* e, const FreshValue* v) {
-                   if (e) return refused.emplace(*e), void();
-                   answer.emplace(2);
-                   v->read_into(reinterpret_cast<std::byte*>(answer->data()));
-                 });
+    testing::Answered answer;
+    f.shard.poll({WorkerId(0), f.id, Step(2), {0, 2}, PollTicket(1)}, answer.reply());
     f.io.drain();
     f.shard.enforce_deadlines(Clock::now() + std::chrono::seconds(1));
     f.io.drain();
-    CHECK_FALSE(refused);
-    CHECK_FALSE(answer);
+    CHECK_FALSE(answer.done());
     f.shard.enforce_deadlines(Clock::now() + std::chrono::seconds(6));
     f.io.drain();
+    REQUIRE(answer.answers == 1);
     if (action == SyncTimeoutAction::fail) {
-      REQUIRE(refused);
-      CHECK(refused->code() == ErrorCode::sync_timeout);
-      CHECK(std::string(refused->what()).find("worker(s) 2 to push step 1") != std::string::npos);
+      REQUIRE(answer.refusal);
+      CHECK(answer.refusal->code() == ErrorCode::sync_timeout);
+      CHECK(std::string(answer.refusal->what()).find("worker(s) 2 to push step 1") !=
+            std::string::npos);
+      CHECK(f.stats().sync_timeouts == 1);
     } else {
-      REQUIRE(answer);
-      CHECK(*answer == std::vector<float>{-3, -3});
+      REQUIRE(answer.value);
+      CHECK(*answer.value == std::vector<float>{-3, -3});
     }
   }
 }

@@ -7,7 +7,7 @@ namespace psched {
 
 void PollRegistry::wait(PollKey key, PollTicket ticket, IntervalSet not_applied, Answer answer) {
   PSCHED_REQUIRE(on_loop());
-  if (not_applied.empty()) return answer(nullptr);
+  if (not_applied.empty()) return answer(Result<>());
   PSCHED_REQUIRE(!keys_.contains(ticket), ticket.value);
   waiting_[key].push_back({ticket, std::move(not_applied), std::move(answer)});
   keys_.emplace(ticket, key);
@@ -43,7 +43,7 @@ void PollRegistry::applied(PollKey key, ElementRange range) {
   if (polls.empty()) waiting_.erase(it);
   waiting_count_ -= ready.size();
   for (const Waiting& poll : ready) keys_.erase(poll.ticket);
-  for (Waiting& poll : ready) poll.answer(nullptr);
+  for (Waiting& poll : ready) poll.answer(Result<>());
 }
 
 void PollRegistry::fail_all(const Error& error) {
@@ -53,7 +53,7 @@ void PollRegistry::fail_all(const Error& error) {
   keys_.clear();
   waiting_count_ = 0;
   for (auto& [key, polls] : all)
-    for (Waiting& poll : polls) poll.answer(&error);
+    for (Waiting& poll : polls) poll.answer(error);
 }
 
 size_t PollRegistry::fail(PollKey key, const Error& error) {
@@ -64,7 +64,7 @@ size_t PollRegistry::fail(PollKey key, const Error& error) {
   waiting_.erase(it);
   for (const Waiting& poll : polls) keys_.erase(poll.ticket);
   waiting_count_ -= polls.size();
-  for (Waiting& poll : polls) poll.answer(&error);
+  for (Waiting& poll : polls) poll.answer(error);
   return polls.size();
 }
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // PollRegistry: holds the polls that wait for an update to be applied.
 //
-// Lives on its VariableShard's loop and is called by the shard directly (no hop).
-// The shard files a poll with the part of its range not yet applied; each apply the shard
-// reports shrinks the waiting polls of the same (owner, variable, step); a poll whose range is
-// fully applied is answered. Answers leave each connection in priority order
+// Lives on its shard's loop, owned by the StepMachine (actors/shard/step_machine.h), which calls
+// it directly (no hop). The machine files a poll with the part of its range not yet applied; each
+// apply the machine reports shrinks the waiting polls of the same (owner, variable, step); a poll
+// whose range is fully applied is answered. Answers leave each connection in priority order
 // (server/answer_queue.h), not here.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "actors/runtime/actor.h"
 #include "common/error.h"
 #include "common/interval_set.h"
+#include "common/result.h"
 #include "common/types.h"
 
 namespace psched {
@@ -40,8 +41,8 @@ struct PollKeyHash {
 
 class PollRegistry : public Actor {
  public:
-  // Called on the loop when the poll is ready (null) or can no longer be answered (why not).
-  using Answer = std::function<void(const Error* refused)>;
+  // Called on the loop when the poll is ready (ok) or can no longer be answered (why not).
+  using Answer = std::function<void(const Result<>&)>;
 
   explicit PollRegistry(ActorLoop& shard_loop) : Actor(shard_loop) {}
 

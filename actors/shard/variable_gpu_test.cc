@@ -18,6 +18,7 @@ namespace {
 using optim::testing::check_close;
 using optim::testing::random_values;
 using optim::testing::same_arithmetic_tolerance;
+using testing::Tracked;
 using testing::value_of;
 
 constexpr size_t kStagingBytes = 64 << 10;
@@ -58,8 +59,8 @@ TEST_CASE("a variable on the GPU applies pushes as one on the CPU does, async an
   const std::vector<float> initial = random_values<float>(rng, part.size(), 1.0);
   for (Mode mode : {Mode::async, Mode::sync}) {
     CAPTURE(mode == Mode::sync);
-    Variable cpu(spec, part, bytes_of(initial), mode, 2);
-    Variable gpu(spec, part, bytes_of(initial), mode, 2, nullptr, device.get());
+    Tracked cpu(spec, part, bytes_of(initial), mode, 2);
+    Tracked gpu(spec, part, bytes_of(initial), mode, 2, nullptr, device.get());
     for (uint64_t s = 1; s <= 3; ++s) {
       const Step step(s);
       for (uint32_t worker = 0; worker < 2; ++worker) {
@@ -74,7 +75,7 @@ TEST_CASE("a variable on the GPU applies pushes as one on the CPU does, async an
         }
       }
       CAPTURE(s);
-      check_same(gpu, cpu);
+      check_same(gpu.variable, cpu.variable);
     }
   }
 }
@@ -88,21 +89,21 @@ TEST_CASE("optimizer state written to a GPU variable reads back the same and is 
                           .optimizer = optim::testing::specs::rmsprop_centered_momentum()};
   std::mt19937 rng(11);
   const std::vector<float> initial = random_values<float>(rng, 3000, 1.0);
-  Variable cpu(spec, {0, 3000}, bytes_of(initial), Mode::async, 1);
-  Variable gpu(spec, {0, 3000}, bytes_of(initial), Mode::async, 1, nullptr, device.get());
+  Tracked cpu(spec, {0, 3000}, bytes_of(initial), Mode::async, 1);
+  Tracked gpu(spec, {0, 3000}, bytes_of(initial), Mode::async, 1, nullptr, device.get());
   for (int k = 0; k < optim::state_slots(spec.optimizer); ++k) {
     const std::vector<float> restored = random_values<float>(rng, 3000, 0.1);
     std::vector<float> square = restored;  // square_avg (slot 0) must stay >= grad_avg^2
     for (float& x : square) x = 1 + x * x;
     const auto& slot = k == 0 ? square : restored;
-    cpu.write_state(k, {0, 3000}, reinterpret_cast<const std::byte*>(slot.data()));
-    gpu.write_state(k, {0, 3000}, reinterpret_cast<const std::byte*>(slot.data()));
-    CHECK(state_of(gpu, k) == slot);
+    cpu.variable.write_state(k, {0, 3000}, reinterpret_cast<const std::byte*>(slot.data()));
+    gpu.variable.write_state(k, {0, 3000}, reinterpret_cast<const std::byte*>(slot.data()));
+    CHECK(state_of(gpu.variable, k) == slot);
   }
   const std::vector<float> grad = random_values<float>(rng, 3000, 1.0);
   cpu.push(WorkerId(0), Step(1), {0, 3000}, spec.dtype, bytes_of(grad));
   gpu.push(WorkerId(0), Step(1), {0, 3000}, spec.dtype, bytes_of(grad));
-  check_same(gpu, cpu);
+  check_same(gpu.variable, cpu.variable);
 }
 
 TEST_CASE("a GPU variable's checkpoint restores onto the GPU and onto the CPU alike") {
@@ -114,20 +115,20 @@ TEST_CASE("a GPU variable's checkpoint restores onto the GPU and onto the CPU al
                           .optimizer = optim::testing::specs::adam_amsgrad_weight_decay()};
   std::mt19937 rng(13);
   const std::vector<float> initial = random_values<float>(rng, 5000, 1.0);
-  Variable gpu(spec, {0, 5000}, bytes_of(initial), Mode::async, 1, nullptr, device.get());
+  Tracked gpu(spec, {0, 5000}, bytes_of(initial), Mode::async, 1, nullptr, device.get());
   gpu.push(WorkerId(0), Step(1), {0, 5000}, spec.dtype,
            bytes_of(random_values<float>(rng, 5000, 1.0)));
   ByteWriter out;
   gpu.save(out);
   ByteReader on_gpu_bytes(out.bytes(), "gpu"), on_cpu_bytes(out.bytes(), "cpu");
-  Variable on_gpu =
-      Variable::restore(on_gpu_bytes, Variable::kSaveFormat, Mode::async, 1, nullptr, device.get());
-  Variable on_cpu = Variable::restore(on_cpu_bytes, Variable::kSaveFormat, Mode::async, 1);
+  Tracked on_gpu =
+      Tracked::restore(on_gpu_bytes, Variable::kSaveFormat, Mode::async, 1, nullptr, device.get());
+  Tracked on_cpu = Tracked::restore(on_cpu_bytes, Variable::kSaveFormat, Mode::async, 1);
   const std::vector<float> grad = random_values<float>(rng, 5000, 1.0);
-  for (Variable* v : {&gpu, &on_gpu, &on_cpu})
+  for (Tracked* v : {&gpu, &on_gpu, &on_cpu})
     v->push(WorkerId(0), Step(2), {0, 5000}, spec.dtype, bytes_of(grad));
-  check_same(on_gpu, gpu);
-  check_same(gpu, on_cpu);
+  check_same(on_gpu.variable, gpu.variable);
+  check_same(gpu.variable, on_cpu.variable);
 }
 
 }  // namespace

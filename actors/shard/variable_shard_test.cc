@@ -7,9 +7,13 @@
 #include <doctest/doctest.h>
 
 #include "actors/runtime/test_loop.h"
+#include "actors/shard/shard_test_support.h"
 #include "common/error.h"
 
 using namespace psched;
+using psched::testing::Answered;
+using psched::testing::bytes_of;
+using psched::testing::Receipted;
 
 namespace {
 
@@ -24,26 +28,37 @@ struct ShardFixture {
     spec.name = name;
     spec.shape = {init.size()};
     spec.optimizer.lr = 1.0;
-    std::optional<VariableId> id;
-    std::optional<Error> error;
+    std::optional<Result<VariableShard::Registration>> registered;
     shard.register_variable(spec, {0, init.size()}, std::as_bytes(std::span(init)),
-                            [&](const Error* e, VariableId v, bool c) {
-                              if (e) error = *e;
-                              id = v;
-                              if (created) *created = c;
-                            });
+                            [&](const Result<VariableShard::Registration>& r) { registered = r; });
     drain();
-    if (error) throw *error;
-    return *id;
+    REQUIRE(registered);
+    if (!*registered) throw registered->error();
+    if (created) *created = (*registered)->created;
+    return (*registered)->id;
+  }
+  // Worker `worker`'s push of `g` to `id` at `step`, drained; its receipt.
+  Receipted push(uint32_t worker, VariableId id, Step step, const std::vector<float>& g) {
+    Receipted receipt;
+    shard.push({WorkerId(worker), id, step, {0, g.size()}, DType::float32, bytes_of(g)},
+               receipt.reply());
+    drain();
+    return receipt;
+  }
+  std::vector<float> value(VariableId id, uint64_t n) {
+    Answered pulled;
+    shard.pull(id, {0, n}, pulled.reply());
+    drain();
+    REQUIRE(pulled.value);
+    return *pulled.value;
+  }
+  ShardStats stats() {
+    ShardStats out;
+    shard.stats([&](ShardStats s) { out = std::move(s); });
+    drain();
+    return out;
   }
 };
-
-std::vector<float> floats(const FreshValue* v) {
-  REQUIRE(v != nullptr);
-  std::vector<float> out(v->bytes() / 4);
-  v->read_into(reinterpret_cast<std::byte*>(out.data()));
-  return out;
-}
 
 }  // namespace
 
@@ -55,10 +70,7 @@ TEST_CASE("registering the same spec twice is a no-op that keeps the value") {
   VariableId b = f.add("w", {9, 9}, &created);
   CHECK_FALSE(created);
   CHECK(a == b);
-  std::vector<float> got;
-  f.shard.pull(a, {0, 2}, [&](const Error*, const FreshValue* v) { got = floats(v); });
-  f.drain();
-  CHECK(got == std::vector<float>{1, 2});
+  CHECK(f.value(a, 2) == std::vector<float>{1, 2});
 }
 
 TEST_CASE("a different spec under a registered name is a spec conflict") {
@@ -77,102 +89,110 @@ TEST_CASE("the shard refuses variables beyond its configured count") {
 TEST_CASE("a poll waits for the worker's own push and then returns the fresh value") {
   ShardFixture f;
   VariableId id = f.add("w", {1, 2});
-  std::optional<std::vector<float>> answer;
-  f.shard.poll(WorkerId(0), id, Step(1), {0, 2}, PollTicket(1),
-               [&](const Error* e, const FreshValue* v) {
-                 REQUIRE(!e);
-                 CHECK(v->step() == Step(1));
-                 answer = floats(v);
-               });
+  Answered answer;
+  f.shard.poll({WorkerId(0), id, Step(1), {0, 2}, PollTicket(1)}, answer.reply());
   f.drain();
-  CHECK_FALSE(answer);
-  std::vector<float> g{1, 1};
-  std::optional<Error> other_worker_error;
-  f.shard.push(WorkerId(1), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               PushedGradient::whole, [&](const Error* e) {
-                 if (e) other_worker_error = *e;
-               });
-  f.drain();
-  CHECK_FALSE(answer);  // async: another worker's update does not release worker 0's poll
-  f.shard.push(WorkerId(0), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               PushedGradient::whole, [](const Error* e) { REQUIRE(!e); });
-  f.drain();
-  REQUIRE(answer);
-  CHECK(*answer == std::vector<float>{-1, 0});
+  CHECK_FALSE(answer.done());
+  CHECK(f.push(1, id, Step(1), {1, 1}).taken());
+  CHECK_FALSE(answer.done());  // async: another worker's update does not release worker 0's poll
+  CHECK(f.push(0, id, Step(1), {1, 1}).taken());
+  REQUIRE(answer.answers == 1);
+  REQUIRE(answer.value);
+  CHECK(answer.step == Step(1));
+  CHECK(*answer.value == std::vector<float>{-1, 0});
 }
 
-TEST_CASE("a poll for an applied step returns at once") {
+TEST_CASE("a poll for an applied step returns at once, with that step's value") {
   ShardFixture f;
   VariableId id = f.add("w", {1});
-  std::vector<float> g{1};
-  f.shard.push(WorkerId(0), id, Step(1), {0, 1}, DType::float32, std::as_bytes(std::span(g)),
-               PushedGradient::whole, [](const Error*) {});
+  REQUIRE(f.push(0, id, Step(1), {1}).taken());
+  Answered answer;
+  f.shard.poll({WorkerId(0), id, Step(1), {0, 1}, PollTicket(1)}, answer.reply());
   f.drain();
-  bool answered = false;
-  f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(1),
-               [&](const Error* e, const FreshValue*) { answered = !e; });
+  REQUIRE(answer.value);
+  CHECK(answer.step == Step(1));
+  CHECK(*answer.value == std::vector<float>{0});
+}
+
+TEST_CASE("a push_poll is one call: its value once applied, or only its refusal") {
+  ShardFixture f;
+  VariableId id = f.add("w", {1, 2});
+  std::vector<float> g{1, 1};
+  Receipted receipt;
+  Answered answer;
+  f.shard.push_poll({WorkerId(0), id, Step(1), {0, 2}, DType::float32, bytes_of(g)}, PollTicket(1),
+                    receipt.reply(), answer.reply());
   f.drain();
-  CHECK(answered);
+  CHECK(receipt.taken());
+  REQUIRE(answer.value);
+  CHECK(answer.step == Step(1));
+  CHECK(*answer.value == std::vector<float>{0, 1});
+  // A refused push: its receipt says why, and no poll is filed for it.
+  Receipted refused;
+  Answered never;
+  f.shard.push_poll({WorkerId(0), id, Step(3), {0, 2}, DType::float32, bytes_of(g)}, PollTicket(2),
+                    refused.reply(), never.reply());
+  f.drain();
+  REQUIRE(refused.refusal);
+  CHECK(refused.refusal->code() == ErrorCode::step_from_future);
+  CHECK_FALSE(never.done());
+  CHECK(f.stats().polls_waiting == 0);
+  CHECK(f.value(id, 2) == std::vector<float>{0, 1});
 }
 
 TEST_CASE("requests naming an unknown variable fail with unknown_variable") {
   ShardFixture f;
-  std::vector<float> g{1};
-  std::optional<Error> error;
-  f.shard.push(WorkerId(0), VariableId(3), Step(1), {0, 1}, DType::float32,
-               std::as_bytes(std::span(g)), PushedGradient::whole, [&](const Error* e) {
-                 if (e) error = *e;
-               });
+  Receipted receipt = f.push(0, VariableId(3), Step(1), {1});
+  REQUIRE(receipt.refusal);
+  CHECK(receipt.refusal->code() == ErrorCode::unknown_variable);
+  CHECK(std::string(receipt.refusal->what()).find("no variable with id 3") != std::string::npos);
+  Answered polled, pulled;
+  f.shard.poll({WorkerId(0), VariableId(3), Step(1), {0, 1}, PollTicket(1)}, polled.reply());
+  f.shard.pull(VariableId(3), {0, 1}, pulled.reply());
   f.drain();
-  REQUIRE(error);
-  CHECK_THROWS_WITH_AS(throw *error, doctest::Contains("no variable with id 3"), Error);
+  REQUIRE(polled.refusal);
+  CHECK(polled.refusal->code() == ErrorCode::unknown_variable);
+  REQUIRE(pulled.refusal);
+  CHECK(pulled.refusal->code() == ErrorCode::unknown_variable);
 }
 
-TEST_CASE("shutting down fails the waiting polls") {
+TEST_CASE("shutting down fails the waiting polls as disconnected") {
   ShardFixture f;
   VariableId id = f.add("w", {1});
-  std::optional<Error> error;
-  f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(1),
-               [&](const Error* e, const FreshValue*) {
-                 if (e) error = *e;
-               });
+  Answered answer;
+  f.shard.poll({WorkerId(0), id, Step(1), {0, 1}, PollTicket(1)}, answer.reply());
   f.drain();
-  f.shard.shut_down([] {});
+  bool done = false;
+  f.shard.shut_down([&] { done = true; });
   f.drain();
-  CHECK(error);
+  CHECK(done);
+  REQUIRE(answer.answers == 1);
+  REQUIRE(answer.refusal);
+  CHECK(answer.refusal->code() == ErrorCode::disconnected);
 }
 
 TEST_CASE("a withdrawn poll is forgotten unanswered and a later apply finds nothing") {
   ShardFixture f;
   VariableId id = f.add("w", {1});
-  int answers = 0;
-  f.shard.poll(WorkerId(0), id, Step(1), {0, 1}, PollTicket(7),
-               [&](const Error*, const FreshValue*) { ++answers; });
+  Answered answer;
+  f.shard.poll({WorkerId(0), id, Step(1), {0, 1}, PollTicket(7)}, answer.reply());
   f.drain();
-  ShardStats stats;
-  f.shard.stats([&](ShardStats s) { stats = s; });
-  f.drain();
-  CHECK(stats.polls_waiting == 1);
+  CHECK(f.stats().polls_waiting == 1);
   f.shard.withdraw_poll(PollTicket(7));
   f.shard.withdraw_poll(PollTicket(7));  // twice is harmless
-  std::vector<float> g{1};
-  f.shard.push(WorkerId(0), id, Step(1), {0, 1}, DType::float32, std::as_bytes(std::span(g)),
-               PushedGradient::whole, [](const Error*) {});
-  f.shard.stats([&](ShardStats s) { stats = s; });
-  f.drain();
-  CHECK(answers == 0);
-  CHECK(stats.polls_waiting == 0);
+  CHECK(f.push(0, id, Step(1), {1}).taken());
+  CHECK_FALSE(answer.done());
+  CHECK(f.stats().polls_waiting == 0);
 }
 
 TEST_CASE("the shard's stats count applies, poll waits and failed requests by code") {
   ShardFixture f;
   VariableId id = f.add("w", {0, 0});
-  f.shard.poll(WorkerId(0), id, Step(1), {0, 2}, PollTicket(1), [](auto...) {});
-  std::vector<float> g{1, 1};
-  f.shard.push(WorkerId(0), id, Step(1), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               PushedGradient::whole, [](const Error*) {});
-  f.shard.push(WorkerId(0), id, Step(3), {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               PushedGradient::whole, [](const Error*) {});
+  Answered answer;
+  f.shard.poll({WorkerId(0), id, Step(1), {0, 2}, PollTicket(1)}, answer.reply());
+  CHECK(f.push(0, id, Step(1), {1, 1}).taken());
+  CHECK(f.push(0, id, Step(3), {1, 1}).refusal);
+  CHECK(answer.value);
   f.shard.report_error(Error(ErrorCode::bad_token, "wrong token"));
   ShardStats stats;
   std::vector<VariableStatus> variables;
@@ -180,6 +200,10 @@ TEST_CASE("the shard's stats count applies, poll waits and failed requests by co
   f.shard.variables(10, [&](std::vector<VariableStatus> v) { variables = std::move(v); });
   f.drain();
   CHECK(stats.apply_seconds.count() == 1);
+  CHECK(stats.partitions_applied == 1);
+  CHECK(stats.bytes_received == 8);
+  CHECK(stats.bytes_sent == 8);
+  CHECK(stats.pushes_rejected == 1);
   CHECK(stats.poll_wait_seconds.count() == 1);
   CHECK(stats.errors[static_cast<size_t>(ErrorCode::step_from_future)] == 1);
   CHECK(stats.errors[static_cast<size_t>(ErrorCode::bad_token)] == 1);
@@ -207,16 +231,22 @@ struct SyncTimeoutFixture {
     spec.optimizer.lr = 1.0;
     std::vector<float> init{0, 0};
     shard.register_variable(spec, {0, 2}, std::as_bytes(std::span(init)),
-                            [&](const Error*, VariableId v, bool) { id = v; });
+                            [&](const Result<VariableShard::Registration>& r) { id = r->id; });
     drain();
   }
   void drain() { io.drain(); }
   void push(uint32_t worker, Step step, std::vector<float> g) {
-    shard.push(WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g)),
-               PushedGradient::whole, [](const Error* e) {
-                 if (e) throw *e;
-               });
+    Receipted receipt;
+    shard.push({WorkerId(worker), id, step, {0, 2}, DType::float32, bytes_of(g)}, receipt.reply());
     drain();
+    REQUIRE(receipt.taken());
+  }
+  std::vector<float> value() {
+    Answered pulled;
+    shard.pull(id, {0, 2}, pulled.reply());
+    drain();
+    REQUIRE(pulled.value);
+    return *pulled.value;
   }
   ShardStats stats() {
     ShardStats out;
@@ -232,50 +262,40 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
   SyncTimeoutFixture f(SyncTimeoutAction::fail);
   f.push(0, Step(1), {1, 1});
   f.push(1, Step(1), {3, 3});
-  std::optional<Error> answer;
-  f.shard.poll(WorkerId(0), f.id, Step(1), {0, 2}, PollTicket(1),
-               [&](const Error* e, const FreshValue*) {
-                 if (e) answer = *e;
-               });
+  Answered answer;
+  f.shard.poll({WorkerId(0), f.id, Step(1), {0, 2}, PollTicket(1)}, answer.reply());
   f.drain();
   auto start = std::chrono::steady_clock::now();
   f.shard.enforce_deadlines(start + std::chrono::seconds(5));  // not yet overdue
   f.drain();
-  CHECK_FALSE(answer);
+  CHECK_FALSE(answer.done());
   f.shard.enforce_deadlines(start + std::chrono::seconds(11));
   f.drain();
-  REQUIRE(answer);
-  CHECK(answer->code() == ErrorCode::sync_timeout);
-  CHECK(std::string(answer->what()).find("worker(s) 2") != std::string::npos);
+  REQUIRE(answer.refusal);
+  CHECK(answer.refusal->code() == ErrorCode::sync_timeout);
+  CHECK(std::string(answer.refusal->what()).find("worker(s) 2") != std::string::npos);
   CHECK(f.stats().sync_timeouts == 1);
+  CHECK(f.stats().errors[static_cast<size_t>(ErrorCode::sync_timeout)] == 1);
   // The step still completes when the missing worker comes back.
   f.push(2, Step(1), {5, 5});
-  std::vector<float> value;
-  f.shard.pull(f.id, {0, 2}, [&](const Error*, const FreshValue* v) { value = floats(v); });
-  f.drain();
-  CHECK(value == std::vector<float>{-3, -3});
+  CHECK(f.value() == std::vector<float>{-3, -3});
 }
 
 TEST_CASE("a sync step past its timeout proceeds with the mean of the workers that pushed") {
   SyncTimeoutFixture f(SyncTimeoutAction::proceed);
   f.push(0, Step(1), {1, 1});
   f.push(1, Step(1), {3, 3});
-  std::optional<std::vector<float>> answer;
-  f.shard.poll(WorkerId(0), f.id, Step(1), {0, 2}, PollTicket(1),
-               [&](const Error* e, const FreshValue* v) {
-                 if (!e) answer = floats(v);
-               });
+  Answered answer;
+  f.shard.poll({WorkerId(0), f.id, Step(1), {0, 2}, PollTicket(1)}, answer.reply());
   f.drain();
   f.shard.enforce_deadlines(std::chrono::steady_clock::now() + std::chrono::seconds(11));
   f.drain();
-  REQUIRE(answer);
-  CHECK(*answer == std::vector<float>{-2, -2});
+  REQUIRE(answer.value);
+  CHECK(answer.step == Step(1));
+  CHECK(*answer.value == std::vector<float>{-2, -2});
   // The missing worker's late push is acknowledged, counted and dropped; step 2 goes on.
   f.push(2, Step(1), {5, 5});
   CHECK(f.stats().pushes_late == 1);
   for (uint32_t w = 0; w < 3; ++w) f.push(w, Step(2), {3, 3});
-  std::vector<float> value;
-  f.shard.pull(f.id, {0, 2}, [&](const Error*, const FreshValue* v) { value = floats(v); });
-  f.drain();
-  CHECK(value == std::vector<float>{-5, -5});
+  CHECK(f.value() == std::vector<float>{-5, -5});
 }

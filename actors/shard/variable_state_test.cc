@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Variable::read_state and write_state on the CPU path (the GPU path: variable_gpu_test.cc).
+// Variable::read_state and write_state on the CPU path (the GPU path: variable_gpu_test.cc), the
+// variable taking updates as its step machine hands them.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -9,6 +10,11 @@
 namespace psched {
 namespace {
 
+// What the step machine hands a variable for worker 0's async update `t` of `range`.
+StepUpdate update(uint64_t t, ElementRange range) {
+  return {.step = Step(t), .t = t, .pieces = {{range, 0, true}}};
+}
+
 TEST_CASE("read_state copies a range of an optimizer state slot after updates") {
   const VariableSpec spec{
       .name = "w",
@@ -17,8 +23,8 @@ TEST_CASE("read_state copies a range of an optimizer state slot after updates") 
       .priority = Priority(0),
       .optimizer = {.kind = optim::OptimizerKind::momentum, .lr = 0.5, .momentum = 0.9}};
   const std::vector<double> initial(4, 1.0), grad{1, 2, 3, 4};
-  Variable v(spec, {2, 6}, std::as_bytes(std::span(initial)), Mode::async, 1);
-  v.push(WorkerId(0), Step(1), {2, 6}, DType::float64, std::as_bytes(std::span(grad)));
+  Variable v(spec, {2, 6}, std::as_bytes(std::span(initial)));
+  v.take(update(1, {2, 6}), {2, 6}, std::as_bytes(std::span(grad)), PushedGradient::whole);
   std::vector<double> buffer(2);
   v.read_state(0, {3, 5}, reinterpret_cast<std::byte*>(buffer.data()));
   CHECK(buffer == std::vector<double>{2, 3});  // torch: the first step's buffer is the gradient
@@ -32,10 +38,10 @@ TEST_CASE("write_state overwrites a range of a slot, and the next update starts 
       .priority = Priority(0),
       .optimizer = {.kind = optim::OptimizerKind::momentum, .lr = 1, .momentum = 0.5}};
   const std::vector<double> initial{0, 0}, grad{1, 1}, restored{4, 8};
-  Variable v(spec, {0, 2}, std::as_bytes(std::span(initial)), Mode::async, 1);
-  v.push(WorkerId(0), Step(1), {0, 2}, DType::float64, std::as_bytes(std::span(grad)));
+  Variable v(spec, {0, 2}, std::as_bytes(std::span(initial)));
+  v.take(update(1, {0, 2}), {0, 2}, std::as_bytes(std::span(grad)), PushedGradient::whole);
   v.write_state(0, {0, 2}, reinterpret_cast<const std::byte*>(restored.data()));
-  v.push(WorkerId(0), Step(2), {0, 2}, DType::float64, std::as_bytes(std::span(grad)));
+  v.take(update(2, {0, 2}), {0, 2}, std::as_bytes(std::span(grad)), PushedGradient::whole);
   std::vector<double> buffer(2);
   v.read_state(0, {0, 2}, reinterpret_cast<std::byte*>(buffer.data()));
   CHECK(buffer == std::vector<double>{0.5 * 4 + 1, 0.5 * 8 + 1});

@@ -14,6 +14,7 @@
 using namespace psched;
 using psched::testing::code_of;
 using psched::testing::sgd_spec;
+using psched::testing::Tracked;
 using psched::testing::value_of;
 
 namespace {
@@ -26,33 +27,33 @@ std::span<const std::byte> bytes_of(const std::vector<float>& v) {
 
 TEST_CASE("an async push is applied on arrival and completes the worker's step") {
   std::vector<float> init{1, 2, 3, 4};
-  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 2);
+  Tracked v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 2);
   std::vector<float> g{1, 1};
   auto applied = v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).applied;
   CHECK(applied == std::vector<ElementRange>{{0, 2}});
   CHECK(value_of(v) == std::vector<float>{0, 1, 3, 4});
-  CHECK(v.applied_step(WorkerId(0)) == Step(0));
-  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 4}).ranges() ==
+  CHECK(v.track.applied_step(WorkerId(0)) == Step(0));
+  CHECK(v.track.not_yet_applied(WorkerId(0), Step(1), {0, 4}).ranges() ==
         std::vector<ElementRange>{{2, 4}});
   v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
-  CHECK(v.applied_step(WorkerId(0)) == Step(1));
-  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 4}).empty());
-  CHECK(v.applied_step(WorkerId(1)) == Step(0));
+  CHECK(v.track.applied_step(WorkerId(0)) == Step(1));
+  CHECK(v.track.not_yet_applied(WorkerId(0), Step(1), {0, 4}).empty());
+  CHECK(v.track.applied_step(WorkerId(1)) == Step(0));
 }
 
 TEST_CASE("sync mode applies the mean only once every worker pushed the range") {
   std::vector<float> init{0, 0, 0, 0};
-  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::sync, 2);
+  Tracked v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::sync, 2);
   std::vector<float> a{2, 2, 2, 2}, b{4, 4};
   CHECK(v.push(WorkerId(0), Step(1), {0, 4}, DType::float32, bytes_of(a)).applied.empty());
   CHECK(value_of(v) == std::vector<float>{0, 0, 0, 0});
   auto applied = v.push(WorkerId(1), Step(1), {2, 4}, DType::float32, bytes_of(b)).applied;
   CHECK(applied == std::vector<ElementRange>{{2, 4}});
   CHECK(value_of(v) == std::vector<float>{0, 0, -3, -3});
-  CHECK(v.applied_step(WorkerId(0)) == Step(0));
+  CHECK(v.track.applied_step(WorkerId(0)) == Step(0));
   v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(b));
   CHECK(value_of(v) == std::vector<float>{-3, -3, -3, -3});
-  CHECK(v.applied_step(WorkerId(1)) == Step(1));
+  CHECK(v.track.applied_step(WorkerId(1)) == Step(1));
   SUBCASE("and the next step starts from a clean sum") {
     v.push(WorkerId(0), Step(2), {0, 4}, DType::float32, bytes_of(a));
     v.push(WorkerId(1), Step(2), {0, 4}, DType::float32, bytes_of(a));
@@ -68,7 +69,7 @@ TEST_CASE("sync mode averages each element over workers that cut their pushes di
     return g;
   };
   std::vector<float> init(6, 0);
-  Variable v(sgd_spec(6), {0, 6}, bytes_of(init), Mode::sync, 3);
+  Tracked v(sgd_spec(6), {0, 6}, bytes_of(init), Mode::sync, 3);
   const std::vector<std::vector<ElementRange>> cuts{
       {{0, 6}}, {{2, 6}, {0, 2}}, {{1, 5}, {0, 1}, {5, 6}}};
   for (uint64_t step = 1; step <= 2; ++step) {
@@ -78,14 +79,14 @@ TEST_CASE("sync mode averages each element over workers that cut their pushes di
       for (ElementRange r : cuts[w])
         v.push(WorkerId(w), Step(step), r, DType::float32, bytes_of(gradient(w, r)));
     }
-    CHECK(v.applied_step(WorkerId(0)) == Step(step));
+    CHECK(v.track.applied_step(WorkerId(0)) == Step(step));
     for (uint64_t i = 0; i < 6; ++i) CHECK(value_of(v)[i] == -6.0f * float(step) * float(i + 1));
   }
 }
 
 TEST_CASE("a rejected push leaves the variable untouched") {
   std::vector<float> init{1, 2, 3, 4};
-  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
+  Tracked v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
   std::vector<float> g{1, 1};
   std::vector<double> wide{1, 1};
   CHECK(code_of([&] {
@@ -109,13 +110,13 @@ TEST_CASE("a rejected push leaves the variable untouched") {
 
 TEST_CASE("a retried push is acknowledged as a duplicate and not applied again") {
   std::vector<float> init{1, 2, 3, 4};
-  Variable v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
+  Tracked v(sgd_spec(4), {0, 4}, bytes_of(init), Mode::async, 1);
   std::vector<float> g{1, 1};
   CHECK_FALSE(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
   CHECK(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
   v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
   // Step 1 is complete now: its retries are duplicates too.
-  PushOutcome retry = v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
+  Tracked::Outcome retry = v.push(WorkerId(0), Step(1), {2, 4}, DType::float32, bytes_of(g));
   CHECK(retry.duplicate);
   CHECK(retry.applied.empty());
   CHECK(value_of(v) == std::vector<float>{0, 1, 2, 3});
@@ -123,13 +124,13 @@ TEST_CASE("a retried push is acknowledged as a duplicate and not applied again")
 
 TEST_CASE("a sync retry after the step completed is a duplicate") {
   std::vector<float> init{0, 0};
-  Variable v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
+  Tracked v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
   std::vector<float> g{2, 2};
   v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
   CHECK(v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
   v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(g));
   CHECK(v.push(WorkerId(1), Step(1), {0, 2}, DType::float32, bytes_of(g)).duplicate);
-  CHECK(v.applied_step(WorkerId(0)) == Step(1));
+  CHECK(v.track.applied_step(WorkerId(0)) == Step(1));
   CHECK(value_of(v) == std::vector<float>{-2, -2});
 }
 
@@ -139,7 +140,7 @@ TEST_CASE("a restored variable continues exactly like the one saved, frozen vari
   std::vector<float> init{1, 2, 3, 4};
   constexpr PushedGradient kWhole = PushedGradient::whole, kSparse = PushedGradient::sparse;
   for (Mode mode : {Mode::async, Mode::sync}) {
-    Variable original(spec, {0, 4}, bytes_of(init), mode, 2);
+    Tracked original(spec, {0, 4}, bytes_of(init), mode, 2);
     std::vector<float> g{0.5f, -1, 2, 0.25f}, head{0.5f, -1}, tail{2, 0.25f};
     for (uint32_t w = 0; w < 2; ++w)
       original.push(WorkerId(w), Step(1), {0, 4}, DType::float32, bytes_of(g), kWhole);
@@ -150,16 +151,16 @@ TEST_CASE("a restored variable continues exactly like the one saved, frozen vari
     ByteWriter out;
     original.save(out);
     ByteReader in(out.bytes(), "test");
-    Variable copy = Variable::restore(in, Variable::kSaveFormat, mode, 2);
+    Tracked copy = Tracked::restore(in, Variable::kSaveFormat, mode, 2);
     CHECK(in.done());
-    for (Variable* v : {&original, &copy}) {
+    for (Tracked* v : {&original, &copy}) {
       v->push(WorkerId(1), Step(2), {2, 4}, DType::float32, bytes_of(tail), kWhole);
       for (uint32_t w = 0; w < 2; ++w)
         v->push(WorkerId(w), Step(3), {0, 4}, DType::float32, bytes_of(g), kSparse);
     }
     CHECK(value_of(copy) == value_of(original));
-    CHECK(copy.applied_step(WorkerId(0)) == original.applied_step(WorkerId(0)));
-    CHECK(copy.applied_step(WorkerId(1)) == original.applied_step(WorkerId(1)));
+    CHECK(copy.track.applied_step(WorkerId(0)) == original.track.applied_step(WorkerId(0)));
+    CHECK(copy.track.applied_step(WorkerId(1)) == original.track.applied_step(WorkerId(1)));
   }
 }
 
@@ -168,16 +169,16 @@ TEST_CASE("a variable saved before sparse pushes existed restores with every upd
   VariableSpec spec = sgd_spec(2);
   spec.optimizer.kind = optim::OptimizerKind::adam;
   std::vector<float> init{1, 2}, g{0.5f, -1};
-  Variable original(spec, {0, 2}, bytes_of(init), Mode::async, 1);
+  Tracked original(spec, {0, 2}, bytes_of(init), Mode::async, 1);
   original.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
   ByteWriter out;
   original.save(out);
   std::vector<std::byte> format1 = out.bytes();
   format1.resize(format1.size() - sizeof(uint64_t) - sizeof(uint64_t));  // no t, no ranges
   ByteReader in(format1, "format 1");
-  Variable copy = Variable::restore(in, 1, Mode::async, 1);
+  Tracked copy = Tracked::restore(in, 1, Mode::async, 1);
   CHECK(in.done());
-  for (Variable* v : {&original, &copy})
+  for (Tracked* v : {&original, &copy})
     v->push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(g), PushedGradient::sparse);
   CHECK(value_of(copy) == value_of(original));
 }
@@ -201,7 +202,7 @@ TEST_CASE("sparse pushes apply adam with the variance the last whole update left
   std::vector<float> init{1, 2};
   const std::vector<std::vector<float>> grads{{0.5f, -1}, {4, 3}, {-2, 5}, {1, 1}};
   SUBCASE("async: frozen from the first sparse push on, unfrozen by a whole one") {
-    Variable v(spec, {0, 2}, bytes_of(init), Mode::async, 1);
+    Tracked v(spec, {0, 2}, bytes_of(init), Mode::async, 1);
     const std::vector<PushedGradient> kinds{PushedGradient::whole, PushedGradient::sparse,
                                             PushedGradient::sparse, PushedGradient::whole};
     for (uint64_t s = 1; s <= 4; ++s)
@@ -209,13 +210,13 @@ TEST_CASE("sparse pushes apply adam with the variance the last whole update left
     CHECK(value_of(v) == adam_reference(spec, init, grads, {0, 1, 1, 0}));
   }
   SUBCASE("before any whole update there is no variance to freeze") {
-    Variable v(spec, {0, 2}, bytes_of(init), Mode::async, 1);
+    Tracked v(spec, {0, 2}, bytes_of(init), Mode::async, 1);
     v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(grads[0]),
            PushedGradient::sparse);
     CHECK(value_of(v) == adam_reference(spec, init, {grads[0]}, {0}));
   }
   SUBCASE("sync: a range is frozen when any worker's push into it was sparse") {
-    Variable v(spec, {0, 2}, bytes_of(init), Mode::sync, 2);
+    Tracked v(spec, {0, 2}, bytes_of(init), Mode::sync, 2);
     for (uint32_t w = 0; w < 2; ++w)
       v.push(WorkerId(w), Step(1), {0, 2}, DType::float32, bytes_of(grads[0]));
     v.push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(grads[1]),
@@ -227,36 +228,36 @@ TEST_CASE("sparse pushes apply adam with the variance the last whole update left
 
 TEST_CASE("a truncated variable record is refused as corrupt, not misread") {
   std::vector<float> init{1, 2};
-  Variable v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
+  Tracked v(sgd_spec(2), {0, 2}, bytes_of(init), Mode::sync, 2);
   ByteWriter out;
   v.save(out);
   auto bytes = out.bytes();
   bytes.resize(bytes.size() - 3);  // cut short
   ByteReader in(bytes, "cut");
-  CHECK(code_of([&] { Variable::restore(in, Variable::kSaveFormat, Mode::sync, 2); }) ==
+  CHECK(code_of([&] { Tracked::restore(in, Variable::kSaveFormat, Mode::sync, 2); }) ==
         ErrorCode::corrupt_checkpoint);
 }
 
 TEST_CASE("a step of a split variable completes when this shard's part is covered") {
   std::vector<float> init{5, 6};
   VariableSpec spec = sgd_spec(10);
-  Variable v(spec, {8, 10}, bytes_of(init), Mode::async, 1);
+  Tracked v(spec, {8, 10}, bytes_of(init), Mode::async, 1);
   std::vector<float> g{1, 1};
   CHECK(code_of([&] {
           v.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
         }) == ErrorCode::offset_out_of_range);
   v.push(WorkerId(0), Step(1), {8, 10}, DType::float32, bytes_of(g));
-  CHECK(v.applied_step(WorkerId(0)) == Step(1));
+  CHECK(v.track.applied_step(WorkerId(0)) == Step(1));
   CHECK(value_of(v) == std::vector<float>{4, 5});
 }
 
 TEST_CASE("a poll for a step beyond the next one is from the future") {
   std::vector<float> init{0};
-  Variable v(sgd_spec(1), {0, 1}, bytes_of(init), Mode::async, 1);
-  CHECK(v.not_yet_applied(WorkerId(0), Step(0), {0, 1}).empty());
-  CHECK(v.not_yet_applied(WorkerId(0), Step(1), {0, 1}).size() == 1);
+  Tracked v(sgd_spec(1), {0, 1}, bytes_of(init), Mode::async, 1);
+  CHECK(v.track.not_yet_applied(WorkerId(0), Step(0), {0, 1}).empty());
+  CHECK(v.track.not_yet_applied(WorkerId(0), Step(1), {0, 1}).size() == 1);
   CHECK(code_of([&] {
-          v.not_yet_applied(WorkerId(0), Step(2), {0, 1});
+          v.track.not_yet_applied(WorkerId(0), Step(2), {0, 1});
         }) == ErrorCode::step_from_future);
 }
 
@@ -271,8 +272,8 @@ TEST_CASE("a large update applied on the pool equals the update applied on one t
     g[i] = std::cos(double(i) * 0.37);
   }
   ForkJoinPool pool(2);
-  Variable parallel(spec, {0, n}, bytes_of(init), Mode::async, 1, &pool);
-  Variable single(spec, {0, n}, bytes_of(init), Mode::async, 1);
+  Tracked parallel(spec, {0, n}, bytes_of(init), Mode::async, 1, &pool);
+  Tracked single(spec, {0, n}, bytes_of(init), Mode::async, 1);
   for (uint64_t s = 1; s <= 3; ++s) {
     parallel.push(WorkerId(0), Step(s), {0, n}, DType::float32, bytes_of(g));
     single.push(WorkerId(0), Step(s), {0, n}, DType::float32, bytes_of(g));

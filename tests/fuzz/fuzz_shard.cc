@@ -157,8 +157,8 @@ void FuzzShard::register_data_variables() {
   for (const VariableSpec& spec : {floats, doubles})
     shard_->register_variable(spec, {0, spec.shape[0]},
                               {initial.data(), spec.shape[0] * element_bytes(spec.dtype)},
-                              [](const Error* refused, VariableId, bool) {
-                                if (refused) throw *refused;
+                              [](const Result<VariableShard::Registration>& registered) {
+                                if (!registered) throw registered.error();
                               });
   settle();
 }

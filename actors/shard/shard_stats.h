@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a shard counts and shows operators (VariableShard::stats, ::variables; the operator view,
+// server/shard_report.h). Copies: reading never touches the live counters, which only the
+// shard's loop updates. The StepMachine (actors/shard/step_machine.h) fills in what it keeps.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/histogram.h"
+#include "common/placement.h"
+#include "common/types.h"
+
+namespace psched {
+
+// A request a shard failed, kept for operators (VariableShard keeps the newest few).
+struct RecentError {
+  std::chrono::system_clock::time_point time;
+  ErrorCode code;
+  std::string message;
+};
+
+// A worker as a sync or bounded shard sees it (VariableShard::stats).
+struct MemberStatus {
+  uint32_t worker = 0;
+  bool member = false;
+  Step joined_at;  // the first step it takes part in (Step(): no member)
+  uint32_t connections = 0;
+  Step pushed;             // the newest step it pushed here (any variable)
+  uint64_t lag_steps = 0;  // steps between the newest any worker pushed here and `pushed`
+};
+
+// Payload bytes of one direction.
+struct WireBytes {
+  uint64_t raw = 0;
+  uint64_t sent = 0;
+};
+
+// Counters a shard keeps; read with VariableShard::stats.
+struct ShardStats {
+  uint64_t variables = 0;
+  uint64_t bytes_received = 0;  // gradient payload bytes accepted
+  uint64_t bytes_sent = 0;      // value bytes answered to polls and pulls
+  uint64_t partitions_applied = 0;
+  uint64_t pushes_rejected = 0;
+  uint64_t pushes_duplicate = 0;  // retries of received partitions, acknowledged not applied
+  uint64_t checkpoints_written = 0;
+  // Waits for members behind that passed sync.timeout_seconds: sync steps, bounded mode's held
+  // polls.
+  uint64_t sync_timeouts = 0;
+  uint64_t pushes_late = 0;  // pushes of a step completed without their worker (dropped)
+  // Sync membership (actors/shard/membership.h): members now, joins and leaves so far, and
+  // element ranges applied from fewer gradients than the job has workers.
+  uint64_t members = 0;
+  uint64_t joins = 0;
+  uint64_t leaves = 0;
+  uint64_t short_handed_ranges = 0;
+  uint64_t polls_held = 0;  // bounded mode: polls that waited for a member s - staleness behind
+  std::vector<MemberStatus> workers;  // sync, bounded: every worker of the job, by id
+  uint64_t polls_waiting = 0;
+  // Payload bytes on the wire, pushes in and values out, as the variable's dtype carries them
+  // (raw) and as they travelled (sent; smaller when compressed, compression/codec.h).
+  WireBytes push_wire;
+  WireBytes pull_wire;
+  Histogram apply_seconds;      // per accepted push: validating and applying (or summing) it
+  Histogram poll_wait_seconds;  // per answered poll: from its arrival to its answer
+  std::array<uint64_t, kErrorCodeCount> errors{};  // failed requests, indexed by ErrorCode
+  std::vector<RecentError> recent_errors;          // the newest kRecentErrors, oldest first
+};
+
+// One hosted variable part and its progress; read with VariableShard::variables.
+struct VariableStatus {
+  std::string name;
+  ElementRange part;
+  Step step;  // the newest complete step (async: of the furthest worker)
+};
+
+}  // namespace psched

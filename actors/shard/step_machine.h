@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+// StepMachine: the one unit on a shard that decides when a step is done, for every kind of
+// variable it hosts. It knows the job's members (actors/shard/membership.h) and their leases
+// (actors/shard/leases.h), where each variable's steps stand and who pushed what
+// (actors/shard/step_track.h), when a sync step closes, when a poll may be answered (async:
+// the worker's own update; sync: every member's; bounded: also every member s - staleness
+// behind), which polls wait or are held and when a wait times out (sync.timeout_seconds), and
+// what of all that a checkpoint keeps. A kind of variable (a dense Variable) keeps only its
+// values, optimizer state and sums, and carries out the StepUpdates the machine hands it.
+//
+// The rules, mode by mode:
+// - async: each push is applied on arrival; a worker's poll waits for its own update.
+// - sync: a variable's step s applies the mean of its members' gradients, each element range as
+//   soon as every member step s waits for pushed it. Members hold leases; a member whose lease
+//   ended leaves, and a step that waited for it applies what the others gave. A worker joins
+//   at a step no variable here has begun. A step waiting sync.timeout_seconds for its last
+//   member fails its polls or, on_timeout: proceed, closes without the missing ones (their late
+//   pushes of it are acknowledged and dropped).
+// - bounded: applied as async, but a poll for step s is held until every member pushed step
+//   s - staleness; a poll held sync.timeout_seconds fails naming who is behind, or (proceed)
+//   waits for its own update only. A worker that joins starts level with the slowest member.
+//
+// Owner and threads: each VariableShard owns one and calls it directly on the shard's loop, the
+// only thread that touches it. Time comes in as an argument, so tests choose it. What the
+// machine needs done to the shard (a kind applying gathered sums, a membership change logged)
+// it asks of its Host, on the loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "actors/runtime/actor.h"
+#include "actors/shard/leases.h"
+#include "actors/shard/membership.h"
+#include "actors/shard/poll_registry.h"
+#include "actors/shard/shard_stats.h"
+#include "actors/shard/step_track.h"
+#include "common/byte_codec.h"
+#include "common/shard_settings.h"
+
+namespace psched {
+
+class StepMachine {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // A poll's answer: ok once the update it waits for is applied, else why it never will be.
+  using Answer = PollRegistry::Answer;
+
+  static constexpr size_t kShortHandedKept = 1 << 16;
+
+  // What the machine asks of its shard, on the loop.
+  class Host {
+   public:
+    // The kind of variable `id` applies the means gathered for `update`'s complete pieces (a
+    // membership change or a timeout completed them; Variable::apply_gathered).
+    virtual void apply_gathered(VariableId id, const StepUpdate& update) = 0;
+    // Logged before the change is made; each throws when it cannot be (nothing changes then).
+    virtual void log_join(WorkerId worker, Step from) = 0;
+    virtual void log_leave(WorkerId worker) = 0;
+    virtual void log_timeout(VariableId id, Step step) = 0;
+    // Counts an event among the shard's failed requests: a timeout, a change that could not be
+    // logged.
+    virtual void count_error(const Error& error) = 0;
+
+   protected:
+    ~Host() = default;
+  };
+
+  // `settings` and `host` (the owning shard's) outlive the machine.
+  StepMachine(ActorLoop& loop, const ShardSettings& settings, Host& host);
+
+  // Tracks the steps of the next variable (its id is the count so far): `name` for messages,
+  // `extent` the part a step covers.
+  void add(std::string name, ElementRange extent);
+  size_t variables() const { return tracks_.size(); }
+  const StepTrack& track(VariableId id) const { return tracks_[id.value]; }
+
+  // A push is taken in three calls, the kind's work and the update log between them: admit(),
+  // which throws unless `worker` may push `range` of `step` (StepTrack::is_duplicate); then,
+  // for a fresh one, receive(), whose StepUpdate the kind carries out; then applied(), which
+  // answers the polls the update completed and keeps what follows from the push (the member's
+  // progress, bounded mode's held polls, the sync step's timing).
+  enum class Admission {
+    fresh,
+    duplicate,  // a resent partition: acknowledged, not applied again
+    late,       // a push of a step that closed without its worker (proceed): dropped, counted
+  };
+  Admission admit(WorkerId worker, VariableId id, Step step, ElementRange range);
+  StepUpdate receive(WorkerId worker, VariableId id, Step step, ElementRange range);
+  void applied(WorkerId worker, VariableId id, const StepUpdate& update, Clock::time_point now);
+
+  // Calls `answer` once `worker`'s `step` update of `range` of `id` is applied (at once when it
+  // is), bounded mode holding it until the members behind caught up; `ticket` (unique per
+  // shard) lets the caller withdraw it. Throws step_from_future for a step beyond the next one.
+  void poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
+            Answer answer, Clock::time_point now);
+  // Forgets the poll with `ticket` unanswered; nothing when it was answered already.
+  void withdraw(PollTicket ticket);
+  // Fails every waiting and held poll with `error` (the shard is stopping).
+  void fail_all(const Error& error);
+
+  // The step from which `worker`, a trainer process that starts, takes part. sync: at least
+  // `at_least`; a member that has not pushed yet keeps its step (a job's declared workers
+  // start at 1), any other (a restarted process of a member, or one whose lease ended) leaves
+  // and joins at a step no variable here has begun, so that it is not awaited in steps under
+  // way. bounded: level with the slowest other member. async: the first step some variable here
+  // has not completed for it. Throws for a worker id not below the job's workers.
+  Step join(WorkerId worker, Step at_least, Clock::time_point now);
+  // A connection of `worker` opened or closed (its lease).
+  void connected(WorkerId worker);
+  void disconnected(WorkerId worker, Clock::time_point now);
+  // Acts on what is overdue at `now`: sync steps and bounded held polls that waited
+  // sync.timeout_seconds for members behind, and members whose lease ended.
+  void enforce(Clock::time_point now);
+  // A restored job under way resumes: the lease of every worker without a connection runs from
+  // `now`. Nothing when no step has begun.
+  void resumed(Clock::time_point now);
+
+  // Fills in what the machine counts: members and their lag, polls waiting and held,
+  // timeouts, late pushes, joins, leaves, ranges applied (and short-handed).
+  void report(ShardStats& stats) const;
+  // Up to the newest `limit` ranges applied short-handed, oldest first.
+  std::vector<ShortHanded> short_handed(size_t limit) const;
+
+  // What a checkpoint keeps: the membership and its record (joins, leaves, ranges applied
+  // short-handed), so that a restarted shard shows the whole job's record; and each track's
+  // progress (StepTrack::save, within its variable's record).
+  void save(ByteWriter& out) const;
+  void load(ByteReader& in);
+  void load_track(VariableId id, ByteReader& in);
+  // An update log's records of the machine's own decisions, made again; `record` names the
+  // record in errors (corrupt_checkpoint when it cannot have been written).
+  void replay_timeout(VariableId id, Step step, const std::string& record);
+  void replay_join(WorkerId worker, Step from, const std::string& record);
+  void replay_leave(WorkerId worker, const std::string& record);
+
+ private:
+  // Bounded mode: a poll held until the members behind caught up.
+  struct HeldPoll {
+    WorkerId worker;
+    VariableId variable;
+    Step step;
+    ElementRange range;
+    PollTicket ticket;
+    Answer answer;
+    Clock::time_point since;
+  };
+
+  // What tracks wait for: the membership; null in async mode.
+  const Membership* members() const { return settings_.mode == Mode::async ? nullptr : &members_; }
+  // Answers the polls that `update` of `id` (owner `owner`) completed.
+  void answer_polls(VariableId id, WorkerId owner, const StepUpdate& update);
+  // Files a poll with the registry: answered once `worker`'s `step` update of `range` applied.
+  void file(const HeldPoll& poll);
+  // Files a held poll, or answers it with the refusal.
+  void file_held(const HeldPoll& held);
+  // Bounded: files the held polls of `variable` (all: nullopt) whose members behind caught up.
+  void release_held(std::optional<VariableId> variable);
+  // Bounded: removes the held polls `which` picks and returns them.
+  std::vector<HeldPoll> take_held(const std::function<bool(const HeldPoll&)>& which);
+
+  // async: the first step some variable here has not completed for `worker`.
+  Step resume_step(WorkerId worker) const;
+  // bounded: `worker`'s own next step, or level with the slowest other member (skipping the
+  // steps it missed), so that it neither holds the others back nor falls behind the bound.
+  Step level_step(WorkerId worker) const;
+  // The newest step any variable here has begun (sync).
+  Step frontier() const;
+  // `worker` joins from `from` / leaves, logged first (throws when that fails, changing nothing).
+  void join_from(WorkerId worker, Step from, Clock::time_point now);
+  void leave(WorkerId worker, std::string_view why, Clock::time_point now);
+  // After the membership changed: applies what each variable's step now has and answers polls
+  // (sync), or files the held polls that may now wait for their own update only (bounded).
+  void settle_all(Clock::time_point now);
+  // Members whose lease ended by `now` leave.
+  void end_leases(Clock::time_point now);
+
+  // sync: times `id`'s step in progress from its first push; forgets it once complete.
+  void time_step(VariableId id, Clock::time_point now);
+  // The [sync_timeout] that ends a wait for members behind: counted and logged.
+  Error timed_out(std::string message);
+  // sync: acts on each step overdue at `now` (time_out_step); bounded: on each held poll
+  // overdue.
+  void time_out_steps(Clock::time_point now);
+  void time_out_step(VariableId id, Clock::time_point now);
+  void time_out_held(Clock::time_point now);
+  // sync, proceed: closes step `step` of `id` without its missing members.
+  void close_without_missing(VariableId id, Step step);
+
+  // Keeps `track`'s short-handed records for operators.
+  void keep_short_handed(StepTrack& track);
+  bool proceeds() const { return settings_.sync.on_timeout == SyncTimeoutAction::proceed; }
+
+  const ShardSettings& settings_;
+  Host& host_;
+  Membership members_;  // sync, bounded; the tracks point to it
+  Leases leases_;
+  std::vector<StepTrack> tracks_;  // index = VariableId
+  PollRegistry polls_;
+  std::vector<HeldPoll> held_;  // bounded
+  std::vector<Step> pushed_;    // by worker: the newest step it pushed here
+  // sync: when each variable's step in progress began (its first push), and the last step
+  // each closed without some members, with those members.
+  std::unordered_map<uint32_t, Clock::time_point> step_began_;
+  std::unordered_map<uint32_t, std::pair<Step, std::vector<uint32_t>>> closed_without_;
+  std::deque<ShortHanded> short_handed_;  // the newest kShortHandedKept
+  uint64_t short_handed_ranges_ = 0;
+  uint64_t joins_ = 0;
+  uint64_t leaves_ = 0;
+  uint64_t timeouts_ = 0;
+  uint64_t late_pushes_ = 0;
+  uint64_t polls_held_ = 0;
+  uint64_t pieces_applied_ = 0;
+};
+
+}  // namespace psched
