@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The choices a deployment makes that the actors act on: how a job aggregates (Mode), how a
-// worker orders its partitions (SchedulePolicy), and what a sync step does about a late worker
-// (SyncConfig). The deployment file sets them (config/deployment.h); the actors only read them.
+// worker orders its partitions (SchedulePolicy), and how a shard's steps wait for the job's
+// members in sync and bounded modes (StepConfig). The deployment file sets them
+// (config/deployment.h); the actors only read them.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@ enum class Mode {
   async,    ///< each push applied on arrival; a worker's poll waits for its own update
   sync,     ///< a shard applies the mean of all workers' step-s gradients once (BSP)
   bounded,  ///< applied as async, but a poll for step s also waits until every member pushed
-            ///< step s - staleness (SyncConfig::staleness)
+            ///< step s - staleness (StepConfig::staleness)
 };
 
 constexpr const char* to_string(Mode mode) {
@@ -24,17 +25,23 @@ enum class SchedulePolicy {
   fifo,      ///< arrival order through the same code path (the benchmark baseline)
 };
 
-enum class SyncTimeoutAction {
-  fail,     ///< polls of the stalled step fail with [sync_timeout] naming the missing workers
-  proceed,  ///< the step is applied with the mean of the workers that pushed; late pushes of
-            ///< it are acknowledged and dropped (counted)
+// What a wait for members behind does once it has lasted StepConfig::timeout_seconds.
+enum class TimeoutAction {
+  fail,     ///< the polls waiting fail with [sync_timeout] naming the members behind
+  proceed,  ///< sync: the step is applied with the mean of the workers that pushed (late pushes
+            ///< of it are acknowledged and dropped, counted); bounded: the poll waits for its
+            ///< own update only
 };
 
-// Sync mode's liveness: how long a step may wait for its last worker, and who its workers are
-// (actors/shard/membership.h).
-struct SyncConfig {
-  double timeout_seconds = 0;  // from a step's first push on a variable part; 0: no timeout
-  SyncTimeoutAction on_timeout = SyncTimeoutAction::fail;
+// How a shard's steps wait for the job's members, sync and bounded modes alike (the YAML's
+// `sync:` section and `staleness:`; the StepMachine, actors/shard/step_machine.h): who the
+// members are (actors/shard/membership.h), how long a wait for those behind may last, and how
+// far ahead bounded mode lets a worker run.
+struct StepConfig {
+  // From a sync step's first push on a variable part, or from when a bounded poll was held;
+  // 0: no timeout.
+  double timeout_seconds = 0;
+  TimeoutAction on_timeout = TimeoutAction::fail;
   // Steps apply only while this many workers are members; 0: all of the job's workers.
   uint32_t min_workers = 0;
   // A worker stops being a member this long after its last connection to a shard closed;
@@ -42,7 +49,7 @@ struct SyncConfig {
   double lease_seconds = 0;
   // mode: bounded: how many steps a worker may run ahead of the slowest member (`staleness:`).
   uint64_t staleness = 1;
-  bool operator==(const SyncConfig&) const = default;
+  bool operator==(const StepConfig&) const = default;
 };
 
 // How a worker carries its pushes and polls to a shard (`data_path:`): over a data stream

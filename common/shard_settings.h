@@ -20,7 +20,7 @@ struct ShardSettings {
   // persists.
   std::filesystem::path checkpoint_directory;
   bool update_log = true;  // log every accepted update between checkpoints
-  SyncConfig sync;         // sync mode: how long a step waits for its last worker
+  StepConfig steps;        // sync, bounded: how steps wait for the job's members
   // restore() goes on past a damaged or missing update log (losing what it held) instead of
   // refusing to start: psched-server --accept-log-loss.
   bool accept_log_loss = false;

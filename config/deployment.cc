@@ -77,9 +77,9 @@ constexpr std::array<std::pair<std::string_view, Mode>, 3> kModes = {{
     {"sync", Mode::sync},
     {"bounded", Mode::bounded},
 }};
-constexpr std::array<std::pair<std::string_view, SyncTimeoutAction>, 2> kTimeoutActions = {{
-    {"fail", SyncTimeoutAction::fail},
-    {"proceed", SyncTimeoutAction::proceed},
+constexpr std::array<std::pair<std::string_view, TimeoutAction>, 2> kTimeoutActions = {{
+    {"fail", TimeoutAction::fail},
+    {"proceed", TimeoutAction::proceed},
 }};
 constexpr std::array<std::pair<std::string_view, DataPathKind>, 2> kDataPaths = {{
     {"stream", DataPathKind::stream},
@@ -327,9 +327,9 @@ CheckpointConfig parse_checkpoint(const ConfigNode& node, const std::filesystem:
   return out;
 }
 
-SyncConfig parse_sync(const ConfigNode& node, uint32_t workers) {
+StepConfig parse_steps(const ConfigNode& node, uint32_t workers) {
   ConfigMap map(node, kSyncKeys);
-  SyncConfig out;
+  StepConfig out;
   if (auto f = map.find("timeout_seconds")) out.timeout_seconds = read_seconds(*f);
   if (auto f = map.find("on_timeout")) out.on_timeout = read_choice(*f, kTimeoutActions);
   if (auto f = map.find("min_workers")) {
@@ -383,9 +383,9 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.scheduler = parse_scheduler(top.find_or_null("scheduler"));
   config.limits = parse_limits(top.find_or_null("limits"));
   config.checkpoint = parse_checkpoint(top.find_or_null("checkpoint"), source.parent_path());
-  config.sync = parse_sync(top.find_or_null("sync"), config.workers);
+  config.steps = parse_steps(top.find_or_null("sync"), config.workers);
   if (auto f = top.find("staleness")) {
-    config.sync.staleness = read_integer(*f, 0, UINT32_MAX);
+    config.steps.staleness = read_integer(*f, 0, UINT32_MAX);
     if (config.mode != Mode::bounded) f->fail("is only for mode: bounded");
   }
   config.reconnect = parse_reconnect(top.find_or_null("reconnect"));

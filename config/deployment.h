@@ -116,7 +116,7 @@ struct DeploymentConfig {
   SchedulerConfig scheduler;  // worker side
   LimitsConfig limits;
   CheckpointConfig checkpoint;
-  SyncConfig sync;
+  StepConfig steps;
   ReconnectConfig reconnect;
   DataPathKind data_path = DataPathKind::stream;  // worker side
   // How every variable's gradients and values travel unless its trainer says otherwise

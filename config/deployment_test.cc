@@ -473,8 +473,8 @@ TEST_CASE("checkpoint, sync and reconnect sections read into their fields") {
   CHECK(c.checkpoint.directory == std::filesystem::path("configs/state"));
   CHECK(c.checkpoint.interval_seconds == 30);
   CHECK_FALSE(c.checkpoint.update_log);
-  CHECK(c.sync.timeout_seconds == 12.5);
-  CHECK(c.sync.on_timeout == SyncTimeoutAction::proceed);
+  CHECK(c.steps.timeout_seconds == 12.5);
+  CHECK(c.steps.on_timeout == TimeoutAction::proceed);
   CHECK(c.reconnect.timeout_seconds == 5);
 }
 
@@ -483,12 +483,12 @@ TEST_CASE("membership keys and bounded staleness read into the sync settings") {
       "mode: bounded\nworkers: 4\nstaleness: 3\nshards: [{listen: 127.0.0.1:7000}]\n"
       "sync: {min_workers: 2, lease_seconds: 2.5}\n");
   CHECK(c.mode == Mode::bounded);
-  CHECK(c.sync.staleness == 3);
-  CHECK(c.sync.min_workers == 2);
-  CHECK(c.sync.lease_seconds == 2.5);
+  CHECK(c.steps.staleness == 3);
+  CHECK(c.steps.min_workers == 2);
+  CHECK(c.steps.lease_seconds == 2.5);
   DeploymentConfig plain = parse("shards: [{listen: 127.0.0.1:7000}]\n");
-  CHECK(plain.sync.min_workers == 0);    // all of the job's workers
-  CHECK(plain.sync.lease_seconds == 0);  // leases never end
+  CHECK(plain.steps.min_workers == 0);    // all of the job's workers
+  CHECK(plain.steps.lease_seconds == 0);  // leases never end
   CHECK(error_of("workers: 2\nshards: [{listen: 127.0.0.1:7000}]\nsync: {min_workers: 3}\n") ==
         "configs/x.yaml:3: sync.min_workers: 3 is more than the job's 2 workers");
   CHECK(error_of("mode: sync\nstaleness: 2\nshards: [{listen: 127.0.0.1:7000}]\n") ==
@@ -498,8 +498,8 @@ TEST_CASE("membership keys and bounded staleness read into the sync settings") {
 TEST_CASE("without a checkpoint section nothing persists and sync waits forever") {
   DeploymentConfig c = parse("shards: [{listen: 127.0.0.1:7000}]\n");
   CHECK(c.checkpoint.directory.empty());
-  CHECK(c.sync.timeout_seconds == 0);
-  CHECK(c.sync.on_timeout == SyncTimeoutAction::fail);
+  CHECK(c.steps.timeout_seconds == 0);
+  CHECK(c.steps.on_timeout == TimeoutAction::fail);
 }
 
 TEST_CASE("a checkpoint section needs a directory and non-negative seconds") {

@@ -45,7 +45,7 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.limits.max_variables,
                            config.checkpoint.directory,
                            config.checkpoint.update_log,
-                           config.sync,
+                           config.steps,
                            config.checkpoint.accept_log_loss};
     hosted->shard =
         std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());
@@ -152,7 +152,7 @@ kj::Promise<void> ShardHost::keep_checkpointing(kj::Timer& timer) {
 }
 
 kj::Promise<void> ShardHost::keep_enforcing_deadlines(kj::Timer& timer) {
-  double timeout = config_.sync.timeout_seconds, lease = config_.sync.lease_seconds;
+  double timeout = config_.steps.timeout_seconds, lease = config_.steps.lease_seconds;
   if (config_.mode == Mode::async || (timeout <= 0 && lease <= 0)) return kj::NEVER_DONE;
   // A deadline is acted on at most a quarter of it (or 100 ms) late.
   double shortest = timeout <= 0 ? lease : lease <= 0 ? timeout : std::min(timeout, lease);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Leases: when a worker stops being a member of a sync job (`sync.lease_seconds`,
+// Leases: when a worker stops being a member of a sync or bounded job (`sync.lease_seconds`,
 // actors/shard/membership.h). A worker holds its lease while it has a connection to the shard,
 // and for lease_seconds after its last one closed; a worker killed with SIGKILL closes its
 // connections at once, so its lease ends lease_seconds later. A worker that has not connected
@@ -7,8 +7,8 @@
 // unless the shard resumed a job under way (start_all). A hung worker that keeps its
 // connection holds its lease: sync.timeout_seconds is for that.
 //
-// A plain value type owned by a VariableShard, on its loop; `now` is the caller's, so that
-// tests choose it.
+// A plain value type owned by a shard's StepMachine, on its loop; `now` is the caller's, so
+// that tests choose it.
 #pragma once
 
 #include <chrono>

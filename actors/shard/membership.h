@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Membership: which workers a sync-mode shard's steps wait for (`sync: {min_workers,
-// lease_seconds}`, config/deployment.h; the rules in docs/reliability.md).
+// Membership: which workers a shard's steps wait for in sync and bounded modes (`sync:
+// {min_workers, lease_seconds}`, config/deployment.h; the rules in docs/reliability.md).
 //
 // The job's declared workers (ids 0 .. workers-1) are members from step 1. A member leaves when
 // its lease ends (actors/shard/leases.h) or when a new process with its id joins again; a worker
-// joins from a step that no variable of the shard has begun (VariableShard::join), so the
+// joins from a step that no variable of the shard has begun (StepMachine::join), so the
 // members a step waits for change after its first push only by leaving. Step s of a variable
 // waits for the members that joined at or before s, and applies nothing while fewer than
 // min_workers workers are members: what a member pushed before it left stays in the step's
-// mean (each element averages the gradients that reached it).
+// mean (each element averages the gradients that reached it). Bounded mode holds a poll for
+// step s until the members that joined by s - staleness pushed that step.
 //
-// A plain value type owned by a VariableShard (on its loop); its variables read it.
+// A plain value type owned by a shard's StepMachine (on its loop); its step tracks read it.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,7 @@ class Membership {
   Step joined_at(WorkerId worker) const {
     return worker.value < joined_.size() ? joined_[worker.value].from : Step();
   }
-  // Whether step `step` of a variable waits for `worker`'s gradient.
+  // Whether step `step` of a variable waits for `worker`'s gradient (sync) or push (bounded).
   bool expects(WorkerId worker, Step step) const {
     Step from = joined_at(worker);
     return from != Step() && from <= step;

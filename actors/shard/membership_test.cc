@@ -171,8 +171,8 @@ struct MemberShard {
   static ShardSettings settings(const std::filesystem::path& directory) {
     ShardSettings s{ShardId(0), Mode::sync, 3, 4};
     s.checkpoint_directory = directory;
-    s.sync.min_workers = 2;
-    s.sync.lease_seconds = 3;
+    s.steps.min_workers = 2;
+    s.steps.lease_seconds = 3;
     return s;
   }
   void restore() {
@@ -350,9 +350,9 @@ namespace {
 // A bounded-mode shard of 3 workers allowed `staleness` steps apart, with a 3 s lease.
 ShardSettings bounded(uint64_t staleness) {
   ShardSettings s{ShardId(0), Mode::bounded, 3, 4};
-  s.sync.min_workers = 1;
-  s.sync.lease_seconds = 3;
-  s.sync.staleness = staleness;
+  s.steps.min_workers = 1;
+  s.steps.lease_seconds = 3;
+  s.steps.staleness = staleness;
   return s;
 }
 
@@ -431,10 +431,10 @@ TEST_CASE("a straggler whose lease ended stops holding the others back, and rejo
 }
 
 TEST_CASE("a bounded poll held past sync.timeout_seconds fails naming who is behind, or proceeds") {
-  for (SyncTimeoutAction action : {SyncTimeoutAction::fail, SyncTimeoutAction::proceed}) {
+  for (TimeoutAction action : {TimeoutAction::fail, TimeoutAction::proceed}) {
     ShardSettings settings = bounded(1);
-    settings.sync.timeout_seconds = 5;
-    settings.sync.on_timeout = action;
+    settings.steps.timeout_seconds = 5;
+    settings.steps.on_timeout = action;
     MemberShard f(settings);
     for (uint32_t w = 0; w < 2; ++w) CHECK_FALSE(f.push(w, Step(1), {1, 1}));
     CHECK_FALSE(f.push(0, Step(2), {1, 1}));
@@ -447,7 +447,7 @@ TEST_CASE("a bounded poll held past sync.timeout_seconds fails naming who is beh
     f.shard.enforce_deadlines(Clock::now() + std::chrono::seconds(6));
     f.io.drain();
     REQUIRE(answer.answers == 1);
-    if (action == SyncTimeoutAction::fail) {
+    if (action == TimeoutAction::fail) {
       REQUIRE(answer.refusal);
       CHECK(answer.refusal->code() == ErrorCode::sync_timeout);
       CHECK(std::string(answer.refusal->what()).find("worker(s) 2 to push step 1") !=

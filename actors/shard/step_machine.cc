@@ -26,8 +26,8 @@ StepMachine::StepMachine(ActorLoop& loop, const ShardSettings& settings, Host& h
     : settings_(settings),
       host_(host),
       members_(settings.workers,
-               settings.sync.min_workers ? settings.sync.min_workers : settings.workers),
-      leases_(settings.workers, settings.sync.lease_seconds),
+               settings.steps.min_workers ? settings.steps.min_workers : settings.workers),
+      leases_(settings.workers, settings.steps.lease_seconds),
       polls_(loop),
       pushed_(settings.workers) {}
 
@@ -78,7 +78,7 @@ void StepMachine::poll(WorkerId worker, VariableId id, Step step, ElementRange r
   if (settings_.mode == Mode::bounded) {
     const StepTrack& track = tracks_[id.value];
     track.not_yet_applied(worker, step, range);  // its checks, before holding it
-    if (!track.behind(step, settings_.sync.staleness).empty()) {
+    if (!track.behind(step, settings_.steps.staleness).empty()) {
       ++polls_held_;
       held_.push_back(std::move(poll));
       return;
@@ -128,7 +128,7 @@ std::vector<StepMachine::HeldPoll> StepMachine::take_held(
 void StepMachine::release_held(std::optional<VariableId> variable) {
   auto ready = take_held([&](const HeldPoll& held) {
     return (!variable || held.variable == *variable) &&
-           tracks_[held.variable.value].behind(held.step, settings_.sync.staleness).empty();
+           tracks_[held.variable.value].behind(held.step, settings_.steps.staleness).empty();
   });
   for (const HeldPoll& held : ready) file_held(held);
 }
@@ -227,7 +227,7 @@ void StepMachine::disconnected(WorkerId worker, Clock::time_point now) {
 
 void StepMachine::enforce(Clock::time_point now) {
   if (settings_.mode == Mode::async) return;
-  if (settings_.sync.timeout_seconds > 0) {
+  if (settings_.steps.timeout_seconds > 0) {
     if (settings_.mode == Mode::sync)
       time_out_steps(now);
     else
@@ -242,7 +242,7 @@ void StepMachine::end_leases(Clock::time_point now) {
     try {
       leave(
           worker,
-          fmt::format("no connection for {} s (sync.lease_seconds)", settings_.sync.lease_seconds),
+          fmt::format("no connection for {} s (sync.lease_seconds)", settings_.steps.lease_seconds),
           now);
     } catch (...) {
       Error error = caught();
@@ -277,7 +277,7 @@ Error StepMachine::timed_out(std::string message) {
 void StepMachine::time_out_steps(Clock::time_point now) {
   std::vector<uint32_t> overdue;
   for (const auto& [id, began] : step_began_)
-    if (seconds_between(began, now) >= settings_.sync.timeout_seconds) overdue.push_back(id);
+    if (seconds_between(began, now) >= settings_.steps.timeout_seconds) overdue.push_back(id);
   for (uint32_t id : overdue) time_out_step(VariableId(id), now);
 }
 
@@ -319,8 +319,8 @@ void StepMachine::close_without_missing(VariableId id, Step step) {
 }
 
 void StepMachine::time_out_held(Clock::time_point now) {
-  const double timeout = settings_.sync.timeout_seconds;
-  const uint64_t staleness = settings_.sync.staleness;
+  const double timeout = settings_.steps.timeout_seconds;
+  const uint64_t staleness = settings_.steps.staleness;
   auto overdue =
       take_held([&](const HeldPoll& held) { return seconds_between(held.since, now) >= timeout; });
   for (const HeldPoll& held : overdue) {

@@ -196,7 +196,7 @@ class StepMachine {
 
   // Keeps `track`'s short-handed records for operators.
   void keep_short_handed(StepTrack& track);
-  bool proceeds() const { return settings_.sync.on_timeout == SyncTimeoutAction::proceed; }
+  bool proceeds() const { return settings_.steps.on_timeout == TimeoutAction::proceed; }
 
   const ShardSettings& settings_;
   Host& host_;

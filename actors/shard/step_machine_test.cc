@@ -74,10 +74,10 @@ struct Fixture {
   const VariableId w{0};
   uint64_t next_ticket = 1;
 
-  explicit Fixture(Mode mode, SyncConfig sync = {}) {
+  explicit Fixture(Mode mode, StepConfig sync = {}) {
     settings.mode = mode;
     settings.workers = 3;
-    settings.sync = sync;
+    settings.steps = sync;
     steps.emplace(io.actors, settings, host);
     steps->add("w", {0, 4});
   }
@@ -151,7 +151,7 @@ TEST_CASE("sync: a poll is answered when every member's push of the range is in"
 }
 
 TEST_CASE("sync: a step overdue fails its polls each time, timed from its first push") {
-  Fixture f(Mode::sync, {.timeout_seconds = 10, .on_timeout = SyncTimeoutAction::fail});
+  Fixture f(Mode::sync, {.timeout_seconds = 10, .on_timeout = TimeoutAction::fail});
   f.push(0, Step(1), {0, 4}, 100);
   f.push(1, Step(1), {0, 4}, 103);
   PollAnswer poll;
@@ -174,7 +174,7 @@ TEST_CASE("sync: a step overdue fails its polls each time, timed from its first 
 }
 
 TEST_CASE("sync: a step overdue proceeds without its missing workers, whose pushes are late") {
-  Fixture f(Mode::sync, {.timeout_seconds = 10, .on_timeout = SyncTimeoutAction::proceed});
+  Fixture f(Mode::sync, {.timeout_seconds = 10, .on_timeout = TimeoutAction::proceed});
   f.push(0, Step(1), {0, 4}, 100);
   f.push(1, Step(1), {0, 2}, 100);
   PollAnswer poll;
@@ -246,8 +246,8 @@ TEST_CASE("bounded: a poll is held until every member pushed step - staleness") 
 }
 
 TEST_CASE("bounded: a held poll overdue fails naming who is behind, or proceeds") {
-  for (SyncTimeoutAction action : {SyncTimeoutAction::fail, SyncTimeoutAction::proceed}) {
-    CAPTURE(action == SyncTimeoutAction::fail);
+  for (TimeoutAction action : {TimeoutAction::fail, TimeoutAction::proceed}) {
+    CAPTURE(action == TimeoutAction::fail);
     Fixture f(Mode::bounded, {.timeout_seconds = 5, .on_timeout = action, .staleness = 1});
     for (uint32_t w = 0; w < 2; ++w) f.push(w, Step(1));
     PollAnswer held;
@@ -259,7 +259,7 @@ TEST_CASE("bounded: a held poll overdue fails naming who is behind, or proceeds"
     REQUIRE(calls.size() == 1);
     CHECK(calls[0].find("worker(s) 2 to push step 1 (staleness 1)") != std::string::npos);
     CHECK(f.report().sync_timeouts == 1);
-    if (action == SyncTimeoutAction::fail) {
+    if (action == TimeoutAction::fail) {
       CHECK(held.got == std::vector<std::string>{"sync_timeout"});
       continue;
     }
@@ -293,7 +293,7 @@ TEST_CASE("joins: declared workers keep step 1, ids beyond the job are refused")
 
 TEST_CASE("the membership and its record survive a save and a load") {
   Fixture f(Mode::sync, {.timeout_seconds = 1,
-                         .on_timeout = SyncTimeoutAction::proceed,
+                         .on_timeout = TimeoutAction::proceed,
                          .min_workers = 1,
                          .lease_seconds = 1});
   f.push(0, Step(1), {0, 4}, 0);

@@ -222,9 +222,9 @@ struct SyncTimeoutFixture {
   VariableShard shard;
   VariableId id;
 
-  explicit SyncTimeoutFixture(SyncTimeoutAction action)
+  explicit SyncTimeoutFixture(TimeoutAction action)
       : shard(io.actors,
-              ShardSettings{ShardId(0), Mode::sync, 3, 4, {}, true, SyncConfig{10, action}}) {
+              ShardSettings{ShardId(0), Mode::sync, 3, 4, {}, true, StepConfig{10, action}}) {
     VariableSpec spec;
     spec.name = "w";
     spec.shape = {2};
@@ -259,7 +259,7 @@ struct SyncTimeoutFixture {
 }  // namespace
 
 TEST_CASE("a sync step past its timeout fails its polls naming the missing worker") {
-  SyncTimeoutFixture f(SyncTimeoutAction::fail);
+  SyncTimeoutFixture f(TimeoutAction::fail);
   f.push(0, Step(1), {1, 1});
   f.push(1, Step(1), {3, 3});
   Answered answer;
@@ -282,7 +282,7 @@ TEST_CASE("a sync step past its timeout fails its polls naming the missing worke
 }
 
 TEST_CASE("a sync step past its timeout proceeds with the mean of the workers that pushed") {
-  SyncTimeoutFixture f(SyncTimeoutAction::proceed);
+  SyncTimeoutFixture f(TimeoutAction::proceed);
   f.push(0, Step(1), {1, 1});
   f.push(1, Step(1), {3, 3});
   Answered answer;
