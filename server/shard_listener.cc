@@ -5,6 +5,7 @@
 
 #include "common/kj_error.h"
 #include "common/log.h"
+#include "common/result.h"
 #include "net/data_frame.h"
 #include "net/frame_deadline.h"
 #include "net/prefixed_stream.h"
@@ -113,33 +114,11 @@ kj::Promise<void> ShardListener::serve_data(kj::Own<kj::AsyncIoStream> stream,
   auto read = stream->read(key.begin(), key.size());
   return read.then(
       [this, stream = kj::mv(stream), key = kj::mv(key), ticket]() mutable -> kj::Promise<void> {
-        WorkerId worker;
-        std::string refusal;
-        try {
-          auto found = endpoint_.data_keys.find(std::string(key.asChars().begin(), key.size()));
-          if (found == endpoint_.data_keys.end()) {
-            Error unknown(ErrorCode::bad_token,
-                          "data stream refused: its key is unknown or used (ask the session for "
-                          "one: openDataStream)");
-            admission_.refused("data stream", *ticket, unknown.what());
-            throw unknown;
-          }
-          worker = found->second;
-          endpoint_.data_keys.erase(found);
-          admission_.join_session(*ticket);  // logs its own refusal
-        } catch (const Error& e) {
-          refusal = describe(e);
-        }
-        AnswerHeader answer{refusal.empty() ? wire::AnswerKind::READY : wire::AnswerKind::ERROR, 0,
-                            0, 0, refusal.size()};
-        auto reply = kj::heap<std::pair<FrameHeaderBytes, std::string>>(encode(answer), refusal);
-        auto pieces = kj::heapArray<kj::ArrayPtr<const kj::byte>>(
-            {{reinterpret_cast<const kj::byte*>(reply->first.data()), reply->first.size()},
-             {reinterpret_cast<const kj::byte*>(reply->second.data()), reply->second.size()}});
-        auto written = stream->write(pieces).attach(kj::mv(pieces), kj::mv(reply));
-        if (!refusal.empty()) return written.attach(kj::mv(stream));
+        Result<WorkerId> worker = take_data_key(key, *ticket);
+        auto written = answer_preface(*stream, worker ? std::string() : describe(worker.error()));
+        if (!worker) return written.attach(kj::mv(stream));
         auto session =
-            kj::heap<DataSession>(endpoint_, worker, kj::mv(stream), timer_, tls_ == nullptr);
+            kj::heap<DataSession>(endpoint_, *worker, kj::mv(stream), timer_, tls_ == nullptr);
         DataSession& serving = *session;
         return written.then([&serving] { return serving.run(); })
             .attach(kj::mv(session))
@@ -148,6 +127,35 @@ kj::Promise<void> ShardListener::serve_data(kj::Own<kj::AsyncIoStream> stream,
                        e.getDescription().cStr());
             });
       });
+}
+
+Result<WorkerId> ShardListener::take_data_key(kj::ArrayPtr<const kj::byte> key,
+                                              ConnectionTicket& ticket) {
+  return attempt([&] {
+    auto found = endpoint_.data_keys.find(std::string(key.asChars().begin(), key.size()));
+    if (found == endpoint_.data_keys.end()) {
+      Error unknown(ErrorCode::bad_token,
+                    "data stream refused: its key is unknown or used (ask the session for one: "
+                    "openDataStream)");
+      admission_.refused("data stream", ticket, unknown.what());
+      throw unknown;
+    }
+    WorkerId worker = found->second;
+    endpoint_.data_keys.erase(found);
+    admission_.join_session(ticket);  // logs its own refusal
+    return worker;
+  });
+}
+
+kj::Promise<void> ShardListener::answer_preface(kj::AsyncIoStream& stream,
+                                                const std::string& refusal) {
+  AnswerHeader answer{refusal.empty() ? wire::AnswerKind::READY : wire::AnswerKind::ERROR, 0, 0, 0,
+                      refusal.size()};
+  auto reply = kj::heap<std::pair<FrameHeaderBytes, std::string>>(encode(answer), refusal);
+  auto pieces = kj::heapArray<kj::ArrayPtr<const kj::byte>>(
+      {{reinterpret_cast<const kj::byte*>(reply->first.data()), reply->first.size()},
+       {reinterpret_cast<const kj::byte*>(reply->second.data()), reply->second.size()}});
+  return stream.write(pieces).attach(kj::mv(pieces), kj::mv(reply));
 }
 
 kj::Promise<void> ShardListener::serve_rpc(kj::Own<kj::AsyncIoStream> stream,

@@ -12,6 +12,7 @@
 #include <kj/compat/tls.h>
 #include <kj/timer.h>
 
+#include "common/result.h"
 #include "net/rpc_connection.h"
 #include "server/connection_admission.h"
 #include "server/shard_service.h"
@@ -49,6 +50,10 @@ class ShardListener final : private kj::TaskSet::ErrorHandler {
   // A data stream, after its preface: checks the key it presents, then runs its DataSession.
   kj::Promise<void> serve_data(kj::Own<kj::AsyncIoStream> stream,
                                std::shared_ptr<ConnectionTicket> ticket);
+  // The worker whose data stream `key` opens (good once), or the refusal, logged.
+  Result<WorkerId> take_data_key(kj::ArrayPtr<const kj::byte> key, ConnectionTicket& ticket);
+  // Answers a data stream's preface: ready (`refusal` empty) or the refusal.
+  static kj::Promise<void> answer_preface(kj::AsyncIoStream& stream, const std::string& refusal);
   // The connection's life: resolves when it ends; the connection is attached.
   kj::Promise<void> serve_rpc(kj::Own<kj::AsyncIoStream> stream,
                               std::shared_ptr<ConnectionTicket> ticket);

@@ -52,10 +52,10 @@ json config_json(const DeploymentConfig& config) {
 
 }  // namespace
 
-std::string shard_metrics_text(const ShardSnapshot& snapshot) {
-  const ShardStats& s = snapshot.stats;
-  const MetricLabels shard = {{"shard", std::to_string(snapshot.id.value)}};
-  PrometheusText out;
+namespace {
+
+// Bytes in and out, and what became of the pushes.
+void traffic_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
   out.single("psched_shard_received_bytes_total", MetricType::counter,
              "Gradient payload bytes the shard accepted.", shard, double(s.bytes_received));
   out.single("psched_shard_sent_bytes_total", MetricType::counter,
@@ -79,9 +79,14 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
              double(s.pushes_duplicate));
   out.single("psched_shard_checkpoints_total", MetricType::counter, "Checkpoints the shard wrote.",
              shard, double(s.checkpoints_written));
+}
+
+// What the step machine keeps: timeouts, members, joins and leaves, each member's lag.
+void step_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
   out.single("psched_shard_sync_timeouts_total", MetricType::counter,
-             "Sync steps that waited past sync.timeout_seconds for a worker.", shard,
-             double(s.sync_timeouts));
+             "Waits for members behind that passed sync.timeout_seconds: sync steps, bounded "
+             "mode's held polls.",
+             shard, double(s.sync_timeouts));
   out.single("psched_shard_late_pushes_total", MetricType::counter,
              "Pushes of a sync step applied without their worker: acknowledged, dropped.", shard,
              double(s.pushes_late));
@@ -93,24 +98,30 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
              "Bounded mode: polls held until every member pushed the step staleness behind.", shard,
              double(s.polls_held));
   out.single("psched_shard_joins_total", MetricType::counter,
-             "Sync mode: workers that joined or rejoined the job.", shard, double(s.joins));
+             "Sync and bounded modes: workers that joined or rejoined the job.", shard,
+             double(s.joins));
   out.single("psched_shard_leaves_total", MetricType::counter,
-             "Sync mode: workers that left the job (their lease ended).", shard, double(s.leaves));
+             "Sync and bounded modes: workers that left the job (their lease ended).", shard,
+             double(s.leaves));
   out.single("psched_shard_short_handed_ranges_total", MetricType::counter,
              "Sync mode: element ranges of a step applied from fewer gradients than the job has "
              "workers.",
              shard, double(s.short_handed_ranges));
-  if (!s.workers.empty()) {
-    out.family("psched_shard_worker_lag_steps", MetricType::gauge,
-               "Sync and bounded modes: steps between the newest step any worker pushed here "
-               "and each member's newest.");
-    for (const MemberStatus& m : s.workers) {
-      if (!m.member) continue;
-      MetricLabels labels = shard;
-      labels.emplace_back("worker", std::to_string(m.worker));
-      out.sample("psched_shard_worker_lag_steps", labels, double(m.lag_steps));
-    }
+  if (s.workers.empty()) return;
+  out.family("psched_shard_worker_lag_steps", MetricType::gauge,
+             "Sync and bounded modes: steps between the newest step any worker pushed here and "
+             "each member's newest.");
+  for (const MemberStatus& m : s.workers) {
+    if (!m.member) continue;
+    MetricLabels labels = shard;
+    labels.emplace_back("worker", std::to_string(m.worker));
+    out.sample("psched_shard_worker_lag_steps", labels, double(m.lag_steps));
   }
+}
+
+// How long applies and polls take, what waits, and the requests failed by code.
+void load_metrics(PrometheusText& out, const ShardSnapshot& snapshot, const MetricLabels& shard) {
+  const ShardStats& s = snapshot.stats;
   out.family("psched_shard_apply_seconds", MetricType::histogram,
              "Time to validate and apply (sync: sum) one accepted push.");
   out.histogram("psched_shard_apply_seconds", shard, s.apply_seconds);
@@ -131,6 +142,16 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
     labels.emplace_back("code", std::string(to_string(static_cast<ErrorCode>(i))));
     out.sample("psched_shard_errors_total", labels, double(s.errors[i]));
   }
+}
+
+}  // namespace
+
+std::string shard_metrics_text(const ShardSnapshot& snapshot) {
+  const MetricLabels shard = {{"shard", std::to_string(snapshot.id.value)}};
+  PrometheusText out;
+  traffic_metrics(out, snapshot.stats, shard);
+  step_metrics(out, snapshot.stats, shard);
+  load_metrics(out, snapshot, shard);
   out.single("psched_process_uptime_seconds", MetricType::gauge,
              "Seconds since the server process started.", {}, snapshot.uptime_seconds);
   return out.text();

@@ -21,6 +21,40 @@ std::pair<const char*, const char*> phase_names(ShardTrace::Kind kind) {
                                         : std::pair{"wait", "answer"};
 }
 
+// Names track `tid` of process `pid`; tracks sort in the order they were made.
+void name_track(nlohmann::json& events, int pid, int tid, const std::string& name) {
+  events.push_back({{"ph", "M"},
+                    {"name", "thread_name"},
+                    {"pid", pid},
+                    {"tid", tid},
+                    {"args", {{"name", name}}}});
+  events.push_back({{"ph", "M"},
+                    {"name", "thread_sort_index"},
+                    {"pid", pid},
+                    {"tid", tid},
+                    {"args", {{"sort_index", tid}}}});
+}
+
+// One request on track `tid`: a slice for the whole of it, one for each of its two phases.
+void request_slices(nlohmann::json& events, int pid, int tid, const ShardTrace::Request& r,
+                    ShardTrace::TimePoint epoch) {
+  auto slice = [&](const std::string& label, ShardTrace::TimePoint from, ShardTrace::TimePoint to,
+                   nlohmann::json args) {
+    events.push_back(trace_slice(label, pid, tid, from, to, epoch, std::move(args)));
+  };
+  const bool push = r.kind == ShardTrace::Kind::push;
+  nlohmann::json detail{
+      {"variable", r.variable.value}, {"step", r.step.value}, {"begin", r.range.begin},
+      {"end", r.range.end},           {"bytes", r.bytes},     {"format", to_string(r.format)}};
+  if (!push) detail["priority"] = r.priority.value;
+  slice(fmt::format("{} v{} s{} [{}, {})", push ? "push" : "poll", r.variable.value, r.step.value,
+                    r.range.begin, r.range.end),
+        r.begin, r.end, std::move(detail));
+  auto [first, second] = phase_names(r.kind);
+  slice(first, r.begin, r.middle, nullptr);
+  slice(second, r.middle, r.end, nullptr);
+}
+
 }  // namespace
 
 void ShardTrace::add(const Request& request) {
@@ -47,41 +81,11 @@ void ShardTrace::append_events(nlohmann::json& events, int pid, const std::strin
               [](const Request* a, const Request* b) { return a->begin < b->begin; });
     TraceLanes lanes;
     std::map<size_t, int> tids;  // lane -> track
-    auto [first, second] = phase_names(kind);
     for (const Request* r : requests) {
-      size_t lane = lanes.take(r->begin, r->end);
-      auto [it, fresh] = tids.try_emplace(lane, next_tid);
-      if (fresh) {
-        events.push_back(
-            {{"ph", "M"},
-             {"name", "thread_name"},
-             {"pid", pid},
-             {"tid", next_tid},
-             {"args", {{"name", fmt::format("worker {} {}", worker, group_name(kind))}}}});
-        events.push_back({{"ph", "M"},
-                          {"name", "thread_sort_index"},
-                          {"pid", pid},
-                          {"tid", next_tid},
-                          {"args", {{"sort_index", next_tid}}}});
-        ++next_tid;
-      }
-      const int tid = it->second;
-      auto slice = [&](const std::string& label, TimePoint from, TimePoint to,
-                       nlohmann::json args) {
-        events.push_back(trace_slice(label, pid, tid, from, to, epoch, std::move(args)));
-      };
-      nlohmann::json detail{{"variable", r->variable.value},
-                            {"step", r->step.value},
-                            {"begin", r->range.begin},
-                            {"end", r->range.end},
-                            {"bytes", r->bytes},
-                            {"format", to_string(r->format)}};
-      if (kind == Kind::poll) detail["priority"] = r->priority.value;
-      slice(fmt::format("{} v{} s{} [{}, {})", kind == Kind::push ? "push" : "poll",
-                        r->variable.value, r->step.value, r->range.begin, r->range.end),
-            r->begin, r->end, std::move(detail));
-      slice(first, r->begin, r->middle, nullptr);
-      slice(second, r->middle, r->end, nullptr);
+      auto [it, fresh] = tids.try_emplace(lanes.take(r->begin, r->end), next_tid);
+      if (fresh)
+        name_track(events, pid, next_tid++, fmt::format("worker {} {}", worker, group_name(kind)));
+      request_slices(events, pid, it->second, *r, epoch);
     }
   }
 }

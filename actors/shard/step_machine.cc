@@ -266,8 +266,8 @@ void StepMachine::time_step(VariableId id, Clock::time_point now) {
     step_began_.try_emplace(id.value, now);
 }
 
-Error StepMachine::timed_out(std::string message) {
-  Error error(ErrorCode::sync_timeout, std::move(message));
+Error StepMachine::timed_out(const std::string& message) {
+  Error error(ErrorCode::sync_timeout, message);
   ++timeouts_;
   host_.count_error(error);
   log_warn("{}", error.what());

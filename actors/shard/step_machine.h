@@ -185,7 +185,7 @@ class StepMachine {
   // sync: times `id`'s step in progress from its first push; forgets it once complete.
   void time_step(VariableId id, Clock::time_point now);
   // The [sync_timeout] that ends a wait for members behind: counted and logged.
-  Error timed_out(std::string message);
+  Error timed_out(const std::string& message);
   // sync: acts on each step overdue at `now` (time_out_step); bounded: on each held poll
   // overdue.
   void time_out_steps(Clock::time_point now);
