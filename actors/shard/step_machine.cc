@@ -72,26 +72,26 @@ void StepMachine::answer_polls(VariableId id, WorkerId owner, const StepUpdate& 
   }
 }
 
-void StepMachine::poll(WorkerId worker, VariableId id, Step step, ElementRange range,
-                       PollTicket ticket, Answer answer, Clock::time_point now) {
-  HeldPoll poll{worker, id, step, range, ticket, std::move(answer), now};
+void StepMachine::poll(const Poll& poll, Answer answer, Clock::time_point now) {
+  HeldPoll held{poll, std::move(answer), now};
   if (settings_.mode == Mode::bounded) {
-    const StepTrack& track = tracks_[id.value];
-    track.not_yet_applied(worker, step, range);  // its checks, before holding it
-    if (!track.behind(step, settings_.steps.staleness).empty()) {
+    const StepTrack& track = tracks_[poll.variable.value];
+    track.not_yet_applied(poll.worker, poll.step, poll.range);  // its checks, before holding it
+    if (!track.behind(poll.step, settings_.steps.staleness).empty()) {
       ++polls_held_;
-      held_.push_back(std::move(poll));
+      held_.push_back(std::move(held));
       return;
     }
   }
-  file(poll);
+  file(held);
 }
 
-void StepMachine::file(const HeldPoll& poll) {
+void StepMachine::file(const HeldPoll& held) {
+  const Poll& poll = held.poll;
   const StepTrack& track = tracks_[poll.variable.value];
   IntervalSet pending = track.not_yet_applied(poll.worker, poll.step, poll.range);
   polls_.wait({track.poll_owner(poll.worker), poll.variable, poll.step}, poll.ticket,
-              std::move(pending), poll.answer);
+              std::move(pending), held.answer);
 }
 
 void StepMachine::file_held(const HeldPoll& held) {
@@ -105,7 +105,7 @@ void StepMachine::file_held(const HeldPoll& held) {
 }
 
 void StepMachine::withdraw(PollTicket ticket) {
-  std::erase_if(held_, [ticket](const HeldPoll& held) { return held.ticket == ticket; });
+  std::erase_if(held_, [ticket](const HeldPoll& held) { return held.poll.ticket == ticket; });
   polls_.withdraw(ticket);
 }
 
@@ -127,8 +127,9 @@ std::vector<StepMachine::HeldPoll> StepMachine::take_held(
 
 void StepMachine::release_held(std::optional<VariableId> variable) {
   auto ready = take_held([&](const HeldPoll& held) {
-    return (!variable || held.variable == *variable) &&
-           tracks_[held.variable.value].behind(held.step, settings_.steps.staleness).empty();
+    const Poll& poll = held.poll;
+    return (!variable || poll.variable == *variable) &&
+           tracks_[poll.variable.value].behind(poll.step, settings_.steps.staleness).empty();
   });
   for (const HeldPoll& held : ready) file_held(held);
 }
@@ -324,12 +325,13 @@ void StepMachine::time_out_held(Clock::time_point now) {
   auto overdue =
       take_held([&](const HeldPoll& held) { return seconds_between(held.since, now) >= timeout; });
   for (const HeldPoll& held : overdue) {
-    const StepTrack& track = tracks_[held.variable.value];
+    const Step step = held.poll.step;
+    const StepTrack& track = tracks_[held.poll.variable.value];
     Error error = timed_out(fmt::format(
         "a poll of step {} of variable '{}' on shard {} waited {:.1f} s for worker(s) {} to push "
         "step {} (staleness {}){}",
-        held.step, track.name(), settings_.id.value, seconds_between(held.since, now),
-        fmt::join(track.behind(held.step, staleness), ", "), held.step.value - staleness, staleness,
+        step, track.name(), settings_.id.value, seconds_between(held.since, now),
+        fmt::join(track.behind(step, staleness), ", "), step.value - staleness, staleness,
         proceeds() ? "; answered without them" : ""));
     if (proceeds())
       file_held(held);

@@ -40,6 +40,7 @@
 #include "actors/shard/leases.h"
 #include "actors/shard/membership.h"
 #include "actors/shard/poll_registry.h"
+#include "actors/shard/shard_request.h"
 #include "actors/shard/shard_stats.h"
 #include "actors/shard/step_track.h"
 #include "common/byte_codec.h"
@@ -96,11 +97,10 @@ class StepMachine {
   StepUpdate receive(WorkerId worker, VariableId id, Step step, ElementRange range);
   void applied(WorkerId worker, VariableId id, const StepUpdate& update, Clock::time_point now);
 
-  // Calls `answer` once `worker`'s `step` update of `range` of `id` is applied (at once when it
-  // is), bounded mode holding it until the members behind caught up; `ticket` (unique per
+  // Calls `answer` once the poll's worker's step update of its range is applied (at once when
+  // it is), bounded mode holding it until the members behind caught up; its ticket (unique per
   // shard) lets the caller withdraw it. Throws step_from_future for a step beyond the next one.
-  void poll(WorkerId worker, VariableId id, Step step, ElementRange range, PollTicket ticket,
-            Answer answer, Clock::time_point now);
+  void poll(const Poll& poll, Answer answer, Clock::time_point now);
   // Forgets the poll with `ticket` unanswered; nothing when it was answered already.
   void withdraw(PollTicket ticket);
   // Fails every waiting and held poll with `error` (the shard is stopping).
@@ -142,13 +142,9 @@ class StepMachine {
   void replay_leave(WorkerId worker, const std::string& record);
 
  private:
-  // Bounded mode: a poll held until the members behind caught up.
+  // A poll the machine keeps: bounded mode's held until the members behind caught up.
   struct HeldPoll {
-    WorkerId worker;
-    VariableId variable;
-    Step step;
-    ElementRange range;
-    PollTicket ticket;
+    Poll poll;
     Answer answer;
     Clock::time_point since;
   };
@@ -157,8 +153,8 @@ class StepMachine {
   const Membership* members() const { return settings_.mode == Mode::async ? nullptr : &members_; }
   // Answers the polls that `update` of `id` (owner `owner`) completed.
   void answer_polls(VariableId id, WorkerId owner, const StepUpdate& update);
-  // Files a poll with the registry: answered once `worker`'s `step` update of `range` applied.
-  void file(const HeldPoll& poll);
+  // Files a poll with the registry: answered once its worker's step update of its range applied.
+  void file(const HeldPoll& held);
   // Files a held poll, or answers it with the refusal.
   void file_held(const HeldPoll& held);
   // Bounded: files the held polls of `variable` (all: nullopt) whose members behind caught up.

@@ -91,7 +91,7 @@ struct Fixture {
     return admission;
   }
   void poll(uint32_t worker, Step step, PollAnswer& answer, int seconds = 0) {
-    steps->poll(WorkerId(worker), w, step, {0, 4}, PollTicket(next_ticket++), answer.answer(),
+    steps->poll({WorkerId(worker), w, step, {0, 4}, PollTicket(next_ticket++)}, answer.answer(),
                 at(seconds));
   }
   ShardStats report() const {

@@ -101,35 +101,32 @@ void VariableShard::do_push(const Push& p) {
 }
 
 void VariableShard::poll(Poll poll, ValueReply reply) {
-  dispatch([this, poll, reply = std::move(reply)] {
-    Result<> filed = counted(attempt([&] { do_poll(poll, reply); }));
-    if (!filed) reply(filed.error());
-  });
+  dispatch([this, poll, reply = std::move(reply)] { file_poll(poll, reply); });
 }
 
 void VariableShard::push_poll(Push push, PollTicket ticket, Receipt receipt, ValueReply reply) {
   dispatch([this, push, ticket, receipt = std::move(receipt), reply = std::move(reply)] {
     Result<> taken = take_push(push);
     receipt(taken);
-    if (!taken) return;
-    const Poll poll{push.worker, push.variable, push.step, push.range, ticket};
-    Result<> filed = counted(attempt([&] { do_poll(poll, reply); }));
-    if (!filed) reply(filed.error());
+    if (taken) file_poll({push.worker, push.variable, push.step, push.range, ticket}, reply);
   });
 }
 
-void VariableShard::do_poll(const Poll& poll, const ValueReply& reply) {
-  find("poll", poll.variable).check_range("poll", poll.range);
+void VariableShard::file_poll(const Poll& poll, const ValueReply& reply) {
   const auto now = Clock::now();
-  steps_.poll(
-      poll.worker, poll.variable, poll.step, poll.range, poll.ticket,
-      [this, poll, reply, now](const Result<>& ready) {
-        if (!ready) return reply(ready.error());
-        stats_.poll_wait_seconds.observe(seconds_since(now));
-        answer(variables_[poll.variable.value], poll.range,
-               steps_.track(poll.variable).applied_step(poll.worker), reply);
-      },
-      now);
+  Result<> filed = counted(attempt([&] {
+    find("poll", poll.variable).check_range("poll", poll.range);
+    steps_.poll(
+        poll,
+        [this, poll, reply, now](const Result<>& ready) {
+          if (!ready) return reply(ready.error());
+          stats_.poll_wait_seconds.observe(seconds_since(now));
+          answer(variables_[poll.variable.value], poll.range,
+                 steps_.track(poll.variable).applied_step(poll.worker), reply);
+        },
+        now);
+  }));
+  if (!filed) reply(filed.error());
 }
 
 void VariableShard::withdraw_poll(PollTicket ticket) {

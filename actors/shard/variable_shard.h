@@ -152,8 +152,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // A push's receipt: taken, timed and counted, or refused.
   Result<> take_push(const Push& push);
   void do_push(const Push& push);
-  // Files `poll` with the step machine; `reply` gets the value once it is ready.
-  void do_poll(const Poll& poll, const ValueReply& reply);
+  // Files `poll` with the step machine; `reply` gets the value once it is ready, or the
+  // refusal.
+  void file_poll(const Poll& poll, const ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
 
   // StepMachine::Host, called by steps_ on the loop.
