@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -43,20 +45,46 @@ T at(const std::vector<std::byte>& body, size_t offset) {
   return value;
 }
 
-TEST_CASE("bf16 and fp16 bodies hold two bytes an element, each value narrowed") {
-  std::vector<float> values = {1.0f, -2.5f, 3.14159f, 70000.0f, 1e-3f};
-  auto bf16 = encoded(WireFormat::bf16, values);
-  auto fp16 = encoded(WireFormat::fp16, values);
-  REQUIRE(bf16.size() == 10);
-  REQUIRE(fp16.size() == 10);
-  for (size_t i = 0; i < values.size(); ++i) {
-    CHECK(at<uint16_t>(bf16, 2 * i) == half::to_bf16(values[i]));
-    CHECK(at<uint16_t>(fp16, 2 * i) == half::to_fp16(values[i]));
+// `halves` as the wire carries them: two bytes each, the low byte first.
+std::vector<std::byte> little_endian(std::initializer_list<uint16_t> halves) {
+  std::vector<std::byte> bytes;
+  for (uint16_t h : halves) {
+    bytes.push_back(static_cast<std::byte>(h & 0xFF));
+    bytes.push_back(static_cast<std::byte>(h >> 8));
   }
-  auto wide = decoded<float>(WireFormat::fp16, fp16);
-  CHECK(wide[0] == 1.0f);
-  CHECK(std::isinf(wide[3]));  // over fp16's range
-  CHECK(decoded<float>(WireFormat::bf16, bf16)[3] == half::from_bf16(half::to_bf16(70000.0f)));
+  return bytes;
+}
+
+TEST_CASE("bf16 sends each float's top half, rounded to nearest, ties to even") {
+  // 1.0f is 0x3F800000 and -2.5f 0xC0200000: their top halves. 3.14159f is 0x40490FD0: the
+  // low half is under 0x8000, rounds down. 70000.0f is 0x4788B800: over, rounds up. 1 + 2^-8 is
+  // 0x3F808000, a tie: 0x3F80 is even and stays. 1 + 3 * 2^-8 is 0x3F818000, a tie: 0x3F81 is
+  // odd, up to 0x3F82; its negative likewise.
+  std::vector<float> values = {1.0f,        -2.5f,       3.14159f,    70000.0f,
+                               1.00390625f, 1.01171875f, -1.01171875f};
+  CHECK(encoded(WireFormat::bf16, values) ==
+        little_endian({0x3F80, 0xC020, 0x4049, 0x4789, 0x3F80, 0x3F82, 0xBF82}));
+  // Widening is exact: 0x4789 is 1.0703125 * 2^16.
+  CHECK(decoded<float>(WireFormat::bf16, little_endian({0x3F80, 0xC020, 0x4789})) ==
+        std::vector<float>{1.0f, -2.5f, 70144.0f});
+}
+
+TEST_CASE("fp16 sends IEEE binary16, rounded to nearest, ties to even") {
+  // 1.0 is 0x3C00. -2.5 is -1.25 * 2^1: sign, exponent 1 + 15, mantissa 0.25 * 1024 (0xC100).
+  // 3.14159 is 1.5708 * 2^1: mantissa 584.49 rounds to 584 (0x4248). 1e-3 is 1.024 * 2^-10:
+  // exponent 5, mantissa 24.58 rounds to 25 (0x1419). 1 + 2^-11 is a tie: 0x3C00 is even and
+  // stays; 1 + 3 * 2^-11 goes up to 0x3C02, its negative to 0xBC02. 65519 rounds to 65504, the
+  // largest finite (0x7BFF); 70000 is infinity (0x7C00). 2^-24 is the smallest subnormal
+  // (0x0001); 1.5 * 2^-24 is a tie, to 2 units (0x0002).
+  const float unit = std::ldexp(1.0f, -24);
+  std::vector<float> values = {1.0f,           -2.5f,          3.14159f,        1e-3f,
+                               1.00048828125f, 1.00146484375f, -1.00146484375f, 65519.0f,
+                               70000.0f,       unit,           1.5f * unit};
+  CHECK(encoded(WireFormat::fp16, values) ==
+        little_endian({0x3C00, 0xC100, 0x4248, 0x1419, 0x3C00, 0x3C02, 0xBC02, 0x7BFF, 0x7C00,
+                       0x0001, 0x0002}));
+  CHECK(decoded<float>(WireFormat::fp16, little_endian({0x3C00, 0xC100, 0x7BFF, 0x7C00, 0x0001})) ==
+        std::vector<float>{1.0f, -2.5f, 65504.0f, INFINITY, unit});
 }
 
 TEST_CASE("float64 values narrow through float32 and widen exactly") {

@@ -15,6 +15,9 @@ struct ShardThreads::Group {
   std::vector<ShardId> shards;
   LoopThread thread{"psched-shard"};
   std::unique_ptr<ShardHost> host;
+  // The host's shards were restored (start()): only then do they hold state a final checkpoint
+  // may write. A start refused for a damaged log or an unusable directory writes none.
+  bool restored = false;
   kj::Promise<void> checkpointing = nullptr;
   kj::Promise<void> liveness = nullptr;
 };
@@ -49,7 +52,9 @@ ShardThreads::~ShardThreads() {
 
 void ShardThreads::start() {
   for (auto& group : groups_)
-    group->thread.call([&group](auto&) { return group->host->restore(); });
+    group->thread.call([&group = *group](auto&) {
+      return group.host->restore().then([&group] { group.restored = true; });
+    });
   for (auto& group : groups_) {
     group->thread.call([&group = *group](kj::AsyncIoContext& io) {
       kj::Timer& timer = io.provider->getTimer();
@@ -71,7 +76,7 @@ void ShardThreads::stop() {
           .then([&group] {
             group.checkpointing = nullptr;
             group.liveness = nullptr;
-            return group.host->checkpoint();
+            return group.restored ? group.host->checkpoint() : kj::Promise<void>(kj::READY_NOW);
           })
           .then([&group] { group.host.reset(); },
                 [&group](kj::Exception&& e) {

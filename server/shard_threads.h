@@ -33,7 +33,8 @@ class ShardThreads {
   // Throws the first failure (psched::Error naming the shard or the address).
   void start();
   // Fails waiting polls, lets their answers go out, writes the final checkpoints (when
-  // configured) and destroys the shards on their threads, then joins. Idempotent.
+  // configured, of the shards start() restored: a refused start writes none) and destroys the
+  // shards on their threads, then joins. Idempotent.
   void stop();
 
   // Every shard traces its data streams' requests from now on, the first `capacity` each

@@ -14,6 +14,9 @@ refusal to start that names the damaged or missing file.
   older        the newest checkpoint corrupt and a record of the previous log damaged: refused
                naming that log (not a step error).
   torn         the newest log cut inside its last record: dropped, the start goes on.
+  not a dir    the checkpoint directory is a file: refused naming it.
+
+A refused start exits 2 with the refusal, and tries no final checkpoint on its way out.
 
 Usage: log_fault_test.py BUILD_DIR. Standard library only; every wait is bounded.
 """
@@ -58,8 +61,13 @@ class Shard:
                 check(not expect_refusal, "the server started:\n" + text)
                 return text
             if self.process.poll() is not None:
+                text = self.log()[start:]  # all it wrote before it exited
                 check(expect_refusal, "psched-server exited:\n" + text)
-                check(self.process.returncode != 0, "a refused start exited 0")
+                check(self.process.returncode == 2,
+                      f"a refused start exited {self.process.returncode}, not 2")
+                # Nothing was restored, so there is nothing to checkpoint on the way out.
+                check("final checkpoint failed" not in text,
+                      "a refused start tried a final checkpoint:\n" + text)
                 return text
             time.sleep(0.05)
         raise AssertionError("psched-server did not start or stop:\n" + self.log()[start:])
@@ -230,6 +238,15 @@ def torn(shard):
     check(ok, "after a torn last record: " + said)
 
 
+def not_a_directory(shard):
+    os.rmdir(shard.state)
+    open(shard.state, "w").close()
+    text = shard.start(expect_refusal=True)
+    check(f"checkpoint directory {shard.state} cannot be created" in text,
+          "the refusal does not name the directory:\n" + text)
+    print("not a dir: " + text.strip().splitlines()[-1].split("psched-server: ", 1)[-1])
+
+
 def main():
     build = sys.argv[1]
     as_root = os.geteuid() == 0
@@ -240,6 +257,7 @@ def main():
     case(build, "missing", missing)
     case(build, "older", older)
     case(build, "torn", torn)
+    case(build, "not_a_directory", not_a_directory)
     print("all update-log faults checked")
 
 
