@@ -48,7 +48,6 @@ void DataPlane::push(const Request& r, bool then_poll) {
   } catch (const Error& e) {
     return refuse(r.id, e);
   }
-  unreceipted_bytes_ += r.gradient.size();
   VariableShard::Receipt receipt = receipt_of(r, push, then_poll, std::move(widened));
   if (!then_poll) return endpoint_.shard.push(push, std::move(receipt));
   const Poll poll{worker_, push.variable, push.step, push.range, new_poll(r.id)};
@@ -77,7 +76,6 @@ VariableShard::Receipt DataPlane::receipt_of(const Request& r, const Push& push,
           traced](const Result<>& taken) {
     auto plane = weak.lock();
     if (!plane) return;
-    plane->receipted(bytes);
     if (!taken) {
       plane->polls_.erase(id);  // a push_poll's: its poll was never filed
       return plane->queue_error(id, taken.error());
@@ -259,8 +257,7 @@ kj::Promise<void> DataPlane::drained() {
 }
 
 bool DataPlane::has_room() const {
-  return unreceipted_bytes_ <= 2 * limits().max_message_bytes &&
-         answers_.size() < limits().max_waiting_polls;
+  return answers_.size() < limits().max_waiting_polls;
 }
 
 kj::Maybe<kj::Promise<void>> DataPlane::wait_for_room() {
@@ -268,11 +265,6 @@ kj::Maybe<kj::Promise<void>> DataPlane::wait_for_room() {
   auto paf = kj::newPromiseAndFulfiller<void>();
   room_ = kj::mv(paf.fulfiller);
   return kj::mv(paf.promise);
-}
-
-void DataPlane::receipted(uint64_t bytes) {
-  unreceipted_bytes_ -= bytes;
-  if (has_room()) wake(room_);
 }
 
 void DataPlane::wake(kj::Own<kj::PromiseFulfiller<void>>& waiter) {

@@ -88,8 +88,9 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   // Answers `id` with `error`, a refusal the front end found itself (counted for operators).
   void refuse(uint64_t id, Error error);
 
-  // Whether the front end may read more requests: the worker's gradients not yet receipted
-  // hold at most twice the message limit, and fewer answers wait than polls may.
+  // Whether the front end may read more requests: fewer answers wait than polls may. (A push
+  // holds no room: the shard, on the plane's loop, takes it before serve() returns, and the
+  // front end's buffer for its gradient is free again.)
   bool has_room() const;
   // Null when there is room; else resolves when there is.
   kj::Maybe<kj::Promise<void>> wait_for_room();
@@ -104,9 +105,9 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   const LimitsConfig& limits() const { return endpoint_.config.limits; }
   // A push, or a push_poll: one entry into the shard either way.
   void push(const Request& request, bool then_poll);
-  // The shard's receipt of `push` (`request`'s): releases its bytes, queues its refusal, or
-  // counts and traces it and, for a plain push, queues its receipt. Holds `widened`, the
-  // gradient decoded, until the shard has taken it.
+  // The shard's receipt of `push` (`request`'s): queues its refusal, or counts and traces it
+  // and, for a plain push, queues its receipt. Holds `widened`, the gradient decoded, until the
+  // shard has taken it.
   VariableShard::Receipt receipt_of(const Request& request, const Push& push, bool then_poll,
                                     std::shared_ptr<AlignedBuffer> widened);
   // The gradient of a compressed push decoded into its dtype, in a buffer of its own; throws
@@ -127,7 +128,6 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
                       ShardTrace::TimePoint filed_at) const;
   void queue(Answer answer);
   void queue_error(uint64_t id, Error error);
-  void receipted(uint64_t bytes);
   // Hands the best answers to the writer while it has room (at the end of a turn).
   void send_waiting();
   static void wake(kj::Own<kj::PromiseFulfiller<void>>& waiter);
@@ -147,7 +147,6 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   WorkerId worker_;
   AnswerWriter& writer_;
   std::unordered_map<uint64_t, PollTicket> polls_;  // waiting, by request id
-  uint64_t unreceipted_bytes_ = 0;
   AnswerQueue answers_;
   bool sending_scheduled_ = false;  // a send_waiting is queued for the end of the turn
   kj::Own<kj::PromiseFulfiller<void>> room_, drained_;

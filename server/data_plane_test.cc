@@ -276,21 +276,6 @@ TEST_CASE("the front end may not read more while as many answers wait as polls m
   CHECK(f.writer.ids() == std::vector<uint64_t>{1, 2, 3});
 }
 
-TEST_CASE("a push's bytes count against the room only until its receipt") {
-  // Twice the message limit is 128 bytes; these pushes carry 192 in all, each receipted (or
-  // refused) before serve() returns: the worker never has more than 64 unreceipted. (The
-  // shard answers a push at once on its own loop, so no push is ever left unreceipted here.)
-  PlaneFixture f;
-  VariableId w = f.add("w", std::vector<float>(16, 0.0f));
-  for (uint64_t step : {1, 2, 9}) {  // step 9 is refused
-    f.plane->serve(f.push(step, w, step, std::vector<float>(16, 1.0f)));
-    f.io.drain();  // the answer leaves: it does not hold the room
-  }
-  CHECK(f.writer.ids() == std::vector<uint64_t>{1, 2, 9});
-  CHECK(f.plane->has_room());
-  CHECK(f.plane->wait_for_room() == nullptr);
-}
-
 TEST_CASE("a poll whose id is already waiting is refused, and the first still answers") {
   PlaneFixture f;
   VariableId w = f.add("w", {1, 2});
