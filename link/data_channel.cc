@@ -79,7 +79,7 @@ kj::Promise<std::vector<Outcome>> DataChannel::push_poll(std::span<const Partiti
 
 kj::Promise<std::vector<Outcome>> DataChannel::send(wire::RequestKind kind,
                                                     std::span<const PartitionRequest> parts) {
-  PSCHED_REQUIRE(parts.size() == 1, parts.size());  // fuses() is false
+  PSCHED_REQUIRE(parts.size() == 1, parts.size());
   if (broken_) return std::vector<Outcome>{{*broken_}};
   const PartitionRequest& p = parts[0];
   bool pushes = kind != wire::RequestKind::POLL;

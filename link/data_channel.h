@@ -32,8 +32,6 @@ class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
   DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes, bool plain_socket);
   ~DataChannel() noexcept override;
 
-  // One partition a request: the scheduler hands a data stream no fused groups.
-  bool fuses() const override { return false; }
   kj::Promise<std::vector<Outcome>> push(std::span<const PartitionRequest> parts) override;
   kj::Promise<std::vector<Outcome>> poll(std::span<const PartitionRequest> parts) override;
   kj::Promise<std::vector<Outcome>> push_poll(std::span<const PartitionRequest> parts) override;

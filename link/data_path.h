@@ -54,11 +54,7 @@ class DataPath {
  public:
   virtual ~DataPath() = default;
 
-  // Whether several partitions may go in one message each way (tensor fusion). Only Cap'n Proto
-  // calls fuse: a data stream's frames of one turn already share a write.
-  virtual bool fuses() const = 0;
-
-  // Each of these sends its partitions now (several only where fuses()), done with `parts`
+  // Each of these sends its partitions now (one each), done with `parts`
   // when it returns (the memory they point to is another matter, above), and resolves with one
   // outcome each, in order; a refused partition changed nothing on the shard. They reject only
   // when the connection is lost ([disconnected]); the caller then resends what has no outcome.

@@ -51,15 +51,9 @@ LinkTransport::LinkTransport(std::vector<ShardLink*> links)
 
 LinkTransport::~LinkTransport() noexcept = default;
 
-bool LinkTransport::fuses(ShardId shard) const {
-  return links_.at(shard.value)->fuses();
-}
-
-void LinkTransport::start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) {
+void LinkTransport::start(PartitionTask task, TaskCallbacks callbacks) {
   auto carried = std::make_shared<Carried>();
-  carried->parts.reserve(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i)
-    carried->parts.push_back({std::move(tasks[i]), std::move(callbacks[i])});
+  carried->parts.push_back({std::move(task), std::move(callbacks)});
   if (carried->start_attempt()) tasks_.add(attempt(std::move(carried)));
 }
 

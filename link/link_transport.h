@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // LinkTransport: carries scheduled partitions over the shard links. It lives on the worker's
 // loop with the scheduler and the links: start() sends at once, with no hop, on the link's
-// current DataPath (link/data_path.h). A partition, or a fused group where the path fuses, is
-// one push_poll (its gradient up, its fresh value back). When the receipt must come first
+// current DataPath (link/data_path.h). A partition is one push_poll (its gradient up, its
+// fresh value back). When the receipt must come first
 // (set_receipt_first), push and poll go as two requests sent back to back (the poll does not
 // wait for the receipt): still one round trip, twice the messages. What a lost connection
 // leaves unfinished is carried again once the link has reconnected.
@@ -22,8 +22,7 @@ class LinkTransport final : public PartitionTransport, private kj::TaskSet::Erro
   explicit LinkTransport(std::vector<ShardLink*> links);
   ~LinkTransport() noexcept override;
 
-  bool fuses(ShardId shard) const override;
-  void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override;
+  void start(PartitionTask task, TaskCallbacks callbacks) override;
 
   // Whether a partition's receipt must arrive before its fresh value (sync mode, whose
   // scheduler frees credit on receipt while the value waits for every worker). Off by default.

@@ -68,7 +68,7 @@ struct TransportFixture {
     t.fresh_value = reinterpret_cast<std::byte*>(value.data() + begin);
     return t;
   }
-  void start(PartitionTask t, Reports& reports) { transport.start({t}, {reports.callbacks()}); }
+  void start(PartitionTask t, Reports& reports) { transport.start(t, reports.callbacks()); }
 };
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <doctest/doctest.h>
 
 #include "common/kj_error.h"
+#include "link/data_channel.h"
+#include "link/rpc_calls.h"
 #include "tests/cluster.h"
 #include "tests/link_requests.h"
 
@@ -50,15 +52,15 @@ struct LinkFixture {
 
 TEST_CASE(
     "a connection's data path is chosen once: a data stream when the link asks, else "
-    "Cap'n Proto calls, which alone fuse") {
+    "Cap'n Proto calls") {
   LinkFixture f;
   CHECK(f.link.data_path() == nullptr);  // not connected yet
   f.connect_and_register();
   REQUIRE(f.link.data_path() != nullptr);
   bool stream = f.cluster.data_path() == DataPathKind::stream;
   CHECK(f.link.has_data_stream() == stream);
-  CHECK(f.link.fuses() == !stream);
-  CHECK(f.link.data_path()->fuses() == !stream);
+  CHECK((dynamic_cast<DataChannel*>(f.link.data_path()) != nullptr) == stream);
+  CHECK((dynamic_cast<RpcCalls*>(f.link.data_path()) != nullptr) == !stream);
 }
 
 TEST_CASE("a link whose connection is cut reconnects and registers its parts again, same ids") {

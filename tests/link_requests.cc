@@ -64,19 +64,4 @@ kj::Promise<int64_t> push_poll(ShardLink& link, VariableId variable, Step step, 
                 part_of(variable, step, range, dtype, gradient, out, out_bytes));
 }
 
-kj::Promise<std::vector<Outcome>> push_fused(ShardLink& link,
-                                             std::span<const PartitionRequest> parts) {
-  return on_path(link, &DataPath::push, parts);
-}
-
-kj::Promise<std::vector<Outcome>> poll_fused(ShardLink& link,
-                                             std::span<const PartitionRequest> parts) {
-  return on_path(link, &DataPath::poll, parts);
-}
-
-kj::Promise<std::vector<Outcome>> push_poll_fused(ShardLink& link,
-                                                  std::span<const PartitionRequest> parts) {
-  return on_path(link, &DataPath::push_poll, parts);
-}
-
 }  // namespace psched::testing

@@ -49,16 +49,13 @@ std::vector<ElementRange> ranges_of(const std::vector<PartitionTask>& tasks) {
 // or finishes them inside start() with `finish_inside_start`.
 class HoldingTransport : public PartitionTransport {
  public:
-  bool fuses(ShardId) const override { return false; }
-  void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override {
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      TaskDone done = std::move(callbacks[i].done);
-      started.push_back(tasks[i]);
-      if (finish_inside_start)
-        done(nullptr);
-      else
-        dones.emplace_back(tasks[i].id, std::move(done));
-    }
+  void start(PartitionTask task, TaskCallbacks callbacks) override {
+    TaskDone done = std::move(callbacks.done);
+    started.push_back(task);
+    if (finish_inside_start)
+      done(nullptr);
+    else
+      dones.emplace_back(task.id, std::move(done));
   }
   void finish(uint64_t id, std::exception_ptr error = nullptr) {
     auto it =

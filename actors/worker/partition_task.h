@@ -57,14 +57,10 @@ struct TaskCallbacks {
 class PartitionTransport {
  public:
   virtual ~PartitionTransport() = default;
-  // Whether tasks bound for `shard` may travel several to a message (tensor fusion): where
-  // each message costs a call of its own. The scheduler builds fused groups only then.
-  virtual bool fuses(ShardId shard) const = 0;
-  // Pushes each task's gradient to its shard and polls the range's fresh value for its step
-  // into task.fresh_value, reporting through `callbacks[i]` for `tasks[i]`. Several tasks only
-  // when fuses() holds for their one shard; they then go as one message each way. The tasks'
-  // pointers stay valid until their `done` runs.
-  virtual void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) = 0;
+  // Pushes the task's gradient to its shard and polls the range's fresh value for its step
+  // into task.fresh_value, reporting through `callbacks`. The task's pointers stay valid until
+  // its `done` runs.
+  virtual void start(PartitionTask task, TaskCallbacks callbacks) = 0;
 };
 
 }  // namespace psched

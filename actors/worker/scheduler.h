@@ -7,14 +7,8 @@
 // the transport reports the fresh value back (or the push's receipt, in sync mode: see
 // set_free_credit_on_receipt). Bytes in flight never exceed credit_bytes, except that a single
 // task larger than the whole credit starts alone when nothing is in flight. Strict order: a
-// smaller task never overtakes a better one that is waiting for credit.
-//
-// Tensor fusion: where the transport fuses (PartitionTransport::fuses: Cap'n Proto calls, not
-// a data stream), tasks smaller than fusion_bytes that start at the same moment (the next ones
-// in order, all fitting in the credit) are handed to the transport together, grouped by shard
-// into messages of at most fusion_bytes. Fusion never changes which tasks start or in what
-// order; it only saves per-message costs when small tasks queue up. A lone small task on an
-// idle link starts at once, unfused.
+// smaller task never overtakes a better one that is waiting for credit. Each task goes to the
+// transport alone.
 #pragma once
 
 #include <chrono>
@@ -36,9 +30,6 @@ namespace psched {
 class Scheduler : public Actor {
  public:
   static constexpr size_t kMaxRecords = 1 << 16;
-  // At most this many tasks share a fused message (bounds its header overhead); every shard
-  // accepts that many (limits.max_fused_partitions).
-  static constexpr size_t kMaxFusedTasks = kMinFusedPartitionsLimit;
 
   // Runs on the scheduler's loop when a task finished (fresh value written) or failed.
   using OnTaskDone = std::function<void(uint64_t task_id, std::exception_ptr)>;
@@ -52,8 +43,6 @@ class Scheduler : public Actor {
   void enqueue(std::vector<PartitionTask> tasks);
   // Changes the credit window from now on (the tuner); tasks in flight keep their credit.
   void set_credit(uint64_t credit_bytes);
-  // Fuses tasks smaller than `bytes` into messages of at most `bytes` from now on; 0: never.
-  void set_fusion_bytes(uint64_t bytes);
   // With true (sync mode), a task's credit is freed at its push's receipt rather than when its
   // fresh value is back: a sync poll waits for every worker, and credit held through it would
   // let two workers each hold the credit the other needs to send what the other waits for.
@@ -82,20 +71,10 @@ class Scheduler : public Actor {
 
   // Starts queued tasks, best first, while the best one fits the credit left. On the loop.
   void start_ready();
-  // Whether `task` may share a message: it is small and its shard's transport fuses.
-  bool fusable(const PartitionTask& task) const {
-    return task.bytes < fusion_bytes_ && transport_.fuses(task.shard);
-  }
-  // Whether the best queued task would fuse into a run of `gathered` bytes starting now: it is
-  // fusable and fits the credit left beside them.
-  bool next_joins(uint64_t gathered) const;
-  // Starts the best task and, if it is fusable, the fusable ones after it that fit, grouped
-  // by shard. Requires the best task to fit.
-  void start_next();
   // Takes the task's credit and records its start.
-  void admit(const Queued& queued, uint32_t fused_with);
-  // Hands admitted tasks (one, or a fused group for one shard) to the transport.
-  void launch(std::vector<PartitionTask> tasks);
+  void admit(const Queued& queued);
+  // Hands an admitted task to the transport.
+  void launch(PartitionTask task);
   // Gives the task's credit back if it still holds it. Idempotent.
   void release_credit(InFlight& task);
   // The transport's `receipt`, after the hop back onto the loop.
@@ -107,7 +86,6 @@ class Scheduler : public Actor {
   OnTaskDone on_task_done_;
   // Loop-owned state:
   uint64_t credit_bytes_;
-  uint64_t fusion_bytes_ = 0;
   bool free_credit_on_receipt_ = false;
   uint64_t next_sequence_ = 0;  // arrival counter, stamped on each task by enqueue
   std::priority_queue<Queued, std::vector<Queued>, Later> queue_;

@@ -34,19 +34,7 @@ class RecordingTransport : public PartitionTransport {
     std::function<void()> receipt;
   };
 
-  bool fuses(ShardId) const override { return fusing; }
-
-  // Records a fused group, then starts each task alone.
-  void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override {
-    if (tasks.size() > 1) {
-      std::vector<uint64_t> ids;
-      for (const auto& t : tasks) ids.push_back(t.id);
-      fused.push_back(ids);
-    }
-    for (size_t i = 0; i < tasks.size(); ++i) start_one(tasks[i], std::move(callbacks[i]));
-  }
-
-  void start_one(const PartitionTask& task, TaskCallbacks callbacks) {
+  void start(PartitionTask task, TaskCallbacks callbacks) override {
     TaskDone done = std::move(callbacks.done);
     if (on_start) on_start(task);
     started.push_back(task);
@@ -89,8 +77,6 @@ class RecordingTransport : public PartitionTransport {
 
   std::vector<PartitionTask> started;
   std::vector<Running> running;
-  std::vector<std::vector<uint64_t>> fused;  // the ids of each fused group started
-  bool fusing = true;                        // what fuses() answers
   bool finish_inside_start = false;
   std::function<void(const PartitionTask&)> on_start;  // runs before the start is recorded
 };
@@ -454,69 +440,4 @@ TEST_CASE("a task whose credit is freed at its receipt lets the next start and c
   CHECK(f.stats().bytes_in_flight == 100);  // task 2 still holds its credit
   f.finish(2);
   CHECK(f.stats().bytes_in_flight == 0);
-}
-
-namespace {
-
-PartitionTask task_for_shard(uint64_t id, int64_t priority, uint64_t bytes, uint32_t shard) {
-  PartitionTask task = make_task(id, priority, bytes);
-  task.shard = ShardId(shard);
-  return task;
-}
-
-}  // namespace
-
-TEST_CASE("a lone small task on an idle link starts at once, unfused") {
-  SchedulerFixture f(SchedulePolicy::priority, 1000);
-  f.scheduler.set_fusion_bytes(100);
-  f.enqueue({make_task(1, 0, 10)});
-  CHECK(f.transport.started_ids() == Ids{1});
-  CHECK(f.transport.fused.empty());
-}
-
-TEST_CASE("queued small tasks are fused per shard in start order, within fusion_bytes") {
-  SchedulerFixture f(SchedulePolicy::priority, 1000);
-  f.scheduler.set_fusion_bytes(100);
-  f.enqueue({task_for_shard(1, 9, 1000, 0)});  // fills the credit: what follows queues up
-  f.enqueue({task_for_shard(2, 5, 40, 0), task_for_shard(3, 4, 40, 1), task_for_shard(4, 3, 40, 0),
-             task_for_shard(5, 2, 40, 0), task_for_shard(6, 1, 40, 1), task_for_shard(7, 6, 400, 0),
-             task_for_shard(8, 7, 30, 0)});
-  f.finish(1);
-  // Priority order: 6 5 4 3 2 | 7 (not fusable: stops the run) | 8 after it.
-  CHECK(f.transport.started_ids() == Ids{1, 6, 3, 5, 4, 2, 7, 8});
-  // Shard 1 {6, 3}; shard 0 {5, 4}, full at 80 + 40 > 100, then {2}.
-  CHECK(f.transport.fused == std::vector<std::vector<uint64_t>>{{6, 3}, {5, 4}});
-  SchedulerStats s = f.stats();
-  CHECK(s.fused_messages == 2);
-  CHECK(s.fused_tasks == 4);
-  CHECK(s.bytes_in_flight == 630);
-}
-
-TEST_CASE("fusion takes only what fits in the credit and never reorders across priorities") {
-  SchedulerFixture f(SchedulePolicy::priority, 100);
-  f.scheduler.set_fusion_bytes(1000);
-  f.enqueue({make_task(1, 0, 100)});
-  f.enqueue({make_task(2, 3, 30), make_task(3, 1, 30), make_task(4, 2, 30), make_task(5, 4, 30)});
-  f.finish(1);
-  CHECK(f.transport.started_ids() == Ids{1, 3, 4, 2});  // 3 x 30 fit in 100; 5 waits
-  CHECK(f.transport.fused == std::vector<std::vector<uint64_t>>{{3, 4, 2}});
-  f.finish(3);
-  CHECK(f.transport.started_ids() == Ids{1, 3, 4, 2, 5});
-}
-
-TEST_CASE("records of fused tasks say how many went with them") {
-  SchedulerFixture f(SchedulePolicy::priority, 100);
-  f.scheduler.set_fusion_bytes(50);
-  f.enqueue({make_task(1, 0, 100)});
-  f.enqueue({make_task(2, 1, 20), make_task(3, 2, 20)});
-  f.finish(1);
-  f.finish(2);
-  f.finish(3);
-  std::vector<TaskRecord> records;
-  f.scheduler.take_records([&](std::vector<TaskRecord> r) { records = std::move(r); });
-  f.drain();
-  REQUIRE(records.size() == 3);
-  CHECK(records[0].fused_with == 0);
-  CHECK(records[1].fused_with == 1);
-  CHECK(records[2].fused_with == 1);
 }
