@@ -50,12 +50,8 @@ json config_json(const DeploymentConfig& config) {
           {"shards", shards}};
 }
 
-}  // namespace
-
-std::string shard_metrics_text(const ShardSnapshot& snapshot) {
-  const ShardStats& s = snapshot.stats;
-  const MetricLabels shard = {{"shard", std::to_string(snapshot.id.value)}};
-  PrometheusText out;
+// Bytes in and out: payloads, and as they travelled.
+void traffic_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
   out.single("psched_shard_received_bytes_total", MetricType::counter,
              "Gradient payload bytes the shard accepted.", shard, double(s.bytes_received));
   out.single("psched_shard_sent_bytes_total", MetricType::counter,
@@ -72,6 +68,10 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
       out.sample("psched_shard_wire_bytes_total", labels, double(value));
     }
   }
+}
+
+// What became of the pushes and the steps: applied, duplicate, late, timed out.
+void step_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
   out.single("psched_shard_partitions_applied_total", MetricType::counter,
              "Partition updates the shard applied.", shard, double(s.partitions_applied));
   out.single("psched_shard_duplicate_pushes_total", MetricType::counter,
@@ -85,6 +85,10 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   out.single("psched_shard_late_pushes_total", MetricType::counter,
              "Pushes of a sync step applied without their worker: acknowledged, dropped.", shard,
              double(s.pushes_late));
+}
+
+// Sync and bounded modes' members: who, how far behind, who came and went.
+void membership_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
   out.single("psched_shard_members", MetricType::gauge,
              "Sync and bounded modes: workers that are members of the job now (steps wait for "
              "them).",
@@ -111,6 +115,11 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
       out.sample("psched_shard_worker_lag_steps", labels, double(m.lag_steps));
     }
   }
+}
+
+// Times, what waits and what is held now, and the failed requests by code.
+void state_metrics(PrometheusText& out, const ShardSnapshot& snapshot, const MetricLabels& shard) {
+  const ShardStats& s = snapshot.stats;
   out.family("psched_shard_apply_seconds", MetricType::histogram,
              "Time to validate and apply (sync: sum) one accepted push.");
   out.histogram("psched_shard_apply_seconds", shard, s.apply_seconds);
@@ -131,6 +140,17 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
     labels.emplace_back("code", std::string(to_string(static_cast<ErrorCode>(i))));
     out.sample("psched_shard_errors_total", labels, double(s.errors[i]));
   }
+}
+
+}  // namespace
+
+std::string shard_metrics_text(const ShardSnapshot& snapshot) {
+  const MetricLabels shard = {{"shard", std::to_string(snapshot.id.value)}};
+  PrometheusText out;
+  traffic_metrics(out, snapshot.stats, shard);
+  step_metrics(out, snapshot.stats, shard);
+  membership_metrics(out, snapshot.stats, shard);
+  state_metrics(out, snapshot, shard);
   out.single("psched_process_uptime_seconds", MetricType::gauge,
              "Seconds since the server process started.", {}, snapshot.uptime_seconds);
   return out.text();
