@@ -18,21 +18,24 @@ bool connection_lost(const std::optional<Error>& error) {
 struct LinkTransport::Carried {
   struct Part {
     PartitionTask task;
-    TaskCallbacks callbacks;
     bool receipted = false;
     bool finished = false;
   };
+  TaskReports* reports;
   std::vector<Part> parts;
   std::vector<size_t> live;  // the parts of the attempt on its way
 
   void receipt(size_t i) {
-    if (!parts[i].receipted) parts[i].callbacks.receipt();
+    if (!parts[i].receipted) reports->received(parts[i].task.id);
     parts[i].receipted = true;
   }
-  void finish(size_t i, const std::optional<Error>& error) {
-    if (!parts[i].finished)
-      parts[i].callbacks.done(error ? std::make_exception_ptr(*error) : nullptr);
-    parts[i].finished = true;
+  void finish(size_t i, const std::optional<Error>& error, int64_t applied_at_ns = 0) {
+    if (parts[i].finished) return;
+    parts[i].finished = true;  // first: the report may start more tasks
+    if (error)
+      reports->finished(parts[i].task.id, *error);
+    else
+      reports->finished(parts[i].task.id, Landed{applied_at_ns});
   }
   void finish_all(const Error& error) {
     for (size_t i = 0; i < parts.size(); ++i) finish(i, error);
@@ -51,9 +54,10 @@ LinkTransport::LinkTransport(std::vector<ShardLink*> links)
 
 LinkTransport::~LinkTransport() noexcept = default;
 
-void LinkTransport::start(PartitionTask task, TaskCallbacks callbacks) {
+void LinkTransport::start(PartitionTask task, TaskReports& reports) {
   auto carried = std::make_shared<Carried>();
-  carried->parts.push_back({std::move(task), std::move(callbacks)});
+  carried->reports = &reports;
+  carried->parts.push_back({std::move(task)});
   if (carried->start_attempt()) tasks_.add(attempt(std::move(carried)));
 }
 
@@ -115,9 +119,7 @@ kj::Promise<void> LinkTransport::attempt(std::shared_ptr<Carried> carried) {
     for (size_t k = 0; k < carried->live.size(); ++k) {
       size_t i = carried->live[k];
       if (carried->parts[i].finished || connection_lost(outcomes[k].error)) continue;
-      if (!outcomes[k].error && carried->parts[i].callbacks.applied)
-        carried->parts[i].callbacks.applied(outcomes[k].applied_at_ns);
-      carried->finish(i, outcomes[k].error);
+      carried->finish(i, outcomes[k].error, outcomes[k].applied_at_ns);
     }
     if (!carried->start_attempt()) return kj::Promise<void>(kj::READY_NOW);
     return link.recover(epoch).then(

@@ -22,7 +22,9 @@ class LinkTransport final : public PartitionTransport, private kj::TaskSet::Erro
   explicit LinkTransport(std::vector<ShardLink*> links);
   ~LinkTransport() noexcept override;
 
-  void start(PartitionTask task, TaskCallbacks callbacks) override;
+  // Reports to `reports` directly, on the loop; synchronously from inside start() only when the
+  // task fails at once (its shard's session is not open).
+  void start(PartitionTask task, TaskReports& reports) override;
 
   // Whether a partition's receipt must arrive before its fresh value (sync mode, whose
   // scheduler frees credit on receipt while the value waits for every worker). Off by default.

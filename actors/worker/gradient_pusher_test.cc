@@ -45,25 +45,24 @@ std::vector<ElementRange> ranges_of(const std::vector<PartitionTask>& tasks) {
   return ranges;
 }
 
-// Keeps each started task's `done` so the test finishes partitions in the order it chooses,
+// Keeps each started task's reports so the test finishes partitions in the order it chooses,
 // or finishes them inside start() with `finish_inside_start`.
 class HoldingTransport : public PartitionTransport {
  public:
-  void start(PartitionTask task, TaskCallbacks callbacks) override {
-    TaskDone done = std::move(callbacks.done);
+  void start(PartitionTask task, TaskReports& reports) override {
     started.push_back(task);
     if (finish_inside_start)
-      done(nullptr);
+      reports.finished(task.id, Landed{});
     else
-      dones.emplace_back(task.id, std::move(done));
+      holding.emplace_back(task.id, &reports);
   }
-  void finish(uint64_t id, std::exception_ptr error = nullptr) {
-    auto it =
-        std::find_if(dones.begin(), dones.end(), [id](const auto& d) { return d.first == id; });
-    REQUIRE(it != dones.end());
-    TaskDone done = std::move(it->second);
-    dones.erase(it);
-    done(error);
+  void finish(uint64_t id, TaskOutcome outcome = Landed{}) {
+    auto it = std::find_if(holding.begin(), holding.end(),
+                           [id](const auto& held) { return held.first == id; });
+    REQUIRE(it != holding.end());
+    TaskReports* reports = it->second;
+    holding.erase(it);
+    reports->finished(id, std::move(outcome));
   }
   std::vector<uint64_t> started_ids() const {
     std::vector<uint64_t> ids;
@@ -72,7 +71,7 @@ class HoldingTransport : public PartitionTransport {
   }
 
   std::vector<PartitionTask> started;
-  std::vector<std::pair<uint64_t, TaskDone>> dones;
+  std::vector<std::pair<uint64_t, TaskReports*>> holding;  // task id -> where it reports
   bool finish_inside_start = false;
 };
 
@@ -100,8 +99,8 @@ struct PusherFixture {
     drain();
     return result;
   }
-  void finish(uint64_t id, std::exception_ptr error = nullptr) {
-    transport.finish(id, error);
+  void finish(uint64_t id, TaskOutcome outcome = Landed{}) {
+    transport.finish(id, std::move(outcome));
     drain();
   }
 
@@ -115,8 +114,8 @@ struct PusherFixture {
 using Ids = std::vector<uint64_t>;
 using Ranges = std::vector<ElementRange>;
 
-std::exception_ptr failure(const char* message) {
-  return std::make_exception_ptr(Error(ErrorCode::disconnected, message));
+Error failure(const char* message) {
+  return Error(ErrorCode::disconnected, message);
 }
 
 }  // namespace

@@ -5,13 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <functional>
 #include <memory>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/placement.h"
+#include "common/result.h"
 #include "common/types.h"
 #include "compression/wire_format.h"
 
@@ -38,29 +37,38 @@ struct PartitionTask {
   std::byte* fresh_value = nullptr;
 };
 
-// Called once per task, from any thread, with null or the failure (a psched::Error).
-using TaskDone = std::function<void(std::exception_ptr)>;
+// A task whose fresh value is in place: when the shard found it ready, on the shard's wall clock
+// (ns since the Unix epoch, for traces; 0 when the transport does not know).
+struct Landed {
+  int64_t applied_at_ns = 0;
+};
 
-// What a transport reports about one task, from any thread.
-struct TaskCallbacks {
-  // The shard acknowledged the push (validated, and applied or accumulated). At most once,
-  // before `done`; never when the push failed. The scheduler may free the task's credit here
-  // (sync mode: see Scheduler::set_free_credit_on_receipt).
-  std::function<void()> receipt;
-  // The shard's wall clock (ns since the Unix epoch) when it found the fresh value ready, for
-  // traces. At most once, before `done`; optional for transports.
-  std::function<void(int64_t applied_at_ns)> applied;
-  // The fresh value is in place (null) or the task failed. Exactly once.
-  TaskDone done;
+// What became of a task: its value landed, or the Error that failed it.
+using TaskOutcome = Result<Landed>;
+
+// Where a transport reports what becomes of the tasks it carries: the scheduler. A transport
+// lives on the scheduler's loop and calls these there, directly (no hop), in a later turn or
+// synchronously from inside start(); never from another thread.
+class TaskReports {
+ public:
+  // The shard acknowledged task `task_id`'s push (validated, and applied or accumulated). At
+  // most once, before finished(); never when the push failed. The scheduler may free the task's
+  // credit here (sync mode: see Scheduler::set_free_credit_on_receipt).
+  virtual void received(uint64_t task_id) = 0;
+  // Task `task_id` is over: its fresh value is in place, or it failed. Exactly once.
+  virtual void finished(uint64_t task_id, TaskOutcome outcome) = 0;
+
+ protected:
+  ~TaskReports() = default;
 };
 
 class PartitionTransport {
  public:
   virtual ~PartitionTransport() = default;
   // Pushes the task's gradient to its shard and polls the range's fresh value for its step
-  // into task.fresh_value, reporting through `callbacks`. The task's pointers stay valid until
-  // its `done` runs.
-  virtual void start(PartitionTask task, TaskCallbacks callbacks) = 0;
+  // into task.fresh_value, reporting to `reports` (which outlives the task's last report).
+  // The task's pointers stay valid until it is finished.
+  virtual void start(PartitionTask task, TaskReports& reports) = 0;
 };
 
 }  // namespace psched

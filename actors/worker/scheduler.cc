@@ -2,8 +2,9 @@
 #include "actors/worker/scheduler.h"
 
 #include <algorithm>
-#include <memory>
 #include <utility>
+
+#include <kj/common.h>
 
 #include "common/check.h"
 
@@ -78,9 +79,9 @@ void Scheduler::take_records(std::function<void(std::vector<TaskRecord>)> reply)
 }
 
 void Scheduler::start_ready() {
-  // The transport may finish a task synchronously inside launch(); its completion is posted,
-  // so the queue only changes here (or in a nested enqueue, which leaves it consistent).
-  // Nothing that points into the queue is kept across launch().
+  if (starting_) return;  // the one running further up the stack goes on
+  starting_ = true;
+  KJ_DEFER(starting_ = false);
   while (!queue_.empty() && fits(queue_.top().task.bytes, stats_.bytes_in_flight, credit_bytes_)) {
     Queued best = queue_.top();
     queue_.pop();
@@ -113,24 +114,13 @@ void Scheduler::admit(const Queued& queued) {
 }
 
 void Scheduler::launch(PartitionTask task) {
-  // The callbacks may run on any thread, even inside the transport's start: always hop.
   uint64_t id = task.id;
-  auto done = [this, id](std::shared_ptr<int64_t> applied_at) -> TaskDone {
-    return [this, id, applied_at](std::exception_ptr error) {
-      post([this, id, error, applied_at] { finished(id, error, applied_at ? *applied_at : 0); });
-    };
-  };
-  // Set before `done` runs, read after its hop: the post orders the two.
-  auto applied_at = std::make_shared<int64_t>(0);
-  TaskCallbacks callbacks{.receipt = [this, id] { post([this, id] { received(id); }); },
-                          .applied = [applied_at](int64_t ns) { *applied_at = ns; },
-                          .done = done(applied_at)};
   try {
-    transport_.start(std::move(task), std::move(callbacks));
+    transport_.start(std::move(task), *this);
   } catch (...) {
-    // A transport that throws instead of calling `done` failed the task; finished() ignores
-    // a second report of a task it already reported.
-    done(nullptr)(std::current_exception());
+    // A transport that throws instead of reporting failed the task; finished() ignores a second
+    // report of a task it already had.
+    finished(id, caught());
   }
 }
 
@@ -143,6 +133,7 @@ void Scheduler::release_credit(InFlight& task) {
 }
 
 void Scheduler::received(uint64_t task_id) {
+  PSCHED_REQUIRE(on_loop(), task_id);
   auto it = in_flight_.find(task_id);
   if (it == in_flight_.end()) return;
   it->second.record.receipt = Clock::now();
@@ -151,7 +142,8 @@ void Scheduler::received(uint64_t task_id) {
   start_ready();
 }
 
-void Scheduler::finished(uint64_t task_id, std::exception_ptr error, int64_t applied_at_ns) {
+void Scheduler::finished(uint64_t task_id, TaskOutcome outcome) {
+  PSCHED_REQUIRE(on_loop(), task_id);
   auto it = in_flight_.find(task_id);
   if (it == in_flight_.end()) return;  // reported twice: the first report counted
   release_credit(it->second);
@@ -159,13 +151,15 @@ void Scheduler::finished(uint64_t task_id, std::exception_ptr error, int64_t app
   in_flight_.erase(it);
   ++stats_.finished_tasks;
   record.finished = Clock::now();
-  if (applied_at_ns != 0) {
+  if (outcome && outcome->applied_at_ns != 0) {
     auto wall_now = std::chrono::system_clock::now().time_since_epoch();
-    record.applied = record.finished - (wall_now - std::chrono::nanoseconds(applied_at_ns));
+    auto applied_at = std::chrono::nanoseconds(outcome->applied_at_ns);
+    record.applied = record.finished - (wall_now - applied_at);
   }
   if (records_.size() == kMaxRecords) records_.pop_front();
   records_.push_back(record);
-  if (on_task_done_) on_task_done_(task_id, error);
+  if (on_task_done_)
+    on_task_done_(task_id, outcome ? nullptr : std::make_exception_ptr(outcome.error()));
   start_ready();
 }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <map>
 #include <random>
-#include <stdexcept>
 
 #include "actors/runtime/test_loop.h"
 #include "common/error.h"
@@ -24,43 +23,43 @@ PartitionTask make_task(uint64_t id, int64_t priority, uint64_t bytes) {
   return task;
 }
 
-// Records every start and keeps each `done`, so a test finishes tasks in the order it chooses.
-// With `finish_inside_start` it instead calls `done` synchronously inside start().
+// Records every start and keeps each task's reports, so a test finishes tasks in the order it
+// chooses. With `finish_inside_start` it instead reports each task finished from inside start().
 class RecordingTransport : public PartitionTransport {
  public:
   struct Running {
     PartitionTask task;
-    TaskDone done;
-    std::function<void()> receipt;
+    TaskReports* reports;
   };
 
-  void start(PartitionTask task, TaskCallbacks callbacks) override {
-    TaskDone done = std::move(callbacks.done);
+  void start(PartitionTask task, TaskReports& reports) override {
+    ++starting;
+    max_starting = std::max(max_starting, starting);
     if (on_start) on_start(task);
     started.push_back(task);
-    if (finish_inside_start) {
-      done(nullptr);
-      return;
-    }
-    running.push_back(Running{task, std::move(done), std::move(callbacks.receipt)});
+    if (finish_inside_start)
+      reports.finished(task.id, Landed{});
+    else
+      running.push_back(Running{task, &reports});
+    --starting;
   }
 
-  // Calls the `receipt` of running task `id`, which keeps running.
+  // Reports the receipt of running task `id`, which keeps running.
   void receipt(uint64_t id) {
     auto it = std::find_if(running.begin(), running.end(),
                            [id](const Running& r) { return r.task.id == id; });
     REQUIRE(it != running.end());
-    it->receipt();
+    it->reports->received(id);
   }
 
-  // Calls the `done` of running task `id` (test thread, as a network thread would).
-  void finish(uint64_t id, std::exception_ptr error) {
+  // Reports running task `id` finished with `outcome` (on the loop, as LinkTransport does).
+  void finish(uint64_t id, TaskOutcome outcome) {
     auto it = std::find_if(running.begin(), running.end(),
                            [id](const Running& r) { return r.task.id == id; });
     REQUIRE(it != running.end());
-    TaskDone done = std::move(it->done);
+    TaskReports* reports = it->reports;
     running.erase(it);
-    done(error);
+    reports->finished(id, std::move(outcome));
   }
 
   uint64_t running_bytes() const {
@@ -79,6 +78,8 @@ class RecordingTransport : public PartitionTransport {
   std::vector<Running> running;
   bool finish_inside_start = false;
   std::function<void(const PartitionTask&)> on_start;  // runs before the start is recorded
+  int starting = 0;                                    // start() calls running now
+  int max_starting = 0;  // the most ever running at once (2: a start() inside another)
 };
 
 // One scheduler on an io_context polled by the test thread: deterministic, no threads.
@@ -88,6 +89,7 @@ struct SchedulerFixture {
                   [this](uint64_t id, std::exception_ptr error) {
                     CHECK(scheduler.on_loop());
                     done.emplace_back(id, error);
+                    if (on_done) on_done(id);
                   }) {}
 
   void drain() { io.drain(); }
@@ -95,8 +97,8 @@ struct SchedulerFixture {
     scheduler.enqueue(std::move(tasks));
     drain();
   }
-  void finish(uint64_t id, std::exception_ptr error = nullptr) {
-    transport.finish(id, error);
+  void finish(uint64_t id, TaskOutcome outcome = Landed{}) {
+    transport.finish(id, std::move(outcome));
     drain();
   }
   void set_credit(uint64_t credit) {
@@ -124,6 +126,7 @@ struct SchedulerFixture {
   testing::TestLoop io;
   RecordingTransport transport;
   std::vector<std::pair<uint64_t, std::exception_ptr>> done;  // on_task_done calls, in order
+  std::function<void(uint64_t)> on_done;                      // runs after each is recorded
   Scheduler scheduler;
 };
 
@@ -264,16 +267,45 @@ TEST_CASE("a transport that finishes synchronously inside start works") {
   for (const auto& t : tasks) expected.push_back(t.id);
   CHECK(f.transport.started_ids() == expected);
   CHECK(f.done_ids() == expected);
+  CHECK(f.transport.max_starting == 1);  // each start returned before the next began
   SchedulerStats s = f.stats();
   CHECK(s.bytes_in_flight == 0);
-  CHECK(s.max_bytes_in_flight == 90);
+  CHECK(s.max_bytes_in_flight == 30);  // each finished inside its own start
   CHECK(s.finished_tasks == 12);
+}
+
+TEST_CASE("a completion inside start that enqueues more starts them in order, one at a time") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.transport.finish_inside_start = true;
+  f.on_done = [&f](uint64_t id) {
+    if (id <= 3) f.scheduler.enqueue({make_task(10 + id, 0, 60)});  // better than what waits
+  };
+  f.enqueue({make_task(1, 5, 60), make_task(2, 6, 60), make_task(3, 7, 60)});
+  // Task 1 finishes inside its start; its completion queues 11, which goes before 2.
+  CHECK(f.transport.started_ids() == Ids{1, 11, 2, 12, 3, 13});
+  CHECK(f.done_ids() == Ids{1, 11, 2, 12, 3, 13});
+  CHECK(f.transport.max_starting == 1);
+  SchedulerStats s = f.stats();
+  CHECK(s.bytes_in_flight == 0);
+  CHECK(s.queued_tasks == 0);
+  CHECK(s.finished_tasks == 6);
+}
+
+TEST_CASE("a report runs on the loop at once: a receipt in sync mode starts the next task") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.scheduler.set_free_credit_on_receipt(true);
+  f.enqueue({make_task(1, 1, 100), make_task(2, 2, 100)});
+  CHECK(f.transport.started_ids() == Ids{1});
+  f.transport.receipt(1);  // no drain: nothing waits for a later turn
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+  f.transport.finish(1, Landed{});
+  CHECK(f.done_ids() == Ids{1});
 }
 
 TEST_CASE("errors reach on_task_done and release the credit") {
   SchedulerFixture f(SchedulePolicy::priority, 100);
   f.enqueue({make_task(1, 0, 100), make_task(2, 1, 100)});
-  f.finish(1, std::make_exception_ptr(Error(ErrorCode::disconnected, "shard 0 went away")));
+  f.finish(1, Error(ErrorCode::disconnected, "shard 0 went away"));
   REQUIRE(f.done.size() == 1);
   CHECK(f.done[0].first == 1);
   REQUIRE(f.done[0].second);
@@ -397,9 +429,9 @@ TEST_CASE("bytes in flight never exceed the credit under a random workload") {
         f.set_credit(credit);
       } else {
         const auto& r = f.transport.running[uniform(0, f.transport.running.size() - 1)];
-        std::exception_ptr error;
-        if (uniform(0, 19) == 0) error = std::make_exception_ptr(std::runtime_error("lost"));
-        f.finish(r.task.id, error);
+        TaskOutcome outcome = Landed{};
+        if (uniform(0, 19) == 0) outcome = Error(ErrorCode::disconnected, "lost");
+        f.finish(r.task.id, std::move(outcome));
       }
       check_state();
     }
