@@ -65,13 +65,12 @@ struct TransportFixture {
   PartitionTask task(uint64_t n, uint64_t step, uint64_t begin, uint64_t end) {
     PartitionTask t;
     t.id = n;
-    t.bytes = (end - begin) * 4;
     t.shard = ShardId(0);
-    t.shard_variable = id;
-    t.step = Step(step);
-    t.range = {begin, end};
-    t.gradient = reinterpret_cast<const std::byte*>(grad.data() + begin);
-    t.fresh_value = reinterpret_cast<std::byte*>(value.data() + begin);
+    t.request.variable = id;
+    t.request.step = Step(step);
+    t.request.range = {begin, end};
+    t.request.gradient = std::as_bytes(std::span(grad)).subspan(begin * 4, (end - begin) * 4);
+    t.request.out = reinterpret_cast<std::byte*>(value.data() + begin);
     return t;
   }
   void start(PartitionTask t, Reports& reports) {
@@ -149,12 +148,11 @@ TEST_CASE("a task for a link whose session is not open fails from inside start")
   std::vector<float> grad(4, 1.f), value(4);
   PartitionTask t;
   t.id = 7;
-  t.bytes = 16;
   t.shard = ShardId(0);
-  t.step = Step(1);
-  t.range = {0, 4};
-  t.gradient = reinterpret_cast<const std::byte*>(grad.data());
-  t.fresh_value = reinterpret_cast<std::byte*>(value.data());
+  t.request.step = Step(1);
+  t.request.range = {0, 4};
+  t.request.gradient = std::as_bytes(std::span(grad));
+  t.request.out = reinterpret_cast<std::byte*>(value.data());
   Reports r;
   r.task_id = t.id;
   transport.start(t, r);

@@ -14,9 +14,10 @@ class RpcCalls final : public DataPath {
   explicit RpcCalls(wire::Session::Client session) : session_(kj::mv(session)) {}
   ~RpcCalls() noexcept override = default;
 
-  kj::Promise<std::vector<Outcome>> push(std::span<const PartitionRequest> parts) override;
-  kj::Promise<std::vector<Outcome>> poll(std::span<const PartitionRequest> parts) override;
-  kj::Promise<std::vector<Outcome>> push_poll(std::span<const PartitionRequest> parts) override;
+  kj::Promise<void> push(const PartitionRequest& part) override;
+  // The value is copied out of the answer's message into part.out.
+  kj::Promise<Landed> poll(const PartitionRequest& part) override;
+  kj::Promise<Landed> push_poll(const PartitionRequest& part) override;
 
  private:
   wire::Session::Client session_;

@@ -82,7 +82,8 @@ void Scheduler::start_ready() {
   if (starting_) return;  // the one running further up the stack goes on
   starting_ = true;
   KJ_DEFER(starting_ = false);
-  while (!queue_.empty() && fits(queue_.top().task.bytes, stats_.bytes_in_flight, credit_bytes_)) {
+  while (!queue_.empty() &&
+         fits(queue_.top().task.bytes(), stats_.bytes_in_flight, credit_bytes_)) {
     Queued best = queue_.top();
     queue_.pop();
     admit(best);
@@ -94,17 +95,17 @@ void Scheduler::admit(const Queued& queued) {
   const PartitionTask& task = queued.task;
   auto same_priority = stats_.queued_by_priority.find(task.priority);
   if (--same_priority->second == 0) stats_.queued_by_priority.erase(same_priority);
-  stats_.bytes_in_flight += task.bytes;
+  stats_.bytes_in_flight += task.bytes();
   stats_.max_bytes_in_flight = std::max(stats_.max_bytes_in_flight, stats_.bytes_in_flight);
   ++stats_.started_tasks;
   TaskRecord record{.task_id = task.id,
                     .start_index = stats_.started_tasks - 1,
                     .priority = task.priority,
-                    .bytes = task.bytes,
-                    .format = task.format,
-                    .value_format = task.value_format,
+                    .bytes = task.bytes(),
+                    .format = task.request.format,
+                    .value_format = task.request.value_format,
                     .shard = task.shard,
-                    .range = task.range,
+                    .range = task.request.range,
                     .queued = queued.queued,
                     .started = Clock::now(),
                     .receipt = {},

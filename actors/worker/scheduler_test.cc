@@ -14,11 +14,15 @@ using namespace psched;
 
 namespace {
 
+// The gradients of the tasks below: the scheduler counts their bytes and never reads them.
+const std::vector<std::byte> kGradients(1 << 12);
+
 PartitionTask make_task(uint64_t id, int64_t priority, uint64_t bytes) {
+  REQUIRE(bytes <= kGradients.size());
   PartitionTask task;
   task.id = id;
   task.priority = Priority(priority);
-  task.bytes = bytes;
+  task.request.gradient = std::span(kGradients).first(bytes);
   task.sequence = 1000 - id;  // garbage: the scheduler must stamp its own arrival order
   return task;
 }
@@ -64,7 +68,7 @@ class RecordingTransport : public PartitionTransport {
 
   uint64_t running_bytes() const {
     uint64_t sum = 0;
-    for (const auto& r : running) sum += r.task.bytes;
+    for (const auto& r : running) sum += r.task.bytes();
     return sum;
   }
 
@@ -389,12 +393,12 @@ TEST_CASE("bytes in flight never exceed the credit under a random workload") {
     };
     f.transport.on_start = [&](const PartitionTask& t) {
       uint64_t before = f.transport.running_bytes();
-      CHECK((before == 0 || before + t.bytes <= credit));
+      CHECK((before == 0 || before + t.bytes() <= credit));
       REQUIRE(!waiting.empty());
       CHECK(t.id == best_waiting().id);  // strict order: the best waiting task, always
       CHECK(t.sequence == arrival[t.id]);
       waiting.erase(t.id);
-      after_last_start = before + t.bytes;
+      after_last_start = before + t.bytes();
       max_seen = std::max(max_seen, after_last_start);
     };
     auto check_state = [&] {
@@ -406,7 +410,7 @@ TEST_CASE("bytes in flight never exceed the credit under a random workload") {
       CHECK(s.queued_tasks == waiting.size());
       if (!waiting.empty()) {  // work-conserving: the best waiting task really does not fit
         CHECK(s.bytes_in_flight > 0);
-        CHECK(s.bytes_in_flight + best_waiting().bytes > credit);
+        CHECK(s.bytes_in_flight + best_waiting().bytes() > credit);
       }
     };
 
