@@ -50,7 +50,6 @@ struct Options {
   int tune_iterations = 40;
   std::string partition = "256KiB";
   std::string credit = "2MiB";
-  std::string fusion = "64KiB";
   double byte_scale = 0;       // 0: automatic
   double max_iteration_s = 8;  // the automatic byte scale keeps compute-only below this
   std::string trace;
@@ -88,13 +87,12 @@ constexpr uint64_t kGridCreditMultiples[] = {2, 8};
 SchedulerConfig scheduler_for(const std::string& policy, const Options& o) {
   uint64_t partition = byte_size(o.partition, "--partition-bytes");
   uint64_t credit = byte_size(o.credit, "--credit-bytes");
-  uint64_t fusion = o.fusion == "0" ? 0 : byte_size(o.fusion, "--fusion-bytes");
   using enum SchedulePolicy;
-  if (policy == "fifo") return {fifo, kWholeTensor, kUnlimitedCredit, 0, false};
-  if (policy == "priority" || policy == "grid") return {priority, partition, credit, fusion, false};
-  if (policy == "autotune") return {priority, partition, credit, fusion, true};
-  if (policy == "partition-only") return {fifo, partition, credit, fusion, false};
-  if (policy == "priority-only") return {priority, kWholeTensor, kUnlimitedCredit, 0, false};
+  if (policy == "fifo") return {fifo, kWholeTensor, kUnlimitedCredit, false};
+  if (policy == "priority" || policy == "grid") return {priority, partition, credit, false};
+  if (policy == "autotune") return {priority, partition, credit, true};
+  if (policy == "partition-only") return {fifo, partition, credit, false};
+  if (policy == "priority-only") return {priority, kWholeTensor, kUnlimitedCredit, false};
   fail(ErrorCode::invalid_argument,
        "unknown policy '{}' (expected fifo, priority, partition-only, priority-only, autotune or "
        "grid)",
@@ -542,7 +540,6 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(psched::bench::kWarmupIterations + 2, 100000));
   app.add_option("--partition-bytes", o.partition, "partition size for partitioned policies");
   app.add_option("--credit-bytes", o.credit, "credit window for partitioned policies");
-  app.add_option("--fusion-bytes", o.fusion, "tensor fusion size for partitioned policies; 0: off");
   app.add_option("--byte-scale", o.byte_scale,
                  "tensors / this (default: auto, see --max-iteration)");
   app.add_option("--max-iteration", o.max_iteration_s,

@@ -11,7 +11,7 @@ SGD with momentum and the same number of steps, in each mode:
   priority  psched.torch, sync mode, the priority scheduler (partitions, credit window:
             --partition-bytes, --credit-bytes, default today's 256KiB and 2MiB)
   fifo      psched.torch, sync mode, no scheduling: arrival order, whole tensors up to 64 MiB,
-            no credit window, no fusion (psched-bench's fifo)
+            no credit window (psched-bench's fifo)
   ddp       torch DistributedDataParallel, gloo, its default buckets, torch.optim.SGD
   MODE+FORMAT  the same with compressed communication: priority+bf16 (pushes and values in
             bf16), priority+fp16, priority+topk (pushes: the largest 1% per partition with
@@ -69,7 +69,7 @@ DDP_PORT = 29500
 CHECK_TOLERANCE = 1e-9
 EXCEED_FACTOR = 2.5
 SKIPPED = 77  # ctest's SKIP_RETURN_CODE: torch or torchvision missing
-FIFO_SCHEDULER = "{policy: fifo, partition_bytes: 64MiB, credit_bytes: 1TiB, fusion_bytes: 0}"
+FIFO_SCHEDULER = "{policy: fifo, partition_bytes: 64MiB, credit_bytes: 1TiB}"
 # The deployment's compression: section for each psched mode's +FORMAT.
 COMPRESSION = {"bf16": "{push: bf16, pull: bf16}",
                "fp16": "{push: fp16, pull: fp16}",
@@ -204,7 +204,7 @@ def scheduler_yaml(args, mode):
     if base_mode(mode) == "fifo":
         return FIFO_SCHEDULER
     return (f"{{policy: priority, partition_bytes: {args.partition_bytes}, "
-            f"credit_bytes: {args.credit_bytes}, fusion_bytes: 64KiB}}")
+            f"credit_bytes: {args.credit_bytes}}}")
 
 
 def deployment_yaml(args, network, mode, worker):

@@ -47,7 +47,6 @@ nlohmann::json chrome_trace(const std::vector<TracedWorker>& workers) {
              {"bytes", r.bytes},
              {"format", to_string(r.format)},
              {"value_format", to_string(r.value_format)},
-             {"fused_with", r.fused_with},
              {"start_index", r.start_index}});
       slice("queued", r.queued, r.started, nullptr);
       if (is_set(r.applied)) {

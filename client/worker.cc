@@ -48,7 +48,6 @@ Worker::Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOpt
           loop, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
           [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
       pusher_(scheduler_, options_.scheduler.partition_bytes) {
-  scheduler_.set_fusion_bytes(options_.scheduler.fusion_bytes);
   if (options_.scheduler.autotune)
     pusher_.enable_autotune({options_.scheduler.partition_bytes, options_.scheduler.credit_bytes});
 }

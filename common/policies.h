@@ -60,8 +60,4 @@ enum class DataPathKind {
   calls,
 };
 
-// Workers fuse at most this many partitions into one message (actors/worker/scheduler.h); every
-// shard accepts that many (limits.max_fused_partitions).
-inline constexpr uint64_t kMinFusedPartitionsLimit = 256;
-
 }  // namespace psched

@@ -69,7 +69,8 @@ void ConfigNode::fail_child(std::string_view key, int line, std::string_view wha
   psched::fail(ErrorCode::bad_config, "{}:{}: {}: {}", *file_, line, child_path(key), what);
 }
 
-ConfigMap::ConfigMap(const ConfigNode& node, std::span<const std::string_view> allowed)
+ConfigMap::ConfigMap(const ConfigNode& node, std::span<const std::string_view> allowed,
+                     std::span<const RetiredKey> retired)
     : node_(node) {
   if (node.is_null()) return;
   std::string expected = fmt::format("{}", fmt::join(allowed, ", "));
@@ -82,6 +83,9 @@ ConfigMap::ConfigMap(const ConfigNode& node, std::span<const std::string_view> a
     int line = line_of(key.Mark());
     if (!key.IsScalar()) node.fail_at(line, "expected only plain keys (" + expected + ")");
     const std::string& name = key.Scalar();
+    auto gone = std::find_if(retired.begin(), retired.end(),
+                             [&name](const RetiredKey& r) { return r.name == name; });
+    if (gone != retired.end()) node.fail_child(name, line, fmt::format("removed: {}", gone->why));
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       node.fail_child(name, line, fmt::format("unknown key (expected one of: {})", expected));
     }

@@ -56,13 +56,22 @@ class ConfigNode {
   const std::string* file_;
 };
 
+// A key a section once had and no longer reads: a file that still sets it is refused, with
+// `why` (why it went, and what to do instead) rather than as an unknown key.
+struct RetiredKey {
+  std::string_view name;
+  std::string_view why;
+};
+
 // The entries of a YAML map, after checking that each key is allowed and appears once.
 class ConfigMap {
  public:
   // A null node reads as an empty map (every key takes its default). Throws Error(bad_config)
-  // when `node` is not a map, a key is not a string, a key repeats, or a key is not in `allowed`
-  // (at the key's line, listing `allowed`).
-  ConfigMap(const ConfigNode& node, std::span<const std::string_view> allowed);
+  // when `node` is not a map, a key is not a string, a key repeats, a key is `retired` ("removed:
+  // <why>", at the key's line) or a key is not in `allowed` (at the key's line, listing
+  // `allowed`).
+  ConfigMap(const ConfigNode& node, std::span<const std::string_view> allowed,
+            std::span<const RetiredKey> retired = {});
 
   const ConfigNode& node() const { return node_; }
   std::optional<ConfigNode> find(std::string_view key) const;

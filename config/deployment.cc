@@ -62,15 +62,23 @@ constexpr std::array<std::string_view, 4> kTlsKeys = {"cert_file", "key_file", "
 constexpr std::array<std::string_view, 3> kShardKeys = {"listen", "http", "device"};
 // The default HTTP port is the shard's listen port plus this.
 constexpr unsigned kHttpPortOffset = 1000;
-constexpr std::array<std::string_view, 5> kSchedulerKeys = {
-    "policy", "partition_bytes", "credit_bytes", "fusion_bytes", "autotune"};
-constexpr std::array<std::string_view, 11> kLimitsKeys = {
-    "max_message_bytes",   "max_variables",
-    "max_name_bytes",      "max_shape_dims",
-    "max_token_bytes",     "max_fused_partitions",
-    "max_connections",     "max_unauthenticated_connections",
-    "max_waiting_polls",   "stall_timeout_seconds",
+constexpr std::array<std::string_view, 4> kSchedulerKeys = {"policy", "partition_bytes",
+                                                            "credit_bytes", "autotune"};
+constexpr std::array<std::string_view, 10> kLimitsKeys = {
+    "max_message_bytes",   "max_variables",         "max_name_bytes",
+    "max_shape_dims",      "max_token_bytes",       "max_connections",
+    "max_waiting_polls",   "stall_timeout_seconds", "max_unauthenticated_connections",
     "auth_timeout_seconds"};
+// Tensor fusion and its fused calls were measured to earn nothing once the data stream carried
+// pushes (docs/benchmarks.md, "What we tried and dropped"), and went.
+constexpr config::RetiredKey kRetiredSchedulerKeys[] = {
+    {"fusion_bytes",
+     "tensor fusion is gone: the data stream writes the frames of a loop turn together, so small "
+     "partitions already share a write; delete the key"}};
+constexpr config::RetiredKey kRetiredLimitsKeys[] = {
+    {"max_fused_partitions",
+     "the fused calls are gone: the data stream writes the frames of a loop turn together, so "
+     "small partitions already share a write; delete the key"}};
 
 constexpr std::array<std::pair<std::string_view, Mode>, 3> kModes = {{
     {"async", Mode::async},
@@ -261,26 +269,23 @@ uint64_t read_partition_bytes(const ConfigNode& node) {
 }
 
 SchedulerConfig parse_scheduler(const ConfigNode& node) {
-  ConfigMap map(node, kSchedulerKeys);
+  ConfigMap map(node, kSchedulerKeys, kRetiredSchedulerKeys);
   SchedulerConfig out;
   if (auto f = map.find("policy")) out.policy = read_choice(*f, kPolicies);
   if (auto f = map.find("partition_bytes")) out.partition_bytes = read_partition_bytes(*f);
   if (auto f = map.find("credit_bytes")) out.credit_bytes = read_byte_size(*f, 1);
-  if (auto f = map.find("fusion_bytes")) out.fusion_bytes = read_byte_size(*f, 0);
   if (auto f = map.find("autotune")) out.autotune = read_bool(*f);
   return out;
 }
 
 LimitsConfig parse_limits(const ConfigNode& node) {
-  ConfigMap map(node, kLimitsKeys);
+  ConfigMap map(node, kLimitsKeys, kRetiredLimitsKeys);
   LimitsConfig out;
   if (auto f = map.find("max_message_bytes")) out.max_message_bytes = read_byte_size(*f, 1);
   if (auto f = map.find("max_variables")) out.max_variables = read_integer(*f, 1, UINT64_MAX);
   if (auto f = map.find("max_name_bytes")) out.max_name_bytes = read_byte_size(*f, 1);
   if (auto f = map.find("max_shape_dims")) out.max_shape_dims = read_integer(*f, 1, UINT32_MAX);
   if (auto f = map.find("max_token_bytes")) out.max_token_bytes = read_byte_size(*f, 1);
-  if (auto f = map.find("max_fused_partitions"))
-    out.max_fused_partitions = read_integer(*f, kMinFusedPartitionsLimit, UINT32_MAX);
   if (auto f = map.find("max_connections")) out.max_connections = read_integer(*f, 1, UINT32_MAX);
   if (auto f = map.find("max_waiting_polls"))
     out.max_waiting_polls = read_integer(*f, 1, UINT32_MAX);
@@ -348,24 +353,21 @@ ReconnectConfig parse_reconnect(const ConfigNode& node) {
   return out;
 }
 
-// A partition, or a fused message of small ones, travels in one push message, so it must fit
-// under the message limit. Blames the larger of scheduler.partition_bytes and
-// scheduler.fusion_bytes when the file sets it, else limits.max_message_bytes.
+// A partition travels in one push message, so it must fit under the message limit. Blames
+// scheduler.partition_bytes when the file sets it, else limits.max_message_bytes.
 void check_partition_fits(const DeploymentConfig& config, const ConfigMap& top) {
-  const SchedulerConfig& scheduler = config.scheduler;
-  bool fusion = scheduler.fusion_bytes > scheduler.partition_bytes;
-  uint64_t message = fusion ? scheduler.fusion_bytes : scheduler.partition_bytes;
-  if (message + kMessageHeadroomBytes <= config.limits.max_message_bytes) return;
-  const char* key = fusion ? "fusion_bytes" : "partition_bytes";
-  ConfigNode setting = ConfigMap(top.find_or_null("scheduler"), kSchedulerKeys).find_or_null(key);
+  uint64_t partition = config.scheduler.partition_bytes;
+  if (partition + kMessageHeadroomBytes <= config.limits.max_message_bytes) return;
+  ConfigNode setting =
+      ConfigMap(top.find_or_null("scheduler"), kSchedulerKeys).find_or_null("partition_bytes");
   ConfigNode limit =
       ConfigMap(top.find_or_null("limits"), kLimitsKeys).find_or_null("max_message_bytes");
   (setting.is_null() ? limit : setting)
-      .fail(fmt::format(
-          "scheduler.{} ({}) plus {} of message header exceeds limits.max_message_bytes ({}) "
-          "(expected a partition or a fused message to fit in one message)",
-          key, format_byte_size(message), format_byte_size(kMessageHeadroomBytes),
-          format_byte_size(config.limits.max_message_bytes)));
+      .fail(
+          fmt::format("scheduler.partition_bytes ({}) plus {} of message header exceeds "
+                      "limits.max_message_bytes ({}) (expected a partition to fit in one message)",
+                      format_byte_size(partition), format_byte_size(kMessageHeadroomBytes),
+                      format_byte_size(config.limits.max_message_bytes)));
 }
 
 DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::path& source) {

@@ -38,8 +38,7 @@ struct ShardConfig {
 struct SchedulerConfig {
   SchedulePolicy policy = SchedulePolicy::priority;
   uint64_t partition_bytes = 256 << 10;  // largest partition a tensor is cut into
-  uint64_t credit_bytes = 2 << 20;   // bytes in flight at most (one larger partition may go alone)
-  uint64_t fusion_bytes = 64 << 10;  // partitions smaller than this that queue up share messages
+  uint64_t credit_bytes = 2 << 20;  // bytes in flight at most (one larger partition may go alone)
   bool autotune = false;
   bool operator==(const SchedulerConfig&) const = default;
 };
@@ -54,8 +53,6 @@ struct LimitsConfig {
   uint64_t max_name_bytes = 1024;    // a variable's name
   uint64_t max_shape_dims = 32;      // dimensions of a variable's shape
   uint64_t max_token_bytes = 4096;   // the auth token a connect presents
-  // Partitions of one pushFused, ranges of one pollFused; at least 256 (what workers fuse).
-  uint64_t max_fused_partitions = 1024;
   // Sessions (connections that completed `connect`) per shard; one more connect is refused
   // with [overloaded] naming the limit, and the worker retries.
   uint64_t max_connections = 1024;
@@ -65,8 +62,7 @@ struct LimitsConfig {
   // A connection that has not completed `connect` this long after it opened is closed
   // (PostgreSQL's authentication_timeout).
   uint64_t auth_timeout_seconds = 10;
-  uint64_t max_waiting_polls = 1 << 16;  // unanswered polls (fused ranges count one each) per
-                                         // connection
+  uint64_t max_waiting_polls = 1 << 16;  // unanswered polls per connection
   // A connection silent this long in the middle of a message is dropped (between messages it
   // may be silent for ever).
   uint64_t stall_timeout_seconds = 60;

@@ -162,7 +162,6 @@ limits:
   max_name_bytes: 256B
   max_shape_dims: 8
   max_token_bytes: 1KiB
-  max_fused_partitions: 300
   max_connections: 50
   max_waiting_polls: 7
   stall_timeout_seconds: 5
@@ -195,7 +194,6 @@ limits:
   CHECK(config.limits.max_name_bytes == 256);
   CHECK(config.limits.max_shape_dims == 8);
   CHECK(config.limits.max_token_bytes == 1024);
-  CHECK(config.limits.max_fused_partitions == 300);
   CHECK(config.limits.max_connections == 50);
   CHECK(config.limits.max_waiting_polls == 7);
   CHECK(config.limits.stall_timeout_seconds == 5);
@@ -261,7 +259,7 @@ TEST_CASE("size strings and plain integers both parse as byte sizes") {
 TEST_CASE("an unknown key is named with its path, its line and the keys allowed there") {
   CHECK(error_of(kOneShard + "scheduler:\n  policy: fifo\n  credit_bytez: 4MiB\n") ==
         "configs/x.yaml:5: scheduler.credit_bytez: unknown key (expected one of: policy, "
-        "partition_bytes, credit_bytes, fusion_bytes, autotune)");
+        "partition_bytes, credit_bytes, autotune)");
   CHECK(error_of("mode: async\nhttp: 8080\n" + kOneShard)
             .starts_with("configs/x.yaml:2: http: unknown key (expected one of: mode, workers, "
                          "auth, shards, "));
@@ -317,11 +315,20 @@ TEST_CASE("a partition must fit in one message") {
                 "configs/x.yaml:4: limits.max_message_bytes: scheduler.partition_bytes (256KiB)"));
 }
 
-TEST_CASE("a shard must accept the fused messages workers send") {
-  CHECK(error_of(kOneShard + "limits:\n  max_fused_partitions: 100\n") ==
-        "configs/x.yaml:4: limits.max_fused_partitions: must be at least 256, got 100");
+TEST_CASE("a shard must accept at least one connection") {
   CHECK(error_of(kOneShard + "limits:\n  max_connections: 0\n") ==
         "configs/x.yaml:4: limits.max_connections: must be at least 1, got 0");
+}
+
+TEST_CASE("a key of the removed tensor fusion is refused at its line, saying why it went") {
+  CHECK(error_of(kOneShard + "scheduler:\n  policy: fifo\n  fusion_bytes: 64KiB\n") ==
+        "configs/x.yaml:5: scheduler.fusion_bytes: removed: tensor fusion is gone: the data "
+        "stream writes the frames of a loop turn together, so small partitions already share a "
+        "write; delete the key");
+  CHECK(error_of(kOneShard + "limits:\n  max_fused_partitions: 1024\n") ==
+        "configs/x.yaml:4: limits.max_fused_partitions: removed: the fused calls are gone: the "
+        "data stream writes the frames of a loop turn together, so small partitions already "
+        "share a write; delete the key");
 }
 
 TEST_CASE("integers must be whole numbers within range") {

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <string>
 
-#include "common/check.h"
 #include "common/kj_error.h"
 #include "net/rpc_connection.h"
 
@@ -65,39 +64,36 @@ kj::Promise<void> DataChannel::handshake() {
       .attach(kj::mv(header));
 }
 
-kj::Promise<std::vector<Outcome>> DataChannel::push(std::span<const PartitionRequest> parts) {
-  return send(wire::RequestKind::PUSH, parts);
+kj::Promise<void> DataChannel::push(const PartitionRequest& part) {
+  return send(wire::RequestKind::PUSH, part).ignoreResult();
 }
 
-kj::Promise<std::vector<Outcome>> DataChannel::poll(std::span<const PartitionRequest> parts) {
-  return send(wire::RequestKind::POLL, parts);
+kj::Promise<Landed> DataChannel::poll(const PartitionRequest& part) {
+  return send(wire::RequestKind::POLL, part);
 }
 
-kj::Promise<std::vector<Outcome>> DataChannel::push_poll(std::span<const PartitionRequest> parts) {
-  return send(wire::RequestKind::PUSH_POLL, parts);
+kj::Promise<Landed> DataChannel::push_poll(const PartitionRequest& part) {
+  return send(wire::RequestKind::PUSH_POLL, part);
 }
 
-kj::Promise<std::vector<Outcome>> DataChannel::send(wire::RequestKind kind,
-                                                    std::span<const PartitionRequest> parts) {
-  PSCHED_REQUIRE(parts.size() == 1, parts.size());  // fuses() is false
-  if (broken_) return std::vector<Outcome>{{*broken_}};
-  const PartitionRequest& p = parts[0];
+kj::Promise<Landed> DataChannel::send(wire::RequestKind kind, const PartitionRequest& part) {
+  if (broken_) return to_kj_exception(*broken_);
   bool pushes = kind != wire::RequestKind::POLL;
   RequestHeader header{
       .kind = kind,
-      .dtype = p.dtype,
-      .variable = p.variable.value,
+      .dtype = part.dtype,
+      .variable = part.variable.value,
       .id = next_id_++,
-      .step = p.step.value,
-      .offset = p.range.begin,
-      .body_bytes = pushes ? p.gradient.size() : 0,
-      .count = pushes ? 0 : p.range.size(),
-      .format = pushes ? p.format : WireFormat::none,
-      .value_format = kind == wire::RequestKind::PUSH ? WireFormat::none : p.value_format};
-  auto answered = kj::newPromiseAndFulfiller<std::vector<Outcome>>();
-  waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller), kind, p});
+      .step = part.step.value,
+      .offset = part.range.begin,
+      .body_bytes = pushes ? part.gradient.size() : 0,
+      .count = pushes ? 0 : part.range.size(),
+      .format = pushes ? part.format : WireFormat::none,
+      .value_format = kind == wire::RequestKind::PUSH ? WireFormat::none : part.value_format};
+  auto answered = kj::newPromiseAndFulfiller<Landed>();
+  waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller), kind, part.landing()});
   // The gradient stays in the trainer's memory until the request is answered: no copy.
-  writer_.add_referenced(encode(header), pushes ? p.gradient : std::span<const std::byte>());
+  writer_.add_referenced(encode(header), pushes ? part.gradient : std::span<const std::byte>());
   writer_.flush_at_end_of_turn();  // the requests of one turn share a write
   return answered.promise.attach(kj::defer([this, id = header.id] { abandon(id); }));
 }
@@ -121,7 +117,7 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_answer(const FrameHeaderBytes& by
         "an answer of {} bytes, over the limit of {}", answer->body_bytes, max_answer_bytes_))));
   switch (answer->kind) {
     case wire::AnswerKind::RECEIPT:
-      settle(answer->id, {});
+      settle(answer->id, Landed{});
       return discard(answer->body_bytes);
     case wire::AnswerKind::VALUE:
       return take_value(*answer);
@@ -137,17 +133,18 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_answer(const FrameHeaderBytes& by
 kj::Maybe<kj::Promise<void>> DataChannel::take_value(const AnswerHeader& answer) {
   auto it = waiting_.find(answer.id);
   if (it == waiting_.end()) return discard(answer.body_bytes);  // cancelled
-  Waiting& waiting = it->second;
-  const size_t expected = waiting.kind == wire::RequestKind::PUSH ? 0 : waiting.part.value_bytes();
+  const Waiting& waiting = it->second;
+  const size_t expected =
+      waiting.kind == wire::RequestKind::PUSH ? 0 : waiting.landing.wire_bytes();
   if (waiting.kind == wire::RequestKind::PUSH || expected != answer.body_bytes) {
-    settle(answer.id, {Error(ErrorCode::shape_mismatch,
-                             fmt::format("shard answered {} bytes where {} were expected",
-                                         answer.body_bytes, expected))});
+    settle(answer.id, Error(ErrorCode::shape_mismatch,
+                            fmt::format("shard answered {} bytes where {} were expected",
+                                        answer.body_bytes, expected)));
     return discard(answer.body_bytes);
   }
-  Outcome value{std::nullopt, answer.applied_at_ns};
-  if (waiting.part.value_format != WireFormat::none) return take_narrowed(answer, waiting.part);
-  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(waiting.part.out, answer.body_bytes)) {
+  if (waiting.landing.format != WireFormat::none) return take_narrowed(answer, waiting.landing);
+  Landed value{answer.applied_at_ns};
+  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(waiting.landing.out, answer.body_bytes)) {
     return rest->then([this, id = answer.id, value] { settle(id, value); });
   }
   settle(answer.id, value);
@@ -155,12 +152,15 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_value(const AnswerHeader& answer)
 }
 
 kj::Maybe<kj::Promise<void>> DataChannel::take_narrowed(const AnswerHeader& answer,
-                                                        const PartitionRequest& part) {
+                                                        const Landing& landing) {
   auto body = kj::heapArray<std::byte>(answer.body_bytes);
-  auto landed = [this, id = answer.id, part,
+  auto landed = [this, id = answer.id, landing,
                  at = answer.applied_at_ns](kj::ArrayPtr<const std::byte> body) {
-    std::optional<Error> error = part.land({body.begin(), body.size()});
-    settle(id, {error, error ? 0 : at});
+    Result<> widened = landing.land({body.begin(), body.size()});
+    if (widened)
+      settle(id, Landed{at});
+    else
+      settle(id, widened.error());
   };
   KJ_IF_MAYBE (rest, reader_.body().read_or_wait(body.begin(), body.size())) {
     return rest->then([landed, body = kj::mv(body)] { landed(body); });
@@ -172,7 +172,7 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_narrowed(const AnswerHeader& answ
 kj::Maybe<kj::Promise<void>> DataChannel::take_error(const AnswerHeader& answer) {
   auto text = kj::heapArray<char>(answer.body_bytes);
   auto refused = [this, id = answer.id](kj::ArrayPtr<const char> text) {
-    settle(id, {from_description({text.begin(), text.size()})});
+    settle(id, from_description({text.begin(), text.size()}));
   };
   KJ_IF_MAYBE (rest, reader_.body().read_or_wait(text.begin(), text.size())) {
     return rest->then([refused, text = kj::mv(text)] { refused(text); });
@@ -181,12 +181,15 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_error(const AnswerHeader& answer)
   return nullptr;
 }
 
-void DataChannel::settle(uint64_t id, Outcome outcome) {
+void DataChannel::settle(uint64_t id, Result<Landed> outcome) {
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return;
   auto answer = kj::mv(it->second.answer);
   waiting_.erase(it);
-  answer->fulfill(std::vector<Outcome>{std::move(outcome)});
+  if (outcome)
+    answer->fulfill(Landed(*outcome));
+  else
+    answer->reject(to_kj_exception(outcome.error()));
 }
 
 kj::Maybe<kj::Promise<void>> DataChannel::discard(uint64_t bytes) {
@@ -198,7 +201,7 @@ void DataChannel::fail_all(Error why) {
   if (!broken_) broken_ = why;
   auto waiting = std::move(waiting_);
   waiting_.clear();
-  for (auto& [id, w] : waiting) w.answer->fulfill(std::vector<Outcome>{{why}});
+  for (auto& [id, w] : waiting) w.answer->reject(to_kj_exception(why));
 }
 
 void DataChannel::taskFailed(kj::Exception&& exception) {

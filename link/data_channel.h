@@ -32,35 +32,33 @@ class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
   DataChannel(kj::Own<kj::AsyncIoStream> stream, uint64_t max_answer_bytes, bool plain_socket);
   ~DataChannel() noexcept override;
 
-  // One partition a request: the scheduler hands a data stream no fused groups.
-  bool fuses() const override { return false; }
-  kj::Promise<std::vector<Outcome>> push(std::span<const PartitionRequest> parts) override;
-  kj::Promise<std::vector<Outcome>> poll(std::span<const PartitionRequest> parts) override;
-  kj::Promise<std::vector<Outcome>> push_poll(std::span<const PartitionRequest> parts) override;
+  kj::Promise<void> push(const PartitionRequest& part) override;
+  kj::Promise<Landed> poll(const PartitionRequest& part) override;
+  kj::Promise<Landed> push_poll(const PartitionRequest& part) override;
 
  private:
+  // A request sent and not answered yet.
   struct Waiting {
-    kj::Own<kj::PromiseFulfiller<std::vector<Outcome>>> answer;
+    kj::Own<kj::PromiseFulfiller<Landed>> answer;
     wire::RequestKind kind;
-    PartitionRequest part;  // a poll's or pushPoll's: where its value lands, and in what form
+    Landing landing;  // a poll's or pushPoll's: where its value lands, and in what form
   };
 
-  // Sends the request for `part` as a frame; resolves with its outcome. A value being read when
-  // the promise is dropped still lands in part.out. Dropping an unanswered poll cancels it.
-  kj::Promise<std::vector<Outcome>> send(wire::RequestKind kind,
-                                         std::span<const PartitionRequest> parts);
+  // Sends the request for `part` as a frame; resolves when it is answered (a push: at its
+  // receipt, with Landed{}), rejects with its refusal. A value being read when the promise is
+  // dropped still lands in part.out. Dropping an unanswered poll cancels it.
+  kj::Promise<Landed> send(wire::RequestKind kind, const PartitionRequest& part);
   // Reads the shard's answer to the preface; rejects with its refusal.
   kj::Promise<void> handshake();
   // Settles the request `bytes` answers, with its body (FrameReader::Serve).
   kj::Maybe<kj::Promise<void>> take_answer(const FrameHeaderBytes& bytes);
   kj::Maybe<kj::Promise<void>> take_value(const AnswerHeader& answer);
-  // A value in a narrow format: read whole, then widened into part.out.
-  kj::Maybe<kj::Promise<void>> take_narrowed(const AnswerHeader& answer,
-                                             const PartitionRequest& part);
+  // A value in a narrow format: read whole, then widened into landing.out.
+  kj::Maybe<kj::Promise<void>> take_narrowed(const AnswerHeader& answer, const Landing& landing);
   kj::Maybe<kj::Promise<void>> take_error(const AnswerHeader& answer);
-  // Settles request `id` with `outcome`; nothing when nobody waits for it (it was answered,
-  // cancelled or never sent).
-  void settle(uint64_t id, Outcome outcome);
+  // Resolves request `id` with `outcome`, or rejects it with its refusal; nothing when nobody waits
+  // for it (it was answered, cancelled or never sent).
+  void settle(uint64_t id, Result<Landed> outcome);
   // Drops `bytes` of body nobody waits for; null when there are none.
   kj::Maybe<kj::Promise<void>> discard(uint64_t bytes);
   // The promise of `id` went: forgets it, and cancels it on the shard when it was a poll.

@@ -1,49 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "link/link_transport.h"
 
-#include "common/check.h"
 #include "common/kj_error.h"
 #include "common/log.h"
 
 namespace psched {
-namespace {
 
-bool connection_lost(const std::optional<Error>& error) {
-  return error && category(error->code()) == ErrorCategory::disconnected;
-}
-
-}  // namespace
-
-// Partitions of one message on their way, across attempts; each finishes on its own.
+// One task on its way, across attempts: what the transport needs of it until it is finished.
 struct LinkTransport::Carried {
-  struct Part {
-    PartitionTask task;
-    TaskCallbacks callbacks;
-    bool receipted = false;
-    bool finished = false;
-  };
-  std::vector<Part> parts;
-  std::vector<size_t> live;  // the parts of the attempt on its way
+  PartitionTask task;  // owns the gradient when compressed
+  TaskReports& reports;
+  bool receipted = false;  // reported; a resend's receipt is not reported again
 
-  void receipt(size_t i) {
-    if (!parts[i].receipted) parts[i].callbacks.receipt();
-    parts[i].receipted = true;
+  void receipt() {
+    if (!receipted) reports.received(task.id);
+    receipted = true;
   }
-  void finish(size_t i, const std::optional<Error>& error) {
-    if (!parts[i].finished)
-      parts[i].callbacks.done(error ? std::make_exception_ptr(*error) : nullptr);
-    parts[i].finished = true;
-  }
-  void finish_all(const Error& error) {
-    for (size_t i = 0; i < parts.size(); ++i) finish(i, error);
-  }
-  // Sets `live` to the unfinished parts; false when there are none.
-  bool start_attempt() {
-    live.clear();
-    for (size_t i = 0; i < parts.size(); ++i)
-      if (!parts[i].finished) live.push_back(i);
-    return !live.empty();
-  }
+  void finish(TaskOutcome outcome) { reports.finished(task.id, std::move(outcome)); }
 };
 
 LinkTransport::LinkTransport(std::vector<ShardLink*> links)
@@ -51,85 +24,54 @@ LinkTransport::LinkTransport(std::vector<ShardLink*> links)
 
 LinkTransport::~LinkTransport() noexcept = default;
 
-bool LinkTransport::fuses(ShardId shard) const {
-  return links_.at(shard.value)->fuses();
+void LinkTransport::start(PartitionTask task, TaskReports& reports) {
+  auto carried = kj::heap<Carried>(Carried{std::move(task), reports});
+  Carried& on_its_way = *carried;
+  tasks_.add(attempt(on_its_way).attach(kj::mv(carried)));
 }
 
-void LinkTransport::start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) {
-  auto carried = std::make_shared<Carried>();
-  carried->parts.reserve(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i)
-    carried->parts.push_back({std::move(tasks[i]), std::move(callbacks[i])});
-  if (carried->start_attempt()) tasks_.add(attempt(std::move(carried)));
-}
-
-kj::Promise<std::vector<Outcome>> LinkTransport::send(std::shared_ptr<Carried> carried,
-                                                      DataPath& path,
-                                                      std::span<const PartitionRequest> parts) {
+kj::Promise<Landed> LinkTransport::send(Carried& carried, DataPath& path) {
+  const PartitionRequest& part = carried.task.request;
   if (!receipt_first_)
-    return path.push_poll(parts).then([carried](std::vector<Outcome> outcomes) {
-      for (size_t k = 0; k < carried->live.size(); ++k)
-        if (!outcomes[k].error) carried->receipt(carried->live[k]);
-      return outcomes;
+    return path.push_poll(part).then([&carried](Landed value) {
+      carried.receipt();
+      return value;
     });
-  auto pushed = path.push(parts);
-  auto polled = path.poll(parts);  // sent now; dropped (so cancelled) when every push failed
-  return pushed.then([carried, polled = kj::mv(polled)](std::vector<Outcome> receipts) mutable
-                     -> kj::Promise<std::vector<Outcome>> {
-    bool any = false;
-    for (size_t k = 0; k < carried->live.size(); ++k) {
-      size_t i = carried->live[k];
-      if (!receipts[k].error) {
-        carried->receipt(i);
-        any = true;
-      } else if (!connection_lost(receipts[k].error)) {
-        carried->finish(i, receipts[k].error);
-      }
-    }
-    if (!any) return receipts;
+  auto pushed = path.push(part);
+  auto polled = path.poll(part);  // sent now; dropped (so cancelled) when the push failed
+  return pushed.then([&carried, polled = kj::mv(polled)]() mutable {
+    carried.receipt();
     return kj::mv(polled);
   });
 }
 
-kj::Promise<void> LinkTransport::attempt(std::shared_ptr<Carried> carried) {
-  ShardId shard = carried->parts[carried->live.front()].task.shard;
-  ShardLink& link = *links_.at(shard.value);
+kj::Promise<void> LinkTransport::attempt(Carried& carried) {
+  ShardLink& link = *links_.at(carried.task.shard.value);
   uint64_t epoch = link.epoch();
   DataPath* path = link.data_path();
   if (path == nullptr) {
-    carried->finish_all(
+    carried.finish(
         Error(ErrorCode::invalid_argument, "push before connect: the shard session is not open"));
     return kj::READY_NOW;
   }
-  requests_.clear();  // read by the path before send() returns
-  for (size_t i : carried->live) {
-    const PartitionTask& t = carried->parts[i].task;
-    PSCHED_REQUIRE(t.shard == shard, t.id);
-    requests_.push_back({t.shard_variable,
-                         t.step,
-                         t.range,
-                         t.dtype,
-                         {t.gradient, t.bytes},
-                         t.fresh_value,
-                         t.format,
-                         t.value_format});
-  }
-  // A partition finishes at a refused push, else at its poll's answer; one lost with its
+  // The task finishes at a refused push, else at its poll's answer; one lost with its
   // connection (or failed because the shard stopped) is carried again.
-  auto sent = send(carried, *path, requests_).attach(link.hold());
-  return sent.then([this, carried, &link, epoch](std::vector<Outcome> outcomes) {
-    for (size_t k = 0; k < carried->live.size(); ++k) {
-      size_t i = carried->live[k];
-      if (carried->parts[i].finished || connection_lost(outcomes[k].error)) continue;
-      if (!outcomes[k].error && carried->parts[i].callbacks.applied)
-        carried->parts[i].callbacks.applied(outcomes[k].applied_at_ns);
-      carried->finish(i, outcomes[k].error);
-    }
-    if (!carried->start_attempt()) return kj::Promise<void>(kj::READY_NOW);
-    return link.recover(epoch).then(
-        [this, carried] { return attempt(carried); },
-        [carried](kj::Exception&& e) { carried->finish_all(from_kj_exception(e)); });
-  });
+  auto sent = send(carried, *path).attach(link.hold());
+  return sent.then(
+      [&carried](Landed value) -> kj::Promise<void> {
+        carried.finish(value);
+        return kj::READY_NOW;
+      },
+      [this, &carried, &link, epoch](kj::Exception&& e) -> kj::Promise<void> {
+        Error error = from_kj_exception(e);
+        if (category(error.code()) != ErrorCategory::disconnected) {
+          carried.finish(error);
+          return kj::READY_NOW;
+        }
+        return link.recover(epoch).then(
+            [this, &carried] { return attempt(carried); },
+            [&carried](kj::Exception&& e) { carried.finish(from_kj_exception(e)); });
+      });
 }
 
 void LinkTransport::taskFailed(kj::Exception&& exception) {

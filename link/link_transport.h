@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // LinkTransport: carries scheduled partitions over the shard links. It lives on the worker's
-// loop with the scheduler and the links: start() sends at once, with no hop, on the link's
-// current DataPath (link/data_path.h). A partition, or a fused group where the path fuses, is
-// one push_poll (its gradient up, its fresh value back). When the receipt must come first
+// loop with the scheduler and the links: start() hands the task's PartitionRequest at once,
+// with no hop, to the link's current DataPath (link/data_path.h). A partition is one push_poll
+// (its gradient up, its fresh value back). When the receipt must come first
 // (set_receipt_first), push and poll go as two requests sent back to back (the poll does not
 // wait for the receipt): still one round trip, twice the messages. What a lost connection
-// leaves unfinished is carried again once the link has reconnected.
+// leaves unfinished is carried again once the link has reconnected. In flight it keeps the
+// task (which owns a compressed gradient) and whether its receipt was reported.
 #pragma once
 
-#include <memory>
 #include <vector>
 
 #include "actors/worker/partition_task.h"
@@ -22,8 +22,9 @@ class LinkTransport final : public PartitionTransport, private kj::TaskSet::Erro
   explicit LinkTransport(std::vector<ShardLink*> links);
   ~LinkTransport() noexcept override;
 
-  bool fuses(ShardId shard) const override;
-  void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override;
+  // Reports to `reports` directly, on the loop; synchronously from inside start() only when the
+  // task fails at once (its shard's session is not open).
+  void start(PartitionTask task, TaskReports& reports) override;
 
   // Whether a partition's receipt must arrive before its fresh value (sync mode, whose
   // scheduler frees credit on receipt while the value waits for every worker). Off by default.
@@ -32,19 +33,17 @@ class LinkTransport final : public PartitionTransport, private kj::TaskSet::Erro
  private:
   struct Carried;
 
-  // One attempt at carrying the live (unfinished) parts; after a lost connection, the next
-  // once the link has recovered.
-  kj::Promise<void> attempt(std::shared_ptr<Carried> carried);
-  // Sends the live parts of `carried` (`parts`) on `path`; resolves with one outcome each,
-  // the receipts reported and refused pushes finished.
-  kj::Promise<std::vector<Outcome>> send(std::shared_ptr<Carried> carried, DataPath& path,
-                                         std::span<const PartitionRequest> parts);
+  // One attempt at carrying the task; after a lost connection, the next once the link has
+  // recovered. `carried` lives as long as the promise (attached to it in start()).
+  kj::Promise<void> attempt(Carried& carried);
+  // Sends the task's request on `path`; resolves with its value, the receipt reported, or
+  // rejects as the path does.
+  kj::Promise<Landed> send(Carried& carried, DataPath& path);
   void taskFailed(kj::Exception&& exception) override;
 
   std::vector<ShardLink*> links_;
   bool receipt_first_ = false;
-  std::vector<PartitionRequest> requests_;  // attempt()'s, reused: paths read them at once
-  kj::TaskSet tasks_;
+  kj::TaskSet tasks_;  // one attempt() chain per task in flight
 };
 
 }  // namespace psched

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // RpcCalls: the DataPath (link/data_path.h) over a session's Cap'n Proto calls: push, poll and
-// pushPoll for one partition, pushFused, pollFused and pushPollFused for several (tensor
-// fusion). A gradient that is whole words at a word boundary goes into the message from where
-// it lies; a fused call copies. KJ thread only.
+// pushPoll, one partition each. A gradient that is whole words at a word boundary goes into the
+// message from where it lies. KJ thread only.
 #pragma once
 
 #include "link/data_path.h"
@@ -15,10 +14,10 @@ class RpcCalls final : public DataPath {
   explicit RpcCalls(wire::Session::Client session) : session_(kj::mv(session)) {}
   ~RpcCalls() noexcept override = default;
 
-  bool fuses() const override { return true; }
-  kj::Promise<std::vector<Outcome>> push(std::span<const PartitionRequest> parts) override;
-  kj::Promise<std::vector<Outcome>> poll(std::span<const PartitionRequest> parts) override;
-  kj::Promise<std::vector<Outcome>> push_poll(std::span<const PartitionRequest> parts) override;
+  kj::Promise<void> push(const PartitionRequest& part) override;
+  // The value is copied out of the answer's message into part.out.
+  kj::Promise<Landed> poll(const PartitionRequest& part) override;
+  kj::Promise<Landed> push_poll(const PartitionRequest& part) override;
 
  private:
   wire::Session::Client session_;

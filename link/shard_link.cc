@@ -293,10 +293,6 @@ bool ShardLink::has_data_stream() {
   return connection_ && connection_->data;
 }
 
-bool ShardLink::fuses() {
-  return session() != nullptr && connection_->path().fuses();
-}
-
 kj::Promise<void> ShardLink::pull(VariableId variable, ElementRange range, std::byte* out,
                                   size_t out_bytes, Step after) {
   if (session() == nullptr) return not_connected();

@@ -70,8 +70,6 @@ class ShardLink {
   kj::Own<void> hold();
   // Whether the current connection carries them over a data stream (else as RPC calls).
   bool has_data_stream();
-  // Whether the current connection's path fuses partitions (DataPath::fuses).
-  bool fuses();
 
   // Counts the connections this link has opened; a call started on connection `epoch()`
   // that failed with a lost connection passes it to recover().

@@ -22,7 +22,7 @@ kj::Array<kj::byte> two_frames() {
   spec.setName(std::string(100, 'n'));
   spec.initShape(20);
   capnp::MallocMessageBuilder one;
-  one.initRoot<wire::PolledRange>().setCount(7);
+  one.initRoot<wire::ClusterLayout>().setWorkers(7);
   auto a = capnp::messageToFlatArray(many), b = capnp::messageToFlatArray(one);
   REQUIRE(many.getSegmentsForOutput().size() > 1);
   auto out = kj::heapArray<kj::byte>(a.asBytes().size() + b.asBytes().size());

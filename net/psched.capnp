@@ -70,31 +70,6 @@ struct ClusterLayout {
   defaultOptimizer @6 :OptimizerSpec;
 }
 
-struct Partition {  # one partition of a fused push; fields as in Session.push
-  variable @0 :UInt32;
-  step @1 :UInt64;
-  offset @2 :UInt64;
-  dtype @3 :DType;
-  data @4 :Data;
-  format @5 :WireFormat;       # of `data`
-  valueFormat @6 :WireFormat;  # pushPollFused: of the value asked for
-}
-
-struct PolledRange {  # one range of a fused poll; fields as in Session.poll
-  variable @0 :UInt32;
-  step @1 :UInt64;
-  offset @2 :UInt64;
-  count @3 :UInt64;
-  valueFormat @4 :WireFormat;
-}
-
-struct PolledValue {  # one answer of a fused poll
-  value @0 :Data;
-  appliedStep @1 :UInt64;
-  appliedAtNs @2 :Int64;
-  error @3 :Text;  # "" when `value` holds the answer, else "[code] message" as poll's exception
-}
-
 interface Shard {
   connect @0 (workerId :UInt32, token :Text) -> (session :Session, layout :ClusterLayout);
   # Fails with [bad_token] when the token is wrong, [invalid_argument] when workerId is not
@@ -129,13 +104,13 @@ interface Session {
   pull @3 (variable :UInt32, offset :UInt64, count :UInt64) -> (value :Data, appliedStep :UInt64);
   # The current value of the range, at once.
 
-  pushFused @4 (partitions :List(Partition)) -> (errors :List(Text));
-  # Several small partitions in one message (tensor fusion), each accepted or rejected on its
-  # own exactly as if pushed alone, in list order: errors[i] is "" when partition i was
-  # accepted, else "[code] message".
-
-  pollFused @5 (ranges :List(PolledRange)) -> (values :List(PolledValue));
-  # Several polls in one message; answered when every range is ready or failed.
+  obsoletePushFused @4 () -> ();
+  obsoletePollFused @5 () -> ();
+  # Retired ordinals, never to be reused: @4, @5 and @7 were pushFused, pollFused and
+  # pushPollFused, several partitions in one call (tensor fusion). They were removed because
+  # they earned nothing once the data stream carried pushes (its frames of one loop turn already
+  # share a write; docs/benchmarks.md, "What we tried and dropped"). A shard answers them
+  # [unimplemented].
 
   pushPoll @6 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data,
                format :WireFormat, valueFormat :WireFormat)
@@ -145,9 +120,8 @@ interface Session {
   # else it is answered as poll. A worker that must know of the receipt before the value (sync
   # mode frees credit on receipt) sends push and poll instead.
 
-  pushPollFused @7 (partitions :List(Partition)) -> (values :List(PolledValue));
-  # pushPoll of several partitions in one message, each on its own as if sent alone;
-  # values[i].error holds partition i's refusal, by its push or its poll.
+  obsoletePushPollFused @7 () -> ();
+  # Retired (above).
 
   openDataStream @8 () -> (key :Data);
   # A key for opening this worker's data stream (below): a second connection to the shard that

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "server/shard_service.h"
 
-#include <algorithm>
+#include <optional>
 #include <random>
 
 #include "net/data_frame.h"
@@ -34,7 +34,7 @@ void put_value(Results results, std::span<const std::byte> bytes) {
     results.setValue(data);
 }
 
-// Puts a value answer into poll's or pushPoll's results, or one slot of a fused answer.
+// Puts a value answer into poll's or pushPoll's results.
 template <typename Results>
 void put_answer(Results results, const Answer& answer) {
   put_value(results, answer.value);
@@ -42,8 +42,8 @@ void put_answer(Results results, const Answer& answer) {
   results.setAppliedAtNs(answer.applied_at_ns);
 }
 
-// A push's or pushPoll's fields (also a fused Partition's) as a request to the plane; a dtype
-// not on the wire makes it one the plane refuses.
+// A push's or pushPoll's fields as a request to the plane; a dtype not on the wire makes it one
+// the plane refuses.
 template <typename Fields>
 Request push_request(RequestKind kind, Fields fields) {
   const capnp::Data::Reader data = fields.getData();
@@ -63,25 +63,7 @@ Request push_request(RequestKind kind, Fields fields) {
   return request;
 }
 
-// The requests of a fused push or pushPoll, in list order.
-template <typename Partitions>
-std::vector<Request> push_requests(RequestKind kind, Partitions partitions) {
-  std::vector<Request> requests;
-  for (auto p : partitions) requests.push_back(push_request(kind, p));
-  return requests;
-}
-
-// What puts each answer of a fused poll or pushPoll into slot i of its `values`.
-auto value_slots(capnp::List<wire::PolledValue>::Builder values) {
-  return [values](unsigned i, const Answer& answer) mutable {
-    if (answer.kind == AnswerKind::error)
-      values[i].setError(describe(*answer.error));
-    else
-      put_answer(values[i], answer);
-  };
-}
-
-// A poll's fields (also a fused PolledRange's) as a request to the plane.
+// A poll's fields as a request to the plane.
 template <typename Fields>
 Request poll_request(Fields fields) {
   Request request{.kind = RequestKind::poll,
@@ -126,37 +108,26 @@ kj::Exception ShardService::refuse_connect(const Error& error) {
   return refused(endpoint_, error);
 }
 
-kj::Promise<void> ShardService::connect(ConnectContext context) {
-  auto params = context.getParams();
+std::optional<Error> ShardService::refusal(capnp::Text::Reader token, uint32_t worker) const {
   const DeploymentConfig& config = endpoint_.config;
-  auto token = params.getToken();
   if (token.size() > config.limits.max_token_bytes)
-    return refuse_connect(Error(ErrorCode::invalid_argument,
-                                fmt::format("connect rejected: token of {} bytes is over the "
-                                            "limit of {} (limits.max_token_bytes)",
-                                            token.size(), config.limits.max_token_bytes)));
+    return Error(ErrorCode::invalid_argument,
+                 fmt::format("connect rejected: token of {} bytes is over the limit of {} "
+                             "(limits.max_token_bytes)",
+                             token.size(), config.limits.max_token_bytes));
   if (!config.auth_token.empty() &&
       !constant_time_equal(std::string_view(token.cStr(), token.size()), config.auth_token))
-    return refuse_connect(
-        Error(ErrorCode::bad_token,
-              fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value)));
-  if (params.getWorkerId() >= config.workers)
-    return refuse_connect(
-        Error(ErrorCode::invalid_argument,
-              fmt::format("connect rejected: worker id {} is not below the job's {} workers",
-                          params.getWorkerId(), config.workers)));
-  if (admission_ && ticket_) {
-    try {
-      admission_->authenticate(*ticket_);  // logs its own refusal
-    } catch (const Error& e) {
-      return refused(endpoint_, e);
-    }
-  }
+    return Error(ErrorCode::bad_token,
+                 fmt::format("connect to shard {} rejected: wrong auth token", endpoint_.id.value));
+  if (worker >= config.workers)
+    return Error(ErrorCode::invalid_argument,
+                 fmt::format("connect rejected: worker id {} is not below the job's {} workers",
+                             worker, config.workers));
+  return std::nullopt;
+}
 
-  auto results = context.getResults();
-  results.setSession(
-      kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId()), kj::addRef(*window_)));
-  auto layout = results.initLayout();
+void ShardService::put_layout(wire::ClusterLayout::Builder layout) const {
+  const DeploymentConfig& config = endpoint_.config;
   layout.setShardIndex(endpoint_.id.value);
   auto addresses = layout.initShardAddresses(static_cast<unsigned>(config.shards.size()));
   for (unsigned i = 0; i < config.shards.size(); ++i)
@@ -166,6 +137,23 @@ kj::Promise<void> ShardService::connect(ConnectContext context) {
   layout.setWorkers(config.workers);
   layout.setMaxMessageBytes(config.limits.max_message_bytes);
   to_wire(config.optimizer, layout.initDefaultOptimizer());
+}
+
+kj::Promise<void> ShardService::connect(ConnectContext context) {
+  auto params = context.getParams();
+  if (std::optional<Error> why = refusal(params.getToken(), params.getWorkerId()))
+    return refuse_connect(*why);
+  if (admission_ && ticket_) {
+    try {
+      admission_->authenticate(*ticket_);  // logs its own refusal
+    } catch (const Error& e) {
+      return refused(endpoint_, e);
+    }
+  }
+  auto results = context.getResults();
+  results.setSession(
+      kj::heap<SessionService>(endpoint_, WorkerId(params.getWorkerId()), kj::addRef(*window_)));
+  put_layout(results.initLayout());
   return kj::READY_NOW;
 }
 
@@ -209,38 +197,12 @@ kj::Promise<void> SessionService::ask(Request request, Write write) {
   });
   plane_->serve(std::move(request));
   return paf.promise.attach(kj::defer([this, id, alive = std::weak_ptr<bool>(alive_)] {
-    if (alive.lock()) forget({&id, 1});
+    if (alive.lock()) forget(id);
   }));
 }
 
-kj::Promise<void> SessionService::ask_all(std::vector<Request> requests, WriteSlot write) {
-  struct Gathering {
-    size_t left;
-    kj::Own<kj::PromiseFulfiller<void>> done;
-  };
-  auto paf = kj::newPromiseAndFulfiller<void>();
-  auto all = std::make_shared<Gathering>(Gathering{requests.size(), kj::mv(paf.fulfiller)});
-  if (requests.empty()) all->done->fulfill();
-  std::vector<uint64_t> ids;
-  for (unsigned i = 0; i < requests.size(); ++i) {
-    uint64_t id = requests[i].id = next_id();
-    ids.push_back(id);
-    unanswered_.emplace(id, [all, write, i](const Answer& answer) {
-      write(i, answer);
-      if (--all->left == 0) all->done->fulfill();
-    });
-  }
-  // In list order, so the shard applies them in that order.
-  for (Request& request : requests) plane_->serve(std::move(request));
-  return paf.promise.attach(
-      kj::defer([this, ids = std::move(ids), alive = std::weak_ptr<bool>(alive_)] {
-        if (alive.lock()) forget(ids);
-      }));
-}
-
-void SessionService::forget(std::span<const uint64_t> ids) {
-  for (uint64_t id : ids)
-    if (unanswered_.erase(id) > 0) plane_->cancel(id);
+void SessionService::forget(uint64_t id) {
+  if (unanswered_.erase(id) > 0) plane_->cancel(id);
 }
 
 void SessionService::take(Answer& answer) {
@@ -250,26 +212,6 @@ void SessionService::take(Answer& answer) {
   unanswered_.erase(it);
   window_->sent(kReturnOverheadBytes + answer.value.size());
   settle(answer);
-}
-
-void SessionService::check_fused(const char* what, size_t parts) const {
-  uint64_t limit = endpoint_.config.limits.max_fused_partitions;
-  if (parts > limit)
-    fail(ErrorCode::invalid_argument,
-         "{} rejected: {} partitions are over the limit of {} (limits.max_fused_partitions)", what,
-         parts, limit);
-}
-
-void SessionService::check_answer_fits(capnp::List<wire::PolledRange>::Reader ranges) const {
-  uint64_t limit = endpoint_.config.limits.max_message_bytes, elements = 0;
-  for (auto r : ranges) {
-    elements += std::min<uint64_t>(r.getCount(), limit);  // stays below 2 x limit
-    if (elements > limit / sizeof(float))
-      fail(ErrorCode::message_too_large,
-           "pollFused rejected: its ranges hold over {} elements, which do not fit the message "
-           "limit of {} bytes (limits.max_message_bytes)",
-           limit / sizeof(float), limit);
-  }
 }
 
 kj::Promise<void> SessionService::register_(RegisterContext context) {
@@ -322,45 +264,6 @@ kj::Promise<void> SessionService::pull(PullContext context) {
                put_value(results, answer.value);
                results.setAppliedStep(answer.applied_step.value);
              });
-}
-
-kj::Promise<void> SessionService::pushFused(PushFusedContext context) {
-  auto partitions = context.getParams().getPartitions();
-  try {
-    check_fused("pushFused", partitions.size());
-  } catch (const Error& e) {
-    return refused(endpoint_, e);
-  }
-  auto errors = context.getResults().initErrors(partitions.size());
-  return ask_all(push_requests(RequestKind::push, partitions),
-                 [errors](unsigned i, const Answer& answer) mutable {
-                   if (answer.kind == AnswerKind::error) errors.set(i, describe(*answer.error));
-                 });
-}
-
-kj::Promise<void> SessionService::pollFused(PollFusedContext context) {
-  auto ranges = context.getParams().getRanges();
-  try {
-    check_fused("pollFused", ranges.size());
-    check_answer_fits(ranges);
-  } catch (const Error& e) {
-    return refused(endpoint_, e);
-  }
-  context.allowCancellation();
-  std::vector<Request> requests;
-  for (auto range : ranges) requests.push_back(poll_request(range));
-  return ask_all(std::move(requests), value_slots(context.getResults().initValues(ranges.size())));
-}
-
-kj::Promise<void> SessionService::pushPollFused(PushPollFusedContext context) {
-  auto partitions = context.getParams().getPartitions();
-  try {
-    check_fused("pushPollFused", partitions.size());
-  } catch (const Error& e) {
-    return refused(endpoint_, e);
-  }
-  return ask_all(push_requests(RequestKind::push_poll, partitions),
-                 value_slots(context.getResults().initValues(partitions.size())));
 }
 
 kj::Promise<void> SessionService::openDataStream(OpenDataStreamContext context) {

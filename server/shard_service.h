@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Cap'n Proto calls' front end of a shard: Shard (connect) and Session (register,
-// openDataStream, and the data path: push, poll, pushPoll, pull and their fused forms).
-// Register and openDataStream go to the shard and the endpoint directly; each data-path call
-// is decoded into Requests for the worker's DataPlane (server/data_plane.h), which does the
-// rest, and the call completes when the plane's answer comes back (a fused call when all of
-// its answers are in).
+// openDataStream, and the data path: push, poll, pushPoll and pull). Register and
+// openDataStream go to the shard and the endpoint directly; each data-path call is decoded into
+// a Request for the worker's DataPlane (server/data_plane.h), which does the rest, and the call
+// completes when the plane's answer comes back.
 //
 // Runs on the shard's loop, with the shard. Views into a call's parameters stay valid until it
 // is answered (pushes are not cancellable), which is what lets the shard apply straight from
@@ -13,10 +12,9 @@
 
 #include <functional>
 #include <memory>
-#include <span>
+#include <optional>
 #include <string>
 #include <unordered_map>
-#include <vector>
 
 #include "net/psched.capnp.h"
 #include "server/connection_admission.h"
@@ -43,8 +41,13 @@ class ShardService final : public wire::Shard::Server {
   kj::Promise<void> connect(ConnectContext context) override;
 
  private:
+  // Why a connect presenting `token` as worker `worker` is refused (too long a token, a wrong
+  // one, a worker id not below the job's workers); none when it is not.
+  std::optional<Error> refusal(capnp::Text::Reader token, uint32_t worker) const;
   // Counts the refused connect, logs it (rate-limited) and returns its exception.
   kj::Exception refuse_connect(const Error& error);
+  // The cluster as this shard tells a connecting worker.
+  void put_layout(wire::ClusterLayout::Builder layout) const;
 
   ShardEndpoint& endpoint_;
   kj::Own<ReturnWindow> window_;
@@ -62,33 +65,21 @@ class SessionService final : public wire::Session::Server, private AnswerWriter 
   kj::Promise<void> push(PushContext context) override;
   kj::Promise<void> poll(PollContext context) override;
   kj::Promise<void> pull(PullContext context) override;
-  kj::Promise<void> pushFused(PushFusedContext context) override;
-  kj::Promise<void> pollFused(PollFusedContext context) override;
   kj::Promise<void> pushPoll(PushPollContext context) override;
-  kj::Promise<void> pushPollFused(PushPollFusedContext context) override;
   kj::Promise<void> openDataStream(OpenDataStreamContext context) override;
   kj::Promise<void> join(JoinContext context) override;
 
  private:
   // Puts an answer into a call's results (nothing for a receipt).
   using Write = std::function<void(const Answer&)>;
-  // Puts an answer into slot `i` of a fused call's results, its error as the slot's text.
-  using WriteSlot = std::function<void(unsigned i, const Answer&)>;
 
   // Hands `request` to the plane; resolves once `write` put its answer into the results,
   // rejects with its error. Dropped unanswered, it withdraws the request's poll.
   kj::Promise<void> ask(Request request, Write write);
-  // The same for the requests of a fused call, each answered on its own as if it came alone;
-  // resolves when every answer is in.
-  kj::Promise<void> ask_all(std::vector<Request> requests, WriteSlot write);
   // A new request id of this session's.
   uint64_t next_id() { return next_id_++; }
-  // Forgets the unanswered requests `ids` (their calls went away).
-  void forget(std::span<const uint64_t> ids);
-  // Throws unless a fused call of `parts` partitions is within limits.max_fused_partitions.
-  void check_fused(const char* what, size_t parts) const;
-  // Throws unless the answer to a fused poll of `ranges` fits the message limit (as float32).
-  void check_answer_fits(capnp::List<wire::PolledRange>::Reader ranges) const;
+  // Forgets the unanswered request `id` (its call went away).
+  void forget(uint64_t id);
 
   // AnswerWriter: a call completes while the connection's ReturnWindow has room.
   bool has_room() override { return window_->has_room(); }

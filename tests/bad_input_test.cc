@@ -17,7 +17,6 @@ using namespace psched::testing;
 namespace {
 
 constexpr uint64_t kElements = 16;
-constexpr uint64_t kFusedLimit = 256;
 constexpr uint64_t kWaitingPollLimit = 4;
 const std::string kToken = "s3cret";
 
@@ -47,7 +46,6 @@ struct BadInputFixture {
     DeploymentConfig c = cluster_config(1, 4, Mode::async);
     c.auth_token = kToken;
     c.limits.max_message_bytes = 4096;
-    c.limits.max_fused_partitions = kFusedLimit;
     c.limits.max_waiting_polls = kWaitingPollLimit;
     c.limits.max_token_bytes = 64;
     c.optimizer.lr = 1.0;
@@ -81,18 +79,6 @@ struct BadInputFixture {
       Error error = from_kj_exception(e);
       CHECK_MESSAGE(error.code() == code, error.what());
       CHECK_MESSAGE(std::string(error.what()).find(text) != std::string::npos, error.what());
-    }
-  }
-
-  // Runs a fused call, expecting every partition's outcome to be a psched::Error with `code`
-  // whose message contains `text`.
-  void expect_each_error(kj::Promise<std::vector<Outcome>> call, ErrorCode code,
-                         const std::string& text) {
-    for (const Outcome& outcome : cluster.run(kj::mv(call))) {
-      REQUIRE(outcome.error);
-      CHECK_MESSAGE(outcome.error->code() == code, outcome.error->what());
-      CHECK_MESSAGE(std::string(outcome.error->what()).find(text) != std::string::npos,
-                    outcome.error->what());
     }
   }
 
@@ -176,47 +162,6 @@ TEST_CASE("a push reaching past the variable is out of range") {
   f.check_untouched_and_serving();
 }
 
-// Fused messages are Cap'n Proto calls: a data stream carries one partition a frame.
-TEST_CASE("a fused push applies its good partitions and names the bad one") {
-  BadInputFixture f;
-  std::vector<float> grad(4, 1.f), fresh(4, 0.f), none(4);
-  std::vector<PartitionRequest> parts{{f.id,
-                                       Step(1),
-                                       {0, 4},
-                                       DType::float32,
-                                       f.bytes(grad),
-                                       reinterpret_cast<std::byte*>(fresh.data())},
-                                      {VariableId(42),
-                                       Step(1),
-                                       {0, 4},
-                                       DType::float32,
-                                       f.bytes(grad),
-                                       reinterpret_cast<std::byte*>(none.data())},
-                                      {f.id,
-                                       Step(1),
-                                       {14, 18},
-                                       DType::float32,
-                                       f.bytes(grad),
-                                       reinterpret_cast<std::byte*>(none.data())}};
-  std::vector<Outcome> receipts = f.cluster.run(push_fused(f.link, parts));
-  REQUIRE(receipts.size() == 3);
-  CHECK_FALSE(receipts[0].error);
-  REQUIRE(receipts[1].error);
-  CHECK(receipts[1].error->code() == ErrorCode::unknown_variable);
-  REQUIRE(receipts[2].error);
-  CHECK(receipts[2].error->code() == ErrorCode::offset_out_of_range);
-
-  std::vector<Outcome> answers = f.cluster.run(poll_fused(f.link, {parts.data(), 2}));
-  REQUIRE(answers.size() == 2);
-  CHECK_FALSE(answers[0].error);
-  CHECK(answers[0].applied_at_ns > 0);
-  CHECK(fresh == std::vector<float>(4, 1.f));  // 2 - lr 1 x 1
-  REQUIRE(answers[1].error);
-  CHECK(answers[1].error->code() == ErrorCode::unknown_variable);
-  for (int i = 0; i < 4; ++i) f.expected[i] -= 1.f;
-  f.check_untouched_and_serving();
-}
-
 TEST_CASE("a refused pushPoll names the problem and leaves the variable untouched") {
   BadInputFixture f(over_data_stream());
   std::vector<float> grad(4, 1.f), fresh(4);
@@ -237,28 +182,6 @@ TEST_CASE("a pushPoll answers the fresh value of its own push") {
   CHECK(at > 0);
   CHECK(fresh == std::vector<float>(4, 1.f));  // 2 - lr 1 x 1
   for (int i = 4; i < 8; ++i) f.expected[i] -= 1.f;
-  f.check_untouched_and_serving();
-}
-
-TEST_CASE("a fused pushPoll answers its good partitions and names the bad one") {
-  BadInputFixture f;
-  std::vector<float> grad(4, 1.f), fresh(4, 0.f), none(4);
-  auto* into = reinterpret_cast<std::byte*>(fresh.data());
-  auto* nowhere = reinterpret_cast<std::byte*>(none.data());
-  std::vector<PartitionRequest> parts{
-      {f.id, Step(1), {0, 4}, DType::float32, f.bytes(grad), into},
-      {VariableId(42), Step(1), {0, 4}, DType::float32, f.bytes(grad), nowhere},
-      {f.id, Step(1), {14, 18}, DType::float32, f.bytes(grad), nowhere}};
-  std::vector<Outcome> answers = f.cluster.run(push_poll_fused(f.link, parts));
-  REQUIRE(answers.size() == 3);
-  CHECK_FALSE(answers[0].error);
-  CHECK(fresh == std::vector<float>(4, 1.f));
-  auto message_of = [](const std::optional<Error>& e) { return std::string(e->what()); };
-  REQUIRE(answers[1].error);
-  CHECK(message_of(answers[1].error).find("no variable with id 42") != std::string::npos);
-  REQUIRE(answers[2].error);
-  CHECK(message_of(answers[2].error).find("elements [14, 18) are outside") != std::string::npos);
-  for (int i = 0; i < 4; ++i) f.expected[i] -= 1.f;
   f.check_untouched_and_serving();
 }
 
@@ -395,42 +318,6 @@ TEST_CASE("a registration over the name or shape limits names the limit") {
   VariableSpec huge{"huge", {1ull << 62}, DType::float32, Priority(0), {}};
   f.expect_error(f.link.register_part(huge, true, {0, 1ull << 62}, {}), ErrorCode::invalid_argument,
                  "shape [4611686018427387904] has more than");
-  f.check_untouched_and_serving();
-}
-
-TEST_CASE("a fused push or poll over the partition limit is refused whole naming the limit") {
-  BadInputFixture f;
-  std::vector<float> grad(1, 1.f), out(kFusedLimit + 1);
-  std::vector<PartitionRequest> parts;
-  for (uint64_t i = 0; i <= kFusedLimit; ++i)
-    parts.push_back({f.id,
-                     Step(1),
-                     {i % kElements, i % kElements + 1},
-                     DType::float32,
-                     f.bytes(grad),
-                     reinterpret_cast<std::byte*>(&out[i])});
-  f.expect_each_error(push_fused(f.link, parts), ErrorCode::invalid_argument,
-                      "pushFused rejected: 257 partitions are over the limit of 256 "
-                      "(limits.max_fused_partitions)");
-  f.expect_each_error(poll_fused(f.link, parts), ErrorCode::invalid_argument,
-                      "pollFused rejected: 257 partitions are over the limit of 256");
-  f.check_untouched_and_serving();
-}
-
-TEST_CASE("a fused poll whose answer would not fit the message limit is refused whole") {
-  BadInputFixture f;
-  // 65 ranges of the whole variable: 1040 elements, over the 1024 float32 of a 4 KiB message.
-  std::vector<float> grad(kElements, 1.f), out(65 * kElements);
-  std::vector<PartitionRequest> parts;
-  for (uint64_t i = 0; i < 65; ++i)
-    parts.push_back({f.id,
-                     Step(0),
-                     {0, kElements},
-                     DType::float32,
-                     f.bytes(grad),
-                     reinterpret_cast<std::byte*>(&out[i * kElements])});
-  f.expect_each_error(poll_fused(f.link, parts), ErrorCode::message_too_large,
-                      "pollFused rejected: its ranges hold over 1024 elements");
   f.check_untouched_and_serving();
 }
 

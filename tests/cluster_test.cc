@@ -148,7 +148,6 @@ SchedulerConfig small_windows(SchedulePolicy policy) {
   s.policy = policy;
   s.partition_bytes = 64;
   s.credit_bytes = 256;
-  s.fusion_bytes = 0;  // one message per partition; the fusion test turns it on
   return s;
 }
 
@@ -174,28 +173,6 @@ TEST_CASE("sync mode on 2 shards and 3 workers equals the sequential reference")
   for (size_t v = 0; v < kModel.size(); ++v) {
     auto reference = sequential_reference(v, 3, 5);
     for (auto& w : workers) check_close(w.values[v], reference, kModel[v].dtype);
-  }
-}
-
-TEST_CASE("fused small partitions give the sequential reference and share messages") {
-  Cluster cluster(split_config(Mode::sync, 3));
-  // Only Cap'n Proto calls fuse: a data stream's frames of one turn already share a write.
-  const bool fusing = cluster.data_path() == DataPathKind::calls;
-  SchedulerConfig scheduler = small_windows(SchedulePolicy::priority);
-  scheduler.fusion_bytes = 160;  // up to two 64-byte partitions, or several smaller ones
-  auto workers = start_sync_cluster(cluster, 3, scheduler);
-  train(cluster, workers, 5);
-  for (size_t v = 0; v < kModel.size(); ++v) {
-    auto reference = sequential_reference(v, 3, 5);
-    for (auto& w : workers) check_close(w.values[v], reference, kModel[v].dtype);
-  }
-  for (auto& w : workers) {
-    SchedulerStats stats;
-    w.worker->scheduler().stats([&](SchedulerStats s) { stats = s; });
-    cluster.settle();
-    CHECK((stats.fused_messages > 0) == fusing);
-    CHECK(stats.fused_tasks >= 2 * stats.fused_messages);
-    CHECK(stats.bytes_in_flight == 0);
   }
 }
 
@@ -353,7 +330,6 @@ TEST_CASE("a first-layer answer overtakes last-layer answers queued on a busy co
   SchedulerConfig scheduler;
   scheduler.partition_bytes = 64 << 10;
   scheduler.credit_bytes = 4 << 20;
-  scheduler.fusion_bytes = 0;
   Worker& w0 = cluster.add_worker(WorkerId(0), scheduler);
   Worker& w1 = cluster.add_worker(WorkerId(1), scheduler);
   constexpr uint64_t kLast = 32 * (64 << 10) / 4, kFirst = (64 << 10) / 4;

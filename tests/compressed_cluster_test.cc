@@ -68,7 +68,6 @@ Compression compression(WireFormat push, WireFormat pull) {
 SchedulerConfig one_partition() {
   SchedulerConfig s;
   s.partition_bytes = 4096;
-  s.fusion_bytes = 0;
   return s;
 }
 

@@ -7,29 +7,14 @@
 namespace psched::testing {
 namespace {
 
-using Send = kj::Promise<std::vector<Outcome>> (DataPath::*)(std::span<const PartitionRequest>);
-
-// `send` of `parts` on the link's current path, the connection held until it is answered.
-kj::Promise<std::vector<Outcome>> on_path(ShardLink& link, Send send,
-                                          std::span<const PartitionRequest> parts) {
-  DataPath* path = link.data_path();
-  if (path == nullptr)
-    return to_kj_exception(Error(ErrorCode::invalid_argument,
-                                 "request before connect: the shard session is not open"));
-  return (path->*send)(parts).attach(link.hold());
+// What a request before connect() gets: the link has no path yet.
+kj::Exception not_open() {
+  return to_kj_exception(
+      Error(ErrorCode::invalid_argument, "request before connect: the shard session is not open"));
 }
 
-// The single outcome's value: its applied time, or its error as a rejection.
-kj::Promise<int64_t> single(ShardLink& link, Send send, PartitionRequest part) {
-  auto kept = kj::heap<PartitionRequest>(part);
-  auto sent = on_path(link, send, {kept.get(), 1});
-  return sent
-      .then([](std::vector<Outcome> outcomes) -> kj::Promise<int64_t> {
-        if (outcomes.at(0).error) return to_kj_exception(*outcomes[0].error);
-        return outcomes[0].applied_at_ns;
-      })
-      .attach(kj::mv(kept));
-}
+// The shard's time of a landed value.
+constexpr auto kAppliedAt = [](Landed value) { return value.applied_at_ns; };
 
 PartitionRequest part_of(VariableId variable, Step step, ElementRange range, DType dtype,
                          std::span<const std::byte> gradient, std::byte* out, size_t out_bytes) {
@@ -39,7 +24,8 @@ PartitionRequest part_of(VariableId variable, Step step, ElementRange range, DTy
                         .dtype = dtype,
                         .gradient = gradient,
                         .out = out};
-  if (out != nullptr) PSCHED_REQUIRE(out_bytes == part.bytes(), out_bytes, part.bytes());
+  if (out != nullptr)
+    PSCHED_REQUIRE(out_bytes == part.landing().bytes(), out_bytes, part.landing().bytes());
   return part;
 }
 
@@ -47,36 +33,29 @@ PartitionRequest part_of(VariableId variable, Step step, ElementRange range, DTy
 
 kj::Promise<void> push(ShardLink& link, VariableId variable, Step step, ElementRange range,
                        DType dtype, std::span<const std::byte> gradient) {
-  return single(link, &DataPath::push, part_of(variable, step, range, dtype, gradient, nullptr, 0))
-      .ignoreResult();
+  DataPath* path = link.data_path();
+  if (path == nullptr) return not_open();
+  return path->push(part_of(variable, step, range, dtype, gradient, nullptr, 0))
+      .attach(link.hold());
 }
 
 kj::Promise<int64_t> poll(ShardLink& link, VariableId variable, Step step, ElementRange range,
                           std::byte* out, size_t out_bytes) {
-  return single(link, &DataPath::poll,
-                part_of(variable, step, range, DType::float32, {}, out, out_bytes));
+  DataPath* path = link.data_path();
+  if (path == nullptr) return not_open();
+  return path->poll(part_of(variable, step, range, DType::float32, {}, out, out_bytes))
+      .then(kAppliedAt)
+      .attach(link.hold());
 }
 
 kj::Promise<int64_t> push_poll(ShardLink& link, VariableId variable, Step step, ElementRange range,
                                DType dtype, std::span<const std::byte> gradient, std::byte* out,
                                size_t out_bytes) {
-  return single(link, &DataPath::push_poll,
-                part_of(variable, step, range, dtype, gradient, out, out_bytes));
-}
-
-kj::Promise<std::vector<Outcome>> push_fused(ShardLink& link,
-                                             std::span<const PartitionRequest> parts) {
-  return on_path(link, &DataPath::push, parts);
-}
-
-kj::Promise<std::vector<Outcome>> poll_fused(ShardLink& link,
-                                             std::span<const PartitionRequest> parts) {
-  return on_path(link, &DataPath::poll, parts);
-}
-
-kj::Promise<std::vector<Outcome>> push_poll_fused(ShardLink& link,
-                                                  std::span<const PartitionRequest> parts) {
-  return on_path(link, &DataPath::push_poll, parts);
+  DataPath* path = link.data_path();
+  if (path == nullptr) return not_open();
+  return path->push_poll(part_of(variable, step, range, dtype, gradient, out, out_bytes))
+      .then(kAppliedAt)
+      .attach(link.hold());
 }
 
 }  // namespace psched::testing

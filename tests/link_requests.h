@@ -19,12 +19,5 @@ kj::Promise<int64_t> poll(ShardLink& link, VariableId variable, Step step, Eleme
 kj::Promise<int64_t> push_poll(ShardLink& link, VariableId variable, Step step, ElementRange range,
                                DType dtype, std::span<const std::byte> gradient, std::byte* out,
                                size_t out_bytes);
-// Several partitions in one message (the link's path must fuse): one outcome each.
-kj::Promise<std::vector<Outcome>> push_fused(ShardLink& link,
-                                             std::span<const PartitionRequest> parts);
-kj::Promise<std::vector<Outcome>> poll_fused(ShardLink& link,
-                                             std::span<const PartitionRequest> parts);
-kj::Promise<std::vector<Outcome>> push_poll_fused(ShardLink& link,
-                                                  std::span<const PartitionRequest> parts);
 
 }  // namespace psched::testing

@@ -90,19 +90,20 @@ void GradientPusher::compress(VariableHandle handle, const VariablePlan& plan, S
     residual = owed.data();
   }
   for (PartitionTask& task : tasks) {
-    task.value_format = value_format;
+    PartitionRequest& request = task.request;
+    request.value_format = value_format;
     if (format == WireFormat::none) continue;
     auto body = std::make_shared<std::vector<std::byte>>();
-    std::span<const std::byte> gradient(task.gradient, task.bytes);
+    const std::span<const std::byte> gradient = request.gradient;
     if (residual)
-      encode_with_feedback(format, plan.dtype, gradient,
-                           {residual + task.range.begin * element_bytes(plan.dtype), task.bytes},
-                           plan.compression.topk, *body, scratch_);
+      encode_with_feedback(
+          format, plan.dtype, gradient,
+          {residual + request.range.begin * element_bytes(plan.dtype), gradient.size()},
+          plan.compression.topk, *body, scratch_);
     else
       encode(format, plan.dtype, gradient, plan.compression.topk, *body);
-    task.format = format;
-    task.gradient = body->data();
-    task.bytes = body->size();
+    request.format = format;
+    request.gradient = *body;
     task.encoded = std::move(body);
   }
 }
@@ -174,18 +175,18 @@ std::vector<PartitionTask> GradientPusher::cut(const VariablePlan& plan, Step st
   const uint64_t chunk = std::max<uint64_t>(1, partition_bytes / elem_bytes);
   for (const PlacedPart& part : plan.parts) {
     for (uint64_t begin = part.range.begin; begin < part.range.end; begin += chunk) {
-      PartitionTask task;
-      task.id = first_id + tasks.size();
-      task.priority = plan.priority;
-      task.range = ElementRange{begin, std::min(part.range.end, begin + chunk)};
-      task.bytes = task.range.size() * elem_bytes;
-      task.shard = part.shard;
-      task.shard_variable = part.shard_variable;
-      task.step = step;
-      task.dtype = plan.dtype;
-      task.gradient = gradient + begin * elem_bytes;
-      task.fresh_value = plan.value + begin * elem_bytes;
-      tasks.push_back(task);
+      ElementRange range{begin, std::min(part.range.end, begin + chunk)};
+      PartitionTask task{
+          .id = first_id + tasks.size(),
+          .priority = plan.priority,
+          .shard = part.shard,
+          .request = {.variable = part.shard_variable,
+                      .step = step,
+                      .range = range,
+                      .dtype = plan.dtype,
+                      .gradient = {gradient + begin * elem_bytes, range.size() * elem_bytes},
+                      .out = plan.value + begin * elem_bytes}};
+      tasks.push_back(std::move(task));
     }
   }
   return tasks;

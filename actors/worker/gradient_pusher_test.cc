@@ -41,32 +41,28 @@ VariablePlan make_plan(DType dtype, uint64_t elements, std::vector<PartSpec> par
 
 std::vector<ElementRange> ranges_of(const std::vector<PartitionTask>& tasks) {
   std::vector<ElementRange> ranges;
-  for (const auto& t : tasks) ranges.push_back(t.range);
+  for (const auto& t : tasks) ranges.push_back(t.request.range);
   return ranges;
 }
 
-// Keeps each started task's `done` so the test finishes partitions in the order it chooses,
+// Keeps each started task's reports so the test finishes partitions in the order it chooses,
 // or finishes them inside start() with `finish_inside_start`.
 class HoldingTransport : public PartitionTransport {
  public:
-  bool fuses(ShardId) const override { return false; }
-  void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override {
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      TaskDone done = std::move(callbacks[i].done);
-      started.push_back(tasks[i]);
-      if (finish_inside_start)
-        done(nullptr);
-      else
-        dones.emplace_back(tasks[i].id, std::move(done));
-    }
+  void start(PartitionTask task, TaskReports& reports) override {
+    started.push_back(task);
+    if (finish_inside_start)
+      reports.finished(task.id, Landed{});
+    else
+      holding.emplace_back(task.id, &reports);
   }
-  void finish(uint64_t id, std::exception_ptr error = nullptr) {
-    auto it =
-        std::find_if(dones.begin(), dones.end(), [id](const auto& d) { return d.first == id; });
-    REQUIRE(it != dones.end());
-    TaskDone done = std::move(it->second);
-    dones.erase(it);
-    done(error);
+  void finish(uint64_t id, TaskOutcome outcome = Landed{}) {
+    auto it = std::find_if(holding.begin(), holding.end(),
+                           [id](const auto& held) { return held.first == id; });
+    REQUIRE(it != holding.end());
+    TaskReports* reports = it->second;
+    holding.erase(it);
+    reports->finished(id, std::move(outcome));
   }
   std::vector<uint64_t> started_ids() const {
     std::vector<uint64_t> ids;
@@ -75,7 +71,7 @@ class HoldingTransport : public PartitionTransport {
   }
 
   std::vector<PartitionTask> started;
-  std::vector<std::pair<uint64_t, TaskDone>> dones;
+  std::vector<std::pair<uint64_t, TaskReports*>> holding;  // task id -> where it reports
   bool finish_inside_start = false;
 };
 
@@ -103,8 +99,8 @@ struct PusherFixture {
     drain();
     return result;
   }
-  void finish(uint64_t id, std::exception_ptr error = nullptr) {
-    transport.finish(id, error);
+  void finish(uint64_t id, TaskOutcome outcome = Landed{}) {
+    transport.finish(id, std::move(outcome));
     drain();
   }
 
@@ -118,8 +114,8 @@ struct PusherFixture {
 using Ids = std::vector<uint64_t>;
 using Ranges = std::vector<ElementRange>;
 
-std::exception_ptr failure(const char* message) {
-  return std::make_exception_ptr(Error(ErrorCode::disconnected, message));
+Error failure(const char* message) {
+  return Error(ErrorCode::disconnected, message);
 }
 
 }  // namespace
@@ -134,13 +130,13 @@ TEST_CASE("cut makes consecutive whole-element partitions of at most partition_b
     CHECK(t.id == 100 + k);
     CHECK(t.priority == Priority(6));
     CHECK(t.sequence == 0);
-    CHECK(t.bytes == t.range.size() * 4);
+    CHECK(t.bytes() == t.request.range.size() * 4);
     CHECK(t.shard == ShardId(2));
-    CHECK(t.shard_variable == VariableId(17));
-    CHECK(t.step == Step(9));
-    CHECK(t.dtype == DType::float32);
-    CHECK(t.gradient == grad.data() + t.range.begin * 4);
-    CHECK(t.fresh_value == value.data() + t.range.begin * 4);
+    CHECK(t.request.variable == VariableId(17));
+    CHECK(t.request.step == Step(9));
+    CHECK(t.request.dtype == DType::float32);
+    CHECK(t.request.gradient.data() == grad.data() + t.request.range.begin * 4);
+    CHECK(t.request.out == value.data() + t.request.range.begin * 4);
   }
 }
 
@@ -149,9 +145,9 @@ TEST_CASE("cut rounds a partition size down to whole float64 elements") {
   VariablePlan plan = make_plan(DType::float64, 7, {{0, 1, 7}}, value.data());
   auto tasks = GradientPusher::cut(plan, Step(1), grad.data(), 20, 1);
   CHECK(ranges_of(tasks) == Ranges{{0, 2}, {2, 4}, {4, 6}, {6, 7}});
-  CHECK(tasks[0].bytes == 16);
-  CHECK(tasks[3].bytes == 8);
-  CHECK(tasks[3].gradient == grad.data() + 48);
+  CHECK(tasks[0].bytes() == 16);
+  CHECK(tasks[3].bytes() == 8);
+  CHECK(tasks[3].request.gradient.data() == grad.data() + 48);
 }
 
 TEST_CASE("a partition smaller than one element still carries one whole element") {
@@ -160,7 +156,7 @@ TEST_CASE("a partition smaller than one element still carries one whole element"
   for (uint64_t partition_bytes : {0, 1, 7}) {
     auto tasks = GradientPusher::cut(plan, Step(1), grad.data(), partition_bytes, 1);
     CHECK(ranges_of(tasks) == Ranges{{0, 1}, {1, 2}, {2, 3}});
-    for (const auto& t : tasks) CHECK(t.bytes == 8);
+    for (const auto& t : tasks) CHECK(t.bytes() == 8);
   }
 }
 
@@ -170,9 +166,9 @@ TEST_CASE("partitions never cross a shard part and carry that part's shard") {
   auto tasks = GradientPusher::cut(plan, Step(1), grad.data(), 12, 1);
   CHECK(ranges_of(tasks) == Ranges{{0, 3}, {3, 6}, {6, 7}, {7, 10}});
   CHECK(tasks[2].shard == ShardId(0));
-  CHECK(tasks[2].shard_variable == VariableId(11));
+  CHECK(tasks[2].request.variable == VariableId(11));
   CHECK(tasks[3].shard == ShardId(1));
-  CHECK(tasks[3].shard_variable == VariableId(4));
+  CHECK(tasks[3].request.variable == VariableId(4));
 }
 
 TEST_CASE("cut covers the variable exactly for every size, split and partition size") {
@@ -200,14 +196,15 @@ TEST_CASE("cut covers the variable exactly for every size, split and partition s
               REQUIRE(k < tasks.size());
               const PartitionTask& t = tasks[k];
               CHECK(t.id == 50 + k);
-              CHECK(t.range.begin == covered);
-              CHECK(part.range.contains(t.range));
-              CHECK(t.range.size() == std::min(chunk, part.range.end - covered));
-              CHECK(t.bytes == t.range.size() * eb);
+              const ElementRange& range = t.request.range;
+              CHECK(range.begin == covered);
+              CHECK(part.range.contains(range));
+              CHECK(range.size() == std::min(chunk, part.range.end - covered));
+              CHECK(t.bytes() == range.size() * eb);
               CHECK(t.shard == part.shard);
-              CHECK(t.gradient == grad.data() + t.range.begin * eb);
-              CHECK(t.fresh_value == value.data() + t.range.begin * eb);
-              covered = t.range.end;
+              CHECK(t.request.gradient.data() == grad.data() + range.begin * eb);
+              CHECK(t.request.out == value.data() + range.begin * eb);
+              covered = range.end;
             }
           }
           CHECK(k == tasks.size());
@@ -255,9 +252,9 @@ TEST_CASE("a push completes only after all its partitions are done") {
   PushResult& result = f.push(VariableHandle(0), Step(4), grad);
   REQUIRE(f.transport.started_ids() == Ids{1, 2, 3, 4});
   for (const auto& t : f.transport.started) {
-    CHECK(t.step == Step(4));
-    CHECK(t.gradient == grad.data() + t.range.begin * 4);
-    CHECK(t.fresh_value == value.data() + t.range.begin * 4);
+    CHECK(t.request.step == Step(4));
+    CHECK(t.request.gradient.data() == grad.data() + t.request.range.begin * 4);
+    CHECK(t.request.out == value.data() + t.request.range.begin * 4);
   }
   for (uint64_t id : {3, 1, 4}) {
     f.finish(id);
@@ -308,7 +305,7 @@ TEST_CASE("set_partition_bytes changes how later pushes are cut") {
   f.pusher.set_partition_bytes(20);
   f.push(VariableHandle(0), Step(2), grad);
   CHECK(f.transport.started.size() == 3);
-  CHECK(f.transport.started[2].range == ElementRange{5, 10});
+  CHECK(f.transport.started[2].request.range == ElementRange{5, 10});
 }
 
 TEST_CASE("partitions of a later, more urgent variable overtake a queued big one") {
@@ -356,8 +353,12 @@ TEST_CASE("a replaced plan starts with nothing held back by error feedback") {
   // What the last started partition carries, decoded.
   auto sent = [&] {
     std::vector<float> out(4);
-    decode(WireFormat::topk, DType::float32, *f.transport.started.back().encoded,
-           std::as_writable_bytes(std::span(out)));
+    const PartitionTask& task = f.transport.started.back();
+    REQUIRE(task.encoded);
+    CHECK(task.request.gradient.data() == task.encoded->data());  // the encoded body goes
+    CHECK(task.bytes() == task.encoded->size());
+    CHECK(task.request.format == WireFormat::topk);
+    decode(WireFormat::topk, DType::float32, *task.encoded, std::as_writable_bytes(std::span(out)));
     f.finish(f.transport.started.back().id);
     return out;
   };

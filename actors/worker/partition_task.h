@@ -1,70 +1,115 @@
 // SPDX-License-Identifier: Apache-2.0
-// One partition of one gradient push, as the worker-side actors pass it around, and the
-// transport that carries it to a shard and brings the fresh value back.
+// One partition of one gradient push on its way down the worker, described once:
+//
+//   PartitionRequest  what goes to the shard and where its value lands. GradientPusher fills it;
+//                     the scheduler orders it, LinkTransport hands it as it is to the
+//                     connection's DataPath (link/data_path.h), which writes a frame header or a
+//                     call's parameters from it; a path keeps only its Landing while the value
+//                     is on the way.
+//   PartitionTask     the request with what the scheduler orders it by, and the owner of a
+//                     compressed gradient.
+//
+// And the transport that carries tasks to their shards and reports what became of them.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/placement.h"
+#include "common/result.h"
 #include "common/types.h"
 #include "compression/wire_format.h"
 
 namespace psched {
 
+// Where a partition's fresh value lands and the form it travels in: what a path keeps of a
+// request while its value is on the way.
+struct Landing {
+  // Room for `elements` of `dtype`. Owner: the trainer (its parameter memory).
+  std::byte* out = nullptr;
+  DType dtype = DType::float32;
+  uint64_t elements = 0;
+  WireFormat format = WireFormat::none;  // the value travels in
+
+  // The bytes that land in `out` (in `dtype`).
+  size_t bytes() const { return elements * element_bytes(dtype); }
+  // The bytes of the value on the wire (in `format`).
+  size_t wire_bytes() const;
+  // Writes a value as answered (in `format`) into `out`, widened; [shape_mismatch], and nothing
+  // written, when it is not wire_bytes() long.
+  Result<> land(std::span<const std::byte> value) const;
+};
+
+// One partition of a push: its gradient goes up, its fresh value for `step` comes back to `out`.
+struct PartitionRequest {
+  VariableId variable;  // the shard's id for it
+  Step step;
+  ElementRange range;  // elements of the whole variable
+  DType dtype = DType::float32;
+  // range.size() elements in `format`; sent from where it lies when the path can (the caller
+  // keeps it alive and unchanged until the request's promise resolves or is dropped), else
+  // copied.
+  std::span<const std::byte> gradient;
+  // Room for range.size() elements of `dtype`. The caller keeps it alive until the promise
+  // resolves or is dropped, and over a data stream while the connection lives: a value already
+  // arriving lands.
+  std::byte* out = nullptr;
+  WireFormat format = WireFormat::none;        // of `gradient` (compression/codec.h)
+  WireFormat value_format = WireFormat::none;  // the fresh value travels in
+
+  Landing landing() const { return {out, dtype, range.size(), value_format}; }
+};
+
 struct PartitionTask {
   uint64_t id = 0;        // unique within a worker; assigned by GradientPusher
   Priority priority;      // the variable's priority; lower goes first
   uint64_t sequence = 0;  // arrival order: fifo order and the tie-break within a priority
-  uint64_t bytes = 0;     // payload bytes on the wire; what counts against the credit window
-
-  ShardId shard;              // where the partition goes
-  VariableId shard_variable;  // the id that shard gave the variable
-  Step step;
-  ElementRange range;  // elements of the whole variable this partition covers
-  DType dtype = DType::float32;
-  WireFormat format = WireFormat::none;        // of `gradient`
-  WireFormat value_format = WireFormat::none;  // the fresh value travels in
-  // The range's gradient, `bytes` long. Owner: the trainer, alive until its push completes;
-  // or, compressed, `encoded`.
-  const std::byte* gradient = nullptr;
+  ShardId shard;          // where the partition goes
+  // What goes to the shard. request.gradient lies in the trainer's memory, alive until the
+  // task is finished; or, compressed, in `encoded`.
+  PartitionRequest request;
   std::shared_ptr<const std::vector<std::byte>> encoded{};
-  // Where the range's fresh value is written. Owner: the trainer (its parameter memory).
-  std::byte* fresh_value = nullptr;
+
+  // Payload bytes on the wire: what counts against the credit window.
+  uint64_t bytes() const { return request.gradient.size(); }
 };
 
-// Called once per task, from any thread, with null or the failure (a psched::Error).
-using TaskDone = std::function<void(std::exception_ptr)>;
+// A task whose fresh value is in place: when the shard found it ready, on the shard's wall clock
+// (ns since the Unix epoch, for traces; 0 when the transport does not know).
+struct Landed {
+  int64_t applied_at_ns = 0;
+};
 
-// What a transport reports about one task, from any thread.
-struct TaskCallbacks {
-  // The shard acknowledged the push (validated, and applied or accumulated). At most once,
-  // before `done`; never when the push failed. The scheduler may free the task's credit here
-  // (sync mode: see Scheduler::set_free_credit_on_receipt).
-  std::function<void()> receipt;
-  // The shard's wall clock (ns since the Unix epoch) when it found the fresh value ready, for
-  // traces. At most once, before `done`; optional for transports.
-  std::function<void(int64_t applied_at_ns)> applied;
-  // The fresh value is in place (null) or the task failed. Exactly once.
-  TaskDone done;
+// What became of a task: its value landed, or the Error that failed it.
+using TaskOutcome = Result<Landed>;
+
+// Where a transport reports what becomes of the tasks it carries: the scheduler. A transport
+// lives on the scheduler's loop and calls these there, directly (no hop), in a later turn or
+// synchronously from inside start(); never from another thread.
+class TaskReports {
+ public:
+  // The shard acknowledged task `task_id`'s push (validated, and applied or accumulated). At
+  // most once, before finished(); never when the push failed. The scheduler may free the task's
+  // credit here (sync mode: see Scheduler::set_free_credit_on_receipt).
+  virtual void received(uint64_t task_id) = 0;
+  // Task `task_id` is over: its fresh value is in place, or it failed. Exactly once.
+  virtual void finished(uint64_t task_id, TaskOutcome outcome) = 0;
+
+ protected:
+  ~TaskReports() = default;
 };
 
 class PartitionTransport {
  public:
   virtual ~PartitionTransport() = default;
-  // Whether tasks bound for `shard` may travel several to a message (tensor fusion): where
-  // each message costs a call of its own. The scheduler builds fused groups only then.
-  virtual bool fuses(ShardId shard) const = 0;
-  // Pushes each task's gradient to its shard and polls the range's fresh value for its step
-  // into task.fresh_value, reporting through `callbacks[i]` for `tasks[i]`. Several tasks only
-  // when fuses() holds for their one shard; they then go as one message each way. The tasks'
-  // pointers stay valid until their `done` runs.
-  virtual void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) = 0;
+  // Pushes the task's gradient to its shard and polls the range's fresh value for its step
+  // into task.request.out, reporting to `reports` (which outlives the task's last report).
+  // The task's pointers stay valid until it is finished.
+  virtual void start(PartitionTask task, TaskReports& reports) = 0;
 };
 
 }  // namespace psched

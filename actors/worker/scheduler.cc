@@ -2,8 +2,9 @@
 #include "actors/worker/scheduler.h"
 
 #include <algorithm>
-#include <memory>
 #include <utility>
+
+#include <kj/common.h>
 
 #include "common/check.h"
 
@@ -56,10 +57,6 @@ void Scheduler::set_credit(uint64_t credit_bytes) {
   });
 }
 
-void Scheduler::set_fusion_bytes(uint64_t bytes) {
-  dispatch([this, bytes] { fusion_bytes_ = bytes; });
-}
-
 void Scheduler::set_free_credit_on_receipt(bool on_receipt) {
   dispatch([this, on_receipt] { free_credit_on_receipt_ = on_receipt; });
 }
@@ -82,83 +79,33 @@ void Scheduler::take_records(std::function<void(std::vector<TaskRecord>)> reply)
 }
 
 void Scheduler::start_ready() {
-  // The transport may finish a task synchronously inside launch(); its completion is posted,
-  // so the queue only changes here (or in a nested enqueue, which leaves it consistent).
-  // Nothing that points into the queue is kept across launch().
-  while (!queue_.empty() && fits(queue_.top().task.bytes, stats_.bytes_in_flight, credit_bytes_))
-    start_next();
-}
-
-void Scheduler::start_next() {
-  Queued best = queue_.top();
-  queue_.pop();
-  // Alone: it cannot fuse, or nothing that could fuse with it would start now anyway.
-  if (!fusable(best.task) || !next_joins(best.task.bytes)) {
-    admit(best, 0);
-    launch({best.task});
-    return;
-  }
-  // The run of fusable tasks that would start now anyway, in order, grouped by shard. When a
-  // shard's open group is full, the shard opens another; groups go out in the order opened.
-  struct Group {
-    std::vector<Queued> tasks;
-    uint64_t bytes = 0;
-  };
-  std::vector<Group> groups;
-  std::unordered_map<ShardId, size_t> open;  // shard -> its group still being filled
-  auto add = [&](Queued q) {
-    auto it = open.find(q.task.shard);
-    if (it == open.end() || groups[it->second].bytes + q.task.bytes > fusion_bytes_ ||
-        groups[it->second].tasks.size() == kMaxFusedTasks) {
-      it = open.insert_or_assign(q.task.shard, groups.size()).first;
-      groups.emplace_back();
-    }
-    Group& group = groups[it->second];
-    group.bytes += q.task.bytes;
-    group.tasks.push_back(std::move(q));
-  };
-  uint64_t gathered = best.task.bytes;
-  add(std::move(best));
-  while (next_joins(gathered)) {
-    gathered += queue_.top().task.bytes;
-    add(queue_.top());
+  if (starting_) return;  // the one running further up the stack goes on
+  starting_ = true;
+  KJ_DEFER(starting_ = false);
+  while (!queue_.empty() &&
+         fits(queue_.top().task.bytes(), stats_.bytes_in_flight, credit_bytes_)) {
+    Queued best = queue_.top();
     queue_.pop();
-  }
-  for (const Group& group : groups) {
-    std::vector<PartitionTask> tasks;
-    for (const Queued& q : group.tasks) {
-      admit(q, static_cast<uint32_t>(group.tasks.size() - 1));
-      tasks.push_back(q.task);
-    }
-    if (tasks.size() > 1) {
-      ++stats_.fused_messages;
-      stats_.fused_tasks += tasks.size();
-    }
-    launch(std::move(tasks));
+    admit(best);
+    launch(std::move(best.task));
   }
 }
 
-bool Scheduler::next_joins(uint64_t gathered) const {
-  return !queue_.empty() && fusable(queue_.top().task) &&
-         fits(queue_.top().task.bytes, stats_.bytes_in_flight + gathered, credit_bytes_);
-}
-
-void Scheduler::admit(const Queued& queued, uint32_t fused_with) {
+void Scheduler::admit(const Queued& queued) {
   const PartitionTask& task = queued.task;
   auto same_priority = stats_.queued_by_priority.find(task.priority);
   if (--same_priority->second == 0) stats_.queued_by_priority.erase(same_priority);
-  stats_.bytes_in_flight += task.bytes;
+  stats_.bytes_in_flight += task.bytes();
   stats_.max_bytes_in_flight = std::max(stats_.max_bytes_in_flight, stats_.bytes_in_flight);
   ++stats_.started_tasks;
   TaskRecord record{.task_id = task.id,
                     .start_index = stats_.started_tasks - 1,
                     .priority = task.priority,
-                    .bytes = task.bytes,
-                    .format = task.format,
-                    .value_format = task.value_format,
+                    .bytes = task.bytes(),
+                    .format = task.request.format,
+                    .value_format = task.request.value_format,
                     .shard = task.shard,
-                    .range = task.range,
-                    .fused_with = fused_with,
+                    .range = task.request.range,
                     .queued = queued.queued,
                     .started = Clock::now(),
                     .receipt = {},
@@ -167,30 +114,14 @@ void Scheduler::admit(const Queued& queued, uint32_t fused_with) {
   in_flight_.emplace(task.id, InFlight{record, true});
 }
 
-void Scheduler::launch(std::vector<PartitionTask> tasks) {
-  // The callbacks may run on any thread, even inside the transport's start: always hop.
-  auto done_of = [this](uint64_t id, std::shared_ptr<int64_t> applied_at) -> TaskDone {
-    return [this, id, applied_at](std::exception_ptr error) {
-      post([this, id, error, applied_at] { finished(id, error, applied_at ? *applied_at : 0); });
-    };
-  };
-  std::vector<uint64_t> ids;
-  std::vector<TaskCallbacks> callbacks;
-  for (const PartitionTask& task : tasks) {
-    uint64_t id = task.id;
-    ids.push_back(id);
-    // Set before `done` runs, read after its hop: the post orders the two.
-    auto applied_at = std::make_shared<int64_t>(0);
-    callbacks.push_back({.receipt = [this, id] { post([this, id] { received(id); }); },
-                         .applied = [applied_at](int64_t ns) { *applied_at = ns; },
-                         .done = done_of(id, applied_at)});
-  }
+void Scheduler::launch(PartitionTask task) {
+  uint64_t id = task.id;
   try {
-    transport_.start(std::move(tasks), std::move(callbacks));
+    transport_.start(std::move(task), *this);
   } catch (...) {
-    // A transport that throws instead of calling `done` failed the tasks; finished() ignores
-    // a second report of a task it already reported.
-    for (uint64_t id : ids) done_of(id, nullptr)(std::current_exception());
+    // A transport that throws instead of reporting failed the task; finished() ignores a second
+    // report of a task it already had.
+    finished(id, caught());
   }
 }
 
@@ -203,6 +134,7 @@ void Scheduler::release_credit(InFlight& task) {
 }
 
 void Scheduler::received(uint64_t task_id) {
+  PSCHED_REQUIRE(on_loop(), task_id);
   auto it = in_flight_.find(task_id);
   if (it == in_flight_.end()) return;
   it->second.record.receipt = Clock::now();
@@ -211,7 +143,8 @@ void Scheduler::received(uint64_t task_id) {
   start_ready();
 }
 
-void Scheduler::finished(uint64_t task_id, std::exception_ptr error, int64_t applied_at_ns) {
+void Scheduler::finished(uint64_t task_id, TaskOutcome outcome) {
+  PSCHED_REQUIRE(on_loop(), task_id);
   auto it = in_flight_.find(task_id);
   if (it == in_flight_.end()) return;  // reported twice: the first report counted
   release_credit(it->second);
@@ -219,13 +152,15 @@ void Scheduler::finished(uint64_t task_id, std::exception_ptr error, int64_t app
   in_flight_.erase(it);
   ++stats_.finished_tasks;
   record.finished = Clock::now();
-  if (applied_at_ns != 0) {
+  if (outcome && outcome->applied_at_ns != 0) {
     auto wall_now = std::chrono::system_clock::now().time_since_epoch();
-    record.applied = record.finished - (wall_now - std::chrono::nanoseconds(applied_at_ns));
+    auto applied_at = std::chrono::nanoseconds(outcome->applied_at_ns);
+    record.applied = record.finished - (wall_now - applied_at);
   }
   if (records_.size() == kMaxRecords) records_.pop_front();
   records_.push_back(record);
-  if (on_task_done_) on_task_done_(task_id, error);
+  if (on_task_done_)
+    on_task_done_(task_id, outcome ? nullptr : std::make_exception_ptr(outcome.error()));
   start_ready();
 }
 

@@ -7,14 +7,22 @@
 // the transport reports the fresh value back (or the push's receipt, in sync mode: see
 // set_free_credit_on_receipt). Bytes in flight never exceed credit_bytes, except that a single
 // task larger than the whole credit starts alone when nothing is in flight. Strict order: a
-// smaller task never overtakes a better one that is waiting for credit.
+// smaller task never overtakes a better one that is waiting for credit. Each task goes to the
+// transport alone.
 //
-// Tensor fusion: where the transport fuses (PartitionTransport::fuses: Cap'n Proto calls, not
-// a data stream), tasks smaller than fusion_bytes that start at the same moment (the next ones
-// in order, all fitting in the credit) are handed to the transport together, grouped by shard
-// into messages of at most fusion_bytes. Fusion never changes which tasks start or in what
-// order; it only saves per-message costs when small tasks queue up. A lone small task on an
-// idle link starts at once, unfused.
+// Threads: enqueue() and the other public methods may be called from any thread (they hop onto
+// the loop when called elsewhere). The transport lives on the same loop and reports to the
+// scheduler directly (TaskReports: received, finished), with no hop and no closure per task,
+// in a later turn or from inside its start().
+//
+// Re-entrancy: a report from inside start() runs in the middle of start_ready(), which is
+// handing out tasks. The report frees the task's credit, records it and tells on_task_done (which
+// may enqueue more) at once; the queue is only ever taken from by start_ready(), which keeps
+// nothing that points into the queue across start() and re-reads the best task and the credit
+// after each. A start_ready() called while one runs further up the stack (from a report or a
+// nested enqueue) returns at once: the running one goes on with what changed. So tasks start in
+// order, and a transport that finishes every task inside start() runs a queue of any length
+// with no nesting.
 #pragma once
 
 #include <chrono>
@@ -33,14 +41,12 @@
 
 namespace psched {
 
-class Scheduler : public Actor {
+class Scheduler : public Actor, private TaskReports {
  public:
   static constexpr size_t kMaxRecords = 1 << 16;
-  // At most this many tasks share a fused message (bounds its header overhead); every shard
-  // accepts that many (limits.max_fused_partitions).
-  static constexpr size_t kMaxFusedTasks = kMinFusedPartitionsLimit;
 
-  // Runs on the scheduler's loop when a task finished (fresh value written) or failed.
+  // Runs on the scheduler's loop when a task finished (fresh value written) or failed; may be
+  // inside the transport's start() and may enqueue.
   using OnTaskDone = std::function<void(uint64_t task_id, std::exception_ptr)>;
 
   // `transport` outlives the scheduler.
@@ -52,8 +58,6 @@ class Scheduler : public Actor {
   void enqueue(std::vector<PartitionTask> tasks);
   // Changes the credit window from now on (the tuner); tasks in flight keep their credit.
   void set_credit(uint64_t credit_bytes);
-  // Fuses tasks smaller than `bytes` into messages of at most `bytes` from now on; 0: never.
-  void set_fusion_bytes(uint64_t bytes);
   // With true (sync mode), a task's credit is freed at its push's receipt rather than when its
   // fresh value is back: a sync poll waits for every worker, and credit held through it would
   // let two workers each hold the credit the other needs to send what the other waits for.
@@ -80,35 +84,27 @@ class Scheduler : public Actor {
     bool holds_credit = true;
   };
 
-  // Starts queued tasks, best first, while the best one fits the credit left. On the loop.
+  // Starts queued tasks, best first, while the best one fits the credit left. Returns at once
+  // when it is already running further up the stack (see "Re-entrancy" above). On the loop.
   void start_ready();
-  // Whether `task` may share a message: it is small and its shard's transport fuses.
-  bool fusable(const PartitionTask& task) const {
-    return task.bytes < fusion_bytes_ && transport_.fuses(task.shard);
-  }
-  // Whether the best queued task would fuse into a run of `gathered` bytes starting now: it is
-  // fusable and fits the credit left beside them.
-  bool next_joins(uint64_t gathered) const;
-  // Starts the best task and, if it is fusable, the fusable ones after it that fit, grouped
-  // by shard. Requires the best task to fit.
-  void start_next();
   // Takes the task's credit and records its start.
-  void admit(const Queued& queued, uint32_t fused_with);
-  // Hands admitted tasks (one, or a fused group for one shard) to the transport.
-  void launch(std::vector<PartitionTask> tasks);
+  void admit(const Queued& queued);
+  // Hands an admitted task to the transport; a transport that throws failed it.
+  void launch(PartitionTask task);
   // Gives the task's credit back if it still holds it. Idempotent.
   void release_credit(InFlight& task);
-  // The transport's `receipt`, after the hop back onto the loop.
-  void received(uint64_t task_id);
-  // The transport's `done`, after the hop back onto the loop: frees the credit if still held.
-  void finished(uint64_t task_id, std::exception_ptr error, int64_t applied_at_ns);
+  // TaskReports, called by the transport on the loop. A report of a task that is not in flight
+  // (reported finished already) is ignored.
+  void received(uint64_t task_id) override;
+  // Frees the credit if still held, records the task and tells on_task_done.
+  void finished(uint64_t task_id, TaskOutcome outcome) override;
 
   PartitionTransport& transport_;
   OnTaskDone on_task_done_;
   // Loop-owned state:
   uint64_t credit_bytes_;
-  uint64_t fusion_bytes_ = 0;
   bool free_credit_on_receipt_ = false;
+  bool starting_ = false;       // start_ready() is running
   uint64_t next_sequence_ = 0;  // arrival counter, stamped on each task by enqueue
   std::priority_queue<Queued, std::vector<Queued>, Later> queue_;
   SchedulerStats stats_;

@@ -23,7 +23,6 @@ struct TaskRecord {
   WireFormat value_format = WireFormat::none;  // the fresh value came back in
   ShardId shard;
   ElementRange range;
-  uint32_t fused_with = 0;  // other tasks sent in the same message
   std::chrono::steady_clock::time_point queued, started;
   // The shard acknowledged the push; unset (epoch) when it did not.
   std::chrono::steady_clock::time_point receipt;
@@ -40,8 +39,6 @@ struct SchedulerStats {
   uint64_t queued_tasks = 0;         // waiting now (enqueued, not yet started)
   uint64_t started_tasks = 0;        // ever started
   uint64_t finished_tasks = 0;       // ever finished (failures included)
-  uint64_t fused_messages = 0;       // transport calls that carried more than one task
-  uint64_t fused_tasks = 0;          // tasks that went in those
   std::map<Priority, uint64_t> queued_by_priority;  // queued_tasks by task priority (no zeros)
 };
 

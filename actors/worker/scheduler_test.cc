@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <map>
 #include <random>
-#include <stdexcept>
 
 #include "actors/runtime/test_loop.h"
 #include "common/error.h"
@@ -15,69 +14,61 @@ using namespace psched;
 
 namespace {
 
+// The gradients of the tasks below: the scheduler counts their bytes and never reads them.
+const std::vector<std::byte> kGradients(1 << 12);
+
 PartitionTask make_task(uint64_t id, int64_t priority, uint64_t bytes) {
+  REQUIRE(bytes <= kGradients.size());
   PartitionTask task;
   task.id = id;
   task.priority = Priority(priority);
-  task.bytes = bytes;
+  task.request.gradient = std::span(kGradients).first(bytes);
   task.sequence = 1000 - id;  // garbage: the scheduler must stamp its own arrival order
   return task;
 }
 
-// Records every start and keeps each `done`, so a test finishes tasks in the order it chooses.
-// With `finish_inside_start` it instead calls `done` synchronously inside start().
+// Records every start and keeps each task's reports, so a test finishes tasks in the order it
+// chooses. With `finish_inside_start` it instead reports each task finished from inside start().
 class RecordingTransport : public PartitionTransport {
  public:
   struct Running {
     PartitionTask task;
-    TaskDone done;
-    std::function<void()> receipt;
+    TaskReports* reports;
   };
 
-  bool fuses(ShardId) const override { return fusing; }
-
-  // Records a fused group, then starts each task alone.
-  void start(std::vector<PartitionTask> tasks, std::vector<TaskCallbacks> callbacks) override {
-    if (tasks.size() > 1) {
-      std::vector<uint64_t> ids;
-      for (const auto& t : tasks) ids.push_back(t.id);
-      fused.push_back(ids);
-    }
-    for (size_t i = 0; i < tasks.size(); ++i) start_one(tasks[i], std::move(callbacks[i]));
-  }
-
-  void start_one(const PartitionTask& task, TaskCallbacks callbacks) {
-    TaskDone done = std::move(callbacks.done);
+  void start(PartitionTask task, TaskReports& reports) override {
+    ++starting;
+    max_starting = std::max(max_starting, starting);
     if (on_start) on_start(task);
     started.push_back(task);
-    if (finish_inside_start) {
-      done(nullptr);
-      return;
-    }
-    running.push_back(Running{task, std::move(done), std::move(callbacks.receipt)});
+    if (finish_inside_start)
+      reports.finished(task.id, Landed{});
+    else
+      running.push_back(Running{task, &reports});
+    --starting;
   }
 
-  // Calls the `receipt` of running task `id`, which keeps running.
+  // Reports the receipt of running task `id`, which keeps running.
   void receipt(uint64_t id) {
     auto it = std::find_if(running.begin(), running.end(),
                            [id](const Running& r) { return r.task.id == id; });
     REQUIRE(it != running.end());
-    it->receipt();
+    it->reports->received(id);
   }
 
-  // Calls the `done` of running task `id` (test thread, as a network thread would).
-  void finish(uint64_t id, std::exception_ptr error) {
+  // Reports running task `id` finished with `outcome` (on the loop, as LinkTransport does).
+  void finish(uint64_t id, TaskOutcome outcome) {
     auto it = std::find_if(running.begin(), running.end(),
                            [id](const Running& r) { return r.task.id == id; });
     REQUIRE(it != running.end());
-    TaskDone done = std::move(it->done);
+    TaskReports* reports = it->reports;
     running.erase(it);
-    done(error);
+    reports->finished(id, std::move(outcome));
   }
 
   uint64_t running_bytes() const {
     uint64_t sum = 0;
-    for (const auto& r : running) sum += r.task.bytes;
+    for (const auto& r : running) sum += r.task.bytes();
     return sum;
   }
 
@@ -89,10 +80,10 @@ class RecordingTransport : public PartitionTransport {
 
   std::vector<PartitionTask> started;
   std::vector<Running> running;
-  std::vector<std::vector<uint64_t>> fused;  // the ids of each fused group started
-  bool fusing = true;                        // what fuses() answers
   bool finish_inside_start = false;
   std::function<void(const PartitionTask&)> on_start;  // runs before the start is recorded
+  int starting = 0;                                    // start() calls running now
+  int max_starting = 0;  // the most ever running at once (2: a start() inside another)
 };
 
 // One scheduler on an io_context polled by the test thread: deterministic, no threads.
@@ -102,6 +93,7 @@ struct SchedulerFixture {
                   [this](uint64_t id, std::exception_ptr error) {
                     CHECK(scheduler.on_loop());
                     done.emplace_back(id, error);
+                    if (on_done) on_done(id);
                   }) {}
 
   void drain() { io.drain(); }
@@ -109,8 +101,8 @@ struct SchedulerFixture {
     scheduler.enqueue(std::move(tasks));
     drain();
   }
-  void finish(uint64_t id, std::exception_ptr error = nullptr) {
-    transport.finish(id, error);
+  void finish(uint64_t id, TaskOutcome outcome = Landed{}) {
+    transport.finish(id, std::move(outcome));
     drain();
   }
   void set_credit(uint64_t credit) {
@@ -138,6 +130,7 @@ struct SchedulerFixture {
   testing::TestLoop io;
   RecordingTransport transport;
   std::vector<std::pair<uint64_t, std::exception_ptr>> done;  // on_task_done calls, in order
+  std::function<void(uint64_t)> on_done;                      // runs after each is recorded
   Scheduler scheduler;
 };
 
@@ -278,16 +271,45 @@ TEST_CASE("a transport that finishes synchronously inside start works") {
   for (const auto& t : tasks) expected.push_back(t.id);
   CHECK(f.transport.started_ids() == expected);
   CHECK(f.done_ids() == expected);
+  CHECK(f.transport.max_starting == 1);  // each start returned before the next began
   SchedulerStats s = f.stats();
   CHECK(s.bytes_in_flight == 0);
-  CHECK(s.max_bytes_in_flight == 90);
+  CHECK(s.max_bytes_in_flight == 30);  // each finished inside its own start
   CHECK(s.finished_tasks == 12);
+}
+
+TEST_CASE("a completion inside start that enqueues more starts them in order, one at a time") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.transport.finish_inside_start = true;
+  f.on_done = [&f](uint64_t id) {
+    if (id <= 3) f.scheduler.enqueue({make_task(10 + id, 0, 60)});  // better than what waits
+  };
+  f.enqueue({make_task(1, 5, 60), make_task(2, 6, 60), make_task(3, 7, 60)});
+  // Task 1 finishes inside its start; its completion queues 11, which goes before 2.
+  CHECK(f.transport.started_ids() == Ids{1, 11, 2, 12, 3, 13});
+  CHECK(f.done_ids() == Ids{1, 11, 2, 12, 3, 13});
+  CHECK(f.transport.max_starting == 1);
+  SchedulerStats s = f.stats();
+  CHECK(s.bytes_in_flight == 0);
+  CHECK(s.queued_tasks == 0);
+  CHECK(s.finished_tasks == 6);
+}
+
+TEST_CASE("a report runs on the loop at once: a receipt in sync mode starts the next task") {
+  SchedulerFixture f(SchedulePolicy::priority, 100);
+  f.scheduler.set_free_credit_on_receipt(true);
+  f.enqueue({make_task(1, 1, 100), make_task(2, 2, 100)});
+  CHECK(f.transport.started_ids() == Ids{1});
+  f.transport.receipt(1);  // no drain: nothing waits for a later turn
+  CHECK(f.transport.started_ids() == Ids{1, 2});
+  f.transport.finish(1, Landed{});
+  CHECK(f.done_ids() == Ids{1});
 }
 
 TEST_CASE("errors reach on_task_done and release the credit") {
   SchedulerFixture f(SchedulePolicy::priority, 100);
   f.enqueue({make_task(1, 0, 100), make_task(2, 1, 100)});
-  f.finish(1, std::make_exception_ptr(Error(ErrorCode::disconnected, "shard 0 went away")));
+  f.finish(1, Error(ErrorCode::disconnected, "shard 0 went away"));
   REQUIRE(f.done.size() == 1);
   CHECK(f.done[0].first == 1);
   REQUIRE(f.done[0].second);
@@ -371,12 +393,12 @@ TEST_CASE("bytes in flight never exceed the credit under a random workload") {
     };
     f.transport.on_start = [&](const PartitionTask& t) {
       uint64_t before = f.transport.running_bytes();
-      CHECK((before == 0 || before + t.bytes <= credit));
+      CHECK((before == 0 || before + t.bytes() <= credit));
       REQUIRE(!waiting.empty());
       CHECK(t.id == best_waiting().id);  // strict order: the best waiting task, always
       CHECK(t.sequence == arrival[t.id]);
       waiting.erase(t.id);
-      after_last_start = before + t.bytes;
+      after_last_start = before + t.bytes();
       max_seen = std::max(max_seen, after_last_start);
     };
     auto check_state = [&] {
@@ -388,7 +410,7 @@ TEST_CASE("bytes in flight never exceed the credit under a random workload") {
       CHECK(s.queued_tasks == waiting.size());
       if (!waiting.empty()) {  // work-conserving: the best waiting task really does not fit
         CHECK(s.bytes_in_flight > 0);
-        CHECK(s.bytes_in_flight + best_waiting().bytes > credit);
+        CHECK(s.bytes_in_flight + best_waiting().bytes() > credit);
       }
     };
 
@@ -411,9 +433,9 @@ TEST_CASE("bytes in flight never exceed the credit under a random workload") {
         f.set_credit(credit);
       } else {
         const auto& r = f.transport.running[uniform(0, f.transport.running.size() - 1)];
-        std::exception_ptr error;
-        if (uniform(0, 19) == 0) error = std::make_exception_ptr(std::runtime_error("lost"));
-        f.finish(r.task.id, error);
+        TaskOutcome outcome = Landed{};
+        if (uniform(0, 19) == 0) outcome = Error(ErrorCode::disconnected, "lost");
+        f.finish(r.task.id, std::move(outcome));
       }
       check_state();
     }
@@ -454,69 +476,4 @@ TEST_CASE("a task whose credit is freed at its receipt lets the next start and c
   CHECK(f.stats().bytes_in_flight == 100);  // task 2 still holds its credit
   f.finish(2);
   CHECK(f.stats().bytes_in_flight == 0);
-}
-
-namespace {
-
-PartitionTask task_for_shard(uint64_t id, int64_t priority, uint64_t bytes, uint32_t shard) {
-  PartitionTask task = make_task(id, priority, bytes);
-  task.shard = ShardId(shard);
-  return task;
-}
-
-}  // namespace
-
-TEST_CASE("a lone small task on an idle link starts at once, unfused") {
-  SchedulerFixture f(SchedulePolicy::priority, 1000);
-  f.scheduler.set_fusion_bytes(100);
-  f.enqueue({make_task(1, 0, 10)});
-  CHECK(f.transport.started_ids() == Ids{1});
-  CHECK(f.transport.fused.empty());
-}
-
-TEST_CASE("queued small tasks are fused per shard in start order, within fusion_bytes") {
-  SchedulerFixture f(SchedulePolicy::priority, 1000);
-  f.scheduler.set_fusion_bytes(100);
-  f.enqueue({task_for_shard(1, 9, 1000, 0)});  // fills the credit: what follows queues up
-  f.enqueue({task_for_shard(2, 5, 40, 0), task_for_shard(3, 4, 40, 1), task_for_shard(4, 3, 40, 0),
-             task_for_shard(5, 2, 40, 0), task_for_shard(6, 1, 40, 1), task_for_shard(7, 6, 400, 0),
-             task_for_shard(8, 7, 30, 0)});
-  f.finish(1);
-  // Priority order: 6 5 4 3 2 | 7 (not fusable: stops the run) | 8 after it.
-  CHECK(f.transport.started_ids() == Ids{1, 6, 3, 5, 4, 2, 7, 8});
-  // Shard 1 {6, 3}; shard 0 {5, 4}, full at 80 + 40 > 100, then {2}.
-  CHECK(f.transport.fused == std::vector<std::vector<uint64_t>>{{6, 3}, {5, 4}});
-  SchedulerStats s = f.stats();
-  CHECK(s.fused_messages == 2);
-  CHECK(s.fused_tasks == 4);
-  CHECK(s.bytes_in_flight == 630);
-}
-
-TEST_CASE("fusion takes only what fits in the credit and never reorders across priorities") {
-  SchedulerFixture f(SchedulePolicy::priority, 100);
-  f.scheduler.set_fusion_bytes(1000);
-  f.enqueue({make_task(1, 0, 100)});
-  f.enqueue({make_task(2, 3, 30), make_task(3, 1, 30), make_task(4, 2, 30), make_task(5, 4, 30)});
-  f.finish(1);
-  CHECK(f.transport.started_ids() == Ids{1, 3, 4, 2});  // 3 x 30 fit in 100; 5 waits
-  CHECK(f.transport.fused == std::vector<std::vector<uint64_t>>{{3, 4, 2}});
-  f.finish(3);
-  CHECK(f.transport.started_ids() == Ids{1, 3, 4, 2, 5});
-}
-
-TEST_CASE("records of fused tasks say how many went with them") {
-  SchedulerFixture f(SchedulePolicy::priority, 100);
-  f.scheduler.set_fusion_bytes(50);
-  f.enqueue({make_task(1, 0, 100)});
-  f.enqueue({make_task(2, 1, 20), make_task(3, 2, 20)});
-  f.finish(1);
-  f.finish(2);
-  f.finish(3);
-  std::vector<TaskRecord> records;
-  f.scheduler.take_records([&](std::vector<TaskRecord> r) { records = std::move(r); });
-  f.drain();
-  REQUIRE(records.size() == 3);
-  CHECK(records[0].fused_with == 0);
-  CHECK(records[1].fused_with == 1);
-  CHECK(records[2].fused_with == 1);
 }

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Re-runs the scaled psched-bench results of this folder (README.md): 2 workers, 2 shards, sync
 # mode, tc tbf between network namespaces (root), 8 iterations per policy, today's defaults
-# (partitions 256 KiB, credit 2 MiB, fusion 64 KiB). Rates: each model's balanced rate
+# (partitions 256 KiB, credit 2 MiB). Rates: each model's balanced rate
 # (communication = compute), 4x lower, 100x higher. About 15 minutes on a quiet 2-core VM.
 #
 #   bench/results/run_scaled.sh [path/to/psched-bench]

@@ -60,12 +60,6 @@ TEST_CASE("the recorded push-poll-pull seed registers, applies and answers") {
   CHECK(stats.bytes_sent == 64 + 32);
 }
 
-TEST_CASE("the recorded fused seed applies both partitions of one message") {
-  ShardStats stats = fed("seed-fused");
-  CHECK(stats.variables == 2);
-  CHECK(stats.partitions_applied == 2);
-}
-
 TEST_CASE("the recorded refusals seed is refused request by request") {
   ShardStats stats = fed("seed-refusals");
   CHECK(stats.variables == 1);

@@ -94,7 +94,6 @@ DeploymentConfig fuzz_config(Mode mode) {
   config.limits.max_name_bytes = 64;
   config.limits.max_shape_dims = 4;
   config.limits.max_token_bytes = 64;
-  config.limits.max_fused_partitions = kMinFusedPartitionsLimit;
   config.limits.max_connections = 4;
   config.limits.max_waiting_polls = 16;
   return config;

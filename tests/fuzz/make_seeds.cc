@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // psched-fuzz-seeds DIR: writes the fuzzer's seed inputs to DIR, one file per scenario. Each is
 // the options byte (fuzz_shard.h) and the bytes a real ShardLink client sent to a FuzzShard while
-// running the scenario (connect, register, push, poll, pull, fused calls, and requests that fail).
+// running the scenario (connect, register, push, poll, pull, and requests that fail).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -103,15 +103,6 @@ void push_pull(Client c) {
   c.shard.run(c.link.pull(w, {0, 16}, out(value), 64));
 }
 
-void fused(Client c) {
-  VariableId a = c.add("a", 4), b = c.add("b", 8);
-  std::vector<float> ga(4, 1.f), gb(8, 2.f), fa(4), fb(8);
-  std::vector<FusedPartition> parts{{a, Step(1), {0, 4}, DType::float32, bytes(ga), out(fa)},
-                                    {b, Step(1), {0, 8}, DType::float32, bytes(gb), out(fb)}};
-  c.shard.run(c.link.push_fused(parts));
-  c.shard.run(c.link.poll_fused(parts));
-}
-
 void refusals(Client c) {
   VariableId w = c.add("w", 4);
   std::vector<float> grad(4, 1.f), fresh(4), big(8, 1.f);
@@ -165,7 +156,6 @@ int main(int argc, char** argv) {
   write_seed(dir, "pipelined", kAsync, pipelined);
   write_seed(dir, "pipelined-eager", kAsync | kEager, pipelined);
   write_seed(dir, "push-pull-sync", kSync, push_pull);
-  write_seed(dir, "fused", kAsync, fused);
   write_seed(dir, "refusals", kAsync, refusals);
   write_seed(dir, "waiting-polls", kSync, waiting_polls);
   return 0;

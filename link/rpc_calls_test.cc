@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+// RpcCalls against a small Session of the test's own (no shard behind it), over real Cap'n
+// Proto RPC on an in-memory pipe: what each call carries, what lands where, and how a refusal
+// comes back. One thread, one KJ event loop.
+#include "link/rpc_calls.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "common/kj_error.h"
+#include "compression/codec.h"
+#include "net/rpc_connection.h"
+#include "net/wire_convert.h"
+
+using namespace psched;
+
+namespace {
+
+constexpr uint64_t kMaxMessageBytes = 1 << 20;
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+
+// A Session that records what each push, poll and pushPoll carried and answers as the test
+// set it up: with `value`, or with `refusal`.
+class RecordingSession final : public wire::Session::Server {
+ public:
+  struct Call {
+    std::string method;
+    uint32_t variable = 0;
+    uint64_t step = 0;
+    uint64_t offset = 0;
+    uint64_t count = 0;  // poll's
+    DType dtype = DType::float32;
+    WireFormat format = WireFormat::none;
+    WireFormat value_format = WireFormat::none;
+    std::vector<std::byte> data;
+  };
+
+  std::vector<Call> calls;
+  std::optional<Error> refusal;  // every call is refused with it when set
+  std::vector<std::byte> value;  // what poll and pushPoll answer
+  int64_t applied_at_ns = 0;
+
+ protected:
+  kj::Promise<void> push(PushContext context) override {
+    record_push("push", context.getParams());
+    if (refusal) return to_kj_exception(*refusal);
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> poll(PollContext context) override {
+    auto params = context.getParams();
+    calls.push_back({.method = "poll",
+                     .variable = params.getVariable(),
+                     .step = params.getStep(),
+                     .offset = params.getOffset(),
+                     .count = params.getCount(),
+                     .value_format = from_wire(params.getValueFormat()),
+                     .data = {}});
+    return answer(context.getResults());
+  }
+  kj::Promise<void> pushPoll(PushPollContext context) override {
+    record_push("pushPoll", context.getParams());
+    calls.back().value_format = from_wire(context.getParams().getValueFormat());
+    return answer(context.getResults());
+  }
+
+ private:
+  template <typename Params>
+  void record_push(const char* method, Params params) {
+    auto data = params.getData();
+    calls.push_back({.method = method,
+                     .variable = params.getVariable(),
+                     .step = params.getStep(),
+                     .offset = params.getOffset(),
+                     .dtype = from_wire(params.getDtype()),
+                     .format = from_wire(params.getFormat()),
+                     .data = {reinterpret_cast<const std::byte*>(data.begin()),
+                              reinterpret_cast<const std::byte*>(data.end())}});
+  }
+  template <typename Results>
+  kj::Promise<void> answer(Results results) {
+    if (refusal) return to_kj_exception(*refusal);
+    results.setValue(
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+    results.setAppliedStep(1);
+    results.setAppliedAtNs(applied_at_ns);
+    return kj::READY_NOW;
+  }
+};
+
+// RpcCalls on a session served by a RecordingSession, the two joined by a pipe.
+struct CallsFixture {
+  kj::EventLoop loop;
+  kj::WaitScope scope{loop};
+  kj::TwoWayPipe pipe = kj::newTwoWayPipe();
+  RecordingSession* session;  // owned by the server's connection
+  RpcConnection server{kj::mv(pipe.ends[1]), served(), reader_options(kMaxMessageBytes)};
+  RpcConnection client{kj::mv(pipe.ends[0]), reader_options(kMaxMessageBytes)};
+  RpcCalls calls{client.bootstrap().castAs<wire::Session>()};
+
+  capnp::Capability::Client served() {
+    auto recording = kj::heap<RecordingSession>();
+    session = recording.get();
+    return kj::mv(recording);
+  }
+
+  // A request for elements [4, 4 + gradient's elements) of variable 3 at step 2; its value
+  // lands in `out`.
+  static PartitionRequest request(std::span<const std::byte> gradient, std::vector<float>& out) {
+    return {.variable = VariableId(3),
+            .step = Step(2),
+            .range = {4, 4 + out.size()},
+            .dtype = DType::float32,
+            .gradient = gradient,
+            .out = reinterpret_cast<std::byte*>(out.data()),
+            .format = WireFormat::none,
+            .value_format = WireFormat::none};
+  }
+};
+
+// Waits for `promise`, expecting it to reject with a psched::Error of `code` and `what`.
+template <typename T>
+void check_refused(kj::Promise<T> promise, kj::WaitScope& scope, ErrorCode code,
+                   const std::string& what) {
+  try {
+    promise.wait(scope);
+    FAIL("the call was answered");
+  } catch (const kj::Exception& e) {
+    Error error = from_kj_exception(e);
+    CHECK(error.code() == code);
+    CHECK(std::string(error.what()) == what);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a push carries its fields and gradient and resolves at the receipt") {
+  CallsFixture f;
+  std::vector<float> buffer{0.f, 1.f, 2.f, 3.f, 4.f}, out(4);
+  std::span<const std::byte> gradient;
+  SUBCASE("whole words at a word boundary: referenced into the message") {
+    gradient = bytes_of(buffer).first(16);
+  }
+  SUBCASE("not whole words: copied") {
+    gradient = bytes_of(buffer).subspan(4, 12);
+    out.resize(3);
+  }
+  CAPTURE(gradient.size());
+  f.calls.push(CallsFixture::request(gradient, out)).wait(f.scope);
+  REQUIRE(f.session->calls.size() == 1);
+  const RecordingSession::Call& call = f.session->calls[0];
+  CHECK(call.method == "push");
+  CHECK(call.variable == 3);
+  CHECK(call.step == 2);
+  CHECK(call.offset == 4);
+  CHECK(call.dtype == DType::float32);
+  CHECK(call.format == WireFormat::none);
+  REQUIRE(call.data.size() == gradient.size());
+  CHECK(std::memcmp(call.data.data(), gradient.data(), gradient.size()) == 0);
+}
+
+TEST_CASE("a pushPoll's value lands in place with the shard's time, widened from bf16") {
+  CallsFixture f;
+  std::vector<float> grad(4, 1.f), out(4), value{1.5f, -2.f, 0.25f, 3.f};  // exact in bf16
+  PartitionRequest part = CallsFixture::request(bytes_of(grad), out);
+  f.session->value.assign(bytes_of(value).begin(), bytes_of(value).end());
+  SUBCASE("as float32") {}
+  SUBCASE("as bf16") {
+    part.value_format = WireFormat::bf16;
+    f.session->value.resize(encoded_bytes(WireFormat::bf16, DType::float32, value.size()));
+    narrow_values(WireFormat::bf16, DType::float32, bytes_of(value), f.session->value);
+  }
+  CAPTURE(to_string(part.value_format));
+  f.session->applied_at_ns = 987654321;
+  Landed landed = f.calls.push_poll(part).wait(f.scope);
+  CHECK(landed.applied_at_ns == 987654321);
+  CHECK(out == value);
+  REQUIRE(f.session->calls.size() == 1);
+  CHECK(f.session->calls[0].method == "pushPoll");
+  CHECK(f.session->calls[0].value_format == part.value_format);
+  CHECK(f.session->calls[0].data.size() == 16);
+}
+
+TEST_CASE("a poll asks for its range and its value lands in place") {
+  CallsFixture f;
+  std::vector<float> out(4), value{4.f, 3.f, 2.f, 1.f};
+  f.session->value.assign(bytes_of(value).begin(), bytes_of(value).end());
+  f.session->applied_at_ns = 42;
+  Landed landed = f.calls.poll(CallsFixture::request({}, out)).wait(f.scope);
+  CHECK(landed.applied_at_ns == 42);
+  CHECK(out == value);
+  REQUIRE(f.session->calls.size() == 1);
+  const RecordingSession::Call& call = f.session->calls[0];
+  CHECK(call.method == "poll");
+  CHECK(call.variable == 3);
+  CHECK(call.step == 2);
+  CHECK(call.offset == 4);
+  CHECK(call.count == 4);
+}
+
+TEST_CASE("a refusal rejects the call with the shard's code and message; nothing lands") {
+  CallsFixture f;
+  std::vector<float> grad(4, 1.f), out(4);
+  f.session->refusal =
+      Error(ErrorCode::stale_step, "push to variable 'w' rejected: step 2 was applied already");
+  const std::string what = "push to variable 'w' rejected: step 2 was applied already";
+  check_refused(f.calls.push(CallsFixture::request(bytes_of(grad), out)), f.scope,
+                ErrorCode::stale_step, what);
+  check_refused(f.calls.push_poll(CallsFixture::request(bytes_of(grad), out)), f.scope,
+                ErrorCode::stale_step, what);
+  check_refused(f.calls.poll(CallsFixture::request({}, out)), f.scope, ErrorCode::stale_step, what);
+  CHECK(out == std::vector<float>(4, 0.f));
+}
+
+TEST_CASE("a value of the wrong size is refused as a shape mismatch and lands nothing") {
+  CallsFixture f;
+  std::vector<float> out(4), three{1.f, 2.f, 3.f};
+  f.session->value.assign(bytes_of(three).begin(), bytes_of(three).end());
+  check_refused(f.calls.poll(CallsFixture::request({}, out)), f.scope, ErrorCode::shape_mismatch,
+                "shard answered 12 bytes where 16 were expected");
+  CHECK(out == std::vector<float>(4, 0.f));
+}
