@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// For doctest suites: what a call that should be refused says.
+// For doctest suites: what a call that should be refused says, and its code.
 #pragma once
 
 #include <string>
@@ -20,6 +20,17 @@ inline std::string refusal(ErrorCode code, auto&& f) {
     return e.what();
   }
   return "";
+}
+
+// The code of the psched::Error `f()` throws; fails the test when it throws none.
+inline ErrorCode code_of(auto&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  FAIL("no psched::Error thrown");
+  return ErrorCode::internal;
 }
 
 }  // namespace psched::testing

@@ -13,9 +13,11 @@
 
 #include "common/kj_error.h"
 #include "compression/codec.h"
+#include "link/data_path_test_support.h"
 #include "net/data_frame.h"
 
 using namespace psched;
+using psched::testing::check_refused;
 
 namespace {
 
@@ -70,32 +72,11 @@ struct ChannelFixture {
     shard->write(frame.data(), frame.size()).wait(scope);
   }
 
-  // A request for elements [0, 4) of variable 3 at step 1; its value lands in `out`.
+  // A request for elements [0, out.size()) of variable 3 at step 1; its value lands in `out`.
   static PartitionRequest request(std::span<const std::byte> gradient, std::vector<float>& out) {
-    return {.variable = VariableId(3),
-            .step = Step(1),
-            .range = {0, 4},
-            .dtype = DType::float32,
-            .gradient = gradient,
-            .out = reinterpret_cast<std::byte*>(out.data()),
-            .format = WireFormat::none,
-            .value_format = WireFormat::none};
+    return testing::request_of(gradient, out, Step(1), 0);
   }
 };
-
-// Waits for `promise`, expecting it to reject with a psched::Error of `code` and `what`.
-template <typename T>
-void check_refused(kj::Promise<T> promise, kj::WaitScope& scope, ErrorCode code,
-                   const std::string& what) {
-  try {
-    promise.wait(scope);
-    FAIL("the request was answered");
-  } catch (const kj::Exception& e) {
-    Error error = from_kj_exception(e);
-    CHECK(error.code() == code);
-    CHECK(std::string(error.what()) == what);
-  }
-}
 
 }  // namespace
 

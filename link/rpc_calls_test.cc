@@ -13,10 +13,12 @@
 
 #include "common/kj_error.h"
 #include "compression/codec.h"
+#include "link/data_path_test_support.h"
 #include "net/rpc_connection.h"
 #include "net/wire_convert.h"
 
 using namespace psched;
+using psched::testing::check_refused;
 
 namespace {
 
@@ -113,30 +115,9 @@ struct CallsFixture {
   // A request for elements [4, 4 + gradient's elements) of variable 3 at step 2; its value
   // lands in `out`.
   static PartitionRequest request(std::span<const std::byte> gradient, std::vector<float>& out) {
-    return {.variable = VariableId(3),
-            .step = Step(2),
-            .range = {4, 4 + out.size()},
-            .dtype = DType::float32,
-            .gradient = gradient,
-            .out = reinterpret_cast<std::byte*>(out.data()),
-            .format = WireFormat::none,
-            .value_format = WireFormat::none};
+    return testing::request_of(gradient, out, Step(2), 4);
   }
 };
-
-// Waits for `promise`, expecting it to reject with a psched::Error of `code` and `what`.
-template <typename T>
-void check_refused(kj::Promise<T> promise, kj::WaitScope& scope, ErrorCode code,
-                   const std::string& what) {
-  try {
-    promise.wait(scope);
-    FAIL("the call was answered");
-  } catch (const kj::Exception& e) {
-    Error error = from_kj_exception(e);
-    CHECK(error.code() == code);
-    CHECK(std::string(error.what()) == what);
-  }
-}
 
 }  // namespace
 

@@ -14,8 +14,10 @@
 
 #include "actors/runtime/test_loop.h"
 #include "common/error.h"
+#include "common/error_test_support.h"
 
 using namespace psched;
+using psched::testing::code_of;
 
 namespace {
 
@@ -100,16 +102,6 @@ struct Fixture {
     return stats;
   }
 };
-
-ErrorCode code_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  FAIL("no psched::Error thrown");
-  return ErrorCode::internal;
-}
 
 }  // namespace
 

@@ -8,8 +8,10 @@
 #include <doctest/doctest.h>
 
 #include "common/error.h"
+#include "common/error_test_support.h"
 
 using namespace psched;
+using psched::testing::code_of;
 
 namespace {
 
@@ -18,16 +20,6 @@ std::vector<ElementRange> ranges_of(const StepUpdate& update, bool complete) {
   for (const StepPiece& piece : update.pieces)
     if (piece.complete == complete) out.push_back(piece.range);
   return out;
-}
-
-ErrorCode code_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  FAIL("no psched::Error thrown");
-  return ErrorCode::internal;
 }
 
 }  // namespace

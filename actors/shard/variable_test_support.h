@@ -12,6 +12,7 @@
 #include "actors/shard/step_track.h"
 #include "actors/shard/variable.h"
 #include "common/error.h"
+#include "common/error_test_support.h"
 
 namespace psched::testing {
 
@@ -93,17 +94,6 @@ struct Tracked {
 
 inline std::vector<float> value_of(const Tracked& v) {
   return value_of(v.variable);
-}
-
-// The code of the psched::Error `f()` throws; fails the test when it throws none.
-inline ErrorCode code_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  FAIL("no psched::Error thrown");
-  return ErrorCode::internal;
 }
 
 }  // namespace psched::testing
