@@ -66,6 +66,49 @@ VariableSpec decode_spec(ByteReader& in) {
   return spec;
 }
 
+void encode_table_spec(ByteWriter& out, const TableSpec& spec) {
+  out.text(spec.name);
+  out.put(spec.num_embeddings);
+  out.put(spec.dim);
+  out.put<uint8_t>(static_cast<uint8_t>(spec.dtype));
+  out.put(spec.priority.value);
+  const optim::RowOptimizerSpec& o = spec.optimizer;
+  out.put<uint8_t>(static_cast<uint8_t>(o.kind));
+  for (double x : {o.lr, o.eps, o.beta1, o.beta2, o.lr_decay, o.initial_accumulator_value,
+                   o.weight_decay, o.momentum})
+    out.put(x);
+  out.put<uint8_t>(static_cast<uint8_t>(spec.init.kind));
+  out.put(spec.init.a);
+  out.put(spec.init.b);
+  out.put(spec.seed);
+}
+
+TableSpec decode_table_spec(ByteReader& in) {
+  TableSpec spec{.name = in.text()};
+  spec.num_embeddings = in.get<uint64_t>();
+  spec.dim = in.get<uint32_t>();
+  const auto dtype = in.get<uint8_t>();
+  spec.priority = Priority(in.get<int64_t>());
+  const auto kind = in.get<uint8_t>();
+  optim::RowOptimizerSpec& o = spec.optimizer;
+  for (double* x : {&o.lr, &o.eps, &o.beta1, &o.beta2, &o.lr_decay, &o.initial_accumulator_value,
+                    &o.weight_decay, &o.momentum})
+    *x = in.get<double>();
+  const auto init = in.get<uint8_t>();
+  spec.init.a = in.get<double>();
+  spec.init.b = in.get<double>();
+  spec.seed = in.get<uint64_t>();
+  if (dtype > static_cast<uint8_t>(DType::float64) ||
+      kind > static_cast<uint8_t>(optim::RowOptimizerKind::sparse_adam) ||
+      init > static_cast<uint8_t>(RowInit::Kind::normal))
+    fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' has dtype {}, optimizer {}, init {}",
+         in.what(), spec.name, dtype, kind, init);
+  spec.dtype = static_cast<DType>(dtype);
+  o.kind = static_cast<optim::RowOptimizerKind>(kind);
+  spec.init.kind = static_cast<RowInit::Kind>(init);
+  return spec;
+}
+
 void encode(ByteWriter& out, ElementRange range) {
   out.put(range.begin);
   out.put(range.end);

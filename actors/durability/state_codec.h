@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The binary encoding (common/byte_codec.h) of what a shard persists beyond raw bytes:
-// variable specs and interval sets. Decoding checks what it reads and throws
+// variable and table specs and interval sets. Decoding checks what it reads and throws
 // Error(corrupt_checkpoint) on values no encoder writes.
 #pragma once
 
+#include "actors/shard/table_spec.h"
 #include "actors/shard/variable_spec.h"
 #include "common/byte_codec.h"
 #include "common/interval_set.h"
@@ -12,6 +13,9 @@ namespace psched {
 
 void encode(ByteWriter& out, const VariableSpec& spec);
 VariableSpec decode_spec(ByteReader& in);
+
+void encode_table_spec(ByteWriter& out, const TableSpec& spec);
+TableSpec decode_table_spec(ByteReader& in);
 
 void encode(ByteWriter& out, const IntervalSet& set);
 IntervalSet decode_intervals(ByteReader& in);

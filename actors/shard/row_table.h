@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// RowTable: one shard's rows of an embedding table, the second kind of variable beside the dense
+// Variable (actors/shard/variable.h). A plain value type owned by its shard, on the shard's loop.
+//
+// Rows live in arenas of fixed-size chunks (value and optimizer state of a row side by side, so
+// an update touches one place; a chunk is never moved, so the table grows without copying what
+// it holds), and an index maps a row's id to its slot. A row is stored from its first update on;
+// until then it is its initial value (TableSpec::init), a function of the table's seed and the
+// id alone, computed when it is read. So a pull of rows nobody trained costs no memory, and
+// every shard, whatever their number, gives a row the same first value.
+//
+// The index is abseil's flat_hash_map (Debian's libabsl-dev), chosen by measurement over
+// tsl::robin_map and std::unordered_map (`build/bench/psched-row-index-bench`, 10 million ids):
+// 28.5 bytes an id against robin_map's 40.3 at load factor 0.9 and 80.5 at its default 0.5, and
+// unordered_map's 41.7; robin_map looks ids up faster (41-55 million a second against 23 on one
+// core of this machine), but 23 million is far more than a shard's rows per second can use,
+// while memory per row is the binding limit (a row of dim 16 in float32 is 64 bytes).
+//
+// When an update applies is not the table's to decide: its shard's StepMachine says (as for a
+// Variable). The table checks ids and widths and applies the optimizer to the rows it is given.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <absl/container/flat_hash_map.h>
+
+#include "actors/shard/table_spec.h"
+#include "common/aligned_buffer.h"
+#include "common/byte_codec.h"
+
+namespace psched {
+
+class RowTable {
+ public:
+  // Rows per arena chunk: large enough that a chunk's bookkeeping is nothing beside it, small
+  // enough that a table's last chunk wastes little.
+  static constexpr uint32_t kRowsPerChunk = 4096;
+
+  // Throws Error(invalid_argument) naming what is wrong when `spec` cannot make a table: a dtype
+  // other than float32 and float64, no rows or no elements per row, an optimizer setting out of
+  // range (optim::validate_row), an init whose bounds cannot be.
+  static void check_spec(const TableSpec& spec);
+  // A table holding no rows yet; `spec` passed check_spec.
+  explicit RowTable(TableSpec spec);
+
+  const TableSpec& spec() const { return spec_; }
+
+  // Throws unless every one of `ids` names a row of the table (offset_out_of_range naming the
+  // table and the id) and `bytes` are ids.size() rows of `dtype`, the table's (dtype_mismatch,
+  // shape_mismatch); `what` names the request ("push", "pull").
+  void check_rows(const char* what, std::span<const uint64_t> ids, DType dtype,
+                  uint64_t bytes) const;
+  // Update `t` (the table's step) of the rows `ids` from `gradients`, one row each in id order
+  // as given, passed by check_rows; the gradients of an id given more than once are summed
+  // first (torch's coalesce), so each row gets one update.
+  void apply(std::span<const uint64_t> ids, std::span<const std::byte> gradients, uint64_t t);
+  // Each of `ids`' current value (its initial value while never updated), one row each into
+  // `out` (ids.size() rows), passed by check_rows.
+  void read(std::span<const uint64_t> ids, std::span<std::byte> out) const;
+  // The initial value of row `id` into `out` (spec().row_bytes()).
+  void initial_row(uint64_t id, std::span<std::byte> out) const;
+
+  // Rows stored (updated at least once).
+  uint64_t rows() const { return index_.size(); }
+  // Bytes the table holds: its arena chunks and its index's slots (not the spec's few).
+  uint64_t bytes_held() const;
+
+  // Everything the table holds (spec, each stored row's id, value and optimizer state), so that
+  // restore() rebuilds an equal table. restore throws Error(corrupt_checkpoint) naming `in`
+  // when what it reads is malformed or could not have been written.
+  void save(ByteWriter& out) const;
+  static RowTable restore(ByteReader& in);
+
+ private:
+  // The value then the optimizer state of the row in `slot`.
+  std::byte* block(uint32_t slot);
+  const std::byte* block(uint32_t slot) const;
+  // The slot of row `id`, made (and filled with the row's initial value and state) when the
+  // row was not stored yet.
+  uint32_t slot_of(uint64_t id);
+  // One update of the row in `slot` from `gradient` (a row of the dtype).
+  void update(uint32_t slot, const std::byte* gradient, uint64_t t);
+
+  TableSpec spec_;
+  uint64_t state_elements_;  // per row (optim::row_state_elements)
+  uint64_t block_bytes_;     // per row: value and state
+  std::vector<AlignedBuffer> chunks_;
+  absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot
+};
+
+}  // namespace psched

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// RowTable on its own: rows made on first update from their initial value, a function of the
+// table's seed and the id; duplicates summed into one update; bad ids and widths refused; a
+// saved table restored equal.
+#include "actors/shard/row_table.h"
+
+#include <cmath>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "common/error_test_support.h"
+
+using namespace psched;
+using psched::testing::code_of;
+
+namespace {
+
+// Table "emb" of `rows` rows of `dim` float64 elements under `kind` (torch's defaults).
+TableSpec spec_of(uint64_t rows, uint32_t dim, optim::RowOptimizerKind kind, RowInit init = {}) {
+  return {.name = "emb",
+          .num_embeddings = rows,
+          .dim = dim,
+          .dtype = DType::float64,
+          .priority = Priority(0),
+          .optimizer = optim::torch_row_defaults(kind),
+          .init = init,
+          .seed = 7};
+}
+
+std::span<const std::byte> bytes_of(const std::vector<double>& v) {
+  return std::as_bytes(std::span(v));
+}
+
+std::vector<double> read(const RowTable& table, const std::vector<uint64_t>& ids) {
+  std::vector<double> out(ids.size() * table.spec().dim);
+  table.read(ids, std::as_writable_bytes(std::span(out)));
+  return out;
+}
+
+void check_close(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-15));
+}
+
+}  // namespace
+
+TEST_CASE("duplicates of an id are summed into one update, as torch coalesces them") {
+  // torch: nn.Parameter(torch.zeros(6, 2, dtype=float64)), Adagrad(lr=0.5), three steps of
+  // sparse gradients with these ids and rows (row 4 twice in the first).
+  TableSpec spec = spec_of(6, 2, optim::RowOptimizerKind::adagrad);
+  spec.optimizer.lr = 0.5;
+  RowTable table(spec);
+  table.apply(std::vector<uint64_t>{4, 1, 4}, bytes_of({1, 2, 3, 4, 5, 6}), 1);
+  table.apply(std::vector<uint64_t>{1, 5}, bytes_of({-1, 0.5, 2, 2}), 2);
+  table.apply(std::vector<uint64_t>{4}, bytes_of({0.25, -0.75}), 3);
+  check_close(read(table, {1, 4, 5}),
+              {-0.34188611697991433, -0.56201736728056573, -0.52081527234741076,
+               -0.4533296456478017, -0.499999999975, -0.499999999975});
+  CHECK(table.rows() == 3);
+  CHECK(read(table, {0, 2}) == std::vector<double>(4, 0.0));  // never updated: initial
+  CHECK(table.rows() == 3);                                   // and reading stored nothing
+}
+
+TEST_CASE("a row's first value depends on the seed and its id only") {
+  const RowInit uniform{RowInit::Kind::uniform, -0.5, 0.25};
+  RowTable a(spec_of(1000, 8, optim::RowOptimizerKind::sgd, uniform));
+  RowTable b(spec_of(1000, 8, optim::RowOptimizerKind::sgd, uniform));
+  std::vector<double> g(8, 1.0);
+  b.apply(std::vector<uint64_t>{900}, bytes_of(g), 1);  // b stores rows in another order
+  std::vector<double> forward = read(a, {3, 17, 999}), backward = read(b, {999, 17, 3});
+  for (size_t j = 0; j < 8; ++j) {
+    CHECK(forward[j] == backward[16 + j]);
+    CHECK(forward[8 + j] == backward[8 + j]);
+    CHECK(forward[16 + j] == backward[j]);
+  }
+  for (double x : forward) CHECK((x >= -0.5 && x < 0.25));
+  CHECK(forward[0] != forward[8]);  // rows differ
+  TableSpec other = spec_of(1000, 8, optim::RowOptimizerKind::sgd, uniform);
+  other.seed = 8;
+  CHECK(read(RowTable(other), {3}) != std::vector<double>(forward.begin(), forward.begin() + 8));
+}
+
+TEST_CASE("normal and zero initial rows have the asked mean and spread") {
+  RowTable normal(
+      spec_of(1 << 20, 4, optim::RowOptimizerKind::sgd, {RowInit::Kind::normal, 1.0, 0.5}));
+  std::vector<uint64_t> ids(20000);
+  for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = i * 37;
+  std::vector<double> values = read(normal, ids);
+  double mean = 0, square = 0;
+  for (double x : values) mean += x / double(values.size());
+  for (double x : values) square += (x - mean) * (x - mean) / double(values.size());
+  CHECK(mean == doctest::Approx(1.0).epsilon(0.01));
+  CHECK(std::sqrt(square) == doctest::Approx(0.5).epsilon(0.02));
+  RowTable zeros(spec_of(10, 4, optim::RowOptimizerKind::sgd));
+  CHECK(read(zeros, {9}) == std::vector<double>(4, 0.0));
+}
+
+TEST_CASE("ids past the table, other dtypes and widths are refused naming table and id") {
+  RowTable table(spec_of(10, 2, optim::RowOptimizerKind::sgd));
+  std::vector<uint64_t> ids{3, 10};
+  std::string message = testing::refusal(ErrorCode::offset_out_of_range, [&] {
+    table.check_rows("push", ids, DType::float64, 4 * sizeof(double));
+  });
+  CHECK(message.find("table 'emb'") != std::string::npos);
+  CHECK(message.find("id 10 is not below its 10 rows") != std::string::npos);
+  CHECK(code_of([&] { table.check_rows("push", std::vector<uint64_t>{3}, DType::float32, 8); }) ==
+        ErrorCode::dtype_mismatch);
+  CHECK(code_of([&] {
+          table.check_rows("pull", std::vector<uint64_t>{3}, DType::float64, 3 * sizeof(double));
+        }) == ErrorCode::shape_mismatch);
+  TableSpec bad = spec_of(10, 0, optim::RowOptimizerKind::sgd);
+  CHECK(code_of([&] { RowTable::check_spec(bad); }) == ErrorCode::invalid_argument);
+  bad = spec_of(10, 2, optim::RowOptimizerKind::sgd, {RowInit::Kind::uniform, 1, 1});
+  CHECK(code_of([&] { RowTable::check_spec(bad); }) == ErrorCode::invalid_argument);
+}
+
+TEST_CASE("a saved table restores equal and trains on the same") {
+  TableSpec spec =
+      spec_of(100000, 3, optim::RowOptimizerKind::sparse_adam, {RowInit::Kind::uniform, -1, 1});
+  RowTable original(spec);
+  for (uint64_t t = 1; t <= 3; ++t)
+    original.apply(std::vector<uint64_t>{t * 11, 5000 + t, 42},
+                   bytes_of({0.1 * double(t), 0.2, 0.3, -1, 2, 0.5, 0.25, 0.75, -0.125}), t);
+  ByteWriter out;
+  original.save(out);
+  ByteReader in(out.bytes(), "saved table");
+  RowTable copy = RowTable::restore(in);
+  CHECK(in.done());
+  CHECK(copy.rows() == original.rows());
+  for (RowTable* table : {&original, &copy})
+    table->apply(std::vector<uint64_t>{42, 77}, bytes_of({1, 1, 1, -1, -1, -1}), 4);
+  const std::vector<uint64_t> ids{11, 22, 33, 42, 77, 5001, 5003, 99};
+  CHECK(read(copy, ids) == read(original, ids));
+  std::vector<std::byte> cut = out.bytes();
+  cut.resize(cut.size() - 5);
+  ByteReader short_in(cut, "cut table");
+  CHECK(code_of([&] { RowTable::restore(short_in); }) == ErrorCode::corrupt_checkpoint);
+}
+
+TEST_CASE("memory held grows a chunk of rows at a time") {
+  RowTable table(spec_of(1 << 20, 16, optim::RowOptimizerKind::adagrad));
+  CHECK(table.bytes_held() == 0);
+  std::vector<double> g(16, 1.0);
+  table.apply(std::vector<uint64_t>{5}, bytes_of(g), 1);
+  const uint64_t one_chunk = RowTable::kRowsPerChunk * 16 * 2 * sizeof(double);
+  CHECK(table.bytes_held() >= one_chunk);
+  CHECK(table.bytes_held() < one_chunk + 1024);
+}

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// psched-row-index-bench: what a row table's id index (actors/shard/row_table.h) costs, the map
+// it uses against the others it could: bytes an id (the heap glibc reports before and after
+// the ids go in) and lookups a second of ids it holds, on one core.
+//   psched-row-index-bench [--ids N] [--lookups N]
+// abseil's flat_hash_map and std::unordered_map always; tsl::robin_map (at its default load
+// factor 0.5 and at 0.9) where its header is installed (Debian's robin-map-dev, which
+// scripts/setup does not install: the table does not use it). Keys are random ids below 10^12,
+// looked up in a random order; the figures the header cites are for 10 million ids.
+#include <malloc.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <absl/container/flat_hash_map.h>
+#include <CLI/CLI.hpp>
+#if __has_include(<tsl/robin_map.h>)
+#include <tsl/robin_map.h>
+#define PSCHED_HAVE_ROBIN_MAP 1
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+size_t heap_bytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Fills a `Map` (made by `make`) with `ids`, each mapped to its position, then looks up
+// `lookups`; prints bytes an id, inserts and lookups a second.
+template <typename Map, typename Make>
+void measure(const char* name, const std::vector<uint64_t>& ids,
+             const std::vector<uint64_t>& lookups, Make make) {
+  const size_t before = heap_bytes();
+  auto start = Clock::now();
+  auto* map = new Map(make());
+  for (size_t i = 0; i < ids.size(); ++i) map->emplace(ids[i], static_cast<uint32_t>(i));
+  const double insert_s = seconds_since(start);
+  const size_t held = heap_bytes() - before;
+  uint64_t found = 0;
+  start = Clock::now();
+  for (uint64_t id : lookups) {
+    auto it = map->find(id);
+    if (it != map->end()) found += it->second;
+  }
+  const double lookup_s = seconds_since(start);
+  std::printf("%-24s %10zu ids %8.1f bytes/id %8.1f M inserts/s %8.1f M lookups/s  (%llu)\n", name,
+              ids.size(), double(held) / double(ids.size()), double(ids.size()) / insert_s / 1e6,
+              double(lookups.size()) / lookup_s / 1e6, static_cast<unsigned long long>(found));
+  delete map;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"psched-row-index-bench: a row table's id index, the map against the others"};
+  uint64_t count = 10'000'000, lookups_count = 10'000'000;
+  app.add_option("--ids", count, "ids held");
+  app.add_option("--lookups", lookups_count, "lookups of held ids, in random order");
+  CLI11_PARSE(app, argc, argv);
+  std::mt19937_64 random(1);
+  std::vector<uint64_t> ids(count), lookups(lookups_count);
+  for (uint64_t& id : ids) id = random() % 1'000'000'000'000ull;
+  for (uint64_t& id : lookups) id = ids[random() % count];
+  measure<absl::flat_hash_map<uint64_t, uint32_t>>("absl::flat_hash_map", ids, lookups, [] {
+    return absl::flat_hash_map<uint64_t, uint32_t>();
+  });
+  measure<std::unordered_map<uint64_t, uint32_t>>(
+      "std::unordered_map", ids, lookups, [] { return std::unordered_map<uint64_t, uint32_t>(); });
+#ifdef PSCHED_HAVE_ROBIN_MAP
+  measure<tsl::robin_map<uint64_t, uint32_t>>("tsl::robin_map", ids, lookups,
+                                              [] { return tsl::robin_map<uint64_t, uint32_t>(); });
+  measure<tsl::robin_map<uint64_t, uint32_t>>("tsl::robin_map lf 0.9", ids, lookups, [] {
+    tsl::robin_map<uint64_t, uint32_t> map;
+    map.max_load_factor(0.9f);
+    return map;
+  });
+#else
+  std::printf("tsl::robin_map: not installed (apt-get install robin-map-dev to compare it)\n");
+#endif
+  return 0;
+}

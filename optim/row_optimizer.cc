@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+// The row optimizers, element by element in the order of operations of their references (torch's
+// sparse paths, FBGEMM's rowwise kernel), so that float64 rows agree with torch to rounding.
+#include "optim/row_optimizer.h"
+
+#include <array>
+#include <cmath>
+#include <utility>
+
+#include "common/check.h"
+#include "common/error.h"
+
+namespace psched::optim {
+namespace {
+
+constexpr std::array<std::pair<RowOptimizerKind, std::string_view>, 4> kNames{{
+    {RowOptimizerKind::sgd, "sgd"},
+    {RowOptimizerKind::adagrad, "adagrad"},
+    {RowOptimizerKind::rowwise_adagrad, "rowwise_adagrad"},
+    {RowOptimizerKind::sparse_adam, "sparse_adam"},
+}};
+
+[[noreturn]] void reject(const RowOptimizerSpec& spec, std::string_view field, double value,
+                         std::string_view what) {
+  fail(ErrorCode::invalid_argument, "row optimizer '{}': {} = {} {}", to_string(spec.kind), field,
+       value, what);
+}
+
+void non_negative(const RowOptimizerSpec& spec, std::string_view field, double value) {
+  if (!(std::isfinite(value) && value >= 0)) reject(spec, field, value, "must be finite and >= 0");
+}
+
+template <typename T>
+void sgd(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g) {
+  const T alpha = static_cast<T>(-spec.lr);
+  for (size_t i = 0; i < w.size(); ++i) w[i] += alpha * g[i];
+}
+
+template <typename T>
+void adagrad(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g, std::span<T> sum,
+             uint64_t t) {
+  const double clr = spec.lr / (1 + double(t - 1) * spec.lr_decay);
+  const T alpha = static_cast<T>(-clr), eps = static_cast<T>(spec.eps);
+  for (size_t i = 0; i < w.size(); ++i) {
+    sum[i] += g[i] * g[i];
+    w[i] += alpha * (g[i] / (std::sqrt(sum[i]) + eps));
+  }
+}
+
+template <typename T>
+void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g,
+                     T& accumulator) {
+  T squares = 0;
+  for (size_t i = 0; i < w.size(); ++i) squares += g[i] * g[i];
+  accumulator += squares / static_cast<T>(w.size());
+  const T multiplier =
+      static_cast<T>(spec.lr) / (std::sqrt(accumulator) + static_cast<T>(spec.eps));
+  for (size_t i = 0; i < w.size(); ++i) w[i] -= multiplier * g[i];
+}
+
+template <typename T>
+void sparse_adam(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g,
+                 std::span<T> state, uint64_t t) {
+  const size_t n = w.size();
+  std::span<T> m = state.first(n), v = state.subspan(n, n);
+  const double bias1 = 1 - std::pow(spec.beta1, double(t));
+  const double bias2 = 1 - std::pow(spec.beta2, double(t));
+  const T step_size = static_cast<T>(spec.lr * std::sqrt(bias2) / bias1);
+  const T keep1 = static_cast<T>(1 - spec.beta1), keep2 = static_cast<T>(1 - spec.beta2);
+  const T eps = static_cast<T>(spec.eps);
+  for (size_t i = 0; i < n; ++i) {
+    const T dm = (g[i] - m[i]) * keep1;
+    const T dv = (g[i] * g[i] - v[i]) * keep2;
+    const T numer = dm + m[i];
+    const T denom = std::sqrt(dv + v[i]) + eps;
+    m[i] += dm;
+    v[i] += dv;
+    w[i] += -step_size * (numer / denom);
+  }
+}
+
+template <typename T>
+void apply(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad,
+           std::span<T> state, uint64_t t) {
+  PSCHED_REQUIRE(grad.size() == row.size() && t >= 1, grad.size(), row.size(), t);
+  PSCHED_REQUIRE(state.size() == row_state_elements(spec, row.size()), state.size());
+  switch (spec.kind) {
+    case RowOptimizerKind::sgd:
+      return sgd(spec, row, grad);
+    case RowOptimizerKind::adagrad:
+      return adagrad(spec, row, grad, state, t);
+    case RowOptimizerKind::rowwise_adagrad:
+      return rowwise_adagrad(spec, row, grad, state[0]);
+    case RowOptimizerKind::sparse_adam:
+      return sparse_adam(spec, row, grad, state, t);
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(RowOptimizerKind kind) {
+  for (const auto& [k, name] : kNames)
+    if (k == kind) return name;
+  return "?";
+}
+
+bool parse_row_optimizer_kind(std::string_view name, RowOptimizerKind& out) {
+  for (const auto& [k, n] : kNames) {
+    if (n != name) continue;
+    out = k;
+    return true;
+  }
+  return false;
+}
+
+RowOptimizerSpec torch_row_defaults(RowOptimizerKind kind) {
+  RowOptimizerSpec spec{.kind = kind};
+  if (kind == RowOptimizerKind::sparse_adam) spec.lr = 1e-3;
+  if (kind == RowOptimizerKind::sparse_adam || kind == RowOptimizerKind::rowwise_adagrad)
+    spec.eps = 1e-8;
+  return spec;
+}
+
+void validate_row(const RowOptimizerSpec& spec) {
+  non_negative(spec, "lr", spec.lr);
+  non_negative(spec, "eps", spec.eps);
+  if (spec.kind == RowOptimizerKind::sparse_adam) {
+    if (!(spec.beta1 >= 0 && spec.beta1 < 1))
+      reject(spec, "beta1", spec.beta1, "is outside [0, 1)");
+    if (!(spec.beta2 >= 0 && spec.beta2 < 1))
+      reject(spec, "beta2", spec.beta2, "is outside [0, 1)");
+  }
+  non_negative(spec, "lr_decay", spec.lr_decay);
+  non_negative(spec, "initial_accumulator_value", spec.initial_accumulator_value);
+  if (spec.weight_decay != 0)
+    reject(spec, "weight_decay", spec.weight_decay,
+           "is not supported: it would change rows a step did not touch (torch refuses weight "
+           "decay on sparse gradients too)");
+  if (spec.momentum != 0)
+    reject(spec, "momentum", spec.momentum,
+           "is not supported: momentum would go on moving rows a step did not touch");
+}
+
+uint64_t row_state_elements(const RowOptimizerSpec& spec, uint64_t dim) {
+  switch (spec.kind) {
+    case RowOptimizerKind::sgd:
+      return 0;
+    case RowOptimizerKind::adagrad:
+      return dim;
+    case RowOptimizerKind::rowwise_adagrad:
+      return 1;
+    case RowOptimizerKind::sparse_adam:
+      return 2 * dim;
+  }
+  return 0;
+}
+
+double initial_row_state(const RowOptimizerSpec& spec) {
+  const bool accumulates =
+      spec.kind == RowOptimizerKind::adagrad || spec.kind == RowOptimizerKind::rowwise_adagrad;
+  return accumulates ? spec.initial_accumulator_value : 0.0;
+}
+
+void apply_row(const RowOptimizerSpec& spec, std::span<float> row, std::span<const float> grad,
+               std::span<float> state, uint64_t t) {
+  apply(spec, row, grad, state, t);
+}
+
+void apply_row(const RowOptimizerSpec& spec, std::span<double> row, std::span<const double> grad,
+               std::span<double> state, uint64_t t) {
+  apply(spec, row, grad, state, t);
+}
+
+}  // namespace psched::optim
