@@ -70,6 +70,7 @@ void encode_table_spec(ByteWriter& out, const TableSpec& spec) {
   out.text(spec.name);
   out.put(spec.num_embeddings);
   out.put(spec.dim);
+  out.put(spec.parts);
   out.put<uint8_t>(static_cast<uint8_t>(spec.dtype));
   out.put(spec.priority.value);
   const optim::RowOptimizerSpec& o = spec.optimizer;
@@ -87,6 +88,7 @@ TableSpec decode_table_spec(ByteReader& in) {
   TableSpec spec{.name = in.text()};
   spec.num_embeddings = in.get<uint64_t>();
   spec.dim = in.get<uint32_t>();
+  spec.parts = in.get<uint32_t>();
   const auto dtype = in.get<uint8_t>();
   spec.priority = Priority(in.get<int64_t>());
   const auto kind = in.get<uint8_t>();

@@ -14,15 +14,6 @@
 namespace psched {
 namespace {
 
-// SplitMix64's step: a bijection of 64-bit words whose outputs for consecutive inputs look
-// independent (Steele, Lea, Flood 2014).
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // A double on [0, 1) from the top 53 bits of `bits`.
 double unit(uint64_t bits) {
   return double(bits >> 11) * 0x1.0p-53;
@@ -74,6 +65,9 @@ void RowTable::check_spec(const TableSpec& spec) {
     fail(ErrorCode::invalid_argument,
          "table '{}': {} rows of {} elements (both must be at least 1)", spec.name,
          spec.num_embeddings, spec.dim);
+  if (spec.parts == 0 || spec.parts > kMaxParts)
+    fail(ErrorCode::invalid_argument, "table '{}': {} parts a step (1 to {})", spec.name,
+         spec.parts, kMaxParts);
   optim::validate_row(spec.optimizer);
   check_init(spec);
 }
@@ -81,7 +75,8 @@ void RowTable::check_spec(const TableSpec& spec) {
 RowTable::RowTable(TableSpec spec)
     : spec_(std::move(spec)),
       state_elements_(optim::row_state_elements(spec_.optimizer, spec_.dim)),
-      block_bytes_((spec_.dim + state_elements_) * element_bytes(spec_.dtype)) {}
+      block_bytes_((spec_.dim + state_elements_) * element_bytes(spec_.dtype)),
+      gathered_(spec_.parts) {}
 
 void RowTable::check_rows(const char* what, std::span<const uint64_t> ids, DType dtype,
                           uint64_t bytes) const {
@@ -98,6 +93,80 @@ void RowTable::check_rows(const char* what, std::span<const uint64_t> ids, DType
       fail(ErrorCode::offset_out_of_range,
            "{} of table '{}' rejected: id {} is not below its {} rows (nothing applied)", what,
            spec_.name, id, spec_.num_embeddings);
+}
+
+void RowTable::check_part(uint32_t part, std::span<const uint64_t> ids, DType dtype,
+                          uint64_t bytes) const {
+  check_rows("push", ids, dtype, bytes);
+  if (part >= spec_.parts)
+    fail(ErrorCode::invalid_argument, "push of table '{}' rejected: part {} of its {} parts",
+         spec_.name, part, spec_.parts);
+  for (uint64_t id : ids)
+    if (spec_.part_of(id) != part)
+      fail(ErrorCode::invalid_argument,
+           "push of table '{}' rejected: id {} belongs to part {}, not to part {} (nothing "
+           "applied)",
+           spec_.name, id, spec_.part_of(id), part);
+}
+
+void RowTable::take(const StepUpdate& update, uint32_t part, std::span<const uint64_t> ids,
+                    std::span<const std::byte> gradients) {
+  const ElementRange unit{part, part + 1};
+  PSCHED_REQUIRE(update.pieces.size() == 1 && update.pieces[0].range == unit, update.pieces.size(),
+                 part);
+  if (!update.gathered) return apply(ids, gradients, update.t);
+  gather(part, ids, gradients);
+  const StepPiece& piece = update.pieces[0];
+  if (piece.complete) apply_part(part, piece.pushers + 1, update.t);
+}
+
+void RowTable::apply_gathered(const StepUpdate& update) {
+  for (const StepPiece& piece : update.pieces) {
+    if (!piece.complete || piece.pushers == 0) continue;
+    for (uint64_t part = piece.range.begin; part < piece.range.end; ++part)
+      apply_part(static_cast<uint32_t>(part), piece.pushers, update.t);
+  }
+}
+
+void RowTable::gather(uint32_t part, std::span<const uint64_t> ids,
+                      std::span<const std::byte> gradients) {
+  PartSums& sums = gathered_[part];
+  const uint64_t row_bytes = spec_.row_bytes();
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const auto emplaced = sums.position.try_emplace(ids[k], static_cast<uint32_t>(sums.ids.size()));
+    const uint32_t row = emplaced.first->second;
+    const std::byte* gradient = gradients.data() + k * row_bytes;
+    if (emplaced.second) {
+      sums.ids.push_back(ids[k]);
+      sums.sums.insert(sums.sums.end(), gradient, gradient + row_bytes);
+      continue;
+    }
+    visit_dtype(spec_.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      auto sum = as_span<T>(sums.sums.data() + row * row_bytes, spec_.dim);
+      auto more = as_span<T>(gradient, spec_.dim);
+      for (uint32_t i = 0; i < spec_.dim; ++i) sum[i] += more[i];
+    });
+  }
+}
+
+void RowTable::apply_part(uint32_t part, uint32_t gradients, uint64_t t) {
+  PartSums sums = std::exchange(gathered_[part], {});
+  const uint64_t row_bytes = spec_.row_bytes();
+  std::vector<uint32_t> order(sums.ids.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return sums.ids[a] < sums.ids[b]; });
+  visit_dtype(spec_.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T scale = T(1) / static_cast<T>(gradients);
+    for (uint32_t row : order) {
+      std::byte* sum = sums.sums.data() + row * row_bytes;
+      if (gradients > 1)
+        for (T& x : as_span<T>(sum, spec_.dim)) x *= scale;
+      update(slot_of(sums.ids[row]), sum, t);
+    }
+  });
 }
 
 void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> gradients,
@@ -200,6 +269,29 @@ void RowTable::save(ByteWriter& out) const {
   for (uint32_t slot = 0; slot < ids.size(); ++slot) {
     out.put(ids[slot]);
     out.raw({block(slot), block_bytes_});
+  }
+}
+
+void RowTable::save_sums(ByteWriter& out) const {
+  for (const PartSums& part : gathered_) {
+    out.put<uint64_t>(part.ids.size());
+    for (uint64_t id : part.ids) out.put(id);
+    out.raw(part.sums);
+  }
+}
+
+void RowTable::load_sums(ByteReader& in) {
+  for (uint32_t part = 0; part < spec_.parts; ++part) {
+    const uint64_t rows = in.get<uint64_t>();
+    std::vector<uint64_t> ids;
+    for (uint64_t k = 0; k < rows; ++k) {
+      ids.push_back(in.get<uint64_t>());
+      if (ids.back() >= spec_.num_embeddings || spec_.part_of(ids.back()) != part)
+        fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' gathered row {} in part {}", in.what(),
+             spec_.name, ids.back(), part);
+    }
+    gathered_[part] = {};
+    gather(part, ids, in.take(rows * spec_.row_bytes()));
   }
 }
 

@@ -17,7 +17,10 @@
 // while memory per row is the binding limit (a row of dim 16 in float32 is 64 bytes).
 //
 // When an update applies is not the table's to decide: its shard's StepMachine says (as for a
-// Variable). The table checks ids and widths and applies the optimizer to the rows it is given.
+// Variable), with a StepTrack whose unit is a part of the table (TableSpec::parts): a worker
+// pushes every part of every step once, with the rows of it that it touched. The table checks
+// ids and widths, gathers a sync step's row sums part by part, and applies the optimizer to the
+// rows the machine's StepUpdate says apply.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,7 @@
 
 #include <absl/container/flat_hash_map.h>
 
+#include "actors/shard/step_track.h"
 #include "actors/shard/table_spec.h"
 #include "common/aligned_buffer.h"
 #include "common/byte_codec.h"
@@ -37,6 +41,8 @@ class RowTable {
   // Rows per arena chunk: large enough that a chunk's bookkeeping is nothing beside it, small
   // enough that a table's last chunk wastes little.
   static constexpr uint32_t kRowsPerChunk = 4096;
+  // The most parts a table's step may have (TableSpec::parts).
+  static constexpr uint32_t kMaxParts = 1 << 16;
 
   // Throws Error(invalid_argument) naming what is wrong when `spec` cannot make a table: a dtype
   // other than float32 and float64, no rows or no elements per row, an optimizer setting out of
@@ -52,6 +58,21 @@ class RowTable {
   // shape_mismatch); `what` names the request ("push", "pull").
   void check_rows(const char* what, std::span<const uint64_t> ids, DType dtype,
                   uint64_t bytes) const;
+  // check_rows for a push of part `part`: also that the part is one of the table's and that each
+  // id is in it (invalid_argument naming the id and both parts).
+  void check_part(uint32_t part, std::span<const uint64_t> ids, DType dtype, uint64_t bytes) const;
+
+  // Carries out what the step machine decided for an accepted push of part `part` (the track's
+  // unit [part, part + 1)): `ids` with `gradients`, passed by check_part. Not gathered (async,
+  // bounded): applied at once as update `update.t`. Gathered (sync): added to the part's sums,
+  // and when the push completes the part, every row gathered for it is applied as the mean of
+  // the gradients pushed into the part (a worker that pushed the part without a row counts as
+  // zero for it: DDP's mean of sparse gradients).
+  void take(const StepUpdate& update, uint32_t part, std::span<const uint64_t> ids,
+            std::span<const std::byte> gradients);
+  // Applies the mean gathered for each of `update`'s complete pieces (parts) that any worker
+  // pushed (a membership change or a timeout completed them); the rest stay as they are.
+  void apply_gathered(const StepUpdate& update);
   // Update `t` (the table's step) of the rows `ids` from `gradients`, one row each in id order
   // as given, passed by check_rows; the gradients of an id given more than once are summed
   // first (torch's coalesce), so each row gets one update.
@@ -72,6 +93,10 @@ class RowTable {
   // when what it reads is malformed or could not have been written.
   void save(ByteWriter& out) const;
   static RowTable restore(ByteReader& in);
+  // The sums a sync step in progress gathered so far, part by part, and back (beside its
+  // track's progress in a checkpoint, as a Variable's sums are).
+  void save_sums(ByteWriter& out) const;
+  void load_sums(ByteReader& in);
 
  private:
   // The value then the optimizer state of the row in `slot`.
@@ -82,12 +107,24 @@ class RowTable {
   uint32_t slot_of(uint64_t id);
   // One update of the row in `slot` from `gradient` (a row of the dtype).
   void update(uint32_t slot, const std::byte* gradient, uint64_t t);
+  // A sync step's gradient sums of one part: each row gathered so far, in the order first met.
+  struct PartSums {
+    absl::flat_hash_map<uint64_t, uint32_t> position;  // id -> row of `sums`
+    std::vector<uint64_t> ids;                         // by row of `sums`
+    std::vector<std::byte> sums;
+  };
+  // Adds `ids`' `gradients` into the sums of part `part`.
+  void gather(uint32_t part, std::span<const uint64_t> ids, std::span<const std::byte> gradients);
+  // Applies each row gathered for part `part` as its sum over `gradients` pushes (update `t`), in
+  // id order, and forgets the sums.
+  void apply_part(uint32_t part, uint32_t gradients, uint64_t t);
 
   TableSpec spec_;
   uint64_t state_elements_;  // per row (optim::row_state_elements)
   uint64_t block_bytes_;     // per row: value and state
   std::vector<AlignedBuffer> chunks_;
   absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot
+  std::vector<PartSums> gathered_;                 // sync: by part, of the step in progress
 };
 
 }  // namespace psched

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "common/error_test_support.h"
 
@@ -146,4 +147,99 @@ TEST_CASE("memory held grows a chunk of rows at a time") {
   const uint64_t one_chunk = RowTable::kRowsPerChunk * 16 * 2 * sizeof(double);
   CHECK(table.bytes_held() >= one_chunk);
   CHECK(table.bytes_held() < one_chunk + 1024);
+}
+
+namespace {
+
+// A table and a step track of its own whose unit is a part, taking pushes as a shard's step
+// machine and the table do: the table kind's sync and async rules without a shard.
+struct TrackedTable {
+  RowTable table;
+  StepTrack track;
+
+  TrackedTable(const TableSpec& spec, Mode mode, uint32_t workers)
+      : table(spec), track(spec.name, {0, spec.parts}, mode, workers, nullptr) {}
+  // Worker `worker`'s push of part `part` of step `step`: rows `ids`, gradients `g`.
+  void push(uint32_t worker, Step step, uint32_t part, std::vector<uint64_t> ids,
+            const std::vector<double>& g) {
+    table.check_part(part, ids, DType::float64, g.size() * sizeof(double));
+    REQUIRE_FALSE(track.is_duplicate(WorkerId(worker), step, {part, part + 1}));
+    table.take(track.receive(WorkerId(worker), step, {part, part + 1}), part, ids, bytes_of(g));
+  }
+};
+
+// The ids below `n` of `part` of `spec`.
+std::vector<uint64_t> ids_of(const TableSpec& spec, uint32_t part, uint64_t n) {
+  std::vector<uint64_t> out;
+  for (uint64_t id = 0; id < n; ++id)
+    if (spec.part_of(id) == part) out.push_back(id);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sync: a part applies the mean over the workers once all pushed it, untouched as zero") {
+  TableSpec spec = spec_of(100, 1, optim::RowOptimizerKind::sgd);
+  spec.optimizer.lr = 1;
+  spec.parts = 2;
+  TrackedTable t(spec, Mode::sync, 2);
+  const uint64_t a = ids_of(spec, 0, 100)[0], b = ids_of(spec, 0, 100)[1];
+  const uint64_t c = ids_of(spec, 1, 100)[0];
+  t.push(0, Step(1), 0, {a, b, a}, {1, 2, 3});  // a twice: 4
+  t.push(0, Step(1), 1, {}, {});                // worker 0 touched nothing of part 1
+  CHECK(read(t.table, {a, b, c}) == std::vector<double>{0, 0, 0});
+  t.push(1, Step(1), 1, {c}, {6});  // part 1 complete: c gets -(0 + 6) / 2
+  CHECK(read(t.table, {a, b, c}) == std::vector<double>{0, 0, -3});
+  CHECK(t.track.not_yet_applied(WorkerId(0), Step(1), {0, 2}).ranges() ==
+        std::vector<ElementRange>{{0, 1}});
+  t.push(1, Step(1), 0, {b}, {10});  // part 0: a (4 + 0) / 2, b (2 + 10) / 2
+  CHECK(read(t.table, {a, b, c}) == std::vector<double>{-2, -6, -3});
+  CHECK(t.track.applied_step(WorkerId(0)) == Step(1));
+}
+
+TEST_CASE("async: a part's rows apply at once, numbered by the worker's step") {
+  TableSpec spec = spec_of(50, 2, optim::RowOptimizerKind::sparse_adam);
+  spec.parts = 3;
+  TrackedTable tracked(spec, Mode::async, 2);
+  RowTable reference(spec);
+  const std::vector<uint64_t> ids = ids_of(spec, 2, 50);
+  tracked.push(1, Step(1), 2, {ids[0], ids[1]}, {1, 2, 3, 4});
+  reference.apply(std::vector<uint64_t>{ids[0], ids[1]}, bytes_of({1, 2, 3, 4}), 1);
+  CHECK(read(tracked.table, ids) == read(reference, ids));
+  tracked.push(0, Step(1), 2, {ids[0]}, {5, 6});  // worker 0's step 1: update number 2
+  reference.apply(std::vector<uint64_t>{ids[0]}, bytes_of({5, 6}), 2);
+  CHECK(read(tracked.table, ids) == read(reference, ids));
+}
+
+TEST_CASE("a push of a row outside its part, or of a part past the table's, is refused") {
+  TableSpec spec = spec_of(100, 1, optim::RowOptimizerKind::sgd);
+  spec.parts = 4;
+  RowTable table(spec);
+  const uint64_t in_1 = ids_of(spec, 1, 100)[0];
+  std::string message = testing::refusal(ErrorCode::invalid_argument, [&] {
+    table.check_part(0, std::vector<uint64_t>{in_1}, DType::float64, sizeof(double));
+  });
+  CHECK(message.find(fmt::format("id {} belongs to part 1, not to part 0", in_1)) !=
+        std::string::npos);
+  CHECK(code_of([&] { table.check_part(4, {}, DType::float64, 0); }) ==
+        ErrorCode::invalid_argument);
+}
+
+TEST_CASE("a sync step's gathered sums survive a save; a timeout applies what was gathered") {
+  TableSpec spec = spec_of(100, 1, optim::RowOptimizerKind::sgd);
+  spec.optimizer.lr = 1;
+  TrackedTable t(spec, Mode::sync, 3);
+  t.push(0, Step(1), 0, {7, 9}, {3, 4});
+  t.push(1, Step(1), 0, {7}, {5});
+  ByteWriter out;
+  t.table.save_sums(out);
+  RowTable copy(spec);
+  ByteReader in(out.bytes(), "sums");
+  copy.load_sums(in);
+  CHECK(in.done());
+  StepUpdate closed = t.track.complete_without_missing();  // worker 2 never pushed
+  for (RowTable* table : {&t.table, &copy}) {
+    table->apply_gathered(closed);
+    CHECK(read(*table, {7, 9}) == std::vector<double>{-4, -2});  // means over the 2 who pushed
+  }
 }

@@ -28,10 +28,24 @@ struct RowInit {
   bool operator==(const RowInit&) const = default;
 };
 
+// SplitMix64's step: a bijection of 64-bit words whose outputs for consecutive inputs look
+// independent (Steele, Lea, Flood 2014). What spreads a table's rows over parts (and their
+// first values over their elements, actors/shard/row_table.cc).
+constexpr uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 struct TableSpec {
   std::string name;
   uint64_t num_embeddings = 0;  // ids run from 0 to num_embeddings - 1
   uint32_t dim = 0;             // elements per row
+  // A worker's step of the table's rows on a shard is `parts` pushes, one per part, each with
+  // the rows of the part it touched (none, even): a row's part is part_of(id). A sync step then
+  // closes part by part, and a pull waits only for its rows' parts.
+  uint32_t parts = 1;
   DType dtype = DType::float32;
   Priority priority;  // lower is more urgent (scheduling hint; the first registration's stays)
   optim::RowOptimizerSpec optimizer;
@@ -39,10 +53,13 @@ struct TableSpec {
   uint64_t seed = 0;
 
   uint64_t row_bytes() const { return uint64_t{dim} * element_bytes(dtype); }
+  // The part row `id` is pushed in, the same on every worker and shard.
+  uint32_t part_of(uint64_t id) const { return static_cast<uint32_t>(mix64(~id) % parts); }
   // Same table for registration purposes: everything but the priority.
   bool same_table(const TableSpec& o) const {
     return name == o.name && num_embeddings == o.num_embeddings && dim == o.dim &&
-           dtype == o.dtype && optimizer == o.optimizer && init == o.init && seed == o.seed;
+           parts == o.parts && dtype == o.dtype && optimizer == o.optimizer && init == o.init &&
+           seed == o.seed;
   }
 };
 
