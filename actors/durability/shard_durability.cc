@@ -2,6 +2,7 @@
 #include "actors/durability/shard_durability.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "actors/durability/state_codec.h"
 #include "common/error.h"
@@ -19,6 +20,8 @@ constexpr uint8_t kSparsePushRecord = 'S';  // a push of a sparse gradient (Push
 constexpr uint8_t kTimeoutRecord = 'T';     // a sync step completed without its missing workers
 constexpr uint8_t kJoinRecord = 'J';        // a worker is a member from a step on
 constexpr uint8_t kLeaveRecord = 'L';       // a worker is no member any more
+constexpr uint8_t kTableRecord = 'E';       // an embedding table registered
+constexpr uint8_t kRowsRecord = 'W';        // a push of a table's rows
 
 }  // namespace
 
@@ -57,6 +60,42 @@ void ShardDurability::log_push(WorkerId worker, VariableId id, Step step, Elemen
   record.put(static_cast<uint8_t>(dtype));
   record.blob(data);
   append(record);
+}
+
+void ShardDurability::log_register_table(const TableSpec& spec) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kTableRecord);
+  encode_table_spec(record, spec);
+  append(record);
+}
+
+void ShardDurability::log_push_rows(WorkerId worker, VariableId table, Step step, DType dtype,
+                                    std::span<const uint64_t> ids,
+                                    std::span<const std::byte> data) {
+  if (!store_ || !store_->logging()) return;
+  ByteWriter record;
+  record.put(kRowsRecord);
+  record.put(worker.value);
+  record.put(table.value);
+  record.put(step.value);
+  record.put(static_cast<uint8_t>(dtype));
+  record.blob(std::as_bytes(ids));  // in the machine's byte order: a log is read where written
+  record.blob(data);
+  append(record);
+}
+
+void ShardDurability::replay_rows(ByteReader& record) {
+  WorkerId worker(record.get<uint32_t>());
+  VariableId table(record.get<uint32_t>());
+  Step step(record.get<uint64_t>());
+  auto dtype = static_cast<DType>(record.get<uint8_t>());
+  const std::span<const std::byte> id_bytes = record.blob();
+  if (id_bytes.size() % sizeof(uint64_t) != 0)
+    fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes of row ids", record.what(), id_bytes.size());
+  std::vector<uint64_t> ids(id_bytes.size() / sizeof(uint64_t));
+  std::memcpy(ids.data(), id_bytes.data(), id_bytes.size());
+  state_.replay_push_rows(worker, table, step, dtype, ids, record.blob());
 }
 
 void ShardDurability::log_timeout(VariableId id, Step step) {
@@ -102,6 +141,11 @@ void ShardDurability::replay(ByteReader& record) {
   }
   if (kind == kLeaveRecord)
     return state_.replay_leave(WorkerId(record.get<uint32_t>()), record.what());
+  if (kind == kTableRecord) {
+    TableSpec spec = decode_table_spec(record);
+    return state_.replay_register_table(spec);
+  }
+  if (kind == kRowsRecord) return replay_rows(record);
   if (kind != kPushRecord && kind != kSparsePushRecord)
     fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
   WorkerId worker(record.get<uint32_t>());

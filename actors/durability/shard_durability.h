@@ -22,6 +22,7 @@
 
 #include "actors/durability/shard_store.h"
 #include "actors/runtime/actor.h"
+#include "actors/shard/table_spec.h"
 #include "actors/shard/variable_spec.h"
 #include "common/asio.h"
 #include "common/byte_codec.h"
@@ -57,6 +58,10 @@ class ShardDurability {
     virtual void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
                              DType dtype, std::span<const std::byte> data,
                              PushedGradient gradient) = 0;
+    virtual void replay_register_table(TableSpec& spec) = 0;
+    virtual void replay_push_rows(WorkerId worker, VariableId table, Step step, DType dtype,
+                                  std::span<const uint64_t> ids,
+                                  std::span<const std::byte> data) = 0;
     // A sync step completed without its missing workers; `record` names the log record.
     virtual void replay_timeout(VariableId id, Step step, const std::string& record) = 0;
     // A worker joined the job from step `from`, or left it (actors/shard/membership.h).
@@ -77,6 +82,9 @@ class ShardDurability {
                     std::span<const std::byte> initial);
   void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                 std::span<const std::byte> data, PushedGradient gradient);
+  void log_register_table(const TableSpec& spec);
+  void log_push_rows(WorkerId worker, VariableId table, Step step, DType dtype,
+                     std::span<const uint64_t> ids, std::span<const std::byte> data);
   void log_timeout(VariableId id, Step step);
   void log_join(WorkerId worker, Step from);
   void log_leave(WorkerId worker);
@@ -94,6 +102,7 @@ class ShardDurability {
  private:
   // Re-applies one logged record. On the loop.
   void replay(ByteReader& record);
+  void replay_rows(ByteReader& record);
   // Decodes a checkpoint's payload into the state. On the loop.
   void load(ByteReader& in, uint32_t checkpoint_format);
   // The state, encoded with this shard's header. On the loop.

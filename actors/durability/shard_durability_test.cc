@@ -41,6 +41,14 @@ struct RecordingState final : ShardDurability::State {
                                 step, range.begin, range.end, data.size(),
                                 gradient == PushedGradient::sparse ? " sparse" : ""));
   }
+  void replay_register_table(TableSpec& spec) override {
+    calls.push_back(fmt::format("table {} {}x{}", spec.name, spec.num_embeddings, spec.dim));
+  }
+  void replay_push_rows(WorkerId worker, VariableId table, Step step, DType,
+                        std::span<const uint64_t> ids, std::span<const std::byte> data) override {
+    calls.push_back(fmt::format("rows w{} t{} s{} ids {} {} bytes", worker.value, table.value, step,
+                                fmt::join(ids, ","), data.size()));
+  }
   void replay_timeout(VariableId id, Step step, const std::string&) override {
     calls.push_back(fmt::format("timeout v{} s{}", id.value, step));
   }
@@ -99,15 +107,20 @@ TEST_CASE(
     life.durability.log_timeout(VariableId(0), Step(3));
     life.durability.log_leave(WorkerId(2));
     life.durability.log_join(WorkerId(2), Step(5));
+    life.durability.log_register_table({.name = "t", .num_embeddings = 10, .dim = 2});
+    const std::vector<uint64_t> ids{3, 9};
+    life.durability.log_push_rows(WorkerId(0), VariableId(1), Step(1), DType::float32, ids,
+                                  std::vector<std::byte>(16));
   }
   Life again(dir.path);
   RestoreReport report = again.restore();
   CHECK(report.checkpoint.filename() == "shard-0.00000001.ckpt");
-  CHECK(report.replayed == 6);
+  CHECK(report.replayed == 8);
   CHECK(again.state.calls ==
-        std::vector<std::string>{
-            "load 7 (format 4)", "register w [0, 1) 4 bytes", "push w1 v0 s1 [0, 1) 4 bytes",
-            "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3", "leave w2", "join w2 s5"});
+        std::vector<std::string>{"load 7 (format 5)", "register w [0, 1) 4 bytes",
+                                 "push w1 v0 s1 [0, 1) 4 bytes",
+                                 "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3", "leave w2",
+                                 "join w2 s5", "table t 10x2", "rows w0 t1 s1 ids 3,9 16 bytes"});
 }
 
 TEST_CASE("updates logged after a checkpoint are all a restart replays") {
@@ -125,7 +138,7 @@ TEST_CASE("updates logged after a checkpoint are all a restart replays") {
   Life again(dir.path);
   CHECK(again.restore().replayed == 1);
   CHECK(again.state.calls ==
-        std::vector<std::string>{"load 8 (format 4)", "push w0 v0 s2 [0, 1) 4 bytes"});
+        std::vector<std::string>{"load 8 (format 5)", "push w0 v0 s2 [0, 1) 4 bytes"});
 }
 
 TEST_CASE("nothing is logged or checkpointed before restore") {

@@ -52,7 +52,7 @@ class ShardStore {
   ShardStore& operator=(const ShardStore&) = delete;
 
   // The format write_checkpoint writes; load_latest reads it and every earlier one.
-  static constexpr uint32_t kCheckpointFormat = 4;
+  static constexpr uint32_t kCheckpointFormat = 5;
   // The first format whose variables carry their frozen variance's bookkeeping (Variable's
   // save format 2; earlier files hold its format 1).
   static constexpr uint32_t kFrozenVarianceFormat = 3;
@@ -60,6 +60,9 @@ class ShardStore {
   // applied short-handed; actors/shard/membership.h; before it, every declared worker was a
   // member from step 1).
   static constexpr uint32_t kMembershipFormat = 4;
+  // The first format that holds embedding tables beside variables (each hosted id's record
+  // starts with its kind; actors/shard/variable_shard_state.cc).
+  static constexpr uint32_t kTablesFormat = 5;
 
   struct Checkpoint {
     uint64_t generation = 0;

@@ -109,6 +109,47 @@ void RowTable::check_part(uint32_t part, std::span<const uint64_t> ids, DType dt
            spec_.name, id, spec_.part_of(id), part);
 }
 
+std::vector<RowTable::PartRows> RowTable::by_part(std::span<const uint64_t> ids,
+                                                  std::span<const std::byte> gradients,
+                                                  std::vector<uint64_t>& ids_kept,
+                                                  std::vector<std::byte>& kept) const {
+  if (spec_.parts == 1) return {{0, ids, gradients}};
+  const uint64_t row_bytes = spec_.row_bytes();
+  std::vector<uint32_t> order(ids.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return spec_.part_of(ids[a]) < spec_.part_of(ids[b]);
+  });
+  ids_kept.resize(ids.size());
+  kept.resize(gradients.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    ids_kept[k] = ids[order[k]];
+    std::memcpy(kept.data() + k * row_bytes, gradients.data() + order[k] * row_bytes, row_bytes);
+  }
+  std::vector<PartRows> parts;
+  size_t begin = 0;
+  for (uint32_t part = 0; part < spec_.parts; ++part) {
+    size_t end = begin;
+    while (end < ids_kept.size() && spec_.part_of(ids_kept[end]) == part) ++end;
+    parts.push_back(
+        {part, std::span(ids_kept).subspan(begin, end - begin),
+         std::span<const std::byte>(kept).subspan(begin * row_bytes, (end - begin) * row_bytes)});
+    begin = end;
+  }
+  return parts;
+}
+
+ElementRange RowTable::parts_of(std::span<const uint64_t> ids) const {
+  if (ids.empty()) return {};
+  if (spec_.parts == 1) return {0, 1};
+  uint64_t low = spec_.parts, high = 0;
+  for (uint64_t id : ids) {
+    low = std::min<uint64_t>(low, spec_.part_of(id));
+    high = std::max<uint64_t>(high, spec_.part_of(id) + 1);
+  }
+  return {low, high};
+}
+
 void RowTable::take(const StepUpdate& update, uint32_t part, std::span<const uint64_t> ids,
                     std::span<const std::byte> gradients) {
   const ElementRange unit{part, part + 1};

@@ -62,6 +62,21 @@ class RowTable {
   // id is in it (invalid_argument naming the id and both parts).
   void check_part(uint32_t part, std::span<const uint64_t> ids, DType dtype, uint64_t bytes) const;
 
+  // One part's share of a push (check_rows passed): its ids, each with its gradient row.
+  struct PartRows {
+    uint32_t part;
+    std::span<const uint64_t> ids;
+    std::span<const std::byte> gradients;
+  };
+  // A push's `ids` and `gradients` grouped by part, every part of the table once (empty where
+  // the push has no row of it), each part's rows in the order given. The groups view `ids`
+  // and `gradients` for a table of one part, else copies kept in `ids_kept` and `kept`.
+  std::vector<PartRows> by_part(std::span<const uint64_t> ids, std::span<const std::byte> gradients,
+                                std::vector<uint64_t>& ids_kept,
+                                std::vector<std::byte>& kept) const;
+  // The parts `ids` fall in, as the smallest range of parts holding them all (empty for none).
+  ElementRange parts_of(std::span<const uint64_t> ids) const;
+
   // Carries out what the step machine decided for an accepted push of part `part` (the track's
   // unit [part, part + 1)): `ids` with `gradients`, passed by check_part. Not gathered (async,
   // bounded): applied at once as update `update.t`. Gathered (sync): added to the part's sums,

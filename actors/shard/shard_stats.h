@@ -42,7 +42,8 @@ struct WireBytes {
 
 // Counters a shard keeps; read with VariableShard::stats.
 struct ShardStats {
-  uint64_t variables = 0;
+  uint64_t variables = 0;       // dense variable parts hosted
+  uint64_t tables = 0;          // embedding tables hosted (each shard holds rows of every one)
   uint64_t bytes_received = 0;  // gradient payload bytes accepted
   uint64_t bytes_sent = 0;      // value bytes answered to polls and pulls
   uint64_t partitions_applied = 0;

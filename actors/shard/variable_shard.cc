@@ -28,10 +28,41 @@ VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPo
       durability_(loop, settings_, *this) {}
 
 Variable& VariableShard::find(const char* what, VariableId id) {
-  if (id.value >= variables_.size())
+  if (id.value >= hosted_.size() || hosted_[id.value].kind != Hosted::Kind::variable)
     fail(ErrorCode::unknown_variable, "{} rejected: no variable with id {} on shard {}", what,
          id.value, settings_.id.value);
-  return variables_[id.value];
+  return variables_[hosted_[id.value].index];
+}
+
+RowTable& VariableShard::find_table(const char* what, VariableId id) {
+  if (id.value >= hosted_.size() || hosted_[id.value].kind != Hosted::Kind::table)
+    fail(ErrorCode::unknown_variable, "{} rejected: no table with id {} on shard {}", what,
+         id.value, settings_.id.value);
+  return tables_[hosted_[id.value].index];
+}
+
+std::optional<VariableId> VariableShard::registered(const std::string& name,
+                                                    Hosted::Kind kind) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return std::nullopt;
+  if (hosted_[it->second.value].kind != kind)
+    fail(ErrorCode::spec_conflict, "register of '{}' rejected: a {} of that name is registered",
+         name, kind == Hosted::Kind::table ? "dense variable" : "table");
+  return it->second;
+}
+
+VariableId VariableShard::add_hosted(const std::string& name, Hosted::Kind kind,
+                                     ElementRange extent) {
+  if (hosted_.size() >= settings_.max_variables)
+    fail(ErrorCode::invalid_argument,
+         "register of '{}' rejected: shard {} holds {} variables and tables, the configured limit",
+         name, settings_.id.value, hosted_.size());
+  const VariableId id(static_cast<uint32_t>(hosted_.size()));
+  const size_t index = kind == Hosted::Kind::table ? tables_.size() : variables_.size();
+  hosted_.push_back({kind, static_cast<uint32_t>(index)});
+  steps_.add(name, extent);
+  by_name_.emplace(name, id);
+  return id;
 }
 
 void VariableShard::register_variable(VariableSpec spec, ElementRange part,
@@ -43,27 +74,107 @@ void VariableShard::register_variable(VariableSpec spec, ElementRange part,
 
 VariableShard::Registration VariableShard::do_register(VariableSpec& spec, ElementRange part,
                                                        std::span<const std::byte> initial) {
-  if (auto it = by_name_.find(spec.name); it != by_name_.end()) {
-    const Variable& existing = variables_[it->second.value];
+  if (auto id = registered(spec.name, Hosted::Kind::variable)) {
+    const Variable& existing = find("register", *id);
     if (!existing.spec().same_variable(spec) || existing.part() != part)
       fail(ErrorCode::spec_conflict,
            "register of variable '{}' rejected: it is registered with a different spec "
            "(shape, dtype, optimizer or shard part differ)",
            spec.name);
-    return {it->second, false};
+    return {*id, false};
   }
-  if (variables_.size() >= settings_.max_variables)
-    fail(ErrorCode::invalid_argument,
-         "register of variable '{}' rejected: shard {} holds {} variables, the configured limit",
-         spec.name, settings_.id.value, variables_.size());
   Variable::check_part(spec, part, initial);
   durability_.log_register(spec, part, initial);
-  VariableId id(static_cast<uint32_t>(variables_.size()));
-  steps_.add(spec.name, part);
-  by_name_.emplace(spec.name, id);
+  const VariableId id = add_hosted(spec.name, Hosted::Kind::variable, part);
   variables_.emplace_back(std::move(spec), part, initial, apply_pool_, device_);
   stats_.variables = variables_.size();
   return {id, true};
+}
+
+void VariableShard::register_table(TableSpec spec, RegisterReply reply) {
+  dispatch([this, spec = std::move(spec), reply = std::move(reply)]() mutable {
+    reply(counted(attempt([&] { return do_register_table(spec); })));
+  });
+}
+
+VariableShard::Registration VariableShard::do_register_table(TableSpec& spec) {
+  if (auto id = registered(spec.name, Hosted::Kind::table)) {
+    if (!find_table("register", *id).spec().same_table(spec))
+      fail(ErrorCode::spec_conflict,
+           "register of table '{}' rejected: it is registered with a different spec (rows, "
+           "dim, dtype, optimizer, init or seed differ)",
+           spec.name);
+    return {*id, false};
+  }
+  RowTable::check_spec(spec);
+  durability_.log_register_table(spec);
+  const VariableId id = add_hosted(spec.name, Hosted::Kind::table, {0, spec.parts});
+  tables_.emplace_back(std::move(spec));
+  stats_.tables = tables_.size();
+  return {id, true};
+}
+
+void VariableShard::push_rows(RowPush push, Receipt reply) {
+  dispatch([this, push, reply = std::move(reply)] {
+    auto start = Clock::now();
+    Result<> taken = counted(attempt([&] { do_push_rows(push); }));
+    if (!taken) {
+      ++stats_.pushes_rejected;
+      return reply(taken);
+    }
+    stats_.apply_seconds.observe(seconds_since(start));
+    reply(taken);
+  });
+}
+
+void VariableShard::do_push_rows(const RowPush& p) {
+  RowTable& table = find_table("push", p.table);
+  table.check_rows("push", p.ids, p.dtype, p.data.size());
+  std::vector<uint64_t> ids_kept;
+  std::vector<std::byte> kept;
+  const auto parts = table.by_part(p.ids, p.data, ids_kept, kept);
+  std::vector<StepMachine::Admission> admitted;  // every part's first: all or nothing
+  for (const RowTable::PartRows& part : parts)
+    admitted.push_back(steps_.admit(p.worker, p.table, p.step, {part.part, part.part + 1}));
+  const auto fresh = std::count(admitted.begin(), admitted.end(), StepMachine::Admission::fresh);
+  stats_.pushes_duplicate +=
+      std::count(admitted.begin(), admitted.end(), StepMachine::Admission::duplicate) > 0;
+  if (fresh == 0) return;
+  durability_.log_push_rows(p.worker, p.table, p.step, p.dtype, p.ids, p.data);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (admitted[k] != StepMachine::Admission::fresh) continue;
+    const uint32_t part = parts[k].part;
+    const StepUpdate update = steps_.receive(p.worker, p.table, p.step, {part, part + 1});
+    table.take(update, part, parts[k].ids, parts[k].gradients);
+    steps_.applied(p.worker, p.table, update, Clock::now());
+  }
+  stats_.bytes_received += p.data.size();
+}
+
+void VariableShard::pull_rows(RowPull pull, RowsReply reply) {
+  dispatch([this, pull, reply = std::move(reply)] { file_pull_rows(pull, reply); });
+}
+
+void VariableShard::file_pull_rows(const RowPull& pull, const RowsReply& reply) {
+  const auto now = Clock::now();
+  Result<> filed = counted(attempt([&] {
+    const RowTable& table = find_table("pull", pull.table);
+    table.check_rows("pull", pull.ids, table.spec().dtype,
+                     pull.ids.size() * table.spec().row_bytes());
+    const Poll poll{pull.worker, pull.table, pull.step, table.parts_of(pull.ids), pull.ticket};
+    steps_.poll(
+        poll,
+        [this, pull, reply, now](const Result<>& ready) {
+          if (!ready) return reply(ready.error());
+          stats_.poll_wait_seconds.observe(seconds_since(now));
+          FreshRows rows(tables_[hosted_[pull.table.value].index], pull.ids,
+                         steps_.track(pull.table).applied_step(pull.worker));
+          stats_.bytes_sent += rows.bytes();
+          reply(rows);
+        },
+        now);
+  }));
+  if (!filed) reply(filed.error());
 }
 
 void VariableShard::push(Push push, Receipt reply) {
@@ -121,7 +232,7 @@ void VariableShard::file_poll(const Poll& poll, const ValueReply& reply) {
         [this, poll, reply, now](const Result<>& ready) {
           if (!ready) return reply(ready.error());
           stats_.poll_wait_seconds.observe(seconds_since(now));
-          answer(variables_[poll.variable.value], poll.range,
+          answer(variables_[hosted_[poll.variable.value].index], poll.range,
                  steps_.track(poll.variable).applied_step(poll.worker), reply);
         },
         now);
@@ -137,8 +248,7 @@ void VariableShard::pull(VariableId variable, ElementRange range, ValueReply rep
   dispatch([=, this, reply = std::move(reply)] {
     Result<> found = counted(attempt([&] { find("pull", variable).check_range("pull", range); }));
     if (!found) return reply(found.error());
-    answer(variables_[variable.value], range, steps_.track(variable).applied_step(kAllWorkers),
-           reply);
+    answer(find("pull", variable), range, steps_.track(variable).applied_step(kAllWorkers), reply);
   });
 }
 
@@ -186,9 +296,12 @@ void VariableShard::variables(size_t limit,
   dispatch([this, limit, reply = std::move(reply)] {
     std::vector<VariableStatus> out;
     out.reserve(std::min(limit, variables_.size()));
-    for (uint32_t i = 0; i < variables_.size() && out.size() < limit; ++i)
-      out.push_back({variables_[i].spec().name, variables_[i].part(),
-                     steps_.track(VariableId(i)).latest_step()});
+    for (uint32_t i = 0; i < hosted_.size() && out.size() < limit; ++i) {
+      if (hosted_[i].kind != Hosted::Kind::variable) continue;
+      const Variable& variable = variables_[hosted_[i].index];
+      out.push_back(
+          {variable.spec().name, variable.part(), steps_.track(VariableId(i)).latest_step()});
+    }
     reply(std::move(out));
   });
 }
@@ -212,7 +325,9 @@ void VariableShard::count_error(const Error& error) {
 }
 
 void VariableShard::apply_gathered(VariableId id, const StepUpdate& update) {
-  variables_[id.value].apply_gathered(update);
+  const Hosted hosted = hosted_[id.value];
+  if (hosted.kind == Hosted::Kind::table) return tables_[hosted.index].apply_gathered(update);
+  variables_[hosted.index].apply_gathered(update);
 }
 
 void VariableShard::shut_down(std::function<void()> done) {
@@ -254,44 +369,6 @@ void VariableShard::checkpoint(
       reply(std::current_exception(), {});
     }
   });
-}
-
-void VariableShard::save_variables(ByteWriter& out) const {
-  steps_.save(out);
-  out.put<uint64_t>(variables_.size());
-  for (uint32_t i = 0; i < variables_.size(); ++i) {
-    variables_[i].save_values(out);
-    steps_.track(VariableId(i)).save(out);
-    variables_[i].save_sums(out);
-  }
-}
-
-void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format) {
-  const uint32_t format =
-      checkpoint_format < ShardStore::kFrozenVarianceFormat ? 1 : Variable::kSaveFormat;
-  if (checkpoint_format >= ShardStore::kMembershipFormat) steps_.load(in);
-  uint64_t count = in.get<uint64_t>();
-  for (uint64_t i = 0; i < count; ++i) {
-    Variable variable = Variable::restore_values(in, apply_pool_, device_);
-    VariableId id(static_cast<uint32_t>(i));
-    steps_.add(variable.spec().name, variable.part());
-    steps_.load_track(id, in);
-    variable.load_sums(in, format, steps_.track(id).updates());
-    by_name_.emplace(variable.spec().name, id);
-    variables_.push_back(std::move(variable));
-  }
-  stats_.variables = variables_.size();
-}
-
-void VariableShard::replay_register(VariableSpec& spec, ElementRange part,
-                                    std::span<const std::byte> initial) {
-  do_register(spec, part, initial);
-}
-
-void VariableShard::replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
-                                DType dtype, std::span<const std::byte> data,
-                                PushedGradient gradient) {
-  do_push({worker, id, step, range, dtype, data, gradient});
 }
 
 }  // namespace psched

@@ -20,6 +20,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -27,6 +28,7 @@
 
 #include "actors/durability/shard_durability.h"
 #include "actors/runtime/actor.h"
+#include "actors/shard/row_table.h"
 #include "actors/shard/shard_request.h"
 #include "actors/shard/shard_stats.h"
 #include "actors/shard/step_machine.h"
@@ -63,6 +65,26 @@ class FreshValue {
   Step step_;
 };
 
+// The rows a pull asked for, read from the table into where the caller wants them. Valid only
+// during the RowsReply call it is passed to, on the shard's loop.
+class FreshRows {
+ public:
+  FreshRows(const RowTable& table, std::span<const uint64_t> ids, Step step)
+      : table_(table), ids_(ids), step_(step) {}
+  // The step whose update of the rows they reflect (at least).
+  Step step() const { return step_; }
+  Priority priority() const { return table_.spec().priority; }
+  DType dtype() const { return table_.spec().dtype; }
+  uint64_t bytes() const { return ids_.size() * table_.spec().row_bytes(); }
+  // Copies the rows into `out` (bytes() bytes), one after another in the pull's order.
+  void read_into(std::span<std::byte> out) const { table_.read(ids_, out); }
+
+ private:
+  const RowTable& table_;
+  std::span<const uint64_t> ids_;
+  Step step_;
+};
+
 class VariableShard : public Actor, private ShardDurability::State, private StepMachine::Host {
  public:
   static constexpr size_t kRecentErrors = 16;
@@ -77,6 +99,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   using Receipt = std::function<void(const Result<>&)>;
   using ValueReply = std::function<void(const Result<FreshValue>&)>;
   using JoinReply = std::function<void(const Result<Step>&)>;
+  using RowsReply = std::function<void(const Result<FreshRows>&)>;
 
   // `apply_pool` (optional) applies large partitions on several threads; it outlives the shard.
   // `device` (optional, outlives the shard) holds the variables and applies their updates
@@ -100,6 +123,19 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   void withdraw_poll(PollTicket ticket);
   // Answers with the current value of `range` at once.
   void pull(VariableId variable, ElementRange range, ValueReply reply);
+
+  // Embedding tables (actors/shard/row_table.h), in the same id space as variables and stepped
+  // by the same StepMachine: a table's step on this shard is a range of its parts.
+  //
+  // Registers this shard's rows of table `spec` (every shard holds the rows placement gives
+  // it). The same spec again is a no-op; another for the name fails with spec_conflict.
+  void register_table(TableSpec spec, RegisterReply reply);
+  // Applies (async, bounded) or gathers (sync) a worker's step of the table's rows held here:
+  // every part of it, at once; all or nothing (bad ids, widths, a step out of turn refuse the
+  // whole push). `reply` is its receipt.
+  void push_rows(RowPush push, Receipt reply);
+  // Answers with the pull's rows once its step's update of their parts is applied.
+  void pull_rows(RowPull pull, RowsReply reply);
 
   // A connection of `worker` opened or closed (its lease, actors/shard/leases.h).
   void connected(WorkerId worker);
@@ -145,8 +181,19 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
     if (!result) count_error(result.error());
     return result;
   }
+  // What an id of the shard's names: a dense variable or a table, by its index among its kind.
+  struct Hosted {
+    enum class Kind : uint8_t { variable, table } kind;
+    uint32_t index;
+  };
   // The variable, or throws unknown_variable naming `what` ("push", "poll", ...).
   Variable& find(const char* what, VariableId id);
+  // The table, or throws unknown_variable naming `what`.
+  RowTable& find_table(const char* what, VariableId id);
+  // The name's id, or nullopt; throws spec_conflict when it names the other kind.
+  std::optional<VariableId> registered(const std::string& name, Hosted::Kind kind) const;
+  // A new id for `name` of `kind`, tracked by the step machine over `extent`.
+  VariableId add_hosted(const std::string& name, Hosted::Kind kind, ElementRange extent);
   Registration do_register(VariableSpec& spec, ElementRange part,
                            std::span<const std::byte> initial);
   // A push's receipt: taken, timed and counted, or refused.
@@ -156,6 +203,12 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // refusal.
   void file_poll(const Poll& poll, const ValueReply& reply);
   void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
+  Registration do_register_table(TableSpec& spec);
+  void do_push_rows(const RowPush& push);
+  void file_pull_rows(const RowPull& pull, const RowsReply& reply);
+  // The shard's hosted ids, each kind's record (variable_shard_state.cc).
+  void save_hosted(ByteWriter& out, VariableId id) const;
+  void load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format);
 
   // StepMachine::Host, called by steps_ on the loop.
   void apply_gathered(VariableId id, const StepUpdate& update) override;
@@ -170,6 +223,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
                        std::span<const std::byte> initial) override;
   void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
                    std::span<const std::byte> data, PushedGradient gradient) override;
+  void replay_register_table(TableSpec& spec) override;
+  void replay_push_rows(WorkerId worker, VariableId table, Step step, DType dtype,
+                        std::span<const uint64_t> ids, std::span<const std::byte> data) override;
   void replay_timeout(VariableId id, Step step, const std::string& record) override {
     steps_.replay_timeout(id, step, record);
   }
@@ -184,7 +240,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   ForkJoinPool* apply_pool_;
   optim::ComputeDevice* device_;
   // Loop-owned state:
-  std::vector<Variable> variables_;  // index = VariableId
+  std::vector<Hosted> hosted_;  // index = VariableId
+  std::vector<Variable> variables_;
+  std::vector<RowTable> tables_;
   std::unordered_map<std::string, VariableId> by_name_;
   ShardStats stats_;                       // what the step machine does not keep
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors

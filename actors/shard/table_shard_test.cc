@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+// Embedding tables hosted by a whole VariableShard: registered beside variables in one id space,
+// stepped by its StepMachine (sync means over the members, waits, duplicates), refused whole on
+// bad input, and restored after a restart bit for bit.
+#include <optional>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "actors/durability/temp_dir.h"
+#include "actors/runtime/test_loop.h"
+#include "actors/shard/shard_test_support.h"
+#include "actors/shard/variable_shard.h"
+#include "common/error.h"
+
+using namespace psched;
+using psched::testing::Receipted;
+
+namespace {
+
+// What a pull of rows answered, once it has.
+struct Rows {
+  std::optional<std::vector<double>> value;
+  Step step;
+  std::optional<Error> refusal;
+  int answers = 0;
+
+  bool done() const { return answers > 0; }
+  VariableShard::RowsReply reply() {
+    return [this](const Result<FreshRows>& answer) {
+      ++answers;
+      if (!answer) return void(refusal = answer.error());
+      value.emplace(answer->bytes() / sizeof(double));
+      answer->read_into(std::as_writable_bytes(std::span(*value)));
+      step = answer->step();
+    };
+  }
+};
+
+TableSpec sgd_table(std::string name, uint32_t dim = 2, uint32_t parts = 1) {
+  TableSpec spec{.name = std::move(name),
+                 .num_embeddings = 100,
+                 .dim = dim,
+                 .parts = parts,
+                 .dtype = DType::float64};
+  spec.optimizer.lr = 0.5;
+  spec.init = {RowInit::Kind::uniform, -1, 1};
+  spec.seed = 7;
+  return spec;
+}
+
+// One shard on a loop; with a directory, its checkpoints and log live there.
+struct TableShard {
+  testing::TestLoop io;
+  VariableShard shard;
+  std::vector<std::vector<uint64_t>> kept_ids;  // borrowed by pulls until they answer
+
+  explicit TableShard(Mode mode, std::filesystem::path dir = {})
+      : shard(io.actors, ShardSettings{ShardId(0), mode, 2, 16, std::move(dir)}) {}
+
+  void drain() { io.drain(); }
+  RestoreReport restore() {
+    std::exception_ptr error;
+    RestoreReport report;
+    shard.restore([&](std::exception_ptr e, RestoreReport r) {
+      error = e;
+      report = std::move(r);
+    });
+    drain();
+    if (error) std::rethrow_exception(error);
+    return report;
+  }
+  void checkpoint() {
+    std::exception_ptr error;
+    auto written = kj::newPromiseAndFulfiller<void>();
+    shard.checkpoint([&](std::exception_ptr e, std::filesystem::path) {
+      error = e;
+      written.fulfiller->fulfill();
+    });
+    io.wait(kj::mv(written.promise));  // the file is written on another thread
+    if (error) std::rethrow_exception(error);
+  }
+  Result<VariableShard::Registration> add(TableSpec spec) {
+    std::optional<Result<VariableShard::Registration>> registered;
+    shard.register_table(std::move(spec),
+                         [&](const Result<VariableShard::Registration>& r) { registered = r; });
+    drain();
+    REQUIRE(registered);
+    return *registered;
+  }
+  VariableId table(TableSpec spec) {
+    auto registered = add(std::move(spec));
+    if (!registered) throw registered.error();
+    return registered->id;
+  }
+  Receipted push(uint32_t worker, VariableId table, uint64_t step, std::vector<uint64_t> ids,
+                 std::vector<double> gradients) {
+    Receipted receipt;
+    shard.push_rows({WorkerId(worker), table, Step(step), DType::float64, ids,
+                     std::as_bytes(std::span(gradients))},
+                    receipt.reply());
+    drain();
+    return receipt;
+  }
+  // Files a pull of `ids` for `step` (its reply runs as the loop drains).
+  void pull(Rows& rows, uint32_t worker, VariableId table, uint64_t step,
+            std::vector<uint64_t> ids) {
+    kept_ids.push_back(std::move(ids));
+    shard.pull_rows(
+        {WorkerId(worker), table, Step(step), kept_ids.back(), PollTicket(kept_ids.size())},
+        rows.reply());
+    drain();
+  }
+  std::vector<double> rows(VariableId table, std::vector<uint64_t> ids, uint64_t step = 0) {
+    Rows rows;
+    pull(rows, 0, table, step, std::move(ids));
+    REQUIRE(rows.value);
+    return *rows.value;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a table's first rows are its seed's, the same on any shard and in any order") {
+  std::vector<double> first;
+  {
+    TableShard a(Mode::sync);
+    const VariableId t = a.table(sgd_table("t"));
+    first = a.rows(t, {3, 50});
+    CHECK(a.table(sgd_table("t")) == t);  // the same spec again: a no-op
+  }
+  TableShard b(Mode::async);
+  b.table(sgd_table("other"));
+  const VariableId t = b.table(sgd_table("t"));
+  CHECK(b.rows(t, {50, 3, 50}) ==
+        std::vector<double>{first[2], first[3], first[0], first[1], first[2], first[3]});
+  CHECK(first[0] != first[2]);
+  for (double x : first) CHECK((x >= -1 && x < 1));
+}
+
+TEST_CASE("sync: a row gets the mean of the members' summed gradients once every member pushed") {
+  TableShard f(Mode::sync);
+  const VariableId t = f.table(sgd_table("t"));
+  const std::vector<double> w0 = f.rows(t, {1, 2});
+  // Worker 0 touches row 1 twice (its gradients sum), worker 1 rows 1 and 2.
+  CHECK(f.push(0, t, 1, {1, 1}, {1, 2, 3, 4}).taken());
+  Rows waiting;
+  f.pull(waiting, 0, t, 1, {1, 2});
+  CHECK_FALSE(waiting.done());  // step 1 waits for worker 1
+  CHECK(f.push(1, t, 1, {2, 1}, {10, 20, 2, 2}).taken());
+  REQUIRE(waiting.value);
+  CHECK(waiting.step == Step(1));
+  const std::vector<double> expected{w0[0] - 0.5 * (4 + 2) / 2, w0[1] - 0.5 * (6 + 2) / 2,
+                                     w0[2] - 0.5 * (0 + 10) / 2, w0[3] - 0.5 * (0 + 20) / 2};
+  CHECK(*waiting.value == expected);
+}
+
+TEST_CASE("sync: a worker that touched no row pushes its step empty, and the step closes") {
+  TableShard f(Mode::sync);
+  const VariableId t = f.table(sgd_table("t"));
+  const std::vector<double> w0 = f.rows(t, {4});
+  CHECK(f.push(0, t, 1, {}, {}).taken());
+  CHECK(f.push(1, t, 1, {4}, {2, 2}).taken());
+  CHECK(f.rows(t, {4}, 1) == std::vector<double>{w0[0] - 0.5, w0[1] - 0.5});
+  CHECK(f.push(0, t, 2, {}, {}).taken());  // step 2 is open now
+}
+
+TEST_CASE("a resent push is acknowledged and not applied twice") {
+  TableShard f(Mode::async);
+  const VariableId t = f.table(sgd_table("t"));
+  const std::vector<double> w0 = f.rows(t, {9});
+  CHECK(f.push(0, t, 1, {9}, {1, 1}).taken());
+  CHECK(f.push(0, t, 1, {9}, {1, 1}).taken());
+  CHECK(f.rows(t, {9}) == std::vector<double>{w0[0] - 0.5, w0[1] - 0.5});
+}
+
+TEST_CASE("bad input names table, id or width, and nothing of the push is applied") {
+  TableShard f(Mode::async);
+  const VariableId t = f.table(sgd_table("t"));
+  const std::vector<double> w0 = f.rows(t, {1});
+  Receipted past = f.push(0, t, 1, {1, 100}, {1, 1, 1, 1});
+  REQUIRE(past.refusal);
+  CHECK(past.refusal->code() == ErrorCode::offset_out_of_range);
+  CHECK(std::string(past.refusal->what()).find("table 't'") != std::string::npos);
+  CHECK(std::string(past.refusal->what()).find("id 100") != std::string::npos);
+  Receipted narrow = f.push(0, t, 1, {1}, {1, 1, 1});
+  REQUIRE(narrow.refusal);
+  CHECK(narrow.refusal->code() == ErrorCode::shape_mismatch);
+  CHECK(f.rows(t, {1}) == w0);
+  CHECK(f.push(0, t, 1, {1}, {1, 1}).taken());  // step 1 is still the next one
+
+  TableSpec other = sgd_table("t", 3);
+  CHECK(f.add(other).error().code() == ErrorCode::spec_conflict);
+  other = sgd_table("t");
+  other.optimizer.kind = optim::RowOptimizerKind::adagrad;
+  CHECK(f.add(other).error().code() == ErrorCode::spec_conflict);
+  Rows beyond;
+  f.pull(beyond, 0, t, 0, {100});
+  REQUIRE(beyond.refusal);
+  CHECK(beyond.refusal->code() == ErrorCode::offset_out_of_range);
+  Receipted unknown = f.push(0, VariableId(5), 1, {}, {});
+  REQUIRE(unknown.refusal);
+  CHECK(unknown.refusal->code() == ErrorCode::unknown_variable);
+}
+
+TEST_CASE("tables and variables share the shard's ids and names") {
+  TableShard f(Mode::async);
+  VariableSpec spec{.name = "w", .shape = {2}};
+  std::vector<float> init{1, 2};
+  std::optional<Result<VariableShard::Registration>> dense;
+  f.shard.register_variable(spec, {0, 2}, std::as_bytes(std::span(init)),
+                            [&](const Result<VariableShard::Registration>& r) { dense = r; });
+  f.drain();
+  REQUIRE((dense && *dense));
+  const VariableId t = f.table(sgd_table("t"));
+  CHECK((*dense)->id == VariableId(0));
+  CHECK(t == VariableId(1));
+  CHECK(f.add(sgd_table("w")).error().code() == ErrorCode::spec_conflict);
+  Receipted wrong_kind = f.push(0, VariableId(0), 1, {}, {});
+  REQUIRE(wrong_kind.refusal);
+  CHECK(wrong_kind.refusal->code() == ErrorCode::unknown_variable);
+}
+
+TEST_CASE("a table of several parts closes part by part and answers a pull of its parts") {
+  TableShard f(Mode::sync);
+  const VariableId t = f.table(sgd_table("t", 1, 4));
+  // Rows in different parts: a pull waits only for the parts of its rows.
+  TableSpec spec = sgd_table("t", 1, 4);
+  uint64_t a = 0, b = 1;
+  while (spec.part_of(b) == spec.part_of(a)) ++b;
+  const std::vector<double> w0 = f.rows(t, {a, b});
+  CHECK(f.push(0, t, 1, {b, a}, {1, 2}).taken());
+  CHECK(f.push(1, t, 1, {a}, {4}).taken());
+  CHECK(f.rows(t, {a, b}, 1) == std::vector<double>{w0[0] - 0.5 * 3, w0[1] - 0.5 * 0.5});
+}
+
+TEST_CASE("a restarted shard holds every acknowledged row update bit for bit, and goes on") {
+  testing::TempDir dir;
+  TableSpec spec = sgd_table("t", 3);
+  spec.optimizer = optim::torch_row_defaults(optim::RowOptimizerKind::sparse_adam);
+  std::vector<double> before;
+  {
+    TableShard life(Mode::sync, dir.path);
+    life.restore();
+    const VariableId t = life.table(spec);
+    for (uint64_t step = 1; step <= 3; ++step) {
+      CHECK(life.push(0, t, step, {1, 7}, {0.1, 0.2, 0.3, -0.4, 0.5, 0.6}).taken());
+      if (step == 2) life.checkpoint();  // mid-step: the rest comes from the log
+      CHECK(life.push(1, t, step, {7}, {1, 1, 1}).taken());
+    }
+    CHECK(life.push(0, t, 4, {1}, {1, 1, 1}).taken());  // step 4 half pushed: in its sums
+    before = life.rows(t, {1, 7, 8}, 3);
+  }
+  TableShard again(Mode::sync, dir.path);
+  RestoreReport report = again.restore();
+  CHECK(report.variables == 0);
+  const VariableId t = again.table(spec);  // registering again is a no-op
+  CHECK(again.rows(t, {1, 7, 8}, 3) == before);
+  CHECK(again.push(1, t, 4, {1}, {1, 1, 1}).taken());
+  const std::vector<double> after = again.rows(t, {1}, 4);
+  CHECK(after != std::vector<double>(before.begin(), before.begin() + 3));
+}
