@@ -66,9 +66,11 @@ struct Client::Impl {
   ClusterLayout layout;
   Step start_step{1};
 
-  std::mutex pushes_mutex;
+  mutable std::mutex pushes_mutex;
   // Guarded by pushes_mutex:
   PendingPushes pushes;
+  PendingPushes row_pushes;       // by table handle and step
+  std::vector<TableSpec> tables;  // by handle
   IterationTimer iteration_timer;
   Histogram iteration_seconds;
   WaitSpin wait_spin{kWaitSpin};  // the trainer's waits
@@ -193,6 +195,70 @@ void Client::wait(VariableHandle handle, Step step) {
 bool Client::ready(VariableHandle handle, Step step) {
   std::lock_guard lock(impl_->pushes_mutex);
   return impl_->find_push(handle, step)->second->ready();
+}
+
+TableHandle Client::register_table(const TableSpec& spec, std::optional<Compression> compression) {
+  Compression chosen = compression.value_or(impl_->options.compression);
+  if (!compression) chosen.push = chosen.pull = WireFormat::none;  // topk is for dense ones
+  TableHandle handle = impl_->thread.call([this, spec, chosen](kj::AsyncIoContext&) {
+    return impl_->worker->register_table(spec, chosen);
+  });
+  std::lock_guard lock(impl_->pushes_mutex);
+  if (impl_->tables.size() <= handle.value) impl_->tables.resize(handle.value + 1);
+  impl_->tables[handle.value] = spec;
+  return handle;
+}
+
+TableSpec Client::table(TableHandle handle) const {
+  std::lock_guard lock(impl_->pushes_mutex);
+  if (handle.value >= impl_->tables.size())
+    fail(ErrorCode::invalid_argument, "table handle {} was never registered", handle.value);
+  return impl_->tables[handle.value];
+}
+
+void Client::push_rows(TableHandle handle, Step step, std::span<const uint64_t> ids,
+                       std::span<const std::byte> gradients) {
+  auto done = std::make_shared<Completion>();
+  {
+    std::lock_guard lock(impl_->pushes_mutex);
+    if (!impl_->row_pushes.try_emplace({handle.value, step}, done).second)
+      fail(ErrorCode::stale_step, "push of table handle {} step {} is already in flight",
+           handle.value, step);
+  }
+  impl_->thread.loop().post([this, handle, step, ids, gradients, done] {
+    try {
+      impl_->worker->tasks().add(impl_->worker->push_rows(handle, step, ids, gradients)
+                                     .then([done] { done->set(nullptr); },
+                                           [done](kj::Exception&& e) {
+                                             done->set(
+                                                 std::make_exception_ptr(from_kj_exception(e)));
+                                           }));
+    } catch (...) {
+      done->set(std::current_exception());
+    }
+  });
+}
+
+void Client::wait_rows(TableHandle handle, Step step) {
+  std::shared_ptr<Completion> done;
+  {
+    std::lock_guard lock(impl_->pushes_mutex);
+    auto it = impl_->row_pushes.find({handle.value, step});
+    if (it == impl_->row_pushes.end())
+      fail(ErrorCode::invalid_argument,
+           "table handle {} step {}: no such push (never pushed, or already waited for)",
+           handle.value, step);
+    done = std::move(it->second);
+    impl_->row_pushes.erase(it);
+  }
+  done->wait(impl_->wait_spin);
+}
+
+void Client::pull_rows(TableHandle handle, std::span<const uint64_t> ids, std::span<std::byte> out,
+                       Step after) {
+  impl_->thread.call([this, handle, ids, out, after](kj::AsyncIoContext&) {
+    return impl_->worker->pull_rows(handle, after, ids, out);
+  });
 }
 
 SchedulerStats Client::scheduler_stats() {

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/shard/table_spec.h"
 #include "actors/shard/variable_spec.h"
 #include "actors/worker/autotuner.h"
 #include "actors/worker/scheduler_report.h"
@@ -111,6 +112,28 @@ class Client {
   // Blocks; overwrites the variable's memory with the shards' current value, with `after`
   // once `after`'s update is applied (sync: the job's step; async: this worker's).
   void pull(VariableHandle handle, Step after = Step());
+  // Embedding tables, held row by row on the shards (docs/embeddings.md): the trainer holds
+  // only the rows of the batch in hand.
+  //
+  // Registers table `spec` on every shard (the first registration of a name wins; the same
+  // spec again is a no-op, another fails with spec_conflict). Its rows travel in
+  // `compression`'s push and pull formats (none, bf16, fp16); none given: the options'.
+  TableHandle register_table(const TableSpec& spec,
+                             std::optional<Compression> compression = std::nullopt);
+  // Starts pushing this worker's step `step` (1, 2, ...) of the table: `ids` (each once) with
+  // one gradient row each in `gradients`; returns at once. Every step of every table is pushed,
+  // with no ids when none was touched, or sync steps never close. Both spans must stay alive
+  // until wait_rows(handle, step) returns.
+  void push_rows(TableHandle handle, Step step, std::span<const uint64_t> ids,
+                 std::span<const std::byte> gradients);
+  // Blocks until every shard received the push of `step`; rethrows its refusal.
+  void wait_rows(TableHandle handle, Step step);
+  // Blocks; writes the rows `ids` (duplicates allowed) into `out`, one after another, once
+  // `after`'s update of them is applied (sync: the job's; async: this worker's; Step(): now).
+  void pull_rows(TableHandle handle, std::span<const uint64_t> ids, std::span<std::byte> out,
+                 Step after = Step());
+  TableSpec table(TableHandle handle) const;
+
   // The scheduler's figures (bytes in flight, tasks started, ...).
   SchedulerStats scheduler_stats();
   // Calls `reply` with the worker's figures, on the client's loop thread (do not block there).

@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
+#include <utility>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "compression/codec.h"
 #include "net/wire_convert.h"
 
@@ -38,6 +41,12 @@ auto on_link(ShardLink& link, Call call) -> decltype(call()) {
   });
 }
 
+// The rejection of a call made while `link` has no connection: one that reconnects.
+kj::Exception not_connected(const ShardLink& link) {
+  return to_kj_exception(
+      Error(ErrorCode::disconnected, fmt::format("no connection to {} yet", link.address())));
+}
+
 }  // namespace
 
 Worker::Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOptions options)
@@ -53,6 +62,10 @@ Worker::Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOpt
 }
 
 Worker::~Worker() = default;
+
+void Worker::taskFailed(kj::Exception&& exception) {
+  log_error("worker {}: {}", options_.id.value, exception.getDescription().cStr());
+}
 
 kj::Promise<void> Worker::connect() {
   kj::Vector<kj::Promise<ClusterLayout>> answers;
@@ -160,6 +173,148 @@ kj::Promise<void> Worker::pull(VariableHandle handle, Step after) {
 void Worker::push(VariableHandle handle, Step step, std::span<const std::byte> gradient,
                   GradientPusher::PushDone done) {
   pusher_.push(handle, step, gradient, std::move(done));
+}
+
+kj::Promise<TableHandle> Worker::register_table(TableSpec spec, Compression compression) {
+  if (!carries_values(compression.push) || !carries_values(compression.pull))
+    fail(ErrorCode::invalid_argument,
+         "register of table '{}' rejected: rows travel as none, bf16 or fp16 (push {}, pull {})",
+         spec.name, to_string(compression.push), to_string(compression.pull));
+  kj::Vector<kj::Promise<VariableId>> ids;
+  for (auto& owned : links_) {
+    ShardLink& link = *owned;
+    ids.add(on_link(link, [&link, spec] { return link.register_table(spec); }));
+  }
+  return kj::joinPromises(ids.releaseAsArray())
+      .then([this, spec = std::move(spec), compression](kj::Array<VariableId> ids) mutable {
+        const uint64_t key = table_key(spec.name);
+        tables_.push_back({std::move(spec), key, {ids.begin(), ids.end()}, compression});
+        return TableHandle(static_cast<uint32_t>(tables_.size() - 1));
+      });
+}
+
+const Worker::TablePlan& Worker::table_plan(TableHandle handle) const {
+  if (handle.value >= tables_.size())
+    fail(ErrorCode::invalid_argument, "table handle {} was never registered", handle.value);
+  return tables_[handle.value];
+}
+
+const TableSpec& Worker::table(TableHandle handle) const {
+  return table_plan(handle).spec;
+}
+
+std::vector<Worker::ShardRows> Worker::group(const TablePlan& plan,
+                                             std::span<const uint64_t> ids) const {
+  std::vector<ShardRows> shards(links_.size());
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> seen;  // id -> shard, row
+  for (uint32_t k = 0; k < ids.size(); ++k) {
+    auto [it, fresh] = seen.try_emplace(ids[k]);
+    if (fresh) {
+      const uint32_t shard = row_shard(plan.key, ids[k], static_cast<uint32_t>(links_.size()));
+      it->second = {shard, static_cast<uint32_t>(shards[shard].ids.size())};
+      shards[shard].ids.push_back(ids[k]);
+      shards[shard].at.emplace_back();
+    }
+    shards[it->second.first].at[it->second.second].push_back(k);
+  }
+  return shards;
+}
+
+kj::Promise<void> Worker::push_rows(TableHandle handle, Step step, std::span<const uint64_t> ids,
+                                    std::span<const std::byte> gradients) {
+  const TablePlan& plan = table_plan(handle);
+  if (gradients.size() != ids.size() * plan.spec.row_bytes())
+    fail(ErrorCode::shape_mismatch,
+         "push of table '{}' rejected: {} bytes for {} rows of {} elements of {}", plan.spec.name,
+         gradients.size(), ids.size(), plan.spec.dim, to_string(plan.spec.dtype));
+  std::vector<ShardRows> shards = group(plan, ids);
+  for (const ShardRows& rows : shards)
+    for (const auto& at : rows.at)
+      if (at.size() > 1)
+        fail(ErrorCode::invalid_argument,
+             "push of table '{}' rejected: id {} is given {} times (push each row once, its "
+             "gradients summed)",
+             plan.spec.name, ids[at[0]], at.size());
+  kj::Vector<kj::Promise<void>> receipts;
+  for (size_t shard = 0; shard < shards.size(); ++shard)
+    receipts.add(push_shard_rows(plan, shard, step, std::move(shards[shard]), gradients));
+  return kj::joinPromises(receipts.releaseAsArray());
+}
+
+kj::Promise<void> Worker::push_shard_rows(const TablePlan& plan, size_t shard, Step step,
+                                          ShardRows rows, std::span<const std::byte> gradients) {
+  const uint64_t row_bytes = plan.spec.row_bytes();
+  std::vector<std::byte> gathered(rows.ids.size() * row_bytes);
+  for (size_t k = 0; k < rows.ids.size(); ++k)
+    std::memcpy(gathered.data() + k * row_bytes, gradients.data() + rows.at[k][0] * row_bytes,
+                row_bytes);
+  WireFormat format =
+      gathered.size() >= plan.compression.min_bytes ? plan.compression.push : WireFormat::none;
+  if (format != WireFormat::none) {
+    std::vector<std::byte> narrowed(
+        encoded_bytes(format, plan.spec.dtype, gathered.size() / element_bytes(plan.spec.dtype)));
+    narrow_values(format, plan.spec.dtype, gathered, narrowed);
+    gathered = std::move(narrowed);
+  }
+  auto held = std::make_shared<std::pair<std::vector<uint64_t>, std::vector<std::byte>>>(
+      std::move(rows.ids), std::move(gathered));
+  RowsRequest request{.table = plan.ids[shard],
+                      .step = step,
+                      .ids = held->first,
+                      .dtype = plan.spec.dtype,
+                      .gradient = held->second,
+                      .format = format};
+  ShardLink& link = *links_[shard];
+  return on_link(link, [&link, request, held]() -> kj::Promise<void> {
+    DataPath* path = link.data_path();
+    if (path == nullptr) return not_connected(link);
+    return path->push_rows(request).attach(link.hold(), kj::heap(held));
+  });
+}
+
+kj::Promise<void> Worker::pull_rows(TableHandle handle, Step after, std::span<const uint64_t> ids,
+                                    std::span<std::byte> out) {
+  const TablePlan& plan = table_plan(handle);
+  if (out.size() != ids.size() * plan.spec.row_bytes())
+    fail(ErrorCode::shape_mismatch,
+         "pull of table '{}' rejected: room of {} bytes for {} rows of {} elements of {}",
+         plan.spec.name, out.size(), ids.size(), plan.spec.dim, to_string(plan.spec.dtype));
+  std::vector<ShardRows> shards = group(plan, ids);
+  kj::Vector<kj::Promise<void>> answers;
+  for (size_t shard = 0; shard < shards.size(); ++shard)
+    if (!shards[shard].ids.empty())
+      answers.add(pull_shard_rows(plan, shard, after, std::move(shards[shard]), out));
+  return kj::joinPromises(answers.releaseAsArray());
+}
+
+kj::Promise<void> Worker::pull_shard_rows(const TablePlan& plan, size_t shard, Step after,
+                                          ShardRows rows, std::span<std::byte> out) {
+  const uint64_t row_bytes = plan.spec.row_bytes();
+  std::vector<std::byte> landing(rows.ids.size() * row_bytes);
+  auto held = std::make_shared<std::pair<ShardRows, std::vector<std::byte>>>(std::move(rows),
+                                                                             std::move(landing));
+  const WireFormat format =
+      held->second.size() >= plan.compression.min_bytes ? plan.compression.pull : WireFormat::none;
+  RowsRequest request{.table = plan.ids[shard],
+                      .step = after,
+                      .ids = held->first.ids,
+                      .dtype = plan.spec.dtype,
+                      .out = held->second.data(),
+                      .elements = held->first.ids.size() * plan.spec.dim,
+                      .value_format = format};
+  ShardLink& link = *links_[shard];
+  return on_link(link,
+                 [&link, request, held]() -> kj::Promise<Landed> {
+                   DataPath* path = link.data_path();
+                   if (path == nullptr) return not_connected(link);
+                   return path->pull_rows(request).attach(link.hold());
+                 })
+      .then([held, out, row_bytes](Landed) {
+        const auto& [rows, landed] = *held;
+        for (size_t k = 0; k < rows.ids.size(); ++k)
+          for (uint32_t at : rows.at[k])
+            std::memcpy(out.data() + at * row_bytes, landed.data() + k * row_bytes, row_bytes);
+      });
 }
 
 }  // namespace psched

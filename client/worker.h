@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "actors/shard/table_spec.h"
 #include "actors/worker/gradient_pusher.h"
 #include "actors/worker/scheduler.h"
+#include "actors/worker/variable_handle.h"
 #include "link/link_transport.h"
 #include "link/shard_link.h"
 #include "net/cluster_layout.h"
@@ -24,7 +26,7 @@ struct WorkerOptions {
   SchedulerConfig scheduler;
 };
 
-class Worker {
+class Worker : private kj::TaskSet::ErrorHandler {
  public:
   // Built on `loop`'s thread, where the links live. `links[i]` is shard i in config order.
   Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOptions options);
@@ -59,14 +61,55 @@ class Worker {
   void push(VariableHandle handle, Step step, std::span<const std::byte> gradient,
             GradientPusher::PushDone done);
 
+  // Embedding tables (actors/shard/row_table.h): every shard holds the rows row_shard() gives
+  // it, so each call below goes to every shard, with the ids it holds (none, even).
+  //
+  // Registers table `spec` on every shard; its rows travel in `compression`'s push and pull
+  // formats (none, bf16 or fp16), when a request's rows are at least min_bytes.
+  kj::Promise<TableHandle> register_table(TableSpec spec, Compression compression = {});
+  // This worker's step `step` of the table: `ids` (each once) with one gradient row each in
+  // `gradients`, read before the call returns; resolves at every shard's receipt.
+  kj::Promise<void> push_rows(TableHandle handle, Step step, std::span<const uint64_t> ids,
+                              std::span<const std::byte> gradients);
+  // The rows `ids` (duplicates allowed) into `out` (ids.size() rows, alive until the promise
+  // resolves), once `after`'s update of them is applied (sync: the job's; async: this
+  // worker's; Step(): at once).
+  kj::Promise<void> pull_rows(TableHandle handle, Step after, std::span<const uint64_t> ids,
+                              std::span<std::byte> out);
+  const TableSpec& table(TableHandle handle) const;
+  // Work the worker's callers started and keep running on the loop (a push of rows whose
+  // outcome they take by callback). Its failures are logged; callers catch their own.
+  kj::TaskSet& tasks() { return tasks_; }
+
   // Valid after connect().
   const ClusterLayout& layout() const { return layout_; }
   Scheduler& scheduler() { return scheduler_; }
   GradientPusher& pusher() { return pusher_; }
 
  private:
+  void taskFailed(kj::Exception&& exception) override;
   void check_layout(const ClusterLayout& layout, size_t link) const;
   const VariablePlan& plan(VariableHandle handle) const;
+  // A registered table: its spec, placement key, each shard's id for it, and its formats.
+  struct TablePlan {
+    TableSpec spec;
+    uint64_t key = 0;
+    std::vector<VariableId> ids;  // by shard
+    Compression compression;
+  };
+  // `ids` by shard: each shard's ids (each once) and where each id's rows are in the caller's
+  // order (an id given twice: both places).
+  struct ShardRows {
+    std::vector<uint64_t> ids;
+    std::vector<std::vector<uint32_t>> at;
+  };
+  const TablePlan& table_plan(TableHandle handle) const;
+  std::vector<ShardRows> group(const TablePlan& plan, std::span<const uint64_t> ids) const;
+  // One shard's push of its rows of `step`, `rows` gathered from `gradients`.
+  kj::Promise<void> push_shard_rows(const TablePlan& plan, size_t shard, Step step, ShardRows rows,
+                                    std::span<const std::byte> gradients);
+  kj::Promise<void> pull_shard_rows(const TablePlan& plan, size_t shard, Step after, ShardRows rows,
+                                    std::span<std::byte> out);
 
   WorkerOptions options_;
   std::vector<kj::Own<ShardLink>> links_;
@@ -75,6 +118,8 @@ class Worker {
   GradientPusher pusher_;
   ClusterLayout layout_;
   std::vector<VariablePlan> plans_;  // index = handle
+  std::vector<TablePlan> tables_;    // index = TableHandle
+  kj::TaskSet tasks_{*this};         // last: its tasks use the rest
 };
 
 }  // namespace psched

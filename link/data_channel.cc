@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/kj_error.h"
 #include "net/rpc_connection.h"
@@ -95,6 +96,38 @@ kj::Promise<Landed> DataChannel::send(wire::RequestKind kind, const PartitionReq
   // The gradient stays in the trainer's memory until the request is answered: no copy.
   writer_.add_referenced(encode(header), pushes ? part.gradient : std::span<const std::byte>());
   writer_.flush_at_end_of_turn();  // the requests of one turn share a write
+  return answered.promise.attach(kj::defer([this, id = header.id] { abandon(id); }));
+}
+
+kj::Promise<void> DataChannel::push_rows(const RowsRequest& rows) {
+  return send_rows(wire::RequestKind::PUSH_ROWS, rows).ignoreResult();
+}
+
+kj::Promise<Landed> DataChannel::pull_rows(const RowsRequest& rows) {
+  return send_rows(wire::RequestKind::PULL_ROWS, rows);
+}
+
+kj::Promise<Landed> DataChannel::send_rows(wire::RequestKind kind, const RowsRequest& rows) {
+  if (broken_) return to_kj_exception(*broken_);
+  const bool push = kind == wire::RequestKind::PUSH_ROWS;
+  const auto ids = std::as_bytes(rows.ids);
+  std::vector<std::byte> body(ids.begin(), ids.end());
+  if (push) body.insert(body.end(), rows.gradient.begin(), rows.gradient.end());
+  RequestHeader header{.kind = kind,
+                       .dtype = rows.dtype,
+                       .variable = rows.table.value,
+                       .id = next_id_++,
+                       .step = rows.step.value,
+                       .offset = rows.ids.size(),
+                       .body_bytes = body.size(),
+                       .format = push ? rows.format : WireFormat::none,
+                       .value_format = push ? WireFormat::none : rows.value_format};
+  auto answered = kj::newPromiseAndFulfiller<Landed>();
+  // A pull is withdrawn as a poll is when dropped; a push is not (as PUSH).
+  waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller),
+                                      push ? wire::RequestKind::PUSH : kind, rows.landing()});
+  writer_.add_copied(encode(header), body);
+  writer_.flush_at_end_of_turn();
   return answered.promise.attach(kj::defer([this, id = header.id] { abandon(id); }));
 }
 

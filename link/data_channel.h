@@ -35,6 +35,8 @@ class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
   kj::Promise<void> push(const PartitionRequest& part) override;
   kj::Promise<Landed> poll(const PartitionRequest& part) override;
   kj::Promise<Landed> push_poll(const PartitionRequest& part) override;
+  kj::Promise<void> push_rows(const RowsRequest& rows) override;
+  kj::Promise<Landed> pull_rows(const RowsRequest& rows) override;
 
  private:
   // A request sent and not answered yet.
@@ -48,6 +50,8 @@ class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
   // receipt, with Landed{}), rejects with its refusal. A value being read when the promise is
   // dropped still lands in part.out. Dropping an unanswered poll cancels it.
   kj::Promise<Landed> send(wire::RequestKind kind, const PartitionRequest& part);
+  // A push or pull of rows as one frame, its body the ids then (a push) the rows, copied.
+  kj::Promise<Landed> send_rows(wire::RequestKind kind, const RowsRequest& rows);
   // Reads the shard's answer to the preface; rejects with its refusal.
   kj::Promise<void> handshake();
   // Settles the request `bytes` answers, with its body (FrameReader::Serve).

@@ -5,11 +5,32 @@
 // (server/data_plane.h). KJ thread only.
 #pragma once
 
+#include <cstdint>
+#include <span>
+
 #include <kj/async.h>
 
 #include "actors/worker/partition_task.h"
 
 namespace psched {
+
+// One step's push of a table's rows to one shard, or a pull of rows from it.
+struct RowsRequest {
+  VariableId table;  // the shard's id for it
+  Step step;         // push: the step; pull: the step whose update the rows must hold
+  // The rows' ids, each once; the caller keeps them alive until the promise resolves.
+  std::span<const uint64_t> ids;
+  DType dtype = DType::float32;  // the table's
+  // push: ids.size() rows in `format`, kept alive by the caller as `ids`.
+  std::span<const std::byte> gradient;
+  WireFormat format = WireFormat::none;
+  // pull: room for ids.size() rows of `dtype` (`elements` in all), where they land.
+  std::byte* out = nullptr;
+  uint64_t elements = 0;
+  WireFormat value_format = WireFormat::none;
+
+  Landing landing() const { return {out, dtype, elements, value_format}; }
+};
 
 class DataPath {
  public:
@@ -29,6 +50,10 @@ class DataPath {
   // push() and poll() of the range in one request: resolves with the value, or rejects with the
   // push's refusal.
   virtual kj::Promise<Landed> push_poll(const PartitionRequest& part) = 0;
+  // A table's rows (Session.pushRows, pullRows): the push resolves at its receipt; the pull
+  // once the rows landed in rows.out (dropping its promise cancels it).
+  virtual kj::Promise<void> push_rows(const RowsRequest& rows) = 0;
+  virtual kj::Promise<Landed> pull_rows(const RowsRequest& rows) = 0;
 };
 
 }  // namespace psched

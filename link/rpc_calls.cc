@@ -67,4 +67,30 @@ kj::Promise<Landed> RpcCalls::push_poll(const PartitionRequest& part) {
       });
 }
 
+kj::Promise<void> RpcCalls::push_rows(const RowsRequest& rows) {
+  auto request = session_.pushRowsRequest();
+  request.setTable(rows.table.value);
+  request.setStep(rows.step.value);
+  const auto ids = std::as_bytes(rows.ids);
+  request.setIds(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(ids.data()), ids.size()));
+  request.setDtype(to_wire(rows.dtype));
+  request.setFormat(to_wire(rows.format));
+  request.setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(rows.gradient.data()),
+                                      rows.gradient.size()));
+  return request.send().ignoreResult();
+}
+
+kj::Promise<Landed> RpcCalls::pull_rows(const RowsRequest& rows) {
+  auto request = session_.pullRowsRequest();
+  request.setTable(rows.table.value);
+  request.setStep(rows.step.value);
+  const auto ids = std::as_bytes(rows.ids);
+  request.setIds(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(ids.data()), ids.size()));
+  request.setValueFormat(to_wire(rows.value_format));
+  return request.send().then(
+      [landing = rows.landing()](capnp::Response<wire::Session::PullRowsResults> r) {
+        return take_value(r.getValue(), 0, landing);
+      });
+}
+
 }  // namespace psched

@@ -18,6 +18,8 @@ class RpcCalls final : public DataPath {
   // The value is copied out of the answer's message into part.out.
   kj::Promise<Landed> poll(const PartitionRequest& part) override;
   kj::Promise<Landed> push_poll(const PartitionRequest& part) override;
+  kj::Promise<void> push_rows(const RowsRequest& rows) override;
+  kj::Promise<Landed> pull_rows(const RowsRequest& rows) override;
 
  private:
   wire::Session::Client session_;

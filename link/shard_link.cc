@@ -227,8 +227,40 @@ kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
   KJ_UNREACHABLE;
 }
 
+kj::Promise<VariableId> ShardLink::register_table(const TableSpec& spec) {
+  if (session() == nullptr) return not_connected();
+  return send_register_table(*connection_, spec)
+      .then([this, spec](Registration answer) {
+        tables_.push_back({spec, answer.id});
+        return answer.id;
+      })
+      .attach(kj::addRef(*connection_));
+}
+
+kj::Promise<ShardLink::Registration> ShardLink::send_register_table(Connection& connection,
+                                                                    const TableSpec& spec) {
+  KJ_IF_MAYBE (session, connection.session) {
+    auto request = session->registerTableRequest();
+    to_wire(spec, request.initSpec());
+    return request.send().then([](capnp::Response<wire::Session::RegisterTableResults> response) {
+      return Registration{VariableId(response.getTable()), response.getCreated()};
+    });
+  }
+  return not_connected();
+}
+
 kj::Promise<void> ShardLink::register_again(Connection& connection) {
   kj::Vector<kj::Promise<void>> answers;
+  for (const auto& [spec, id] : tables_) {
+    answers.add(send_register_table(connection, spec)
+                    .then([this, name = spec.name, id = id](Registration answer) {
+                      if (answer.created || answer.id != id)
+                        throw error(ErrorCode::bad_config,
+                                    "shard {} came back without table '{}' (restarted without a "
+                                    "checkpoint directory?); the job cannot resume on it",
+                                    address_, name);
+                    }));
+  }
   for (const Registered& part : registered_) {
     answers.add(send_register(connection, part)
                     .then([this, name = part.spec.name, id = part.id](Registration answer) {

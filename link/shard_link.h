@@ -17,10 +17,12 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <kj/timer.h>
 
+#include "actors/shard/table_spec.h"
 #include "actors/shard/variable_spec.h"
 #include "common/placement.h"
 #include "link/data_path.h"
@@ -84,6 +86,9 @@ class ShardLink {
   // while the call is built. Resolves with the shard's id for it.
   kj::Promise<VariableId> register_part(const VariableSpec& spec, bool use_server_optimizer,
                                         ElementRange part, std::span<const std::byte> initial);
+  // Registers embedding table `spec`, of which the shard holds the rows placement gives it.
+  // Resolves with the shard's id for it.
+  kj::Promise<VariableId> register_table(const TableSpec& spec);
   // The current value of `range`, copied into `out`; with `after`, once `after`'s update of it
   // is applied (a poll: the job's update in sync mode, this worker's in async mode).
   kj::Promise<void> pull(VariableId variable, ElementRange range, std::byte* out, size_t out_bytes,
@@ -115,6 +120,7 @@ class ShardLink {
   // Presents the worker on `connection`; resolves with the shard's layout.
   kj::Promise<ClusterLayout> present(Connection& connection);
   kj::Promise<Registration> send_register(Connection& connection, const Registered& part);
+  kj::Promise<Registration> send_register_table(Connection& connection, const TableSpec& spec);
   // One attempt: a new connection, presented and with every part registered so far registered
   // again, becomes current; resolves with the shard's layout.
   kj::Promise<ClusterLayout> open_connection();
@@ -136,6 +142,7 @@ class ShardLink {
   std::string token_;
   kj::Own<Connection> connection_;  // the current one (calls in flight hold theirs)
   std::vector<Registered> registered_;
+  std::vector<std::pair<TableSpec, VariableId>> tables_;  // registered through this link
   uint64_t epoch_ = 0;
   bool attempt_reached_shard_ = false;  // the last open_connection() opened its stream
   bool recovering_now_ = false;

@@ -54,7 +54,7 @@ std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::
   auto kind = get<uint8_t>(bytes, 0);
   auto dtype = get<uint8_t>(bytes, 1);
   if (kind < static_cast<uint8_t>(wire::RequestKind::PUSH) ||
-      kind > static_cast<uint8_t>(wire::RequestKind::CANCEL)) {
+      kind > static_cast<uint8_t>(wire::RequestKind::PULL_ROWS)) {
     why = fmt::format("unknown request kind {}", kind);
     return std::nullopt;
   }

@@ -27,8 +27,8 @@ struct RequestHeader {
   uint32_t variable = 0;
   uint64_t id = 0;  // the worker's; answers name it
   uint64_t step = 0;
-  uint64_t offset = 0;      // in elements
-  uint64_t body_bytes = 0;  // push, push_poll: the gradient's bytes that follow the header
+  uint64_t offset = 0;      // in elements; push_rows, pull_rows: how many ids start the body
+  uint64_t body_bytes = 0;  // push, push_poll, push_rows, pull_rows: the bytes that follow
   uint64_t count = 0;       // poll: elements asked for
   WireFormat format = WireFormat::none;        // push, push_poll: of the body
   WireFormat value_format = WireFormat::none;  // poll, push_poll: of the value asked for

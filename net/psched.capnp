@@ -60,6 +60,24 @@ struct VariableSpec {
   useServerOptimizer @5 :Bool;  # true: ignore `optimizer`, use the deployment's default
 }
 
+struct RowInit {  # how a table's rows start (actors/shard/table_spec.h)
+  kind @0 :Text;  # zeros, uniform (on [a, b)), normal (mean a, standard deviation b)
+  a @1 :Float64;
+  b @2 :Float64;
+}
+
+struct TableSpec {  # an embedding table, held row by row on every shard
+  name @0 :Text;
+  numEmbeddings @1 :UInt64;  # ids run from 0 to numEmbeddings - 1
+  dim @2 :UInt32;            # elements per row
+  parts @3 :UInt32;          # a step's pushes per shard (a row's part: a mix of its id)
+  dtype @4 :DType;
+  priority @5 :Int64;
+  optimizer @6 :OptimizerSpec;  # kind: sgd, adagrad, rowwise_adagrad, sparse_adam
+  init @7 :RowInit;
+  seed @8 :UInt64;
+}
+
 struct ClusterLayout {
   shardIndex @0 :UInt32;              # the shard that answered
   shardAddresses @1 :List(Text);      # every shard, in config order ("host:port")
@@ -136,6 +154,24 @@ interface Session {
   # (bounded). A worker asks every shard and, while their answers differ, asks again with the
   # largest. Async mode: the first step some variable here has not completed for it (atLeast
   # unused; a worker takes the smallest answer).
+
+  registerTable @10 (spec :TableSpec) -> (table :UInt32, created :Bool);
+  # Registers an embedding table: this shard holds the rows whose ids the placement gives it (a
+  # 64-bit mix of the table's name and the id; common/placement.h). Ids share one space with
+  # variables. The same spec again is a no-op; another for the name fails with [spec_conflict].
+
+  pushRows @11 (table :UInt32, step :UInt64, ids :Data, dtype :DType, data :Data,
+                format :WireFormat) -> ();
+  # This worker's step `step` of the table's rows held here: `ids` (little-endian UInt64, each
+  # once) and one gradient row each in `data` (none, bf16 or fp16). Every worker pushes every
+  # step of every table to every shard, with no ids where it touched none, or sync steps never
+  # close. Sync: a row gets the mean over the members (a member that pushed without it counts
+  # as zero). All or nothing: an id out of range, a row of the wrong width refuse the call.
+
+  pullRows @12 (table :UInt32, step :UInt64, ids :Data, valueFormat :WireFormat)
+      -> (value :Data, appliedStep :UInt64);
+  # The rows `ids` (little-endian UInt64), one after another in `valueFormat`, once `step`'s
+  # update of their parts is applied (as poll; step 0: at once, the current rows).
 }
 
 # The data stream. A worker opens it beside its RPC connection with a key from
@@ -155,8 +191,8 @@ interface Session {
 #   4   UInt32  variable                 16  UInt64  appliedStep (value)
 #   8   UInt64  id, the worker's choice  24  Int64   appliedAtNs (value)
 #   16  UInt64  step                     32  UInt64  bodyBytes
-#   24  UInt64  offset (elements)
-#   32  UInt64  bodyBytes (push, pushPoll) or count (poll: elements)
+#   24  UInt64  offset (elements); pushRows, pullRows: how many ids start the body
+#   32  UInt64  bodyBytes (push, pushPoll, pushRows, pullRows) or count (poll: elements)
 #
 # Other bytes are zero. Fields mean what Session's parameters of the same names do (the body's
 # WireFormat is push's `format`, the value's poll's `valueFormat`; a value answer's body is in
@@ -172,6 +208,8 @@ enum RequestKind {
   poll @2;      # no body; answered by the value (or an error)
   pushPoll @3;  # body: the gradient; push, then poll of its range: answered by the value only
   cancel @4;    # no body; forgets the waiting poll or pushPoll `id` (no answer)
+  pushRows @5;  # body: the ids (8 bytes each), then their gradient rows; answered by a receipt
+  pullRows @6;  # body: the ids; answered by the rows (value), once `step` is applied to them
 }
 
 enum AnswerKind {

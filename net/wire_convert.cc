@@ -131,4 +131,90 @@ VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec
   return spec;
 }
 
+namespace {
+
+constexpr std::string_view kInitKinds[] = {"zeros", "uniform", "normal"};
+
+void to_wire(const optim::RowOptimizerSpec& s, wire::OptimizerSpec::Builder out) {
+  std::string_view kind = optim::to_string(s.kind);
+  out.setKind(capnp::Text::Reader(kind.data(), kind.size()));
+  out.setLr(s.lr);
+  out.setEps(s.eps);
+  out.setBeta1(s.beta1);
+  out.setBeta2(s.beta2);
+  out.setLrDecay(s.lr_decay);
+  out.setInitialAccumulatorValue(s.initial_accumulator_value);
+  out.setWeightDecay(s.weight_decay);
+  out.setMomentum(s.momentum);
+}
+
+optim::RowOptimizerSpec row_optimizer_from_wire(const std::string& table,
+                                                wire::OptimizerSpec::Reader in) {
+  optim::RowOptimizerSpec s;
+  std::string kind(in.getKind().cStr());
+  if (!optim::parse_row_optimizer_kind(kind, s.kind))
+    fail(ErrorCode::invalid_argument,
+         "register of table '{}' rejected: unknown row optimizer '{}' (sgd, adagrad, "
+         "rowwise_adagrad or sparse_adam)",
+         table, kind.substr(0, 32));
+  s.lr = in.getLr();
+  s.eps = in.getEps();
+  s.beta1 = in.getBeta1();
+  s.beta2 = in.getBeta2();
+  s.lr_decay = in.getLrDecay();
+  s.initial_accumulator_value = in.getInitialAccumulatorValue();
+  s.weight_decay = in.getWeightDecay();
+  s.momentum = in.getMomentum();
+  return s;
+}
+
+RowInit init_from_wire(const std::string& table, wire::RowInit::Reader in) {
+  const std::string_view kind(in.getKind().cStr(), in.getKind().size());
+  const auto* found = std::find(std::begin(kInitKinds), std::end(kInitKinds), kind);
+  if (found == std::end(kInitKinds))
+    fail(ErrorCode::invalid_argument,
+         "register of table '{}' rejected: unknown init '{}' (zeros, uniform or normal)", table,
+         kind.substr(0, 32));
+  return {static_cast<RowInit::Kind>(found - std::begin(kInitKinds)), in.getA(), in.getB()};
+}
+
+}  // namespace
+
+void to_wire(const TableSpec& spec, wire::TableSpec::Builder out) {
+  out.setName(spec.name);
+  out.setNumEmbeddings(spec.num_embeddings);
+  out.setDim(spec.dim);
+  out.setParts(spec.parts);
+  out.setDtype(to_wire(spec.dtype));
+  out.setPriority(spec.priority.value);
+  to_wire(spec.optimizer, out.initOptimizer());
+  auto init = out.initInit();
+  const std::string_view kind = kInitKinds[static_cast<size_t>(spec.init.kind)];
+  init.setKind(capnp::Text::Reader(kind.data(), kind.size()));
+  init.setA(spec.init.a);
+  init.setB(spec.init.b);
+  out.setSeed(spec.seed);
+}
+
+TableSpec from_wire(wire::TableSpec::Reader in, const LimitsConfig& limits) {
+  TableSpec spec;
+  auto name = in.getName();
+  if (name.size() == 0) fail(ErrorCode::invalid_argument, "register rejected: empty table name");
+  if (name.size() > limits.max_name_bytes)
+    fail(ErrorCode::invalid_argument,
+         "register rejected: table name of {} bytes is over the limit of {} "
+         "(limits.max_name_bytes)",
+         name.size(), limits.max_name_bytes);
+  spec.name.assign(name.begin(), name.end());
+  spec.num_embeddings = in.getNumEmbeddings();
+  spec.dim = in.getDim();
+  spec.parts = in.getParts();
+  spec.dtype = from_wire(in.getDtype());
+  spec.priority = Priority(in.getPriority());
+  spec.optimizer = row_optimizer_from_wire(spec.name, in.getOptimizer());
+  spec.init = init_from_wire(spec.name, in.getInit());
+  spec.seed = in.getSeed();
+  return spec;
+}
+
 }  // namespace psched

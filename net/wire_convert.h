@@ -5,6 +5,7 @@
 
 #include <exception>
 
+#include "actors/shard/table_spec.h"
 #include "actors/shard/variable_spec.h"
 #include "common/error.h"
 #include "common/kj_error.h"
@@ -33,5 +34,12 @@ void to_wire(const VariableSpec& spec, bool use_server_optimizer, wire::Variable
 // shape dimensions) or one whose size in bytes does not fit 64 bits.
 VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec& server_default,
                        const LimitsConfig& limits);
+
+// A table's spec both ways: the row optimizer travels in an OptimizerSpec, its kind one of
+// optim::RowOptimizerKind's names. from_wire throws Error naming what is wrong: an empty or too
+// long name, an unknown optimizer or init kind (a spec's values are checked by the shard,
+// RowTable::check_spec).
+void to_wire(const TableSpec& spec, wire::TableSpec::Builder out);
+TableSpec from_wire(wire::TableSpec::Reader in, const LimitsConfig& limits);
 
 }  // namespace psched

@@ -244,6 +244,20 @@ void bind_client(py::module_& m) {
                            fmt::join(v.shape, ", "), to_string(v.dtype));
       });
 
+  py::class_<PyTable, std::shared_ptr<PyTable>>(m, "Table",
+                                                "A registered embedding table (register_table).")
+      .def_property_readonly("name", [](const PyTable& t) { return t.spec.name; })
+      .def_property_readonly("num_embeddings",
+                             [](const PyTable& t) { return t.spec.num_embeddings; })
+      .def_property_readonly("dim", [](const PyTable& t) { return t.spec.dim; })
+      .def_property_readonly("dtype",
+                             [](const PyTable& t) { return std::string(to_string(t.spec.dtype)); })
+      .def("__repr__", [](const PyTable& t) {
+        return fmt::format("psched.Table('{}', {} x {}, dtype={}, optimizer={})", t.spec.name,
+                           t.spec.num_embeddings, t.spec.dim, to_string(t.spec.dtype),
+                           optim::to_string(t.spec.optimizer.kind));
+      });
+
   py::class_<PyClient>(m, "Client", "A worker's connection to every shard (client/client.h).")
       .def(py::init<ClientOptions>(), py::arg("options"))
       .def("register", &PyClient::register_variable, py::arg("name"), py::arg("value"),
@@ -253,6 +267,16 @@ void bind_client(py::module_& m) {
       .def("wait", &PyClient::wait, py::arg("variable"), py::arg("step"))
       .def("ready", &PyClient::ready, py::arg("variable"), py::arg("step"))
       .def("pull", &PyClient::pull, py::arg("variable"), py::arg("after") = 0)
+      .def("register_table", &PyClient::register_table, py::arg("name"), py::arg("num_embeddings"),
+           py::arg("dim"), py::kw_only(), py::arg("dtype") = "float32",
+           py::arg("optimizer") = "sgd", py::arg("settings") = py::none(),
+           py::arg("init") = py::make_tuple("zeros"), py::arg("seed") = 0,
+           py::arg("priority") = py::none(), py::arg("compression") = py::none())
+      .def("push_rows", &PyClient::push_rows, py::arg("table"), py::arg("ids"),
+           py::arg("gradients"), py::arg("step"))
+      .def("wait_rows", &PyClient::wait_rows, py::arg("table"), py::arg("step"))
+      .def("pull_rows", &PyClient::pull_rows, py::arg("table"), py::arg("ids"), py::arg("out"),
+           py::arg("after") = py::none())
       .def_property_readonly("start_step", &PyClient::start_step,
                              "The first step this worker pushes: 1 in a fresh job, the step the "
                              "shards agreed on when it joins a job under way (a restarted "

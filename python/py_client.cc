@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "python/py_client.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/ranges.h>
@@ -52,6 +53,80 @@ TensorView view_of(const py::buffer& buffer, bool writable, std::string_view wha
   view.data = static_cast<std::byte*>(info.ptr);
   view.bytes = static_cast<uint64_t>(info.size) * info.itemsize;
   return view;
+}
+
+// The ids in `buffer` (a 1-D int64 array) as unsigned ids, borrowed from it; a negative one is
+// refused naming the table and the id.
+std::span<const uint64_t> ids_of(const py::buffer& buffer, const TableSpec& table,
+                                 std::string_view what) {
+  py::buffer_info info = buffer.request();
+  std::string_view format = info.format;
+  if (!format.empty() && std::string_view("@=<").find(format[0]) != std::string_view::npos)
+    format.remove_prefix(1);
+  if (info.itemsize != 8 || (format != "l" && format != "q") || info.ndim != 1 ||
+      (info.shape[0] > 1 && info.strides[0] != 8))
+    fail(ErrorCode::invalid_argument,
+         "{} of table '{}' rejected: ids must be a contiguous 1-D int64 array (got format '{}', "
+         "{} dimensions)",
+         what, table.name, info.format, info.ndim);
+  std::span<const int64_t> ids(static_cast<const int64_t*>(info.ptr), info.shape[0]);
+  for (int64_t id : ids)
+    if (id < 0)
+      fail(ErrorCode::offset_out_of_range, "{} of table '{}' rejected: id {} is negative", what,
+           table.name, id);
+  return {reinterpret_cast<const uint64_t*>(ids.data()), ids.size()};
+}
+
+// Rows of `table` in `buffer`, checked to be `rows` rows of its dtype.
+TensorView rows_of(const py::buffer& buffer, bool writable, const TableSpec& table, uint64_t rows,
+                   std::string_view what) {
+  TensorView view = view_of(buffer, writable, what);
+  if (view.dtype != table.dtype)
+    fail(ErrorCode::dtype_mismatch, "{}: rows of {}, the table's are {}", what,
+         to_string(view.dtype), to_string(table.dtype));
+  if (view.bytes != rows * table.row_bytes())
+    fail(ErrorCode::shape_mismatch, "{}: shape ({}) holds no {} rows of {}", what,
+         fmt::join(view.shape, ", "), rows, table.dim);
+  return view;
+}
+
+optim::RowOptimizerSpec row_optimizer(const std::string& name,
+                                      const std::optional<py::dict>& given) {
+  optim::RowOptimizerKind kind;
+  if (!optim::parse_row_optimizer_kind(name, kind))
+    fail(ErrorCode::invalid_argument,
+         "unknown row optimizer '{}' (sgd, adagrad, rowwise_adagrad or sparse_adam)", name);
+  optim::RowOptimizerSpec spec = optim::torch_row_defaults(kind);
+  if (!given) return spec;
+  const std::pair<const char*, double*> fields[] = {
+      {"lr", &spec.lr},
+      {"eps", &spec.eps},
+      {"beta1", &spec.beta1},
+      {"beta2", &spec.beta2},
+      {"lr_decay", &spec.lr_decay},
+      {"initial_accumulator_value", &spec.initial_accumulator_value},
+      {"weight_decay", &spec.weight_decay},
+      {"momentum", &spec.momentum}};
+  for (auto [key, value] : *given) {
+    const std::string setting = py::str(key);
+    auto* field = std::find_if(std::begin(fields), std::end(fields),
+                               [&](const auto& f) { return setting == f.first; });
+    if (field == std::end(fields))
+      fail(ErrorCode::invalid_argument, "row optimizer '{}': unknown setting '{}'", name, setting);
+    *field->second = value.cast<double>();
+  }
+  return spec;
+}
+
+RowInit row_init(const py::tuple& init) {
+  const std::string kind = init.empty() ? "" : py::str(init[0]).cast<std::string>();
+  if (kind == "zeros" && init.size() == 1) return {};
+  if ((kind == "uniform" || kind == "normal") && init.size() == 3)
+    return {kind == "uniform" ? RowInit::Kind::uniform : RowInit::Kind::normal,
+            init[1].cast<double>(), init[2].cast<double>()};
+  fail(ErrorCode::invalid_argument,
+       "init {} is none of ('zeros',), ('uniform', low, high), ('normal', mean, std)",
+       py::repr(init).cast<std::string>());
 }
 
 }  // namespace
@@ -136,6 +211,62 @@ void PyClient::pull(PyVariable& variable, uint64_t after) {
   c.pull(variable.handle, Step(after));
 }
 
+std::shared_ptr<PyTable> PyClient::register_table(std::string name, uint64_t num_embeddings,
+                                                  uint32_t dim, const std::string& dtype,
+                                                  const std::string& optimizer,
+                                                  std::optional<py::dict> settings, py::tuple init,
+                                                  uint64_t seed, std::optional<int64_t> priority,
+                                                  std::optional<Compression> compression) {
+  TableSpec spec{.name = std::move(name), .num_embeddings = num_embeddings, .dim = dim};
+  if (dtype != "float32" && dtype != "float64")
+    fail(ErrorCode::dtype_mismatch, "table '{}': dtype '{}' (float32 or float64)", spec.name,
+         dtype);
+  spec.dtype = dtype == "float32" ? DType::float32 : DType::float64;
+  spec.priority = Priority(priority.value_or(static_cast<int64_t>(tables_.size())));
+  spec.optimizer = row_optimizer(optimizer, settings);
+  spec.init = row_init(init);
+  spec.seed = seed;
+  Client& c = client();
+  TableHandle handle;
+  {
+    py::gil_scoped_release unlocked;
+    handle = c.register_table(spec, compression);
+  }
+  auto table = std::make_shared<PyTable>(PyTable{std::move(spec), handle, {}});
+  tables_.push_back(table);
+  return table;
+}
+
+void PyClient::push_rows(PyTable& table, py::buffer ids, py::buffer gradients, uint64_t step) {
+  const std::string what = fmt::format("push of table '{}' step {}", table.spec.name, step);
+  std::span<const uint64_t> id_view = ids_of(ids, table.spec, "push");
+  TensorView rows = rows_of(gradients, false, table.spec, id_view.size(), what);
+  client().push_rows(table.handle, Step(step), id_view, {rows.data, rows.bytes});
+  table.in_flight[step] = {ids, gradients};
+}
+
+void PyClient::wait_rows(PyTable& table, uint64_t step) {
+  Client& c = client();
+  try {
+    py::gil_scoped_release unlocked;
+    c.wait_rows(table.handle, Step(step));
+  } catch (...) {
+    table.in_flight.erase(step);
+    throw;
+  }
+  table.in_flight.erase(step);
+}
+
+void PyClient::pull_rows(PyTable& table, py::buffer ids, py::buffer out,
+                         std::optional<uint64_t> after) {
+  std::span<const uint64_t> id_view = ids_of(ids, table.spec, "pull");
+  TensorView rows = rows_of(out, true, table.spec, id_view.size(),
+                            fmt::format("pull of table '{}'", table.spec.name));
+  Client& c = client();
+  py::gil_scoped_release unlocked;
+  c.pull_rows(table.handle, id_view, {rows.data, rows.bytes}, Step(after.value_or(0)));
+}
+
 uint64_t PyClient::start_step() {
   return client().start_step().value;
 }
@@ -166,6 +297,7 @@ void PyClient::close() {
     client_.reset();
   }
   for (auto& variable : variables_) variable->in_flight.clear();
+  for (auto& table : tables_) table->in_flight.clear();
 }
 
 }  // namespace psched::python

@@ -39,6 +39,14 @@ struct PyVariable {
   std::map<uint64_t, py::object> in_flight;
 };
 
+// A registered embedding table as Python sees it.
+struct PyTable {
+  TableSpec spec;
+  TableHandle handle;
+  // The ids and gradients of pushes not yet waited for, by step; released after their wait.
+  std::map<uint64_t, std::pair<py::object, py::object>> in_flight;
+};
+
 class PyClient {
  public:
   // Connects to every shard (GIL released). Throws psched::Error.
@@ -62,6 +70,23 @@ class PyClient {
   bool ready(PyVariable& variable, uint64_t step);
   // Overwrites the variable's memory with the shards' current value (GIL released).
   void pull(PyVariable& variable, uint64_t after);
+  // Embedding tables (client/client.h says what each does). `dtype`: "float32" or "float64";
+  // `optimizer`: a row optimizer's name, its `settings` torch.optim's keywords (betas as beta1,
+  // beta2) over torch's defaults, an unknown one refused naming it; `init`: ("zeros",),
+  // ("uniform", low, high) or ("normal", mean, std).
+  std::shared_ptr<PyTable> register_table(std::string name, uint64_t num_embeddings, uint32_t dim,
+                                          const std::string& dtype, const std::string& optimizer,
+                                          std::optional<py::dict> settings, py::tuple init,
+                                          uint64_t seed, std::optional<int64_t> priority,
+                                          std::optional<Compression> compression);
+  // `ids`: a 1-D int64 array, each id once; `gradients`: C-contiguous, ids.size() rows of the
+  // table's dtype. Both are referenced until wait_rows(table, step) returns.
+  void push_rows(PyTable& table, py::buffer ids, py::buffer gradients, uint64_t step);
+  void wait_rows(PyTable& table, uint64_t step);
+  // Writes the rows `ids` (int64, duplicates allowed) into `out` (writable, C-contiguous,
+  // ids.size() rows of the table's dtype); with `after`, once that step's update of them is
+  // applied (GIL released).
+  void pull_rows(PyTable& table, py::buffer ids, py::buffer out, std::optional<uint64_t> after);
   uint64_t start_step();
   // The variable registered under `name`; Error(unknown_variable) when there is none.
   std::shared_ptr<PyVariable> variable(const std::string& name) const;
@@ -79,6 +104,7 @@ class PyClient {
   Client& client();
 
   std::vector<std::shared_ptr<PyVariable>> variables_;  // in registration order
+  std::vector<std::shared_ptr<PyTable>> tables_;        // kept for their buffers in flight
   std::map<std::string, std::shared_ptr<PyVariable>, std::less<>> by_name_;
   std::unique_ptr<Client> client_;  // destroyed before the buffers above are released
 };

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "server/data_plane.h"
 
+#include <tuple>
+
 #include "common/log.h"
 #include "common/wall_clock.h"
 #include "compression/codec.h"
@@ -31,6 +33,10 @@ void DataPlane::serve(Request request) {
       return poll(request);
     case RequestKind::pull:
       return pull(request);
+    case RequestKind::push_rows:
+      return push_rows(request);
+    case RequestKind::pull_rows:
+      return pull_rows(request);
   }
 }
 
@@ -148,6 +154,68 @@ void DataPlane::pull(const Request& r) {
         plane->queue(Answer::fresh_value(id, value->priority(), value->step(), value->in_place(),
                                          value->dtype(), format));
       });
+}
+
+void DataPlane::push_rows(const Request& r) {
+  std::shared_ptr<const std::vector<uint64_t>> ids;
+  std::shared_ptr<AlignedBuffer> widened;
+  try {
+    ids = std::make_shared<const std::vector<uint64_t>>(
+        checked_ids("push", r.variable, r.ids, limits()));
+    check_row_format("push", r.variable, r.format);
+    if (r.format != WireFormat::none) widened = widen(r);
+  } catch (const Error& e) {
+    return refuse(r.id, e);
+  }
+  const std::span<const std::byte> rows = widened ? widened->bytes() : r.gradient;
+  const RowPush push{worker_, VariableId(r.variable), Step(r.step), r.dtype, *ids, rows};
+  auto held =
+      std::make_shared<std::tuple<decltype(ids), decltype(widened), decltype(r.keeps_gradient)>>(
+          ids, std::move(widened), r.keeps_gradient);
+  endpoint_.shard.push_rows(push, rows_receipt(r, rows.size(), std::move(held)));
+}
+
+VariableShard::Receipt DataPlane::rows_receipt(const Request& r, uint64_t raw,
+                                               std::shared_ptr<const void> held) {
+  return [weak = weak_from_this(), id = r.id, sent = r.gradient.size(), raw,
+          held = std::move(held)](const Result<>& taken) {
+    auto plane = weak.lock();
+    if (!plane) return;
+    if (!taken) return plane->queue_error(id, taken.error());
+    plane->endpoint_.shard.count_wire_bytes(true, raw, sent);
+    plane->queue(Answer::receipt(id));
+  };
+}
+
+void DataPlane::pull_rows(const Request& r) {
+  std::shared_ptr<const std::vector<uint64_t>> ids;
+  try {
+    ids = std::make_shared<const std::vector<uint64_t>>(
+        checked_ids("pull", r.variable, r.ids, limits()));
+    check_row_format("pull", r.variable, r.value_format);
+    check_new_poll(r.id);
+  } catch (const Error& e) {
+    return refuse(r.id, e);
+  }
+  const RowPull pull{worker_, VariableId(r.variable), Step(r.step), *ids, new_poll(r.id)};
+  endpoint_.shard.pull_rows(pull, rows_reply(r.id, r.value_format, std::move(ids)));
+}
+
+VariableShard::RowsReply DataPlane::rows_reply(uint64_t id, WireFormat format,
+                                               std::shared_ptr<const std::vector<uint64_t>> ids) {
+  return
+      [weak = weak_from_this(), id, format, ids = std::move(ids)](const Result<FreshRows>& rows) {
+        auto plane = weak.lock();
+        if (!plane) return;
+        plane->polls_.erase(id);
+        if (!rows) return plane->queue_error(id, rows.error());
+        auto value = plane->endpoint_.receive_buffers->take(rows->bytes());
+        rows->read_into(value->bytes());
+        Answer answer = Answer::fresh_value(id, rows->priority(), rows->step(), value->bytes(),
+                                            rows->dtype(), format, wall_clock_ns());
+        answer.narrowed = std::move(value);
+        plane->queue(std::move(answer));
+      };
 }
 
 void DataPlane::check_new_poll(uint64_t id) const {

@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <vector>
 
 #include <kj/async.h>
 
@@ -29,16 +30,18 @@ enum class RequestKind : uint8_t {
   poll,       ///< the fresh value once a step's update is applied; answered by the value
   push_poll,  ///< push, then poll of its range; answered by the value only
   pull,       ///< the current value at once
+  push_rows,  ///< a worker's step of a table's rows held by the shard; answered by a receipt
+  pull_rows,  ///< rows of a table once a step's update of them is applied; answered by them
 };
 
 // One request of a worker's, as a front end decoded it.
 struct Request {
   RequestKind kind = RequestKind::push;
-  uint64_t id = 0;  // the front end's; unique among the worker's unanswered requests
-  uint32_t variable = 0;
-  uint64_t step = 0;    // push, poll, push_poll
-  uint64_t offset = 0;  // in elements
-  uint64_t count = 0;   // poll, pull: elements asked for
+  uint64_t id = 0;        // the front end's; unique among the worker's unanswered requests
+  uint32_t variable = 0;  // or the table
+  uint64_t step = 0;      // push, poll, push_poll, push_rows, pull_rows
+  uint64_t offset = 0;    // in elements
+  uint64_t count = 0;     // poll, pull: elements asked for
   DType dtype = DType::float32;
   WireFormat format = WireFormat::none;        // push, push_poll: of `gradient`
   WireFormat value_format = WireFormat::none;  // poll, push_poll, pull: of the value's answer
@@ -47,6 +50,9 @@ struct Request {
   // is answered.
   std::span<const std::byte> gradient{};
   std::shared_ptr<const void> keeps_gradient{};
+  // push_rows, pull_rows: the row ids, 8 little-endian bytes each, in the front end's memory
+  // (kept as the gradient is).
+  std::span<const std::byte> ids{};
   // When its first byte was read (for the trace); unset: when the plane got it.
   ShardTrace::TimePoint arrived{};
   // What the front end found wrong while decoding it (a dtype not on the wire, say): the plane
@@ -118,6 +124,15 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   void narrow(Answer& answer);
   void poll(const Request& request);
   void pull(const Request& request);
+  void push_rows(const Request& request);
+  void pull_rows(const Request& request);
+  // The receipt of a push of rows: counted, or its refusal queued. Holds what the push
+  // borrows (`held`) until the shard has taken it.
+  VariableShard::Receipt rows_receipt(const Request& request, uint64_t raw,
+                                      std::shared_ptr<const void> held);
+  // What answers the pull of rows `id` with them in `format`, or its refusal; holds `ids`.
+  VariableShard::RowsReply rows_reply(uint64_t id, WireFormat format,
+                                      std::shared_ptr<const std::vector<uint64_t>> ids);
   // Throws unless a poll `id` may wait now.
   void check_new_poll(uint64_t id) const;
   // A ticket for the new poll `id`, which waits from now on.

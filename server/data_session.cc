@@ -70,6 +70,9 @@ kj::Maybe<kj::Promise<void>> DataSession::serve_frame(const FrameHeaderBytes& by
     case wire::RequestKind::CANCEL:
       plane_->cancel(r.id);
       return nullptr;
+    case wire::RequestKind::PUSH_ROWS:
+    case wire::RequestKind::PULL_ROWS:
+      return read_rows(r);
     case wire::RequestKind::UNKNOWN:
       break;
   }
@@ -94,6 +97,32 @@ kj::Maybe<kj::Promise<void>> DataSession::read_push(const RequestHeader& r) {
     return rest->then([this, push = std::move(push)]() mutable { plane_->serve(std::move(push)); });
   }
   plane_->serve(std::move(push));
+  return nullptr;
+}
+
+kj::Maybe<kj::Promise<void>> DataSession::read_rows(const RequestHeader& r) {
+  auto body = endpoint_.receive_buffers->take(r.body_bytes);
+  Request rows{.kind = r.kind == wire::RequestKind::PUSH_ROWS ? RequestKind::push_rows
+                                                              : RequestKind::pull_rows,
+               .id = r.id,
+               .variable = r.variable,
+               .step = r.step,
+               .dtype = r.dtype,
+               .format = r.format,
+               .value_format = r.value_format,
+               .keeps_gradient = body};
+  if (r.offset > r.body_bytes / sizeof(uint64_t)) {
+    rows.refused = Error(ErrorCode::shape_mismatch,
+                         fmt::format("rows of table id {} rejected: {} ids in a body of {} bytes",
+                                     r.variable, r.offset, r.body_bytes));
+  } else {
+    rows.ids = body->bytes().first(r.offset * sizeof(uint64_t));
+    rows.gradient = body->bytes().subspan(r.offset * sizeof(uint64_t));
+  }
+  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(body->data(), r.body_bytes)) {
+    return rest->then([this, rows = std::move(rows)]() mutable { plane_->serve(std::move(rows)); });
+  }
+  plane_->serve(std::move(rows));
   return nullptr;
 }
 

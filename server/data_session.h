@@ -40,6 +40,8 @@ class DataSession final : private AnswerWriter {
   kj::Maybe<kj::Promise<void>> serve_frame(const FrameHeaderBytes& header);
   // Reads a push's gradient, then hands the push to the plane.
   kj::Maybe<kj::Promise<void>> read_push(const RequestHeader& header);
+  // A push or pull of rows: the body holds the ids, then (a push) their gradient rows.
+  kj::Maybe<kj::Promise<void>> read_rows(const RequestHeader& header);
   // Answers `id` with `error`, then ends the stream: the frame cannot be skipped.
   kj::Promise<void> close_with(uint64_t id, Error error);
 

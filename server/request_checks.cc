@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "server/request_checks.h"
 
+#include <cstring>
+
 #include "common/error.h"
 
 namespace psched {
@@ -43,6 +45,28 @@ void check_poll_room(const LimitsConfig& limits, uint64_t waiting) {
          "poll rejected: {} polls of this connection are waiting, the limit "
          "(limits.max_waiting_polls)",
          waiting);
+}
+
+std::vector<uint64_t> checked_ids(const char* what, uint32_t table, std::span<const std::byte> ids,
+                                  const LimitsConfig& limits) {
+  if (ids.size() > limits.max_message_bytes)
+    fail(ErrorCode::message_too_large,
+         "{} of table id {} rejected: {} bytes of ids exceed the message limit of {} bytes "
+         "(limits.max_message_bytes)",
+         what, table, ids.size(), limits.max_message_bytes);
+  if (ids.size() % sizeof(uint64_t) != 0)
+    fail(ErrorCode::shape_mismatch, "{} of table id {} rejected: {} bytes are not whole 8-byte ids",
+         what, table, ids.size());
+  std::vector<uint64_t> out(ids.size() / sizeof(uint64_t));
+  std::memcpy(out.data(), ids.data(), ids.size());  // little-endian, as this host (data_frame.cc)
+  return out;
+}
+
+void check_row_format(const char* what, uint32_t table, WireFormat format) {
+  if (!carries_values(format))
+    fail(ErrorCode::invalid_argument,
+         "{} of table id {} rejected: rows travel as none, bf16 or fp16, not {}", what, table,
+         to_string(format));
 }
 
 }  // namespace psched

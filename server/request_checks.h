@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "actors/shard/shard_request.h"
 #include "common/dtype.h"
@@ -28,5 +29,13 @@ void check_value_format(WireFormat format);
 // Throws [overloaded] when `waiting` polls of one connection already wait
 // (limits.max_waiting_polls).
 void check_poll_room(const LimitsConfig& limits, uint64_t waiting);
+
+// The ids of a `what` ("push", "pull") of rows of `table`, from their little-endian bytes,
+// after checking they are whole 8-byte ids within the message limit.
+std::vector<uint64_t> checked_ids(const char* what, uint32_t table, std::span<const std::byte> ids,
+                                  const LimitsConfig& limits);
+// Throws [invalid_argument] unless rows may travel in `format` (none, bf16, fp16: top-k and
+// 1-bit are for dense gradients).
+void check_row_format(const char* what, uint32_t table, WireFormat format);
 
 }  // namespace psched

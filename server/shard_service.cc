@@ -266,6 +266,63 @@ kj::Promise<void> SessionService::pull(PullContext context) {
              });
 }
 
+kj::Promise<void> SessionService::registerTable(RegisterTableContext context) {
+  TableSpec spec;
+  try {
+    spec = from_wire(context.getParams().getSpec(), endpoint_.config.limits);
+  } catch (const Error& e) {
+    return refused(endpoint_, e);
+  }
+  auto [promise, f] = reply_promise<VariableShard::Registration>();
+  endpoint_.shard.register_table(kj::mv(spec),
+                                 [f = f](const Result<VariableShard::Registration>& registered) {
+                                   if (!registered)
+                                     return (*f)->reject(to_kj_exception(registered.error()));
+                                   (*f)->fulfill(VariableShard::Registration(*registered));
+                                 });
+  return promise.then([context](VariableShard::Registration r) mutable {
+    context.getResults().setTable(r.id.value);
+    context.getResults().setCreated(r.created);
+  });
+}
+
+kj::Promise<void> SessionService::pushRows(PushRowsContext context) {
+  auto params = context.getParams();
+  const capnp::Data::Reader ids = params.getIds(), data = params.getData();
+  Request request{.kind = RequestKind::push_rows,
+                  .variable = params.getTable(),
+                  .step = params.getStep(),
+                  .gradient = {reinterpret_cast<const std::byte*>(data.begin()), data.size()},
+                  .ids = {reinterpret_cast<const std::byte*>(ids.begin()), ids.size()}};
+  try {
+    request.dtype = from_wire(params.getDtype());
+    request.format = from_wire(params.getFormat());
+  } catch (const Error& e) {
+    request.refused = e;
+  }
+  return ask(std::move(request), [](const Answer&) {});
+}
+
+kj::Promise<void> SessionService::pullRows(PullRowsContext context) {
+  context.allowCancellation();
+  auto params = context.getParams();
+  const capnp::Data::Reader ids = params.getIds();
+  Request request{.kind = RequestKind::pull_rows,
+                  .variable = params.getTable(),
+                  .step = params.getStep(),
+                  .ids = {reinterpret_cast<const std::byte*>(ids.begin()), ids.size()}};
+  try {
+    request.value_format = from_wire(params.getValueFormat());
+  } catch (const Error& e) {
+    request.refused = e;
+  }
+  return ask(std::move(request), [context](const Answer& answer) mutable {
+    auto results = context.getResults();
+    put_value(results, answer.value);
+    results.setAppliedStep(answer.applied_step.value);
+  });
+}
+
 kj::Promise<void> SessionService::openDataStream(OpenDataStreamContext context) {
   if (!data_key_.empty()) endpoint_.data_keys.erase(data_key_);  // one unused key at a time
   data_key_ = random_data_key();

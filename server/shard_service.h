@@ -68,6 +68,9 @@ class SessionService final : public wire::Session::Server, private AnswerWriter 
   kj::Promise<void> pushPoll(PushPollContext context) override;
   kj::Promise<void> openDataStream(OpenDataStreamContext context) override;
   kj::Promise<void> join(JoinContext context) override;
+  kj::Promise<void> registerTable(RegisterTableContext context) override;
+  kj::Promise<void> pushRows(PushRowsContext context) override;
+  kj::Promise<void> pullRows(PullRowsContext context) override;
 
  private:
   // Puts an answer into a call's results (nothing for a receipt).

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/dtype.h"
 #include "common/types.h"
@@ -36,6 +37,18 @@ constexpr uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
+}
+
+// What places a table's rows: a 64-bit key of its name (FNV-1a), the same on every worker.
+constexpr uint64_t table_key(std::string_view name) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
+  return h;
+}
+// The shard, of `shards`, that holds row `id` of the table whose key is `key`: a mix of both,
+// so that every table spreads over every shard, hot ids too.
+constexpr uint32_t row_shard(uint64_t key, uint64_t id, uint32_t shards) {
+  return static_cast<uint32_t>(mix64(key ^ mix64(id)) % shards);
 }
 
 struct TableSpec {
