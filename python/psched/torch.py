@@ -36,6 +36,14 @@ Rules that follow from it:
   DistributedDataParallel), or the others wait for it; and every worker's first forward must
   run the modules in the same order (the first registration's priority wins on the shards).
 
+Embedding tables: psched.torch.EmbeddingBag and psched.torch.Embedding (psched/embedding.py)
+keep their rows on the shards, each row updated by a row optimizer (sgd, adagrad,
+rowwise_adagrad, sparse_adam) from the rows a step touched; a worker pulls only its batch's
+rows. They hold no nn.Parameter, so the rules above are about the dense parameters around them.
+DistributedModel finds them among the module's modules, names each table after its module name,
+gives it the model's client and start_step, and synchronize() waits for their pushes too. Each
+forward of a table with grad enabled is one step of it (psched/embedding.py has the rules).
+
 Trace: `trace="trace-{worker}.json"` (default: $PSCHED_TRACE) writes a Chrome trace (Perfetto,
 chrome://tracing) at every synchronize(): each partition as in `psched-bench --trace`, with the
 parameter it belongs to (the newest 65536 partitions between two calls), and each wait of this
@@ -50,6 +58,9 @@ import time
 import torch
 
 import psched
+from .embedding import Embedding, EmbeddingBag, _Rows
+
+__all__ = ["DistributedModel", "Embedding", "EmbeddingBag", "optimizer_settings"]
 
 _WAIT_LANE = 10001  # the trace's lane of waits, below the partitions' lanes (0, 1, ...)
 
@@ -179,6 +190,11 @@ class DistributedModel(torch.nn.Module):
         for entry in self._parameters_by_id.values():
             entry.pushed = self.start_step - 1
             entry.parameter.register_hook(functools.partial(self._push, entry))
+        self._tables = []  # the embedding tables among the modules (psched/embedding.py)
+        for name, table in module.named_modules():
+            if isinstance(table, _Rows):
+                table.join(self.client, name, self.start_step)
+                self._tables.append(table)
         self._waits = {}  # module -> the entries it registered, which it waits for
         self._observers = [hook for m in module.modules() for hook in (
             m.register_forward_pre_hook(self._register_own),
@@ -188,8 +204,11 @@ class DistributedModel(torch.nn.Module):
         return self.module(*args, **kwargs)
 
     def synchronize(self):
-        """Waits until every pushed gradient's update is in the parameters; writes the trace."""
+        """Waits until every pushed gradient's update is in the parameters, and until the shards
+        have received every embedding table's last push; writes the trace."""
         self._wait(self._parameters_by_id.values())
+        for table in self._tables:
+            table.synchronize()
         if self._trace:
             self._trace.write(self.client, self._parameters_by_id.values())
 

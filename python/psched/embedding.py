@@ -1,0 +1,238 @@
+# SPDX-License-Identifier: Apache-2.0
+"""psched.torch.EmbeddingBag and psched.torch.Embedding: embedding tables kept on psched's
+shards row by row; a worker holds only the rows of the batch in hand.
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.users = psched.torch.EmbeddingBag(10_000_000, 64, "sum",
+                                                   optimizer="rowwise_adagrad", lr=0.05)
+            self.top = torch.nn.Linear(64, 1)
+
+        def forward(self, ids, offsets):
+            return self.top(self.users(ids, offsets))
+
+    model = psched.torch.DistributedModel(Model(), "adam", lr=1e-3)   # the dense part's
+
+The shards run each table's row optimizer on the rows a step touched: "sgd", "adagrad" (torch's
+sparse paths), "rowwise_adagrad" (FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row) or
+"sparse_adam" (torch.optim.SparseAdam), with torch.optim's keyword settings (lr, eps, betas,
+lr_decay, initial_accumulator_value; weight_decay and momentum are refused). A forward pulls the
+rows of its unique ids into a fresh tensor and runs torch's own embedding_bag (or embedding) on
+it; backward pushes that tensor's gradient: one row per unique id, its duplicates summed
+(torch's coalesced sparse gradient). The module holds no weight tensor and no nn.Parameter.
+
+Steps: each forward with grad enabled is the table's next step k. It reads the rows once step
+k - 1's update of them is applied (sync mode: every worker's; async: this worker's own), and its
+backward pushes step k. A step whose backward never reached the table is pushed empty when the
+next forward starts, so that sync steps close. A forward with grad disabled (torch.no_grad(),
+evaluation) reads the rows after the last pushed step and is no step. So:
+- call each table once per iteration (features that share a table: concatenate their ids); a
+  second forward before the first one's backward closes the first step empty, and that
+  backward then raises psched.Error, as does a second backward through one forward;
+- in sync mode every worker runs each table's forward the same number of times.
+
+Inside DistributedModel a table takes its module name (named_modules()) unless given `name`,
+the model's client, and the model's start_step; DistributedModel.synchronize() waits for its
+last push. Standalone, give `client` (a psched.Client) and `name`, and call synchronize(). The
+table is registered at its first forward or rows(); the first registration of a name wins, and
+a row that was never trained holds its initial value, a function of `init`, `seed` and its id
+only, the same on every worker and any number of shards.
+"""
+import functools
+
+import torch
+import torch.nn.functional as F
+
+import psched
+
+_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+# The shards' row optimizers (optim/row_optimizer.h), checked here too so that a wrong name
+# fails at construction rather than at the first forward.
+_ROW_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
+_SETTINGS = ("lr", "eps", "betas", "lr_decay", "initial_accumulator_value", "weight_decay",
+             "momentum")
+
+
+def row_settings(optimizer, settings):
+    """register_table's settings from torch.optim's keywords (betas -> beta1, beta2). Refuses an
+    unknown optimizer or keyword, and "sgd" without lr (torch.optim.SGD has no default); the
+    values are checked by the shards' rules at registration."""
+    if optimizer not in _ROW_OPTIMIZERS:
+        raise psched.Error(f"row optimizer '{optimizer}' is unknown; psched tables run "
+                           f"{', '.join(_ROW_OPTIMIZERS)}")
+    for setting in settings:
+        if setting not in _SETTINGS:
+            raise psched.Error(f"setting '{setting}' is unknown; row optimizers take "
+                               f"{', '.join(_SETTINGS)}")
+    if optimizer == "sgd" and "lr" not in settings:
+        raise psched.Error("row optimizer 'sgd' needs lr: torch.optim.SGD has no default "
+                           "learning rate")
+    settings = dict(settings)
+    if "betas" in settings:
+        settings["beta1"], settings["beta2"] = settings.pop("betas")
+    return settings
+
+
+class _Rows(torch.nn.Module):
+    """What EmbeddingBag and Embedding share: the table, its steps, its pulls and pushes."""
+
+    def __init__(self, num_embeddings, embedding_dim, *, name=None, optimizer="sgd",
+                 init=("normal", 0.0, 1.0), seed=0, dtype=torch.float32, compression=None,
+                 client=None, padding_idx=None, max_norm=None, scale_grad_by_freq=False,
+                 sparse=False, **settings):
+        super().__init__()
+        kind = type(self).__name__
+        for keyword, value, default in (("padding_idx", padding_idx, None),
+                                        ("max_norm", max_norm, None),
+                                        ("scale_grad_by_freq", scale_grad_by_freq, False)):
+            if value != default:
+                raise psched.Error(f"psched.torch.{kind} does not support {keyword}={value!r}")
+        if dtype not in _DTYPES:
+            raise psched.Error(f"psched.torch.{kind} rows are torch.float32 or torch.float64, "
+                               f"not {dtype}")
+        if client is not None and not name:
+            raise psched.Error(f"a standalone psched.torch.{kind} (client given) needs a name")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.name, self.optimizer = name, optimizer
+        self.settings = row_settings(optimizer, settings)
+        self.init, self.seed, self.dtype, self.compression = init, seed, dtype, compression
+        self.client = client
+        self.table = None  # the psched.Table, once registered
+        self.pushed = client.start_step - 1 if client is not None else 0  # the last step pushed
+        self._open = 0  # the step whose forward ran and whose gradient is not pushed (0: none)
+        self._unwaited = 0  # the last push not waited for (0: none)
+
+    def join(self, client, name, start_step):
+        """DistributedModel's: train through `client` from `start_step` on, named `name` unless
+        the module was given a name."""
+        if self.table is not None:
+            raise psched.Error(f"table '{self.name}' was used before DistributedModel wrapped it")
+        self.client, self.name, self.pushed = client, self.name or name, start_step - 1
+
+    def rows(self, ids):
+        """The rows of `ids` (an integer tensor, duplicates allowed) as they are after this
+        table's last pushed step: a tensor of shape ids.shape + (embedding_dim,)."""
+        unique, inverse = self._unique(ids)
+        return self._pull(unique, self.pushed)[inverse]
+
+    def synchronize(self):
+        """Waits until every shard has received this table's last push; raises its error."""
+        if self._unwaited:
+            step, self._unwaited = self._unwaited, 0
+            self.client.wait_rows(self.table, step)
+
+    def extra_repr(self):
+        return (f"{self.num_embeddings}, {self.embedding_dim}, name={self.name!r}, "
+                f"optimizer={self.optimizer!r}, dtype={self.dtype}")
+
+    def _lookup(self, input):
+        """(rows, inverse): the rows of input's unique ids, a leaf whose gradient is pushed as
+        this step's when grad is enabled, and input's indices into them (input's shape)."""
+        ids, inverse = self._unique(input)
+        if not torch.is_grad_enabled():
+            return self._pull(ids, self.pushed), inverse
+        if self._open:  # its backward never reached this table: the step closes empty
+            self._push(self._open, torch.empty(0, dtype=torch.int64),
+                       torch.empty(0, self.embedding_dim, dtype=self.dtype))
+        step = self.pushed + 1
+        rows = self._pull(ids, step - 1)
+        self.synchronize()  # the push of step - 1 has arrived: raise its error, if any
+        self._open = step
+        rows.requires_grad_()
+        rows.register_hook(functools.partial(self._push_gradient, step, ids))
+        return rows, inverse
+
+    def _unique(self, ids):
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise psched.Error(f"table '{self.name}': ids must be torch.int64 or torch.int32, "
+                               f"not {ids.dtype}")
+        unique, inverse = torch.unique(ids, return_inverse=True)
+        return unique.to(torch.int64), inverse
+
+    def _pull(self, ids, after):
+        """A fresh tensor holding the rows of `ids` (unique, int64) once step `after`'s update
+        of them is applied."""
+        table = self._registered()
+        rows = torch.empty(len(ids), self.embedding_dim, dtype=self.dtype)
+        if len(ids):
+            self.client.pull_rows(table, ids.numpy(), rows.numpy(), after=after)
+        return rows
+
+    def _push_gradient(self, step, ids, grad):
+        # The hook on step `step`'s rows: autograd has summed the gradients of each id's uses.
+        if self._open != step:
+            raise psched.Error(
+                f"table '{self.name}': a gradient for step {step} came after that step was "
+                "pushed (a second backward through one forward, or a second forward of the "
+                "table before this backward); each forward of a table is one step")
+        self._push(step, ids, grad.detach().contiguous())
+
+    def _push(self, step, ids, gradient):
+        # The client keeps `ids` and `gradient` (through their numpy views) until the receipts.
+        self.client.push_rows(self.table, ids.numpy(), gradient.numpy(), step)
+        self.pushed = self._unwaited = step
+        self._open = 0
+
+    def _registered(self):
+        if self.table is None:
+            if self.client is None:
+                raise psched.Error(f"psched.torch.{type(self).__name__} needs a client: wrap "
+                                   "its model in psched.torch.DistributedModel or give client=")
+            self.table = self.client.register_table(
+                self.name, self.num_embeddings, self.embedding_dim, dtype=_DTYPES[self.dtype],
+                optimizer=self.optimizer, settings=self.settings, init=self.init,
+                seed=self.seed, compression=self.compression)
+        return self.table
+
+
+class EmbeddingBag(_Rows):
+    """torch.nn.EmbeddingBag whose table lives on psched's shards (the module docstring).
+
+    EmbeddingBag(num_embeddings, embedding_dim, mode="sum", *, name=None, optimizer="sgd",
+    init=("normal", 0.0, 1.0), seed=0, dtype=torch.float32, compression=None, client=None,
+    include_last_offset=False, **settings)
+
+    mode: "sum" or "mean" ("max" is refused). name: the table's name (default inside
+    DistributedModel: the module's name). optimizer and settings: the row optimizer and
+    torch.optim's keywords for it (the module docstring). init: how a row starts, ("zeros",),
+    ("uniform", low, high) or ("normal", mean, std) (torch's nn.EmbeddingBag: N(0, 1)), drawn
+    from `seed` and the id. dtype: torch.float32 or torch.float64. compression: a
+    psched.Compression for the rows' traffic. client: a psched.Client, for a table used outside
+    DistributedModel (then name is required). padding_idx, max_norm and scale_grad_by_freq are
+    refused unless left at torch's defaults; sparse is accepted and ignored (the pushed gradient
+    is always the sparse one).
+
+    forward(input, offsets=None, per_sample_weights=None): torch.nn.EmbeddingBag's, with its
+    result: a 2-D input is one bag per row; a 1-D input is cut into bags at `offsets`.
+    """
+
+    def __init__(self, num_embeddings, embedding_dim, mode="sum", *, include_last_offset=False,
+                 **keywords):
+        if mode not in ("sum", "mean"):
+            raise psched.Error(f"psched.torch.EmbeddingBag does not support mode '{mode}': "
+                               "mode 'sum' or 'mean'")
+        super().__init__(num_embeddings, embedding_dim, **keywords)
+        self.mode, self.include_last_offset = mode, include_last_offset
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        rows, inverse = self._lookup(input)
+        return F.embedding_bag(inverse, rows, offsets, mode=self.mode,
+                               per_sample_weights=per_sample_weights,
+                               include_last_offset=self.include_last_offset)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, mode={self.mode!r}"
+
+
+class Embedding(_Rows):
+    """torch.nn.Embedding whose table lives on psched's shards (the module docstring).
+
+    Embedding(num_embeddings, embedding_dim, *, the keywords of EmbeddingBag but mode and
+    include_last_offset). forward(input): the rows of input's ids, of shape
+    input.shape + (embedding_dim,).
+    """
+
+    def forward(self, input):
+        rows, inverse = self._lookup(input)
+        return F.embedding(inverse, rows)

@@ -1,0 +1,280 @@
+# SPDX-License-Identifier: Apache-2.0
+"""psched.torch.EmbeddingBag and Embedding against torch's own modules, through FakeTables, one
+worker's tables kept in Python (no server): the forward must be torch's, each step's push
+torch's coalesced sparse gradient, and the steps must follow the rules of psched/embedding.py."""
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import psched
+import psched.torch
+
+NUM, DIM = 20, 4
+INPUT = torch.tensor([[1, 3, 3], [0, 1, 19], [7, 7, 7]])  # bags with duplicates within and across
+
+
+class FakeTables:
+    """psched.Client's table methods for one worker, in Python. A table's row `id` starts at
+    sin(id * dim + j + seed), element j; sgd with the table's lr applies at push, so a pull of
+    any pushed step returns at once. Records every pull (name, after, ids), push (name, step,
+    ids, gradients: the arrays themselves, as the client keeps them) and wait (name, step)."""
+
+    def __init__(self, start_step=1):
+        self.start_step = start_step
+        self.tables = {}
+        self.pulls, self.pushes, self.waits = [], [], []
+
+    def register_table(self, name, num_embeddings, dim, *, dtype="float32", optimizer="sgd",
+                       settings=None, init=("zeros",), seed=0, priority=None, compression=None):
+        if name in self.tables:
+            table = self.tables[name]
+            if (table.dim, table.optimizer) != (dim, optimizer):
+                raise psched.Error(f"table '{name}' registered with another spec", "spec_conflict")
+            return table
+        values = np.sin(np.arange(num_embeddings * dim, dtype=np.float64) + seed)
+        self.tables[name] = types.SimpleNamespace(
+            name=name, num_embeddings=num_embeddings, dim=dim, dtype=dtype, optimizer=optimizer,
+            settings=dict(settings or {}), init=init, seed=seed, compression=compression,
+            values=values.reshape(num_embeddings, dim).astype(dtype), step=self.start_step - 1)
+        return self.tables[name]
+
+    def pull_rows(self, table, ids, out, after=None):
+        self._check(table, ids, out)
+        assert after is None or after <= table.step, "a real pull would wait for a push"
+        self.pulls.append((table.name, after, ids.tolist()))
+        out[...] = table.values[ids]
+
+    def push_rows(self, table, ids, gradients, step):
+        self._check(table, ids, gradients)
+        assert step == table.step + 1 and table.optimizer == "sgd"
+        table.values[ids] -= table.settings["lr"] * gradients
+        table.step = step
+        self.pushes.append((table.name, step, ids, gradients))
+
+    def wait_rows(self, table, step):
+        assert step <= table.step
+        self.waits.append((table.name, step))
+
+    @staticmethod
+    def _check(table, ids, rows):
+        assert ids.dtype == np.int64 and ids.shape == (len(set(ids.tolist())),)
+        assert rows.dtype == table.dtype and rows.shape == (len(ids), table.dim)
+        assert rows.flags.c_contiguous and rows.flags.writeable
+        for row in ids:
+            if not 0 <= row < table.num_embeddings:
+                raise psched.Error(f"table '{table.name}': id {row} out of range",
+                                   "offset_out_of_range")
+
+
+def torch_twin(module, *keywords):
+    """The torch.nn module `module` stands for, sparse, with `module`'s current rows."""
+    if isinstance(module, psched.torch.EmbeddingBag):
+        twin = torch.nn.EmbeddingBag(NUM, DIM, mode=module.mode, sparse=True, dtype=module.dtype,
+                                     include_last_offset=module.include_last_offset)
+    else:
+        twin = torch.nn.Embedding(NUM, DIM, sparse=True, dtype=module.dtype)
+    with torch.no_grad():
+        twin.weight.copy_(module.rows(torch.arange(NUM)))
+    return twin
+
+
+def backward_both(module, twin, *inputs):
+    """One step of `module` and of `twin` on `inputs`, the same loss; returns the outputs and
+    the twin's coalesced gradient."""
+    output, expected = module(*inputs), twin(*inputs)
+    cotangent = torch.randn(expected.shape, generator=torch.Generator().manual_seed(0),
+                            dtype=expected.dtype)
+    (output * cotangent).sum().backward()
+    (expected * cotangent).sum().backward()
+    return output, expected, twin.weight.grad.coalesce()
+
+
+def assert_pushed(client, step, gradient):
+    """The last push is `step`'s, and holds exactly `gradient`'s rows (a coalesced sparse
+    tensor)."""
+    _, pushed_step, ids, values = client.pushes[-1]
+    assert pushed_step == step
+    assert ids.tolist() == gradient.indices()[0].tolist()
+    torch.testing.assert_close(torch.from_numpy(values), gradient.values())
+
+
+FLAT, OFFSETS = INPUT.flatten(), torch.tensor([0, 3, 3, 6])  # the third bag is empty
+CASES = {
+    "2d": lambda dtype: ((INPUT,), {}),
+    "offsets": lambda dtype: ((FLAT, OFFSETS), {}),
+    "include_last_offset": lambda dtype: ((FLAT, torch.tensor([0, 3, 3, 6, 9])),
+                                          {"include_last_offset": True}),
+    "per_sample_weights": lambda dtype: ((FLAT, OFFSETS, torch.linspace(-1, 2, 9, dtype=dtype)),
+                                         {}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("mode, case", [(mode, case) for mode in ("sum", "mean") for case in CASES
+                                        if mode == "sum" or case != "per_sample_weights"])
+def test_the_forward_is_torchs_and_the_push_its_coalesced_gradient(mode, case, dtype):
+    inputs, keywords = CASES[case](dtype)
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, mode, name="bag", client=client, dtype=dtype,
+                                    lr=0.1, **keywords)
+    twin = torch_twin(bag)
+    output, expected, gradient = backward_both(bag, twin, *inputs)
+    assert output.dtype == dtype
+    torch.testing.assert_close(output, expected)
+    assert_pushed(client, 1, gradient)
+    torch.optim.SGD(twin.parameters(), lr=0.1).step()  # what FakeTables applied
+    torch.testing.assert_close(bag.rows(torch.arange(NUM)), twin.weight.detach())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_embedding_gives_torchs_rows_in_the_inputs_shape_and_pushes_its_gradient(dtype):
+    client = FakeTables()
+    embedding = psched.torch.Embedding(NUM, DIM, name="embedding", client=client, dtype=dtype,
+                                       lr=0.1)
+    ids = INPUT.reshape(1, 3, 3).expand(2, 3, 3)
+    output, expected, gradient = backward_both(embedding, torch_twin(embedding), ids)
+    assert output.shape == (2, 3, 3, DIM)
+    assert torch.equal(output, expected)
+    assert_pushed(client, 1, gradient)
+
+
+def test_steps_follow_forwards_and_each_pull_waits_for_the_step_before():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=client, lr=0.1)
+    for _ in range(3):
+        bag(INPUT).sum().backward()
+    bag.synchronize()
+    assert [step for _, step, _, _ in client.pushes] == [1, 2, 3]
+    assert [after for _, after, _ in client.pulls] == [0, 1, 2]
+    assert client.waits == [("bag", 1), ("bag", 2), ("bag", 3)]
+
+
+def test_a_forward_without_grad_reads_the_last_pushed_step_pushes_nothing_and_is_no_step():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=client, lr=0.1)
+    with torch.no_grad():
+        assert not bag(INPUT).requires_grad
+    bag(INPUT).sum().backward()
+    with torch.no_grad():
+        bag(INPUT)
+    bag(INPUT).sum().backward()
+    assert [step for _, step, _, _ in client.pushes] == [1, 2]
+    assert [after for _, after, _ in client.pulls] == [0, 0, 1, 1]
+
+
+def test_a_step_whose_backward_never_ran_is_pushed_empty_at_the_next_forward():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=client, dtype=torch.float64,
+                                    lr=0.1)
+    bag(INPUT)  # step 1: no backward
+    bag(INPUT).sum().backward()  # step 2
+    assert [(step, len(ids)) for _, step, ids, _ in client.pushes] == [(1, 0), (2, 5)]
+    _, _, ids, gradients = client.pushes[0]
+    assert ids.dtype == np.int64 and gradients.shape == (0, DIM) and gradients.dtype == np.float64
+    assert [after for _, after, _ in client.pulls] == [0, 1]
+
+
+def test_a_second_backward_through_one_forward_is_refused():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=client, lr=0.1)
+    loss = bag(INPUT).sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(psched.Error, match="'bag': a gradient for step 1 came after that step"):
+        loss.backward()
+    assert len(client.pushes) == 1
+
+
+def test_a_table_called_twice_in_one_step_is_refused_at_backward():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=client, lr=0.1)
+    loss = bag(INPUT).sum() + bag(INPUT).sum()  # the second forward closes step 1 empty
+    with pytest.raises(psched.Error, match="a gradient for step 1 came after that step"):
+        loss.backward()
+
+
+def test_rows_reads_ids_with_duplicates_through_one_pull_of_the_unique_ids():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=client, lr=0.1)
+    ids = torch.tensor([5, 2, 5, 5, 0])
+    rows = bag.rows(ids)
+    assert rows.shape == (5, DIM)
+    assert torch.equal(rows, torch.from_numpy(client.tables["bag"].values[ids.numpy()]))
+    assert client.pulls == [("bag", 0, [0, 2, 5])]
+
+
+def test_the_table_is_registered_at_first_use_with_torch_optims_keywords_translated():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="t", client=client, optimizer="sparse_adam",
+                                    lr=0.01, betas=(0.8, 0.99), eps=1e-7, seed=3,
+                                    init=("uniform", -0.1, 0.1), dtype=torch.float64)
+    assert client.tables == {}
+    bag.rows(torch.tensor([0]))
+    table = client.tables["t"]
+    assert (table.num_embeddings, table.dim, table.dtype) == (NUM, DIM, "float64")
+    assert (table.optimizer, table.init, table.seed) == ("sparse_adam", ("uniform", -0.1, 0.1), 3)
+    assert table.settings == {"lr": 0.01, "beta1": 0.8, "beta2": 0.99, "eps": 1e-7}
+    assert bag.table is table
+
+
+REFUSALS = {
+    "max_mode": ({"mode": "max"}, "does not support mode 'max'"),
+    "float16": ({"dtype": torch.float16},
+                "rows are torch.float32 or torch.float64, not torch.float16"),
+    "padding_idx": ({"padding_idx": 0}, "does not support padding_idx=0"),
+    "max_norm": ({"max_norm": 1.0}, "does not support max_norm=1.0"),
+    "scale_grad_by_freq": ({"scale_grad_by_freq": True},
+                           "does not support scale_grad_by_freq=True"),
+    "unknown_optimizer": ({"optimizer": "adam"}, "row optimizer 'adam' is unknown"),
+    "unknown_setting": ({"nesterov": True}, "setting 'nesterov' is unknown"),
+    "sgd_without_lr": ({"lr": None}, "row optimizer 'sgd' needs lr"),
+    "standalone_without_name": ({"name": None}, r"a standalone psched.torch.EmbeddingBag "
+                                                r"\(client given\) needs a name"),
+}
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_what_a_psched_table_cannot_do_is_refused_at_construction(refusal):
+    changes, message = REFUSALS[refusal]
+    keywords = {"name": "bag", "client": FakeTables(), "lr": 0.1, **changes}
+    if keywords["lr"] is None:
+        del keywords["lr"]
+    with pytest.raises(psched.Error, match=message) as error:
+        psched.torch.EmbeddingBag(NUM, DIM, **keywords)
+    assert error.value.code == "invalid_argument"
+
+
+def test_a_table_without_a_client_outside_distributed_model_is_refused_at_first_use():
+    bag = psched.torch.EmbeddingBag(NUM, DIM, lr=0.1)
+    with pytest.raises(psched.Error, match="needs a client: wrap its model in "
+                                           "psched.torch.DistributedModel or give client="):
+        bag(INPUT)
+
+
+class TwoTables(torch.nn.Module):
+    """A bag and an embedding around a frozen layer (FakeTables holds no dense variables)."""
+
+    def __init__(self):
+        super().__init__()
+        self.users = psched.torch.EmbeddingBag(NUM, DIM, "mean", dtype=torch.float64, lr=0.1)
+        self.items = torch.nn.ModuleDict({"ids": psched.torch.Embedding(
+            NUM, DIM, name="items", dtype=torch.float64, lr=0.5)})
+        self.frozen = torch.nn.Linear(DIM, 1).double().requires_grad_(False)
+
+    def forward(self, users, items):
+        return self.frozen(self.users(users) + self.items["ids"](items).sum(1))
+
+
+def test_distributed_model_names_its_tables_starts_them_at_its_step_and_waits_for_them():
+    client = FakeTables(start_step=5)
+    model = psched.torch.DistributedModel(TwoTables(), "sgd", lr=0.1, client=client)
+    model(INPUT, INPUT).sum().backward()
+    assert client.waits == []
+    model.synchronize()
+    assert sorted(client.tables) == ["items", "users"]  # "users" is its module name
+    assert sorted((name, step) for name, step, _, _ in client.pushes) == \
+        [("items", 5), ("users", 5)]
+    assert sorted((name, after) for name, after, _ in client.pulls) == \
+        [("items", 4), ("users", 4)]
+    assert sorted(client.waits) == [("items", 5), ("users", 5)]

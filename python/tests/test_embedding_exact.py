@@ -1,0 +1,194 @@
+# SPDX-License-Identifier: Apache-2.0
+"""psched.torch's embedding tables against torch, exactly: two sync workers training a small
+DLRM-like model (four tables, one per row optimizer, and a dense MLP on Adam) reach, in float64,
+the rows and parameters of one torch process trained on both workers' batches together."""
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import psched
+import psched.torch
+
+STEPS, BATCH, BAG = 30, 8, 4  # BATCH samples per worker and step, BAG ids per sample and table
+ROWS, DIM, DENSE = 1000, 8, 4
+IDS = 40  # ids are drawn below IDS, so bags repeat ids, within a bag and across bags and workers
+INIT = ("uniform", -0.5, 0.5)
+# One table per row optimizer: psched.torch.EmbeddingBag's keywords, the torch.optim ones.
+TABLES = [
+    {"optimizer": "sgd", "lr": 0.1},
+    {"optimizer": "adagrad", "lr": 0.1},
+    {"optimizer": "rowwise_adagrad", "lr": 0.1, "eps": 1e-8},
+    {"optimizer": "sparse_adam", "lr": 0.01},
+]
+DENSE_LR = 1e-2
+TOLERANCE = 1e-12  # relative, per row and per parameter; float64's rounding differences only
+
+
+class Dlrm(torch.nn.Module):
+    """Dense features through a bottom layer, beside one sum-pooled bag per table; a top MLP
+    over both gives one logit per sample."""
+
+    def __init__(self, bags):
+        super().__init__()
+        self.bags = torch.nn.ModuleList(bags)
+        torch.manual_seed(0)  # the same dense parameters whatever the bags drew
+        self.bottom = torch.nn.Linear(DENSE, DIM, dtype=torch.float64)
+        self.top = torch.nn.Sequential(
+            torch.nn.Linear(DIM * (1 + len(bags)), 16, dtype=torch.float64), torch.nn.ReLU(),
+            torch.nn.Linear(16, 1, dtype=torch.float64))
+
+    def forward(self, dense, ids):
+        pooled = [bag(table_ids) for bag, table_ids in zip(self.bags, ids)]
+        return self.top(torch.cat([torch.relu(self.bottom(dense))] + pooled, dim=1)).squeeze(1)
+
+
+def psched_model():
+    return Dlrm([psched.torch.EmbeddingBag(ROWS, DIM, "sum", dtype=torch.float64, init=INIT,
+                                           seed=index, **settings)
+                 for index, settings in enumerate(TABLES)])
+
+
+def make_batches():
+    """Both workers' batches, STEPS of (dense, ids per table, labels); worker r's are the
+    samples r * BATCH to (r + 1) * BATCH."""
+    generator = torch.Generator().manual_seed(1)
+    return [(torch.randn(2 * BATCH, DENSE, generator=generator, dtype=torch.float64),
+             [torch.randint(0, IDS, (2 * BATCH, BAG), generator=generator) for _ in TABLES],
+             torch.randint(0, 2, (2 * BATCH,), generator=generator).to(torch.float64))
+            for _ in range(STEPS)]
+
+
+def half(batch, rank):
+    part = slice(rank * BATCH, (rank + 1) * BATCH)
+    dense, ids, labels = batch
+    return dense[part], [table_ids[part] for table_ids in ids], labels[part]
+
+
+def step(model, batch):
+    dense, ids, labels = batch
+    F.binary_cross_entropy_with_logits(model(dense, ids), labels).backward()
+
+
+class RowwiseAdagrad:
+    """FBGEMM's EXACT_ROWWISE_ADAGRAD on a sparse gradient, written plainly: for each row the
+    step's gradient g holds, acc += mean(g^2) over the row; w -= lr / (sqrt(acc) + eps) * g."""
+
+    def __init__(self, parameters, lr, eps):
+        self.weight, = parameters
+        self.lr, self.eps = lr, eps
+        self.accumulator = torch.zeros(len(self.weight), dtype=self.weight.dtype)
+
+    def zero_grad(self):
+        self.weight.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        gradient = self.weight.grad.coalesce()
+        rows, g = gradient.indices()[0], gradient.values()
+        self.accumulator[rows] += (g * g).mean(1)
+        self.weight[rows] -= (self.lr / (self.accumulator[rows].sqrt() + self.eps))[:, None] * g
+
+
+TORCH_OPTIMIZERS = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad,
+                    "rowwise_adagrad": RowwiseAdagrad, "sparse_adam": torch.optim.SparseAdam}
+
+
+def train_with_torch(initial_rows, batches):
+    """One process on the whole batches: torch's sparse bags from `initial_rows`, each with its
+    table's optimizer, and torch.optim.Adam on the rest. The loss is the mean over both
+    workers' samples, the mean of the workers' losses: what sync mode applies."""
+    bags = [torch.nn.EmbeddingBag(ROWS, DIM, mode="sum", sparse=True, dtype=torch.float64)
+            for _ in TABLES]
+    model = Dlrm(bags)
+    optimizers = [torch.optim.Adam(
+        [p for name, p in model.named_parameters() if not name.startswith("bags.")], DENSE_LR)]
+    for bag, rows, settings in zip(bags, initial_rows, TABLES):
+        with torch.no_grad():
+            bag.weight.copy_(rows)
+        settings = dict(settings)
+        optimizers.append(TORCH_OPTIMIZERS[settings.pop("optimizer")](bag.parameters(),
+                                                                      **settings))
+    for batch in batches:
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        step(model, batch)
+        for optimizer in optimizers:
+            optimizer.step()
+    return model
+
+
+def train_with_psched(server, batches):
+    """Both workers, each a thread with its own DistributedModel; returns the models (their
+    clients open) and every table's rows as worker 0 read them before training."""
+    workers = [psched.torch.DistributedModel(psched_model(), "adam", lr=DENSE_LR,
+                                             config=server.config, worker=rank)
+               for rank in range(2)]
+    initial_rows = [bag.rows(torch.arange(ROWS)) for bag in workers[0].module.bags]
+    errors = []
+
+    def train(rank):
+        try:
+            for batch in batches:
+                step(workers[rank], half(batch, rank))
+            workers[rank].synchronize()
+        except Exception as error:  # reported below; a silent thread would hang the other
+            errors.append(error)
+            workers[rank].client.close()
+
+    threads = [threading.Thread(target=train, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    return workers, initial_rows
+
+
+def trained_state(worker):
+    """Every table's rows (as the worker reads them after its last step) and every dense
+    parameter, by name."""
+    state = {f"{name}.rows": bag.rows(torch.arange(ROWS))
+             for name, bag in worker.module.named_modules()
+             if isinstance(bag, psched.torch.EmbeddingBag)}
+    state.update((name, p.detach().clone()) for name, p in worker.module.named_parameters())
+    return state
+
+
+def assert_close_per_row(actual, expected, what):
+    actual, expected = actual.reshape(len(actual), -1), expected.reshape(len(expected), -1)
+    error = ((actual - expected).norm(dim=1) / expected.norm(dim=1)).max()
+    assert error <= TOLERANCE, f"{what}: relative difference {error:.3g}"
+
+
+def test_two_sync_workers_train_every_row_optimizer_as_torch_on_the_whole_batch(start_server):
+    server = start_server(mode="sync", workers=2, shards=2)
+    batches = make_batches()
+    workers, initial_rows = train_with_psched(server, batches)
+    expected = train_with_torch(initial_rows, batches)
+    for rank, worker in enumerate(workers):
+        actual = trained_state(worker)
+        for index, bag in enumerate(expected.bags):
+            assert_close_per_row(actual[f"bags.{index}.rows"], bag.weight.detach(),
+                                 f"worker {rank} table {TABLES[index]['optimizer']}")
+        for name, p in expected.named_parameters():
+            if not name.startswith("bags."):
+                assert_close_per_row(actual[name].reshape(1, -1), p.detach().reshape(1, -1),
+                                     f"worker {rank} {name}")
+        worker.client.close()
+
+
+def test_one_shard_trains_the_same_rows_as_two(start_server):
+    batches = make_batches()
+    states = []
+    for shards in (1, 2):
+        workers, _ = train_with_psched(start_server(mode="sync", workers=2, shards=shards),
+                                       batches)
+        states.append(trained_state(workers[0]))
+        for worker in workers:
+            worker.client.close()
+    one, two = states
+    assert sorted(one) == sorted(two)
+    for name in one:
+        assert torch.equal(one[name], two[name]), name
