@@ -119,8 +119,10 @@ kj::Promise<void> ShardHost::restore() {
       if (report.checkpoint.empty())
         log_info("shard {}: no checkpoint found, starting empty", id.value);
       else
-        log_info("shard {}: restored {} variable part(s) from {} and {} logged update(s)", id.value,
-                 report.variables, report.checkpoint.string(), report.replayed);
+        log_info(
+            "shard {}: restored {} variable part(s) and {} table(s) from {} and {} logged "
+            "update(s)",
+            id.value, report.variables, report.tables, report.checkpoint.string(), report.replayed);
       log_info("shard {}: checkpoint {} written", id.value, report.written.string());
       (*fulfiller)->fulfill();
     });

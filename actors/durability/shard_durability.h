@@ -36,6 +36,7 @@ namespace psched {
 struct RestoreReport {
   std::filesystem::path checkpoint;  // the checkpoint loaded; empty when none was found
   uint64_t variables = 0;            // variable parts held after restoring
+  uint64_t tables = 0;               // embedding tables held after restoring
   uint64_t replayed = 0;             // logged updates re-applied after the checkpoint
   std::vector<std::string> skipped;  // corrupt checkpoints and torn log records, with reasons
   std::string lost;  // with accept_log_loss: the damage gone past and the updates it lost
@@ -92,7 +93,7 @@ class ShardDurability {
   // Loads the newest valid checkpoint into the state and replays the logs after it, then
   // writes a fresh checkpoint and starts a new log (VariableShard::restore says what throws),
   // saying in `report` what it did; when it throws, `report` holds what it found until then.
-  // On the loop, once, before serving; report.variables is the caller's to fill.
+  // On the loop, once, before serving; report.variables and tables are the caller's to fill.
   void restore(RestoreReport& report);
   // Takes a checkpoint of the state now and starts a new update log; the writer thread writes
   // the file, then `done` runs on the loop with its path (not if this is gone by then).

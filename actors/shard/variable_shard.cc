@@ -347,6 +347,7 @@ void VariableShard::restore(std::function<void(std::exception_ptr, RestoreReport
     }
     ++stats_.checkpoints_written;
     report.variables = variables_.size();
+    report.tables = tables_.size();
     steps_.resumed(Clock::now());  // a job under way resumes
     reply(nullptr, std::move(report));
   });

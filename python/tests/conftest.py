@@ -37,23 +37,36 @@ class Server:
 
     def __init__(self, config, shards, http_ports):
         self.config = config
+        self.shards = shards
         self.http_ports = http_ports  # each shard's operator view (/metrics, /status)
         self.log = []
-        self.process = subprocess.Popen([SERVER, "--config", str(config), "--threads", "2",
+        self._start()
+
+    def _start(self):
+        self.process = subprocess.Popen([SERVER, "--config", str(self.config), "--threads", "2",
                                          "--apply-threads", "1"],
                                         stderr=subprocess.PIPE, text=True)
         listening = threading.Event()
-        threading.Thread(target=self._read_log, args=(shards, listening), daemon=True).start()
+        threading.Thread(target=self._read_log, args=(self.shards, listening),
+                         daemon=True).start()
         listening.wait()
         if self.process.poll() is not None:
             raise RuntimeError("psched-server did not start:\n" + "".join(self.log))
 
+    def restart(self):
+        """SIGKILLs the server and starts it again on the same deployment (and checkpoint
+        directory, when it has one)."""
+        self.kill()
+        self.log.append("--- killed and restarted ---\n")
+        self._start()
+
     def _read_log(self, shards, listening):
         # Drains the server's stderr (so it never blocks on a full pipe); sets `listening` when
         # every shard listens or the server ended.
+        started = len(self.log)
         for line in self.process.stderr:
             self.log.append(line)
-            if sum("listening on" in entry for entry in self.log) == shards:
+            if sum("listening on" in entry for entry in self.log[started:]) == shards:
                 listening.set()
         listening.set()
 
@@ -72,14 +85,16 @@ class Server:
 @pytest.fixture
 def start_server(tmp_path):
     """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1,
-    reconnect_seconds=None, compression=None) -> Server. reconnect_seconds: how long its workers
-    keep trying to reconnect (default: the deployment's 60 s). compression: the deployment's
-    compression: section, as YAML text."""
+    reconnect_seconds=None, compression=None, checkpoint=False) -> Server. reconnect_seconds:
+    how long its workers keep trying to reconnect (default: the deployment's 60 s).
+    compression: the deployment's compression: section, as YAML text. checkpoint: the shards
+    keep checkpoints and update logs in a directory of the test's (Server.restart())."""
     servers = []
 
     def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None,
-              compression=None):
+              compression=None, checkpoint=False):
         config = tmp_path / f"deployment{len(servers)}.yaml"
+        state = tmp_path / f"state{len(servers)}"
         ports = free_ports(2 * shards)
         listen = "".join(f"  - {{listen: 127.0.0.1:{port}, http: 127.0.0.1:{http}}}\n"
                          for port, http in zip(ports[:shards], ports[shards:]))
@@ -90,6 +105,8 @@ def start_server(tmp_path):
                           (f"reconnect: {{timeout_seconds: {reconnect_seconds}}}\n"
                            if reconnect_seconds is not None else "") +
                           (f"compression: {compression}\n" if compression else "") +
+                          (f"checkpoint: {{directory: {state}, interval_seconds: 0.2}}\n"
+                           if checkpoint else "") +
                           # ctest runs the suite over both data paths
                           (f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
                            if "PSCHED_TEST_DATA_PATH" in os.environ else ""))

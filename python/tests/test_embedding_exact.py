@@ -119,9 +119,11 @@ def train_with_torch(initial_rows, batches):
     return model
 
 
-def train_with_psched(server, batches):
+def train_with_psched(server, batches, restart_at=None):
     """Both workers, each a thread with its own DistributedModel; returns the models (their
-    clients open) and every table's rows as worker 0 read them before training."""
+    clients open) and every table's rows as worker 0 read them before training. restart_at:
+    worker 0 SIGKILLs the server before that step and starts it again (the workers reconnect
+    by themselves)."""
     workers = [psched.torch.DistributedModel(psched_model(), "adam", lr=DENSE_LR,
                                              config=server.config, worker=rank)
                for rank in range(2)]
@@ -130,7 +132,9 @@ def train_with_psched(server, batches):
 
     def train(rank):
         try:
-            for batch in batches:
+            for index, batch in enumerate(batches):
+                if rank == 0 and index == restart_at:
+                    server.restart()
                 step(workers[rank], half(batch, rank))
             workers[rank].synchronize()
         except Exception as error:  # reported below; a silent thread would hang the other
@@ -192,3 +196,19 @@ def test_one_shard_trains_the_same_rows_as_two(start_server):
     assert sorted(one) == sorted(two)
     for name in one:
         assert torch.equal(one[name], two[name]), name
+
+
+def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server):
+    batches = make_batches()
+    states = []
+    for restart_at in (None, STEPS // 2):
+        server = start_server(mode="sync", workers=2, shards=2, checkpoint=True)
+        workers, _ = train_with_psched(server, batches, restart_at)
+        states.append(trained_state(workers[0]))
+        for worker in workers:
+            worker.client.close()
+        if restart_at is not None:
+            assert any("restored" in line for line in server.log), "".join(server.log)
+    clean, restarted = states
+    for name in clean:
+        assert torch.equal(clean[name], restarted[name]), name
