@@ -4,7 +4,6 @@ DLRM-like model (four tables, one per row optimizer, and a dense MLP on Adam) re
 the rows and parameters of one torch process trained on both workers' batches together."""
 import threading
 
-import pytest
 import torch
 import torch.nn.functional as F
 

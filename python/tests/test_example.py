@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The digits example (python/examples/train_digits.py) with two worker processes, started as
-torchrun would start them (RANK, WORLD_SIZE), learns the digits."""
+"""The examples with two worker processes, started as torchrun would start them (RANK,
+WORLD_SIZE): python/examples/train_digits.py learns the digits, python/examples/train_ctr.py's
+click model (its tables on the shards) lowers its logloss and raises its AUC."""
 import json
 import os
 import pathlib
@@ -10,6 +11,7 @@ import sys
 import urllib.request
 
 EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "train_digits.py"
+CTR_EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "train_ctr.py"
 
 
 def run_example(server):
@@ -41,3 +43,19 @@ def test_the_deployment_compresses_the_example_without_a_change(start_server):
         assert wire["push"]["raw"] > 0 and wire["push"]["sent"] * 2 == wire["push"]["raw"], wire
         # Fresh values in bf16; the pulls that adopt the initial values travel whole.
         assert 0 < wire["pull"]["sent"] <= 0.51 * wire["pull"]["raw"], wire
+
+
+def test_two_workers_learn_the_click_model_with_tables_on_the_shards(start_server):
+    server = start_server(mode="sync", workers=2)
+    workers = [subprocess.Popen([sys.executable, str(CTR_EXAMPLE), "--steps", "64", "--check"],
+                                env={**os.environ, "PSCHED_CONFIG": str(server.config),
+                                     "RANK": str(rank), "WORLD_SIZE": "2"},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for rank in range(2)]
+    for worker in workers:
+        output = worker.communicate()[0]
+        assert worker.returncode == 0, output  # --check: logloss fell and AUC rose
+        aucs = [float(v) for v in re.findall(r"auc (\S+)", output)]
+        assert len(aucs) >= 3 and aucs[-1] > aucs[0] + 0.1, output
+        for line in output.splitlines():  # whole lines only, never two run together
+            assert line.startswith(f"worker {workers.index(worker)}"), output
