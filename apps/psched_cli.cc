@@ -102,12 +102,25 @@ std::string membership_line(size_t shard, const json& m) {
       fmt::join(lag, " "));
 }
 
+// One line per table of shard `shard`'s /status: its rows, memory and traffic.
+std::vector<std::string> table_lines(size_t shard, const json& tables) {
+  std::vector<std::string> lines;
+  for (const json& t : tables)
+    lines.push_back(
+        fmt::format("shard {} table {}: {} rows, {} held ({} payload), {} rows pushed, {} pulled",
+                    shard, t.at("name").get<std::string>(), t.at("rows").get<uint64_t>(),
+                    human_bytes(t.at("bytes").get<uint64_t>()),
+                    human_bytes(t.at("payload_bytes").get<uint64_t>()),
+                    t.at("rows_pushed").get<uint64_t>(), t.at("rows_pulled").get<uint64_t>()));
+  return lines;
+}
+
 int status(const std::string& config_file) {
   psched::DeploymentConfig config = psched::load_deployment(config_file);
   fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n",
              "shard", "state", "http", "workers", "members", "variables", "polls", "received",
              "sent", "wire/raw", "partitions", "errors");
-  std::vector<std::string> membership;
+  std::vector<std::string> membership, tables;
   bool all_up = true;
   for (size_t i = 0; i < config.shards.size(); ++i) {
     std::string http = config.shards[i].http.to_string();
@@ -122,6 +135,7 @@ int status(const std::string& config_file) {
         m.is_null() ? "-"
                     : fmt::format("{}/{}", m.at("members").get<uint64_t>(), m.at("workers").size());
     if (!m.is_null()) membership.push_back(membership_line(i, m));
+    for (std::string& line : table_lines(i, s->at("tables"))) tables.push_back(std::move(line));
     fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", i,
                "up", http, s->at("connected_workers").get<uint64_t>(), members,
                s->at("variables").get<uint64_t>(), s->at("polls_waiting").get<uint64_t>(),
@@ -130,6 +144,7 @@ int status(const std::string& config_file) {
                s->at("partitions_applied").get<uint64_t>(), error_total(*s));
   }
   for (const std::string& line : membership) fmt::print("{}\n", line);
+  for (const std::string& line : tables) fmt::print("{}\n", line);
   return all_up ? 0 : 1;
 }
 

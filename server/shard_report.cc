@@ -146,12 +146,62 @@ void load_metrics(PrometheusText& out, const ShardSnapshot& snapshot, const Metr
 
 }  // namespace
 
+namespace {
+
+// Each embedding table's share of the shard (none: no family at all).
+void table_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
+  if (s.table_stats.empty()) return;
+  struct Figure {
+    const char* name;
+    MetricType type;
+    const char* help;
+    uint64_t TableStats::*field;
+  };
+  static constexpr Figure kFigures[] = {
+      {"psched_shard_table_rows", MetricType::gauge, "Rows of each table the shard stores.",
+       &TableStats::rows},
+      {"psched_shard_table_bytes", MetricType::gauge,
+       "Bytes each table holds on the shard (rows, optimizer state, index).", &TableStats::bytes},
+      {"psched_shard_table_payload_bytes", MetricType::gauge,
+       "Of those, the rows' values and optimizer state.", &TableStats::payload_bytes},
+      {"psched_shard_table_rows_created_total", MetricType::counter,
+       "Rows first stored (on their first update).", &TableStats::rows_created},
+      {"psched_shard_table_rows_pushed_total", MetricType::counter,
+       "Rows of accepted pushes (each worker's, each step).", &TableStats::rows_pushed},
+      {"psched_shard_table_rows_pulled_total", MetricType::counter, "Rows answered to pulls.",
+       &TableStats::rows_pulled}};
+  for (const Figure& figure : kFigures) {
+    out.family(figure.name, figure.type, figure.help);
+    for (const TableStats& table : s.table_stats) {
+      MetricLabels labels = shard;
+      labels.emplace_back("table", table.name);
+      out.sample(figure.name, labels, double(table.*figure.field));
+    }
+  }
+}
+
+json tables_json(const ShardStats& s) {
+  json tables = json::array();
+  for (const TableStats& t : s.table_stats)
+    tables.push_back({{"name", t.name},
+                      {"rows", t.rows},
+                      {"bytes", t.bytes},
+                      {"payload_bytes", t.payload_bytes},
+                      {"rows_created", t.rows_created},
+                      {"rows_pushed", t.rows_pushed},
+                      {"rows_pulled", t.rows_pulled}});
+  return tables;
+}
+
+}  // namespace
+
 std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   const MetricLabels shard = {{"shard", std::to_string(snapshot.id.value)}};
   PrometheusText out;
   traffic_metrics(out, snapshot.stats, shard);
   step_metrics(out, snapshot.stats, shard);
   load_metrics(out, snapshot, shard);
+  table_metrics(out, snapshot.stats, shard);
   out.single("psched_process_uptime_seconds", MetricType::gauge,
              "Seconds since the server process started.", {}, snapshot.uptime_seconds);
   return out.text();
@@ -184,6 +234,7 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
           {"config", config_json(config)},
           {"connected_workers", snapshot.connections},
           {"variables", s.variables},
+          {"tables", tables_json(s)},
           {"bytes_received", s.bytes_received},
           {"bytes_sent", s.bytes_sent},
           {"wire_bytes",

@@ -102,6 +102,8 @@ class RowTable {
   uint64_t rows() const { return index_.size(); }
   // Bytes the table holds: its arena chunks and its index's slots (not the spec's few).
   uint64_t bytes_held() const;
+  // Bytes of the stored rows' values and optimizer state: what bytes_held() is the cost of.
+  uint64_t payload_bytes() const { return rows() * block_bytes_; }
 
   // Everything the table holds (spec, each stored row's id, value and optimizer state), so that
   // restore() rebuilds an equal table. restore throws Error(corrupt_checkpoint) naming `in`

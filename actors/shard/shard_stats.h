@@ -40,6 +40,17 @@ struct WireBytes {
   uint64_t sent = 0;
 };
 
+// One embedding table's share on a shard (actors/shard/row_table.h).
+struct TableStats {
+  std::string name;
+  uint64_t rows = 0;           // rows stored (updated at least once)
+  uint64_t bytes = 0;          // what the table holds: arena chunks and index
+  uint64_t payload_bytes = 0;  // of which rows' values and optimizer state
+  uint64_t rows_created = 0;   // rows first stored so far
+  uint64_t rows_pushed = 0;    // rows of accepted pushes (each worker's, each step)
+  uint64_t rows_pulled = 0;    // rows answered to pulls
+};
+
 // Counters a shard keeps; read with VariableShard::stats.
 struct ShardStats {
   uint64_t variables = 0;       // dense variable parts hosted
@@ -71,6 +82,7 @@ struct ShardStats {
   Histogram poll_wait_seconds;  // per answered poll: from its arrival to its answer
   std::array<uint64_t, kErrorCodeCount> errors{};  // failed requests, indexed by ErrorCode
   std::vector<RecentError> recent_errors;          // the newest kRecentErrors, oldest first
+  std::vector<TableStats> table_stats;             // by registration
 };
 
 // One hosted variable part and its progress; read with VariableShard::variables.

@@ -110,6 +110,7 @@ VariableShard::Registration VariableShard::do_register_table(TableSpec& spec) {
   durability_.log_register_table(spec);
   const VariableId id = add_hosted(spec.name, Hosted::Kind::table, {0, spec.parts});
   tables_.emplace_back(std::move(spec));
+  table_counts_.emplace_back();
   stats_.tables = tables_.size();
   return {id, true};
 }
@@ -149,6 +150,7 @@ void VariableShard::do_push_rows(const RowPush& p) {
     steps_.applied(p.worker, p.table, update, Clock::now());
   }
   stats_.bytes_received += p.data.size();
+  table_counts_[hosted_[p.table.value].index].pushed += p.ids.size();
 }
 
 void VariableShard::pull_rows(RowPull pull, RowsReply reply) {
@@ -170,6 +172,7 @@ void VariableShard::file_pull_rows(const RowPull& pull, const RowsReply& reply) 
           FreshRows rows(tables_[hosted_[pull.table.value].index], pull.ids,
                          steps_.track(pull.table).applied_step(pull.worker));
           stats_.bytes_sent += rows.bytes();
+          table_counts_[hosted_[pull.table.value].index].pulled += pull.ids.size();
           reply(rows);
         },
         now);
@@ -286,6 +289,7 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
   dispatch([this, reply = std::move(reply)] {
     ShardStats s = stats_;
     steps_.report(s);
+    report_tables(s);
     s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
     reply(std::move(s));
   });
@@ -304,6 +308,15 @@ void VariableShard::variables(size_t limit,
     }
     reply(std::move(out));
   });
+}
+
+void VariableShard::report_tables(ShardStats& stats) const {
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    const RowTable& table = tables_[i];
+    stats.table_stats.push_back({table.spec().name, table.rows(), table.bytes_held(),
+                                 table.payload_bytes(), table.rows(), table_counts_[i].pushed,
+                                 table_counts_[i].pulled});
+  }
 }
 
 void VariableShard::report_error(const Error& error) {

@@ -209,6 +209,8 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // The shard's hosted ids, each kind's record (variable_shard_state.cc).
   void save_hosted(ByteWriter& out, VariableId id) const;
   void load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format);
+  // Each table's figures into `stats`.
+  void report_tables(ShardStats& stats) const;
 
   // StepMachine::Host, called by steps_ on the loop.
   void apply_gathered(VariableId id, const StepUpdate& update) override;
@@ -243,6 +245,12 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   std::vector<Hosted> hosted_;  // index = VariableId
   std::vector<Variable> variables_;
   std::vector<RowTable> tables_;
+  // By table, as tables_: rows pushed and pulled (ShardStats::table_stats).
+  struct TableCounts {
+    uint64_t pushed = 0;
+    uint64_t pulled = 0;
+  };
+  std::vector<TableCounts> table_counts_;
   std::unordered_map<std::string, VariableId> by_name_;
   ShardStats stats_;                       // what the step machine does not keep
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors

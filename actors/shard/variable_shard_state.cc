@@ -53,6 +53,7 @@ void VariableShard::load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t chec
     steps_.load_track(id, in);
     table.load_sums(in);
     tables_.push_back(std::move(table));
+    table_counts_.emplace_back();
     return;
   }
   const uint32_t format =
