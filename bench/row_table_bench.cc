@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// psched-row-table-bench: what a shard's embedding table (actors/shard/row_table.h) costs in
+// memory beside what it holds, and how fast it creates and updates rows, on one core.
+//   psched-row-table-bench [--rows N] [--dim D] [--optimizer adagrad] [--dtype float32]
+// Fills a table with N rows (each id once, in a random order, as first pushes create them),
+// then updates them all again in random batches of --batch ids. Reports the bytes a row costs
+// three ways: the table's own count (RowTable::bytes_held), the heap glibc reports before and
+// after, and the payload (the row's values and optimizer state), with their ratio; and rows a
+// second for the first touch (index insert, initial value, update) and for updates.
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "actors/shard/row_table.h"
+#include "common/error.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+size_t heap_bytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Applies the rows `ids` in batches of `batch`, each with a gradient of small values; returns
+// the seconds it took.
+double apply_all(psched::RowTable& table, const std::vector<uint64_t>& ids, size_t batch,
+                 uint64_t t) {
+  const psched::TableSpec& spec = table.spec();
+  std::vector<std::byte> gradients(batch * spec.row_bytes());
+  std::mt19937 random(static_cast<uint32_t>(t));
+  for (size_t k = 0; k < gradients.size(); k += 4)
+    gradients[k] = static_cast<std::byte>(random() % 64);  // finite, small in either dtype
+  const auto start = Clock::now();
+  for (size_t at = 0; at < ids.size(); at += batch) {
+    const size_t n = std::min(batch, ids.size() - at);
+    table.apply({ids.data() + at, n}, {gradients.data(), n * spec.row_bytes()}, t);
+  }
+  return seconds_since(start);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"psched-row-table-bench: an embedding table's memory per row and its apply rate"};
+  uint64_t rows = 10'000'000;
+  uint32_t dim = 64;
+  size_t batch = 4096;
+  std::string optimizer = "adagrad", dtype = "float32";
+  app.add_option("--rows", rows, "rows stored");
+  app.add_option("--dim", dim, "elements per row");
+  app.add_option("--batch", batch, "ids per apply (a push's rows)");
+  app.add_option("--optimizer", optimizer, "sgd, adagrad, rowwise_adagrad or sparse_adam");
+  app.add_option("--dtype", dtype, "float32 or float64");
+  CLI11_PARSE(app, argc, argv);
+  psched::TableSpec spec{.name = "bench", .num_embeddings = rows * 4, .dim = dim};
+  spec.dtype = dtype == "float64" ? psched::DType::float64 : psched::DType::float32;
+  psched::optim::RowOptimizerKind kind;
+  if (!psched::optim::parse_row_optimizer_kind(optimizer, kind)) {
+    std::fprintf(stderr, "unknown optimizer '%s'\n", optimizer.c_str());
+    return 2;
+  }
+  spec.optimizer = psched::optim::torch_row_defaults(kind);
+  spec.init = {psched::RowInit::Kind::uniform, -0.01, 0.01};
+  psched::RowTable::check_spec(spec);
+
+  std::vector<uint64_t> ids(rows);
+  std::mt19937_64 random(1);
+  for (uint64_t k = 0; k < rows; ++k) ids[k] = 4 * k + random() % 4;  // each once, spread
+  std::shuffle(ids.begin(), ids.end(), random);
+  const size_t heap_before = heap_bytes();
+  psched::RowTable table(spec);
+  const double created = apply_all(table, ids, batch, 1);
+  const size_t heap = heap_bytes() - heap_before;
+  std::shuffle(ids.begin(), ids.end(), random);
+  const double updated = apply_all(table, ids, batch, 2);
+
+  const double n = double(table.rows()), payload = double(table.payload_bytes()) / n;
+  std::printf("%s %s dim %u: %.0f rows, payload %.1f B a row\n", optimizer.c_str(), dtype.c_str(),
+              dim, n, payload);
+  std::printf("  held by the table   %.1f B a row (%.3fx payload)\n", table.bytes_held() / n,
+              table.bytes_held() / n / payload);
+  std::printf("  heap grown by       %.1f B a row (%.3fx payload)\n", heap / n, heap / n / payload);
+  std::printf("  first touch         %.2f M rows/s\n", ids.size() / created / 1e6);
+  std::printf("  update              %.2f M rows/s (%.0f MB/s of values and state)\n",
+              ids.size() / updated / 1e6, ids.size() * payload / updated / 1e6);
+  return 0;
+}
