@@ -299,8 +299,8 @@ void DataPlane::send_waiting() {
     Answer answer = answers_.pop();
     if (answer.traced) traced.push_back(*answer.traced);
     if (answer.kind == AnswerKind::value) narrow(answer);
+    writer_.take(answer);  // sees the value's own memory, if any (a call copies it)
     if (answer.narrowed) narrowed.push_back(std::move(answer.narrowed));
-    writer_.take(answer);
     took = true;
   }
   if (took) writer_.send();

@@ -17,15 +17,17 @@ constexpr size_t kReferencedValueBytes = 64 * 1024;
 // What an answer's message costs beside its value, for the ReturnWindow.
 constexpr uint64_t kReturnOverheadBytes = 64;
 
-// Puts `bytes` into an answer's `value` field. A large value is referenced where it lives, in
-// the variable's memory, when that is whole words at a word boundary (Cap'n Proto's condition
-// for an external segment): its bytes leave from there, with no zeroed buffer to fill and no
-// copy. The shard outlives its connections' messages (ShardHost), so the memory outlives the
-// answer.
+// Puts `answer`'s value into a result's `value` field. A large value is referenced where it
+// lives, in the variable's memory, when that is whole words at a word boundary (Cap'n Proto's
+// condition for an external segment): its bytes leave from there, with no zeroed buffer to fill
+// and no copy. The shard outlives its connections' messages (ShardHost), so the memory outlives
+// the answer. A value in memory of the answer's own (narrowed, or rows gathered from a table)
+// is copied: that memory goes back to its pool with the answer, before the message leaves.
 template <typename Results>
-void put_value(Results results, std::span<const std::byte> bytes) {
+void put_value(Results results, const Answer& answer) {
+  const std::span<const std::byte> bytes = answer.value;
   capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
-  if (bytes.size() >= kReferencedValueBytes &&
+  if (!answer.narrowed && bytes.size() >= kReferencedValueBytes &&
       reinterpret_cast<uintptr_t>(bytes.data()) % sizeof(capnp::word) == 0 &&
       bytes.size() % sizeof(capnp::word) == 0)
     results.adoptValue(
@@ -37,7 +39,7 @@ void put_value(Results results, std::span<const std::byte> bytes) {
 // Puts a value answer into poll's or pushPoll's results.
 template <typename Results>
 void put_answer(Results results, const Answer& answer) {
-  put_value(results, answer.value);
+  put_value(results, answer);
   results.setAppliedStep(answer.applied_step.value);
   results.setAppliedAtNs(answer.applied_at_ns);
 }
@@ -261,7 +263,7 @@ kj::Promise<void> SessionService::pull(PullContext context) {
               .count = params.getCount()},
              [context](const Answer& answer) mutable {
                auto results = context.getResults();
-               put_value(results, answer.value);
+               put_value(results, answer);
                results.setAppliedStep(answer.applied_step.value);
              });
 }
@@ -318,7 +320,7 @@ kj::Promise<void> SessionService::pullRows(PullRowsContext context) {
   }
   return ask(std::move(request), [context](const Answer& answer) mutable {
     auto results = context.getResults();
-    put_value(results, answer.value);
+    put_value(results, answer);
     results.setAppliedStep(answer.applied_step.value);
   });
 }
