@@ -53,9 +53,8 @@ Worker::Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOpt
     : options_(std::move(options)),
       links_(std::move(links)),
       transport_(raw(links_)),
-      scheduler_(
-          loop, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
-          [this](uint64_t task, std::exception_ptr error) { pusher_.task_done(task, error); }),
+      scheduler_(loop, options_.scheduler.policy, options_.scheduler.credit_bytes, transport_,
+                 [this](uint64_t task, std::exception_ptr error) { task_done(task, error); }),
       pusher_(scheduler_, options_.scheduler.partition_bytes) {
   if (options_.scheduler.autotune)
     pusher_.enable_autotune({options_.scheduler.partition_bytes, options_.scheduler.credit_bytes});
@@ -238,7 +237,11 @@ kj::Promise<void> Worker::push_rows(TableHandle handle, Step step, std::span<con
   kj::Vector<kj::Promise<void>> receipts;
   for (size_t shard = 0; shard < shards.size(); ++shard)
     receipts.add(push_shard_rows(plan, shard, step, std::move(shards[shard]), gradients));
-  return kj::joinPromises(receipts.releaseAsArray());
+  // A pull waits for this push (pull_rows): forked, each branch rejecting as the push does.
+  auto pushed = kj::joinPromises(receipts.releaseAsArray()).fork();
+  last_push_.insert_or_assign(handle.value,
+                              pushed.addBranch().catch_([](kj::Exception&&) {}).fork());
+  return pushed.addBranch();
 }
 
 kj::Promise<void> Worker::push_shard_rows(const TablePlan& plan, size_t shard, Step step,
@@ -263,13 +266,42 @@ kj::Promise<void> Worker::push_shard_rows(const TablePlan& plan, size_t shard, S
                       .ids = held->first,
                       .dtype = plan.spec.dtype,
                       .gradient = held->second,
-                      .format = format};
-  ShardLink& link = *links_[shard];
-  return on_link(link, [&link, request, held]() -> kj::Promise<void> {
-    DataPath* path = link.data_path();
-    if (path == nullptr) return not_connected(link);
-    return path->push_rows(request).attach(link.hold(), kj::heap(held));
-  });
+                      .format = format,
+                      .push = true};
+  return schedule_rows(plan, shard, request, std::move(held));
+}
+
+kj::Promise<void> Worker::schedule_rows(const TablePlan& plan, size_t shard, RowsRequest request,
+                                        std::shared_ptr<const void> memory) {
+  PartitionTask task{.id = kRowTasks | next_row_task_++,
+                     .priority = plan.spec.priority,
+                     .shard = ShardId(static_cast<uint32_t>(shard)),
+                     .request = {.variable = request.table,
+                                 .step = request.step,
+                                 .range = {0, request.ids.size()},
+                                 .dtype = request.dtype,
+                                 .format = request.format,
+                                 .value_format = request.value_format},
+                     .rows = request,
+                     .rows_memory = std::move(memory)};
+  auto done = kj::newPromiseAndFulfiller<void>();
+  row_tasks_.emplace(task.id, kj::mv(done.fulfiller));
+  std::vector<PartitionTask> tasks;
+  tasks.push_back(std::move(task));
+  scheduler_.enqueue(std::move(tasks));
+  return kj::mv(done.promise);
+}
+
+void Worker::task_done(uint64_t task_id, std::exception_ptr error) {
+  if ((task_id & kRowTasks) == 0) return pusher_.task_done(task_id, error);
+  auto it = row_tasks_.find(task_id);
+  if (it == row_tasks_.end()) return;
+  kj::Own<kj::PromiseFulfiller<void>> done = kj::mv(it->second);
+  row_tasks_.erase(it);
+  if (error)
+    done->reject(to_kj_exception(error));
+  else
+    done->fulfill();
 }
 
 kj::Promise<void> Worker::pull_rows(TableHandle handle, Step after, std::span<const uint64_t> ids,
@@ -279,12 +311,20 @@ kj::Promise<void> Worker::pull_rows(TableHandle handle, Step after, std::span<co
     fail(ErrorCode::shape_mismatch,
          "pull of table '{}' rejected: room of {} bytes for {} rows of {} elements of {}",
          plan.spec.name, out.size(), ids.size(), plan.spec.dim, to_string(plan.spec.dtype));
-  std::vector<ShardRows> shards = group(plan, ids);
-  kj::Vector<kj::Promise<void>> answers;
-  for (size_t shard = 0; shard < shards.size(); ++shard)
-    if (!shards[shard].ids.empty())
-      answers.add(pull_shard_rows(plan, shard, after, std::move(shards[shard]), out));
-  return kj::joinPromises(answers.releaseAsArray());
+  auto shards = std::make_shared<std::vector<ShardRows>>(group(plan, ids));
+  // After this worker's last push of the table is received: the pull then waits for no push of
+  // this worker's queued behind it, so it cannot hold the credit that push needs.
+  kj::Promise<void> pushed = kj::READY_NOW;
+  if (auto it = last_push_.find(handle.value); it != last_push_.end())
+    pushed = it->second.addBranch();
+  return pushed.then([this, handle, after, shards, out] {
+    const TablePlan& plan = table_plan(handle);
+    kj::Vector<kj::Promise<void>> answers;
+    for (size_t shard = 0; shard < shards->size(); ++shard)
+      if (!(*shards)[shard].ids.empty())
+        answers.add(pull_shard_rows(plan, shard, after, std::move((*shards)[shard]), out));
+    return kj::joinPromises(answers.releaseAsArray());
+  });
 }
 
 kj::Promise<void> Worker::pull_shard_rows(const TablePlan& plan, size_t shard, Step after,
@@ -302,19 +342,12 @@ kj::Promise<void> Worker::pull_shard_rows(const TablePlan& plan, size_t shard, S
                       .out = held->second.data(),
                       .elements = held->first.ids.size() * plan.spec.dim,
                       .value_format = format};
-  ShardLink& link = *links_[shard];
-  return on_link(link,
-                 [&link, request, held]() -> kj::Promise<Landed> {
-                   DataPath* path = link.data_path();
-                   if (path == nullptr) return not_connected(link);
-                   return path->pull_rows(request).attach(link.hold());
-                 })
-      .then([held, out, row_bytes](Landed) {
-        const auto& [rows, landed] = *held;
-        for (size_t k = 0; k < rows.ids.size(); ++k)
-          for (uint32_t at : rows.at[k])
-            std::memcpy(out.data() + at * row_bytes, landed.data() + k * row_bytes, row_bytes);
-      });
+  return schedule_rows(plan, shard, request, held).then([held, out, row_bytes] {
+    const auto& [rows, landed] = *held;
+    for (size_t k = 0; k < rows.ids.size(); ++k)
+      for (uint32_t at : rows.at[k])
+        std::memcpy(out.data() + at * row_bytes, landed.data() + k * row_bytes, row_bytes);
+  });
 }
 
 }  // namespace psched

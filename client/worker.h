@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/shard/table_spec.h"
@@ -110,6 +111,14 @@ class Worker : private kj::TaskSet::ErrorHandler {
                                     std::span<const std::byte> gradients);
   kj::Promise<void> pull_shard_rows(const TablePlan& plan, size_t shard, Step after, ShardRows rows,
                                     std::span<std::byte> out);
+  // Queues `request` with the scheduler as a task of the table's priority, `memory` keeping
+  // what it points to; resolves when it is finished (a push: received; a pull: landed).
+  kj::Promise<void> schedule_rows(const TablePlan& plan, size_t shard, RowsRequest request,
+                                  std::shared_ptr<const void> memory);
+  // The scheduler's report of a finished task: a row task's, or the pusher's.
+  void task_done(uint64_t task_id, std::exception_ptr error);
+  // Row tasks' ids have this bit (the pusher's count up from 0).
+  static constexpr uint64_t kRowTasks = uint64_t{1} << 63;
 
   WorkerOptions options_;
   std::vector<kj::Own<ShardLink>> links_;
@@ -119,7 +128,11 @@ class Worker : private kj::TaskSet::ErrorHandler {
   ClusterLayout layout_;
   std::vector<VariablePlan> plans_;  // index = handle
   std::vector<TablePlan> tables_;    // index = TableHandle
-  kj::TaskSet tasks_{*this};         // last: its tasks use the rest
+  uint64_t next_row_task_ = 0;
+  std::unordered_map<uint64_t, kj::Own<kj::PromiseFulfiller<void>>> row_tasks_;  // by task id
+  // By table: its last push, received or failed (never rejects), which its pulls wait for.
+  std::unordered_map<uint32_t, kj::ForkedPromise<void>> last_push_;
+  kj::TaskSet tasks_{*this};  // last: its tasks use the rest
 };
 
 }  // namespace psched

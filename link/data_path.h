@@ -5,32 +5,11 @@
 // (server/data_plane.h). KJ thread only.
 #pragma once
 
-#include <cstdint>
-#include <span>
-
 #include <kj/async.h>
 
 #include "actors/worker/partition_task.h"
 
 namespace psched {
-
-// One step's push of a table's rows to one shard, or a pull of rows from it.
-struct RowsRequest {
-  VariableId table;  // the shard's id for it
-  Step step;         // push: the step; pull: the step whose update the rows must hold
-  // The rows' ids, each once; the caller keeps them alive until the promise resolves.
-  std::span<const uint64_t> ids;
-  DType dtype = DType::float32;  // the table's
-  // push: ids.size() rows in `format`, kept alive by the caller as `ids`.
-  std::span<const std::byte> gradient;
-  WireFormat format = WireFormat::none;
-  // pull: room for ids.size() rows of `dtype` (`elements` in all), where they land.
-  std::byte* out = nullptr;
-  uint64_t elements = 0;
-  WireFormat value_format = WireFormat::none;
-
-  Landing landing() const { return {out, dtype, elements, value_format}; }
-};
 
 class DataPath {
  public:

@@ -31,6 +31,7 @@ void LinkTransport::start(PartitionTask task, TaskReports& reports) {
 }
 
 kj::Promise<Landed> LinkTransport::send(Carried& carried, DataPath& path) {
+  if (carried.task.rows) return send_rows(carried, path);
   const PartitionRequest& part = carried.task.request;
   if (!receipt_first_)
     return path.push_poll(part).then([&carried](Landed value) {
@@ -43,6 +44,20 @@ kj::Promise<Landed> LinkTransport::send(Carried& carried, DataPath& path) {
     carried.receipt();
     return kj::mv(polled);
   });
+}
+
+kj::Promise<Landed> LinkTransport::send_rows(Carried& carried, DataPath& path) {
+  const RowsRequest& rows = *carried.task.rows;
+  if (rows.push)
+    return path.push_rows(rows).then([&carried] {
+      carried.receipt();
+      return Landed{};
+    });
+  // A pull's request is out: what a receipt says of a push (sync mode frees its credit, as the
+  // rows wait for every worker's push).
+  auto answered = path.pull_rows(rows);
+  carried.receipt();
+  return answered;
 }
 
 kj::Promise<void> LinkTransport::attempt(Carried& carried) {

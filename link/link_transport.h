@@ -4,7 +4,8 @@
 // with no hop, to the link's current DataPath (link/data_path.h). A partition is one push_poll
 // (its gradient up, its fresh value back). When the receipt must come first
 // (set_receipt_first), push and poll go as two requests sent back to back (the poll does not
-// wait for the receipt): still one round trip, twice the messages. What a lost connection
+// wait for the receipt): still one round trip, twice the messages. A task of a table's rows is
+// one pushRows or pullRows. What a lost connection
 // leaves unfinished is carried again once the link has reconnected. In flight it keeps the
 // task (which owns a compressed gradient) and whether its receipt was reported.
 #pragma once
@@ -39,6 +40,8 @@ class LinkTransport final : public PartitionTransport, private kj::TaskSet::Erro
   // Sends the task's request on `path`; resolves with its value, the receipt reported, or
   // rejects as the path does.
   kj::Promise<Landed> send(Carried& carried, DataPath& path);
+  // A table's rows: a push resolves at its receipt (reported), a pull with its rows landed.
+  kj::Promise<Landed> send_rows(Carried& carried, DataPath& path);
   void taskFailed(kj::Exception&& exception) override;
 
   std::vector<ShardLink*> links_;

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -64,6 +65,28 @@ struct PartitionRequest {
   Landing landing() const { return {out, dtype, range.size(), value_format}; }
 };
 
+// One step's push of a table's rows to one shard, or a pull of rows from it.
+struct RowsRequest {
+  VariableId table;  // the shard's id for it
+  Step step;         // push: the step; pull: the step whose update the rows must hold
+  // The rows' ids, each once; the caller keeps them alive until the promise resolves.
+  std::span<const uint64_t> ids;
+  DType dtype = DType::float32;  // the table's
+  // push: ids.size() rows in `format`, kept alive by the caller as `ids`.
+  std::span<const std::byte> gradient;
+  WireFormat format = WireFormat::none;
+  // pull: room for ids.size() rows of `dtype` (`elements` in all), where they land.
+  std::byte* out = nullptr;
+  uint64_t elements = 0;
+  WireFormat value_format = WireFormat::none;
+
+  bool push = false;  // else a pull
+
+  Landing landing() const { return {out, dtype, elements, value_format}; }
+  // Payload bytes on the wire: the push's rows, or the pull's answer.
+  uint64_t wire_bytes() const { return push ? gradient.size() : landing().wire_bytes(); }
+};
+
 struct PartitionTask {
   uint64_t id = 0;        // unique within a worker; assigned by GradientPusher
   Priority priority;      // the variable's priority; lower goes first
@@ -73,9 +96,13 @@ struct PartitionTask {
   // task is finished; or, compressed, in `encoded`.
   PartitionRequest request;
   std::shared_ptr<const std::vector<std::byte>> encoded{};
+  // Set for a task of a table's rows: what goes (request then only names the table, step and
+  // rows for the records), and what keeps its ids and buffers alive until it is finished.
+  std::optional<RowsRequest> rows{};
+  std::shared_ptr<const void> rows_memory{};
 
   // Payload bytes on the wire: what counts against the credit window.
-  uint64_t bytes() const { return request.gradient.size(); }
+  uint64_t bytes() const { return rows ? rows->wire_bytes() : request.gradient.size(); }
 };
 
 // A task whose fresh value is in place: when the shard found it ready, on the shard's wall clock
