@@ -1,0 +1,486 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Embedding tables through psched against DistributedDataParallel: a DLRM-like click model.
+
+    flock /work/bench.lock bench/embedding_bench.py --json out.json
+    bench/embedding_bench.py --rows 20000 --steps 5 --warmup 1 --repeats 1 --rates unshaped
+
+The model and data are python/examples/ctr_model.py's (the example train_ctr.py's): 8 tables of
+250,000 rows x 64 (--tables, --rows, --dim), 20 ids a bag, Zipf-distributed, 13 dense features,
+DLRM's Criteo MLPs (bottom 512-256-64, top 512-256-1) and dot interaction; a batch of 2048
+samples a step, 1024 per worker, fresh samples every step (generated before the run). 2 worker
+processes (one torch thread each), 2 psched shards. Modes, each run the same steps:
+  local        compute only: each worker trains its half alone, plain torch (the "equal" rate)
+  ddp-sparse   DDP (gloo), torch.nn.EmbeddingBag(sparse=True), torch.optim.Adagrad on the
+               tables, Adam on the MLPs. torch 1.13's DDP takes sparse gradients with gloo (not
+               NCCL): a sparse parameter gets a bucket of its own and gloo's sparse allreduce
+               allgathers every rank's coalesced (indices, rows) and sums them; DDP divides by
+               the world size. Checked: both ranks end with the mean, coalesced.
+  ddp-dense    the same with sparse=False: every step all-reduces whole tables (rows x dim x 4
+               bytes each) and Adagrad updates every row (those without a gradient by zero)
+  psched       psched.torch.DistributedModel (sync mode, Adam on the shards for the MLPs) with
+               psched.torch.EmbeddingBag tables (rows on the shards, Adagrad there), float32 on
+               the wire both ways
+  psched+bf16  the same with bf16 pushes and pulls (tables and MLPs)
+The psched modes run only where psched.torch.EmbeddingBag exists (else: skipped, said so).
+
+Links as bench/torch_e2e.py's (its Network, shard server and CPU sampler are used here): as root
+each worker in a network namespace behind a veth pair with tc tbf both ways to a hub where the
+shards run (DDP's workers reach each other through it); else loopback, unshaped only. Rates:
+"unshaped", a rate ("400mbit"), "equal" (ddp-sparse's bytes a step per worker, the larger
+direction, as measured unshaped in this run, take the compute time) or "exceed" (2.5 x that).
+
+Measured per run, over the steps after --warmup: the step time (the slower worker's median),
+each worker's CPU seconds a step (getrusage) and the shards' (sampled from /proc), the bytes on
+the wire a step per worker each way (TCP payload of the worker's own sockets, from `ss -tinp`:
+bytes_acked sent, bytes_received), each worker's peak memory (VmHWM, the RSS high-water mark of
+the whole run). --repeats runs every mode again in rotated order; the summary gives medians and
+ranges and ratios against ddp-sparse of the same repeat. Memory check (--memory-rows, at the
+first rate): the psched trainer's peak memory with --memory-rows rows (10 million) must stay
+within 10% + 16 MiB of its peak with --rows (the trainer holds no table); DDP's tables alone
+would take tables x rows x dim x 4 bytes a worker, Adagrad's state as much again.
+
+JSON goes to --json (or stdout); progress and the table go to stderr. Exit status 1 when the
+memory check fails.
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "python" / "examples"))
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tests"))
+import torch_e2e as e2e  # noqa: E402
+from free_ports import free_ports  # noqa: E402
+
+MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16")
+BASELINE = "ddp-sparse"
+MEMORY_SLACK = (1.10, 16 << 20)  # the memory check's allowance: 10% + 16 MiB
+MIB = 1 << 20
+
+
+# One worker process: bench/embedding_bench.py --worker SPEC (the driver starts it).
+
+def peak_rss_bytes(pid="self"):
+    """VmHWM of a process: its resident memory's high-water mark."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) * 1024
+
+
+def socket_counters():
+    """{(local, peer): [sent, received]}: TCP payload bytes of this process's sockets so far
+    (`ss -tinp`: bytes_acked, bytes_received). The union of three dumps, keeping the larger
+    counts: a dump can miss a socket while other sockets open or close."""
+    counters = {}
+    for _ in range(3):
+        listing = subprocess.run([shutil.which("ss") or "/usr/bin/ss", "-tinpH"],
+                                 capture_output=True, text=True, check=True).stdout
+        key = None
+        for line in listing.splitlines():
+            if not line[:1].isspace():  # a socket's line; its details follow, indented
+                fields = line.split()
+                key = (fields[3], fields[4]) if f"pid={os.getpid()}," in line else None
+            elif key:
+                values = dict(re.findall(r"\b(bytes_acked|bytes_received):(\d+)", line))
+                seen = counters.setdefault(key, [0, 0])
+                for i, name in enumerate(("bytes_acked", "bytes_received")):
+                    seen[i] = max(seen[i], int(values.get(name, 0)))
+    return counters
+
+
+def traffic(start, end):
+    """(sent, received) between two socket_counters(): sockets opened between count whole,
+    sockets closed between are lost."""
+    return tuple(sum(counts[i] - start.get(key, [0, 0])[i] for key, counts in end.items())
+                 for i in (0, 1))
+
+
+def build_model(spec):
+    """The ClickModel of `spec`'s mode and its torch optimizers (none for psched: the shards
+    run them)."""
+    import torch
+    from ctr_model import ClickModel, psched_bags, torch_bags
+    mode, _, variant = spec["mode"].partition("+")
+    torch.manual_seed(spec["seed"])  # the same MLPs (and torch tables) in every worker
+    shape = dict(bottom=(512, 256), top=(512, 256))
+    if mode == "psched":
+        import psched
+        import psched.torch
+        fmt = variant or "none"
+        compression = psched.Compression(push=fmt, pull=fmt, min_bytes=0)
+        model = ClickModel(spec["tables"], spec["dim"], psched_bags(
+            spec["rows"], spec["dim"], spec["row_lr"], compression), **shape)
+        return psched.torch.DistributedModel(model, "adam", lr=spec["lr"],
+                                             config=spec["config"], worker=spec["rank"],
+                                             compression=compression), []
+    model = ClickModel(spec["tables"], spec["dim"],
+                       torch_bags(spec["rows"], spec["dim"], sparse=mode != "ddp-dense"), **shape)
+    optimizers = [torch.optim.Adagrad(model.bags.parameters(), lr=spec["row_lr"]),
+                  torch.optim.Adam([p for n, p in model.named_parameters()
+                                    if not n.startswith("bags.")], lr=spec["lr"])]
+    if mode.startswith("ddp"):
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=spec["init_method"], rank=spec["rank"],
+                                world_size=spec["workers"])
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    return model, optimizers
+
+
+def run_worker(spec):
+    import torch
+    from ctr_model import ClickLog
+    torch.set_num_threads(1)
+    rank, steps, warmup = spec["rank"], spec["steps"], spec["warmup"]
+    log = ClickLog(spec["tables"], spec["rows"], spec["ids_per_bag"], spec["seed"])
+    share = spec["batch"] // spec["workers"]
+    batches = [log.sample(share, torch.Generator().manual_seed(
+        spec["seed"] * 100003 + step * spec["workers"] + rank)) for step in range(steps)]
+    model, optimizers = build_model(spec)
+    starts, losses, window = [], [], {}
+
+    def cpu_seconds():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    for step, (dense, ids, labels) in enumerate(batches):
+        if step == warmup:
+            window["start"] = (time.time(), cpu_seconds(), socket_counters())
+        starts.append(time.perf_counter())
+        model.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
+        loss.backward()  # DDP: all-reduces; psched: pushes rows and MLP gradients
+        for optimizer in optimizers:
+            optimizer.step()
+        losses.append(loss.item())
+    if spec["mode"].startswith("psched"):
+        model.synchronize()  # the last step's updates are in
+    starts.append(time.perf_counter())
+    end = (time.time(), cpu_seconds(), socket_counters())
+    start = window["start"]
+    sent, received = traffic(start[2], end[2])
+    result = {"rank": rank, "step_s": [b - a for a, b in zip(starts, starts[1:])],
+              "loss": losses, "window_wall": [start[0], end[0]], "cpu_s": end[1] - start[1],
+              "sent": sent, "received": received,
+              "peak_rss": peak_rss_bytes()}
+    if spec["mode"].startswith("psched"):
+        model.client.close()
+    elif spec["mode"].startswith("ddp"):  # the other worker may still be counting its bytes
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    with open(spec["out"], "w") as out:
+        json.dump(result, out)
+
+
+# The driver.
+
+def run_mode(args, network, mode, rows):
+    """One run of `mode` with `rows` rows a table: the shards (psched), both workers; the
+    figures."""
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"embedding_bench-{mode}-"))
+    spec = {"mode": mode, "tables": args.tables, "rows": rows, "dim": args.dim,
+            "ids_per_bag": args.ids_per_bag, "batch": args.batch, "lr": args.lr,
+            "row_lr": args.row_lr, "seed": args.seed, "steps": args.steps,
+            "warmup": args.warmup, "workers": e2e.WORKERS,
+            "init_method": network.ddp_init_method() if network.links
+            else f"tcp://127.0.0.1:{free_ports(1)[0]}"}
+    psched_mode = mode.startswith("psched")
+    server = e2e.ShardServer(args, network, "priority", workdir) if psched_mode else None
+    processes, shards_peak_rss = [], None
+    try:
+        for rank in range(e2e.WORKERS):
+            worker_spec = dict(spec, rank=rank, out=str(workdir / f"w{rank}.json"))
+            if psched_mode:
+                config = workdir / f"w{rank}.yaml"
+                config.write_text(e2e.deployment_yaml(args, network, "priority", rank))
+                worker_spec["config"] = str(config)
+            with open(workdir / f"w{rank}.err", "w") as errors:
+                processes.append(subprocess.Popen(
+                    network.prefix(rank) + [e2e.PYTHON, str(pathlib.Path(__file__).resolve()),
+                                            "--worker", json.dumps(worker_spec)],
+                    env=e2e.worker_env(args, network.interface()), stdout=errors,
+                    stderr=errors))
+        deadline = time.monotonic() + args.timeout
+        for process in processes:
+            try:
+                process.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        failed = [r for r, p in enumerate(processes) if p.poll() != 0]
+        if failed:
+            tails = "".join(f"\n--- worker {r} (exit {processes[r].poll()}):\n" +
+                            (workdir / f"w{r}.err").read_text()[-3000:] for r in failed)
+            raise RuntimeError(f"{mode}: workers {failed} failed{tails}")
+        workers = [json.loads((workdir / f"w{r}.json").read_text())
+                   for r in range(e2e.WORKERS)]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        if server:
+            try:
+                shards_peak_rss = peak_rss_bytes(server.process.pid)
+            except (OSError, AttributeError):
+                pass
+            server.stop()
+    measured = args.steps - args.warmup
+    step_s = max(statistics.median(w["step_s"][args.warmup:]) for w in workers)
+    cpu = {f"worker{w['rank']}": w["cpu_s"] / measured for w in workers}
+    if server:
+        window = (max(w["window_wall"][0] for w in workers),
+                  min(w["window_wall"][1] for w in workers))
+        cpu["shards"] = server.cpu.between(*window) / measured
+    shutil.rmtree(workdir)
+    return {"mode": mode, "rows": rows, "step_s": step_s,
+            "samples_per_s": args.batch / step_s, "cpu_s_per_step": cpu,
+            "cpu_s_per_step_total": sum(cpu.values()),
+            "sent_per_step": statistics.mean(w["sent"] for w in workers) / measured,
+            "received_per_step": statistics.mean(w["received"] for w in workers) / measured,
+            "peak_rss": [w["peak_rss"] for w in workers], "shards_peak_rss": shards_peak_rss,
+            "workers": workers}
+
+
+def summarize(runs, modes):
+    """Per mode: medians and ranges over the repeats, and ratios against ddp-sparse of the same
+    repeat (time: its / the mode's, above 1 faster; bytes, memory: the mode's / its)."""
+    by_repeat = {}
+    for run in runs:
+        by_repeat.setdefault(run["repeat"], {})[run["mode"]] = run
+    figures = {"step_s": lambda r: r["step_s"],
+               "cpu_s_per_step_total": lambda r: r["cpu_s_per_step_total"],
+               "sent_per_step": lambda r: r["sent_per_step"],
+               "received_per_step": lambda r: r["received_per_step"],
+               "peak_rss": lambda r: max(r["peak_rss"])}
+    summary = {}
+    for mode in modes:
+        mine = [r for r in runs if r["mode"] == mode]
+        entry = {name: e2e.spread([get(r) for r in mine]) for name, get in figures.items()}
+        if mine[0]["shards_peak_rss"]:
+            entry["shards_peak_rss"] = e2e.spread([r["shards_peak_rss"] for r in mine])
+        entry["cpu_s_per_step"] = {k: statistics.median(r["cpu_s_per_step"][k] for r in mine)
+                                   for k in mine[0]["cpu_s_per_step"]}
+        pairs = [(rep[BASELINE], rep[mode]) for rep in by_repeat.values()
+                 if BASELINE in rep and mode in rep]
+        if pairs:
+            wire = [(m["sent_per_step"] + m["received_per_step"]) /
+                    (b["sent_per_step"] + b["received_per_step"]) for b, m in pairs
+                    if b["sent_per_step"] + b["received_per_step"]]
+            entry["vs_" + BASELINE] = {
+                "speed": e2e.spread([b["step_s"] / m["step_s"] for b, m in pairs]),
+                "wire_bytes": e2e.spread(wire) if wire else None,
+                "peak_rss": e2e.spread([max(m["peak_rss"]) / max(b["peak_rss"])
+                                        for b, m in pairs])}
+        summary[mode] = entry
+    return summary
+
+
+def fmt(entry, digits=3, scale=1.0):
+    if entry is None:
+        return ""
+    median, low, high = (entry[k] / scale for k in ("median", "min", "max"))
+    if entry["n"] > 1:
+        return f"{median:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
+    return f"{median:.{digits}f}"
+
+
+def table(output):
+    """Markdown: a row per link and mode, medians over the repeats (time and ratios: with
+    their range), ratios against ddp-sparse of the same repeat."""
+    lines = ["| link | mode | s/step | x ddp-sparse speed | CPU s/step: workers + shards | "
+             "MiB/step per worker sent / received | x ddp-sparse bytes | peak RSS MiB, worst "
+             "worker (shard server) | x ddp-sparse memory |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    compute = output.get("compute")
+    if compute:
+        lines.append(f"| compute only | local | {compute['step_s']:.3f} | | "
+                     f"{compute['cpu_s_per_step_total']:.3f} | | | "
+                     f"{max(compute['peak_rss']) / MIB:.0f} | |")
+    for rate in output["rates"]:
+        for mode, s in rate["summary"].items():
+            cpu = s["cpu_s_per_step"]
+            workers = sum(v for k, v in cpu.items() if k != "shards")
+            shards = f" + {cpu['shards']:.3f}" if "shards" in cpu else ""
+            vs = s.get("vs_" + BASELINE, {})
+            server = (f" (shards {s['shards_peak_rss']['median'] / MIB:.0f})"
+                      if "shards_peak_rss" in s else "")
+            lines.append(
+                f"| {rate['name']} | {mode} | {fmt(s['step_s'])} | {fmt(vs.get('speed'), 2)} | "
+                f"{workers:.3f}{shards} | {s['sent_per_step']['median'] / MIB:.2f} / "
+                f"{s['received_per_step']['median'] / MIB:.2f} | "
+                f"{fmt(vs.get('wire_bytes'), 3)} | {s['peak_rss']['median'] / MIB:.0f}{server} | "
+                f"{fmt(vs.get('peak_rss'), 2)} |")
+    check = output.get("memory_check")
+    if check and "passed" in check:
+        lines.append("")
+        lines.append(f"memory check ({check['mode']}): peak RSS {check['small'] / MIB:.0f} MiB at "
+                     f"{check['small_rows']:,} rows, {check['large'] / MIB:.0f} MiB at "
+                     f"{check['large_rows']:,} rows: {'passed' if check['passed'] else 'FAILED'} "
+                     f"(DDP's tables alone at {check['large_rows']:,} rows: "
+                     f"{check['ddp_table_bytes'] / 2**30:.1f} GiB a worker, plus Adagrad's state)")
+    elif check:
+        lines += ["", f"memory check: {check['skipped']}"]
+    return "\n".join(lines)
+
+
+def psched_missing(args):
+    """Why the psched modes cannot run here, or None."""
+    if not os.path.exists(args.server):
+        return f"{args.server} missing (scripts/build)"
+    probe = subprocess.run([e2e.PYTHON, "-c", "import psched.torch; psched.torch.EmbeddingBag"],
+                           env=e2e.worker_env(args, "lo"), capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "psched.torch.EmbeddingBag not available: " + (
+            probe.stderr.strip().splitlines() or ["?"])[-1]
+    return None
+
+
+def choose_rate(name, compute_s, measured):
+    """Bits per second (None: unshaped) for --rates' `name`; "equal" and "exceed" from
+    ddp-sparse's unshaped bytes (`measured`, per worker and step, the larger direction)."""
+    if name == "unshaped":
+        return None
+    if name in ("equal", "exceed"):
+        if measured is None:
+            raise SystemExit(f"embedding_bench: rate {name} needs ddp-sparse run unshaped first "
+                             "(--rates unshaped,... and ddp-sparse in --modes)")
+        factor = 1 if name == "equal" else e2e.EXCEED_FACTOR
+        return e2e.round_rate(8 * measured / (factor * compute_s))
+    return e2e.parse_rate(name)
+
+
+def memory_check(args, network, modes, small_runs):
+    """The psched trainer's peak memory at --memory-rows rows against --rows (`small_runs`),
+    on `network`."""
+    mode = next((m for m in modes if m.startswith("psched")), None)
+    if not args.memory_rows or mode is None:
+        return {"skipped": "no psched mode ran" if args.memory_rows else "--memory-rows 0"}
+    small = statistics.median(max(r["peak_rss"]) for r in small_runs if r["mode"] == mode)
+    e2e.log(f"memory check: {mode} with {args.memory_rows:,} rows a table")
+    large = max(run_mode(args, network, mode, args.memory_rows)["peak_rss"])
+    return {"mode": mode, "small_rows": args.rows, "large_rows": args.memory_rows,
+            "small": small, "large": large,
+            "passed": large <= small * MEMORY_SLACK[0] + MEMORY_SLACK[1],
+            "ddp_table_bytes": args.tables * args.memory_rows * args.dim * 4}
+
+
+def benchmark(args, use_netns, modes):
+    output = {"rates": []}
+    e2e.log("compute only (both workers, no communication)")
+    network = e2e.Network(False, None)
+    try:
+        output["compute"] = run_mode(args, network, "local", args.rows)
+    finally:
+        network.close()
+    measured = None  # ddp-sparse's bytes a step per worker, unshaped
+    for name in args.rates.split(","):
+        bits = choose_rate(name, output["compute"]["step_s"], measured)
+        network = e2e.Network(use_netns, bits)
+        runs = []
+        try:
+            for repeat in range(args.repeats):
+                for mode in modes[repeat % len(modes):] + modes[:repeat % len(modes)]:
+                    run = dict(run_mode(args, network, mode, args.rows), repeat=repeat)
+                    runs.append(run)
+                    e2e.log(f"  {e2e.rate_name(bits)} repeat {repeat + 1}/{args.repeats} "
+                            f"{mode:11}: {run['step_s']:.3f} s/step, CPU "
+                            f"{run['cpu_s_per_step_total']:.3f} s/step, sent "
+                            f"{run['sent_per_step'] / MIB:.2f} MiB/step, received "
+                            f"{run['received_per_step'] / MIB:.2f}, peak RSS "
+                            f"{max(run['peak_rss']) / MIB:.0f} MiB")
+            if bits is None:
+                baseline = [max(r["sent_per_step"], r["received_per_step"]) for r in runs
+                            if r["mode"] == BASELINE]
+                measured = statistics.median(baseline) if baseline else None
+            if "memory_check" not in output:  # at the first rate
+                output["memory_check"] = memory_check(args, network, modes, runs)
+            drops = network.links.tbf_drops() if network.links else 0
+        finally:
+            network.close()
+        output["rates"].append({"name": e2e.rate_name(bits), "bits_per_s": bits,
+                                "tbf_drops": drops, "runs": runs,
+                                "summary": summarize(runs, modes)})
+    return output
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--modes", default=",".join(MODES), help="of " + ", ".join(MODES))
+    parser.add_argument("--rates", default="unshaped,equal",
+                        help="unshaped, equal, exceed, or rates like 400mbit (in this order)")
+    parser.add_argument("--tables", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=250_000, help="rows a table")
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--ids-per-bag", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=2048, help="samples a step, both workers")
+    parser.add_argument("--steps", type=int, default=12, help="steps a run, warm-up included")
+    parser.add_argument("--warmup", type=int, default=3, help="steps not measured")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam's, for the MLPs")
+    parser.add_argument("--row-lr", type=float, default=0.05, help="Adagrad's, for the rows")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--memory-rows", type=int, default=10_000_000,
+                        help="rows a table for the psched memory check (0: none)")
+    parser.add_argument("--links", choices=("auto", "netns", "loopback"), default="auto",
+                        help="auto: namespaces with tbf where root can make them, else loopback")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds a run")
+    parser.add_argument("--build", default=str(ROOT / "build"), help="psched's build folder")
+    parser.add_argument("--json", help="write the results here (default: stdout)")
+    args = parser.parse_args(argv)
+    args.server = str(pathlib.Path(args.build) / "apps" / "psched-server")
+    args.python_path = str(pathlib.Path(args.build) / "python")
+    # What torch_e2e's ShardServer and deployment_yaml read: today's priority scheduler.
+    args.partition_bytes, args.credit_bytes, args.trace = "256KiB", "2MiB", None
+    if args.batch % e2e.WORKERS or not 0 < args.warmup < args.steps:
+        parser.error(f"--batch must be a multiple of {e2e.WORKERS} and 0 < --warmup < --steps")
+    return args
+
+
+def main(argv):
+    if argv[:1] == ["--worker"]:
+        run_worker(json.loads(argv[1]))
+        return 0
+    args = parse_args(argv)
+    modes = args.modes.split(",")
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise SystemExit(f"embedding_bench: unknown modes {sorted(unknown)} (of {MODES})")
+    skipped = psched_missing(args) if any(m.startswith("psched") for m in modes) else None
+    if skipped:
+        e2e.log(f"embedding_bench: psched modes skipped: {skipped}")
+        modes = [m for m in modes if not m.startswith("psched")]
+    use_netns, why = e2e.choose_links(args.links)
+    if not use_netns:
+        e2e.log(f"embedding_bench: running over loopback, unshaped ({why})")
+        args.rates = "unshaped"
+    import torch
+    output = {"command": " ".join(["bench/embedding_bench.py", *argv]),
+              "links": "netns" if use_netns else f"loopback ({why})",
+              "cores": os.cpu_count(), "torch": torch.__version__, "workers": e2e.WORKERS,
+              "shards": e2e.SHARDS, "tables": args.tables, "rows": args.rows, "dim": args.dim,
+              "ids_per_bag": args.ids_per_bag, "batch": args.batch, "steps": args.steps,
+              "warmup": args.warmup, "repeats": args.repeats, "psched_skipped": skipped,
+              "loadavg_start": os.getloadavg()}
+    output.update(benchmark(args, use_netns, modes))
+    output["loadavg_end"] = os.getloadavg()
+    e2e.log(table(output))
+    text = json.dumps(output, indent=1)
+    if args.json:
+        pathlib.Path(args.json).write_text(text + "\n")
+    else:
+        print(text)
+    return 0 if output.get("memory_check", {}).get("passed", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
