@@ -2,6 +2,7 @@
 // Embedding tables hosted by a whole VariableShard: registered beside variables in one id space,
 // stepped by its StepMachine (sync means over the members, waits, duplicates), refused whole on
 // bad input, and restored after a restart bit for bit.
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -55,8 +56,10 @@ struct TableShard {
   VariableShard shard;
   std::vector<std::vector<uint64_t>> kept_ids;  // borrowed by pulls until they answer
 
-  explicit TableShard(Mode mode, std::filesystem::path dir = {})
-      : shard(io.actors, ShardSettings{ShardId(0), mode, 2, 16, std::move(dir)}) {}
+  explicit TableShard(Mode mode, std::filesystem::path dir = {}, uint32_t workers = 2,
+                      StepConfig steps = {})
+      : shard(io.actors,
+              ShardSettings{ShardId(0), mode, workers, 16, std::move(dir), true, steps}) {}
 
   void drain() { io.drain(); }
   RestoreReport restore() {
@@ -232,6 +235,48 @@ TEST_CASE("a table of several parts closes part by part and answers a pull of it
   CHECK(f.push(0, t, 1, {b, a}, {1, 2}).taken());
   CHECK(f.push(1, t, 1, {a}, {4}).taken());
   CHECK(f.rows(t, {a, b}, 1) == std::vector<double>{w0[0] - 0.5 * 3, w0[1] - 0.5 * 0.5});
+}
+
+TEST_CASE("async: a worker's pull waits for its own push only") {
+  TableShard f(Mode::async);
+  const VariableId t = f.table(sgd_table("t"));
+  const std::vector<double> w0 = f.rows(t, {2});
+  Rows waiting;
+  f.pull(waiting, 0, t, 1, {2});
+  CHECK_FALSE(waiting.done());
+  CHECK(f.push(0, t, 1, {2}, {2, 2}).taken());  // applied at once, no mean
+  REQUIRE(waiting.value);
+  CHECK(*waiting.value == std::vector<double>{w0[0] - 1, w0[1] - 1});
+}
+
+TEST_CASE("bounded: a pull is held until every member pushed its step - staleness") {
+  TableShard f(Mode::bounded, {}, 2, StepConfig{.staleness = 1});
+  const VariableId t = f.table(sgd_table("t"));
+  CHECK(f.push(0, t, 1, {3}, {1, 1}).taken());
+  CHECK(f.push(0, t, 2, {3}, {1, 1}).taken());
+  Rows held;
+  f.pull(held, 0, t, 2, {3});
+  CHECK_FALSE(held.done());  // worker 1 has not pushed step 1
+  CHECK(f.push(1, t, 1, {}, {}).taken());
+  REQUIRE(held.value);
+  CHECK(held.step == Step(2));
+}
+
+TEST_CASE("sync: a step past its timeout proceeds with the mean of the workers that pushed") {
+  TableShard f(Mode::sync, {}, 3, StepConfig{10, TimeoutAction::proceed});
+  const VariableId t = f.table(sgd_table("t"));
+  const std::vector<double> w0 = f.rows(t, {5});
+  CHECK(f.push(0, t, 1, {5}, {1, 1}).taken());
+  CHECK(f.push(1, t, 1, {}, {}).taken());
+  Rows waiting;
+  f.pull(waiting, 0, t, 1, {5});
+  CHECK_FALSE(waiting.done());
+  f.shard.enforce_deadlines(std::chrono::steady_clock::now() + std::chrono::seconds(11));
+  f.drain();
+  REQUIRE(waiting.value);  // the mean over the two that pushed: worker 1 counts as zero
+  CHECK(*waiting.value == std::vector<double>{w0[0] - 0.25, w0[1] - 0.25});
+  CHECK(f.push(2, t, 1, {5}, {9, 9}).taken());  // late: acknowledged and dropped
+  CHECK(f.rows(t, {5}) == *waiting.value);
 }
 
 TEST_CASE("a restarted shard holds every acknowledged row update bit for bit, and goes on") {

@@ -1,0 +1,83 @@
+# SPDX-License-Identifier: Apache-2.0
+"""psched.Client's embedding tables against a real psched-server: bad input is refused with an
+error naming the table, the id or the setting, and changes nothing; rows travel in bf16 both
+ways when asked, and not in the formats that drop part of a gradient."""
+import json
+import urllib.request
+
+import numpy as np
+import pytest
+
+import psched
+
+
+def connect(server, worker=0):
+    return psched.connect(server.config, worker)
+
+
+def sgd_table(client, name="t", dim=4, **keywords):
+    return client.register_table(name, 10, dim, optimizer="sgd", settings={"lr": 0.5},
+                                 init=("uniform", -1.0, 1.0), **keywords)
+
+
+def rows(client, table, ids, after=None):
+    out = np.empty((len(ids), table.dim), np.float32)
+    client.pull_rows(table, np.array(ids, np.int64), out, after=after)
+    return out
+
+
+def test_bad_ids_and_widths_name_what_is_wrong_and_apply_nothing(start_server):
+    with connect(start_server()) as client:
+        table = sgd_table(client)
+        before = rows(client, table, range(10))
+        client.push_rows(table, np.array([1, 10], np.int64), np.ones((2, 4), np.float32), 1)
+        with pytest.raises(psched.Error, match=r"table 't'.*id 10 is not below its 10 rows") as e:
+            client.wait_rows(table, 1)
+        assert e.value.code == "offset_out_of_range"
+        with pytest.raises(psched.Error, match="id -1 is negative"):
+            client.push_rows(table, np.array([-1], np.int64), np.ones((1, 4), np.float32), 1)
+        with pytest.raises(psched.Error, match="holds no 1 rows of 4") as e:
+            client.push_rows(table, np.array([1], np.int64), np.ones((1, 3), np.float32), 1)
+        assert e.value.code == "shape_mismatch"
+        with pytest.raises(psched.Error, match="rows of float64, the table's are float32"):
+            client.push_rows(table, np.array([1], np.int64), np.ones((1, 4)), 1)
+        assert np.array_equal(rows(client, table, range(10)), before)  # nothing applied
+        client.push_rows(table, np.array([1], np.int64), np.ones((1, 4), np.float32), 1)
+        client.wait_rows(table, 1)  # step 1 is still the next one
+        assert np.allclose(rows(client, table, [1], after=1), before[1] - 0.5)
+
+
+def test_a_table_registered_again_differently_or_beyond_a_row_optimizer_is_refused(start_server):
+    with connect(start_server()) as client:
+        sgd_table(client)
+        with pytest.raises(psched.Error, match="table 't'.*different spec") as e:
+            sgd_table(client, dim=5)
+        assert e.value.code == "spec_conflict"
+        with pytest.raises(psched.Error, match="weight_decay"):
+            client.register_table("u", 10, 4, optimizer="adagrad", settings={"weight_decay": 0.1})
+        with pytest.raises(psched.Error, match="unknown setting 'nesterov'"):
+            client.register_table("u", 10, 4, optimizer="sgd", settings={"lr": 1, "nesterov": 1})
+        with pytest.raises(psched.Error, match="rows travel as none, bf16 or fp16"):
+            sgd_table(client, "u", compression=psched.Compression(push="topk"))
+
+
+def test_rows_travel_in_bf16_both_ways_when_asked(start_server):
+    server = start_server()
+    with connect(server) as client:
+        table = sgd_table(client, dim=64,
+                          compression=psched.Compression(push="bf16", pull="bf16", min_bytes=0))
+        exact = sgd_table(client, "exact", dim=64)
+        ids = np.arange(10, dtype=np.int64)
+        gradient = np.linspace(-1, 1, 640, dtype=np.float32).reshape(10, 64)
+        for t in (table, exact):
+            client.push_rows(t, ids, gradient, 1)
+            client.wait_rows(t, 1)
+        narrow, wide = rows(client, table, ids, after=1), rows(client, exact, ids, after=1)
+        assert not np.array_equal(narrow, wide)
+        assert np.allclose(narrow, wide, rtol=2 ** -8, atol=2 ** -8)  # one bf16 rounding or two
+    raw = sent = 0
+    for port in server.http_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status") as response:
+            wire = json.load(response)["wire_bytes"]
+        raw, sent = raw + wire["push"]["raw"], sent + wire["push"]["sent"]
+    assert sent == raw * 3 // 4  # the bf16 table's rows at half their bytes, the other's whole
