@@ -7,8 +7,6 @@
 // factor 0.5 and at 0.9) where its header is installed (Debian's robin-map-dev, which
 // scripts/setup does not install: the table does not use it). Keys are random ids below 10^12,
 // looked up in a random order; the figures the header cites are for 10 million ids.
-#include <malloc.h>
-
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -24,18 +22,13 @@
 #define PSCHED_HAVE_ROBIN_MAP 1
 #endif
 
+#include "bench/heap_clock.h"
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-size_t heap_bytes() {
-  const struct mallinfo2 info = mallinfo2();
-  return info.uordblks + info.hblkhd;
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using psched::bench::Clock;
+using psched::bench::heap_bytes;
+using psched::bench::seconds_since;
 
 // Fills a `Map` (made by `make`) with `ids`, each mapped to its position, then looks up
 // `lookups`; prints bytes an id, inserts and lookups a second.

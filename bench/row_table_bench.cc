@@ -7,8 +7,6 @@
 // three ways: the table's own count (RowTable::bytes_held), the heap glibc reports before and
 // after, and the payload (the row's values and optimizer state), with their ratio; and rows a
 // second for the first touch (index insert, initial value, update) and for updates.
-#include <malloc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -20,20 +18,14 @@
 #include <CLI/CLI.hpp>
 
 #include "actors/shard/row_table.h"
+#include "bench/heap_clock.h"
 #include "common/error.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-size_t heap_bytes() {
-  const struct mallinfo2 info = mallinfo2();
-  return info.uordblks + info.hblkhd;
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using psched::bench::Clock;
+using psched::bench::heap_bytes;
+using psched::bench::seconds_since;
 
 // Applies the rows `ids` in batches of `batch`, each with a gradient of small values; returns
 // the seconds it took.

@@ -39,17 +39,7 @@ struct ShardLife {
 
   void drain() { io.drain(); }
 
-  RestoreReport restore() {
-    std::exception_ptr error;
-    RestoreReport report;
-    shard.restore([&](std::exception_ptr e, RestoreReport r) {
-      error = e;
-      report = std::move(r);
-    });
-    drain();
-    if (error) std::rethrow_exception(error);
-    return report;
-  }
+  RestoreReport restore() { return testing::restored(io, shard); }
 
   VariableId add(const std::string& name, std::vector<float> init) {
     VariableSpec spec;
@@ -83,19 +73,7 @@ struct ShardLife {
     return *pulled.value;
   }
 
-  std::filesystem::path checkpoint() {
-    std::exception_ptr error;
-    std::filesystem::path file;
-    auto written = kj::newPromiseAndFulfiller<void>();
-    shard.checkpoint([&](std::exception_ptr e, std::filesystem::path f) {
-      error = e;
-      file = f;
-      written.fulfiller->fulfill();
-    });
-    io.wait(kj::mv(written.promise));  // the file is written on another thread
-    if (error) std::rethrow_exception(error);
-    return file;
-  }
+  std::filesystem::path checkpoint() { return testing::checkpointed(io, shard); }
 
   ShardStats stats() {
     ShardStats out;

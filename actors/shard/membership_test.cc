@@ -175,22 +175,8 @@ struct MemberShard {
     s.steps.lease_seconds = 3;
     return s;
   }
-  void restore() {
-    std::exception_ptr error;
-    shard.restore([&](std::exception_ptr e, RestoreReport) { error = e; });
-    io.drain();
-    if (error) std::rethrow_exception(error);
-  }
-  void checkpoint() {
-    std::exception_ptr error;
-    auto written = kj::newPromiseAndFulfiller<void>();
-    shard.checkpoint([&](std::exception_ptr e, std::filesystem::path) {
-      error = e;
-      written.fulfiller->fulfill();
-    });
-    io.wait(kj::mv(written.promise));  // the file is written on another thread
-    if (error) std::rethrow_exception(error);
-  }
+  void restore() { testing::restored(io, shard); }
+  void checkpoint() { testing::checkpointed(io, shard); }
   std::optional<Error> push(uint32_t worker, Step step, std::vector<float> g) {
     testing::Receipted receipt;
     shard.push({WorkerId(worker), id, step, {0, 2}, DType::float32, std::as_bytes(std::span(g))},

@@ -62,27 +62,8 @@ struct TableShard {
               ShardSettings{ShardId(0), mode, workers, 16, std::move(dir), true, steps}) {}
 
   void drain() { io.drain(); }
-  RestoreReport restore() {
-    std::exception_ptr error;
-    RestoreReport report;
-    shard.restore([&](std::exception_ptr e, RestoreReport r) {
-      error = e;
-      report = std::move(r);
-    });
-    drain();
-    if (error) std::rethrow_exception(error);
-    return report;
-  }
-  void checkpoint() {
-    std::exception_ptr error;
-    auto written = kj::newPromiseAndFulfiller<void>();
-    shard.checkpoint([&](std::exception_ptr e, std::filesystem::path) {
-      error = e;
-      written.fulfiller->fulfill();
-    });
-    io.wait(kj::mv(written.promise));  // the file is written on another thread
-    if (error) std::rethrow_exception(error);
-  }
+  RestoreReport restore() { return testing::restored(io, shard); }
+  void checkpoint() { testing::checkpointed(io, shard); }
   Result<VariableShard::Registration> add(TableSpec spec) {
     std::optional<Result<VariableShard::Registration>> registered;
     shard.register_table(std::move(spec),
