@@ -39,6 +39,18 @@ class ByteWriter {
   std::vector<std::byte> out_;
 };
 
+// Bytes read in order from somewhere too large to hold at once: a checkpoint's table rows,
+// read from its file (actors/durability/file_io.h, FileSource).
+class ByteSource {
+ public:
+  // The next out.size() bytes into `out`; throws Error(corrupt_checkpoint) naming the source
+  // and where it ran short when fewer are left.
+  virtual void read(std::span<std::byte> out) = 0;
+
+ protected:
+  ~ByteSource() = default;
+};
+
 class ByteReader {
  public:
   // `what` names the source in errors ("checkpoint /data/shard-0-000003.ckpt").

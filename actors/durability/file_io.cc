@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "actors/durability/file_io.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include "common/error.h"
@@ -46,6 +48,47 @@ std::vector<std::byte> read_file(const std::filesystem::path& file) {
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (!in) fail(ErrorCode::corrupt_checkpoint, "{}: cannot be read", file.string());
   return bytes;
+}
+
+void read_at(int fd, const std::filesystem::path& file, uint64_t offset, std::span<std::byte> out) {
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      fail(ErrorCode::corrupt_checkpoint, "{}: cannot read {} bytes at byte {}", file.string(),
+           out.size(), offset);
+    done += static_cast<size_t>(n);
+  }
+}
+
+FileSource::FileSource(std::filesystem::path file, uint64_t offset, uint64_t length)
+    : file_(std::move(file)), next_(offset), end_(offset + length) {
+  fd_ = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail(ErrorCode::corrupt_checkpoint, "{}: cannot be opened", file_.string());
+}
+
+FileSource::~FileSource() {
+  ::close(fd_);
+}
+
+void FileSource::read(std::span<std::byte> out) {
+  while (!out.empty()) {
+    if (at_ == buffer_.size()) {
+      if (next_ == end_)
+        fail(ErrorCode::corrupt_checkpoint, "{}: truncated at byte {} (needs {} more)",
+             file_.string(), end_, out.size());
+      buffer_.resize(std::min<uint64_t>(kBufferBytes, end_ - next_));
+      read_at(fd_, file_, next_, buffer_);
+      next_ += buffer_.size();
+      at_ = 0;
+    }
+    const size_t n = std::min(out.size(), buffer_.size() - at_);
+    std::memcpy(out.data(), buffer_.data() + at_, n);
+    at_ += n;
+    out = out.subspan(n);
+  }
 }
 
 }  // namespace psched

@@ -8,7 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <vector>
+
+#include "common/byte_codec.h"
 
 namespace psched {
 
@@ -21,5 +24,32 @@ iovec io(const void* data, size_t size);
 bool write_all(int fd, std::vector<iovec> parts);
 // The whole content of `file`; throws Error(corrupt_checkpoint) when it cannot be read.
 std::vector<std::byte> read_file(const std::filesystem::path& file);
+// Reads `size` bytes at `offset` of `fd` into `out`; throws Error(corrupt_checkpoint) naming
+// `file` when they cannot be read (a short file, an I/O error).
+void read_at(int fd, const std::filesystem::path& file, uint64_t offset, std::span<std::byte> out);
+
+// `length` bytes of a file from `offset` on, read in order through a buffer of its own: what
+// restores a checkpoint's table rows without holding the file in memory.
+class FileSource final : public ByteSource {
+ public:
+  static constexpr size_t kBufferBytes = 1 << 20;
+  // Throws Error(corrupt_checkpoint) when `file` cannot be opened.
+  FileSource(std::filesystem::path file, uint64_t offset, uint64_t length);
+  ~FileSource();
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+
+  void read(std::span<std::byte> out) override;
+  // Whether every byte of the range was read.
+  bool done() const { return next_ == end_ && at_ == buffer_.size(); }
+
+ private:
+  std::filesystem::path file_;
+  int fd_ = -1;
+  uint64_t next_;  // the file offset the buffer's next refill starts at
+  uint64_t end_;
+  std::vector<std::byte> buffer_;
+  size_t at_ = 0;  // read so far of buffer_
+};
 
 }  // namespace psched

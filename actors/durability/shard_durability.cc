@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "actors/durability/file_io.h"
 #include "actors/durability/state_codec.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -187,7 +188,10 @@ void ShardDurability::restore(RestoreReport& report) {
          report.skipped.front());
   if (found) {
     ByteReader in(found->payload, found->file.string());
-    load(in, found->format);
+    FileSource rows(found->file, found->rows_offset, found->rows_bytes);
+    load(in, found->format, rows);
+    if (!rows.done())
+      fail(ErrorCode::corrupt_checkpoint, "{}: rows after the last table's", found->file.string());
     report.checkpoint = found->file;
   }
   // Nothing is logged while replaying: store_ is still unset.
@@ -205,10 +209,21 @@ void ShardDurability::restore(RestoreReport& report) {
   // Past every file there is, so the fresh checkpoint and log replace none of them.
   generation_ = std::max(found ? found->generation : 0, store->newest_generation());
   store_ = std::move(store);
-  report.written = store_->write_checkpoint(generation_, begin_checkpoint());
+  report.written = checkpoint_now();
 }
 
-void ShardDurability::load(ByteReader& in, uint32_t checkpoint_format) {
+std::filesystem::path ShardDurability::checkpoint_now() {
+  std::vector<std::byte> payload = begin_checkpoint();
+  std::unique_ptr<ShardStore::CheckpointFile> file;
+  const uint64_t rows = state_.freeze_rows(
+      [&file](uint64_t offset, std::vector<std::byte> bytes) { file->write_rows(offset, bytes); });
+  file = store_->open_checkpoint(generation_, payload, rows);
+  while (state_.save_rows()) {
+  }
+  return file->finish();
+}
+
+void ShardDurability::load(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows) {
   uint32_t shard = in.get<uint32_t>();
   auto mode = static_cast<Mode>(in.get<uint8_t>());
   uint32_t workers = in.get<uint32_t>();
@@ -220,31 +235,96 @@ void ShardDurability::load(ByteReader& in, uint32_t checkpoint_format) {
          settings_.workers);
   in.get<uint64_t>();  // generation, also in the file name
   in.get<int64_t>();   // written at
-  state_.load_variables(in, checkpoint_format);
+  state_.load_variables(in, checkpoint_format, rows);
   if (!in.done())
     fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes after the last variable", in.what(),
          in.position());
 }
 
-void ShardDurability::checkpoint(
-    std::function<void(std::exception_ptr, std::filesystem::path)> done) {
+// A checkpoint on its way: the file lives on the writer thread (opened by its first task);
+// the loop counts the chunks handed to the writer and not yet written.
+struct ShardDurability::Stream {
+  uint64_t generation = 0;
+  Done done;
+  std::unique_ptr<ShardStore::CheckpointFile> file;  // the writer thread's
+  std::exception_ptr error;                          // the writer thread's, first one
+  size_t in_flight = 0;                              // the loop's
+  bool encoded = false;                              // the loop's: every row is handed over
+};
+
+void ShardDurability::checkpoint(Done done) {
   if (!store_)
     fail(ErrorCode::bad_config, "shard {}: checkpoint before restore, or no directory",
          settings_.id.value);
+  if (stream_) return waiting_.push_back(std::move(done));
+  start_checkpoint(std::move(done));
+}
+
+void ShardDurability::start_checkpoint(Done done) {
   auto payload = std::make_shared<std::vector<std::byte>>(begin_checkpoint());
+  stream_ = std::make_shared<Stream>();
+  stream_->generation = generation_;
+  stream_->done = std::move(done);
+  const uint64_t rows = state_.freeze_rows([this](uint64_t offset, std::vector<std::byte> bytes) {
+    write_rows(offset, std::move(bytes));
+  });
   if (!writer_) writer_ = std::make_unique<boost::asio::thread_pool>(1);
   // The file is written off the loop: updates go on meanwhile, into the new log.
-  boost::asio::post(*writer_, [this, generation = generation_, payload, done = std::move(done),
-                               alive = alive_]() mutable {
-    std::exception_ptr error;
+  boost::asio::post(*writer_, [this, stream = stream_, payload, rows] {
+    try {
+      stream->file = store_->open_checkpoint(stream->generation, *payload, rows);
+    } catch (...) {
+      stream->error = std::current_exception();
+    }
+  });
+  pump();
+}
+
+void ShardDurability::write_rows(uint64_t offset, std::vector<std::byte> rows) {
+  ++stream_->in_flight;
+  boost::asio::post(*writer_,
+                    [this, stream = stream_, offset, rows = std::move(rows), alive = alive_] {
+                      try {
+                        if (!stream->error) stream->file->write_rows(offset, rows);
+                      } catch (...) {
+                        stream->error = std::current_exception();
+                      }
+                      loop_.post([this, stream, alive] {
+                        if (!*alive) return;
+                        --stream->in_flight;
+                        if (stream == stream_) pump();
+                      });
+                    });
+}
+
+void ShardDurability::pump() {
+  Stream& stream = *stream_;
+  while (!stream.encoded && stream.in_flight < kChunksInFlight)
+    stream.encoded = !state_.save_rows();
+  if (stream.encoded && stream.in_flight == 0) finish_checkpoint();
+}
+
+void ShardDurability::finish_checkpoint() {
+  boost::asio::post(*writer_, [this, stream = std::move(stream_), alive = alive_]() mutable {
     std::filesystem::path file;
     try {
-      file = store_->write_checkpoint(generation, *payload);
+      if (stream->error) std::rethrow_exception(stream->error);
+      file = stream->file->finish();
     } catch (...) {
-      error = std::current_exception();
+      stream->error = std::current_exception();
     }
-    loop_.post([error, file, done = std::move(done), alive = std::move(alive)] {
-      if (*alive) done(error, file);
+    stream->file.reset();  // an unfinished one removes its temporary file
+    loop_.post([this, stream, file, alive = std::move(alive)] {
+      if (!*alive) return;
+      stream->done(stream->error, file);
+      if (waiting_.empty() || stream_) return;
+      Done next = std::move(waiting_.front());
+      waiting_.erase(waiting_.begin());
+      try {
+        start_checkpoint(next);
+      } catch (...) {
+        next(std::current_exception(), {});
+      }
     });
   });
 }

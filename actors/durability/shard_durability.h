@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/durability/shard_store.h"
@@ -45,15 +46,30 @@ struct RestoreReport {
 
 class ShardDurability {
  public:
+  // Where a checkpoint's table rows go as they are encoded: `rows` at `offset` of its rows.
+  using RowsEmit = std::function<void(uint64_t offset, std::vector<std::byte> rows)>;
+  // Encoded row chunks a checkpoint lets wait for the writer at once: what it holds of the
+  // tables beside them (a chunk is RowTable::kRowsPerChunk rows).
+  static constexpr size_t kChunksInFlight = 4;
+
   // The shard's side, called on its loop: its variables, encoded and decoded, and the updates
   // a log replays, applied as when they were first accepted (and, while restoring, not logged).
   class State {
    public:
-    // Writes the membership, the count of variables, then each variable.
+    // Writes the membership, the count of variables, then each variable (a table: without its
+    // rows, which freeze_rows() streams).
     virtual void save_variables(ByteWriter& out) const = 0;
+    // Freezes every table's rows as they are, for a checkpoint that streams them: each
+    // table's at its offset after the previous one's, in id order. `emit` gets the rows a
+    // chunk at a time, from save_rows() or from an update about to change a row not emitted
+    // yet. Returns their bytes. Called right after save_variables, in the same turn.
+    virtual uint64_t freeze_rows(RowsEmit emit) = 0;
+    // Emits the next chunk of frozen rows; false when none is left.
+    virtual bool save_rows() = 0;
     // Reads what save_variables wrote into the shard, which holds no variables yet, as
-    // checkpoint files of format `checkpoint_format` hold it (ShardStore::Checkpoint::format).
-    virtual void load_variables(ByteReader& in, uint32_t checkpoint_format) = 0;
+    // checkpoint files of format `checkpoint_format` hold it (ShardStore::Checkpoint::format),
+    // the tables' rows from `rows` (from kStreamedRowsFormat; inside `in` before).
+    virtual void load_variables(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows) = 0;
     virtual void replay_register(VariableSpec& spec, ElementRange part,
                                  std::span<const std::byte> initial) = 0;
     virtual void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
@@ -96,8 +112,11 @@ class ShardDurability {
   // On the loop, once, before serving; report.variables and tables are the caller's to fill.
   void restore(RestoreReport& report);
   // Takes a checkpoint of the state now and starts a new update log; the writer thread writes
-  // the file, then `done` runs on the loop with its path (not if this is gone by then).
-  // Checkpoints are written in the order taken. Throws when restore() has not run. On the loop.
+  // the file, then `done` runs on the loop with its path (not if this is gone by then). The
+  // tables' rows are encoded a chunk per turn of the loop, at most kChunksInFlight waiting for
+  // the writer, while updates go on (State::freeze_rows). A checkpoint asked for while one is
+  // being written is taken when it is done, so they are written in the order asked. Throws
+  // when restore() has not run. On the loop.
   void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> done);
 
  private:
@@ -105,12 +124,24 @@ class ShardDurability {
   void replay(ByteReader& record);
   void replay_rows(ByteReader& record);
   // Decodes a checkpoint's payload into the state. On the loop.
-  void load(ByteReader& in, uint32_t checkpoint_format);
+  void load(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows);
   // The state, encoded with this shard's header. On the loop.
   std::vector<std::byte> snapshot();
   // The next generation's snapshot, with its update log started. On the loop.
   std::vector<std::byte> begin_checkpoint();
   void append(ByteWriter& record);
+  using Done = std::function<void(std::exception_ptr, std::filesystem::path)>;
+  // The checkpoint being written: its file (on the writer thread) and what the loop tracks.
+  struct Stream;
+  void start_checkpoint(Done done);
+  // Hands `rows` to the writer thread; its completion comes back to the loop (pump).
+  void write_rows(uint64_t offset, std::vector<std::byte> rows);
+  // Encodes chunks while fewer than kChunksInFlight wait; once all are written, finishes the
+  // file. On the loop.
+  void pump();
+  void finish_checkpoint();
+  // Writes a whole checkpoint now, on the loop (restore(), before serving).
+  std::filesystem::path checkpoint_now();
 
   ActorLoop& loop_;
   const ShardSettings& settings_;
@@ -120,6 +151,8 @@ class ShardDurability {
   // Expires with this: a checkpoint's outcome, posted back from the writer thread, may reach
   // the loop after the shard went.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::shared_ptr<Stream> stream_;  // the checkpoint being written, if any
+  std::vector<Done> waiting_;       // checkpoints asked for while it is
   // Writes checkpoint files, one after another; started by the first checkpoint(). Last: it
   // joins first, while the store lives.
   std::unique_ptr<boost::asio::thread_pool> writer_;

@@ -26,7 +26,9 @@ struct RecordingState final : ShardDurability::State {
   std::vector<std::string> calls;
 
   void save_variables(ByteWriter& out) const override { out.put(value); }
-  void load_variables(ByteReader& in, uint32_t checkpoint_format) override {
+  uint64_t freeze_rows(ShardDurability::RowsEmit) override { return 0; }
+  bool save_rows() override { return false; }
+  void load_variables(ByteReader& in, uint32_t checkpoint_format, ByteSource&) override {
     value = in.get<uint64_t>();
     calls.push_back(fmt::format("load {} (format {})", value, checkpoint_format));
   }
@@ -107,7 +109,11 @@ TEST_CASE(
     life.durability.log_timeout(VariableId(0), Step(3));
     life.durability.log_leave(WorkerId(2));
     life.durability.log_join(WorkerId(2), Step(5));
-    life.durability.log_register_table({.name = "t", .num_embeddings = 10, .dim = 2});
+    TableSpec table;
+    table.name = "t";
+    table.num_embeddings = 10;
+    table.dim = 2;
+    life.durability.log_register_table(table);
     const std::vector<uint64_t> ids{3, 9};
     life.durability.log_push_rows(WorkerId(0), VariableId(1), Step(1), DType::float32, ids,
                                   std::vector<std::byte>(16));
@@ -117,7 +123,7 @@ TEST_CASE(
   CHECK(report.checkpoint.filename() == "shard-0.00000001.ckpt");
   CHECK(report.replayed == 8);
   CHECK(again.state.calls ==
-        std::vector<std::string>{"load 7 (format 5)", "register w [0, 1) 4 bytes",
+        std::vector<std::string>{"load 7 (format 6)", "register w [0, 1) 4 bytes",
                                  "push w1 v0 s1 [0, 1) 4 bytes",
                                  "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3", "leave w2",
                                  "join w2 s5", "table t 10x2", "rows w0 t1 s1 ids 3,9 16 bytes"});
@@ -138,7 +144,7 @@ TEST_CASE("updates logged after a checkpoint are all a restart replays") {
   Life again(dir.path);
   CHECK(again.restore().replayed == 1);
   CHECK(again.state.calls ==
-        std::vector<std::string>{"load 8 (format 5)", "push w0 v0 s2 [0, 1) 4 bytes"});
+        std::vector<std::string>{"load 8 (format 6)", "push w0 v0 s2 [0, 1) 4 bytes"});
 }
 
 TEST_CASE("nothing is logged or checkpointed before restore") {

@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/ranges.h>
 
 #include "actors/durability/file_io.h"
+#include "common/check.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -37,26 +39,81 @@ void fsync_path(const std::filesystem::path& path, int flags) {
   if (rc != 0) fail_io("fsync of", path);
 }
 
+// Where a checkpoint's fields start: magic, crc32 of the body, the body's size, then the body.
+constexpr uint64_t kCrcAt = sizeof kCheckpointMagic;
+constexpr uint64_t kBodyAt = kCrcAt + sizeof(uint32_t) + sizeof(uint64_t);
+// The body's fields before the payload: generation, whether its log follows, payload size.
+constexpr uint64_t kBodyHeadBytes = sizeof(uint64_t) + sizeof(uint8_t) + sizeof(uint64_t);
+constexpr size_t kCrcBlockBytes = 1 << 20;
+
+// The CRC-32 of `size` bytes of `fd` from `offset`, read a block at a time.
+uint32_t crc_of_range(int fd, const std::filesystem::path& file, uint64_t offset, uint64_t size) {
+  std::vector<std::byte> block(std::min<uint64_t>(size, kCrcBlockBytes));
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < size;) {
+    std::span<std::byte> piece(block.data(), std::min<uint64_t>(block.size(), size - done));
+    read_at(fd, file, offset + done, piece);
+    crc = crc32_of(piece.data(), piece.size(), crc);
+    done += piece.size();
+  }
+  return crc;
+}
+
+// An open file descriptor, closed with it.
+struct OpenFile {
+  int fd;
+  explicit OpenFile(const std::filesystem::path& file) : fd(::open(file.c_str(), O_RDONLY)) {
+    if (fd < 0) fail(ErrorCode::corrupt_checkpoint, "{}: cannot be opened", file.string());
+  }
+  ~OpenFile() { ::close(fd); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+};
+
+// Reads the checkpoint's envelope and payload, checking the checksum over the whole body
+// (rows too) without holding more than a block of it.
 ShardStore::Checkpoint decode_checkpoint(const std::filesystem::path& file, uint64_t generation) {
-  std::vector<std::byte> bytes = read_file(file);
-  ByteReader in(bytes, file.string());
+  OpenFile open(file);
+  std::array<std::byte, kBodyAt> head;
+  read_at(open.fd, file, 0, head);
+  ByteReader in(head, file.string());
   auto magic = in.take(sizeof kCheckpointMagic);
   const auto digit = static_cast<char>(magic[sizeof kCheckpointMagicStem]);
   if (std::memcmp(magic.data(), kCheckpointMagicStem, sizeof kCheckpointMagicStem) != 0 ||
       digit < '1' || digit > ShardStore::kCheckpointFormat + '0')
     fail(ErrorCode::corrupt_checkpoint, "{}: not a psched checkpoint", file.string());
   const uint32_t format = digit - '0';
-  uint32_t crc = in.get<uint32_t>();
-  auto body = in.blob();
-  if (!in.done() || crc32_of(body.data(), body.size()) != crc)
+  const uint32_t crc = in.get<uint32_t>();
+  const uint64_t size = in.get<uint64_t>();
+  if (std::filesystem::file_size(file) != kBodyAt + size ||
+      crc_of_range(open.fd, file, kBodyAt, size) != crc)
     fail(ErrorCode::corrupt_checkpoint, "{}: checksum mismatch", file.string());
-  if (format == 1) return {generation, file, {body.begin(), body.end()}, std::nullopt, format};
-  ByteReader fields(body, file.string());
+  ShardStore::Checkpoint out;
+  out.generation = generation;
+  out.file = file;
+  out.format = format;
+  if (format == 1) {
+    out.payload.resize(size);
+    read_at(open.fd, file, kBodyAt, out.payload);
+    return out;
+  }
+  std::array<std::byte, kBodyHeadBytes> fields_bytes;
+  if (size < kBodyHeadBytes) fail(ErrorCode::corrupt_checkpoint, "{}: truncated", file.string());
+  read_at(open.fd, file, kBodyAt, fields_bytes);
+  ByteReader fields(fields_bytes, file.string());
   if (fields.get<uint64_t>() != generation)
     fail(ErrorCode::corrupt_checkpoint, "{}: holds another generation", file.string());
-  bool log_follows = fields.get<uint8_t>() != 0;
-  auto payload = fields.blob();
-  return {generation, file, {payload.begin(), payload.end()}, log_follows, format};
+  out.log_follows = fields.get<uint8_t>() != 0;
+  const uint64_t payload = fields.get<uint64_t>();
+  if (payload > size - kBodyHeadBytes ||
+      (format < ShardStore::kStreamedRowsFormat && payload != size - kBodyHeadBytes))
+    fail(ErrorCode::corrupt_checkpoint, "{}: payload of {} bytes in a body of {}", file.string(),
+         payload, size);
+  out.payload.resize(payload);
+  read_at(open.fd, file, kBodyAt + kBodyHeadBytes, out.payload);
+  out.rows_offset = kBodyAt + kBodyHeadBytes + payload;
+  out.rows_bytes = size - kBodyHeadBytes - payload;
+  return out;
 }
 
 }  // namespace
@@ -212,33 +269,68 @@ void ShardStore::append(std::span<const std::byte> record) {
 
 std::filesystem::path ShardStore::write_checkpoint(uint64_t generation,
                                                    std::span<const std::byte> payload) const {
-  std::filesystem::path file = checkpoint_file(generation);
-  std::filesystem::path temporary = file;
-  temporary += ".tmp";
-  ByteWriter body;
-  body.put(generation);
-  body.put<uint8_t>(std::filesystem::exists(log_file(generation)));
-  body.put<uint64_t>(payload.size());
-  uint32_t crc =
-      crc32_of(payload.data(), payload.size(), crc32_of(body.bytes().data(), body.bytes().size()));
-  uint64_t size = body.bytes().size() + payload.size();
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) fail_io("creating", temporary);
-  try {
-    if (!write_all(fd, {io(kCheckpointMagic, sizeof kCheckpointMagic), io(&crc, sizeof crc),
-                        io(&size, sizeof size), io(body.bytes().data(), body.bytes().size()),
-                        io(payload.data(), payload.size())}))
-      fail_io("writing", temporary);
-    if (::fsync(fd) != 0) fail_io("fsync of", temporary);
-  } catch (...) {
-    ::close(fd);
-    std::filesystem::remove(temporary);
-    throw;
+  return open_checkpoint(generation, payload, 0)->finish();
+}
+
+std::unique_ptr<ShardStore::CheckpointFile> ShardStore::open_checkpoint(
+    uint64_t generation, std::span<const std::byte> payload, uint64_t rows_bytes) const {
+  ByteWriter head;
+  head.raw(std::as_bytes(std::span(kCheckpointMagic)));
+  head.put<uint32_t>(0);  // the checksum, once the rows are in (finish)
+  head.put<uint64_t>(kBodyHeadBytes + payload.size() + rows_bytes);
+  head.put(generation);
+  head.put<uint8_t>(std::filesystem::exists(log_file(generation)));
+  head.put<uint64_t>(payload.size());
+  std::unique_ptr<CheckpointFile> file(
+      new CheckpointFile(*this, generation, head.bytes().size() + payload.size(), rows_bytes));
+  if (!write_all(file->fd_, {io(head.bytes().data(), head.bytes().size()),
+                             io(payload.data(), payload.size())}))
+    fail_io("writing", file->temporary_);
+  return file;
+}
+
+ShardStore::CheckpointFile::CheckpointFile(const ShardStore& store, uint64_t generation,
+                                           uint64_t rows_offset, uint64_t rows_bytes)
+    : store_(store),
+      generation_(generation),
+      temporary_(store.checkpoint_file(generation)),
+      rows_offset_(rows_offset),
+      rows_bytes_(rows_bytes) {
+  temporary_ += ".tmp";
+  fd_ = ::open(temporary_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd_ < 0) fail_io("creating", temporary_);
+}
+
+ShardStore::CheckpointFile::~CheckpointFile() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  std::error_code ignored;
+  std::filesystem::remove(temporary_, ignored);
+}
+
+void ShardStore::CheckpointFile::write_rows(uint64_t offset, std::span<const std::byte> bytes) {
+  PSCHED_REQUIRE(offset + bytes.size() <= rows_bytes_, offset, bytes.size(), rows_bytes_);
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done,
+                         static_cast<off_t>(rows_offset_ + offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_io("writing", temporary_);
+    done += static_cast<size_t>(n);
   }
-  ::close(fd);
-  if (::rename(temporary.c_str(), file.c_str()) != 0) fail_io("renaming", temporary);
-  fsync_path(directory_, O_RDONLY | O_DIRECTORY);
-  if (generation > 0) delete_before(generation - 1);
+}
+
+std::filesystem::path ShardStore::CheckpointFile::finish() {
+  const uint64_t size = rows_offset_ - kBodyAt + rows_bytes_;
+  if (::ftruncate(fd_, static_cast<off_t>(kBodyAt + size)) != 0) fail_io("sizing", temporary_);
+  const uint32_t crc = crc_of_range(fd_, temporary_, kBodyAt, size);
+  if (::pwrite(fd_, &crc, sizeof crc, kCrcAt) != sizeof crc) fail_io("writing", temporary_);
+  if (::fsync(fd_) != 0) fail_io("fsync of", temporary_);
+  ::close(fd_);
+  fd_ = -1;
+  std::filesystem::path file = store_.checkpoint_file(generation_);
+  if (::rename(temporary_.c_str(), file.c_str()) != 0) fail_io("renaming", temporary_);
+  fsync_path(store_.directory_, O_RDONLY | O_DIRECTORY);
+  if (generation_ > 0) store_.delete_before(generation_ - 1);
   return file;
 }
 

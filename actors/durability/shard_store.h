@@ -52,7 +52,7 @@ class ShardStore {
   ShardStore& operator=(const ShardStore&) = delete;
 
   // The format write_checkpoint writes; load_latest reads it and every earlier one.
-  static constexpr uint32_t kCheckpointFormat = 5;
+  static constexpr uint32_t kCheckpointFormat = 6;
   // The first format whose variables carry their frozen variance's bookkeeping (Variable's
   // save format 2; earlier files hold its format 1).
   static constexpr uint32_t kFrozenVarianceFormat = 3;
@@ -63,11 +63,17 @@ class ShardStore {
   // The first format that holds embedding tables beside variables (each hosted id's record
   // starts with its kind; actors/shard/variable_shard_state.cc).
   static constexpr uint32_t kTablesFormat = 5;
+  // The first format whose tables' rows follow the payload, streamed into the file chunk by
+  // chunk (CheckpointFile), instead of inside it.
+  static constexpr uint32_t kStreamedRowsFormat = 6;
 
   struct Checkpoint {
     uint64_t generation = 0;
     std::filesystem::path file;
     std::vector<std::byte> payload;  // what write_checkpoint was given
+    // From kStreamedRowsFormat: where in `file` the tables' rows are (CheckpointFile).
+    uint64_t rows_offset = 0;
+    uint64_t rows_bytes = 0;
     // Whether generation `generation`'s update log follows it; unknown in the first format.
     std::optional<bool> log_follows;
     // The file's format, 1 to kCheckpointFormat: which layout of the payload was written
@@ -117,6 +123,36 @@ class ShardStore {
   // removes the temporary file then.
   std::filesystem::path write_checkpoint(uint64_t generation,
                                          std::span<const std::byte> payload) const;
+
+  // A checkpoint file being written: the payload first, then `rows_bytes` of table rows in
+  // pieces at their offsets as they come (write_rows), then finish(), which checksums what was
+  // written, syncs and renames it as write_checkpoint does. Off the loop (the writer thread).
+  // Dropped unfinished, it removes its temporary file. Throws Error(io_error) naming the file.
+  class CheckpointFile {
+   public:
+    ~CheckpointFile();
+    CheckpointFile(const CheckpointFile&) = delete;
+    CheckpointFile& operator=(const CheckpointFile&) = delete;
+    // `bytes` at `offset` of the rows (they end within rows_bytes).
+    void write_rows(uint64_t offset, std::span<const std::byte> bytes);
+    std::filesystem::path finish();
+
+   private:
+    friend class ShardStore;
+    CheckpointFile(const ShardStore& store, uint64_t generation, uint64_t rows_offset,
+                   uint64_t rows_bytes);
+
+    const ShardStore& store_;
+    uint64_t generation_;
+    std::filesystem::path temporary_;
+    int fd_ = -1;
+    uint64_t rows_offset_;  // in the file
+    uint64_t rows_bytes_;
+  };
+  // Starts generation `generation`'s checkpoint: its payload written, its rows to come.
+  std::unique_ptr<CheckpointFile> open_checkpoint(uint64_t generation,
+                                                  std::span<const std::byte> payload,
+                                                  uint64_t rows_bytes) const;
 
   std::filesystem::path checkpoint_file(uint64_t generation) const;
   std::filesystem::path log_file(uint64_t generation) const;

@@ -242,6 +242,8 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
 }
 
 void RowTable::update(uint32_t slot, const std::byte* gradient, uint64_t t) {
+  if (freeze_ && slot < freeze_->rows && !freeze_->saved[slot / kRowsPerChunk])
+    save_frozen(slot / kRowsPerChunk);  // the stream gets the row as it was at the freeze
   std::byte* row = block(slot);
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -282,11 +284,17 @@ const std::byte* RowTable::block(uint32_t slot) const {
   return chunks_[slot / kRowsPerChunk].data() + uint64_t{slot % kRowsPerChunk} * block_bytes_;
 }
 
-uint32_t RowTable::slot_of(uint64_t id) {
-  auto [found, made] = index_.try_emplace(id, static_cast<uint32_t>(index_.size()));
-  const uint32_t slot = found->second;
-  if (!made) return slot;
+uint32_t RowTable::new_slot(uint64_t id) {
+  const auto slot = static_cast<uint32_t>(ids_.size());
+  index_.emplace(id, slot);
+  ids_.push_back(id);
   if (slot / kRowsPerChunk == chunks_.size()) chunks_.emplace_back(kRowsPerChunk * block_bytes_);
+  return slot;
+}
+
+uint32_t RowTable::slot_of(uint64_t id) {
+  if (auto found = index_.find(id); found != index_.end()) return found->second;
+  const uint32_t slot = new_slot(id);
   std::byte* row = block(slot);
   initial_row(id, {row, spec_.row_bytes()});
   const double state = optim::initial_row_state(spec_.optimizer);
@@ -299,18 +307,54 @@ uint32_t RowTable::slot_of(uint64_t id) {
 
 uint64_t RowTable::bytes_held() const {
   const uint64_t index = index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
-  return chunks_.size() * kRowsPerChunk * block_bytes_ + index;
+  return chunks_.size() * kRowsPerChunk * block_bytes_ + index + ids_.capacity() * sizeof(uint64_t);
+}
+
+void RowTable::save_head(ByteWriter& out) const {
+  encode_table_spec(out, spec_);
+  out.put<uint64_t>(ids_.size());
 }
 
 void RowTable::save(ByteWriter& out) const {
-  encode_table_spec(out, spec_);
-  out.put<uint64_t>(index_.size());
-  std::vector<uint64_t> ids(index_.size());
-  for (const auto& [id, slot] : index_) ids[slot] = id;
-  for (uint32_t slot = 0; slot < ids.size(); ++slot) {
-    out.put(ids[slot]);
+  save_head(out);
+  for (uint32_t slot = 0; slot < ids_.size(); ++slot) {
+    out.put(ids_[slot]);
     out.raw({block(slot), block_bytes_});
   }
+}
+
+uint64_t RowTable::freeze(uint64_t base, Emit emit) {
+  PSCHED_REQUIRE(!freeze_, spec_.name);
+  const auto rows = static_cast<uint32_t>(ids_.size());
+  if (rows == 0) return 0;
+  const uint32_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  freeze_ = Freeze{rows, base, std::move(emit), std::vector<bool>(chunks), 0};
+  return uint64_t{rows} * (sizeof(uint64_t) + block_bytes_);
+}
+
+bool RowTable::save_chunk() {
+  if (!freeze_) return false;
+  while (freeze_->next < freeze_->saved.size() && freeze_->saved[freeze_->next]) ++freeze_->next;
+  if (freeze_->next == freeze_->saved.size()) {
+    freeze_.reset();
+    return false;
+  }
+  save_frozen(freeze_->next);
+  return true;
+}
+
+void RowTable::save_frozen(uint32_t chunk) {
+  const uint64_t record = sizeof(uint64_t) + block_bytes_;
+  const uint32_t begin = chunk * kRowsPerChunk;
+  const uint32_t end = std::min(freeze_->rows, begin + kRowsPerChunk);
+  std::vector<std::byte> rows((end - begin) * record);
+  for (uint32_t slot = begin; slot < end; ++slot) {
+    std::byte* at = rows.data() + (slot - begin) * record;
+    std::memcpy(at, &ids_[slot], sizeof(uint64_t));
+    std::memcpy(at + sizeof(uint64_t), block(slot), block_bytes_);
+  }
+  freeze_->saved[chunk] = true;
+  freeze_->emit(freeze_->base + begin * record, std::move(rows));
 }
 
 void RowTable::save_sums(ByteWriter& out) const {
@@ -336,22 +380,46 @@ void RowTable::load_sums(ByteReader& in) {
   }
 }
 
-RowTable RowTable::restore(ByteReader& in) {
+RowTable RowTable::restore_head(ByteReader& in, uint64_t& rows) {
   TableSpec spec = decode_table_spec(in);
   try {
     check_spec(spec);
   } catch (const Error& e) {
     fail(ErrorCode::corrupt_checkpoint, "{}: {}", in.what(), e.what());
   }
-  RowTable table(std::move(spec));
-  const uint64_t rows = in.get<uint64_t>();
+  rows = in.get<uint64_t>();
+  if (rows > spec.num_embeddings)
+    fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' holds {} rows of {}", in.what(), spec.name,
+         rows, spec.num_embeddings);
+  return RowTable(std::move(spec));
+}
+
+RowTable RowTable::restore(ByteReader& in) {
+  uint64_t rows = 0;
+  RowTable table = restore_head(in, rows);
   for (uint64_t k = 0; k < rows; ++k) {
     const uint64_t id = in.get<uint64_t>();
     if (id >= table.spec_.num_embeddings || table.index_.contains(id))
       fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' holds row {} twice or past its {} rows",
            in.what(), table.spec_.name, id, table.spec_.num_embeddings);
-    std::memcpy(table.block(table.slot_of(id)), in.take(table.block_bytes_).data(),
+    std::memcpy(table.block(table.new_slot(id)), in.take(table.block_bytes_).data(),
                 table.block_bytes_);
+  }
+  return table;
+}
+
+RowTable RowTable::restore(ByteReader& head, ByteSource& rows) {
+  uint64_t count = 0;
+  RowTable table = restore_head(head, count);
+  table.index_.reserve(count);
+  table.ids_.reserve(count);
+  for (uint64_t k = 0; k < count; ++k) {
+    uint64_t id = 0;
+    rows.read(std::as_writable_bytes(std::span(&id, 1)));
+    if (id >= table.spec_.num_embeddings || table.index_.contains(id))
+      fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' holds row {} twice or past its {} rows",
+           head.what(), table.spec_.name, id, table.spec_.num_embeddings);
+    rows.read({table.block(table.new_slot(id)), table.block_bytes_});
   }
   return table;
 }

@@ -24,6 +24,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -110,6 +112,23 @@ class RowTable {
   // when what it reads is malformed or could not have been written.
   void save(ByteWriter& out) const;
   static RowTable restore(ByteReader& in);
+
+  // A checkpoint that streams the table (actors/durability/shard_durability.h): save_head()
+  // writes the spec and the count of rows stored now, freeze() keeps those rows as they are for
+  // the stream, and save_chunk() encodes them a chunk at a time, each row its id then its value
+  // and state, for `emit`; an update about to change a frozen row whose chunk is not encoded
+  // yet has that chunk encoded first. So the stream holds every row as at the freeze while
+  // updates go on, and neither a whole second copy of the table nor a pause for all of it.
+  using Emit = std::function<void(uint64_t offset, std::vector<std::byte> rows)>;
+  void save_head(ByteWriter& out) const;
+  // Freezes the rows stored now, their bytes in the stream at `base` on; returns their bytes.
+  // Requires no freeze under way.
+  uint64_t freeze(uint64_t base, Emit emit);
+  // Encodes the next frozen chunk not encoded yet and hands it to `emit`; false when none is
+  // left (the freeze is over).
+  bool save_chunk();
+  // The table save_head() wrote in `head`, its rows read from `rows` as save_chunk encoded them.
+  static RowTable restore(ByteReader& head, ByteSource& rows);
   // The sums a sync step in progress gathered so far, part by part, and back (beside its
   // track's progress in a checkpoint, as a Variable's sums are).
   void save_sums(ByteWriter& out) const;
@@ -122,6 +141,20 @@ class RowTable {
   // The slot of row `id`, made (and filled with the row's initial value and state) when the
   // row was not stored yet.
   uint32_t slot_of(uint64_t id);
+  // A new slot for row `id` (not stored yet), its memory not filled in.
+  uint32_t new_slot(uint64_t id);
+  // The spec and row count save_head() wrote, checked; `rows` gets the count.
+  static RowTable restore_head(ByteReader& in, uint64_t& rows);
+  // Encodes frozen chunk `chunk` for the stream and marks it done.
+  void save_frozen(uint32_t chunk);
+  // A checkpoint stream under way (freeze): what is frozen and what is encoded already.
+  struct Freeze {
+    uint32_t rows = 0;  // slots below are frozen
+    uint64_t base = 0;
+    Emit emit;
+    std::vector<bool> saved;  // by chunk
+    uint32_t next = 0;        // the first chunk save_chunk() looks at
+  };
   // One update of the row in `slot` from `gradient` (a row of the dtype).
   void update(uint32_t slot, const std::byte* gradient, uint64_t t);
   // A sync step's gradient sums of one part: each row gathered so far, in the order first met.
@@ -141,7 +174,9 @@ class RowTable {
   uint64_t block_bytes_;     // per row: value and state
   std::vector<AlignedBuffer> chunks_;
   absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot
-  std::vector<PartSums> gathered_;                 // sync: by part, of the step in progress
+  std::vector<uint64_t> ids_;                      // slot -> id
+  std::optional<Freeze> freeze_;
+  std::vector<PartSums> gathered_;  // sync: by part, of the step in progress
 };
 
 }  // namespace psched

@@ -5,6 +5,7 @@
 #include "actors/shard/row_table.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -137,6 +138,60 @@ TEST_CASE("a saved table restores equal and trains on the same") {
   cut.resize(cut.size() - 5);
   ByteReader short_in(cut, "cut table");
   CHECK(code_of([&] { RowTable::restore(short_in); }) == ErrorCode::corrupt_checkpoint);
+}
+
+namespace {
+
+// A ByteSource over bytes in memory (a checkpoint's file in the durability tests).
+struct MemorySource final : ByteSource {
+  std::span<const std::byte> bytes;
+  void read(std::span<std::byte> out) override {
+    REQUIRE(out.size() <= bytes.size());
+    std::memcpy(out.data(), bytes.data(), out.size());
+    bytes = bytes.subspan(out.size());
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a frozen table streams every row as at the freeze, chunk by chunk, while updates go on") {
+  TableSpec spec = spec_of(1'000'000, 2, optim::RowOptimizerKind::adagrad);
+  RowTable table(spec);
+  std::vector<uint64_t> ids(3 * RowTable::kRowsPerChunk - 100);  // three chunks, the last short
+  for (size_t k = 0; k < ids.size(); ++k) ids[k] = 7 * k;
+  table.apply(ids, bytes_of(std::vector<double>(2 * ids.size(), 0.5)), 1);
+  const std::vector<double> frozen = read(table, ids);
+  ByteWriter head;
+  table.save_head(head);
+  std::vector<std::byte> stream;
+  std::vector<int> written(3);
+  const uint64_t bytes = table.freeze(100, [&](uint64_t offset, std::vector<std::byte> rows) {
+    const uint64_t at = offset - 100;
+    REQUIRE(at + rows.size() <= stream.size());
+    std::memcpy(stream.data() + at, rows.data(), rows.size());
+    ++written[at / (RowTable::kRowsPerChunk * 40)];  // a row: its id, value and sums
+  });
+  CHECK(bytes == ids.size() * (8 + 2 * 8 * 2));  // id, value, Adagrad's sums
+  stream.resize(bytes);
+  CHECK(table.save_chunk());  // chunk 0
+  // Updates before the stream reached them: the last chunk goes out first, as it was; a new
+  // row is no part of the stream.
+  table.apply(std::vector<uint64_t>{ids.back(), 1}, bytes_of({9, 9, 9, 9}), 2);
+  CHECK(written == std::vector<int>{1, 0, 1});
+  while (table.save_chunk()) {
+  }
+  CHECK(written == std::vector<int>{1, 1, 1});
+  CHECK_FALSE(table.save_chunk());
+  table.apply(std::vector<uint64_t>{ids[0]}, bytes_of({9, 9}), 3);  // no stream any more
+  CHECK(written == std::vector<int>{1, 1, 1});
+  ByteReader in(head.bytes(), "head");
+  MemorySource source;
+  source.bytes = stream;
+  RowTable copy = RowTable::restore(in, source);
+  CHECK(source.bytes.empty());
+  CHECK(copy.rows() == ids.size());
+  CHECK(read(copy, ids) == frozen);
 }
 
 TEST_CASE("memory held grows a chunk of rows at a time") {

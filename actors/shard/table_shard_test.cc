@@ -4,10 +4,12 @@
 // bad input, and restored after a restart bit for bit.
 #include <chrono>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
 
+#include "actors/durability/shard_durability.h"
 #include "actors/durability/temp_dir.h"
 #include "actors/runtime/test_loop.h"
 #include "actors/shard/shard_test_support.h"
@@ -285,4 +287,64 @@ TEST_CASE("a restarted shard holds every acknowledged row update bit for bit, an
   CHECK(again.push(1, t, 4, {1}, {1, 1, 1}).taken());
   const std::vector<double> after = again.rows(t, {1}, 4);
   CHECK(after != std::vector<double>(before.begin(), before.begin() + 3));
+}
+
+TEST_CASE("a checkpoint streams a table while pushes change it, and a restart holds each once") {
+  testing::TempDir dir;
+  TableSpec spec = sgd_table("t", 1);
+  spec.num_embeddings = 100'000;
+  // More chunks than a checkpoint lets wait for its writer: some are encoded only after the
+  // pushes below changed rows of theirs (those go first, as they were).
+  std::vector<uint64_t> ids((ShardDurability::kChunksInFlight + 2) * RowTable::kRowsPerChunk);
+  for (size_t k = 0; k < ids.size(); ++k) ids[k] = k;
+  std::vector<double> before;
+  {
+    TableShard life(Mode::async, dir.path, 1);
+    life.restore();
+    const VariableId t = life.table(spec);
+    CHECK(life.push(0, t, 1, ids, std::vector<double>(ids.size(), 1)).taken());
+    std::exception_ptr error;
+    std::filesystem::path file;
+    auto written = kj::newPromiseAndFulfiller<void>();
+    life.shard.checkpoint([&](std::exception_ptr e, std::filesystem::path f) {
+      error = e;
+      file = std::move(f);
+      written.fulfiller->fulfill();
+    });
+    // Step 2 before the stream is through: the last rows, the first, one new row.
+    CHECK(life.push(0, t, 2, {ids.back(), 0, 99'999}, {4, 4, 4}).taken());
+    life.io.wait(kj::mv(written.promise));
+    if (error) std::rethrow_exception(error);
+    CHECK(file.filename() == "shard-0.00000002.ckpt");
+    before = life.rows(t, {0, 1, ids.back(), 99'999}, 2);
+  }  // killed: step 2 is in the log only
+  TableShard again(Mode::async, dir.path, 1);
+  RestoreReport report = again.restore();
+  CHECK(report.replayed == 1);
+  CHECK(report.tables == 1);
+  const VariableId t = again.table(spec);
+  CHECK(again.rows(t, {0, 1, ids.back(), 99'999}, 2) == before);
+}
+
+TEST_CASE("checkpoints asked for while one streams are taken after it, in order") {
+  testing::TempDir dir;
+  TableSpec spec = sgd_table("t", 1);
+  spec.num_embeddings = 100'000;
+  std::vector<uint64_t> ids((ShardDurability::kChunksInFlight + 2) * RowTable::kRowsPerChunk);
+  for (size_t k = 0; k < ids.size(); ++k) ids[k] = k;
+  TableShard life(Mode::async, dir.path, 1);
+  life.restore();
+  const VariableId t = life.table(spec);
+  CHECK(life.push(0, t, 1, ids, std::vector<double>(ids.size(), 1)).taken());
+  std::vector<std::string> files;
+  auto all = kj::newPromiseAndFulfiller<void>();
+  for (int k = 0; k < 3; ++k)
+    life.shard.checkpoint([&](std::exception_ptr e, std::filesystem::path f) {
+      CHECK_FALSE(e);
+      files.push_back(f.filename().string());
+      if (files.size() == 3) all.fulfiller->fulfill();
+    });
+  life.io.wait(kj::mv(all.promise));
+  CHECK(files == std::vector<std::string>{"shard-0.00000002.ckpt", "shard-0.00000003.ckpt",
+                                          "shard-0.00000004.ckpt"});
 }

@@ -208,7 +208,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   void file_pull_rows(const RowPull& pull, const RowsReply& reply);
   // The shard's hosted ids, each kind's record (variable_shard_state.cc).
   void save_hosted(ByteWriter& out, VariableId id) const;
-  void load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format);
+  void load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format, ByteSource& rows);
   // Each table's figures into `stats`.
   void report_tables(ShardStats& stats) const;
 
@@ -220,7 +220,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   void count_error(const Error& error) override;
   // ShardDurability::State, called by durability_ on the loop.
   void save_variables(ByteWriter& out) const override;
-  void load_variables(ByteReader& in, uint32_t checkpoint_format) override;
+  uint64_t freeze_rows(ShardDurability::RowsEmit emit) override;
+  bool save_rows() override;
+  void load_variables(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows) override;
   void replay_register(VariableSpec& spec, ElementRange part,
                        std::span<const std::byte> initial) override;
   void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
@@ -251,6 +253,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
     uint64_t pulled = 0;
   };
   std::vector<TableCounts> table_counts_;
+  size_t saving_ = 0;  // the first table a checkpoint's stream may still have rows of
   std::unordered_map<std::string, VariableId> by_name_;
   ShardStats stats_;                       // what the step machine does not keep
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors

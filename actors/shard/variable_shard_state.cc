@@ -9,7 +9,9 @@ namespace psched {
 
 // A checkpoint's payload after the step machine's record: the count of hosted ids, then each in
 // id order. From ShardStore::kTablesFormat each starts with its kind; before, all are variables.
-// A variable: its values, its track, its sums; a table: its rows, its track, its sums.
+// A variable: its values, its track, its sums; a table: its spec and row count (with its rows
+// in kTablesFormat; from kStreamedRowsFormat they are streamed after the payload,
+// freeze_rows), its track, its sums.
 void VariableShard::save_variables(ByteWriter& out) const {
   steps_.save(out);
   out.put<uint64_t>(hosted_.size());
@@ -20,7 +22,7 @@ void VariableShard::save_hosted(ByteWriter& out, VariableId id) const {
   const Hosted hosted = hosted_[id.value];
   out.put(static_cast<uint8_t>(hosted.kind));
   if (hosted.kind == Hosted::Kind::table) {
-    tables_[hosted.index].save(out);
+    tables_[hosted.index].save_head(out);
     steps_.track(id).save(out);
     return tables_[hosted.index].save_sums(out);
   }
@@ -29,7 +31,20 @@ void VariableShard::save_hosted(ByteWriter& out, VariableId id) const {
   variables_[hosted.index].save_sums(out);
 }
 
-void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format) {
+uint64_t VariableShard::freeze_rows(ShardDurability::RowsEmit emit) {
+  uint64_t bytes = 0;
+  for (RowTable& table : tables_) bytes += table.freeze(bytes, emit);
+  saving_ = 0;
+  return bytes;
+}
+
+bool VariableShard::save_rows() {
+  for (; saving_ < tables_.size(); ++saving_)
+    if (tables_[saving_].save_chunk()) return true;
+  return false;
+}
+
+void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows) {
   if (checkpoint_format >= ShardStore::kMembershipFormat) steps_.load(in);
   const uint64_t count = in.get<uint64_t>();
   for (uint64_t i = 0; i < count; ++i) {
@@ -40,15 +55,18 @@ void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format) {
         fail(ErrorCode::corrupt_checkpoint, "{}: unknown kind {} of id {}", in.what(), read, i);
       kind = static_cast<Hosted::Kind>(read);
     }
-    load_hosted(in, kind, checkpoint_format);
+    load_hosted(in, kind, checkpoint_format, rows);
   }
   stats_.variables = variables_.size();
   stats_.tables = tables_.size();
 }
 
-void VariableShard::load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format) {
+void VariableShard::load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format,
+                                ByteSource& rows) {
   if (kind == Hosted::Kind::table) {
-    RowTable table = RowTable::restore(in);
+    RowTable table = checkpoint_format >= ShardStore::kStreamedRowsFormat
+                         ? RowTable::restore(in, rows)
+                         : RowTable::restore(in);
     const VariableId id = add_hosted(table.spec().name, kind, {0, table.spec().parts});
     steps_.load_track(id, in);
     table.load_sums(in);
