@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numbers>
 #include <numeric>
+#include <utility>
 
 #include "actors/durability/state_codec.h"
 #include "common/check.h"
@@ -242,8 +243,9 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
 }
 
 void RowTable::update(uint32_t slot, const std::byte* gradient, uint64_t t) {
-  if (freeze_ && slot < freeze_->rows && !freeze_->saved[slot / kRowsPerChunk])
-    save_frozen(slot / kRowsPerChunk);  // the stream gets the row as it was at the freeze
+  if (freeze_ && slot < freeze_->rows && !freeze_->saved[slot / kRowsPerChunk] &&
+      !freeze_->kept[slot])
+    keep_before(slot);  // the stream gets the row as it was at the freeze
   std::byte* row = block(slot);
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -328,8 +330,23 @@ uint64_t RowTable::freeze(uint64_t base, Emit emit) {
   const auto rows = static_cast<uint32_t>(ids_.size());
   if (rows == 0) return 0;
   const uint32_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
-  freeze_ = Freeze{rows, base, std::move(emit), std::vector<bool>(chunks), 0};
+  freeze_ = Freeze{rows,
+                   base,
+                   std::move(emit),
+                   std::vector<bool>(chunks),
+                   0,
+                   std::vector<bool>(rows),
+                   std::vector<std::vector<std::byte>>(chunks)};
   return uint64_t{rows} * (sizeof(uint64_t) + block_bytes_);
+}
+
+void RowTable::keep_before(uint32_t slot) {
+  std::vector<std::byte>& before = freeze_->before[slot / kRowsPerChunk];
+  const size_t at = before.size();
+  before.resize(at + sizeof slot + block_bytes_);
+  std::memcpy(before.data() + at, &slot, sizeof slot);
+  std::memcpy(before.data() + at + sizeof slot, block(slot), block_bytes_);
+  freeze_->kept[slot] = true;
 }
 
 bool RowTable::save_chunk() {
@@ -352,6 +369,13 @@ void RowTable::save_frozen(uint32_t chunk) {
     std::byte* at = rows.data() + (slot - begin) * record;
     std::memcpy(at, &ids_[slot], sizeof(uint64_t));
     std::memcpy(at + sizeof(uint64_t), block(slot), block_bytes_);
+  }
+  std::vector<std::byte> before = std::exchange(freeze_->before[chunk], {});
+  for (size_t at = 0; at < before.size(); at += sizeof(uint32_t) + block_bytes_) {
+    uint32_t slot = 0;
+    std::memcpy(&slot, before.data() + at, sizeof slot);
+    std::memcpy(rows.data() + (slot - begin) * record + sizeof(uint64_t),
+                before.data() + at + sizeof slot, block_bytes_);
   }
   freeze_->saved[chunk] = true;
   freeze_->emit(freeze_->base + begin * record, std::move(rows));

@@ -117,8 +117,10 @@ class RowTable {
   // writes the spec and the count of rows stored now, freeze() keeps those rows as they are for
   // the stream, and save_chunk() encodes them a chunk at a time, each row its id then its value
   // and state, for `emit`; an update about to change a frozen row whose chunk is not encoded
-  // yet has that chunk encoded first. So the stream holds every row as at the freeze while
-  // updates go on, and neither a whole second copy of the table nor a pause for all of it.
+  // yet keeps that row's value and state as they were first, for its chunk. So the stream
+  // holds every row as at the freeze while updates go on; what it costs beside the table is
+  // the rows updated before their chunk went (one row's bytes each), and no pause longer than
+  // a chunk's encoding.
   using Emit = std::function<void(uint64_t offset, std::vector<std::byte> rows)>;
   void save_head(ByteWriter& out) const;
   // Freezes the rows stored now, their bytes in the stream at `base` on; returns their bytes.
@@ -145,8 +147,11 @@ class RowTable {
   uint32_t new_slot(uint64_t id);
   // The spec and row count save_head() wrote, checked; `rows` gets the count.
   static RowTable restore_head(ByteReader& in, uint64_t& rows);
-  // Encodes frozen chunk `chunk` for the stream and marks it done.
+  // Encodes frozen chunk `chunk` for the stream (its rows kept as they were where an update
+  // came first) and marks it done.
   void save_frozen(uint32_t chunk);
+  // Keeps frozen row `slot`'s value and state as they are, before an update changes them.
+  void keep_before(uint32_t slot);
   // A checkpoint stream under way (freeze): what is frozen and what is encoded already.
   struct Freeze {
     uint32_t rows = 0;  // slots below are frozen
@@ -154,6 +159,10 @@ class RowTable {
     Emit emit;
     std::vector<bool> saved;  // by chunk
     uint32_t next = 0;        // the first chunk save_chunk() looks at
+    std::vector<bool> kept;   // by slot: its value and state as at the freeze are in `before`
+    // By chunk: rows an update changed before the chunk went, each its slot (u32) then its
+    // value and state as at the freeze.
+    std::vector<std::vector<std::byte>> before;
   };
   // One update of the row in `slot` from `gradient` (a row of the dtype).
   void update(uint32_t slot, const std::byte* gradient, uint64_t t);

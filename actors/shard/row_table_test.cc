@@ -175,15 +175,16 @@ TEST_CASE(
   CHECK(bytes == ids.size() * (8 + 2 * 8 * 2));  // id, value, Adagrad's sums
   stream.resize(bytes);
   CHECK(table.save_chunk());  // chunk 0
-  // Updates before the stream reached them: the last chunk goes out first, as it was; a new
-  // row is no part of the stream.
+  // Updates before the stream reached them: the last chunk's row is kept as it was, twice
+  // updated; a new row is no part of the stream.
   table.apply(std::vector<uint64_t>{ids.back(), 1}, bytes_of({9, 9, 9, 9}), 2);
-  CHECK(written == std::vector<int>{1, 0, 1});
+  table.apply(std::vector<uint64_t>{ids.back(), ids[5000]}, bytes_of({9, 9, 9, 9}), 3);
+  CHECK(written == std::vector<int>{1, 0, 0});
   while (table.save_chunk()) {
   }
   CHECK(written == std::vector<int>{1, 1, 1});
   CHECK_FALSE(table.save_chunk());
-  table.apply(std::vector<uint64_t>{ids[0]}, bytes_of({9, 9}), 3);  // no stream any more
+  table.apply(std::vector<uint64_t>{ids[0]}, bytes_of({9, 9}), 4);  // no stream any more
   CHECK(written == std::vector<int>{1, 1, 1});
   ByteReader in(head.bytes(), "head");
   MemorySource source;

@@ -294,7 +294,7 @@ TEST_CASE("a checkpoint streams a table while pushes change it, and a restart ho
   TableSpec spec = sgd_table("t", 1);
   spec.num_embeddings = 100'000;
   // More chunks than a checkpoint lets wait for its writer: some are encoded only after the
-  // pushes below changed rows of theirs (those go first, as they were).
+  // pushes below changed rows of theirs (those rows are kept as they were for them).
   std::vector<uint64_t> ids((ShardDurability::kChunksInFlight + 2) * RowTable::kRowsPerChunk);
   for (size_t k = 0; k < ids.size(); ++k) ids[k] = k;
   std::vector<double> before;
