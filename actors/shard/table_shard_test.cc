@@ -289,14 +289,27 @@ TEST_CASE("a restarted shard holds every acknowledged row update bit for bit, an
   CHECK(after != std::vector<double>(before.begin(), before.begin() + 3));
 }
 
-TEST_CASE("a checkpoint streams a table while pushes change it, and a restart holds each once") {
-  testing::TempDir dir;
+namespace {
+
+// A table of 100,000 rows of one element, and the ids of more rows of it than a checkpoint
+// lets wait for its writer at once: some of them are encoded only after later pushes came.
+TableSpec large_table() {
   TableSpec spec = sgd_table("t", 1);
   spec.num_embeddings = 100'000;
-  // More chunks than a checkpoint lets wait for its writer: some are encoded only after the
-  // pushes below changed rows of theirs (those rows are kept as they were for them).
+  return spec;
+}
+std::vector<uint64_t> stored_ids() {
   std::vector<uint64_t> ids((ShardDurability::kChunksInFlight + 2) * RowTable::kRowsPerChunk);
   for (size_t k = 0; k < ids.size(); ++k) ids[k] = k;
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint streams a table while pushes change it, and a restart holds each once") {
+  testing::TempDir dir;
+  const TableSpec spec = large_table();
+  const std::vector<uint64_t> ids = stored_ids();  // the pushes below change rows of them
   std::vector<double> before;
   {
     TableShard life(Mode::async, dir.path, 1);
@@ -328,13 +341,10 @@ TEST_CASE("a checkpoint streams a table while pushes change it, and a restart ho
 
 TEST_CASE("checkpoints asked for while one streams are taken after it, in order") {
   testing::TempDir dir;
-  TableSpec spec = sgd_table("t", 1);
-  spec.num_embeddings = 100'000;
-  std::vector<uint64_t> ids((ShardDurability::kChunksInFlight + 2) * RowTable::kRowsPerChunk);
-  for (size_t k = 0; k < ids.size(); ++k) ids[k] = k;
+  const std::vector<uint64_t> ids = stored_ids();
   TableShard life(Mode::async, dir.path, 1);
   life.restore();
-  const VariableId t = life.table(spec);
+  const VariableId t = life.table(large_table());
   CHECK(life.push(0, t, 1, ids, std::vector<double>(ids.size(), 1)).taken());
   std::vector<std::string> files;
   auto all = kj::newPromiseAndFulfiller<void>();
