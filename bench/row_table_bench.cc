@@ -2,6 +2,10 @@
 // psched-row-table-bench: what a shard's embedding table (actors/shard/row_table.h) costs in
 // memory beside what it holds, and how fast it creates and updates rows, on one core.
 //   psched-row-table-bench [--rows N] [--dim D] [--optimizer adagrad] [--dtype float32]
+//   psched-row-table-bench --sweep [--rows N]
+// --sweep: the update rate of every row optimizer at dims 16, 64 and 256 (float32), as rows a
+// second and as the bytes an update moves (the row's value and state read and written, its
+// gradient read) against memcpy's read and write rate on this machine, measured in the same run.
 // Fills a table with N rows (each id once, in a random order, as first pushes create them),
 // then updates them all again in random batches of --batch ids. Reports the bytes a row costs
 // three ways: the table's own count (RowTable::bytes_held), the heap glibc reports before and
@@ -11,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,6 +49,55 @@ double apply_all(psched::RowTable& table, const std::vector<uint64_t>& ids, size
   return seconds_since(start);
 }
 
+// Bytes a second memcpy reads and writes together, over buffers far larger than the caches.
+double memcpy_bandwidth() {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<std::byte> from(bytes, std::byte{1}), to(bytes);
+  double best = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto start = Clock::now();
+    std::memcpy(to.data(), from.data(), bytes);
+    best = std::max(best, 2.0 * double(bytes) / seconds_since(start));
+  }
+  return best;
+}
+
+// Updates a second of a table of `rows` rows of `dim` float32 under `kind`, each row once a pass.
+double update_rate(psched::optim::RowOptimizerKind kind, uint32_t dim, uint64_t rows,
+                   size_t batch) {
+  psched::TableSpec spec{.name = "bench", .num_embeddings = rows, .dim = dim};
+  spec.optimizer = psched::optim::torch_row_defaults(kind);
+  psched::RowTable table(spec);
+  std::vector<uint64_t> ids(rows);
+  for (uint64_t k = 0; k < rows; ++k) ids[k] = k;
+  std::mt19937_64 random(1);
+  std::shuffle(ids.begin(), ids.end(), random);
+  apply_all(table, ids, batch, 1);  // first touch
+  std::shuffle(ids.begin(), ids.end(), random);
+  return double(rows) / apply_all(table, ids, batch, 2);
+}
+
+int sweep(uint64_t rows, size_t batch) {
+  const double bandwidth = memcpy_bandwidth();
+  std::printf("memcpy on this machine: %.1f GB/s read and written together\n", bandwidth / 1e9);
+  std::printf("%-16s %5s %12s %14s %12s\n", "optimizer", "dim", "M rows/s", "GB/s moved",
+              "of memcpy");
+  for (auto kind : {psched::optim::RowOptimizerKind::sgd, psched::optim::RowOptimizerKind::adagrad,
+                    psched::optim::RowOptimizerKind::rowwise_adagrad,
+                    psched::optim::RowOptimizerKind::sparse_adam}) {
+    for (uint32_t dim : {16u, 64u, 256u}) {
+      const psched::optim::RowOptimizerSpec spec = psched::optim::torch_row_defaults(kind);
+      const double block = 4.0 * double(dim + psched::optim::row_state_elements(spec, dim));
+      const double rate = update_rate(kind, dim, rows, batch);
+      const double moved = rate * (2 * block + 4.0 * dim);  // value, state both ways; gradient
+      std::printf("%-16s %5u %12.2f %14.2f %11.0f%%\n",
+                  std::string(psched::optim::to_string(kind)).c_str(), dim, rate / 1e6, moved / 1e9,
+                  100 * moved / bandwidth);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,12 +106,15 @@ int main(int argc, char** argv) {
   uint32_t dim = 64;
   size_t batch = 4096;
   std::string optimizer = "adagrad", dtype = "float32";
+  bool sweeping = false;
   app.add_option("--rows", rows, "rows stored");
   app.add_option("--dim", dim, "elements per row");
   app.add_option("--batch", batch, "ids per apply (a push's rows)");
   app.add_option("--optimizer", optimizer, "sgd, adagrad, rowwise_adagrad or sparse_adam");
   app.add_option("--dtype", dtype, "float32 or float64");
+  app.add_flag("--sweep", sweeping, "every row optimizer at dims 16, 64, 256 against memcpy");
   CLI11_PARSE(app, argc, argv);
+  if (sweeping) return sweep(rows, batch);
   psched::TableSpec spec{.name = "bench", .num_embeddings = rows * 4, .dim = dim};
   spec.dtype = dtype == "float64" ? psched::DType::float64 : psched::DType::float32;
   psched::optim::RowOptimizerKind kind;

@@ -37,10 +37,9 @@ void sgd(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g) {
 }
 
 template <typename T>
-void adagrad(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g, std::span<T> sum,
-             uint64_t t) {
-  const double clr = spec.lr / (1 + double(t - 1) * spec.lr_decay);
-  const T alpha = static_cast<T>(-clr), eps = static_cast<T>(spec.eps);
+void adagrad(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> w,
+             std::span<const T> g, std::span<T> sum) {
+  const T alpha = static_cast<T>(-step.lr), eps = static_cast<T>(spec.eps);
   for (size_t i = 0; i < w.size(); ++i) {
     sum[i] += g[i] * g[i];
     w[i] += alpha * (g[i] / (std::sqrt(sum[i]) + eps));
@@ -59,13 +58,11 @@ void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> w, std::span<con
 }
 
 template <typename T>
-void sparse_adam(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g,
-                 std::span<T> state, uint64_t t) {
+void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> w,
+                 std::span<const T> g, std::span<T> state) {
   const size_t n = w.size();
   std::span<T> m = state.first(n), v = state.subspan(n, n);
-  const double bias1 = 1 - std::pow(spec.beta1, double(t));
-  const double bias2 = 1 - std::pow(spec.beta2, double(t));
-  const T step_size = static_cast<T>(spec.lr * std::sqrt(bias2) / bias1);
+  const T step_size = static_cast<T>(step.lr);
   const T keep1 = static_cast<T>(1 - spec.beta1), keep2 = static_cast<T>(1 - spec.beta2);
   const T eps = static_cast<T>(spec.eps);
   for (size_t i = 0; i < n; ++i) {
@@ -80,19 +77,19 @@ void sparse_adam(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T
 }
 
 template <typename T>
-void apply(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad,
-           std::span<T> state, uint64_t t) {
-  PSCHED_REQUIRE(grad.size() == row.size() && t >= 1, grad.size(), row.size(), t);
+void apply(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
+           std::span<const T> grad, std::span<T> state) {
+  PSCHED_REQUIRE(grad.size() == row.size(), grad.size(), row.size());
   PSCHED_REQUIRE(state.size() == row_state_elements(spec, row.size()), state.size());
   switch (spec.kind) {
     case RowOptimizerKind::sgd:
       return sgd(spec, row, grad);
     case RowOptimizerKind::adagrad:
-      return adagrad(spec, row, grad, state, t);
+      return adagrad(spec, step, row, grad, state);
     case RowOptimizerKind::rowwise_adagrad:
       return rowwise_adagrad(spec, row, grad, state[0]);
     case RowOptimizerKind::sparse_adam:
-      return sparse_adam(spec, row, grad, state, t);
+      return sparse_adam(spec, step, row, grad, state);
   }
 }
 
@@ -161,14 +158,39 @@ double initial_row_state(const RowOptimizerSpec& spec) {
   return accumulates ? spec.initial_accumulator_value : 0.0;
 }
 
+RowStep row_step(const RowOptimizerSpec& spec, uint64_t t) {
+  PSCHED_REQUIRE(t >= 1, t);
+  switch (spec.kind) {
+    case RowOptimizerKind::adagrad:
+      return {spec.lr / (1 + double(t - 1) * spec.lr_decay)};
+    case RowOptimizerKind::sparse_adam: {
+      const double bias1 = 1 - std::pow(spec.beta1, double(t));
+      const double bias2 = 1 - std::pow(spec.beta2, double(t));
+      return {spec.lr * std::sqrt(bias2) / bias1};
+    }
+    default:
+      return {spec.lr};
+  }
+}
+
+void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<float> row,
+               std::span<const float> grad, std::span<float> state) {
+  apply(spec, step, row, grad, state);
+}
+
+void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
+               std::span<const double> grad, std::span<double> state) {
+  apply(spec, step, row, grad, state);
+}
+
 void apply_row(const RowOptimizerSpec& spec, std::span<float> row, std::span<const float> grad,
                std::span<float> state, uint64_t t) {
-  apply(spec, row, grad, state, t);
+  apply(spec, row_step(spec, t), row, grad, state);
 }
 
 void apply_row(const RowOptimizerSpec& spec, std::span<double> row, std::span<const double> grad,
                std::span<double> state, uint64_t t) {
-  apply(spec, row, grad, state, t);
+  apply(spec, row_step(spec, t), row, grad, state);
 }
 
 }  // namespace psched::optim

@@ -66,6 +66,20 @@ uint64_t row_state_elements(const RowOptimizerSpec& spec, uint64_t dim);
 // initial_accumulator_value; the rest 0).
 double initial_row_state(const RowOptimizerSpec& spec);
 
+// What an update of a table's step `t` shares across its rows, computed once a step rather than
+// once a row: the learning rate the formula applies (adagrad: clr; sparse_adam: lr with both
+// bias corrections folded in, as torch's step_size; the rest: lr).
+struct RowStep {
+  double lr = 0;
+};
+RowStep row_step(const RowOptimizerSpec& spec, uint64_t t);
+
+// One row's update with the step's shared scalars (row_step(spec, t)).
+void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<float> row,
+               std::span<const float> grad, std::span<float> state);
+void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
+               std::span<const double> grad, std::span<double> state);
+
 // Update `t` (1-based: the table's step) of one row: `row` and its `state`
 // (row_state_elements(spec, row.size()) elements) in place from `grad` (as long as `row`).
 void apply_row(const RowOptimizerSpec& spec, std::span<float> row, std::span<const float> grad,

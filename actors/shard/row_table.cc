@@ -195,6 +195,7 @@ void RowTable::gather(uint32_t part, std::span<const uint64_t> ids,
 void RowTable::apply_part(uint32_t part, uint32_t gradients, uint64_t t) {
   PartSums sums = std::exchange(gathered_[part], {});
   const uint64_t row_bytes = spec_.row_bytes();
+  const optim::RowStep step = optim::row_step(spec_.optimizer, t);
   std::vector<uint32_t> order(sums.ids.size());
   std::iota(order.begin(), order.end(), 0u);
   std::sort(order.begin(), order.end(),
@@ -206,7 +207,7 @@ void RowTable::apply_part(uint32_t part, uint32_t gradients, uint64_t t) {
       std::byte* sum = sums.sums.data() + row * row_bytes;
       if (gradients > 1)
         for (T& x : as_span<T>(sum, spec_.dim)) x *= scale;
-      update(slot_of(sums.ids[row]), sum, t);
+      update(slot_of(sums.ids[row]), sum, step);
     }
   });
 }
@@ -215,6 +216,7 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
                      uint64_t t) {
   const uint64_t row_bytes = spec_.row_bytes();
   PSCHED_REQUIRE(gradients.size() == ids.size() * row_bytes, gradients.size(), ids.size());
+  const optim::RowStep step = optim::row_step(spec_.optimizer, t);
   // The rows in id order, duplicates next to each other, each id's in the order given.
   std::vector<uint32_t> order(ids.size());
   std::iota(order.begin(), order.end(), 0u);
@@ -237,20 +239,21 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
       });
       gradient = summed.data();
     }
-    update(slot_of(ids[order[k]]), gradient, t);
+    update(slot_of(ids[order[k]]), gradient, step);
     k = end;
   }
 }
 
-void RowTable::update(uint32_t slot, const std::byte* gradient, uint64_t t) {
+void RowTable::update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step) {
   if (freeze_ && slot < freeze_->rows && !freeze_->saved[slot / kRowsPerChunk] &&
       !freeze_->kept[slot])
     keep_before(slot);  // the stream gets the row as it was at the freeze
   std::byte* row = block(slot);
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
-    optim::apply_row(spec_.optimizer, as_span<T>(row, spec_.dim), as_span<T>(gradient, spec_.dim),
-                     as_span<T>(row + spec_.row_bytes(), state_elements_), t);
+    optim::apply_row(spec_.optimizer, step, as_span<T>(row, spec_.dim),
+                     as_span<T>(gradient, spec_.dim),
+                     as_span<T>(row + spec_.row_bytes(), state_elements_));
   });
 }
 

@@ -164,8 +164,9 @@ class RowTable {
     // value and state as at the freeze.
     std::vector<std::vector<std::byte>> before;
   };
-  // One update of the row in `slot` from `gradient` (a row of the dtype).
-  void update(uint32_t slot, const std::byte* gradient, uint64_t t);
+  // One update of the row in `slot` from `gradient` (a row of the dtype), with the step's
+  // scalars (optim::row_step, once a step).
+  void update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step);
   // A sync step's gradient sums of one part: each row gathered so far, in the order first met.
   struct PartSums {
     absl::flat_hash_map<uint64_t, uint32_t> position;  // id -> row of `sums`
