@@ -93,10 +93,16 @@ kj::Maybe<kj::Promise<void>> DataSession::read_push(const RequestHeader& r) {
       .gradient = data->bytes(),
       .keeps_gradient = data,
       .arrived = endpoint_.trace ? ShardTrace::now() : ShardTrace::TimePoint{}};
-  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(data->data(), r.body_bytes)) {
-    return rest->then([this, push = std::move(push)]() mutable { plane_->serve(std::move(push)); });
+  return serve_after_body(std::move(push), data->data(), r.body_bytes);
+}
+
+kj::Maybe<kj::Promise<void>> DataSession::serve_after_body(Request request, std::byte* body,
+                                                           uint64_t bytes) {
+  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(body, bytes)) {
+    return rest->then(
+        [this, request = std::move(request)]() mutable { plane_->serve(std::move(request)); });
   }
-  plane_->serve(std::move(push));
+  plane_->serve(std::move(request));
   return nullptr;
 }
 
@@ -119,11 +125,7 @@ kj::Maybe<kj::Promise<void>> DataSession::read_rows(const RequestHeader& r) {
     rows.ids = body->bytes().first(r.offset * sizeof(uint64_t));
     rows.gradient = body->bytes().subspan(r.offset * sizeof(uint64_t));
   }
-  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(body->data(), r.body_bytes)) {
-    return rest->then([this, rows = std::move(rows)]() mutable { plane_->serve(std::move(rows)); });
-  }
-  plane_->serve(std::move(rows));
-  return nullptr;
+  return serve_after_body(std::move(rows), body->data(), r.body_bytes);
 }
 
 kj::Promise<void> DataSession::close_with(uint64_t id, Error error) {

@@ -42,6 +42,9 @@ class DataSession final : private AnswerWriter {
   kj::Maybe<kj::Promise<void>> read_push(const RequestHeader& header);
   // A push or pull of rows: the body holds the ids, then (a push) their gradient rows.
   kj::Maybe<kj::Promise<void>> read_rows(const RequestHeader& header);
+  // Reads the frame's `bytes` of body into `body` (the request's own buffer), then hands
+  // `request` to the plane; null when the body was there already.
+  kj::Maybe<kj::Promise<void>> serve_after_body(Request request, std::byte* body, uint64_t bytes);
   // Answers `id` with `error`, then ends the stream: the frame cannot be skipped.
   kj::Promise<void> close_with(uint64_t id, Error error);
 

@@ -116,16 +116,8 @@ VariableShard::Registration VariableShard::do_register_table(TableSpec& spec) {
 }
 
 void VariableShard::push_rows(RowPush push, Receipt reply) {
-  dispatch([this, push, reply = std::move(reply)] {
-    auto start = Clock::now();
-    Result<> taken = counted(attempt([&] { do_push_rows(push); }));
-    if (!taken) {
-      ++stats_.pushes_rejected;
-      return reply(taken);
-    }
-    stats_.apply_seconds.observe(seconds_since(start));
-    reply(taken);
-  });
+  dispatch(
+      [this, push, reply = std::move(reply)] { reply(take_push([&] { do_push_rows(push); })); });
 }
 
 void VariableShard::do_push_rows(const RowPush& p) {
@@ -181,12 +173,12 @@ void VariableShard::file_pull_rows(const RowPull& pull, const RowsReply& reply) 
 }
 
 void VariableShard::push(Push push, Receipt reply) {
-  dispatch([this, push, reply = std::move(reply)] { reply(take_push(push)); });
+  dispatch([this, push, reply = std::move(reply)] { reply(take_push([&] { do_push(push); })); });
 }
 
-Result<> VariableShard::take_push(const Push& push) {
+Result<> VariableShard::take_push(const std::function<void()>& apply) {
   auto start = Clock::now();
-  Result<> taken = counted(attempt([&] { do_push(push); }));
+  Result<> taken = counted(attempt(apply));
   if (!taken) {
     ++stats_.pushes_rejected;
     return taken;
@@ -220,7 +212,7 @@ void VariableShard::poll(Poll poll, ValueReply reply) {
 
 void VariableShard::push_poll(Push push, PollTicket ticket, Receipt receipt, ValueReply reply) {
   dispatch([this, push, ticket, receipt = std::move(receipt), reply = std::move(reply)] {
-    Result<> taken = take_push(push);
+    Result<> taken = take_push([&] { do_push(push); });
     receipt(taken);
     if (taken) file_poll({push.worker, push.variable, push.step, push.range, ticket}, reply);
   });

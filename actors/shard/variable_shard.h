@@ -196,8 +196,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   VariableId add_hosted(const std::string& name, Hosted::Kind kind, ElementRange extent);
   Registration do_register(VariableSpec& spec, ElementRange part,
                            std::span<const std::byte> initial);
-  // A push's receipt: taken, timed and counted, or refused.
-  Result<> take_push(const Push& push);
+  // A push's receipt (`apply`, a dense push's or a table's rows'): taken, timed and counted,
+  // or refused.
+  Result<> take_push(const std::function<void()>& apply);
   void do_push(const Push& push);
   // Files `poll` with the step machine; `reply` gets the value once it is ready, or the
   // refusal.
