@@ -52,9 +52,17 @@ struct Client::Impl {
   template <typename T, typename Ask>
   T ask_loop(Ask ask);
   using PendingPushes = std::map<std::pair<uint32_t, Step>, std::shared_ptr<Completion>>;
-  // The push of (handle, step); throws Error(invalid_argument) when there is none. Caller holds
-  // pushes_mutex.
-  PendingPushes::iterator find_push(VariableHandle handle, Step step);
+  // Pushes of variables (`pushes`) and of tables (`row_pushes`), `kind` naming which in errors.
+  // Caller holds pushes_mutex for each.
+  // A new push of (handle, step); throws Error(stale_step) when one is in flight.
+  std::shared_ptr<Completion> file_push(PendingPushes& pending, const char* kind, uint32_t handle,
+                                        Step step);
+  // The push of (handle, step); throws Error(invalid_argument) when there is none.
+  PendingPushes::iterator find_push(PendingPushes& pending, const char* kind, uint32_t handle,
+                                    Step step);
+  // The push of (handle, step), no longer pending: what a wait waits on.
+  std::shared_ptr<Completion> take_push(PendingPushes& pending, const char* kind, uint32_t handle,
+                                        Step step);
   // Drops the worker, then the connector, on the loop thread.
   void stop();
 
@@ -128,13 +136,32 @@ T Client::Impl::ask_loop(Ask ask) {
   });
 }
 
-Client::Impl::PendingPushes::iterator Client::Impl::find_push(VariableHandle handle, Step step) {
-  auto it = pushes.find({handle.value, step});
-  if (it == pushes.end())
+std::shared_ptr<Completion> Client::Impl::file_push(PendingPushes& pending, const char* kind,
+                                                    uint32_t handle, Step step) {
+  auto done = std::make_shared<Completion>();
+  if (!pending.try_emplace({handle, step}, done).second)
+    fail(ErrorCode::stale_step, "push of {} handle {} step {} is already in flight", kind, handle,
+         step);
+  return done;
+}
+
+Client::Impl::PendingPushes::iterator Client::Impl::find_push(PendingPushes& pending,
+                                                              const char* kind, uint32_t handle,
+                                                              Step step) {
+  auto it = pending.find({handle, step});
+  if (it == pending.end())
     fail(ErrorCode::invalid_argument,
-         "variable handle {} step {}: no such push (never pushed, or already waited for)",
-         handle.value, step);
+         "{} handle {} step {}: no such push (never pushed, or already waited for)", kind, handle,
+         step);
   return it;
+}
+
+std::shared_ptr<Completion> Client::Impl::take_push(PendingPushes& pending, const char* kind,
+                                                    uint32_t handle, Step step) {
+  auto it = find_push(pending, kind, handle, step);
+  std::shared_ptr<Completion> done = std::move(it->second);
+  pending.erase(it);
+  return done;
 }
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -164,13 +191,10 @@ void Client::pull(VariableHandle handle, Step after) {
 }
 
 void Client::push(VariableHandle handle, Step step, std::span<const std::byte> gradient) {
-  auto done = std::make_shared<Completion>();
+  std::shared_ptr<Completion> done;
   {
     std::lock_guard lock(impl_->pushes_mutex);
-    auto [it, fresh] = impl_->pushes.try_emplace({handle.value, step}, done);
-    if (!fresh)
-      fail(ErrorCode::stale_step, "push of variable handle {} step {} is already in flight",
-           handle.value, step);
+    done = impl_->file_push(impl_->pushes, "variable", handle.value, step);
     if (auto seconds = impl_->iteration_timer.pushed(step, IterationTimer::Clock::now()))
       impl_->iteration_seconds.observe(*seconds);
   }
@@ -185,16 +209,14 @@ void Client::wait(VariableHandle handle, Step step) {
   std::shared_ptr<Completion> done;
   {
     std::lock_guard lock(impl_->pushes_mutex);
-    auto it = impl_->find_push(handle, step);
-    done = std::move(it->second);
-    impl_->pushes.erase(it);
+    done = impl_->take_push(impl_->pushes, "variable", handle.value, step);
   }
   done->wait(impl_->wait_spin);
 }
 
 bool Client::ready(VariableHandle handle, Step step) {
   std::lock_guard lock(impl_->pushes_mutex);
-  return impl_->find_push(handle, step)->second->ready();
+  return impl_->find_push(impl_->pushes, "variable", handle.value, step)->second->ready();
 }
 
 TableHandle Client::register_table(const TableSpec& spec, std::optional<Compression> compression) {
@@ -218,12 +240,10 @@ TableSpec Client::table(TableHandle handle) const {
 
 void Client::push_rows(TableHandle handle, Step step, std::span<const uint64_t> ids,
                        std::span<const std::byte> gradients) {
-  auto done = std::make_shared<Completion>();
+  std::shared_ptr<Completion> done;
   {
     std::lock_guard lock(impl_->pushes_mutex);
-    if (!impl_->row_pushes.try_emplace({handle.value, step}, done).second)
-      fail(ErrorCode::stale_step, "push of table handle {} step {} is already in flight",
-           handle.value, step);
+    done = impl_->file_push(impl_->row_pushes, "table", handle.value, step);
   }
   impl_->thread.loop().post([this, handle, step, ids, gradients, done] {
     try {
@@ -243,13 +263,7 @@ void Client::wait_rows(TableHandle handle, Step step) {
   std::shared_ptr<Completion> done;
   {
     std::lock_guard lock(impl_->pushes_mutex);
-    auto it = impl_->row_pushes.find({handle.value, step});
-    if (it == impl_->row_pushes.end())
-      fail(ErrorCode::invalid_argument,
-           "table handle {} step {}: no such push (never pushed, or already waited for)",
-           handle.value, step);
-    done = std::move(it->second);
-    impl_->row_pushes.erase(it);
+    done = impl_->take_push(impl_->row_pushes, "table", handle.value, step);
   }
   done->wait(impl_->wait_spin);
 }

@@ -37,6 +37,15 @@ void fill_push(Params params, const PartitionRequest& p) {
   }
 }
 
+// Sets what a pushRows and a pullRows share: the table, the step, the ids (copied).
+template <typename Params>
+void fill_rows(Params params, const RowsRequest& rows) {
+  params.setTable(rows.table.value);
+  params.setStep(rows.step.value);
+  const auto ids = std::as_bytes(rows.ids);
+  params.setIds(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(ids.data()), ids.size()));
+}
+
 }  // namespace
 
 kj::Promise<void> RpcCalls::push(const PartitionRequest& part) {
@@ -69,10 +78,7 @@ kj::Promise<Landed> RpcCalls::push_poll(const PartitionRequest& part) {
 
 kj::Promise<void> RpcCalls::push_rows(const RowsRequest& rows) {
   auto request = session_.pushRowsRequest();
-  request.setTable(rows.table.value);
-  request.setStep(rows.step.value);
-  const auto ids = std::as_bytes(rows.ids);
-  request.setIds(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(ids.data()), ids.size()));
+  fill_rows(wire::Session::PushRowsParams::Builder(request), rows);
   request.setDtype(to_wire(rows.dtype));
   request.setFormat(to_wire(rows.format));
   request.setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(rows.gradient.data()),
@@ -82,10 +88,7 @@ kj::Promise<void> RpcCalls::push_rows(const RowsRequest& rows) {
 
 kj::Promise<Landed> RpcCalls::pull_rows(const RowsRequest& rows) {
   auto request = session_.pullRowsRequest();
-  request.setTable(rows.table.value);
-  request.setStep(rows.step.value);
-  const auto ids = std::as_bytes(rows.ids);
-  request.setIds(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(ids.data()), ids.size()));
+  fill_rows(wire::Session::PullRowsParams::Builder(request), rows);
   request.setValueFormat(to_wire(rows.value_format));
   return request.send().then(
       [landing = rows.landing()](capnp::Response<wire::Session::PullRowsResults> r) {
