@@ -3,7 +3,6 @@
 
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "common/kj_error.h"
 #include "net/rpc_connection.h"
@@ -110,23 +109,23 @@ kj::Promise<Landed> DataChannel::pull_rows(const RowsRequest& rows) {
 kj::Promise<Landed> DataChannel::send_rows(wire::RequestKind kind, const RowsRequest& rows) {
   if (broken_) return to_kj_exception(*broken_);
   const bool push = kind == wire::RequestKind::PUSH_ROWS;
-  const auto ids = std::as_bytes(rows.ids);
-  std::vector<std::byte> body(ids.begin(), ids.end());
-  if (push) body.insert(body.end(), rows.gradient.begin(), rows.gradient.end());
+  const std::span<const std::byte> ids = std::as_bytes(rows.ids);
+  const std::span<const std::byte> gradient = push ? rows.gradient : std::span<const std::byte>();
   RequestHeader header{.kind = kind,
                        .dtype = rows.dtype,
                        .variable = rows.table.value,
                        .id = next_id_++,
                        .step = rows.step.value,
                        .offset = rows.ids.size(),
-                       .body_bytes = body.size(),
+                       .body_bytes = ids.size() + gradient.size(),
                        .format = push ? rows.format : WireFormat::none,
                        .value_format = push ? WireFormat::none : rows.value_format};
   auto answered = kj::newPromiseAndFulfiller<Landed>();
   // A pull is withdrawn as a poll is when dropped; a push is not (as PUSH).
   waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller),
                                       push ? wire::RequestKind::PUSH : kind, rows.landing()});
-  writer_.add_copied(encode(header), body);
+  // The ids and rows stay in the worker's memory until the request is answered: no copy.
+  writer_.add_referenced(encode(header), {ids, gradient});
   writer_.flush_at_end_of_turn();
   return answered.promise.attach(kj::defer([this, id = header.id] { abandon(id); }));
 }

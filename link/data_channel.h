@@ -50,7 +50,8 @@ class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
   // receipt, with Landed{}), rejects with its refusal. A value being read when the promise is
   // dropped still lands in part.out. Dropping an unanswered poll cancels it.
   kj::Promise<Landed> send(wire::RequestKind kind, const PartitionRequest& part);
-  // A push or pull of rows as one frame, its body the ids then (a push) the rows, copied.
+  // A push or pull of rows as one frame, its body the ids then (a push) the rows, both sent
+  // from where they lie.
   kj::Promise<Landed> send_rows(wire::RequestKind kind, const RowsRequest& rows);
   // Reads the shard's answer to the preface; rejects with its refusal.
   kj::Promise<void> handshake();

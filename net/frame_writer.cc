@@ -27,11 +27,19 @@ void FrameWriter::add(const FrameHeaderBytes& header, std::span<const std::byte>
 }
 
 void FrameWriter::add_referenced(const FrameHeaderBytes& header, std::span<const std::byte> body) {
+  add_referenced(header, {body});
+}
+
+void FrameWriter::add_referenced(const FrameHeaderBytes& header,
+                                 std::initializer_list<std::span<const std::byte>> body) {
   if (broken_) return;
   WriteBatch& batch = open_batch();
   batch.copy(header);
-  if (!body.empty()) batch.reference(body);
-  waiting_bytes_ += header.size() + body.size();
+  waiting_bytes_ += header.size();
+  for (std::span<const std::byte> piece : body) {
+    if (!piece.empty()) batch.reference(piece);
+    waiting_bytes_ += piece.size();
+  }
 }
 
 void FrameWriter::add_copied(const FrameHeaderBytes& header, std::span<const std::byte> body) {

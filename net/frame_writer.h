@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -41,6 +42,9 @@ class FrameWriter final : private kj::TaskSet::ErrorHandler {
   // The same with the body referenced whatever its size (the worker's gradients, which stay in
   // the trainer's memory until their push is answered anyway).
   void add_referenced(const FrameHeaderBytes& header, std::span<const std::byte> body);
+  // The same for a body in several pieces, in order (a table's ids, then their rows).
+  void add_referenced(const FrameHeaderBytes& header,
+                      std::initializer_list<std::span<const std::byte>> body);
   // Writes what was added at the end of this turn of the loop (or after the write in flight).
   void flush_at_end_of_turn();
   // Writes what was added now (or after the write in flight).
