@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 
 #include "actors/runtime/test_loop.h"
+#include "actors/shard/shard_loop_support.h"
 #include "actors/shard/variable_shard.h"
 #include "bench/heap_clock.h"
 
@@ -40,18 +41,6 @@ double status_mib(const std::string& field) {
   for (std::string line; std::getline(status, line);)
     if (line.starts_with(field + ":")) return std::stod(line.substr(field.size() + 1)) / 1024;
   return 0;
-}
-
-psched::RestoreReport restored(psched::testing::TestLoop& io, psched::VariableShard& shard) {
-  std::exception_ptr error;
-  psched::RestoreReport report;
-  shard.restore([&](std::exception_ptr e, psched::RestoreReport r) {
-    error = e;
-    report = std::move(r);
-  });
-  io.drain();
-  if (error) std::rethrow_exception(error);
-  return report;
 }
 
 // The id of the table's k-th row: spread over four times as many ids.
@@ -159,7 +148,7 @@ int fill_and_checkpoint(const std::string& dir, uint64_t rows, uint32_t dim) {
               static_cast<unsigned long long>(rows), dim, seconds_since(start),
               status_mib("VmRSS"));
   start = Clock::now();
-  restored(io, shard);  // writes the first checkpoint whole
+  psched::testing::restored(io, shard);  // writes the first checkpoint whole
   std::printf("first checkpoint (whole, on the loop): %.1f s\n", seconds_since(start));
 
   // Pushes of 4096 of the table's rows anywhere in it, timed: without a checkpoint, then during
@@ -186,7 +175,7 @@ int restore(const std::string& dir) {
   psched::testing::TestLoop io;
   psched::VariableShard shard(io.actors, {psched::ShardId(0), psched::Mode::async, 1, 16, dir});
   const auto start = Clock::now();
-  psched::RestoreReport report = restored(io, shard);
+  psched::RestoreReport report = psched::testing::restored(io, shard);
   std::printf(
       "restore: %.1f s (%llu table(s), %llu logged updates replayed, a checkpoint "
       "written); RSS %.0f MiB, at most %.0f\n",

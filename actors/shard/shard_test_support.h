@@ -3,8 +3,6 @@
 // that keep what the shard answered, for the test to check after draining its loop.
 #pragma once
 
-#include <exception>
-#include <filesystem>
 #include <optional>
 #include <span>
 #include <vector>
@@ -12,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "actors/runtime/test_loop.h"
+#include "actors/shard/shard_loop_support.h"
 #include "actors/shard/variable_shard.h"
 #include "common/error.h"
 
@@ -54,34 +53,6 @@ struct Receipted {
     };
   }
 };
-
-// `shard`'s restore(), its loop `io` run until it replied; rethrows its failure.
-inline RestoreReport restored(TestLoop& io, VariableShard& shard) {
-  std::exception_ptr error;
-  RestoreReport report;
-  shard.restore([&](std::exception_ptr e, RestoreReport r) {
-    error = e;
-    report = std::move(r);
-  });
-  io.drain();
-  if (error) std::rethrow_exception(error);
-  return report;
-}
-
-// `shard`'s checkpoint(), waited for (the file is written on another thread); its path.
-inline std::filesystem::path checkpointed(TestLoop& io, VariableShard& shard) {
-  std::exception_ptr error;
-  std::filesystem::path file;
-  auto written = kj::newPromiseAndFulfiller<void>();
-  shard.checkpoint([&](std::exception_ptr e, std::filesystem::path f) {
-    error = e;
-    file = std::move(f);
-    written.fulfiller->fulfill();
-  });
-  io.wait(kj::mv(written.promise));
-  if (error) std::rethrow_exception(error);
-  return file;
-}
 
 // `g` as a push's bytes: valid while `g` is.
 inline std::span<const std::byte> bytes_of(const std::vector<float>& g) {
