@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT / "python" / "examples"))
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))
 import torch_e2e as e2e  # noqa: E402
+from torch_e2e_report import cpu_cell  # noqa: E402
 from free_ports import free_ports  # noqa: E402
 
 MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16")
@@ -308,15 +309,12 @@ def table(output):
                      f"{max(compute['peak_rss']) / MIB:.0f} | |")
     for rate in output["rates"]:
         for mode, s in rate["summary"].items():
-            cpu = s["cpu_s_per_step"]
-            workers = sum(v for k, v in cpu.items() if k != "shards")
-            shards = f" + {cpu['shards']:.3f}" if "shards" in cpu else ""
             vs = s.get("vs_" + BASELINE, {})
             server = (f" (shards {s['shards_peak_rss']['median'] / MIB:.0f})"
                       if "shards_peak_rss" in s else "")
             lines.append(
                 f"| {rate['name']} | {mode} | {fmt(s['step_s'])} | {fmt(vs.get('speed'), 2)} | "
-                f"{workers:.3f}{shards} | {s['sent_per_step']['median'] / MIB:.2f} / "
+                f"{cpu_cell(s['cpu_s_per_step'])} | {s['sent_per_step']['median'] / MIB:.2f} / "
                 f"{s['received_per_step']['median'] / MIB:.2f} | "
                 f"{fmt(vs.get('wire_bytes'), 3)} | {s['peak_rss']['median'] / MIB:.0f}{server} | "
                 f"{fmt(vs.get('peak_rss'), 2)} |")

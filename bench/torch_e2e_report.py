@@ -7,6 +7,12 @@ def fmt_spread(entry, digits=3):
             if entry["n"] > 1 else f"{entry['median']:.{digits}f}")
 
 
+def cpu_cell(cpu):
+    """The CPU seconds a step of a run's summary: the workers' together, then the shards'."""
+    workers = sum(v for k, v in cpu.items() if k != "shards")
+    return f"{workers:.3f}" + (f" + {cpu['shards']:.3f}" if "shards" in cpu else "")
+
+
 def table(results):
     """Markdown: one row per model, rate and mode."""
     lines = ["| model | link | mode | s/step, median (range) | samples/s | DDP time / mode time "
@@ -20,15 +26,12 @@ def table(results):
                          f"{model['compute']['cpu_s_per_step_total']:.3f} | 1 |")
             for rate in model["rates"]:
                 for mode, s in rate["summary"].items():
-                    cpu = s["cpu_s_per_step"]
-                    shards = f" + {cpu['shards']:.3f}" if "shards" in cpu else ""
-                    workers = sum(v for k, v in cpu.items() if k != "shards")
                     lines.append(
                         f"| {model['model']} | {rate['name']} | {mode} | "
                         f"{fmt_spread(s['iteration_s'])} | {s['samples_per_s']['median']:.1f} | "
                         f"{fmt_spread(s['ratio_to_ddp'], 2) if 'ratio_to_ddp' in s else ''} | "
                         f"{fmt_spread(s['ratio_to_fifo'], 2) if 'ratio_to_fifo' in s else ''} | "
-                        f"{workers:.3f}{shards} | {s['iteration_s']['n']} |")
+                        f"{cpu_cell(s['cpu_s_per_step'])} | {s['iteration_s']['n']} |")
     return "\n".join(lines)
 
 
