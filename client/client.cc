@@ -63,6 +63,10 @@ struct Client::Impl {
   // The push of (handle, step), no longer pending: what a wait waits on.
   std::shared_ptr<Completion> take_push(PendingPushes& pending, const char* kind, uint32_t handle,
                                         Step step);
+  // On the loop thread: runs the worker's call `start` and sets `done` with its outcome
+  // (a throw from `start` included), the promise kept in the worker's tasks.
+  template <typename Start>
+  void settle(const std::shared_ptr<Completion>& done, Start start);
   // Drops the worker, then the connector, on the loop thread.
   void stop();
 
@@ -164,6 +168,26 @@ std::shared_ptr<Completion> Client::Impl::take_push(PendingPushes& pending, cons
   return done;
 }
 
+template <typename Start>
+void Client::Impl::settle(const std::shared_ptr<Completion>& done, Start start) {
+  try {
+    // Dropped unsettled (the client closes): the waiter learns it rather than waiting forever.
+    auto dropped = kj::defer([done] {
+      if (!done->ready())
+        done->set(std::make_exception_ptr(
+            Error(ErrorCode::disconnected, "the client closed before the request finished")));
+    });
+    worker->tasks().add(start()
+                            .then([done] { done->set(nullptr); },
+                                  [done](kj::Exception&& e) {
+                                    done->set(std::make_exception_ptr(from_kj_exception(e)));
+                                  })
+                            .attach(kj::mv(dropped)));
+  } catch (...) {
+    done->set(std::current_exception());
+  }
+}
+
 Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 Client::~Client() = default;
@@ -246,16 +270,7 @@ void Client::push_rows(TableHandle handle, Step step, std::span<const uint64_t> 
     done = impl_->file_push(impl_->row_pushes, "table", handle.value, step);
   }
   impl_->thread.loop().post([this, handle, step, ids, gradients, done] {
-    try {
-      impl_->worker->tasks().add(impl_->worker->push_rows(handle, step, ids, gradients)
-                                     .then([done] { done->set(nullptr); },
-                                           [done](kj::Exception&& e) {
-                                             done->set(
-                                                 std::make_exception_ptr(from_kj_exception(e)));
-                                           }));
-    } catch (...) {
-      done->set(std::current_exception());
-    }
+    impl_->settle(done, [&] { return impl_->worker->push_rows(handle, step, ids, gradients); });
   });
 }
 
@@ -273,6 +288,24 @@ void Client::pull_rows(TableHandle handle, std::span<const uint64_t> ids, std::s
   impl_->thread.call([this, handle, ids, out, after](kj::AsyncIoContext&) {
     return impl_->worker->pull_rows(handle, after, ids, out);
   });
+}
+
+RowsPull Client::start_pull_rows(TableHandle handle, std::span<const uint64_t> ids,
+                                 std::span<std::byte> out, Step after, bool prefetch) {
+  auto done = std::make_shared<Completion>();
+  impl_->thread.loop().post([this, handle, ids, out, after, prefetch, done] {
+    impl_->settle(done,
+                  [&] { return impl_->worker->pull_rows(handle, after, ids, out, prefetch); });
+  });
+  return RowsPull(std::move(done));
+}
+
+void RowsPull::wait() const {
+  done_->wait();
+}
+
+bool RowsPull::ready() const {
+  return done_->ready();
 }
 
 SchedulerStats Client::scheduler_stats() {

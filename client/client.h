@@ -42,6 +42,22 @@ namespace psched {
 
 class StreamWrapper;  // link/stream_wrapper.h
 
+class Completion;
+
+// A pull of rows under way (Client::start_pull_rows). Copies share one pull.
+class RowsPull {
+ public:
+  // Blocks until the rows are in the pull's `out`; rethrows its error (every call does).
+  void wait() const;
+  // Whether wait() would return (or throw) at once.
+  bool ready() const;
+
+ private:
+  friend class Client;
+  explicit RowsPull(std::shared_ptr<Completion> done) : done_(std::move(done)) {}
+  std::shared_ptr<Completion> done_;
+};
+
 struct ClientOptions {
   std::vector<std::string> shards;  // "host:port" of every shard, in config order
   WorkerId worker;
@@ -132,6 +148,12 @@ class Client {
   // `after`'s update of them is applied (sync: the job's; async: this worker's; Step(): now).
   void pull_rows(TableHandle handle, std::span<const uint64_t> ids, std::span<std::byte> out,
                  Step after = Step());
+  // pull_rows started, returning at once: `ids` and `out` must stay alive until the pull's
+  // wait() has returned (or ready() said true). A `prefetch` (the rows of a step still to
+  // come, pulled while this one computes) is scheduled below every push and pull that is not
+  // one, and its answer counts in the credit window like any pull's.
+  RowsPull start_pull_rows(TableHandle handle, std::span<const uint64_t> ids,
+                           std::span<std::byte> out, Step after = Step(), bool prefetch = false);
   TableSpec table(TableHandle handle) const;
 
   // The scheduler's figures (bytes in flight, tasks started, ...).

@@ -268,13 +268,13 @@ kj::Promise<void> Worker::push_shard_rows(const TablePlan& plan, size_t shard, S
                       .gradient = held->second,
                       .format = format,
                       .push = true};
-  return schedule_rows(plan, shard, request, std::move(held));
+  return schedule_rows(plan.spec.priority, shard, request, std::move(held));
 }
 
-kj::Promise<void> Worker::schedule_rows(const TablePlan& plan, size_t shard, RowsRequest request,
+kj::Promise<void> Worker::schedule_rows(Priority priority, size_t shard, RowsRequest request,
                                         std::shared_ptr<const void> memory) {
   PartitionTask task{.id = kRowTasks | next_row_task_++,
-                     .priority = plan.spec.priority,
+                     .priority = priority,
                      .shard = ShardId(static_cast<uint32_t>(shard)),
                      .request = {.variable = request.table,
                                  .step = request.step,
@@ -305,7 +305,7 @@ void Worker::task_done(uint64_t task_id, std::exception_ptr error) {
 }
 
 kj::Promise<void> Worker::pull_rows(TableHandle handle, Step after, std::span<const uint64_t> ids,
-                                    std::span<std::byte> out) {
+                                    std::span<std::byte> out, bool prefetch) {
   const TablePlan& plan = table_plan(handle);
   if (out.size() != ids.size() * plan.spec.row_bytes())
     fail(ErrorCode::shape_mismatch,
@@ -317,18 +317,21 @@ kj::Promise<void> Worker::pull_rows(TableHandle handle, Step after, std::span<co
   kj::Promise<void> pushed = kj::READY_NOW;
   if (auto it = last_push_.find(handle.value); it != last_push_.end())
     pushed = it->second.addBranch();
-  return pushed.then([this, handle, after, shards, out] {
+  const Priority priority(plan.spec.priority.value + (prefetch ? kPrefetchPriority : 0));
+  return pushed.then([this, handle, after, shards, out, priority] {
     const TablePlan& plan = table_plan(handle);
     kj::Vector<kj::Promise<void>> answers;
     for (size_t shard = 0; shard < shards->size(); ++shard)
       if (!(*shards)[shard].ids.empty())
-        answers.add(pull_shard_rows(plan, shard, after, std::move((*shards)[shard]), out));
+        answers.add(
+            pull_shard_rows(plan, shard, after, std::move((*shards)[shard]), out, priority));
     return kj::joinPromises(answers.releaseAsArray());
   });
 }
 
 kj::Promise<void> Worker::pull_shard_rows(const TablePlan& plan, size_t shard, Step after,
-                                          ShardRows rows, std::span<std::byte> out) {
+                                          ShardRows rows, std::span<std::byte> out,
+                                          Priority priority) {
   const uint64_t row_bytes = plan.spec.row_bytes();
   std::vector<std::byte> landing(rows.ids.size() * row_bytes);
   auto held = std::make_shared<std::pair<ShardRows, std::vector<std::byte>>>(std::move(rows),
@@ -342,7 +345,7 @@ kj::Promise<void> Worker::pull_shard_rows(const TablePlan& plan, size_t shard, S
                       .out = held->second.data(),
                       .elements = held->first.ids.size() * plan.spec.dim,
                       .value_format = format};
-  return schedule_rows(plan, shard, request, held).then([held, out, row_bytes] {
+  return schedule_rows(priority, shard, request, held).then([held, out, row_bytes] {
     const auto& [rows, landed] = *held;
     for (size_t k = 0; k < rows.ids.size(); ++k)
       for (uint32_t at : rows.at[k])

@@ -74,9 +74,13 @@ class Worker : private kj::TaskSet::ErrorHandler {
                               std::span<const std::byte> gradients);
   // The rows `ids` (duplicates allowed) into `out` (ids.size() rows, alive until the promise
   // resolves), once `after`'s update of them is applied (sync: the job's; async: this
-  // worker's; Step(): at once).
+  // worker's; Step(): at once). A `prefetch` (the rows of a step still to come) is scheduled
+  // below every task that is not one: kPrefetchPriority above the table's priority.
   kj::Promise<void> pull_rows(TableHandle handle, Step after, std::span<const uint64_t> ids,
-                              std::span<std::byte> out);
+                              std::span<std::byte> out, bool prefetch = false);
+  // What a prefetch adds to its table's priority (lower is more urgent): more than any
+  // registration gives, so the current step's pushes and pulls go first.
+  static constexpr int64_t kPrefetchPriority = int64_t{1} << 40;
   const TableSpec& table(TableHandle handle) const;
   // Work the worker's callers started and keep running on the loop (a push of rows whose
   // outcome they take by callback). Its failures are logged; callers catch their own.
@@ -110,10 +114,10 @@ class Worker : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> push_shard_rows(const TablePlan& plan, size_t shard, Step step, ShardRows rows,
                                     std::span<const std::byte> gradients);
   kj::Promise<void> pull_shard_rows(const TablePlan& plan, size_t shard, Step after, ShardRows rows,
-                                    std::span<std::byte> out);
-  // Queues `request` with the scheduler as a task of the table's priority, `memory` keeping
-  // what it points to; resolves when it is finished (a push: received; a pull: landed).
-  kj::Promise<void> schedule_rows(const TablePlan& plan, size_t shard, RowsRequest request,
+                                    std::span<std::byte> out, Priority priority);
+  // Queues `request` with the scheduler as a task of `priority`, `memory` keeping what it
+  // points to; resolves when it is finished (a push: received; a pull: landed).
+  kj::Promise<void> schedule_rows(Priority priority, size_t shard, RowsRequest request,
                                   std::shared_ptr<const void> memory);
   // The scheduler's report of a finished task: a row task's, or the pusher's.
   void task_done(uint64_t task_id, std::exception_ptr error);

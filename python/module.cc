@@ -131,6 +131,10 @@ void bind_deployment(py::module_& m) {
       .def_property_readonly("path", [](const DeploymentConfig& c) { return c.source.string(); })
       .def_property_readonly("mode", [](const DeploymentConfig& c) { return to_string(c.mode); })
       .def_readonly("workers", &DeploymentConfig::workers)
+      .def_property_readonly(
+          "staleness",
+          [](const DeploymentConfig& c) { return c.mode == Mode::bounded ? c.steps.staleness : 0; },
+          "How many steps a bounded worker may run ahead of the slowest (0 unless bounded)")
       .def_property_readonly("shards", [](const DeploymentConfig& c) {
         std::vector<std::string> shards;
         for (const ShardConfig& s : c.shards) shards.push_back(s.listen.to_string());
@@ -258,6 +262,11 @@ void bind_client(py::module_& m) {
                            optim::to_string(t.spec.optimizer.kind));
       });
 
+  py::class_<PyRowsPull, std::shared_ptr<PyRowsPull>>(
+      m, "RowsPull", "A pull of rows under way (Client.start_pull_rows); it keeps its arrays.")
+      .def("wait", &PyRowsPull::wait, "Blocks until the rows are in `out`; raises its error.")
+      .def("ready", &PyRowsPull::ready, "Whether wait() would return at once.");
+
   py::class_<PyClient>(m, "Client", "A worker's connection to every shard (client/client.h).")
       .def(py::init<ClientOptions>(), py::arg("options"))
       .def("register", &PyClient::register_variable, py::arg("name"), py::arg("value"),
@@ -277,6 +286,11 @@ void bind_client(py::module_& m) {
       .def("wait_rows", &PyClient::wait_rows, py::arg("table"), py::arg("step"))
       .def("pull_rows", &PyClient::pull_rows, py::arg("table"), py::arg("ids"), py::arg("out"),
            py::arg("after") = py::none())
+      .def("start_pull_rows", &PyClient::start_pull_rows, py::arg("table"), py::arg("ids"),
+           py::arg("out"), py::kw_only(), py::arg("after") = py::none(),
+           py::arg("prefetch") = false,
+           "pull_rows started: returns a RowsPull at once; prefetch: scheduled below every "
+           "push and pull that is not a prefetch (the rows of a step still to come)")
       .def_property_readonly("start_step", &PyClient::start_step,
                              "The first step this worker pushes: 1 in a fresh job, the step the "
                              "shards agreed on when it joins a job under way (a restarted "

@@ -267,6 +267,31 @@ void PyClient::pull_rows(PyTable& table, py::buffer ids, py::buffer out,
   c.pull_rows(table.handle, id_view, {rows.data, rows.bytes}, Step(after.value_or(0)));
 }
 
+std::shared_ptr<PyRowsPull> PyClient::start_pull_rows(PyTable& table, py::buffer ids,
+                                                      py::buffer out, std::optional<uint64_t> after,
+                                                      bool prefetch) {
+  std::span<const uint64_t> id_view = ids_of(ids, table.spec, "pull");
+  TensorView rows = rows_of(out, true, table.spec, id_view.size(),
+                            fmt::format("pull of table '{}'", table.spec.name));
+  RowsPull pull = client().start_pull_rows(table.handle, id_view, {rows.data, rows.bytes},
+                                           Step(after.value_or(0)), prefetch);
+  return std::make_shared<PyRowsPull>(std::move(pull), std::move(ids), std::move(out));
+}
+
+PyRowsPull::~PyRowsPull() {
+  if (pull_.ready()) return;
+  py::gil_scoped_release unlocked;
+  try {
+    pull_.wait();
+  } catch (...) {  // nobody asked for its outcome
+  }
+}
+
+void PyRowsPull::wait() {
+  py::gil_scoped_release unlocked;
+  pull_.wait();
+}
+
 uint64_t PyClient::start_step() {
   return client().start_step().value;
 }

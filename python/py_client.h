@@ -47,6 +47,25 @@ struct PyTable {
   std::map<uint64_t, std::pair<py::object, py::object>> in_flight;
 };
 
+// A pull of rows under way (PyClient::start_pull_rows): keeps its ids and out arrays alive
+// until it has finished.
+class PyRowsPull {
+ public:
+  PyRowsPull(RowsPull pull, py::object ids, py::object out)
+      : pull_(std::move(pull)), ids_(std::move(ids)), out_(std::move(out)) {}
+  // Waits (GIL released) for a pull still writing into `out`, its error dropped.
+  ~PyRowsPull();
+  PyRowsPull(const PyRowsPull&) = delete;
+  PyRowsPull& operator=(const PyRowsPull&) = delete;
+  // Blocks (GIL released) until the rows are in `out`; raises the pull's error.
+  void wait();
+  bool ready() const { return pull_.ready(); }
+
+ private:
+  RowsPull pull_;
+  py::object ids_, out_;
+};
+
 class PyClient {
  public:
   // Connects to every shard (GIL released). Throws psched::Error.
@@ -87,6 +106,9 @@ class PyClient {
   // ids.size() rows of the table's dtype); with `after`, once that step's update of them is
   // applied (GIL released).
   void pull_rows(PyTable& table, py::buffer ids, py::buffer out, std::optional<uint64_t> after);
+  // pull_rows started, returning at once; `prefetch`: Client::start_pull_rows's.
+  std::shared_ptr<PyRowsPull> start_pull_rows(PyTable& table, py::buffer ids, py::buffer out,
+                                              std::optional<uint64_t> after, bool prefetch);
   uint64_t start_step();
   // The variable registered under `name`; Error(unknown_variable) when there is none.
   std::shared_ptr<PyVariable> variable(const std::string& name) const;

@@ -61,6 +61,7 @@ void StepMachine::applied(WorkerId worker, VariableId id, const StepUpdate& upda
   if (settings_.mode == Mode::bounded) return release_held(id);
   keep_short_handed(track);
   time_step(id, now);
+  if (!held_.empty()) release_held(id);
 }
 
 void StepMachine::answer_polls(VariableId id, WorkerId owner, const StepUpdate& update) {
@@ -74,16 +75,35 @@ void StepMachine::answer_polls(VariableId id, WorkerId owner, const StepUpdate& 
 
 void StepMachine::poll(const Poll& poll, Answer answer, Clock::time_point now) {
   HeldPoll held{poll, std::move(answer), now};
-  if (settings_.mode == Mode::bounded) {
-    const StepTrack& track = tracks_[poll.variable.value];
-    track.not_yet_applied(poll.worker, poll.step, poll.range);  // its checks, before holding it
-    if (!track.behind(poll.step, settings_.steps.staleness).empty()) {
-      ++polls_held_;
-      held_.push_back(std::move(held));
-      return;
-    }
+  if (holds(poll)) {
+    ++polls_held_;
+    held_.push_back(std::move(held));
+    return;
   }
   file(held);
+}
+
+bool StepMachine::holds(const Poll& poll) const {
+  const StepTrack& track = tracks_[poll.variable.value];
+  switch (settings_.mode) {
+    case Mode::async:
+      return false;
+    case Mode::bounded:
+      track.not_yet_applied(poll.worker, poll.step, poll.range);  // its checks, before holding it
+      return still_held(poll);
+    case Mode::sync:
+      if (!still_held(poll)) return false;
+      track.not_yet_applied(poll.worker, Step(poll.step.value - 1), poll.range);
+      return true;
+  }
+  return false;
+}
+
+bool StepMachine::still_held(const Poll& poll) const {
+  const StepTrack& track = tracks_[poll.variable.value];
+  if (settings_.mode == Mode::bounded)
+    return !track.behind(poll.step, settings_.steps.staleness).empty();
+  return settings_.mode == Mode::sync && poll.step > track.applied_step(poll.worker).next();
 }
 
 void StepMachine::file(const HeldPoll& held) {
@@ -128,8 +148,7 @@ std::vector<StepMachine::HeldPoll> StepMachine::take_held(
 void StepMachine::release_held(std::optional<VariableId> variable) {
   auto ready = take_held([&](const HeldPoll& held) {
     const Poll& poll = held.poll;
-    return (!variable || poll.variable == *variable) &&
-           tracks_[poll.variable.value].behind(poll.step, settings_.steps.staleness).empty();
+    return (!variable || poll.variable == *variable) && !still_held(poll);
   });
   for (const HeldPoll& held : ready) file_held(held);
 }
@@ -216,6 +235,7 @@ void StepMachine::settle_all(Clock::time_point now) {
     keep_short_handed(tracks_[i]);
     time_step(id, now);
   }
+  release_held(std::nullopt);
 }
 
 void StepMachine::connected(WorkerId worker) {
@@ -292,6 +312,8 @@ void StepMachine::time_out_step(VariableId id, Clock::time_point now) {
       proceeds() ? "; applied without them (their pushes of it are dropped)" : ""));
   if (!proceeds()) {
     polls_.fail({kAllWorkers, id, step}, error);
+    for (const HeldPoll& held : take_held([&](const HeldPoll& h) { return h.poll.variable == id; }))
+      held.answer(error);         // held for the step after this one, which waits as long
     step_began_[id.value] = now;  // fail the polls filed from now on after as long
     return;
   }
@@ -308,6 +330,7 @@ void StepMachine::time_out_step(VariableId id, Clock::time_point now) {
   }
   closed_without_[id.value] = {step, std::move(missing)};
   step_began_.erase(id.value);
+  release_held(id);
 }
 
 void StepMachine::close_without_missing(VariableId id, Step step) {

@@ -15,7 +15,9 @@
 //   ended leaves, and a step that waited for it applies what the others gave. A worker joins
 //   at a step no variable here has begun. A step waiting sync.timeout_seconds for its last
 //   member fails its polls or, on_timeout: proceed, closes without the missing ones (their late
-//   pushes of it are acknowledged and dropped).
+//   pushes of it are acknowledged and dropped). A poll for the step after the one under way (a
+//   prefetch of the next step's rows, sent before this step closes) is held until this one
+//   completes, then waits as any other.
 // - bounded: applied as async, but a poll for step s is held until every member pushed step
 //   s - staleness; a poll held sync.timeout_seconds fails naming who is behind, or (proceed)
 //   waits for its own update only. A worker that joins starts level with the slowest member.
@@ -98,8 +100,9 @@ class StepMachine {
   void applied(WorkerId worker, VariableId id, const StepUpdate& update, Clock::time_point now);
 
   // Calls `answer` once the poll's worker's step update of its range is applied (at once when
-  // it is), bounded mode holding it until the members behind caught up; its ticket (unique per
-  // shard) lets the caller withdraw it. Throws step_from_future for a step beyond the next one.
+  // it is), bounded mode holding it until the members behind caught up, sync mode one for the
+  // step after the one under way until that one completes; its ticket (unique per shard) lets
+  // the caller withdraw it. Throws step_from_future for a step beyond those.
   void poll(const Poll& poll, Answer answer, Clock::time_point now);
   // Forgets the poll with `ticket` unanswered; nothing when it was answered already.
   void withdraw(PollTicket ticket);
@@ -142,7 +145,8 @@ class StepMachine {
   void replay_leave(WorkerId worker, const std::string& record);
 
  private:
-  // A poll the machine keeps: bounded mode's held until the members behind caught up.
+  // A poll the machine keeps: bounded mode's held until the members behind caught up, sync
+  // mode's held until the step before its own completes.
   struct HeldPoll {
     Poll poll;
     Answer answer;
@@ -153,13 +157,18 @@ class StepMachine {
   const Membership* members() const { return settings_.mode == Mode::async ? nullptr : &members_; }
   // Answers the polls that `update` of `id` (owner `owner`) completed.
   void answer_polls(VariableId id, WorkerId owner, const StepUpdate& update);
+  // Whether `poll` is held before it is filed, its checks made first (a bad one throws).
+  bool holds(const Poll& poll) const;
+  // Whether a held `poll` must stay held (bounded: members behind; sync: the step before its
+  // own not complete).
+  bool still_held(const Poll& poll) const;
   // Files a poll with the registry: answered once its worker's step update of its range applied.
   void file(const HeldPoll& held);
   // Files a held poll, or answers it with the refusal.
   void file_held(const HeldPoll& held);
-  // Bounded: files the held polls of `variable` (all: nullopt) whose members behind caught up.
+  // Files the held polls of `variable` (all: nullopt) that no longer wait (still_held).
   void release_held(std::optional<VariableId> variable);
-  // Bounded: removes the held polls `which` picks and returns them.
+  // Removes the held polls `which` picks and returns them.
   std::vector<HeldPoll> take_held(const std::function<bool(const HeldPoll&)>& which);
 
   // async: the first step some variable here has not completed for `worker`.

@@ -142,6 +142,29 @@ TEST_CASE("sync: a poll is answered when every member's push of the range is in"
   CHECK(f.push(0, Step(2)) == StepMachine::Admission::fresh);
 }
 
+TEST_CASE("sync: a poll for the step after the one under way is held until that one closes") {
+  Fixture f(Mode::sync, {.timeout_seconds = 10, .on_timeout = TimeoutAction::fail});
+  f.push(0, Step(1));
+  PollAnswer prefetch;
+  f.poll(0, Step(2), prefetch);  // a prefetch of step 3's rows, step 1 still open
+  CHECK_FALSE(prefetch.answered());
+  CHECK(f.report().polls_held == 1);
+  CHECK(f.report().polls_waiting == 0);
+  CHECK(code_of([&] { f.poll(0, Step(3), prefetch); }) == ErrorCode::step_from_future);
+  f.push(1, Step(1));
+  f.push(2, Step(1));  // step 1 closes: the poll waits for step 2 as any other
+  CHECK_FALSE(prefetch.answered());
+  CHECK(f.report().polls_waiting == 1);
+  for (uint32_t w = 0; w < 3; ++w) f.push(w, Step(2));
+  CHECK(prefetch.got == std::vector<std::string>{"ok"});
+  // A step that times out (fail) fails the held polls for the step after it too.
+  f.push(0, Step(3), {0, 4}, 100);
+  PollAnswer behind;
+  f.poll(0, Step(4), behind, 100);
+  f.steps->enforce(at(111));
+  CHECK(behind.got == std::vector<std::string>{"sync_timeout"});
+}
+
 TEST_CASE("sync: a step overdue fails its polls each time, timed from its first push") {
   Fixture f(Mode::sync, {.timeout_seconds = 10, .on_timeout = TimeoutAction::fail});
   f.push(0, Step(1), {0, 4}, 100);

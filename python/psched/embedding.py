@@ -102,6 +102,10 @@ class _Rows(torch.nn.Module):
         self.pushed = client.start_step - 1 if client is not None else 0  # the last step pushed
         self._open = 0  # the step whose forward ran and whose gradient is not pushed (0: none)
         self._unwaited = 0  # the last push not waited for (0: none)
+        # prefetch(): None (the deployment's bounded staleness, else 0) or an int.
+        self.staleness = None
+        self._prefetched = None  # the prefetch under way (_Prefetch), if any
+        self.prefetches = self.prefetch_misses = 0  # started; dropped unused (other input)
 
     def join(self, client, name, start_step):
         """DistributedModel's: train through `client` from `start_step` on, named `name` unless
@@ -116,6 +120,36 @@ class _Rows(torch.nn.Module):
         unique, inverse = self._unique(ids)
         return self._pull(unique, self.pushed)[inverse]
 
+    def prefetch(self, input, offsets=None, *, staleness=None):
+        """Starts pulling the rows of `input` that the table's next step (its next forward
+        with grad enabled) reads, and returns at once: they travel while this step computes.
+        That forward, given equal ids, waits only for what has not arrived; given other ids it
+        pulls as usual (prefetch_misses counts it). Call it between this step's forward and
+        the next one's. offsets: as forward takes it (the rows depend on input alone).
+
+        staleness: 0 reads the rows once this step's update of them is applied (sync: once
+        every worker pushed this step, and the answer leaves then, with no request to wait
+        for). s > 0 reads them once step k - s's update is applied for a step k + 1, so they
+        may lack this worker's (and, in sync and bounded mode, every worker's) last s updates
+        of them, as Persia's embedding_staleness: the pull need not wait for this step at all.
+        Default: the table's `staleness` attribute (DistributedModel's embedding_staleness),
+        else the deployment's (bounded mode's `staleness:`; 0 in sync and async)."""
+        del offsets
+        table = self._registered()
+        step = (self._open or self.pushed) + 1
+        lag = self._staleness() if staleness is None else staleness
+        if lag < 0:
+            raise psched.Error(f"table '{self.name}': prefetch staleness {lag} is negative")
+        self._drop_prefetch()
+        ids, inverse = self._unique(input)
+        rows = torch.empty(len(ids), self.embedding_dim, dtype=self.dtype)
+        pull = None
+        if len(ids):
+            pull = self.client.start_pull_rows(table, ids.numpy(), rows.numpy(),
+                                               after=max(step - 1 - lag, 0), prefetch=True)
+        self._prefetched = _Prefetch(step, input.detach().clone(), ids, inverse, rows, pull)
+        self.prefetches += 1
+
     def synchronize(self):
         """Waits until every shard has received this table's last push; raises its error."""
         if self._unwaited:
@@ -129,24 +163,58 @@ class _Rows(torch.nn.Module):
     def _lookup(self, input):
         """(rows, inverse): the rows of input's unique ids, a leaf whose gradient is pushed as
         this step's when grad is enabled, and input's indices into them (input's shape)."""
-        ids, inverse = self._unique(input)
         if not torch.is_grad_enabled():
+            ids, inverse = self._unique(input)
             return self._pull(ids, self.pushed), inverse
+        self._check_ids(input)
         if self._open:  # its backward never reached this table: the step closes empty
             self._push(self._open, torch.empty(0, dtype=torch.int64),
                        torch.empty(0, self.embedding_dim, dtype=self.dtype))
         step = self.pushed + 1
-        rows = self._pull(ids, step - 1)
+        fetched = self._take_prefetch(input, step)
+        if fetched:
+            ids, inverse, rows = fetched
+        else:
+            ids, inverse = self._unique(input)
+            rows = self._pull(ids, step - 1)
         self.synchronize()  # the push of step - 1 has arrived: raise its error, if any
         self._open = step
         rows.requires_grad_()
         rows.register_hook(functools.partial(self._push_gradient, step, ids))
         return rows, inverse
 
-    def _unique(self, ids):
+    def _take_prefetch(self, input, step):
+        """(ids, inverse, rows) of the prefetch for `step` of `input`, arrived; or None (no
+        prefetch, or one of other ids or another step: dropped)."""
+        prefetched = self._prefetched
+        if prefetched is None:
+            return None
+        if not prefetched.serves(input, step):
+            self._drop_prefetch()
+            return None
+        self._prefetched = None
+        if prefetched.pull is not None:
+            prefetched.pull.wait()
+        return prefetched.ids, prefetched.inverse, prefetched.rows
+
+    def _drop_prefetch(self):
+        if self._prefetched is not None:
+            self._prefetched = None  # its RowsPull waits for the answer as it goes
+            self.prefetch_misses += 1
+
+    def _staleness(self):
+        if self.staleness is not None:
+            return self.staleness
+        deployment = getattr(self.client, "deployment", None)
+        return deployment.staleness if deployment is not None else 0
+
+    def _check_ids(self, ids):
         if ids.dtype not in (torch.int64, torch.int32):
             raise psched.Error(f"table '{self.name}': ids must be torch.int64 or torch.int32, "
                                f"not {ids.dtype}")
+
+    def _unique(self, ids):
+        self._check_ids(ids)
         unique, inverse = torch.unique(ids, return_inverse=True)
         return unique.to(torch.int64), inverse
 
@@ -184,6 +252,19 @@ class _Rows(torch.nn.Module):
                 optimizer=self.optimizer, settings=self.settings, init=self.init,
                 seed=self.seed, compression=self.compression)
         return self.table
+
+
+class _Prefetch:
+    """A prefetch under way: the step it is for, its input (a copy), unique ids, inverse
+    indices, the rows tensor being filled and its psched.RowsPull (None: no ids)."""
+
+    def __init__(self, step, input, ids, inverse, rows, pull):
+        self.step, self.input, self.ids, self.inverse = step, input, ids, inverse
+        self.rows, self.pull = rows, pull
+
+    def serves(self, input, step):
+        return (step == self.step and input.shape == self.input.shape
+                and input.dtype == self.input.dtype and torch.equal(input, self.input))
 
 
 class EmbeddingBag(_Rows):

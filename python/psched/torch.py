@@ -161,10 +161,12 @@ class DistributedModel(torch.nn.Module):
     fresh job; a worker that joins a job under way (a restarted one, under torchrun say)
     starts there, from the values the job had after the step before (psched.Client.start_step),
     and the training loop skips the steps done (python/examples/train_digits.py).
+    embedding_staleness: how many steps old a prefetched row may be (prefetch(); default:
+    the deployment's bounded staleness, 0 in sync and async mode).
     """
 
     def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,
-                 trace=None, compression=None, **settings):
+                 trace=None, compression=None, embedding_staleness=None, **settings):
         super().__init__()
         self.module = module
         if not isinstance(optimizer, psched.Optimizer):
@@ -194,6 +196,8 @@ class DistributedModel(torch.nn.Module):
         for name, table in module.named_modules():
             if isinstance(table, _Rows):
                 table.join(self.client, name, self.start_step)
+                if embedding_staleness is not None:
+                    table.staleness = embedding_staleness
                 self._tables.append(table)
         self._waits = {}  # module -> the entries it registered, which it waits for
         self._observers = [hook for m in module.modules() for hook in (
@@ -202,6 +206,19 @@ class DistributedModel(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
+
+    def prefetch(self, inputs):
+        """Starts the pulls of the next step's rows of every table in `inputs`, a mapping from
+        a table (the module, or its name in the model) to the input its next forward takes, or
+        to (input, offsets): psched.torch.EmbeddingBag.prefetch, with the model's
+        embedding_staleness. Call it between a step's forward and the next step's."""
+        by_name = {table.name: table for table in self._tables}
+        for key, value in inputs.items():
+            table = by_name.get(key) if isinstance(key, str) else key
+            if not any(table is mine for mine in self._tables):
+                raise psched.Error(f"prefetch: {key!r} is not an embedding table of this model "
+                                   f"(its tables: {', '.join(sorted(by_name))})")
+            table.prefetch(*(value if isinstance(value, tuple) else (value,)))
 
     def synchronize(self):
         """Waits until every pushed gradient's update is in the parameters, and until the shards

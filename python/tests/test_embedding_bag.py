@@ -25,6 +25,7 @@ class FakeTables:
         self.start_step = start_step
         self.tables = {}
         self.pulls, self.pushes, self.waits = [], [], []
+        self.prefetches, self.waited_prefetches = [], 0
 
     def register_table(self, name, num_embeddings, dim, *, dtype="float32", optimizer="sgd",
                        settings=None, init=("zeros",), seed=0, priority=None, compression=None):
@@ -45,6 +46,24 @@ class FakeTables:
         assert after is None or after <= table.step, "a real pull would wait for a push"
         self.pulls.append((table.name, after, ids.tolist()))
         out[...] = table.values[ids]
+
+    def start_pull_rows(self, table, ids, out, *, after=None, prefetch=False):
+        """A pull that happens when it is waited for (a real one may finish any time before);
+        recorded (name, after, ids, prefetch) in `prefetches` as it starts."""
+        self._check(table, ids, out)
+        self.prefetches.append((table.name, after, ids.tolist(), prefetch))
+        client = self
+
+        class Pull:
+            def wait(self):
+                assert after is None or after <= table.step, "a real pull would wait for a push"
+                out[...] = table.values[ids]
+                client.waited_prefetches += 1
+
+            def ready(self):
+                return after is None or after <= table.step
+
+        return Pull()
 
     def push_rows(self, table, ids, gradients, step):
         self._check(table, ids, gradients)
@@ -149,6 +168,49 @@ def test_steps_follow_forwards_and_each_pull_waits_for_the_step_before():
     assert [step for _, step, _, _ in client.pushes] == [1, 2, 3]
     assert [after for _, after, _ in client.pulls] == [0, 1, 2]
     assert client.waits == [("bag", 1), ("bag", 2), ("bag", 3)]
+
+
+def test_a_prefetch_between_forward_and_backward_serves_the_next_forward():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=client, lr=0.1)
+    twin = torch_twin(bag)
+    client.pulls.clear()  # the twin's
+    inputs = [INPUT, INPUT.flip(0), (INPUT + 1) % NUM]
+    output = bag(inputs[0])
+    for step, input in enumerate(inputs, 1):
+        if step < len(inputs):
+            bag.prefetch(inputs[step], None)  # step + 1's rows, before step's push
+        output.sum().backward()
+        if step < len(inputs):
+            output = bag(inputs[step])  # served by the prefetch: no pull of its own
+    assert [after for _, after, _ in client.pulls] == [0]
+    assert [(after, prefetch) for _, after, _, prefetch in client.prefetches] == [(1, True),
+                                                                                 (2, True)]
+    assert client.waited_prefetches == 2 and bag.prefetches == 2 and bag.prefetch_misses == 0
+    optimizer = torch.optim.SGD(twin.parameters(), lr=0.1)
+    for input in inputs:  # the same rows and gradients as torch's, step by step
+        optimizer.zero_grad()
+        twin(input).sum().backward()
+        optimizer.step()
+    torch.testing.assert_close(bag.rows(torch.arange(NUM)), twin.weight.detach())
+
+
+def test_a_prefetch_of_other_ids_is_dropped_and_staleness_reads_older_steps():
+    client = FakeTables()
+    bag = psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=client, lr=0.1)
+    bag(INPUT).sum().backward()
+    bag.prefetch((INPUT + 1) % NUM)
+    bag(INPUT).sum().backward()  # other ids: pulled as usual
+    assert bag.prefetch_misses == 1 and [a for _, a, _ in client.pulls] == [0, 1]
+    bag.prefetch(INPUT, staleness=1)  # step 3's rows as step 1 left them
+    bag.staleness = 2
+    bag.prefetch(INPUT)  # replaces the one before, which counts as a miss
+    assert [after for _, after, _, _ in client.prefetches] == [1, 1, 0]
+    assert bag.prefetch_misses == 2
+    bag(INPUT).sum().backward()
+    assert [a for _, a, _ in client.pulls] == [0, 1]
+    with pytest.raises(psched.Error, match="staleness -1"):
+        bag.prefetch(INPUT, staleness=-1)
 
 
 def test_a_forward_without_grad_reads_the_last_pushed_step_pushes_nothing_and_is_no_step():

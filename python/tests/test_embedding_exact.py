@@ -65,9 +65,14 @@ def half(batch, rank):
     return dense[part], [table_ids[part] for table_ids in ids], labels[part]
 
 
-def step(model, batch):
+def step(model, batch, prefetch=None):
+    """One step; prefetch: the next step's ids per table, prefetched (DistributedModel.prefetch)
+    between this step's forward and backward."""
     dense, ids, labels = batch
-    F.binary_cross_entropy_with_logits(model(dense, ids), labels).backward()
+    loss = F.binary_cross_entropy_with_logits(model(dense, ids), labels)
+    if prefetch is not None:
+        model.prefetch(dict(zip(model.module.bags, prefetch)))
+    loss.backward()
 
 
 class RowwiseAdagrad:
@@ -118,13 +123,14 @@ def train_with_torch(initial_rows, batches):
     return model
 
 
-def train_with_psched(server, batches, restart_at=None):
+def train_with_psched(server, batches, restart_at=None, prefetch=None):
     """Both workers, each a thread with its own DistributedModel; returns the models (their
     clients open) and every table's rows as worker 0 read them before training. restart_at:
     worker 0 SIGKILLs the server before that step and starts it again (the workers reconnect
-    by themselves)."""
+    by themselves). prefetch: each step prefetches the next one's rows with this staleness."""
     workers = [psched.torch.DistributedModel(psched_model(), "adam", lr=DENSE_LR,
-                                             config=server.config, worker=rank)
+                                             config=server.config, worker=rank,
+                                             embedding_staleness=prefetch)
                for rank in range(2)]
     initial_rows = [bag.rows(torch.arange(ROWS)) for bag in workers[0].module.bags]
     errors = []
@@ -134,7 +140,9 @@ def train_with_psched(server, batches, restart_at=None):
             for index, batch in enumerate(batches):
                 if rank == 0 and index == restart_at:
                     server.restart()
-                step(workers[rank], half(batch, rank))
+                following = batches[index + 1] if index + 1 < len(batches) else None
+                step(workers[rank], half(batch, rank),
+                     half(following, rank)[1] if prefetch is not None and following else None)
             workers[rank].synchronize()
         except Exception as error:  # reported below; a silent thread would hang the other
             errors.append(error)
@@ -165,11 +173,8 @@ def assert_close_per_row(actual, expected, what):
     assert error <= TOLERANCE, f"{what}: relative difference {error:.3g}"
 
 
-def test_two_sync_workers_train_every_row_optimizer_as_torch_on_the_whole_batch(start_server):
-    server = start_server(mode="sync", workers=2, shards=2)
-    batches = make_batches()
-    workers, initial_rows = train_with_psched(server, batches)
-    expected = train_with_torch(initial_rows, batches)
+def assert_trained_as(workers, expected):
+    """Every worker's rows and parameters are the torch model `expected`'s."""
     for rank, worker in enumerate(workers):
         actual = trained_state(worker)
         for index, bag in enumerate(expected.bags):
@@ -179,6 +184,27 @@ def test_two_sync_workers_train_every_row_optimizer_as_torch_on_the_whole_batch(
             if not name.startswith("bags."):
                 assert_close_per_row(actual[name].reshape(1, -1), p.detach().reshape(1, -1),
                                      f"worker {rank} {name}")
+
+
+def test_two_sync_workers_train_every_row_optimizer_as_torch_on_the_whole_batch(start_server):
+    server = start_server(mode="sync", workers=2, shards=2)
+    batches = make_batches()
+    workers, initial_rows = train_with_psched(server, batches)
+    expected = train_with_torch(initial_rows, batches)
+    assert_trained_as(workers, expected)
+    for worker in workers:
+        worker.client.close()
+
+
+def test_rows_prefetched_under_the_step_before_train_as_torch(start_server):
+    server = start_server(mode="sync", workers=2, shards=2)
+    batches = make_batches()
+    workers, initial_rows = train_with_psched(server, batches, prefetch=0)
+    expected = train_with_torch(initial_rows, batches)
+    assert_trained_as(workers, expected)
+    for worker in workers:
+        bags = worker.module.bags
+        assert [(bag.prefetches, bag.prefetch_misses) for bag in bags] == [(STEPS - 1, 0)] * 4
         worker.client.close()
 
 

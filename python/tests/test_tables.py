@@ -3,6 +3,7 @@
 error naming the table, the id or the setting, and changes nothing; rows travel in bf16 both
 ways when asked, and not in the formats that drop part of a gradient."""
 import json
+import time
 import urllib.request
 
 import numpy as np
@@ -81,3 +82,55 @@ def test_rows_travel_in_bf16_both_ways_when_asked(start_server):
             wire = json.load(response)["wire_bytes"]
         raw, sent = raw + wire["push"]["raw"], sent + wire["push"]["sent"]
     assert sent == raw * 3 // 4  # the bf16 table's rows at half their bytes, the other's whole
+
+
+def ready_within(pull, seconds=10.0):
+    """Whether `pull` (a psched.RowsPull) finishes within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not pull.ready():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_prefetch_waits_for_the_step_it_names_and_no_other(start_server):
+    server = start_server(mode="sync", workers=2, shards=2)
+    with connect(server, 0) as zero, connect(server, 1) as one:
+        tables = {zero: sgd_table(zero), one: sgd_table(one)}
+        ids, gradient = np.arange(10, dtype=np.int64), np.ones((10, 4), np.float32)
+
+        def push(client, step):
+            client.push_rows(tables[client], ids, gradient, step)
+            client.wait_rows(tables[client], step)
+
+        def prefetch(after):
+            out = np.empty((10, 4), np.float32)
+            return zero.start_pull_rows(tables[zero], ids, out, after=after, prefetch=True), out
+
+        push(zero, 1)
+        push(one, 1)
+        after_one = rows(zero, tables[zero], range(10), after=1)
+        push(zero, 2)
+        # Step 3's rows one step stale: step 1's, at once, though worker 1 holds step 2 back.
+        stale, out = prefetch(1)
+        assert ready_within(stale)
+        stale.wait()
+        assert np.array_equal(out, after_one)
+        # Step 3's rows fresh wait for step 2; step 4's (held: step 2 is still open) for step 3.
+        fresh, fresh_out = prefetch(2)
+        ahead, ahead_out = prefetch(3)
+        assert not ready_within(fresh, 0.3) and not ahead.ready()
+        push(one, 2)
+        assert ready_within(fresh)
+        fresh.wait()
+        assert np.allclose(fresh_out, after_one - 0.5)  # lr 0.5 x the mean gradient, 1
+        assert not ready_within(ahead, 0.3)
+        push(zero, 3)
+        push(one, 3)
+        assert ready_within(ahead)
+        ahead.wait()
+        assert np.allclose(ahead_out, after_one - 1.0)
+        with pytest.raises(psched.Error, match="from the future") as e:
+            prefetch(6)[0].wait()
+        assert e.value.code == "step_from_future"
