@@ -9,7 +9,9 @@ The model and data are python/examples/ctr_model.py's (the example train_ctr.py'
 250,000 rows x 64 (--tables, --rows, --dim), 20 ids a bag, Zipf-distributed, 13 dense features,
 DLRM's Criteo MLPs (bottom 512-256-64, top 512-256-1) and dot interaction; a batch of 2048
 samples a step, 1024 per worker, fresh samples every step (generated before the run). 2 worker
-processes (one torch thread each), 2 psched shards. Modes, each run the same steps:
+processes (--workers; one torch thread each), 2 psched shards. After the run worker 0 scores
+--test-samples held-out samples (their logloss, the same samples in every mode). Modes, each
+run the same steps:
   local        compute only: each worker trains its half alone, plain torch (the "equal" rate)
   ddp-sparse   DDP (gloo), torch.nn.EmbeddingBag(sparse=True), torch.optim.Adagrad on the
                tables, Adam on the MLPs. torch 1.13's DDP takes sparse gradients with gloo (not
@@ -22,7 +24,12 @@ processes (one torch thread each), 2 psched shards. Modes, each run the same ste
                psched.torch.EmbeddingBag tables (rows on the shards, Adagrad there), float32 on
                the wire both ways
   psched+bf16  the same with bf16 pushes and pulls (tables and MLPs)
-The psched modes run only where psched.torch.EmbeddingBag exists (else: skipped, said so).
+  +prefetch    psched's modes with DistributedModel.prefetch: between step k's forward and
+               backward each worker starts the pulls of step k + 1's rows (its next batch's ids)
+  bounded      psched in bounded mode, staleness 1 (dense values and prefetched rows may miss
+               the last step's updates; a pull never waits for the step before)
+The psched and bounded modes run only where psched.torch.EmbeddingBag exists (else: skipped,
+said so).
 
 Links as bench/torch_e2e.py's (its Network, shard server and CPU sampler are used here): as root
 each worker in a network namespace behind a veth pair with tc tbf both ways to a hub where the
@@ -65,7 +72,9 @@ import torch_e2e as e2e  # noqa: E402
 from torch_e2e_report import cpu_cell  # noqa: E402
 from free_ports import free_ports  # noqa: E402
 
-MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16")
+MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16", "psched+prefetch",
+         "psched+prefetch+bf16", "bounded", "bounded+prefetch", "bounded+prefetch+bf16")
+PSCHED_MODES = ("psched", "bounded")  # a mode's first part: psched's shards train it
 BASELINE = "ddp-sparse"
 MEMORY_SLACK = (1.10, 16 << 20)  # the memory check's allowance: 10% + 16 MiB
 MIB = 1 << 20
@@ -107,18 +116,22 @@ def traffic(start, end):
                  for i in (0, 1))
 
 
+def is_psched(mode):
+    return mode.split("+")[0] in PSCHED_MODES
+
+
 def build_model(spec):
     """The ClickModel of `spec`'s mode and its torch optimizers (none for psched: the shards
     run them)."""
     import torch
     from ctr_model import ClickModel, psched_bags, torch_bags
-    mode, _, variant = spec["mode"].partition("+")
+    mode, *variants = spec["mode"].split("+")
     torch.manual_seed(spec["seed"])  # the same MLPs (and torch tables) in every worker
     shape = dict(bottom=(512, 256), top=(512, 256))
-    if mode == "psched":
+    if mode in PSCHED_MODES:
         import psched
         import psched.torch
-        fmt = variant or "none"
+        fmt = "bf16" if "bf16" in variants else "none"
         compression = psched.Compression(push=fmt, pull=fmt, min_bytes=0)
         model = ClickModel(spec["tables"], spec["dim"], psched_bags(
             spec["rows"], spec["dim"], spec["row_lr"], compression), **shape)
@@ -154,27 +167,38 @@ def run_worker(spec):
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
 
+    prefetch = "prefetch" in spec["mode"].split("+")
     for step, (dense, ids, labels) in enumerate(batches):
         if step == warmup:
             window["start"] = (time.time(), cpu_seconds(), socket_counters())
         starts.append(time.perf_counter())
         model.zero_grad(set_to_none=True)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
+        if prefetch and step + 1 < len(batches):  # the next step's rows travel under backward
+            model.prefetch(dict(zip(model.module.bags, batches[step + 1][1])))
         loss.backward()  # DDP: all-reduces; psched: pushes rows and MLP gradients
         for optimizer in optimizers:
             optimizer.step()
         losses.append(loss.item())
-    if spec["mode"].startswith("psched"):
+    if is_psched(spec["mode"]):
         model.synchronize()  # the last step's updates are in
     starts.append(time.perf_counter())
     end = (time.time(), cpu_seconds(), socket_counters())
+    test_logloss = None
+    if rank == 0:  # after the window: the held-out samples, the same in every mode
+        from ctr_model import logloss_and_auc
+        dense, ids, labels = log.sample(spec["test_samples"],
+                                        torch.Generator().manual_seed(spec["seed"] + 7))
+        evaluated = model.module if spec["mode"].startswith("ddp") else model  # no collective
+        with torch.no_grad():
+            test_logloss = logloss_and_auc(evaluated(dense, ids), labels)[0]
     start = window["start"]
     sent, received = traffic(start[2], end[2])
     result = {"rank": rank, "step_s": [b - a for a, b in zip(starts, starts[1:])],
               "loss": losses, "window_wall": [start[0], end[0]], "cpu_s": end[1] - start[1],
               "sent": sent, "received": received,
-              "peak_rss": peak_rss_bytes()}
-    if spec["mode"].startswith("psched"):
+              "peak_rss": peak_rss_bytes(), "test_logloss": test_logloss}
+    if is_psched(spec["mode"]):
         model.client.close()
     elif spec["mode"].startswith("ddp"):  # the other worker may still be counting its bytes
         torch.distributed.barrier()
@@ -185,6 +209,15 @@ def run_worker(spec):
 
 # The driver.
 
+def deployment_yaml(args, network, mode, worker):
+    """torch_e2e's deployment (the priority scheduler) for a worker (worker >= 0) or the shard
+    server (None); bounded modes: mode bounded, staleness 1."""
+    text = e2e.deployment_yaml(args, network, "priority", worker)
+    if mode.split("+")[0] == "bounded":
+        text = text.replace("mode: sync\n", "mode: bounded\nstaleness: 1\n", 1)
+    return text
+
+
 def run_mode(args, network, mode, rows):
     """One run of `mode` with `rows` rows a table: the shards (psched), both workers; the
     figures."""
@@ -192,18 +225,19 @@ def run_mode(args, network, mode, rows):
     spec = {"mode": mode, "tables": args.tables, "rows": rows, "dim": args.dim,
             "ids_per_bag": args.ids_per_bag, "batch": args.batch, "lr": args.lr,
             "row_lr": args.row_lr, "seed": args.seed, "steps": args.steps,
-            "warmup": args.warmup, "workers": e2e.WORKERS,
+            "warmup": args.warmup, "workers": e2e.WORKERS, "test_samples": args.test_samples,
             "init_method": network.ddp_init_method() if network.links
             else f"tcp://127.0.0.1:{free_ports(1)[0]}"}
-    psched_mode = mode.startswith("psched")
-    server = e2e.ShardServer(args, network, "priority", workdir) if psched_mode else None
+    psched_mode = is_psched(mode)
+    server = e2e.ShardServer(args, network, "priority", workdir,
+                             deployment_yaml(args, network, mode, None)) if psched_mode else None
     processes, shards_peak_rss = [], None
     try:
         for rank in range(e2e.WORKERS):
             worker_spec = dict(spec, rank=rank, out=str(workdir / f"w{rank}.json"))
             if psched_mode:
                 config = workdir / f"w{rank}.yaml"
-                config.write_text(e2e.deployment_yaml(args, network, "priority", rank))
+                config.write_text(deployment_yaml(args, network, mode, rank))
                 worker_spec["config"] = str(config)
             with open(workdir / f"w{rank}.err", "w") as errors:
                 processes.append(subprocess.Popen(
@@ -249,7 +283,7 @@ def run_mode(args, network, mode, rows):
             "sent_per_step": statistics.mean(w["sent"] for w in workers) / measured,
             "received_per_step": statistics.mean(w["received"] for w in workers) / measured,
             "peak_rss": [w["peak_rss"] for w in workers], "shards_peak_rss": shards_peak_rss,
-            "workers": workers}
+            "test_logloss": workers[0]["test_logloss"], "workers": workers}
 
 
 def summarize(runs, modes):
@@ -271,6 +305,7 @@ def summarize(runs, modes):
             entry["shards_peak_rss"] = e2e.spread([r["shards_peak_rss"] for r in mine])
         entry["cpu_s_per_step"] = {k: statistics.median(r["cpu_s_per_step"][k] for r in mine)
                                    for k in mine[0]["cpu_s_per_step"]}
+        entry["test_logloss"] = e2e.spread([r["test_logloss"] for r in mine])
         pairs = [(rep[BASELINE], rep[mode]) for rep in by_repeat.values()
                  if BASELINE in rep and mode in rep]
         if pairs:
@@ -281,7 +316,9 @@ def summarize(runs, modes):
                 "speed": e2e.spread([b["step_s"] / m["step_s"] for b, m in pairs]),
                 "wire_bytes": e2e.spread(wire) if wire else None,
                 "peak_rss": e2e.spread([max(m["peak_rss"]) / max(b["peak_rss"])
-                                        for b, m in pairs])}
+                                        for b, m in pairs]),
+                "test_logloss": e2e.spread([m["test_logloss"] - b["test_logloss"]
+                                            for b, m in pairs])}
         summary[mode] = entry
     return summary
 
@@ -300,24 +337,26 @@ def table(output):
     their range), ratios against ddp-sparse of the same repeat."""
     lines = ["| link | mode | s/step | x ddp-sparse speed | CPU s/step: workers + shards | "
              "MiB/step per worker sent / received | x ddp-sparse bytes | peak RSS MiB, worst "
-             "worker (shard server) | x ddp-sparse memory |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "worker (shard server) | x ddp-sparse memory | held-out logloss (- ddp-sparse) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     compute = output.get("compute")
     if compute:
         lines.append(f"| compute only | local | {compute['step_s']:.3f} | | "
                      f"{compute['cpu_s_per_step_total']:.3f} | | | "
-                     f"{max(compute['peak_rss']) / MIB:.0f} | |")
+                     f"{max(compute['peak_rss']) / MIB:.0f} | | |")
     for rate in output["rates"]:
         for mode, s in rate["summary"].items():
             vs = s.get("vs_" + BASELINE, {})
             server = (f" (shards {s['shards_peak_rss']['median'] / MIB:.0f})"
                       if "shards_peak_rss" in s else "")
+            delta = (f" ({vs['test_logloss']['median']:+.4f})"
+                     if vs.get("test_logloss") else "")
             lines.append(
                 f"| {rate['name']} | {mode} | {fmt(s['step_s'])} | {fmt(vs.get('speed'), 2)} | "
                 f"{cpu_cell(s['cpu_s_per_step'])} | {s['sent_per_step']['median'] / MIB:.2f} / "
                 f"{s['received_per_step']['median'] / MIB:.2f} | "
                 f"{fmt(vs.get('wire_bytes'), 3)} | {s['peak_rss']['median'] / MIB:.0f}{server} | "
-                f"{fmt(vs.get('peak_rss'), 2)} |")
+                f"{fmt(vs.get('peak_rss'), 2)} | {s['test_logloss']['median']:.4f}{delta} |")
     check = output.get("memory_check")
     if check and "passed" in check:
         lines.append("")
@@ -328,6 +367,16 @@ def table(output):
                      f"{check['ddp_table_bytes'] / 2**30:.1f} GiB a worker, plus Adagrad's state)")
     elif check:
         lines += ["", f"memory check: {check['skipped']}"]
+    if output.get("sweep"):
+        lines += ["", "| rows a table | mode | s/step | peak RSS MiB, worst trainer | shard server |",
+                  "|---|---|---|---|---|"]
+        for run in output["sweep"]:
+            if "skipped" in run:
+                lines.append(f"| {run['rows']:,} | {run['mode']} | skipped: {run['skipped']} | | |")
+                continue
+            shards = f"{run['shards_peak_rss'] / MIB:.0f}" if run["shards_peak_rss"] else ""
+            lines.append(f"| {run['rows']:,} | {run['mode']} | {run['step_s']:.3f} | "
+                         f"{max(run['peak_rss']) / MIB:.0f} | {shards} |")
     return "\n".join(lines)
 
 
@@ -360,7 +409,7 @@ def choose_rate(name, compute_s, measured):
 def memory_check(args, network, modes, small_runs):
     """The psched trainer's peak memory at --memory-rows rows against --rows (`small_runs`),
     on `network`."""
-    mode = next((m for m in modes if m.startswith("psched")), None)
+    mode = next((m for m in modes if is_psched(m)), None)
     if not args.memory_rows or mode is None:
         return {"skipped": "no psched mode ran" if args.memory_rows else "--memory-rows 0"}
     small = statistics.median(max(r["peak_rss"]) for r in small_runs if r["mode"] == mode)
@@ -370,6 +419,40 @@ def memory_check(args, network, modes, small_runs):
             "small": small, "large": large,
             "passed": large <= small * MEMORY_SLACK[0] + MEMORY_SLACK[1],
             "ddp_table_bytes": args.tables * args.memory_rows * args.dim * 4}
+
+
+def fits_in_memory(args, mode, rows):
+    """None, or why `mode` cannot run with `rows` rows a table here: DDP's trainers hold the
+    whole tables and Adagrad's state, each; refused beyond half of MemAvailable."""
+    if is_psched(mode):
+        return None
+    need = e2e.WORKERS * 2 * args.tables * rows * args.dim * 4
+    with open("/proc/meminfo") as f:
+        available = int(re.search(r"MemAvailable:\s+(\d+) kB", f.read()).group(1)) * 1024
+    if need > available // 2:
+        return (f"its {e2e.WORKERS} trainers would hold {need / 2**30:.1f} GiB of tables and "
+                f"Adagrad state, over half of this machine's {available / 2**30:.1f} GiB")
+    return None
+
+
+def sweep(args, network):
+    """--sweep-modes at each of --sweep-rows: step time, each trainer's and the shard server's
+    peak memory."""
+    results = []
+    for rows in (int(r) for r in args.sweep_rows.split(",")):
+        for mode in args.sweep_modes.split(","):
+            why = fits_in_memory(args, mode, rows)
+            if why:
+                e2e.log(f"sweep: {mode} at {rows:,} rows skipped: {why}")
+                results.append({"mode": mode, "rows": rows, "skipped": why})
+                continue
+            run = run_mode(args, network, mode, rows)
+            e2e.log(f"sweep: {mode} at {rows:,} rows: {run['step_s']:.3f} s/step, trainers' "
+                    f"peak {max(run['peak_rss']) / MIB:.0f} MiB, shards' "
+                    f"{(run['shards_peak_rss'] or 0) / MIB:.0f} MiB")
+            results.append({k: run[k] for k in ("mode", "rows", "step_s", "peak_rss",
+                                                "shards_peak_rss", "test_logloss")})
+    return results
 
 
 def benchmark(args, use_netns, modes):
@@ -402,6 +485,8 @@ def benchmark(args, use_netns, modes):
                 measured = statistics.median(baseline) if baseline else None
             if "memory_check" not in output:  # at the first rate
                 output["memory_check"] = memory_check(args, network, modes, runs)
+                if args.sweep_rows:
+                    output["sweep"] = sweep(args, network)
             drops = network.links.tbf_drops() if network.links else 0
         finally:
             network.close()
@@ -429,12 +514,21 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--memory-rows", type=int, default=10_000_000,
                         help="rows a table for the psched memory check (0: none)")
+    parser.add_argument("--sweep-rows", default="",
+                        help="rows a table for the scale sweep, e.g. 250000,2500000,10000000 "
+                             "(default: none): --sweep-modes at each, at the first rate")
+    parser.add_argument("--sweep-modes", default="psched+prefetch,ddp-sparse")
+    parser.add_argument("--workers", type=int, default=e2e.WORKERS,
+                        help="trainer processes (the batch is split between them)")
+    parser.add_argument("--test-samples", type=int, default=16384,
+                        help="held-out samples worker 0 scores after the run")
     parser.add_argument("--links", choices=("auto", "netns", "loopback"), default="auto",
                         help="auto: namespaces with tbf where root can make them, else loopback")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a run")
     parser.add_argument("--build", default=str(ROOT / "build"), help="psched's build folder")
     parser.add_argument("--json", help="write the results here (default: stdout)")
     args = parser.parse_args(argv)
+    e2e.WORKERS = args.workers  # torch_e2e's Network and deployment_yaml read it at each call
     args.server = str(pathlib.Path(args.build) / "apps" / "psched-server")
     args.python_path = str(pathlib.Path(args.build) / "python")
     # What torch_e2e's ShardServer and deployment_yaml read: today's priority scheduler.
@@ -453,10 +547,10 @@ def main(argv):
     unknown = set(modes) - set(MODES)
     if unknown:
         raise SystemExit(f"embedding_bench: unknown modes {sorted(unknown)} (of {MODES})")
-    skipped = psched_missing(args) if any(m.startswith("psched") for m in modes) else None
+    skipped = psched_missing(args) if any(is_psched(m) for m in modes) else None
     if skipped:
         e2e.log(f"embedding_bench: psched modes skipped: {skipped}")
-        modes = [m for m in modes if not m.startswith("psched")]
+        modes = [m for m in modes if not is_psched(m)]
     use_netns, why = e2e.choose_links(args.links)
     if not use_netns:
         e2e.log(f"embedding_bench: running over loopback, unshaped ({why})")

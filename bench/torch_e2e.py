@@ -224,9 +224,10 @@ def deployment_yaml(args, network, mode, worker):
 class ShardServer:
     """psched-server hosting every shard, in the hub namespace."""
 
-    def __init__(self, args, network, mode, workdir):
+    def __init__(self, args, network, mode, workdir, config_text=None):
+        """config_text: the deployment to run (default: deployment_yaml's for `mode`)."""
         config = workdir / "shards.yaml"
-        config.write_text(deployment_yaml(args, network, mode, None))
+        config.write_text(config_text or deployment_yaml(args, network, mode, None))
         self.log = []
         self.trace = workdir / "shards.trace.json" if args.trace else None
         trace = ["--trace", str(self.trace)] if self.trace else []

@@ -17,6 +17,7 @@ and a mean click probability of BASE_RATE.
 """
 import math
 
+import numpy as np
 import torch
 
 DENSE = 13  # dense features per sample, as Criteo's
@@ -121,22 +122,48 @@ def init_range(rows):
     return math.sqrt(1 / rows)
 
 
+def mix64(x):
+    """psched's 64-bit mixer (actors/shard/table_spec.h) on a numpy uint64 array."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def psched_uniform_rows(rows, dim, low, high, seed, chunk=1 << 16):
+    """The initial rows a psched table of init ("uniform", low, high) and `seed` gives, as
+    float32 (actors/shard/row_table.cc): element j of row id is low + (high - low) *
+    u(mix64(mix64(seed ^ mix64(id)) + j)), u taking the top 53 bits to [0, 1)."""
+    out = np.empty((rows, dim), np.float32)
+    columns = np.arange(dim, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for start in range(0, rows, chunk):
+            ids = np.arange(start, min(start + chunk, rows), dtype=np.uint64)
+            keys = mix64(np.uint64(seed) ^ mix64(ids))
+            bits = mix64(keys[:, None] + columns[None, :])
+            unit = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+            out[start:start + len(ids)] = low + (high - low) * unit
+    return out
+
+
 def torch_bags(rows, dim, sparse=True):
-    """A factory of torch.nn.EmbeddingBag tables (sum of the bag's rows), initialised from
-    torch's global generator as init_range says."""
+    """A factory of torch.nn.EmbeddingBag tables (sum of the bag's rows) holding the initial
+    rows psched_bags' tables start from (psched_uniform_rows), so that both train the same
+    model from the same start."""
     def bag(k):
         table = torch.nn.EmbeddingBag(rows, dim, mode="sum", sparse=sparse)
         r = init_range(rows)
-        torch.nn.init.uniform_(table.weight, -r, r)
+        with torch.no_grad():
+            table.weight.copy_(torch.from_numpy(psched_uniform_rows(rows, dim, -r, r, seed=k)))
         return table
     return bag
 
 
 def psched_bags(rows, dim, lr, compression=None):
     """A factory of psched.torch.EmbeddingBag tables named table0, table1, ...: rows held on
-    the shards, trained there by Adagrad (torch.optim.Adagrad's formula) with `lr`, initial rows
-    as torch_bags' (the same law, not the same draws). compression: a psched.Compression, or
-    None for the bag's default."""
+    the shards, trained there by Adagrad (torch.optim.Adagrad's formula) with `lr`, table k's
+    initial rows uniform in +-init_range(rows) from seed k (torch_bags' rows). compression: a
+    psched.Compression, or None for the bag's default."""
     import psched.torch
     r = init_range(rows)
     extra = {} if compression is None else {"compression": compression}
@@ -144,7 +171,7 @@ def psched_bags(rows, dim, lr, compression=None):
     def bag(k):
         return psched.torch.EmbeddingBag(rows, dim, mode="sum", name=f"table{k}",
                                          optimizer="adagrad", lr=lr, init=("uniform", -r, r),
-                                         **extra)
+                                         seed=k, **extra)
     return bag
 
 

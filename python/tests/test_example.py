@@ -59,3 +59,18 @@ def test_two_workers_learn_the_click_model_with_tables_on_the_shards(start_serve
         assert len(aucs) >= 3 and aucs[-1] > aucs[0] + 0.1, output
         for line in output.splitlines():  # whole lines only, never two run together
             assert line.startswith(f"worker {workers.index(worker)}"), output
+
+
+def test_the_click_models_torch_tables_start_from_the_rows_psched_gives(start_server):
+    sys.path.insert(0, str(CTR_EXAMPLE.parent))
+    try:
+        from ctr_model import psched_uniform_rows
+    finally:
+        sys.path.pop(0)
+    import numpy as np
+    import psched
+    with psched.connect(start_server().config, 0) as client:
+        table = client.register_table("t", 5000, 8, init=("uniform", -0.25, 0.5), seed=3)
+        rows = np.empty((5000, 8), np.float32)
+        client.pull_rows(table, np.arange(5000, dtype=np.int64), rows)
+    assert np.array_equal(rows, psched_uniform_rows(5000, 8, -0.25, 0.5, seed=3, chunk=999))
