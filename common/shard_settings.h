@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "common/policies.h"
+#include "common/table_config.h"
 #include "common/types.h"
 
 namespace psched {
@@ -24,6 +26,10 @@ struct ShardSettings {
   // restore() goes on past a damaged or missing update log (losing what it held) instead of
   // refusing to start: psched-server --accept-log-loss.
   bool accept_log_loss = false;
+  // Bytes all of the shard's tables may hold (limits.max_table_bytes; 0: no limit): a push that
+  // would store rows beyond it is refused.
+  uint64_t max_table_bytes = 0;
+  std::vector<TableConfig> tables;  // the deployment's tables: section
 };
 
 }  // namespace psched

@@ -28,10 +28,14 @@ using config::ConfigMap;
 using config::ConfigNode;
 using optim::OptimizerSpec;
 
-constexpr std::array<std::string_view, 15> kTopKeys = {
-    "mode",        "workers",   "auth",      "shards",      "tls",
-    "split_bytes", "optimizer", "scheduler", "limits",      "checkpoint",
-    "sync",        "reconnect", "data_path", "compression", "staleness"};
+constexpr std::array<std::string_view, 16> kTopKeys = {
+    "mode",      "workers",     "auth",      "shards",     "tls",  "split_bytes",
+    "optimizer", "scheduler",   "limits",    "checkpoint", "sync", "reconnect",
+    "data_path", "compression", "staleness", "tables"};
+constexpr std::array<std::string_view, 6> kTableKeys = {"name", "dim",      "optimizer",
+                                                        "init", "max_rows", "admit_after"};
+constexpr std::array<std::string_view, 4> kRowOptimizers = {"sgd", "adagrad", "rowwise_adagrad",
+                                                            "sparse_adam"};
 constexpr std::array<std::string_view, 6> kCompressionKeys = {
     "push", "pull", "topk_fraction", "topk_count", "min_bytes", "warmup_steps"};
 // The formats (by name) that `carrying` holds for, in the wire's order.
@@ -64,11 +68,11 @@ constexpr std::array<std::string_view, 3> kShardKeys = {"listen", "http", "devic
 constexpr unsigned kHttpPortOffset = 1000;
 constexpr std::array<std::string_view, 4> kSchedulerKeys = {"policy", "partition_bytes",
                                                             "credit_bytes", "autotune"};
-constexpr std::array<std::string_view, 10> kLimitsKeys = {
-    "max_message_bytes",   "max_variables",         "max_name_bytes",
-    "max_shape_dims",      "max_token_bytes",       "max_connections",
-    "max_waiting_polls",   "stall_timeout_seconds", "max_unauthenticated_connections",
-    "auth_timeout_seconds"};
+constexpr std::array<std::string_view, 11> kLimitsKeys = {
+    "max_message_bytes",    "max_variables",         "max_name_bytes",
+    "max_shape_dims",       "max_token_bytes",       "max_connections",
+    "max_waiting_polls",    "stall_timeout_seconds", "max_unauthenticated_connections",
+    "auth_timeout_seconds", "max_table_bytes"};
 // Tensor fusion and its fused calls were measured to earn nothing once the data stream carried
 // pushes (docs/benchmarks.md, "What we tried and dropped"), and went.
 constexpr config::RetiredKey kRetiredSchedulerKeys[] = {
@@ -295,7 +299,61 @@ LimitsConfig parse_limits(const ConfigNode& node) {
     out.max_unauthenticated_connections = read_integer(*f, 1, UINT32_MAX);
   if (auto f = map.find("auth_timeout_seconds"))
     out.auth_timeout_seconds = read_integer(*f, 1, 86400);
+  if (auto f = map.find("max_table_bytes")) out.max_table_bytes = read_byte_size(*f, 1);
   return out;
+}
+
+// A table's init: "zeros", or [uniform, low, high], or [normal, mean, std].
+void parse_table_init(const ConfigNode& node, TableConfig& out) {
+  constexpr std::string_view kExpected = "zeros, [uniform, low, high] or [normal, mean, std]";
+  if (node.yaml().IsScalar()) {
+    if (read_string(node) != "zeros") node.fail(fmt::format("expected {}", kExpected));
+    out.init = "zeros";
+    return;
+  }
+  if (!node.yaml().IsSequence() || node.yaml().size() != 3)
+    node.fail(fmt::format("expected {}", kExpected));
+  try {
+    out.init = node.yaml()[0].as<std::string>();
+    out.init_values = {node.yaml()[1].as<double>(), node.yaml()[2].as<double>()};
+  } catch (const YAML::Exception&) {
+    node.fail(fmt::format("expected {}", kExpected));
+  }
+  if (*out.init != "uniform" && *out.init != "normal")
+    node.fail(fmt::format("init '{}' (expected {})", *out.init, kExpected));
+}
+
+TableConfig parse_table(const ConfigNode& node) {
+  ConfigMap map(node, kTableKeys);
+  TableConfig out{.name = read_string(map.require("name", "the table's name, as registered"))};
+  if (auto f = map.find("dim")) out.dim = static_cast<uint32_t>(read_integer(*f, 1, UINT32_MAX));
+  if (auto f = map.find("optimizer")) {
+    out.optimizer = read_string(*f);
+    if (std::ranges::find(kRowOptimizers, *out.optimizer) == kRowOptimizers.end())
+      f->fail(fmt::format("row optimizer '{}' (expected one of: {})", *out.optimizer,
+                          fmt::join(kRowOptimizers, ", ")));
+  }
+  if (auto f = map.find("init")) parse_table_init(*f, out);
+  if (auto f = map.find("max_rows")) out.max_rows = read_integer(*f, 1, UINT32_MAX - 1);
+  if (auto f = map.find("admit_after")) out.admit_after = read_integer(*f, 1, 255);
+  return out;
+}
+
+std::vector<TableConfig> parse_tables(const ConfigNode& node) {
+  std::vector<TableConfig> tables;
+  if (node.is_null()) return tables;
+  if (!node.yaml().IsSequence())
+    node.fail("expected a list of tables, each with name: and max_rows:, admit_after:, ...");
+  for (const YAML::Node& item : node.yaml()) {
+    ConfigNode table(item, fmt::format("{}[{}]", node.path(), tables.size()), item.Mark(),
+                     node.file());
+    tables.push_back(parse_table(table));
+    for (size_t i = 0; i + 1 < tables.size(); ++i)
+      if (tables[i].name == tables.back().name)
+        table.fail(fmt::format("table '{}' is also {}[{}] (expected one entry a table)",
+                               tables.back().name, node.path(), i));
+  }
+  return tables;
 }
 
 Compression parse_compression(const ConfigNode& node) {
@@ -384,6 +442,7 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.optimizer = parse_optimizer(top.find_or_null("optimizer"));
   config.scheduler = parse_scheduler(top.find_or_null("scheduler"));
   config.limits = parse_limits(top.find_or_null("limits"));
+  config.tables = parse_tables(top.find_or_null("tables"));
   config.checkpoint = parse_checkpoint(top.find_or_null("checkpoint"), source.parent_path());
   config.steps = parse_steps(top.find_or_null("sync"), config.workers);
   if (auto f = top.find("staleness")) {
@@ -475,13 +534,15 @@ std::vector<std::string> deployment_keys() {
     if (top == "sync") return list(kSyncKeys);
     if (top == "reconnect") return list(kReconnectKeys);
     if (top == "compression") return list(kCompressionKeys);
+    if (top == "tables") return list(kTableKeys);
     return {};
   };
   std::vector<std::string> keys;
   for (std::string_view top : kTopKeys) {
     std::vector<std::string_view> inner = inner_keys(top);
     if (inner.empty()) keys.emplace_back(top);
-    std::string prefix = top == "shards" ? "shards[]." : fmt::format("{}.", top);
+    std::string prefix =
+        top == "shards" || top == "tables" ? fmt::format("{}[].", top) : fmt::format("{}.", top);
     for (std::string_view name : inner) keys.push_back(prefix + std::string(name));
   }
   return keys;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/policies.h"
+#include "common/table_config.h"
 #include "compression/wire_format.h"
 #include "config/config_file.h"
 #include "optim/device.h"
@@ -66,6 +67,9 @@ struct LimitsConfig {
   // A connection silent this long in the middle of a message is dropped (between messages it
   // may be silent for ever).
   uint64_t stall_timeout_seconds = 60;
+  // Bytes a shard's embedding tables may hold together (0: no limit); a push that would store
+  // rows beyond it is refused with [overloaded] naming the table and the limit.
+  uint64_t max_table_bytes = 0;
   bool operator==(const LimitsConfig&) const = default;
 };
 
@@ -118,6 +122,8 @@ struct DeploymentConfig {
   // How every variable's gradients and values travel unless its trainer says otherwise
   // (`compression:`; compression/wire_format.h). Worker side: the shard reads what it is sent.
   Compression compression;
+  // Embedding tables' shard-side settings by name (`tables:`; common/table_config.h).
+  std::vector<TableConfig> tables;
   bool operator==(const DeploymentConfig&) const = default;
 };
 

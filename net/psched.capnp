@@ -76,6 +76,8 @@ struct TableSpec {  # an embedding table, held row by row on every shard
   optimizer @6 :OptimizerSpec;  # kind: sgd, adagrad, rowwise_adagrad, sparse_adam
   init @7 :RowInit;
   seed @8 :UInt64;
+  maxRows @9 :UInt64;      # rows stored a shard, least recently updated evicted (0: no bound)
+  admitAfter @10 :UInt32;  # a row is stored from its admitAfter-th update (0, 1: its first)
 }
 
 struct ClusterLayout {

@@ -194,6 +194,8 @@ void to_wire(const TableSpec& spec, wire::TableSpec::Builder out) {
   init.setA(spec.init.a);
   init.setB(spec.init.b);
   out.setSeed(spec.seed);
+  out.setMaxRows(spec.max_rows);
+  out.setAdmitAfter(spec.admit_after);
 }
 
 TableSpec from_wire(wire::TableSpec::Reader in, const LimitsConfig& limits) {
@@ -214,6 +216,8 @@ TableSpec from_wire(wire::TableSpec::Reader in, const LimitsConfig& limits) {
   spec.optimizer = row_optimizer_from_wire(spec.name, in.getOptimizer());
   spec.init = init_from_wire(spec.name, in.getInit());
   spec.seed = in.getSeed();
+  spec.max_rows = in.getMaxRows();
+  spec.admit_after = in.getAdmitAfter();
   return spec;
 }
 

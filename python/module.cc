@@ -280,7 +280,8 @@ void bind_client(py::module_& m) {
            py::arg("dim"), py::kw_only(), py::arg("dtype") = "float32",
            py::arg("optimizer") = "sgd", py::arg("settings") = py::none(),
            py::arg("init") = py::make_tuple("zeros"), py::arg("seed") = 0,
-           py::arg("priority") = py::none(), py::arg("compression") = py::none())
+           py::arg("priority") = py::none(), py::arg("compression") = py::none(),
+           py::arg("max_rows") = 0, py::arg("admit_after") = 0)
       .def("push_rows", &PyClient::push_rows, py::arg("table"), py::arg("ids"),
            py::arg("gradients"), py::arg("step"))
       .def("wait_rows", &PyClient::wait_rows, py::arg("table"), py::arg("step"))

@@ -216,7 +216,8 @@ std::shared_ptr<PyTable> PyClient::register_table(std::string name, uint64_t num
                                                   const std::string& optimizer,
                                                   std::optional<py::dict> settings, py::tuple init,
                                                   uint64_t seed, std::optional<int64_t> priority,
-                                                  std::optional<Compression> compression) {
+                                                  std::optional<Compression> compression,
+                                                  uint64_t max_rows, uint32_t admit_after) {
   TableSpec spec{.name = std::move(name), .num_embeddings = num_embeddings, .dim = dim};
   if (dtype != "float32" && dtype != "float64")
     fail(ErrorCode::dtype_mismatch, "table '{}': dtype '{}' (float32 or float64)", spec.name,
@@ -226,6 +227,8 @@ std::shared_ptr<PyTable> PyClient::register_table(std::string name, uint64_t num
   spec.optimizer = row_optimizer(optimizer, settings);
   spec.init = row_init(init);
   spec.seed = seed;
+  spec.max_rows = max_rows;
+  spec.admit_after = admit_after;
   Client& c = client();
   TableHandle handle;
   {

@@ -92,12 +92,14 @@ class PyClient {
   // Embedding tables (client/client.h says what each does). `dtype`: "float32" or "float64";
   // `optimizer`: a row optimizer's name, its `settings` torch.optim's keywords (betas as beta1,
   // beta2) over torch's defaults, an unknown one refused naming it; `init`: ("zeros",),
-  // ("uniform", low, high) or ("normal", mean, std).
+  // ("uniform", low, high) or ("normal", mean, std); `max_rows`, `admit_after`: TableSpec's
+  // capacity (0: the deployment's tables: section, else none).
   std::shared_ptr<PyTable> register_table(std::string name, uint64_t num_embeddings, uint32_t dim,
                                           const std::string& dtype, const std::string& optimizer,
                                           std::optional<py::dict> settings, py::tuple init,
                                           uint64_t seed, std::optional<int64_t> priority,
-                                          std::optional<Compression> compression);
+                                          std::optional<Compression> compression, uint64_t max_rows,
+                                          uint32_t admit_after);
   // `ids`: a 1-D int64 array, each id once; `gradients`: C-contiguous, ids.size() rows of the
   // table's dtype. Both are referenced until wait_rows(table, step) returns.
   void push_rows(PyTable& table, py::buffer ids, py::buffer gradients, uint64_t step);

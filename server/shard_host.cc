@@ -46,7 +46,9 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.checkpoint.directory,
                            config.checkpoint.update_log,
                            config.steps,
-                           config.checkpoint.accept_log_loss};
+                           config.checkpoint.accept_log_loss,
+                           config.limits.max_table_bytes,
+                           config.tables};
     hosted->shard =
         std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});

@@ -148,6 +148,17 @@ void load_metrics(PrometheusText& out, const ShardSnapshot& snapshot, const Metr
 
 namespace {
 
+// The shard's tables together: their rows and bytes.
+TableStats tables_total(const ShardStats& s) {
+  TableStats total;
+  for (const TableStats& t : s.table_stats) {
+    total.rows += t.rows;
+    total.bytes += t.bytes;
+    total.payload_bytes += t.payload_bytes;
+  }
+  return total;
+}
+
 // Each embedding table's share of the shard (none: no family at all).
 void table_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
   if (s.table_stats.empty()) return;
@@ -169,7 +180,14 @@ void table_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels&
       {"psched_shard_table_rows_pushed_total", MetricType::counter,
        "Rows of accepted pushes (each worker's, each step).", &TableStats::rows_pushed},
       {"psched_shard_table_rows_pulled_total", MetricType::counter, "Rows answered to pulls.",
-       &TableStats::rows_pulled}};
+       &TableStats::rows_pulled},
+      {"psched_shard_table_max_rows", MetricType::gauge,
+       "Rows each table may store on the shard (max_rows; 0: no bound).", &TableStats::max_rows},
+      {"psched_shard_table_rows_evicted_total", MetricType::counter,
+       "Least recently updated rows evicted at max_rows.", &TableStats::rows_evicted},
+      {"psched_shard_table_updates_dropped_total", MetricType::counter,
+       "Row updates dropped before the row's admission (admit_after).",
+       &TableStats::updates_dropped}};
   for (const Figure& figure : kFigures) {
     out.family(figure.name, figure.type, figure.help);
     for (const TableStats& table : s.table_stats) {
@@ -178,6 +196,16 @@ void table_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels&
       out.sample(figure.name, labels, double(table.*figure.field));
     }
   }
+  const TableStats total = tables_total(s);
+  out.family("psched_shard_tables_bytes", MetricType::gauge,
+             "Bytes all tables hold on the shard, against limits.max_table_bytes.");
+  out.sample("psched_shard_tables_bytes", shard, double(total.bytes));
+  out.family("psched_shard_tables_payload_bytes", MetricType::gauge,
+             "Of those, the rows' values and optimizer state.");
+  out.sample("psched_shard_tables_payload_bytes", shard, double(total.payload_bytes));
+  out.family("psched_shard_tables_bytes_limit", MetricType::gauge,
+             "limits.max_table_bytes (0: no limit).");
+  out.sample("psched_shard_tables_bytes_limit", shard, double(s.table_bytes_limit));
 }
 
 json tables_json(const ShardStats& s) {
@@ -189,7 +217,10 @@ json tables_json(const ShardStats& s) {
                       {"payload_bytes", t.payload_bytes},
                       {"rows_created", t.rows_created},
                       {"rows_pushed", t.rows_pushed},
-                      {"rows_pulled", t.rows_pulled}});
+                      {"rows_pulled", t.rows_pulled},
+                      {"max_rows", t.max_rows},
+                      {"rows_evicted", t.rows_evicted},
+                      {"updates_dropped", t.updates_dropped}});
   return tables;
 }
 
@@ -235,6 +266,10 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
           {"connected_workers", snapshot.connections},
           {"variables", s.variables},
           {"tables", tables_json(s)},
+          {"tables_bytes",
+           {{"held", tables_total(s).bytes},
+            {"payload", tables_total(s).payload_bytes},
+            {"limit", s.table_bytes_limit}}},
           {"bytes_received", s.bytes_received},
           {"bytes_sent", s.bytes_sent},
           {"wire_bytes",

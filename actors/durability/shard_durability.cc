@@ -17,12 +17,13 @@ namespace {
 // Update log record kinds.
 constexpr uint8_t kRegisterRecord = 'R';
 constexpr uint8_t kPushRecord = 'P';
-constexpr uint8_t kSparsePushRecord = 'S';  // a push of a sparse gradient (PushedGradient)
-constexpr uint8_t kTimeoutRecord = 'T';     // a sync step completed without its missing workers
-constexpr uint8_t kJoinRecord = 'J';        // a worker is a member from a step on
-constexpr uint8_t kLeaveRecord = 'L';       // a worker is no member any more
-constexpr uint8_t kTableRecord = 'E';       // an embedding table registered
-constexpr uint8_t kRowsRecord = 'W';        // a push of a table's rows
+constexpr uint8_t kSparsePushRecord = 'S';    // a push of a sparse gradient (PushedGradient)
+constexpr uint8_t kTimeoutRecord = 'T';       // a sync step completed without its missing workers
+constexpr uint8_t kJoinRecord = 'J';          // a worker is a member from a step on
+constexpr uint8_t kLeaveRecord = 'L';         // a worker is no member any more
+constexpr uint8_t kTableRecord = 'E';         // an embedding table registered, no capacity
+constexpr uint8_t kBoundedTableRecord = 'B';  // one with its capacity (max_rows, admit_after)
+constexpr uint8_t kRowsRecord = 'W';          // a push of a table's rows
 
 }  // namespace
 
@@ -66,8 +67,10 @@ void ShardDurability::log_push(WorkerId worker, VariableId id, Step step, Elemen
 void ShardDurability::log_register_table(const TableSpec& spec) {
   if (!store_ || !store_->logging()) return;
   ByteWriter record;
-  record.put(kTableRecord);
+  const bool bounded = spec.max_rows != 0 || spec.admit_after > 1;
+  record.put(bounded ? kBoundedTableRecord : kTableRecord);
   encode_table_spec(record, spec);
+  if (bounded) encode_table_capacity(record, spec);
   append(record);
 }
 
@@ -142,8 +145,9 @@ void ShardDurability::replay(ByteReader& record) {
   }
   if (kind == kLeaveRecord)
     return state_.replay_leave(WorkerId(record.get<uint32_t>()), record.what());
-  if (kind == kTableRecord) {
+  if (kind == kTableRecord || kind == kBoundedTableRecord) {
     TableSpec spec = decode_table_spec(record);
+    if (kind == kBoundedTableRecord) decode_table_capacity(record, spec);
     return state_.replay_register_table(spec);
   }
   if (kind == kRowsRecord) return replay_rows(record);

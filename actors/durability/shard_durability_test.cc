@@ -44,7 +44,11 @@ struct RecordingState final : ShardDurability::State {
                                 gradient == PushedGradient::sparse ? " sparse" : ""));
   }
   void replay_register_table(TableSpec& spec) override {
-    calls.push_back(fmt::format("table {} {}x{}", spec.name, spec.num_embeddings, spec.dim));
+    calls.push_back(
+        fmt::format("table {} {}x{}{}", spec.name, spec.num_embeddings, spec.dim,
+                    spec.max_rows || spec.admit_after
+                        ? fmt::format(" max {} admit {}", spec.max_rows, spec.admit_after)
+                        : ""));
   }
   void replay_push_rows(WorkerId worker, VariableId table, Step step, DType,
                         std::span<const uint64_t> ids, std::span<const std::byte> data) override {
@@ -114,6 +118,10 @@ TEST_CASE(
     table.num_embeddings = 10;
     table.dim = 2;
     life.durability.log_register_table(table);
+    table.name = "bounded";
+    table.max_rows = 5;
+    table.admit_after = 2;
+    life.durability.log_register_table(table);
     const std::vector<uint64_t> ids{3, 9};
     life.durability.log_push_rows(WorkerId(0), VariableId(1), Step(1), DType::float32, ids,
                                   std::vector<std::byte>(16));
@@ -121,12 +129,12 @@ TEST_CASE(
   Life again(dir.path);
   RestoreReport report = again.restore();
   CHECK(report.checkpoint.filename() == "shard-0.00000001.ckpt");
-  CHECK(report.replayed == 8);
+  CHECK(report.replayed == 9);
   CHECK(again.state.calls ==
-        std::vector<std::string>{"load 7 (format 6)", "register w [0, 1) 4 bytes",
-                                 "push w1 v0 s1 [0, 1) 4 bytes",
-                                 "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3", "leave w2",
-                                 "join w2 s5", "table t 10x2", "rows w0 t1 s1 ids 3,9 16 bytes"});
+        std::vector<std::string>{
+            "load 7 (format 7)", "register w [0, 1) 4 bytes", "push w1 v0 s1 [0, 1) 4 bytes",
+            "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3", "leave w2", "join w2 s5",
+            "table t 10x2", "table bounded 10x2 max 5 admit 2", "rows w0 t1 s1 ids 3,9 16 bytes"});
 }
 
 TEST_CASE("updates logged after a checkpoint are all a restart replays") {
@@ -144,7 +152,7 @@ TEST_CASE("updates logged after a checkpoint are all a restart replays") {
   Life again(dir.path);
   CHECK(again.restore().replayed == 1);
   CHECK(again.state.calls ==
-        std::vector<std::string>{"load 8 (format 6)", "push w0 v0 s2 [0, 1) 4 bytes"});
+        std::vector<std::string>{"load 8 (format 7)", "push w0 v0 s2 [0, 1) 4 bytes"});
 }
 
 TEST_CASE("nothing is logged or checkpointed before restore") {

@@ -52,7 +52,7 @@ class ShardStore {
   ShardStore& operator=(const ShardStore&) = delete;
 
   // The format write_checkpoint writes; load_latest reads it and every earlier one.
-  static constexpr uint32_t kCheckpointFormat = 6;
+  static constexpr uint32_t kCheckpointFormat = 7;
   // The first format whose variables carry their frozen variance's bookkeeping (Variable's
   // save format 2; earlier files hold its format 1).
   static constexpr uint32_t kFrozenVarianceFormat = 3;
@@ -66,6 +66,9 @@ class ShardStore {
   // The first format whose tables' rows follow the payload, streamed into the file chunk by
   // chunk (CheckpointFile), instead of inside it.
   static constexpr uint32_t kStreamedRowsFormat = 6;
+  // The first format whose tables' heads hold their capacity (max_rows, admit_after) and its
+  // state: the rows' order of last update and the admission sketch (actors/shard/row_capacity.h).
+  static constexpr uint32_t kCapacityFormat = 7;
 
   struct Checkpoint {
     uint64_t generation = 0;

@@ -84,6 +84,16 @@ void encode_table_spec(ByteWriter& out, const TableSpec& spec) {
   out.put(spec.seed);
 }
 
+void encode_table_capacity(ByteWriter& out, const TableSpec& spec) {
+  out.put(spec.max_rows);
+  out.put(spec.admit_after);
+}
+
+void decode_table_capacity(ByteReader& in, TableSpec& spec) {
+  spec.max_rows = in.get<uint64_t>();
+  spec.admit_after = in.get<uint32_t>();
+}
+
 TableSpec decode_table_spec(ByteReader& in) {
   TableSpec spec{.name = in.text()};
   spec.num_embeddings = in.get<uint64_t>();

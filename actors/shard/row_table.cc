@@ -8,6 +8,9 @@
 #include <numeric>
 #include <utility>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "actors/durability/state_codec.h"
 #include "common/check.h"
 #include "common/error.h"
@@ -71,12 +74,42 @@ void RowTable::check_spec(const TableSpec& spec) {
          spec.parts, kMaxParts);
   optim::validate_row(spec.optimizer);
   check_init(spec);
+  if (spec.admit_after > RowCapacity::kMaxAdmitAfter)
+    fail(ErrorCode::invalid_argument, "table '{}': admit_after {} (0 to {})", spec.name,
+         spec.admit_after, RowCapacity::kMaxAdmitAfter);
+  if (spec.max_rows > RowCapacity::kNone - 1)
+    fail(ErrorCode::invalid_argument, "table '{}': max_rows {} (at most {} a shard)", spec.name,
+         spec.max_rows, RowCapacity::kNone - 1);
+}
+
+void RowTable::declare(TableSpec& spec, const TableConfig& declared) {
+  auto conflict = [&](std::string_view field, const auto& registered, const auto& configured) {
+    fail(ErrorCode::spec_conflict,
+         "register of table '{}' rejected: {} {} but the deployment's tables: entry says {}",
+         spec.name, field, registered, configured);
+  };
+  if (declared.dim && *declared.dim != spec.dim) conflict("dim", spec.dim, *declared.dim);
+  const std::string_view optimizer = optim::to_string(spec.optimizer.kind);
+  if (declared.optimizer && *declared.optimizer != optimizer)
+    conflict("optimizer", optimizer, *declared.optimizer);
+  if (declared.init) {
+    static constexpr std::string_view kKinds[] = {"zeros", "uniform", "normal"};
+    const std::string_view kind = kKinds[static_cast<uint8_t>(spec.init.kind)];
+    const std::vector<double> values =
+        kind == "zeros" ? std::vector<double>{} : std::vector<double>{spec.init.a, spec.init.b};
+    if (kind != *declared.init || values != declared.init_values)
+      conflict("init", fmt::format("{} {}", kind, values),
+               fmt::format("{} {}", *declared.init, declared.init_values));
+  }
+  if (spec.max_rows == 0) spec.max_rows = declared.max_rows;
+  if (spec.admit_after == 0) spec.admit_after = declared.admit_after;
 }
 
 RowTable::RowTable(TableSpec spec)
     : spec_(std::move(spec)),
       state_elements_(optim::row_state_elements(spec_.optimizer, spec_.dim)),
       block_bytes_((spec_.dim + state_elements_) * element_bytes(spec_.dtype)),
+      capacity_(spec_),
       gathered_(spec_.parts) {}
 
 void RowTable::check_rows(const char* what, std::span<const uint64_t> ids, DType dtype,
@@ -207,7 +240,7 @@ void RowTable::apply_part(uint32_t part, uint32_t gradients, uint64_t t) {
       std::byte* sum = sums.sums.data() + row * row_bytes;
       if (gradients > 1)
         for (T& x : as_span<T>(sum, spec_.dim)) x *= scale;
-      update(slot_of(sums.ids[row]), sum, step);
+      update(sums.ids[row], sum, step);
     }
   });
 }
@@ -239,15 +272,15 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
       });
       gradient = summed.data();
     }
-    update(slot_of(ids[order[k]]), gradient, step);
+    update(ids[order[k]], gradient, step);
     k = end;
   }
 }
 
-void RowTable::update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step) {
-  if (freeze_ && slot < freeze_->rows && !freeze_->saved[slot / kRowsPerChunk] &&
-      !freeze_->kept[slot])
-    keep_before(slot);  // the stream gets the row as it was at the freeze
+void RowTable::update(uint64_t id, const std::byte* gradient, const optim::RowStep& step) {
+  const uint32_t slot = slot_of(id);
+  if (slot == RowCapacity::kNone) return;  // not admitted yet: dropped
+  keep_frozen(slot);
   std::byte* row = block(slot);
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -297,9 +330,31 @@ uint32_t RowTable::new_slot(uint64_t id) {
   return slot;
 }
 
+void RowTable::keep_frozen(uint32_t slot) {
+  if (freeze_ && slot < freeze_->rows && !freeze_->saved[slot / kRowsPerChunk] &&
+      !freeze_->kept[slot])
+    keep_before(slot);  // the stream gets the row as it was at the freeze
+}
+
 uint32_t RowTable::slot_of(uint64_t id) {
-  if (auto found = index_.find(id); found != index_.end()) return found->second;
-  const uint32_t slot = new_slot(id);
+  if (auto found = index_.find(id); found != index_.end()) {
+    capacity_.touched(found->second);
+    return found->second;
+  }
+  if (!capacity_.admit(id)) return RowCapacity::kNone;
+  uint32_t slot = 0;
+  if (capacity_.full(rows())) {  // the least recently updated row gives its slot
+    slot = capacity_.oldest();
+    keep_frozen(slot);
+    index_.erase(ids_[slot]);
+    ids_[slot] = id;
+    index_.emplace(id, slot);
+    capacity_.touched(slot);
+    capacity_.evicted();
+  } else {
+    slot = new_slot(id);
+    capacity_.added(slot);
+  }
   std::byte* row = block(slot);
   initial_row(id, {row, spec_.row_bytes()});
   const double state = optim::initial_row_state(spec_.optimizer);
@@ -312,12 +367,34 @@ uint32_t RowTable::slot_of(uint64_t id) {
 
 uint64_t RowTable::bytes_held() const {
   const uint64_t index = index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
-  return chunks_.size() * kRowsPerChunk * block_bytes_ + index + ids_.capacity() * sizeof(uint64_t);
+  return chunks_.size() * kRowsPerChunk * block_bytes_ + index +
+         ids_.capacity() * sizeof(uint64_t) + capacity_.bytes_held();
+}
+
+uint64_t RowTable::growth_bytes(std::span<const uint64_t> ids) const {
+  uint64_t fresh = 0;
+  for (uint64_t id : ids) fresh += !index_.contains(id);
+  if (spec_.max_rows != 0)
+    fresh = std::min(fresh, spec_.max_rows - std::min(spec_.max_rows, rows()));
+  if (fresh == 0) return 0;
+  const uint64_t rows_after = rows() + fresh;
+  const uint64_t chunks_after = (rows_after + kRowsPerChunk - 1) / kRowsPerChunk;
+  uint64_t bytes = (chunks_after - std::min<uint64_t>(chunks_after, chunks_.size())) *
+                   kRowsPerChunk * block_bytes_;
+  bytes += fresh * (sizeof(uint64_t) + (spec_.max_rows ? 2 * sizeof(uint32_t) : 0));
+  // The index doubles its slots past 7/8 full (abseil's flat_hash_map).
+  uint64_t slots = std::max<uint64_t>(index_.capacity(), 16);
+  const uint64_t slot_bytes = sizeof(std::pair<uint64_t, uint32_t>) + 1;
+  uint64_t grown = slots;
+  while (rows_after > grown / 8 * 7) grown = 2 * grown + 1;
+  return bytes + (grown - std::min(grown, uint64_t{index_.capacity()})) * slot_bytes;
 }
 
 void RowTable::save_head(ByteWriter& out) const {
   encode_table_spec(out, spec_);
+  encode_table_capacity(out, spec_);
   out.put<uint64_t>(ids_.size());
+  capacity_.save(out, ids_.size());
 }
 
 void RowTable::save(ByteWriter& out) const {
@@ -346,9 +423,10 @@ uint64_t RowTable::freeze(uint64_t base, Emit emit) {
 void RowTable::keep_before(uint32_t slot) {
   std::vector<std::byte>& before = freeze_->before[slot / kRowsPerChunk];
   const size_t at = before.size();
-  before.resize(at + sizeof slot + block_bytes_);
+  before.resize(at + kKeptHead + block_bytes_);
   std::memcpy(before.data() + at, &slot, sizeof slot);
-  std::memcpy(before.data() + at + sizeof slot, block(slot), block_bytes_);
+  std::memcpy(before.data() + at + sizeof slot, &ids_[slot], sizeof(uint64_t));
+  std::memcpy(before.data() + at + kKeptHead, block(slot), block_bytes_);
   freeze_->kept[slot] = true;
 }
 
@@ -374,11 +452,12 @@ void RowTable::save_frozen(uint32_t chunk) {
     std::memcpy(at + sizeof(uint64_t), block(slot), block_bytes_);
   }
   std::vector<std::byte> before = std::exchange(freeze_->before[chunk], {});
-  for (size_t at = 0; at < before.size(); at += sizeof(uint32_t) + block_bytes_) {
+  for (size_t at = 0; at < before.size(); at += kKeptHead + block_bytes_) {
     uint32_t slot = 0;
     std::memcpy(&slot, before.data() + at, sizeof slot);
-    std::memcpy(rows.data() + (slot - begin) * record + sizeof(uint64_t),
-                before.data() + at + sizeof slot, block_bytes_);
+    // Its id and row as at the freeze (an eviction since gave the slot to another id).
+    std::memcpy(rows.data() + (slot - begin) * record, before.data() + at + sizeof slot,
+                kKeptHead - sizeof slot + block_bytes_);
   }
   freeze_->saved[chunk] = true;
   freeze_->emit(freeze_->base + begin * record, std::move(rows));
@@ -407,8 +486,9 @@ void RowTable::load_sums(ByteReader& in) {
   }
 }
 
-RowTable RowTable::restore_head(ByteReader& in, uint64_t& rows) {
+RowTable RowTable::restore_head(ByteReader& in, uint64_t& rows, bool capacity) {
   TableSpec spec = decode_table_spec(in);
+  if (capacity) decode_table_capacity(in, spec);
   try {
     check_spec(spec);
   } catch (const Error& e) {
@@ -418,12 +498,14 @@ RowTable RowTable::restore_head(ByteReader& in, uint64_t& rows) {
   if (rows > spec.num_embeddings)
     fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' holds {} rows of {}", in.what(), spec.name,
          rows, spec.num_embeddings);
-  return RowTable(std::move(spec));
+  RowTable table(std::move(spec));
+  if (capacity) table.capacity_.load(in, rows);
+  return table;
 }
 
-RowTable RowTable::restore(ByteReader& in) {
+RowTable RowTable::restore(ByteReader& in, bool capacity) {
   uint64_t rows = 0;
-  RowTable table = restore_head(in, rows);
+  RowTable table = restore_head(in, rows, capacity);
   for (uint64_t k = 0; k < rows; ++k) {
     const uint64_t id = in.get<uint64_t>();
     if (id >= table.spec_.num_embeddings || table.index_.contains(id))
@@ -435,9 +517,9 @@ RowTable RowTable::restore(ByteReader& in) {
   return table;
 }
 
-RowTable RowTable::restore(ByteReader& head, ByteSource& rows) {
+RowTable RowTable::restore(ByteReader& head, ByteSource& rows, bool capacity) {
   uint64_t count = 0;
-  RowTable table = restore_head(head, count);
+  RowTable table = restore_head(head, count, capacity);
   table.index_.reserve(count);
   table.ids_.reserve(count);
   for (uint64_t k = 0; k < count; ++k) {

@@ -31,10 +31,12 @@
 
 #include <absl/container/flat_hash_map.h>
 
+#include "actors/shard/row_capacity.h"
 #include "actors/shard/step_track.h"
 #include "actors/shard/table_spec.h"
 #include "common/aligned_buffer.h"
 #include "common/byte_codec.h"
+#include "common/table_config.h"
 
 namespace psched {
 
@@ -50,6 +52,10 @@ class RowTable {
   // other than float32 and float64, no rows or no elements per row, an optimizer setting out of
   // range (optim::validate_row), an init whose bounds cannot be.
   static void check_spec(const TableSpec& spec);
+  // Applies the deployment's entry for the table (`tables:`) to a registration's `spec`: its
+  // max_rows and admit_after where the registration gives none; throws spec_conflict naming
+  // the field when its dim, optimizer or init differ from the registration's.
+  static void declare(TableSpec& spec, const TableConfig& declared);
   // A table holding no rows yet; `spec` passed check_spec.
   explicit RowTable(TableSpec spec);
 
@@ -100,18 +106,24 @@ class RowTable {
   // The initial value of row `id` into `out` (spec().row_bytes()).
   void initial_row(uint64_t id, std::span<std::byte> out) const;
 
-  // Rows stored (updated at least once).
+  // Rows stored (updated at least once; not evicted since).
   uint64_t rows() const { return index_.size(); }
+  // Its bound and what it evicted and dropped (actors/shard/row_capacity.h).
+  const RowCapacity& capacity() const { return capacity_; }
+  // About how many bytes bytes_held() grows by when the rows of `ids` not stored yet are
+  // stored (their arena chunks, index and order slots; none past max_rows, which evicts).
+  uint64_t growth_bytes(std::span<const uint64_t> ids) const;
   // Bytes the table holds: its arena chunks and its index's slots (not the spec's few).
   uint64_t bytes_held() const;
   // Bytes of the stored rows' values and optimizer state: what bytes_held() is the cost of.
   uint64_t payload_bytes() const { return rows() * block_bytes_; }
 
-  // Everything the table holds (spec, each stored row's id, value and optimizer state), so that
-  // restore() rebuilds an equal table. restore throws Error(corrupt_checkpoint) naming `in`
-  // when what it reads is malformed or could not have been written.
+  // Everything the table holds (spec, capacity, each stored row's id, value and optimizer
+  // state), so that restore() rebuilds an equal table. restore throws Error(corrupt_checkpoint)
+  // naming `in` when what it reads is malformed or could not have been written. `capacity`:
+  // the head holds the capacity and its state (ShardStore::kCapacityFormat on; before, none).
   void save(ByteWriter& out) const;
-  static RowTable restore(ByteReader& in);
+  static RowTable restore(ByteReader& in, bool capacity = true);
 
   // A checkpoint that streams the table (actors/durability/shard_durability.h): save_head()
   // writes the spec and the count of rows stored now, freeze() keeps those rows as they are for
@@ -130,7 +142,7 @@ class RowTable {
   // left (the freeze is over).
   bool save_chunk();
   // The table save_head() wrote in `head`, its rows read from `rows` as save_chunk encoded them.
-  static RowTable restore(ByteReader& head, ByteSource& rows);
+  static RowTable restore(ByteReader& head, ByteSource& rows, bool capacity = true);
   // The sums a sync step in progress gathered so far, part by part, and back (beside its
   // track's progress in a checkpoint, as a Variable's sums are).
   void save_sums(ByteWriter& out) const;
@@ -140,18 +152,24 @@ class RowTable {
   // The value then the optimizer state of the row in `slot`.
   std::byte* block(uint32_t slot);
   const std::byte* block(uint32_t slot) const;
-  // The slot of row `id`, made (and filled with the row's initial value and state) when the
-  // row was not stored yet.
+  // The slot of row `id`, the most recently updated now; made (and filled with the row's
+  // initial value and state, evicting the least recently updated row at max_rows) when it was
+  // not stored yet; RowCapacity::kNone when not admitted (its update is dropped).
   uint32_t slot_of(uint64_t id);
   // A new slot for row `id` (not stored yet), its memory not filled in.
   uint32_t new_slot(uint64_t id);
-  // The spec and row count save_head() wrote, checked; `rows` gets the count.
-  static RowTable restore_head(ByteReader& in, uint64_t& rows);
+  // The spec and row count save_head() wrote (and the capacity's state), checked; `rows` gets
+  // the count.
+  static RowTable restore_head(ByteReader& in, uint64_t& rows, bool capacity);
   // Encodes frozen chunk `chunk` for the stream (its rows kept as they were where an update
   // came first) and marks it done.
   void save_frozen(uint32_t chunk);
-  // Keeps frozen row `slot`'s value and state as they are, before an update changes them.
+  // Keeps frozen row `slot`'s id, value and state as they are, before an update or an eviction
+  // changes them: keep_frozen when the stream still needs them, keep_before always.
+  void keep_frozen(uint32_t slot);
   void keep_before(uint32_t slot);
+  // A kept row's record in Freeze::before: its slot (u32) and id (u64), then value and state.
+  static constexpr size_t kKeptHead = sizeof(uint32_t) + sizeof(uint64_t);
   // A checkpoint stream under way (freeze): what is frozen and what is encoded already.
   struct Freeze {
     uint32_t rows = 0;  // slots below are frozen
@@ -160,13 +178,13 @@ class RowTable {
     std::vector<bool> saved;  // by chunk
     uint32_t next = 0;        // the first chunk save_chunk() looks at
     std::vector<bool> kept;   // by slot: its value and state as at the freeze are in `before`
-    // By chunk: rows an update changed before the chunk went, each its slot (u32) then its
-    // value and state as at the freeze.
+    // By chunk: rows an update or eviction changed before the chunk went, each its slot (u32)
+    // then its id, value and state as at the freeze.
     std::vector<std::vector<std::byte>> before;
   };
-  // One update of the row in `slot` from `gradient` (a row of the dtype), with the step's
-  // scalars (optim::row_step, once a step).
-  void update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step);
+  // One update of row `id` from `gradient` (a row of the dtype), with the step's scalars
+  // (optim::row_step, once a step); dropped for a row not admitted (slot_of).
+  void update(uint64_t id, const std::byte* gradient, const optim::RowStep& step);
   // A sync step's gradient sums of one part: each row gathered so far, in the order first met.
   struct PartSums {
     absl::flat_hash_map<uint64_t, uint32_t> position;  // id -> row of `sums`
@@ -185,6 +203,7 @@ class RowTable {
   std::vector<AlignedBuffer> chunks_;
   absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot
   std::vector<uint64_t> ids_;                      // slot -> id
+  RowCapacity capacity_;                           // max_rows, admit_after
   std::optional<Freeze> freeze_;
   std::vector<PartSums> gathered_;  // sync: by part, of the step in progress
 };

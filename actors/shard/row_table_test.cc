@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -298,4 +299,109 @@ TEST_CASE("a sync step's gathered sums survive a save; a timeout applies what wa
     table->apply_gathered(closed);
     CHECK(read(*table, {7, 9}) == std::vector<double>{-4, -2});  // means over the 2 who pushed
   }
+}
+
+// Capacity (actors/shard/row_capacity.h): max_rows and admit_after.
+
+namespace {
+
+TableSpec bounded_spec(uint64_t max_rows, uint32_t admit_after) {
+  TableSpec spec =
+      spec_of(1000, 2, optim::RowOptimizerKind::adagrad, {RowInit::Kind::uniform, -1, 1});
+  spec.max_rows = max_rows;
+  spec.admit_after = admit_after;
+  return spec;
+}
+
+// One update of each of `ids` (gradient 1 everywhere) as update `t`.
+void touch(RowTable& table, std::vector<uint64_t> ids, uint64_t t) {
+  table.apply(ids, bytes_of(std::vector<double>(2 * ids.size(), 1.0)), t);
+}
+
+}  // namespace
+
+TEST_CASE("at max_rows the least recently updated row is evicted and comes back from its start") {
+  RowTable table(bounded_spec(3, 0));
+  RowTable unbounded(
+      spec_of(1000, 2, optim::RowOptimizerKind::adagrad, {RowInit::Kind::uniform, -1, 1}));
+  const std::vector<double> initial = read(table, {1, 2, 3, 4});
+  touch(table, {1, 2, 3}, 1);
+  touch(table, {1}, 2);  // 2 is now the least recently updated
+  const uint64_t held = table.bytes_held();
+  touch(table, {4}, 3);
+  CHECK(table.rows() == 3);
+  CHECK(table.capacity().evictions() == 1);
+  CHECK(table.bytes_held() == held);
+  CHECK(read(table, {2}) == std::vector<double>(initial.begin() + 2, initial.begin() + 4));
+  touch(unbounded, {1, 2, 3}, 1);
+  touch(unbounded, {1}, 2);
+  touch(unbounded, {4}, 3);
+  CHECK(read(table, {1, 3, 4}) == read(unbounded, {1, 3, 4}));  // the rest as without a bound
+  touch(table, {2}, 4);  // back from its initial value, with fresh Adagrad sums; 3 goes
+  RowTable fresh(bounded_spec(3, 0));
+  touch(fresh, {2}, 4);
+  CHECK(read(table, {2}) == read(fresh, {2}));
+  CHECK(read(table, {3}) == std::vector<double>(initial.begin() + 4, initial.begin() + 6));
+  CHECK(table.capacity().evictions() == 2);
+}
+
+TEST_CASE("admit_after: a row is stored from its n-th update, the ones before dropped") {
+  RowTable table(bounded_spec(0, 3));
+  const std::vector<double> initial = read(table, {7});
+  touch(table, {7}, 1);
+  touch(table, {7, 8}, 2);
+  CHECK(table.rows() == 0);
+  CHECK(table.capacity().dropped() == 3);
+  CHECK(read(table, {7}) == initial);
+  touch(table, {7}, 3);  // its third: stored, this update applied as a first
+  CHECK(table.rows() == 1);
+  RowTable once(bounded_spec(0, 0));
+  touch(once, {7}, 3);
+  CHECK(read(table, {7}) == read(once, {7}));
+  TableSpec bad = bounded_spec(0, RowCapacity::kMaxAdmitAfter + 1);
+  CHECK(code_of([&] { RowTable::check_spec(bad); }) == ErrorCode::invalid_argument);
+}
+
+TEST_CASE("a restored bounded table evicts and admits as the original goes on doing") {
+  RowTable original(bounded_spec(4, 2));
+  for (uint64_t t = 1; t <= 12; ++t) touch(original, {t % 7, (3 * t) % 11, 5}, t);
+  ByteWriter out;
+  original.save(out);
+  ByteReader in(out.bytes(), "saved table");
+  RowTable copy = RowTable::restore(in);
+  CHECK(in.done());
+  for (uint64_t t = 13; t <= 30; ++t)
+    for (RowTable* table : {&original, &copy}) touch(*table, {t % 7, (5 * t) % 13, t % 3}, t);
+  std::vector<uint64_t> all(20);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(copy.rows() == original.rows());
+  CHECK(copy.capacity().evictions() == original.capacity().evictions());
+  CHECK(copy.capacity().dropped() == original.capacity().dropped());
+  CHECK(read(copy, all) == read(original, all));
+  CHECK(original.capacity().evictions() > 0);
+  CHECK(original.capacity().dropped() > 0);
+}
+
+TEST_CASE("a frozen row evicted before its chunk went streams as it was at the freeze") {
+  RowTable table(bounded_spec(5, 0));
+  touch(table, {10, 11, 12, 13, 14}, 1);
+  ByteWriter head;
+  table.save_head(head);
+  const std::vector<uint64_t> frozen_ids{10, 11, 12, 13, 14};
+  const std::vector<double> frozen = read(table, frozen_ids);
+  std::vector<std::byte> stream(table.freeze(0, [&](uint64_t offset, std::vector<std::byte> rows) {
+    std::memcpy(stream.data() + offset, rows.data(), rows.size());
+  }));
+  touch(table, {20, 21, 11}, 2);  // evicts 10 and 12 (their slots go to 20 and 21)
+  CHECK(table.capacity().evictions() == 2);
+  while (table.save_chunk()) {
+  }
+  ByteReader in(head.bytes(), "head");
+  MemorySource source;
+  source.bytes = stream;
+  RowTable copy = RowTable::restore(in, source);
+  CHECK(copy.rows() == 5);
+  CHECK(read(copy, frozen_ids) == frozen);
+  touch(copy, {20}, 2);  // the restored order: 10 is the least recent, as at the freeze
+  CHECK(read(copy, {10}) == read(RowTable(bounded_spec(5, 0)), {10}));
 }

@@ -43,12 +43,15 @@ struct WireBytes {
 // One embedding table's share on a shard (actors/shard/row_table.h).
 struct TableStats {
   std::string name;
-  uint64_t rows = 0;           // rows stored (updated at least once)
-  uint64_t bytes = 0;          // what the table holds: arena chunks and index
-  uint64_t payload_bytes = 0;  // of which rows' values and optimizer state
-  uint64_t rows_created = 0;   // rows first stored so far
-  uint64_t rows_pushed = 0;    // rows of accepted pushes (each worker's, each step)
-  uint64_t rows_pulled = 0;    // rows answered to pulls
+  uint64_t rows = 0;             // rows stored (updated at least once)
+  uint64_t bytes = 0;            // what the table holds: arena chunks and index
+  uint64_t payload_bytes = 0;    // of which rows' values and optimizer state
+  uint64_t rows_created = 0;     // rows first stored so far (again after an eviction)
+  uint64_t rows_pushed = 0;      // rows of accepted pushes (each worker's, each step)
+  uint64_t rows_pulled = 0;      // rows answered to pulls
+  uint64_t max_rows = 0;         // its bound on this shard (0: none; TableSpec::max_rows)
+  uint64_t rows_evicted = 0;     // least recently updated rows evicted at max_rows
+  uint64_t updates_dropped = 0;  // row updates before their admission (TableSpec::admit_after)
 };
 
 // Counters a shard keeps; read with VariableShard::stats.
@@ -83,6 +86,7 @@ struct ShardStats {
   std::array<uint64_t, kErrorCodeCount> errors{};  // failed requests, indexed by ErrorCode
   std::vector<RecentError> recent_errors;          // the newest kRecentErrors, oldest first
   std::vector<TableStats> table_stats;             // by registration
+  uint64_t table_bytes_limit = 0;  // limits.max_table_bytes: all tables together (0: none)
 };
 
 // One hosted variable part and its progress; read with VariableShard::variables.

@@ -3,6 +3,7 @@
 // stepped by its StepMachine (sync means over the members, waits, duplicates), refused whole on
 // bad input, and restored after a restart bit for bit.
 #include <chrono>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,9 +60,10 @@ struct TableShard {
   std::vector<std::vector<uint64_t>> kept_ids;  // borrowed by pulls until they answer
 
   explicit TableShard(Mode mode, std::filesystem::path dir = {}, uint32_t workers = 2,
-                      StepConfig steps = {})
-      : shard(io.actors,
-              ShardSettings{ShardId(0), mode, workers, 16, std::move(dir), true, steps}) {}
+                      StepConfig steps = {}, uint64_t max_table_bytes = 0,
+                      std::vector<TableConfig> tables = {})
+      : shard(io.actors, ShardSettings{ShardId(0), mode, workers, 16, std::move(dir), true, steps,
+                                       false, max_table_bytes, std::move(tables)}) {}
 
   void drain() { io.drain(); }
   RestoreReport restore() { return testing::restored(io, shard); }
@@ -357,4 +359,87 @@ TEST_CASE("checkpoints asked for while one streams are taken after it, in order"
   life.io.wait(kj::mv(all.promise));
   CHECK(files == std::vector<std::string>{"shard-0.00000002.ckpt", "shard-0.00000003.ckpt",
                                           "shard-0.00000004.ckpt"});
+}
+
+TEST_CASE("a bounded table restarts to the same rows, evictions and admissions replayed") {
+  testing::TempDir dir;
+  TableSpec spec = sgd_table("t", 2);
+  spec.max_rows = 4;
+  spec.admit_after = 2;
+  auto pushes = [](TableShard& life, VariableId t, uint64_t from, uint64_t to) {
+    for (uint64_t step = from; step <= to; ++step)
+      for (uint32_t w = 0; w < 2; ++w)
+        CHECK(life.push(w, t, step, {step % 5 + w, (step * 3) % 9 + 10},
+                        {0.1 * double(step), 0.2, -0.3, 0.4})
+                  .taken());
+  };
+  std::vector<uint64_t> all(20);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<double> before;
+  {
+    TableShard life(Mode::sync, dir.path);
+    life.restore();
+    const VariableId t = life.table(spec);
+    pushes(life, t, 1, 6);
+    life.checkpoint();
+    pushes(life, t, 7, 12);  // after the checkpoint: from the log
+    before = life.rows(t, all, 12);
+    ShardStats stats;
+    life.shard.stats([&](ShardStats s) { stats = std::move(s); });
+    life.drain();
+    REQUIRE(stats.table_stats.size() == 1);
+    CHECK(stats.table_stats[0].rows == 4);
+    CHECK(stats.table_stats[0].rows_evicted > 0);
+    CHECK(stats.table_stats[0].updates_dropped > 0);
+  }
+  TableShard again(Mode::sync, dir.path);
+  again.restore();
+  const VariableId t = again.table(spec);
+  CHECK(again.rows(t, all, 12) == before);
+}
+
+TEST_CASE("limits.max_table_bytes refuses a push of new rows past it, naming table and limit") {
+  TableSpec spec = sgd_table("t", 2);
+  spec.num_embeddings = 1'000'000;
+  TableShard life(Mode::async, {}, 1, {}, 2 << 20);  // about 2 chunks of rows of Adagrad-free sgd
+  const VariableId t = life.table(spec);
+  std::vector<uint64_t> ids(RowTable::kRowsPerChunk);
+  std::iota(ids.begin(), ids.end(), 0);
+  CHECK(life.push(0, t, 1, ids, std::vector<double>(2 * ids.size(), 1.0)).taken());
+  const std::vector<double> first = life.rows(t, {0, 5000});
+  std::vector<uint64_t> more(40 * RowTable::kRowsPerChunk);
+  std::iota(more.begin(), more.end(), 100'000);
+  Receipted refused = life.push(0, t, 2, more, std::vector<double>(2 * more.size(), 1.0));
+  REQUIRE(refused.refusal);
+  CHECK(refused.refusal->code() == ErrorCode::overloaded);
+  const std::string what = refused.refusal->what();
+  CHECK(what.find("table 't'") != std::string::npos);
+  CHECK(what.find("limits.max_table_bytes (2097152)") != std::string::npos);
+  CHECK(life.rows(t, {0, 5000}) == first);                  // nothing of it applied
+  CHECK(life.push(0, t, 2, {1, 2}, {1, 1, 1, 1}).taken());  // stored rows go on
+}
+
+TEST_CASE("the deployment's tables: entry bounds a registration, and refuses one that differs") {
+  TableConfig declared{.name = "t",
+                       .max_rows = 3,
+                       .admit_after = 2,
+                       .dim = 2,
+                       .optimizer = "sgd",
+                       .init = "uniform",
+                       .init_values = {-1, 1}};
+  TableShard life(Mode::async, {}, 1, {}, 0, {declared});
+  const VariableId t = life.table(sgd_table("t", 2));
+  for (uint64_t step = 1; step <= 4; ++step)
+    CHECK(life.push(0, t, step, {step, step + 1, step + 2, step + 3}, std::vector<double>(8, 1.0))
+              .taken());
+  ShardStats stats;
+  life.shard.stats([&](ShardStats s) { stats = std::move(s); });
+  life.drain();
+  CHECK(stats.table_stats.at(0).max_rows == 3);
+  CHECK(stats.table_stats.at(0).rows == 3);
+  auto wide = life.add(sgd_table("t", 3));
+  REQUIRE_FALSE(wide);
+  CHECK(wide.error().code() == ErrorCode::spec_conflict);
+  CHECK(std::string(wide.error().what()).find("dim 3 but the deployment's tables: entry says 2") !=
+        std::string::npos);
 }

@@ -64,6 +64,11 @@ struct TableSpec {
   optim::RowOptimizerSpec optimizer;
   RowInit init;
   uint64_t seed = 0;
+  // Capacity on each shard (actors/shard/row_capacity.h): at most max_rows rows stored (0: no
+  // bound), the least recently updated evicted for a new one; a row stored from its
+  // admit_after-th update on (0 and 1: its first), its earlier updates dropped.
+  uint64_t max_rows = 0;
+  uint32_t admit_after = 0;
 
   uint64_t row_bytes() const { return uint64_t{dim} * element_bytes(dtype); }
   // The part row `id` is pushed in, the same on every worker and shard.
@@ -72,7 +77,7 @@ struct TableSpec {
   bool same_table(const TableSpec& o) const {
     return name == o.name && num_embeddings == o.num_embeddings && dim == o.dim &&
            parts == o.parts && dtype == o.dtype && optimizer == o.optimizer && init == o.init &&
-           seed == o.seed;
+           seed == o.seed && max_rows == o.max_rows && admit_after == o.admit_after;
   }
 };
 

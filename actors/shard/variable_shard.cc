@@ -93,7 +93,11 @@ VariableShard::Registration VariableShard::do_register(VariableSpec& spec, Eleme
 
 void VariableShard::register_table(TableSpec spec, RegisterReply reply) {
   dispatch([this, spec = std::move(spec), reply = std::move(reply)]() mutable {
-    reply(counted(attempt([&] { return do_register_table(spec); })));
+    reply(counted(attempt([&] {
+      for (const TableConfig& declared : settings_.tables)
+        if (declared.name == spec.name) RowTable::declare(spec, declared);
+      return do_register_table(spec);
+    })));
   });
 }
 
@@ -123,6 +127,7 @@ void VariableShard::push_rows(RowPush push, Receipt reply) {
 void VariableShard::do_push_rows(const RowPush& p) {
   RowTable& table = find_table("push", p.table);
   table.check_rows("push", p.ids, p.dtype, p.data.size());
+  check_table_bytes(table, p.ids);
   std::vector<uint64_t> ids_kept;
   std::vector<std::byte> kept;
   const auto parts = table.by_part(p.ids, p.data, ids_kept, kept);
@@ -143,6 +148,20 @@ void VariableShard::do_push_rows(const RowPush& p) {
   }
   stats_.bytes_received += p.data.size();
   table_counts_[hosted_[p.table.value].index].pushed += p.ids.size();
+}
+
+void VariableShard::check_table_bytes(const RowTable& table, std::span<const uint64_t> ids) const {
+  if (settings_.max_table_bytes == 0) return;
+  const uint64_t growth = table.growth_bytes(ids);
+  if (growth == 0) return;
+  uint64_t held = 0;
+  for (const RowTable& t : tables_) held += t.bytes_held();
+  if (held + growth > settings_.max_table_bytes)
+    fail(ErrorCode::overloaded,
+         "push of table '{}' rejected: its new rows would take the tables of shard {} from {} "
+         "to about {} bytes, over limits.max_table_bytes ({}); bound the table (max_rows) or "
+         "raise the limit",
+         table.spec().name, settings_.id.value, held, held + growth, settings_.max_table_bytes);
 }
 
 void VariableShard::pull_rows(RowPull pull, RowsReply reply) {
@@ -303,11 +322,14 @@ void VariableShard::variables(size_t limit,
 }
 
 void VariableShard::report_tables(ShardStats& stats) const {
+  stats.table_bytes_limit = settings_.max_table_bytes;
   for (size_t i = 0; i < tables_.size(); ++i) {
     const RowTable& table = tables_[i];
+    const RowCapacity& capacity = table.capacity();
     stats.table_stats.push_back({table.spec().name, table.rows(), table.bytes_held(),
-                                 table.payload_bytes(), table.rows(), table_counts_[i].pushed,
-                                 table_counts_[i].pulled});
+                                 table.payload_bytes(), table.rows() + capacity.evictions(),
+                                 table_counts_[i].pushed, table_counts_[i].pulled,
+                                 table.spec().max_rows, capacity.evictions(), capacity.dropped()});
   }
 }
 

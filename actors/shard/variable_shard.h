@@ -207,6 +207,9 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   Registration do_register_table(TableSpec& spec);
   void do_push_rows(const RowPush& push);
   void file_pull_rows(const RowPull& pull, const RowsReply& reply);
+  // Throws [overloaded] naming the table and limits.max_table_bytes when storing the rows of
+  // `ids` not stored yet would take the shard's tables past it.
+  void check_table_bytes(const RowTable& table, std::span<const uint64_t> ids) const;
   // The shard's hosted ids, each kind's record (variable_shard_state.cc).
   void save_hosted(ByteWriter& out, VariableId id) const;
   void load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format, ByteSource& rows);

@@ -11,7 +11,7 @@ namespace psched {
 // id order. From ShardStore::kTablesFormat each starts with its kind; before, all are variables.
 // A variable: its values, its track, its sums; a table: its spec and row count (with its rows
 // in kTablesFormat; from kStreamedRowsFormat they are streamed after the payload,
-// freeze_rows), its track, its sums.
+// freeze_rows; from kCapacityFormat with its capacity), its track, its sums.
 void VariableShard::save_variables(ByteWriter& out) const {
   steps_.save(out);
   out.put<uint64_t>(hosted_.size());
@@ -64,9 +64,10 @@ void VariableShard::load_variables(ByteReader& in, uint32_t checkpoint_format, B
 void VariableShard::load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format,
                                 ByteSource& rows) {
   if (kind == Hosted::Kind::table) {
+    const bool capacity = checkpoint_format >= ShardStore::kCapacityFormat;
     RowTable table = checkpoint_format >= ShardStore::kStreamedRowsFormat
-                         ? RowTable::restore(in, rows)
-                         : RowTable::restore(in);
+                         ? RowTable::restore(in, rows, capacity)
+                         : RowTable::restore(in, capacity);
     const VariableId id = add_hosted(table.spec().name, kind, {0, table.spec().parts});
     steps_.load_track(id, in);
     table.load_sums(in);

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Trains a DLRM-like click model on a synthetic click log through psched: the embedding tables
 live on the shards row by row (psched.torch.EmbeddingBag, Adagrad), the MLPs are trained there
-too (Adam); one process per worker, each on its share of every batch.
+too (Adam); one process per worker, each on its share of every batch. Each step prefetches the
+next step's rows between its forward and its backward (DistributedModel.prefetch), so they
+travel while this step's gradients are computed and pushed.
 
     scripts/example-ctr         # builds, starts the shards, runs two workers (sync mode)
 
@@ -100,15 +102,25 @@ def main():
             f"{logloss:.4f}  auc {auc:.4f}")
 
     evaluate(start, None)
-    order, losses = None, []
-    for step in range(start, total):
+    orders = {}
+
+    def order_of(step):
+        """Step `step`'s samples, all workers' (each epoch's order the same in every worker)."""
         epoch, i = divmod(step, steps_per_epoch)
-        if order is None or i == 0:  # the epoch's order, the same in every worker
-            order = torch.randperm(args.train,
-                                   generator=torch.Generator().manual_seed(args.seed + epoch))
-        mine = order[i * args.batch:(i + 1) * args.batch][rank::workers]
+        if epoch not in orders:
+            orders.clear()
+            orders[epoch] = torch.randperm(
+                args.train, generator=torch.Generator().manual_seed(args.seed + epoch))
+        return orders[epoch][i * args.batch:(i + 1) * args.batch]
+
+    losses = []
+    for step in range(start, total):
+        mine = order_of(step)[rank::workers]
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
             model(x_train[mine], ids_train[:, mine]), y_train[mine])
+        if not args.local and step + 1 < total:  # the next step's rows travel under backward
+            following = order_of(step + 1)[rank::workers]
+            model.prefetch(dict(zip(model.module.bags, ids_train[:, following])))
         loss.backward()  # psched: pushes the rows' and the MLPs' gradients
         if args.local:
             row_optimizer.step()

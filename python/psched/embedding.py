@@ -80,7 +80,7 @@ class _Rows(torch.nn.Module):
     def __init__(self, num_embeddings, embedding_dim, *, name=None, optimizer="sgd",
                  init=("normal", 0.0, 1.0), seed=0, dtype=torch.float32, compression=None,
                  client=None, padding_idx=None, max_norm=None, scale_grad_by_freq=False,
-                 sparse=False, **settings):
+                 sparse=False, max_rows=0, admit_after=0, **settings):
         super().__init__()
         kind = type(self).__name__
         for keyword, value, default in (("padding_idx", padding_idx, None),
@@ -97,6 +97,7 @@ class _Rows(torch.nn.Module):
         self.name, self.optimizer = name, optimizer
         self.settings = row_settings(optimizer, settings)
         self.init, self.seed, self.dtype, self.compression = init, seed, dtype, compression
+        self.max_rows, self.admit_after = max_rows, admit_after
         self.client = client
         self.table = None  # the psched.Table, once registered
         self.pushed = client.start_step - 1 if client is not None else 0  # the last step pushed
@@ -250,7 +251,8 @@ class _Rows(torch.nn.Module):
             self.table = self.client.register_table(
                 self.name, self.num_embeddings, self.embedding_dim, dtype=_DTYPES[self.dtype],
                 optimizer=self.optimizer, settings=self.settings, init=self.init,
-                seed=self.seed, compression=self.compression)
+                seed=self.seed, compression=self.compression, max_rows=self.max_rows,
+                admit_after=self.admit_after)
         return self.table
 
 
@@ -272,7 +274,7 @@ class EmbeddingBag(_Rows):
 
     EmbeddingBag(num_embeddings, embedding_dim, mode="sum", *, name=None, optimizer="sgd",
     init=("normal", 0.0, 1.0), seed=0, dtype=torch.float32, compression=None, client=None,
-    include_last_offset=False, **settings)
+    include_last_offset=False, max_rows=0, admit_after=0, **settings)
 
     mode: "sum" or "mean" ("max" is refused). name: the table's name (default inside
     DistributedModel: the module's name). optimizer and settings: the row optimizer and
@@ -282,7 +284,11 @@ class EmbeddingBag(_Rows):
     psched.Compression for the rows' traffic. client: a psched.Client, for a table used outside
     DistributedModel (then name is required). padding_idx, max_norm and scale_grad_by_freq are
     refused unless left at torch's defaults; sparse is accepted and ignored (the pushed gradient
-    is always the sparse one).
+    is always the sparse one). max_rows, admit_after: the table's capacity on each shard (0: the
+    deployment's tables: entry, else none): at most max_rows rows stored, the least recently
+    updated evicted; a row stored from its admit_after-th update (docs/embeddings.md).
+
+    prefetch(input, offsets=None, *, staleness=None): starts pulling the rows of the next step.
 
     forward(input, offsets=None, per_sample_weights=None): torch.nn.EmbeddingBag's, with its
     result: a 2-D input is one bag per row; a 1-D input is cut into bags at `offsets`.

@@ -85,14 +85,15 @@ class Server:
 @pytest.fixture
 def start_server(tmp_path):
     """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1,
-    reconnect_seconds=None, compression=None, checkpoint=False) -> Server. reconnect_seconds:
+    reconnect_seconds=None, compression=None, checkpoint=False, extra="") -> Server. reconnect_seconds:
     how long its workers keep trying to reconnect (default: the deployment's 60 s).
     compression: the deployment's compression: section, as YAML text. checkpoint: the shards
-    keep checkpoints and update logs in a directory of the test's (Server.restart())."""
+    keep checkpoints and update logs in a directory of the test's (Server.restart()). extra:
+    more of the deployment, as YAML text (a tables: section, limits: ...)."""
     servers = []
 
     def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None,
-              compression=None, checkpoint=False):
+              compression=None, checkpoint=False, extra=""):
         config = tmp_path / f"deployment{len(servers)}.yaml"
         state = tmp_path / f"state{len(servers)}"
         ports = free_ports(2 * shards)
@@ -106,7 +107,7 @@ def start_server(tmp_path):
                            if reconnect_seconds is not None else "") +
                           (f"compression: {compression}\n" if compression else "") +
                           (f"checkpoint: {{directory: {state}, interval_seconds: 0.2}}\n"
-                           if checkpoint else "") +
+                           if checkpoint else "") + extra +
                           # ctest runs the suite over both data paths
                           (f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
                            if "PSCHED_TEST_DATA_PATH" in os.environ else ""))

@@ -2,8 +2,11 @@
 """psched.torch's embedding tables against torch, exactly: two sync workers training a small
 DLRM-like model (four tables, one per row optimizer, and a dense MLP on Adam) reach, in float64,
 the rows and parameters of one torch process trained on both workers' batches together."""
+import json
 import threading
+import urllib.request
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -43,9 +46,9 @@ class Dlrm(torch.nn.Module):
         return self.top(torch.cat([torch.relu(self.bottom(dense))] + pooled, dim=1)).squeeze(1)
 
 
-def psched_model():
+def psched_model(**capacity):
     return Dlrm([psched.torch.EmbeddingBag(ROWS, DIM, "sum", dtype=torch.float64, init=INIT,
-                                           seed=index, **settings)
+                                           seed=index, **capacity, **settings)
                  for index, settings in enumerate(TABLES)])
 
 
@@ -123,12 +126,13 @@ def train_with_torch(initial_rows, batches):
     return model
 
 
-def train_with_psched(server, batches, restart_at=None, prefetch=None):
+def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=None):
     """Both workers, each a thread with its own DistributedModel; returns the models (their
     clients open) and every table's rows as worker 0 read them before training. restart_at:
     worker 0 SIGKILLs the server before that step and starts it again (the workers reconnect
-    by themselves). prefetch: each step prefetches the next one's rows with this staleness."""
-    workers = [psched.torch.DistributedModel(psched_model(), "adam", lr=DENSE_LR,
+    by themselves). prefetch: each step prefetches the next one's rows with this staleness.
+    capacity: the tables' max_rows and admit_after."""
+    workers = [psched.torch.DistributedModel(psched_model(**(capacity or {})), "adam", lr=DENSE_LR,
                                              config=server.config, worker=rank,
                                              embedding_staleness=prefetch)
                for rank in range(2)]
@@ -223,17 +227,24 @@ def test_one_shard_trains_the_same_rows_as_two(start_server):
         assert torch.equal(one[name], two[name]), name
 
 
-def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server):
+@pytest.mark.parametrize("capacity", [{}, {"max_rows": 8, "admit_after": 2}],
+                         ids=["unbounded", "bounded"])
+def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server, capacity):
     batches = make_batches()
     states = []
     for restart_at in (None, STEPS // 2):
         server = start_server(mode="sync", workers=2, shards=2, checkpoint=True)
-        workers, _ = train_with_psched(server, batches, restart_at)
+        workers, _ = train_with_psched(server, batches, restart_at, capacity=capacity)
         states.append(trained_state(workers[0]))
         for worker in workers:
             worker.client.close()
         if restart_at is not None:
             assert any("restored" in line for line in server.log), "".join(server.log)
+        if capacity:  # the bound did bite: rows were evicted and updates dropped
+            counts = [(t["rows_evicted"], t["updates_dropped"])
+                      for port in server.http_ports for t in json.load(urllib.request.urlopen(
+                          f"http://127.0.0.1:{port}/status"))["tables"]]
+            assert all(evicted > 0 and dropped > 0 for evicted, dropped in counts), counts
     clean, restarted = states
     for name in clean:
         assert torch.equal(clean[name], restarted[name]), name

@@ -74,3 +74,41 @@ def test_the_click_models_torch_tables_start_from_the_rows_psched_gives(start_se
         rows = np.empty((5000, 8), np.float32)
         client.pull_rows(table, np.arange(5000, dtype=np.int64), rows)
     assert np.array_equal(rows, psched_uniform_rows(5000, 8, -0.25, 0.5, seed=3, chunk=999))
+
+
+def run_ctr(server, *arguments):
+    """The click example with two workers on `server`; --check must pass."""
+    workers = [subprocess.Popen([sys.executable, str(CTR_EXAMPLE), "--check", *arguments],
+                                env={**os.environ, "PSCHED_CONFIG": str(server.config),
+                                     "RANK": str(rank), "WORLD_SIZE": "2"},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for rank in range(2)]
+    for worker in workers:
+        output = worker.communicate()[0]
+        assert worker.returncode == 0, output  # --check: logloss fell and AUC rose
+
+
+def shard_status(server):
+    statuses = []
+    for port in server.http_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status") as response:
+            statuses.append(json.load(response))
+    return statuses
+
+
+def test_the_click_model_learns_with_a_tenth_of_its_rows_on_the_shards(start_server):
+    arguments = ("--steps", "64", "--rows", "200000")
+    free = start_server(mode="sync", workers=2)
+    run_ctr(free, *arguments)
+    touched = [t["rows"] for s in shard_status(free) for t in s["tables"]]
+    held = max(s["tables_bytes"]["held"] for s in shard_status(free))
+    bound, limit = max(touched) // 10, held // 2
+    assert min(touched) > 1000
+    tables = "".join(f"  - {{name: table{k}, max_rows: {bound}}}\n" for k in range(4))
+    bounded = start_server(mode="sync", workers=2,
+                           extra=f"tables:\n{tables}limits: {{max_table_bytes: {limit}}}\n")
+    run_ctr(bounded, *arguments)
+    for status in shard_status(bounded):
+        assert status["tables_bytes"]["held"] <= limit < held
+        for table in status["tables"]:
+            assert table["rows"] <= bound and table["rows_evicted"] > 0

@@ -134,3 +134,55 @@ def test_a_prefetch_waits_for_the_step_it_names_and_no_other(start_server):
         with pytest.raises(psched.Error, match="from the future") as e:
             prefetch(6)[0].wait()
         assert e.value.code == "step_from_future"
+
+
+def http_get(server, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http_ports[0]}{path}") as response:
+        return response.read().decode()
+
+
+def test_bounded_tables_evict_and_admit_and_say_so_on_status_and_metrics(start_server):
+    server = start_server(shards=1, extra="tables:\n  - {name: t, dim: 4, max_rows: 4}\n"
+                                          "limits: {max_table_bytes: 64MiB}\n")
+    with connect(server) as client:
+        bounded = sgd_table(client)  # max_rows from the deployment's tables: entry
+        admitting = sgd_table(client, "u", admit_after=2)
+        with pytest.raises(psched.Error, match="dim 5 but the deployment's tables: entry"):
+            sgd_table(client, "t", dim=5)
+        initial = rows(client, bounded, range(10))
+        for step in range(1, 4):
+            for table in (bounded, admitting):
+                client.push_rows(table, np.arange(3 * step - 3, 3 * step, dtype=np.int64),
+                                 np.ones((3, 4), np.float32), step)
+                client.wait_rows(table, step)
+        # Rows 0-8 pushed once each: the table keeps the last 4 (5-8), the first 5 start again.
+        now = rows(client, bounded, range(10), after=3)
+        assert np.array_equal(now[:5], initial[:5]) and np.array_equal(now[9], initial[9])
+        assert np.allclose(now[5:9], initial[5:9] - 0.5)
+        assert np.array_equal(rows(client, admitting, range(10), after=3), initial)  # none twice
+    status = json.loads(http_get(server, "/status"))
+    tables = {t["name"]: t for t in status["tables"]}
+    assert (tables["t"]["rows"], tables["t"]["max_rows"], tables["t"]["rows_evicted"]) == (4, 4, 5)
+    assert (tables["u"]["rows"], tables["u"]["updates_dropped"]) == (0, 9)
+    held = status["tables_bytes"]
+    assert held["limit"] == 64 << 20 and 0 < held["payload"] <= held["held"] < held["limit"]
+    metrics = http_get(server, "/metrics")
+    assert 'psched_shard_tables_bytes_limit{shard="0"} 67108864' in metrics
+    assert 'psched_shard_table_rows_evicted_total{shard="0",table="t"} 5' in metrics
+
+
+def test_a_push_past_the_shards_table_bytes_is_refused_naming_table_and_limit(start_server):
+    server = start_server(shards=1, extra="limits: {max_table_bytes: 1MiB}\n")
+    with connect(server) as client:
+        table = client.register_table("big", 1_000_000, 16, optimizer="sgd", settings={"lr": 1.0})
+        ids = np.arange(50_000, dtype=np.int64)
+        client.push_rows(table, ids, np.ones((len(ids), 16), np.float32), 1)
+        with pytest.raises(psched.Error, match=r"table 'big'.*limits.max_table_bytes \(1048576\)"
+                           ) as refused:
+            client.wait_rows(table, 1)
+        assert refused.value.code == "overloaded"
+        client.push_rows(table, ids[:100], np.ones((100, 16), np.float32), 1)
+        client.wait_rows(table, 1)  # step 1 again, small enough: nothing of the first was kept
+        status = json.loads(http_get(server, "/status"))
+        assert status["tables"][0]["rows"] == 100
+        assert status["tables_bytes"]["held"] <= 1 << 20
