@@ -105,13 +105,21 @@ std::string membership_line(size_t shard, const json& m) {
 // One line per table of shard `shard`'s /status: its rows, memory and traffic.
 std::vector<std::string> table_lines(size_t shard, const json& tables) {
   std::vector<std::string> lines;
-  for (const json& t : tables)
-    lines.push_back(
-        fmt::format("shard {} table {}: {} rows, {} held ({} payload), {} rows pushed, {} pulled",
-                    shard, t.at("name").get<std::string>(), t.at("rows").get<uint64_t>(),
-                    human_bytes(t.at("bytes").get<uint64_t>()),
-                    human_bytes(t.at("payload_bytes").get<uint64_t>()),
-                    t.at("rows_pushed").get<uint64_t>(), t.at("rows_pulled").get<uint64_t>()));
+  for (const json& t : tables) {
+    const auto max_rows = t.value("max_rows", uint64_t{0});
+    const std::string bound =
+        max_rows ? fmt::format(" of at most {} ({} evicted)", max_rows,
+                               t.value("rows_evicted", uint64_t{0}))
+                 : "";
+    const auto dropped = t.value("updates_dropped", uint64_t{0});
+    lines.push_back(fmt::format(
+        "shard {} table {}: {} rows{}, {} held ({} payload), {} rows pushed, {} pulled{}", shard,
+        t.at("name").get<std::string>(), t.at("rows").get<uint64_t>(), bound,
+        human_bytes(t.at("bytes").get<uint64_t>()),
+        human_bytes(t.at("payload_bytes").get<uint64_t>()), t.at("rows_pushed").get<uint64_t>(),
+        t.at("rows_pulled").get<uint64_t>(),
+        dropped ? fmt::format(", {} updates before admission dropped", dropped) : ""));
+  }
   return lines;
 }
 

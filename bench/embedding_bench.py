@@ -26,8 +26,10 @@ run the same steps:
   psched+bf16  the same with bf16 pushes and pulls (tables and MLPs)
   +prefetch    psched's modes with DistributedModel.prefetch: between step k's forward and
                backward each worker starts the pulls of step k + 1's rows (its next batch's ids)
-  bounded      psched in bounded mode, staleness 1 (dense values and prefetched rows may miss
-               the last step's updates; a pull never waits for the step before)
+  bounded      psched in bounded mode, staleness 1: a worker waits for its own updates only,
+               the others' may lag a step (dense values and rows, prefetched or not)
+  +stale       prefetch with embedding_staleness 1: the rows of step k + 1 as step k - 1 left
+               them, so their pull never waits for step k (Persia's embedding_staleness)
 The psched and bounded modes run only where psched.torch.EmbeddingBag exists (else: skipped,
 said so).
 
@@ -41,8 +43,8 @@ Measured per run, over the steps after --warmup: the step time (the slower worke
 each worker's CPU seconds a step (getrusage) and the shards' (sampled from /proc), the bytes on
 the wire a step per worker each way (TCP payload of the worker's own sockets, from `ss -tinp`:
 bytes_acked sent, bytes_received), each worker's peak memory (VmHWM, the RSS high-water mark of
-the whole run). --repeats runs every mode again in rotated order; the summary gives medians and
-ranges and ratios against ddp-sparse of the same repeat. Memory check (--memory-rows, at the
+the training steps, before the held-out pass). --repeats runs every mode again in rotated
+order; the summary gives medians and ranges and ratios against ddp-sparse of the same repeat. Memory check (--memory-rows, at the
 first rate): the psched trainer's peak memory with --memory-rows rows (10 million) must stay
 within 10% + 16 MiB of its peak with --rows (the trainer holds no table); DDP's tables alone
 would take tables x rows x dim x 4 bytes a worker, Adagrad's state as much again.
@@ -73,7 +75,8 @@ from torch_e2e_report import cpu_cell  # noqa: E402
 from free_ports import free_ports  # noqa: E402
 
 MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16", "psched+prefetch",
-         "psched+prefetch+bf16", "bounded", "bounded+prefetch", "bounded+prefetch+bf16")
+         "psched+prefetch+bf16", "bounded", "bounded+prefetch", "bounded+prefetch+bf16",
+         "bounded+prefetch+stale")
 PSCHED_MODES = ("psched", "bounded")  # a mode's first part: psched's shards train it
 BASELINE = "ddp-sparse"
 MEMORY_SLACK = (1.10, 16 << 20)  # the memory check's allowance: 10% + 16 MiB
@@ -137,7 +140,8 @@ def build_model(spec):
             spec["rows"], spec["dim"], spec["row_lr"], compression), **shape)
         return psched.torch.DistributedModel(model, "adam", lr=spec["lr"],
                                              config=spec["config"], worker=spec["rank"],
-                                             compression=compression), []
+                                             compression=compression,
+                                             embedding_staleness=int("stale" in variants)), []
     model = ClickModel(spec["tables"], spec["dim"],
                        torch_bags(spec["rows"], spec["dim"], sparse=mode != "ddp-dense"), **shape)
     optimizers = [torch.optim.Adagrad(model.bags.parameters(), lr=spec["row_lr"]),
@@ -184,20 +188,23 @@ def run_worker(spec):
         model.synchronize()  # the last step's updates are in
     starts.append(time.perf_counter())
     end = (time.time(), cpu_seconds(), socket_counters())
+    peak_rss = peak_rss_bytes()  # training's, before the held-out pass pulls its rows
     test_logloss = None
     if rank == 0:  # after the window: the held-out samples, the same in every mode
         from ctr_model import logloss_and_auc
         dense, ids, labels = log.sample(spec["test_samples"],
                                         torch.Generator().manual_seed(spec["seed"] + 7))
         evaluated = model.module if spec["mode"].startswith("ddp") else model  # no collective
-        with torch.no_grad():
-            test_logloss = logloss_and_auc(evaluated(dense, ids), labels)[0]
+        with torch.no_grad():  # a batch at a time
+            logits = torch.cat([evaluated(dense[at:at + share], ids[:, at:at + share])
+                                for at in range(0, len(labels), share)])
+        test_logloss = logloss_and_auc(logits, labels)[0]
     start = window["start"]
     sent, received = traffic(start[2], end[2])
     result = {"rank": rank, "step_s": [b - a for a, b in zip(starts, starts[1:])],
               "loss": losses, "window_wall": [start[0], end[0]], "cpu_s": end[1] - start[1],
               "sent": sent, "received": received,
-              "peak_rss": peak_rss_bytes(), "test_logloss": test_logloss}
+              "peak_rss": peak_rss, "test_logloss": test_logloss}
     if is_psched(spec["mode"]):
         model.client.close()
     elif spec["mode"].startswith("ddp"):  # the other worker may still be counting its bytes

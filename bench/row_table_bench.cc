@@ -2,7 +2,10 @@
 // psched-row-table-bench: what a shard's embedding table (actors/shard/row_table.h) costs in
 // memory beside what it holds, and how fast it creates and updates rows, on one core.
 //   psched-row-table-bench [--rows N] [--dim D] [--optimizer adagrad] [--dtype float32]
+//                          [--max-rows M] [--admit-after A]
 //   psched-row-table-bench --sweep [--rows N]
+// --max-rows, --admit-after: the table's capacity (actors/shard/row_capacity.h); with M < N the
+// first touches evict, and the table holds M rows at the end.
 // --sweep: the update rate of every row optimizer at dims 16, 64 and 256 (float32), as rows a
 // second and as the bytes an update moves (the row's value and state read and written, its
 // gradient read) against memcpy's read and write rate on this machine, measured in the same run.
@@ -107,7 +110,11 @@ int main(int argc, char** argv) {
   size_t batch = 4096;
   std::string optimizer = "adagrad", dtype = "float32";
   bool sweeping = false;
+  uint64_t max_rows = 0;
+  uint32_t admit_after = 0;
   app.add_option("--rows", rows, "rows stored");
+  app.add_option("--max-rows", max_rows, "the table's max_rows (0: no bound)");
+  app.add_option("--admit-after", admit_after, "the table's admit_after");
   app.add_option("--dim", dim, "elements per row");
   app.add_option("--batch", batch, "ids per apply (a push's rows)");
   app.add_option("--optimizer", optimizer, "sgd, adagrad, rowwise_adagrad or sparse_adam");
@@ -124,6 +131,8 @@ int main(int argc, char** argv) {
   }
   spec.optimizer = psched::optim::torch_row_defaults(kind);
   spec.init = {psched::RowInit::Kind::uniform, -0.01, 0.01};
+  spec.max_rows = max_rows;
+  spec.admit_after = admit_after;
   psched::RowTable::check_spec(spec);
 
   std::vector<uint64_t> ids(rows);
@@ -138,8 +147,14 @@ int main(int argc, char** argv) {
   const double updated = apply_all(table, ids, batch, 2);
 
   const double n = double(table.rows()), payload = double(table.payload_bytes()) / n;
-  std::printf("%s %s dim %u: %.0f rows, payload %.1f B a row\n", optimizer.c_str(), dtype.c_str(),
+  std::printf("%s %s dim %u: %.0f rows, payload %.1f B a row", optimizer.c_str(), dtype.c_str(),
               dim, n, payload);
+  if (max_rows || admit_after > 1)
+    std::printf(" (max_rows %llu, admit_after %u: %llu evicted, %llu updates dropped)",
+                static_cast<unsigned long long>(max_rows), admit_after,
+                static_cast<unsigned long long>(table.capacity().evictions()),
+                static_cast<unsigned long long>(table.capacity().dropped()));
+  std::printf("\n");
   std::printf("  held by the table   %.1f B a row (%.3fx payload)\n", table.bytes_held() / n,
               table.bytes_held() / n / payload);
   std::printf("  heap grown by       %.1f B a row (%.3fx payload)\n", heap / n, heap / n / payload);

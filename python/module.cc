@@ -131,10 +131,6 @@ void bind_deployment(py::module_& m) {
       .def_property_readonly("path", [](const DeploymentConfig& c) { return c.source.string(); })
       .def_property_readonly("mode", [](const DeploymentConfig& c) { return to_string(c.mode); })
       .def_readonly("workers", &DeploymentConfig::workers)
-      .def_property_readonly(
-          "staleness",
-          [](const DeploymentConfig& c) { return c.mode == Mode::bounded ? c.steps.staleness : 0; },
-          "How many steps a bounded worker may run ahead of the slowest (0 unless bounded)")
       .def_property_readonly("shards", [](const DeploymentConfig& c) {
         std::vector<std::string> shards;
         for (const ShardConfig& s : c.shards) shards.push_back(s.listen.to_string());

@@ -32,6 +32,12 @@ evaluation) reads the rows after the last pushed step and is no step. So:
   backward then raises psched.Error, as does a second backward through one forward;
 - in sync mode every worker runs each table's forward the same number of times.
 
+Prefetch: bag.prefetch(next_input), called between a step's forward and the next one's (after
+the forward, before backward, overlaps most), starts the pull of the next step's rows; that
+forward, given equal ids, waits only for what has not arrived, and reads the values that
+forward would have pulled. staleness s (default 0) lets the rows lack the last s steps'
+updates, so the pull need not wait for this step (docs/embeddings.md, "Prefetch").
+
 Inside DistributedModel a table takes its module name (named_modules()) unless given `name`,
 the model's client, and the model's start_step; DistributedModel.synchronize() waits for its
 last push. Standalone, give `client` (a psched.Client) and `name`, and call synchronize(). The
@@ -103,8 +109,7 @@ class _Rows(torch.nn.Module):
         self.pushed = client.start_step - 1 if client is not None else 0  # the last step pushed
         self._open = 0  # the step whose forward ran and whose gradient is not pushed (0: none)
         self._unwaited = 0  # the last push not waited for (0: none)
-        # prefetch(): None (the deployment's bounded staleness, else 0) or an int.
-        self.staleness = None
+        self.staleness = None  # prefetch()'s default staleness (None: 0)
         self._prefetched = None  # the prefetch under way (_Prefetch), if any
         self.prefetches = self.prefetch_misses = 0  # started; dropped unused (other input)
 
@@ -128,17 +133,18 @@ class _Rows(torch.nn.Module):
         pulls as usual (prefetch_misses counts it). Call it between this step's forward and
         the next one's. offsets: as forward takes it (the rows depend on input alone).
 
-        staleness: 0 reads the rows once this step's update of them is applied (sync: once
-        every worker pushed this step, and the answer leaves then, with no request to wait
-        for). s > 0 reads them once step k - s's update is applied for a step k + 1, so they
-        may lack this worker's (and, in sync and bounded mode, every worker's) last s updates
-        of them, as Persia's embedding_staleness: the pull need not wait for this step at all.
-        Default: the table's `staleness` attribute (DistributedModel's embedding_staleness),
-        else the deployment's (bounded mode's `staleness:`; 0 in sync and async)."""
+        staleness: 0 (default) reads the rows a pull at the next forward would read: once
+        this step's update of them is applied (sync: every worker's, the answer leaving as the
+        step closes; bounded: this worker's, the others' within the mode's bound; async: this
+        worker's), so a prefetch changes when rows travel, not their values. s > 0 reads them
+        once step k - s's update is applied for a step k + 1: they may lack the last s steps'
+        updates, this worker's too, as Persia's embedding_staleness, and the pull need not wait
+        for this step at all. Default: the table's `staleness` attribute (DistributedModel's
+        embedding_staleness), else 0."""
         del offsets
         table = self._registered()
         step = (self._open or self.pushed) + 1
-        lag = self._staleness() if staleness is None else staleness
+        lag = staleness if staleness is not None else self.staleness or 0
         if lag < 0:
             raise psched.Error(f"table '{self.name}': prefetch staleness {lag} is negative")
         self._drop_prefetch()
@@ -202,12 +208,6 @@ class _Rows(torch.nn.Module):
         if self._prefetched is not None:
             self._prefetched = None  # its RowsPull waits for the answer as it goes
             self.prefetch_misses += 1
-
-    def _staleness(self):
-        if self.staleness is not None:
-            return self.staleness
-        deployment = getattr(self.client, "deployment", None)
-        return deployment.staleness if deployment is not None else 0
 
     def _check_ids(self, ids):
         if ids.dtype not in (torch.int64, torch.int32):

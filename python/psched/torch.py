@@ -43,6 +43,8 @@ rows. They hold no nn.Parameter, so the rules above are about the dense paramete
 DistributedModel finds them among the module's modules, names each table after its module name,
 gives it the model's client and start_step, and synchronize() waits for their pushes too. Each
 forward of a table with grad enabled is one step of it (psched/embedding.py has the rules).
+model.prefetch({table: next_input, ...}) between a step's forward and backward starts the pulls
+of the next step's rows, so they travel while this step computes (docs/embeddings.md).
 
 Trace: `trace="trace-{worker}.json"` (default: $PSCHED_TRACE) writes a Chrome trace (Perfetto,
 chrome://tracing) at every synchronize(): each partition as in `psched-bench --trace`, with the
@@ -161,8 +163,8 @@ class DistributedModel(torch.nn.Module):
     fresh job; a worker that joins a job under way (a restarted one, under torchrun say)
     starts there, from the values the job had after the step before (psched.Client.start_step),
     and the training loop skips the steps done (python/examples/train_digits.py).
-    embedding_staleness: how many steps old a prefetched row may be (prefetch(); default:
-    the deployment's bounded staleness, 0 in sync and async mode).
+    embedding_staleness: how many steps more than the mode allows a prefetched row may lag
+    (prefetch(); default 0: the rows the next forward would pull).
     """
 
     def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,

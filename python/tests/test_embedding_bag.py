@@ -28,7 +28,8 @@ class FakeTables:
         self.prefetches, self.waited_prefetches = [], 0
 
     def register_table(self, name, num_embeddings, dim, *, dtype="float32", optimizer="sgd",
-                       settings=None, init=("zeros",), seed=0, priority=None, compression=None):
+                       settings=None, init=("zeros",), seed=0, priority=None, compression=None,
+                       max_rows=0, admit_after=0):
         if name in self.tables:
             table = self.tables[name]
             if (table.dim, table.optimizer) != (dim, optimizer):
