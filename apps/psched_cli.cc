@@ -107,10 +107,9 @@ std::vector<std::string> table_lines(size_t shard, const json& tables) {
   std::vector<std::string> lines;
   for (const json& t : tables) {
     const auto max_rows = t.value("max_rows", uint64_t{0});
-    const std::string bound =
-        max_rows ? fmt::format(" of at most {} ({} evicted)", max_rows,
-                               t.value("rows_evicted", uint64_t{0}))
-                 : "";
+    const std::string bound = max_rows ? fmt::format(" of at most {} ({} evicted)", max_rows,
+                                                     t.value("rows_evicted", uint64_t{0}))
+                                       : "";
     const auto dropped = t.value("updates_dropped", uint64_t{0});
     lines.push_back(fmt::format(
         "shard {} table {}: {} rows{}, {} held ({} payload), {} rows pushed, {} pulled{}", shard,

@@ -30,38 +30,52 @@ void non_negative(const RowOptimizerSpec& spec, std::string_view field, double v
   if (!(std::isfinite(value) && value >= 0)) reject(spec, field, value, "must be finite and >= 0");
 }
 
+// The loops below read and write through restrict pointers (a row, its gradient and its state
+// never overlap) and are built with -fno-math-errno and -O3 (optim/CMakeLists.txt), so that the
+// compiler runs them in SIMD registers: the same IEEE operations element by element, in the
+// same order, so the same results as one element at a time.
 template <typename T>
-void sgd(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g) {
+void sgd(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad) {
+  T* __restrict w = row.data();
+  const T* __restrict g = grad.data();
   const T alpha = static_cast<T>(-spec.lr);
-  for (size_t i = 0; i < w.size(); ++i) w[i] += alpha * g[i];
+  for (size_t i = 0; i < row.size(); ++i) w[i] += alpha * g[i];
 }
 
 template <typename T>
-void adagrad(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> w,
-             std::span<const T> g, std::span<T> sum) {
+void adagrad(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
+             std::span<const T> grad, std::span<T> sums) {
+  T* __restrict w = row.data();
+  T* __restrict sum = sums.data();
+  const T* __restrict g = grad.data();
   const T alpha = static_cast<T>(-step.lr), eps = static_cast<T>(spec.eps);
-  for (size_t i = 0; i < w.size(); ++i) {
+  for (size_t i = 0; i < row.size(); ++i) {
     sum[i] += g[i] * g[i];
     w[i] += alpha * (g[i] / (std::sqrt(sum[i]) + eps));
   }
 }
 
 template <typename T>
-void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> w, std::span<const T> g,
+void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad,
                      T& accumulator) {
-  T squares = 0;
-  for (size_t i = 0; i < w.size(); ++i) squares += g[i] * g[i];
-  accumulator += squares / static_cast<T>(w.size());
+  T* __restrict w = row.data();
+  const T* __restrict g = grad.data();
+  T squares = 0;  // in order (a sum is not reassociated): FBGEMM's float64 result to rounding
+  for (size_t i = 0; i < row.size(); ++i) squares += g[i] * g[i];
+  accumulator += squares / static_cast<T>(row.size());
   const T multiplier =
       static_cast<T>(spec.lr) / (std::sqrt(accumulator) + static_cast<T>(spec.eps));
-  for (size_t i = 0; i < w.size(); ++i) w[i] -= multiplier * g[i];
+  for (size_t i = 0; i < row.size(); ++i) w[i] -= multiplier * g[i];
 }
 
 template <typename T>
-void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> w,
-                 std::span<const T> g, std::span<T> state) {
-  const size_t n = w.size();
-  std::span<T> m = state.first(n), v = state.subspan(n, n);
+void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
+                 std::span<const T> grad, std::span<T> state) {
+  const size_t n = row.size();
+  T* __restrict w = row.data();
+  T* __restrict m = state.data();
+  T* __restrict v = state.data() + n;
+  const T* __restrict g = grad.data();
   const T step_size = static_cast<T>(step.lr);
   const T keep1 = static_cast<T>(1 - spec.beta1), keep2 = static_cast<T>(1 - spec.beta2);
   const T eps = static_cast<T>(spec.eps);

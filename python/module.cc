@@ -250,6 +250,7 @@ void bind_client(py::module_& m) {
       .def_property_readonly("num_embeddings",
                              [](const PyTable& t) { return t.spec.num_embeddings; })
       .def_property_readonly("dim", [](const PyTable& t) { return t.spec.dim; })
+      .def_property_readonly("priority", [](const PyTable& t) { return t.spec.priority.value; })
       .def_property_readonly("dtype",
                              [](const PyTable& t) { return std::string(to_string(t.spec.dtype)); })
       .def("__repr__", [](const PyTable& t) {

@@ -151,12 +151,11 @@ std::shared_ptr<PyVariable> PyClient::register_variable(
   if (by_name_.contains(name))
     fail(ErrorCode::invalid_argument, "variable '{}' is already registered by this client", name);
   TensorView view = view_of(value, true, fmt::format("register '{}'", name));
-  VariableSpec spec{
-      .name = name,
-      .shape = view.shape,
-      .dtype = view.dtype,
-      .priority = Priority(priority.value_or(static_cast<int64_t>(variables_.size()))),
-      .optimizer = optimizer.value_or(optim::OptimizerSpec{})};
+  VariableSpec spec{.name = name,
+                    .shape = view.shape,
+                    .dtype = view.dtype,
+                    .priority = Priority(priority.value_or(registered())),
+                    .optimizer = optimizer.value_or(optim::OptimizerSpec{})};
   Client& c = client();
   VariableHandle handle;
   {
@@ -223,7 +222,7 @@ std::shared_ptr<PyTable> PyClient::register_table(std::string name, uint64_t num
     fail(ErrorCode::dtype_mismatch, "table '{}': dtype '{}' (float32 or float64)", spec.name,
          dtype);
   spec.dtype = dtype == "float32" ? DType::float32 : DType::float64;
-  spec.priority = Priority(priority.value_or(static_cast<int64_t>(tables_.size())));
+  spec.priority = Priority(priority.value_or(registered()));
   spec.optimizer = row_optimizer(optimizer, settings);
   spec.init = row_init(init);
   spec.seed = seed;

@@ -125,6 +125,9 @@ class PyClient {
   bool closed() const { return client_ == nullptr; }
 
  private:
+  // Variables and tables registered so far: the default priority of the next one, so that both
+  // go in the order the model first used them.
+  int64_t registered() const { return static_cast<int64_t>(variables_.size() + tables_.size()); }
   Client& client();
 
   std::vector<std::shared_ptr<PyVariable>> variables_;  // in registration order

@@ -2,6 +2,7 @@
 #include "actors/shard/row_table.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -233,6 +234,8 @@ void RowTable::apply_part(uint32_t part, uint32_t gradients, uint64_t t) {
   std::iota(order.begin(), order.end(), 0u);
   std::sort(order.begin(), order.end(),
             [&](uint32_t a, uint32_t b) { return sums.ids[a] < sums.ids[b]; });
+  std::vector<RowUpdate> updates;
+  updates.reserve(order.size());
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
     const T scale = T(1) / static_cast<T>(gradients);
@@ -240,9 +243,10 @@ void RowTable::apply_part(uint32_t part, uint32_t gradients, uint64_t t) {
       std::byte* sum = sums.sums.data() + row * row_bytes;
       if (gradients > 1)
         for (T& x : as_span<T>(sum, spec_.dim)) x *= scale;
-      update(sums.ids[row], sum, step);
+      updates.push_back({sums.ids[row], sum});
     }
   });
+  update_all(updates, step);
 }
 
 void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> gradients,
@@ -255,31 +259,58 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(),
                    [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
-  std::vector<std::byte> summed;
+  size_t repeated = 0;  // ids given more than once: their sums need room of their own
+  for (size_t k = 1; k < order.size(); ++k)
+    repeated +=
+        ids[order[k]] == ids[order[k - 1]] && (k == 1 || ids[order[k - 1]] != ids[order[k - 2]]);
+  std::vector<std::byte> summed(repeated * row_bytes);
+  size_t sums_used = 0;
+  std::vector<RowUpdate> updates;
+  updates.reserve(order.size());
   for (size_t k = 0; k < order.size();) {
     size_t end = k + 1;
     while (end < order.size() && ids[order[end]] == ids[order[k]]) ++end;
     const std::byte* gradient = gradients.data() + order[k] * row_bytes;
     if (end - k > 1) {  // duplicates: their sum
-      summed.assign(gradient, gradient + row_bytes);
+      std::byte* sum_bytes = summed.data() + sums_used++ * row_bytes;
+      std::memcpy(sum_bytes, gradient, row_bytes);
       visit_dtype(spec_.dtype, [&](auto zero) {
         using T = decltype(zero);
-        auto sum = as_span<T>(summed.data(), spec_.dim);
+        auto sum = as_span<T>(sum_bytes, spec_.dim);
         for (size_t d = k + 1; d < end; ++d) {
           auto more = as_span<T>(gradients.data() + order[d] * row_bytes, spec_.dim);
           for (uint32_t i = 0; i < spec_.dim; ++i) sum[i] += more[i];
         }
       });
-      gradient = summed.data();
+      gradient = sum_bytes;
     }
-    update(ids[order[k]], gradient, step);
+    updates.push_back({ids[order[k]], gradient});
     k = end;
+  }
+  update_all(updates, step);
+}
+
+void RowTable::update_all(std::span<const RowUpdate> updates, const optim::RowStep& step) {
+  // Slots are found a block of rows ahead of their updates and the rows' memory asked for, so
+  // the index's and the rows' cache misses overlap. Not where finding a slot may evict one
+  // (max_rows): a later row's eviction could take an earlier row's slot before its update.
+  const size_t ahead = spec_.max_rows ? 1 : kUpdateBlock;
+  std::array<uint32_t, kUpdateBlock> slots;
+  for (size_t begin = 0; begin < updates.size(); begin += ahead) {
+    const size_t end = std::min(updates.size(), begin + ahead);
+    for (size_t k = end; k < std::min(updates.size(), end + ahead); ++k)
+      index_.prefetch(updates[k].id);
+    for (size_t k = begin; k < end; ++k) {
+      slots[k - begin] = slot_of(updates[k].id);
+      if (slots[k - begin] != RowCapacity::kNone) __builtin_prefetch(block(slots[k - begin]), 1);
+    }
+    for (size_t k = begin; k < end; ++k)
+      if (slots[k - begin] != RowCapacity::kNone)  // else not admitted yet: dropped
+        update(slots[k - begin], updates[k].gradient, step);
   }
 }
 
-void RowTable::update(uint64_t id, const std::byte* gradient, const optim::RowStep& step) {
-  const uint32_t slot = slot_of(id);
-  if (slot == RowCapacity::kNone) return;  // not admitted yet: dropped
+void RowTable::update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step) {
   keep_frozen(slot);
   std::byte* row = block(slot);
   visit_dtype(spec_.dtype, [&](auto zero) {

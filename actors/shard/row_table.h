@@ -182,9 +182,17 @@ class RowTable {
     // then its id, value and state as at the freeze.
     std::vector<std::vector<std::byte>> before;
   };
-  // One update of row `id` from `gradient` (a row of the dtype), with the step's scalars
-  // (optim::row_step, once a step); dropped for a row not admitted (slot_of).
-  void update(uint64_t id, const std::byte* gradient, const optim::RowStep& step);
+  // A row's update: its id and its gradient (a row of the dtype).
+  struct RowUpdate {
+    uint64_t id;
+    const std::byte* gradient;
+  };
+  // The updates in order, with the step's scalars (optim::row_step, once a step); a row not
+  // admitted (slot_of) drops its update.
+  void update_all(std::span<const RowUpdate> updates, const optim::RowStep& step);
+  static constexpr size_t kUpdateBlock = 16;  // rows whose slots update_all finds ahead
+  // One update of the row in `slot`.
+  void update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step);
   // A sync step's gradient sums of one part: each row gathered so far, in the order first met.
   struct PartSums {
     absl::flat_hash_map<uint64_t, uint32_t> position;  // id -> row of `sums`

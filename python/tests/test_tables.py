@@ -186,3 +186,12 @@ def test_a_push_past_the_shards_table_bytes_is_refused_naming_table_and_limit(st
         status = json.loads(http_get(server, "/status"))
         assert status["tables"][0]["rows"] == 100
         assert status["tables_bytes"]["held"] <= 1 << 20
+
+
+def test_variables_and_tables_take_their_registration_order_as_priority(start_server):
+    with connect(start_server()) as client:
+        first = client.register("w", np.zeros(4, np.float32))
+        table = sgd_table(client)
+        last = client.register("b", np.zeros(4, np.float32))
+        assert (first.priority, table.priority, last.priority) == (0, 1, 2)
+        assert sgd_table(client, "u", priority=-5).priority == -5
