@@ -3,6 +3,9 @@
 """Embedding tables through psched against DistributedDataParallel: a DLRM-like click model.
 
     flock /work/bench.lock bench/embedding_bench.py --json out.json
+    bench/embedding_bench.py --workers 4 --modes ddp-sparse,psched,psched+prefetch --memory-rows 0
+    bench/embedding_bench.py --rates unshaped --modes psched+prefetch,ddp-sparse --repeats 1 \
+        --memory-rows 0 --sweep-rows 250000,2500000,10000000
     bench/embedding_bench.py --rows 20000 --steps 5 --warmup 1 --repeats 1 --rates unshaped
 
 The model and data are python/examples/ctr_model.py's (the example train_ctr.py's): 8 tables of
@@ -37,7 +40,8 @@ Links as bench/torch_e2e.py's (its Network, shard server and CPU sampler are use
 each worker in a network namespace behind a veth pair with tc tbf both ways to a hub where the
 shards run (DDP's workers reach each other through it); else loopback, unshaped only. Rates:
 "unshaped", a rate ("400mbit"), "equal" (ddp-sparse's bytes a step per worker, the larger
-direction, as measured unshaped in this run, take the compute time) or "exceed" (2.5 x that).
+direction, as measured unshaped in this run, take the compute time) or "exceed" (2.5 x that);
+default: unshaped and 1gbit.
 
 Measured per run, over the steps after --warmup: the step time (the slower worker's median),
 each worker's CPU seconds a step (getrusage) and the shards' (sampled from /proc), the bytes on
@@ -505,8 +509,9 @@ def benchmark(args, use_netns, modes):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--modes", default=",".join(MODES), help="of " + ", ".join(MODES))
-    parser.add_argument("--rates", default="unshaped,equal",
+    parser.add_argument("--modes", default=",".join(m for m in MODES if m != "ddp-dense"),
+                        help="of " + ", ".join(MODES) + " (default: all but ddp-dense)")
+    parser.add_argument("--rates", default="unshaped,1gbit",
                         help="unshaped, equal, exceed, or rates like 400mbit (in this order)")
     parser.add_argument("--tables", type=int, default=8)
     parser.add_argument("--rows", type=int, default=250_000, help="rows a table")
