@@ -196,6 +196,11 @@ void table_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels&
       out.sample(figure.name, labels, double(table.*figure.field));
     }
   }
+}
+
+// All of the shard's tables together, against limits.max_table_bytes.
+void tables_total_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
+  if (s.table_stats.empty()) return;
   const TableStats total = tables_total(s);
   out.family("psched_shard_tables_bytes", MetricType::gauge,
              "Bytes all tables hold on the shard, against limits.max_table_bytes.");
@@ -233,6 +238,7 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   step_metrics(out, snapshot.stats, shard);
   load_metrics(out, snapshot, shard);
   table_metrics(out, snapshot.stats, shard);
+  tables_total_metrics(out, snapshot.stats, shard);
   out.single("psched_process_uptime_seconds", MetricType::gauge,
              "Seconds since the server process started.", {}, snapshot.uptime_seconds);
   return out.text();
