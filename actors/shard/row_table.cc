@@ -293,8 +293,10 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
 void RowTable::update_all(std::span<const RowUpdate> updates, const optim::RowStep& step) {
   // Slots are found a block of rows ahead of their updates and the rows' memory asked for, so
   // the index's and the rows' cache misses overlap. Not where finding a slot may evict one
-  // (max_rows): a later row's eviction could take an earlier row's slot before its update.
-  const size_t ahead = spec_.max_rows ? 1 : kUpdateBlock;
+  // (this batch may reach max_rows): a later row's eviction could take an earlier row's slot
+  // before its update.
+  const bool may_evict = spec_.max_rows != 0 && rows() + updates.size() > spec_.max_rows;
+  const size_t ahead = may_evict ? 1 : kUpdateBlock;
   std::array<uint32_t, kUpdateBlock> slots;
   for (size_t begin = 0; begin < updates.size(); begin += ahead) {
     const size_t end = std::min(updates.size(), begin + ahead);
