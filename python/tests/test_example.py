@@ -47,18 +47,11 @@ def test_the_deployment_compresses_the_example_without_a_change(start_server):
 
 def test_two_workers_learn_the_click_model_with_tables_on_the_shards(start_server):
     server = start_server(mode="sync", workers=2)
-    workers = [subprocess.Popen([sys.executable, str(CTR_EXAMPLE), "--steps", "64", "--check"],
-                                env={**os.environ, "PSCHED_CONFIG": str(server.config),
-                                     "RANK": str(rank), "WORLD_SIZE": "2"},
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for rank in range(2)]
-    for worker in workers:
-        output = worker.communicate()[0]
-        assert worker.returncode == 0, output  # --check: logloss fell and AUC rose
+    for rank, output in enumerate(run_ctr(server, "--steps", "64")):
         aucs = [float(v) for v in re.findall(r"auc (\S+)", output)]
         assert len(aucs) >= 3 and aucs[-1] > aucs[0] + 0.1, output
         for line in output.splitlines():  # whole lines only, never two run together
-            assert line.startswith(f"worker {workers.index(worker)}"), output
+            assert line.startswith(f"worker {rank}"), output
 
 
 def test_the_click_models_torch_tables_start_from_the_rows_psched_gives(start_server):
@@ -77,15 +70,17 @@ def test_the_click_models_torch_tables_start_from_the_rows_psched_gives(start_se
 
 
 def run_ctr(server, *arguments):
-    """The click example with two workers on `server`; --check must pass."""
+    """The click example with two workers on `server`; --check must pass. Their outputs."""
     workers = [subprocess.Popen([sys.executable, str(CTR_EXAMPLE), "--check", *arguments],
                                 env={**os.environ, "PSCHED_CONFIG": str(server.config),
                                      "RANK": str(rank), "WORLD_SIZE": "2"},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for rank in range(2)]
+    outputs = []
     for worker in workers:
-        output = worker.communicate()[0]
-        assert worker.returncode == 0, output  # --check: logloss fell and AUC rose
+        outputs.append(worker.communicate()[0])
+        assert worker.returncode == 0, outputs[-1]  # --check: logloss fell and AUC rose
+    return outputs
 
 
 def shard_status(server):
