@@ -195,3 +195,17 @@ def test_variables_and_tables_take_their_registration_order_as_priority(start_se
         last = client.register("b", np.zeros(4, np.float32))
         assert (first.priority, table.priority, last.priority) == (0, 1, 2)
         assert sgd_table(client, "u", priority=-5).priority == -5
+
+
+def test_a_pull_still_waiting_when_its_client_closes_fails_rather_than_hangs(start_server):
+    server = start_server(mode="sync", workers=2)
+    with connect(server, 0) as client:
+        table = sgd_table(client)
+        out = np.empty((2, 4), np.float32)
+        pull = client.start_pull_rows(table, np.array([1, 2], np.int64), out, after=1,
+                                      prefetch=True)  # step 1 waits for both workers' pushes
+        assert not ready_within(pull, 0.2)
+    assert ready_within(pull, 5)
+    with pytest.raises(psched.Error, match="closed") as closed:
+        pull.wait()
+    assert closed.value.code == "disconnected"
