@@ -127,6 +127,42 @@ TEST_CASE("compression sets every variable's wire formats, checked like every ke
         std::string::npos);
 }
 
+TEST_CASE("tables: gives tables their capacity by name; limits.max_table_bytes bounds them all") {
+  DeploymentConfig config =
+      parse(kOneShard +
+            "tables:\n"
+            "  - {name: users, dim: 64, optimizer: adagrad, max_rows: 2000000, admit_after: 2}\n"
+            "  - {name: items, init: [uniform, -0.5, 0.5]}\n"
+            "  - {name: ads, init: zeros}\n"
+            "limits: {max_table_bytes: 48GiB}\n");
+  REQUIRE(config.tables.size() == 3);
+  CHECK(config.tables[0] == TableConfig{.name = "users",
+                                        .max_rows = 2000000,
+                                        .admit_after = 2,
+                                        .dim = 64,
+                                        .optimizer = "adagrad"});
+  CHECK(config.tables[1].init == "uniform");
+  CHECK(config.tables[1].init_values == std::vector<double>{-0.5, 0.5});
+  CHECK(config.tables[1].max_rows == 0);
+  CHECK(config.tables[2].init == "zeros");
+  CHECK(config.limits.max_table_bytes == uint64_t{48} << 30);
+  CHECK(parse(kOneShard).tables.empty());
+  CHECK(parse(kOneShard).limits.max_table_bytes == 0);
+  CHECK(error_of(kOneShard + "tables:\n  - {name: t}\n  - {name: t}\n")
+            .find("table 't' is also tables[0]") != std::string::npos);
+  CHECK(error_of(kOneShard + "tables:\n  - {name: t, optimizer: adam}\n")
+            .find("row optimizer 'adam' (expected one of: sgd, adagrad, rowwise_adagrad, "
+                  "sparse_adam)") != std::string::npos);
+  CHECK(
+      error_of(kOneShard + "tables:\n  - {name: t, init: [uniform, 1]}\n").find("expected zeros") !=
+      std::string::npos);
+  CHECK(error_of(kOneShard + "tables:\n  - {name: t, admit_after: 256}\n")
+            .find("tables[0].admit_after") != std::string::npos);
+  CHECK(error_of(kOneShard + "tables:\n  - {max_rows: 5}\n").find("name") != std::string::npos);
+  CHECK(error_of(kOneShard + "tables: {name: t}\n").find("expected a list of tables") !=
+        std::string::npos);
+}
+
 TEST_CASE("empty sections read as all defaults") {
   DeploymentConfig config = parse(kOneShard + "auth:\noptimizer:\nscheduler: {}\nlimits:\n");
   CHECK(config.auth_token.empty());
