@@ -33,6 +33,8 @@ run the same steps:
                the others' may lag a step (dense values and rows, prefetched or not)
   +stale       prefetch with embedding_staleness 1: the rows of step k + 1 as step k - 1 left
                them, so their pull never waits for step k (Persia's embedding_staleness)
+  +late        prefetch after backward instead of before it: the request leaves once this
+               step's pushes are received, so other workers' pushes are more often in
 The psched and bounded modes run only where psched.torch.EmbeddingBag exists (else: skipped,
 said so).
 
@@ -80,7 +82,8 @@ from free_ports import free_ports  # noqa: E402
 
 MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16", "psched+prefetch",
          "psched+prefetch+bf16", "bounded", "bounded+prefetch", "bounded+prefetch+bf16",
-         "bounded+prefetch+stale")
+         "bounded+prefetch+stale", "bounded+prefetch+late")
+DEFAULT_MODES = tuple(m for m in MODES if m not in ("ddp-dense", "bounded+prefetch+late"))
 PSCHED_MODES = ("psched", "bounded")  # a mode's first part: psched's shards train it
 BASELINE = "ddp-sparse"
 MEMORY_SLACK = (1.10, 16 << 20)  # the memory check's allowance: 10% + 16 MiB
@@ -176,15 +179,20 @@ def run_worker(spec):
         return usage.ru_utime + usage.ru_stime
 
     prefetch = "prefetch" in spec["mode"].split("+")
+    late = "late" in spec["mode"].split("+")
     for step, (dense, ids, labels) in enumerate(batches):
         if step == warmup:
             window["start"] = (time.time(), cpu_seconds(), socket_counters())
         starts.append(time.perf_counter())
         model.zero_grad(set_to_none=True)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
-        if prefetch and step + 1 < len(batches):  # the next step's rows travel under backward
-            model.prefetch(dict(zip(model.module.bags, batches[step + 1][1])))
+        following = dict(zip(model.module.bags, batches[step + 1][1])) if (
+            prefetch and step + 1 < len(batches)) else None
+        if following and not late:  # the next step's rows travel under backward
+            model.prefetch(following)
         loss.backward()  # DDP: all-reduces; psched: pushes rows and MLP gradients
+        if following and late:  # asked for once this step's pushes are on their way
+            model.prefetch(following)
         for optimizer in optimizers:
             optimizer.step()
         losses.append(loss.item())
@@ -509,8 +517,9 @@ def benchmark(args, use_netns, modes):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--modes", default=",".join(m for m in MODES if m != "ddp-dense"),
-                        help="of " + ", ".join(MODES) + " (default: all but ddp-dense)")
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                        help="of " + ", ".join(MODES) + " (default: " + ", ".join(DEFAULT_MODES)
+                        + ")")
     parser.add_argument("--rates", default="unshaped,1gbit",
                         help="unshaped, equal, exceed, or rates like 400mbit (in this order)")
     parser.add_argument("--tables", type=int, default=8)
