@@ -112,6 +112,9 @@ int train(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a pipe or file, so each line leaves in one write and the lines of
+  // several trainers sharing a terminal or a log never run together.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"psched-example-trainer: logistic regression against psched shards"};
   Options o;
   app.add_option("--config", o.config, "deployment YAML file (default: $PSCHED_CONFIG)")

@@ -20,6 +20,12 @@ import psched
 import psched.torch
 
 
+def say(line):
+    """One write(2) per line (print writes the newline apart when stdout is unbuffered), so
+    two workers' lines on one terminal never run together."""
+    print(line + "\n", end="", flush=True)
+
+
 def split_digits(seed=0, test_fraction=0.2):
     """(x_train, y_train, x_test, y_test): the digits, pixels scaled to [0, 1], split at
     random (the same split in every worker)."""
@@ -49,14 +55,13 @@ def main():
     x_train, y_train, x_test, y_test = split_digits()
     x_mine, y_mine = x_train[rank::workers], y_train[rank::workers]
     steps = len(y_train) // workers // args.batch  # equal in every worker (sync mode needs it)
-    print(f"worker {rank}/{workers}: {len(y_mine)} training samples, {steps} steps per epoch, "
-          f"{model.client.deployment.mode} mode", flush=True)
+    say(f"worker {rank}/{workers}: {len(y_mine)} training samples, {steps} steps per epoch, "
+        f"{model.client.deployment.mode} mode")
     # Step s of the job (1, 2, ...) is batch (s - 1) % steps of epoch (s - 1) // steps + 1. A
     # worker restarted while the job runs joins at the job's step and skips what was done.
     done = model.start_step - 1
     if done:
-        print(f"worker {rank} joins the job at step {done + 1} (epoch {done // steps + 1})",
-              flush=True)
+        say(f"worker {rank} joins the job at step {done + 1} (epoch {done // steps + 1})")
     for epoch in range(done // steps + 1, args.epochs + 1):
         shuffle = torch.Generator().manual_seed(args.seed * 1000 + epoch)
         order = torch.randperm(len(y_mine), generator=shuffle)
@@ -69,8 +74,8 @@ def main():
             total += loss.item()
         with torch.no_grad():
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
-        print(f"worker {rank} epoch {epoch:2d}  loss {total / (steps - first):.4f}  "
-              f"test accuracy {accuracy:.3f}", flush=True)
+        say(f"worker {rank} epoch {epoch:2d}  loss {total / (steps - first):.4f}  "
+            f"test accuracy {accuracy:.3f}")
     model.client.close()
 
 

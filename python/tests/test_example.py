@@ -33,6 +33,24 @@ def test_two_workers_learn_the_digits(start_server):
     run_example(start_server(mode="sync", workers=2))
 
 
+def test_two_workers_on_one_terminal_print_whole_lines(start_server, tmp_path):
+    server = start_server(mode="sync", workers=2)
+    terminal = tmp_path / "terminal.txt"  # both write here, as to one terminal, unbuffered
+    with open(terminal, "ab") as shared:
+        workers = [subprocess.Popen([sys.executable, str(EXAMPLE), "--epochs", "4"],
+                                    env={**os.environ, "PSCHED_CONFIG": str(server.config),
+                                         "RANK": str(rank), "WORLD_SIZE": "2",
+                                         "PYTHONUNBUFFERED": "1"},
+                                    stdout=shared, stderr=subprocess.STDOUT)
+                   for rank in range(2)]
+        for worker in workers:
+            assert worker.wait() == 0, terminal.read_text()
+    line = re.compile(r"worker [01](/2: \d+ training samples, \d+ steps per epoch, sync mode"
+                      r"| epoch +\d+  loss \d\.\d{4}  test accuracy \d\.\d{3})$")
+    lines = terminal.read_text().splitlines()
+    assert len(lines) == 10 and all(line.match(text) for text in lines), terminal.read_text()
+
+
 def test_the_deployment_compresses_the_example_without_a_change(start_server):
     server = start_server(mode="sync", workers=2,
                           compression="{push: bf16, pull: bf16, min_bytes: 0}")
