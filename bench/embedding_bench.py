@@ -50,10 +50,11 @@ each worker's CPU seconds a step (getrusage) and the shards' (sampled from /proc
 the wire a step per worker each way (TCP payload of the worker's own sockets, from `ss -tinp`:
 bytes_acked sent, bytes_received), each worker's peak memory (VmHWM, the RSS high-water mark of
 the training steps, before the held-out pass). --repeats runs every mode again in rotated
-order; the summary gives medians and ranges and ratios against ddp-sparse of the same repeat. Memory check (--memory-rows, at the
-first rate): the psched trainer's peak memory with --memory-rows rows (10 million) must stay
-within 10% + 16 MiB of its peak with --rows (the trainer holds no table); DDP's tables alone
-would take tables x rows x dim x 4 bytes a worker, Adagrad's state as much again.
+order; the summary gives medians and ranges and ratios against ddp-sparse of the same repeat.
+Memory check (--memory-rows, at the first rate): the psched trainer's peak memory with
+--memory-rows rows (10 million) must stay within 10% + 16 MiB of its peak with --rows (the
+trainer holds no table); DDP's tables alone would take tables x rows x dim x 4 bytes a worker,
+Adagrad's state as much again.
 
 JSON goes to --json (or stdout); progress and the table go to stderr. Exit status 1 when the
 memory check fails.
@@ -178,8 +179,8 @@ def run_worker(spec):
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
 
-    prefetch = "prefetch" in spec["mode"].split("+")
-    late = "late" in spec["mode"].split("+")
+    variants = spec["mode"].split("+")[1:]
+    late = "late" in variants  # the prefetch after backward, not before it
     for step, (dense, ids, labels) in enumerate(batches):
         if step == warmup:
             window["start"] = (time.time(), cpu_seconds(), socket_counters())
@@ -187,7 +188,7 @@ def run_worker(spec):
         model.zero_grad(set_to_none=True)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
         following = dict(zip(model.module.bags, batches[step + 1][1])) if (
-            prefetch and step + 1 < len(batches)) else None
+            "prefetch" in variants and step + 1 < len(batches)) else None
         if following and not late:  # the next step's rows travel under backward
             model.prefetch(following)
         loss.backward()  # DDP: all-reduces; psched: pushes rows and MLP gradients

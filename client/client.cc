@@ -285,9 +285,7 @@ void Client::wait_rows(TableHandle handle, Step step) {
 
 void Client::pull_rows(TableHandle handle, std::span<const uint64_t> ids, std::span<std::byte> out,
                        Step after) {
-  impl_->thread.call([this, handle, ids, out, after](kj::AsyncIoContext&) {
-    return impl_->worker->pull_rows(handle, after, ids, out);
-  });
+  start_pull_rows(handle, ids, out, after).wait();
 }
 
 RowsPull Client::start_pull_rows(TableHandle handle, std::span<const uint64_t> ids,

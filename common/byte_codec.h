@@ -87,4 +87,17 @@ class ByteReader {
   std::string what_;
 };
 
+// The rest of a ByteReader as a ByteSource: each read takes the next bytes from it (a
+// checkpoint whose rows are inline, or a stream held in memory).
+class ReaderSource final : public ByteSource {
+ public:
+  explicit ReaderSource(ByteReader& in) : in_(in) {}
+  void read(std::span<std::byte> out) override {
+    std::memcpy(out.data(), in_.take(out.size()).data(), out.size());
+  }
+
+ private:
+  ByteReader& in_;
+};
+
 }  // namespace psched

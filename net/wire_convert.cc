@@ -133,8 +133,6 @@ VariableSpec from_wire(wire::VariableSpec::Reader in, const optim::OptimizerSpec
 
 namespace {
 
-constexpr std::string_view kInitKinds[] = {"zeros", "uniform", "normal"};
-
 void to_wire(const optim::RowOptimizerSpec& s, wire::OptimizerSpec::Builder out) {
   std::string_view kind = optim::to_string(s.kind);
   out.setKind(capnp::Text::Reader(kind.data(), kind.size()));
@@ -170,12 +168,12 @@ optim::RowOptimizerSpec row_optimizer_from_wire(const std::string& table,
 
 RowInit init_from_wire(const std::string& table, wire::RowInit::Reader in) {
   const std::string_view kind(in.getKind().cStr(), in.getKind().size());
-  const auto* found = std::find(std::begin(kInitKinds), std::end(kInitKinds), kind);
-  if (found == std::end(kInitKinds))
+  RowInit init{.a = in.getA(), .b = in.getB()};
+  if (!parse_row_init_kind(kind, init.kind))
     fail(ErrorCode::invalid_argument,
          "register of table '{}' rejected: unknown init '{}' (zeros, uniform or normal)", table,
          kind.substr(0, 32));
-  return {static_cast<RowInit::Kind>(found - std::begin(kInitKinds)), in.getA(), in.getB()};
+  return init;
 }
 
 }  // namespace
@@ -189,7 +187,7 @@ void to_wire(const TableSpec& spec, wire::TableSpec::Builder out) {
   out.setPriority(spec.priority.value);
   to_wire(spec.optimizer, out.initOptimizer());
   auto init = out.initInit();
-  const std::string_view kind = kInitKinds[static_cast<size_t>(spec.init.kind)];
+  const std::string_view kind = to_string(spec.init.kind);
   init.setKind(capnp::Text::Reader(kind.data(), kind.size()));
   init.setA(spec.init.a);
   init.setB(spec.init.b);

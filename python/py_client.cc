@@ -120,10 +120,12 @@ optim::RowOptimizerSpec row_optimizer(const std::string& name,
 
 RowInit row_init(const py::tuple& init) {
   const std::string kind = init.empty() ? "" : py::str(init[0]).cast<std::string>();
-  if (kind == "zeros" && init.size() == 1) return {};
-  if ((kind == "uniform" || kind == "normal") && init.size() == 3)
-    return {kind == "uniform" ? RowInit::Kind::uniform : RowInit::Kind::normal,
-            init[1].cast<double>(), init[2].cast<double>()};
+  RowInit out;
+  if (parse_row_init_kind(kind, out.kind)) {
+    if (out.kind == RowInit::Kind::zeros && init.size() == 1) return out;
+    if (out.kind != RowInit::Kind::zeros && init.size() == 3)
+      return {out.kind, init[1].cast<double>(), init[2].cast<double>()};
+  }
   fail(ErrorCode::invalid_argument,
        "init {} is none of ('zeros',), ('uniform', low, high), ('normal', mean, std)",
        py::repr(init).cast<std::string>());
@@ -261,12 +263,7 @@ void PyClient::wait_rows(PyTable& table, uint64_t step) {
 
 void PyClient::pull_rows(PyTable& table, py::buffer ids, py::buffer out,
                          std::optional<uint64_t> after) {
-  std::span<const uint64_t> id_view = ids_of(ids, table.spec, "pull");
-  TensorView rows = rows_of(out, true, table.spec, id_view.size(),
-                            fmt::format("pull of table '{}'", table.spec.name));
-  Client& c = client();
-  py::gil_scoped_release unlocked;
-  c.pull_rows(table.handle, id_view, {rows.data, rows.bytes}, Step(after.value_or(0)));
+  start_pull_rows(table, std::move(ids), std::move(out), after, false)->wait();
 }
 
 std::shared_ptr<PyRowsPull> PyClient::start_pull_rows(PyTable& table, py::buffer ids,

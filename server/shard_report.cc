@@ -202,15 +202,13 @@ void table_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels&
 void tables_total_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& shard) {
   if (s.table_stats.empty()) return;
   const TableStats total = tables_total(s);
-  out.family("psched_shard_tables_bytes", MetricType::gauge,
-             "Bytes all tables hold on the shard, against limits.max_table_bytes.");
-  out.sample("psched_shard_tables_bytes", shard, double(total.bytes));
-  out.family("psched_shard_tables_payload_bytes", MetricType::gauge,
-             "Of those, the rows' values and optimizer state.");
-  out.sample("psched_shard_tables_payload_bytes", shard, double(total.payload_bytes));
-  out.family("psched_shard_tables_bytes_limit", MetricType::gauge,
-             "limits.max_table_bytes (0: no limit).");
-  out.sample("psched_shard_tables_bytes_limit", shard, double(s.table_bytes_limit));
+  out.single("psched_shard_tables_bytes", MetricType::gauge,
+             "Bytes all tables hold on the shard, against limits.max_table_bytes.", shard,
+             double(total.bytes));
+  out.single("psched_shard_tables_payload_bytes", MetricType::gauge,
+             "Of those, the rows' values and optimizer state.", shard, double(total.payload_bytes));
+  out.single("psched_shard_tables_bytes_limit", MetricType::gauge,
+             "limits.max_table_bytes (0: no limit).", shard, double(s.table_bytes_limit));
 }
 
 json tables_json(const ShardStats& s) {

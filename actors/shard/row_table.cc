@@ -94,10 +94,10 @@ void RowTable::declare(TableSpec& spec, const TableConfig& declared) {
   if (declared.optimizer && *declared.optimizer != optimizer)
     conflict("optimizer", optimizer, *declared.optimizer);
   if (declared.init) {
-    static constexpr std::string_view kKinds[] = {"zeros", "uniform", "normal"};
-    const std::string_view kind = kKinds[static_cast<uint8_t>(spec.init.kind)];
-    const std::vector<double> values =
-        kind == "zeros" ? std::vector<double>{} : std::vector<double>{spec.init.a, spec.init.b};
+    const std::string_view kind = to_string(spec.init.kind);
+    const std::vector<double> values = spec.init.kind == RowInit::Kind::zeros
+                                           ? std::vector<double>{}
+                                           : std::vector<double>{spec.init.a, spec.init.b};
     if (kind != *declared.init || values != declared.init_values)
       conflict("init", fmt::format("{} {}", kind, values),
                fmt::format("{} {}", *declared.init, declared.init_values));
@@ -416,9 +416,8 @@ uint64_t RowTable::growth_bytes(std::span<const uint64_t> ids) const {
                    kRowsPerChunk * block_bytes_;
   bytes += fresh * (sizeof(uint64_t) + (spec_.max_rows ? 2 * sizeof(uint32_t) : 0));
   // The index doubles its slots past 7/8 full (abseil's flat_hash_map).
-  uint64_t slots = std::max<uint64_t>(index_.capacity(), 16);
   const uint64_t slot_bytes = sizeof(std::pair<uint64_t, uint32_t>) + 1;
-  uint64_t grown = slots;
+  uint64_t grown = std::max<uint64_t>(index_.capacity(), 16);
   while (rows_after > grown / 8 * 7) grown = 2 * grown + 1;
   return bytes + (grown - std::min(grown, uint64_t{index_.capacity()})) * slot_bytes;
 }
@@ -537,17 +536,8 @@ RowTable RowTable::restore_head(ByteReader& in, uint64_t& rows, bool capacity) {
 }
 
 RowTable RowTable::restore(ByteReader& in, bool capacity) {
-  uint64_t rows = 0;
-  RowTable table = restore_head(in, rows, capacity);
-  for (uint64_t k = 0; k < rows; ++k) {
-    const uint64_t id = in.get<uint64_t>();
-    if (id >= table.spec_.num_embeddings || table.index_.contains(id))
-      fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' holds row {} twice or past its {} rows",
-           in.what(), table.spec_.name, id, table.spec_.num_embeddings);
-    std::memcpy(table.block(table.new_slot(id)), in.take(table.block_bytes_).data(),
-                table.block_bytes_);
-  }
-  return table;
+  ReaderSource rows(in);  // the rows follow the head in `in`
+  return restore(in, rows, capacity);
 }
 
 RowTable RowTable::restore(ByteReader& head, ByteSource& rows, bool capacity) {

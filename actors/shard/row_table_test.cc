@@ -141,20 +141,6 @@ TEST_CASE("a saved table restores equal and trains on the same") {
   CHECK(code_of([&] { RowTable::restore(short_in); }) == ErrorCode::corrupt_checkpoint);
 }
 
-namespace {
-
-// A ByteSource over bytes in memory (a checkpoint's file in the durability tests).
-struct MemorySource final : ByteSource {
-  std::span<const std::byte> bytes;
-  void read(std::span<std::byte> out) override {
-    REQUIRE(out.size() <= bytes.size());
-    std::memcpy(out.data(), bytes.data(), out.size());
-    bytes = bytes.subspan(out.size());
-  }
-};
-
-}  // namespace
-
 TEST_CASE(
     "a frozen table streams every row as at the freeze, chunk by chunk, while updates go on") {
   TableSpec spec = spec_of(1'000'000, 2, optim::RowOptimizerKind::adagrad);
@@ -187,11 +173,10 @@ TEST_CASE(
   CHECK_FALSE(table.save_chunk());
   table.apply(std::vector<uint64_t>{ids[0]}, bytes_of({9, 9}), 4);  // no stream any more
   CHECK(written == std::vector<int>{1, 1, 1});
-  ByteReader in(head.bytes(), "head");
-  MemorySource source;
-  source.bytes = stream;
+  ByteReader in(head.bytes(), "head"), streamed(stream, "stream");
+  ReaderSource source(streamed);
   RowTable copy = RowTable::restore(in, source);
-  CHECK(source.bytes.empty());
+  CHECK(streamed.done());
   CHECK(copy.rows() == ids.size());
   CHECK(read(copy, ids) == frozen);
 }
@@ -396,9 +381,8 @@ TEST_CASE("a frozen row evicted before its chunk went streams as it was at the f
   CHECK(table.capacity().evictions() == 2);
   while (table.save_chunk()) {
   }
-  ByteReader in(head.bytes(), "head");
-  MemorySource source;
-  source.bytes = stream;
+  ByteReader in(head.bytes(), "head"), streamed(stream, "stream");
+  ReaderSource source(streamed);
   RowTable copy = RowTable::restore(in, source);
   CHECK(copy.rows() == 5);
   CHECK(read(copy, frozen_ids) == frozen);

@@ -5,7 +5,9 @@
 // (actors/shard/row_table.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -28,6 +30,21 @@ struct RowInit {
   double b = 0;
   bool operator==(const RowInit&) const = default;
 };
+
+// A kind's name, as the wire, the deployment file and Python spell it.
+inline constexpr std::string_view kRowInitKinds[] = {"zeros", "uniform", "normal"};
+constexpr std::string_view to_string(RowInit::Kind kind) {
+  return kRowInitKinds[static_cast<size_t>(kind)];
+}
+// Inverse of to_string; false when `name` names no kind.
+constexpr bool parse_row_init_kind(std::string_view name, RowInit::Kind& out) {
+  for (size_t k = 0; k < std::size(kRowInitKinds); ++k)
+    if (kRowInitKinds[k] == name) {
+      out = static_cast<RowInit::Kind>(k);
+      return true;
+    }
+  return false;
+}
 
 // SplitMix64's step: a bijection of 64-bit words whose outputs for consecutive inputs look
 // independent (Steele, Lea, Flood 2014). What spreads a table's rows over parts (and their

@@ -54,8 +54,9 @@ class Client(_core.Client):
         """Registers `value` (a writable, C-contiguous float32/float64 array or CPU tensor) as
         the variable `name`. Its content is the initial value; the first registration of a name
         wins, so call pull() to adopt the shards' value. Priority: lower goes first; default:
-        registration order (of variables and tables together). Optimizer: a psched.Optimizer; default: the deployment's.
-        Compression: a psched.Compression; default: the deployment's compression: section."""
+        registration order (of variables and tables together). Optimizer: a psched.Optimizer;
+        default: the deployment's. Compression: a psched.Compression; default: the
+        deployment's compression: section."""
         return super().register(name, _as_buffer(value), priority=priority, optimizer=optimizer,
                                 compression=compression)
 

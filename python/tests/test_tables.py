@@ -58,6 +58,9 @@ def test_a_table_registered_again_differently_or_beyond_a_row_optimizer_is_refus
             client.register_table("u", 10, 4, optimizer="adagrad", settings={"weight_decay": 0.1})
         with pytest.raises(psched.Error, match="unknown setting 'nesterov'"):
             client.register_table("u", 10, 4, optimizer="sgd", settings={"lr": 1, "nesterov": 1})
+        for init in [("uniform", -1.0), ("gaussian", 0.0, 1.0), ("zeros", 0.0, 0.0), ()]:
+            with pytest.raises(psched.Error, match="is none of"):
+                client.register_table("u", 10, 4, init=init)
         with pytest.raises(psched.Error, match="rows travel as none, bf16 or fp16"):
             sgd_table(client, "u", compression=psched.Compression(push="topk"))
 
