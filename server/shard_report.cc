@@ -176,7 +176,7 @@ void table_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels&
       {"psched_shard_table_payload_bytes", MetricType::gauge,
        "Of those, the rows' values and optimizer state.", &TableStats::payload_bytes},
       {"psched_shard_table_rows_created_total", MetricType::counter,
-       "Rows first stored (on their first update).", &TableStats::rows_created},
+       "Rows stored at their first update (again after an eviction).", &TableStats::rows_created},
       {"psched_shard_table_rows_pushed_total", MetricType::counter,
        "Rows of accepted pushes (each worker's, each step).", &TableStats::rows_pushed},
       {"psched_shard_table_rows_pulled_total", MetricType::counter, "Rows answered to pulls.",
