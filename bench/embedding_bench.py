@@ -32,7 +32,8 @@ run the same steps:
   bounded      psched in bounded mode, staleness 1: a worker waits for its own updates only,
                the others' may lag a step (dense values and rows, prefetched or not)
   +stale       prefetch with embedding_staleness 1: the rows of step k + 1 as step k - 1 left
-               them, so their pull never waits for step k (Persia's embedding_staleness)
+               them, so their pull never waits for step k (Persia's embedding_staleness); in
+               sync mode (psched+prefetch+stale, not run by default) the dense part stays sync
   +late        prefetch after backward instead of before it: the request leaves once this
                step's pushes are received, so other workers' pushes are more often in
 The psched and bounded modes run only where psched.torch.EmbeddingBag exists (else: skipped,
@@ -82,9 +83,10 @@ from torch_e2e_report import cpu_cell  # noqa: E402
 from free_ports import free_ports  # noqa: E402
 
 MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16", "psched+prefetch",
-         "psched+prefetch+bf16", "bounded", "bounded+prefetch", "bounded+prefetch+bf16",
-         "bounded+prefetch+stale", "bounded+prefetch+late")
-DEFAULT_MODES = tuple(m for m in MODES if m not in ("ddp-dense", "bounded+prefetch+late"))
+         "psched+prefetch+bf16", "psched+prefetch+stale", "bounded", "bounded+prefetch",
+         "bounded+prefetch+bf16", "bounded+prefetch+stale", "bounded+prefetch+late")
+DEFAULT_MODES = tuple(m for m in MODES if m not in ("ddp-dense", "psched+prefetch+stale",
+                                                    "bounded+prefetch+late"))
 PSCHED_MODES = ("psched", "bounded")  # a mode's first part: psched's shards train it
 BASELINE = "ddp-sparse"
 MEMORY_SLACK = (1.10, 16 << 20)  # the memory check's allowance: 10% + 16 MiB

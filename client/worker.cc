@@ -187,7 +187,8 @@ kj::Promise<TableHandle> Worker::register_table(TableSpec spec, Compression comp
   return kj::joinPromises(ids.releaseAsArray())
       .then([this, spec = std::move(spec), compression](kj::Array<VariableId> ids) mutable {
         const uint64_t key = table_key(spec.name);
-        tables_.push_back({std::move(spec), key, {ids.begin(), ids.end()}, compression});
+        tables_.push_back({std::move(spec), key, {ids.begin(), ids.end()}, compression,
+                           std::vector<Step>(ids.size())});
         return TableHandle(static_cast<uint32_t>(tables_.size() - 1));
       });
 }
@@ -234,9 +235,21 @@ kj::Promise<void> Worker::push_rows(TableHandle handle, Step step, std::span<con
              "push of table '{}' rejected: id {} is given {} times (push each row once, its "
              "gradients summed)",
              plan.spec.name, ids[at[0]], at.size());
+  // sync: each shard takes step `step` only once it completed the one before, which this
+  // worker may not have seen yet; the gate waits for that after the previous push's receipts.
+  kj::Promise<void> previous = kj::READY_NOW;
+  if (auto it = last_push_.find(handle.value); it != last_push_.end())
+    previous = it->second.addBranch();
+  auto received = previous.fork();
   kj::Vector<kj::Promise<void>> receipts;
-  for (size_t shard = 0; shard < shards.size(); ++shard)
-    receipts.add(push_shard_rows(plan, shard, step, std::move(shards[shard]), gradients));
+  for (size_t shard = 0; shard < shards.size(); ++shard) {
+    kj::Promise<void> gate = kj::READY_NOW;
+    if (layout_.mode == Mode::sync && plan.complete[shard].value + 1 < step.value)
+      gate = received.addBranch().then(
+          [this, handle, shard, step] { return previous_step_complete(handle, shard, step); });
+    receipts.add(
+        push_shard_rows(plan, shard, step, std::move(shards[shard]), gradients, kj::mv(gate)));
+  }
   // A pull waits for this push (pull_rows): forked, each branch rejecting as the push does.
   auto pushed = kj::joinPromises(receipts.releaseAsArray()).fork();
   last_push_.insert_or_assign(handle.value,
@@ -245,7 +258,8 @@ kj::Promise<void> Worker::push_rows(TableHandle handle, Step step, std::span<con
 }
 
 kj::Promise<void> Worker::push_shard_rows(const TablePlan& plan, size_t shard, Step step,
-                                          ShardRows rows, std::span<const std::byte> gradients) {
+                                          ShardRows rows, std::span<const std::byte> gradients,
+                                          kj::Promise<void> gate) {
   const uint64_t row_bytes = plan.spec.row_bytes();
   std::vector<std::byte> gathered(rows.ids.size() * row_bytes);
   for (size_t k = 0; k < rows.ids.size(); ++k)
@@ -268,7 +282,17 @@ kj::Promise<void> Worker::push_shard_rows(const TablePlan& plan, size_t shard, S
                       .gradient = held->second,
                       .format = format,
                       .push = true};
-  return schedule_rows(plan.spec.priority, shard, request, std::move(held));
+  return gate.then([this, priority = plan.spec.priority, shard, request, held] {
+    return schedule_rows(priority, shard, request, held);
+  });
+}
+
+kj::Promise<void> Worker::previous_step_complete(TableHandle handle, size_t shard, Step step) {
+  const TablePlan& plan = table_plan(handle);
+  if (plan.complete[shard].value + 1 >= step.value) return kj::READY_NOW;
+  // A pull of no rows waits for the whole table's step on the shard (RowTable::parts_of).
+  return pull_shard_rows(handle, shard, Step(step.value - 1), ShardRows{}, {},
+                         plan.spec.priority);
 }
 
 kj::Promise<void> Worker::schedule_rows(Priority priority, size_t shard, RowsRequest request,
@@ -324,15 +348,19 @@ kj::Promise<void> Worker::pull_rows(TableHandle handle, Step after, std::span<co
     for (size_t shard = 0; shard < shards->size(); ++shard)
       if (!(*shards)[shard].ids.empty())
         answers.add(
-            pull_shard_rows(plan, shard, after, std::move((*shards)[shard]), out, priority));
+            pull_shard_rows(handle, shard, after, std::move((*shards)[shard]), out, priority));
     return kj::joinPromises(answers.releaseAsArray());
   });
 }
 
-kj::Promise<void> Worker::pull_shard_rows(const TablePlan& plan, size_t shard, Step after,
+kj::Promise<void> Worker::pull_shard_rows(TableHandle handle, size_t shard, Step after,
                                           ShardRows rows, std::span<std::byte> out,
                                           Priority priority) {
+  const TablePlan& plan = table_plan(handle);
   const uint64_t row_bytes = plan.spec.row_bytes();
+  // sync: the answer means the job completed `after` there, for the pull's parts (all of them
+  // when the table has one, or the pull no rows).
+  const bool whole = plan.spec.parts == 1 || rows.ids.empty();
   std::vector<std::byte> landing(rows.ids.size() * row_bytes);
   auto held = std::make_shared<std::pair<ShardRows, std::vector<std::byte>>>(std::move(rows),
                                                                              std::move(landing));
@@ -345,7 +373,10 @@ kj::Promise<void> Worker::pull_shard_rows(const TablePlan& plan, size_t shard, S
                       .out = held->second.data(),
                       .elements = held->first.ids.size() * plan.spec.dim,
                       .value_format = format};
-  return schedule_rows(priority, shard, request, held).then([held, out, row_bytes] {
+  return schedule_rows(priority, shard, request, held).then([this, handle, shard, after, whole,
+                                                              held, out, row_bytes] {
+    Step& complete = tables_[handle.value].complete[shard];
+    if (whole && layout_.mode == Mode::sync && after.value > complete.value) complete = after;
     const auto& [rows, landed] = *held;
     for (size_t k = 0; k < rows.ids.size(); ++k)
       for (uint32_t at : rows.at[k])

@@ -101,6 +101,8 @@ class Worker : private kj::TaskSet::ErrorHandler {
     uint64_t key = 0;
     std::vector<VariableId> ids;  // by shard
     Compression compression;
+    // sync: by shard, the newest step a pull of this worker's saw complete there.
+    std::vector<Step> complete;
   };
   // `ids` by shard: each shard's ids (each once) and where each id's rows are in the caller's
   // order (an id given twice: both places).
@@ -111,10 +113,15 @@ class Worker : private kj::TaskSet::ErrorHandler {
   const TablePlan& table_plan(TableHandle handle) const;
   std::vector<ShardRows> group(const TablePlan& plan, std::span<const uint64_t> ids) const;
   // One shard's push of its rows of `step`, `rows` gathered from `gradients`.
+  // It is queued once `gate` resolves.
   kj::Promise<void> push_shard_rows(const TablePlan& plan, size_t shard, Step step, ShardRows rows,
-                                    std::span<const std::byte> gradients);
-  kj::Promise<void> pull_shard_rows(const TablePlan& plan, size_t shard, Step after, ShardRows rows,
+                                    std::span<const std::byte> gradients, kj::Promise<void> gate);
+  kj::Promise<void> pull_shard_rows(TableHandle handle, size_t shard, Step after, ShardRows rows,
                                     std::span<std::byte> out, Priority priority);
+  // sync: resolves once `shard` completed step `step` - 1 of the table, which a shard must
+  // before it takes step `step` (a pull of no rows, unless a pull already saw it). A worker
+  // whose rows of `step` came early (a stale prefetch) or from other shards may be there first.
+  kj::Promise<void> previous_step_complete(TableHandle handle, size_t shard, Step step);
   // Queues `request` with the scheduler as a task of `priority`, `memory` keeping what it
   // points to; resolves when it is finished (a push: received; a pull: landed).
   kj::Promise<void> schedule_rows(Priority priority, size_t shard, RowsRequest request,

@@ -175,8 +175,7 @@ std::vector<RowTable::PartRows> RowTable::by_part(std::span<const uint64_t> ids,
 }
 
 ElementRange RowTable::parts_of(std::span<const uint64_t> ids) const {
-  if (ids.empty()) return {};
-  if (spec_.parts == 1) return {0, 1};
+  if (ids.empty() || spec_.parts == 1) return {0, spec_.parts};
   uint64_t low = spec_.parts, high = 0;
   for (uint64_t id : ids) {
     low = std::min<uint64_t>(low, spec_.part_of(id));

@@ -82,7 +82,8 @@ class RowTable {
   std::vector<PartRows> by_part(std::span<const uint64_t> ids, std::span<const std::byte> gradients,
                                 std::vector<uint64_t>& ids_kept,
                                 std::vector<std::byte>& kept) const;
-  // The parts `ids` fall in, as the smallest range of parts holding them all (empty for none).
+  // The parts a pull of `ids` waits for: the smallest range of parts holding them all; every
+  // part for no ids (a pull of no rows waits for the table's whole step on the shard).
   ElementRange parts_of(std::span<const uint64_t> ids) const;
 
   // Carries out what the step machine decided for an accepted push of part `part` (the track's

@@ -3,6 +3,7 @@
 error naming the table, the id or the setting, and changes nothing; rows travel in bf16 both
 ways when asked, and not in the formats that drop part of a gradient."""
 import json
+import threading
 import time
 import urllib.request
 
@@ -137,6 +138,31 @@ def test_a_prefetch_waits_for_the_step_it_names_and_no_other(start_server):
         with pytest.raises(psched.Error, match="from the future") as e:
             prefetch(6)[0].wait()
         assert e.value.code == "step_from_future"
+
+
+def test_a_sync_push_ahead_of_an_open_step_waits_for_it_rather_than_being_refused(
+        start_server):
+    # A worker whose rows came early (a stale prefetch) pushes step 3 while worker 1 still
+    # holds step 2 open: its push waits for step 2 to complete on each shard, then applies.
+    server = start_server(mode="sync", workers=2, shards=2)
+    with connect(server, 0) as zero, connect(server, 1) as one:
+        tables = {zero: sgd_table(zero), one: sgd_table(one)}
+        ids, gradient = np.arange(10, dtype=np.int64), np.ones((10, 4), np.float32)
+        start = rows(zero, tables[zero], range(10))
+        for client in (zero, one):
+            client.push_rows(tables[client], ids, gradient, 1)
+        zero.push_rows(tables[zero], ids, gradient, 2)
+        zero.wait_rows(tables[zero], 2)
+        zero.push_rows(tables[zero], ids, gradient, 3)
+        received = threading.Thread(target=zero.wait_rows, args=(tables[zero], 3))
+        received.start()
+        received.join(0.3)
+        assert received.is_alive()  # held at the worker until step 2 completes
+        one.push_rows(tables[one], ids, gradient, 2)
+        received.join(10)
+        assert not received.is_alive()
+        one.push_rows(tables[one], ids, gradient, 3)
+        assert np.allclose(rows(one, tables[one], range(10), after=3), start - 1.5)
 
 
 def http_get(server, path):
