@@ -2,10 +2,15 @@
 // psched: the operator's command line. `psched status [--config FILE]` asks every shard of a
 // deployment for its /status over HTTP and prints one line per shard; a shard that does not
 // answer is shown as down. Exits 0 when every shard answered, 1 otherwise.
+//   --http HOST:PORT  (repeatable) asks these operator views instead of the deployment's: a
+//                     container's health check asks its own shard (Containerfile)
+//   --wait SECONDS    asks again every second until every shard answers or the time is up
+//                     (prints the last round only): a pod that waits for the shards to serve
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/asio.h"  // first: it fixes Boost 1.74's Asio includes
@@ -122,16 +127,26 @@ std::vector<std::string> table_lines(size_t shard, const json& tables) {
   return lines;
 }
 
-int status(const std::string& config_file) {
-  psched::DeploymentConfig config = psched::load_deployment(config_file);
+// The operator views to ask: `http` when given, else every shard's of `config_file`.
+std::vector<psched::ListenAddress> operator_views(const std::string& config_file,
+                                                  const std::vector<std::string>& http) {
+  std::vector<psched::ListenAddress> views;
+  for (const std::string& address : http) views.push_back(psched::parse_listen_address(address));
+  if (views.empty())
+    for (const auto& shard : psched::load_deployment(config_file).shards)
+      views.push_back(shard.http);
+  return views;
+}
+
+int status(const std::vector<psched::ListenAddress>& views) {
   fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n",
              "shard", "state", "http", "workers", "members", "variables", "polls", "received",
              "sent", "wire/raw", "partitions", "errors");
   std::vector<std::string> membership, tables;
   bool all_up = true;
-  for (size_t i = 0; i < config.shards.size(); ++i) {
-    std::string http = config.shards[i].http.to_string();
-    std::optional<json> s = fetch_status(config.shards[i].http);
+  for (size_t i = 0; i < views.size(); ++i) {
+    std::string http = views[i].to_string();
+    std::optional<json> s = fetch_status(views[i]);
     if (!s) {
       all_up = false;
       fmt::print("{:<5} {:<6} {}\n", i, "down", http);
@@ -155,20 +170,42 @@ int status(const std::string& config_file) {
   return all_up ? 0 : 1;
 }
 
+// Every view answers within `wait_seconds`: the rounds before the last one print nothing.
+bool all_answer(const std::vector<psched::ListenAddress>& views, double wait_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
+  for (;;) {
+    bool up = true;
+    for (const auto& view : views) up = up && fetch_status(view).has_value();
+    if (up || std::chrono::steady_clock::now() >= deadline) return up;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"psched: the operator's command line"};
   app.require_subcommand(1);
   std::string config = "configs/local.yaml";
+  std::vector<std::string> http;
+  double wait_seconds = 0;
   CLI::App* status_command =
       app.add_subcommand("status", "print every shard's state (from its /status page)");
   status_command->add_option("--config", config, "deployment YAML file")
       ->check(CLI::ExistingFile)
       ->capture_default_str();
+  status_command->add_option("--http", http,
+                             "HOST:PORT of an operator view to ask instead of the deployment's "
+                             "(repeatable)");
+  status_command
+      ->add_option("--wait", wait_seconds,
+                   "ask again every second until every shard answers, at most this many seconds")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
-    return status(config);
+    const auto views = operator_views(config, http);
+    if (wait_seconds > 0) all_answer(views, wait_seconds);
+    return status(views);
   } catch (const psched::Error& e) {
     fmt::print(stderr, "psched status: {}\n", e.what());
     return 2;

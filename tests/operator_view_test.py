@@ -349,11 +349,21 @@ def test_status_cli(deployment):
     rows = up.stdout.strip().split("\n")
     check(len(rows) == 3 and all(" up " in r for r in rows[1:]), f"psched status:\n{up.stdout}")
     print(up.stdout)
+    # One operator view, as a container's health check asks its own shard.
+    one = [cli[0], "status", "--http", f"127.0.0.1:{HTTP[1]}", "--wait", "30"]
+    mine = subprocess.run(one, capture_output=True, text=True, timeout=60)
+    rows = mine.stdout.strip().split("\n")
+    check(mine.returncode == 0 and len(rows) == 2 and f" up     127.0.0.1:{HTTP[1]} " in rows[1],
+          f"psched status --http:\n{mine.stdout}{mine.stderr}")
     deployment.stop()
     down = subprocess.run(cli, capture_output=True, text=True, timeout=60)
     check(down.returncode == 1 and down.stdout.count(" down ") == 2,
           f"psched status with the shards down:\n{down.stdout}{down.stderr}")
     print(down.stdout)
+    started = time.monotonic()
+    waited = subprocess.run(one[:-1] + ["1.5"], capture_output=True, text=True, timeout=60)
+    check(waited.returncode == 1 and time.monotonic() - started >= 1.5,
+          f"psched status --wait 1.5 with the shard down:\n{waited.stdout}{waited.stderr}")
 
 
 def test_browser(deployment, build):
