@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # deploy/slurm/psched.sbatch on a real one-node Slurm cluster: starts munged, slurmctld and
 # slurmd on loopback with a generated slurm.conf, submits the script with sbatch (two shards,
-# two example trainers), and checks that the job succeeded, both trainers' loss fell, and both
-# shards stopped cleanly. Trainer 1 fails once, after 50 of its 100 steps: the script starts it
-# again (PSCHED_TRAINER_RESTARTS=1) and it rejoins the running job at its step. Stops the daemons it started, also on failure. Needs root (munged
-# runs as the munge user, slurmd as root) and Debian's slurm-wlm and munge (scripts/setup);
-# exits 77 (skipped) without them.
+# two example trainers), and checks that the job succeeded, both trainers' loss fell, both
+# shards stopped cleanly, and every line of the job's output is whole. Trainer 1 fails once,
+# after 50 of its 100 steps: the script starts it again (PSCHED_TRAINER_RESTARTS=1) and it
+# rejoins the running job at its step. Stops the daemons it started, also on failure. Needs
+# root (munged runs as the munge user, slurmd as root) and Debian's slurm-wlm and munge
+# (scripts/setup); exits 77 (skipped) without them.
 # Usage: slurm_process_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(realpath "$1")
@@ -60,7 +61,7 @@ loss_at() {  # WORKER STEP
     "$work/job.out"
 }
 for w in 0 1; do
-  floor=$(awk -v w=$w '$3 == w":" && /loss of the true model/ {print $NF}' "$work/job.out")
+  floor=$(awk -v w=$w '$3 == w":" && /loss of the true model/ {print $NF; exit}' "$work/job.out")
   first=$(loss_at $w 1)
   last=$(loss_at $w 100)
   fell='BEGIN { exit !(a != "" && b < a && b < f + 0.1) }'  # to within 0.1 of the optimum
@@ -77,6 +78,18 @@ if ! grep -q 'psched.sbatch: trainer 1 exited with status 9; starting it again' 
   exit 1
 fi
 grep -E 'worker 1 joins the job' "$work/job.out"
+
+# Every line of the job's output whole: srun's task label, then one line of a trainer, a shard's
+# log or psched.sbatch; psched status's table; slurmstepd's note of the cancelled shard step.
+whole='^[0-9]+: worker [0-9]+( step +[0-9]+  loss [0-9.]+  accuracy [0-9.]+| joins the job at step [0-9]+|: [0-9]+ features, [0-9]+ samples, loss of the true model [0-9.]+)$'
+whole+='|^([0-9]+: )?psched\.sbatch: |^[0-9]+: [0-9-]+T[0-9:]+Z (debug|info|warn|error) '
+whole+='|^shard state  http |^[0-9]+ +(up|down) +[^ ]+:[0-9]+|^shard [0-9]+: members '
+whole+='|^[0-9]+: slurmstepd-[^ ]+: error: \*\*\* STEP [0-9.]+ ON [^ ]+ CANCELLED AT [0-9T:-]+ \*\*\*$'
+if grep -vE "$whole" "$work/job.out"; then
+  echo "the lines above are broken or unexpected"
+  exit 1
+fi
+echo "every line of the job's output is whole"
 
 stopped=$(grep -c 'psched-server: signal 15 received, stopping' "$work/job.out" || true)
 if [ "$stopped" -ne 2 ] ||
