@@ -51,6 +51,26 @@ def test_two_workers_on_one_terminal_print_whole_lines(start_server, tmp_path):
     assert len(lines) == 10 and all(line.match(text) for text in lines), terminal.read_text()
 
 
+def test_the_demos_two_trainers_on_one_terminal_print_whole_lines(start_server, tmp_path):
+    # scripts/demo: two psched-example-trainer processes writing to one terminal (here a file).
+    trainer = pathlib.Path(os.environ.get("PSCHED_SERVER", "build/apps/psched-server")).with_name(
+        "psched-example-trainer")
+    server = start_server(mode="async", workers=2)
+    terminal = tmp_path / "terminal.txt"
+    with open(terminal, "ab") as shared:
+        workers = [subprocess.Popen([str(trainer), "--config", str(server.config), "--worker",
+                                     str(rank), "--steps", "200", "--print-every", "5"],
+                                    stdout=shared, stderr=subprocess.STDOUT)
+                   for rank in range(2)]
+        for worker in workers:
+            assert worker.wait() == 0, terminal.read_text()
+    line = re.compile(r"worker [01](: \d+ features, \d+ samples, loss of the true model \d\.\d{4}"
+                      r"| step +\d+  loss \d\.\d{4}  accuracy \d\.\d{3})$")
+    lines = terminal.read_text().splitlines()
+    assert len(lines) == 2 * (1 + 1 + 200 // 5), lines  # its first line, step 1, every 5th
+    assert all(line.match(text) for text in lines), terminal.read_text()
+
+
 def test_the_deployment_compresses_the_example_without_a_change(start_server):
     server = start_server(mode="sync", workers=2,
                           compression="{push: bf16, pull: bf16, min_bytes: 0}")
