@@ -53,6 +53,11 @@ BROKEN = [
      "shards[1].listen is 'shard-1.psched:7410', expected psched-shard-1.psched:7410"),
     ("more trainers than workers", lambda d: document(d, "Job")["spec"].update(completions=3),
      "workers is 2 but the Job has 3 completions"),
+    ("a shard from the trainer image", lambda d: shard_container(d).update(
+        image="registry.example/psched-trainer:1.0"),
+     "container 'shard' runs image 'registry.example/psched-trainer:1.0', expected psched-server"),
+    ("a state volume the server's user cannot write", lambda d: document(d, "StatefulSet")[
+        "spec"]["template"]["spec"].pop("securityContext"), "securityContext.fsGroup 10001"),
     ("a selector missing the shards", lambda d: document(d, "Service")["spec"]["selector"].update(
         {"app.kubernetes.io/component": "trainer"}), "the selector does not select the shard pods"),
 ]

@@ -108,6 +108,33 @@ def check_shard_names(deployment, statefulset, service, where, problems):
                                 f"expected {host}:{port}")
 
 
+# Containerfile's targets, by the containers that run them.
+SERVER_IMAGE, TRAINER_IMAGE = "psched-server", "psched-trainer"
+SERVER_USER = 10001  # the server image's user, who writes the state volume
+
+
+def image_name(image):
+    """'registry.example/team/psched-server:1.2' -> 'psched-server'."""
+    return image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+
+
+def check_images(statefulset, job, where, problems):
+    """The shards and the trainers' wait run the server image, the trainers the trainer image;
+    the shard pods give the server image's user the state volume."""
+    shard_pod = statefulset["spec"]["template"]["spec"]
+    trainer_pod = job["spec"]["template"]["spec"]
+    expected = [(c, SERVER_IMAGE) for c in shard_pod.get("containers", [])]
+    expected += [(c, SERVER_IMAGE) for c in trainer_pod.get("initContainers", [])]
+    expected += [(c, TRAINER_IMAGE) for c in trainer_pod.get("containers", [])]
+    for container, image in expected:
+        if image_name(container.get("image", "")) != image:
+            problems.append(f"{where}: container {container.get('name')!r} runs image "
+                            f"{container.get('image')!r}, expected {image} (Containerfile)")
+    if shard_pod.get("securityContext", {}).get("fsGroup") != SERVER_USER:
+        problems.append(f"{where}: the shard pods need securityContext.fsGroup {SERVER_USER}, "
+                        "the server image's user, to write their state volume")
+
+
 def check_agreement(documents, problems):
     """What the files must agree on, which no schema sees."""
     service_at, service = one(documents, "Service", problems)
@@ -130,6 +157,7 @@ def check_agreement(documents, problems):
         problems.append(f"{where}: expected the deployment file (a map) under data")
         return
     check_shard_names(deployment, statefulset, service, where, problems)
+    check_images(statefulset, job, f"{statefulset_at} and {job_at}", problems)
     if deployment.get("workers") != job["spec"].get("completions"):
         problems.append(f"{where}: workers is {deployment.get('workers')} but the Job has "
                         f"{job['spec'].get('completions')} completions")
