@@ -172,7 +172,8 @@ int status(const std::vector<psched::ListenAddress>& views) {
 
 // Every view answers within `wait_seconds`: the rounds before the last one print nothing.
 bool all_answer(const std::vector<psched::ListenAddress>& views, double wait_seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
   for (;;) {
     bool up = true;
     for (const auto& view : views) up = up && fetch_status(view).has_value();

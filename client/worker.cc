@@ -187,7 +187,10 @@ kj::Promise<TableHandle> Worker::register_table(TableSpec spec, Compression comp
   return kj::joinPromises(ids.releaseAsArray())
       .then([this, spec = std::move(spec), compression](kj::Array<VariableId> ids) mutable {
         const uint64_t key = table_key(spec.name);
-        tables_.push_back({std::move(spec), key, {ids.begin(), ids.end()}, compression,
+        tables_.push_back({std::move(spec),
+                           key,
+                           {ids.begin(), ids.end()},
+                           compression,
                            std::vector<Step>(ids.size())});
         return TableHandle(static_cast<uint32_t>(tables_.size() - 1));
       });
@@ -291,8 +294,7 @@ kj::Promise<void> Worker::previous_step_complete(TableHandle handle, size_t shar
   const TablePlan& plan = table_plan(handle);
   if (plan.complete[shard].value + 1 >= step.value) return kj::READY_NOW;
   // A pull of no rows waits for the whole table's step on the shard (RowTable::parts_of).
-  return pull_shard_rows(handle, shard, Step(step.value - 1), ShardRows{}, {},
-                         plan.spec.priority);
+  return pull_shard_rows(handle, shard, Step(step.value - 1), ShardRows{}, {}, plan.spec.priority);
 }
 
 kj::Promise<void> Worker::schedule_rows(Priority priority, size_t shard, RowsRequest request,
@@ -373,15 +375,15 @@ kj::Promise<void> Worker::pull_shard_rows(TableHandle handle, size_t shard, Step
                       .out = held->second.data(),
                       .elements = held->first.ids.size() * plan.spec.dim,
                       .value_format = format};
-  return schedule_rows(priority, shard, request, held).then([this, handle, shard, after, whole,
-                                                              held, out, row_bytes] {
-    Step& complete = tables_[handle.value].complete[shard];
-    if (whole && layout_.mode == Mode::sync && after.value > complete.value) complete = after;
-    const auto& [rows, landed] = *held;
-    for (size_t k = 0; k < rows.ids.size(); ++k)
-      for (uint32_t at : rows.at[k])
-        std::memcpy(out.data() + at * row_bytes, landed.data() + k * row_bytes, row_bytes);
-  });
+  return schedule_rows(priority, shard, request, held)
+      .then([this, handle, shard, after, whole, held, out, row_bytes] {
+        Step& complete = tables_[handle.value].complete[shard];
+        if (whole && layout_.mode == Mode::sync && after.value > complete.value) complete = after;
+        const auto& [rows, landed] = *held;
+        for (size_t k = 0; k < rows.ids.size(); ++k)
+          for (uint32_t at : rows.at[k])
+            std::memcpy(out.data() + at * row_bytes, landed.data() + k * row_bytes, row_bytes);
+      });
 }
 
 }  // namespace psched
