@@ -49,9 +49,20 @@ uint64_t row_id(uint64_t k) {
 }
 
 psched::TableSpec table_spec(uint64_t rows, uint32_t dim) {
-  psched::TableSpec spec{.name = "bench", .num_embeddings = 4 * rows, .dim = dim};
+  psched::TableSpec spec;
+  spec.name = "bench";
+  spec.num_embeddings = 4 * rows;
+  spec.dim = dim;
   spec.optimizer = psched::optim::torch_row_defaults(psched::optim::RowOptimizerKind::adagrad);
   return spec;
+}
+
+// An async shard 0 for one worker, its checkpoints and log in `dir`.
+psched::ShardSettings settings(const std::string& dir) {
+  psched::ShardSettings settings;
+  settings.max_variables = 16;
+  settings.checkpoint_directory = dir;
+  return settings;
 }
 
 // Pushes of `batch` rows each, one step each, worker 0.
@@ -60,7 +71,7 @@ struct Pusher {
   psched::VariableId table;
   uint32_t dim;
   uint64_t step = 0;
-  std::vector<float> gradients;
+  std::vector<float> gradients = {};
 
   void push(const std::vector<uint64_t>& ids) {
     gradients.assign(ids.size() * dim, 0.01f);
@@ -126,7 +137,7 @@ void checkpoint(psched::testing::TestLoop& io, psched::VariableShard& shard,
 
 int fill_and_checkpoint(const std::string& dir, uint64_t rows, uint32_t dim) {
   psched::testing::TestLoop io;
-  psched::VariableShard shard(io.actors, {psched::ShardId(0), psched::Mode::async, 1, 16, dir});
+  psched::VariableShard shard(io.actors, settings(dir));
   psched::VariableId table;
   shard.register_table(
       table_spec(rows, dim),
@@ -173,7 +184,7 @@ int fill_and_checkpoint(const std::string& dir, uint64_t rows, uint32_t dim) {
 
 int restore(const std::string& dir) {
   psched::testing::TestLoop io;
-  psched::VariableShard shard(io.actors, {psched::ShardId(0), psched::Mode::async, 1, 16, dir});
+  psched::VariableShard shard(io.actors, settings(dir));
   const auto start = Clock::now();
   psched::RestoreReport report = psched::testing::restored(io, shard);
   std::printf(
