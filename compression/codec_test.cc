@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -128,6 +130,53 @@ TEST_CASE("topk keeps what a plain sort by magnitude, then index, keeps first") 
     for (size_t i = 0; i < plain.size(); ++i) sent.push_back(at<uint32_t>(body, 8 + 4 * i));
     CHECK(sent == plain);
   }
+}
+
+// The k indices a stable sort by magnitude, largest first, puts first, ascending.
+std::vector<uint32_t> plain_topk(const std::vector<float>& values, uint64_t k) {
+  std::vector<uint32_t> plain(values.size());
+  for (uint32_t i = 0; i < plain.size(); ++i) plain[i] = i;
+  std::stable_sort(plain.begin(), plain.end(), [&](uint32_t a, uint32_t b) {
+    return std::abs(values[a]) > std::abs(values[b]);
+  });
+  plain.resize(k);
+  std::sort(plain.begin(), plain.end());
+  return plain;
+}
+
+std::vector<uint32_t> sent_indices(const std::vector<std::byte>& body) {
+  std::vector<uint32_t> sent;
+  for (uint32_t i = 0; i < at<uint32_t>(body, 4); ++i)
+    sent.push_back(at<uint32_t>(body, 8 + 4 * i));
+  return sent;
+}
+
+TEST_CASE("topk of partitions large enough to sample a threshold keeps exactly the k largest") {
+  std::mt19937 random(11);
+  std::normal_distribution<float> normal;
+  std::cauchy_distribution<float> heavy;
+  std::uniform_int_distribution<int> few(-4, 4);
+  const std::vector<std::pair<const char*, std::function<float(size_t)>>> kinds = {
+      {"normal", [&](size_t) { return normal(random); }},
+      {"heavy-tailed", [&](size_t) { return heavy(random); }},
+      {"many ties", [&](size_t) { return static_cast<float>(few(random)); }},
+      {"ascending", [&](size_t i) { return static_cast<float>(i) * 1e-3f; }},
+      {"periodic", [&](size_t i) { return i % 64 == 0 ? 10.0f + normal(random) : normal(random); }},
+      // The sampled elements (every n/1024-th) large, the rest small: the threshold is an
+      // overestimate, fewer than k reach it, and the selection falls back to every element.
+      {"sample misled", [&](size_t i) { return i % 256 == 0 ? 1000.0f : normal(random); }}};
+  for (const auto& [kind, draw] : kinds)
+    for (size_t n : {size_t{16384}, size_t{65536 + 13}, size_t{262144}})
+      for (double fraction : {0.001, 0.01, 0.1}) {
+        CAPTURE(kind);
+        CAPTURE(n);
+        CAPTURE(fraction);
+        std::vector<float> values(n);
+        for (size_t i = 0; i < n; ++i) values[i] = draw(i);
+        TopK topk{.fraction = fraction};
+        auto body = encoded(WireFormat::topk, values, topk);
+        CHECK(sent_indices(body) == plain_topk(values, topk.of(n)));
+      }
 }
 
 TEST_CASE("topk's fraction rounds up, and sends at least one element and at most all") {

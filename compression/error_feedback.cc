@@ -1,10 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "compression/error_feedback.h"
 
+#include <cstring>
+
 #include "common/check.h"
 #include "compression/codec.h"
 
 namespace psched {
+namespace {
+
+// The UInt32 at byte `at` of a body (codec.h: a topk body's k at 4, its indices from 8).
+uint32_t word(const std::vector<std::byte>& body, size_t at) {
+  uint32_t value;
+  std::memcpy(&value, body.data() + at, sizeof value);
+  return value;
+}
+
+}  // namespace
 
 void encode_with_feedback(WireFormat format, DType dtype, std::span<const std::byte> gradient,
                           std::span<std::byte> residual, const TopK& topk,
@@ -16,6 +28,11 @@ void encode_with_feedback(WireFormat format, DType dtype, std::span<const std::b
     T* r = reinterpret_cast<T*>(residual.data());
     for (size_t i = 0; i < n; ++i) r[i] += g[i];  // the residual holds what is owed now
     encode(format, dtype, residual, topk, body);
+    if (format == WireFormat::topk) {  // each element sent whole (owed nothing more) or kept
+      const uint32_t k = word(body, 4);
+      for (uint32_t i = 0; i < k; ++i) r[word(body, 8 + 4 * size_t{i})] = T(0);
+      return;
+    }
     scratch.resize(residual.size());
     decode(format, dtype, body, scratch);
     const T* sent = reinterpret_cast<const T*>(scratch.data());
