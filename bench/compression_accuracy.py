@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""What compression does to learning: the digits example (python/examples/train_digits.py,
-Adam on the shards, sync mode, 2 workers) trained under each wire format for the same steps,
-from the same seeds; test accuracy and the training loss per epoch.
+"""What compression does to learning: each task trained under each wire format for the same
+steps, from the same seeds (sync mode, 2 workers); test accuracy and the training loss per
+epoch. Tasks (--tasks, default both):
+  digits   the digits example (python/examples/train_digits.py): Adam on the shards, 8x8 images
+  teacher  bench/teacher_student.py: labels from a fixed random teacher network, a larger
+           student trained by SGD with momentum on the shards; thousands of steps to learn
 
     bench/compression_accuracy.py --epochs 15 --seeds 0,1,2 --json out.json --plot loss.svg
 
@@ -15,7 +18,7 @@ Formats (the deployment's compression: section, min_bytes 0 so every tensor is c
   topk10   topk of 10%
   topk_warmup  topk 1% after 110 full-width steps (5 epochs): Adam's variance frozen then
   onebit_warmup  onebit after the same warm-up
-Prints, per format, the final test accuracy (median and range over the seeds) and its
+Prints, per task and format, the final test accuracy (median and range over the seeds) and its
 difference from `none` of the same seed, in points.
 """
 import argparse
@@ -32,7 +35,8 @@ import threading
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from free_ports import free_ports  # noqa: E402
-EXAMPLE = ROOT / "python" / "examples" / "train_digits.py"
+TASKS = {"digits": ROOT / "python" / "examples" / "train_digits.py",
+         "teacher": ROOT / "bench" / "teacher_student.py"}
 PYTHON = "/usr/bin/python3"
 WORKERS = 2
 FORMATS = {"none": "{push: none, pull: none}",
@@ -64,9 +68,9 @@ def start_server(args, config):
     return server
 
 
-def train(args, fmt, seed, workdir):
-    """Worker 0's (loss, accuracy) per epoch under `fmt` from `seed`."""
-    config = workdir / f"{fmt}-{seed}.yaml"
+def train(args, task, fmt, seed, workdir):
+    """Worker 0's (loss, accuracy) per epoch of `task` under `fmt` from `seed`."""
+    config = workdir / f"{task}-{fmt}-{seed}.yaml"
     listen, http = free_ports(2)
     config.write_text(f"mode: sync\nworkers: {WORKERS}\n"
                       f"shards:\n  - {{listen: 127.0.0.1:{listen}, "
@@ -75,7 +79,7 @@ def train(args, fmt, seed, workdir):
     server = start_server(args, config)
     try:
         env = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"), WORLD_SIZE="2")
-        workers = [subprocess.Popen([PYTHON, str(EXAMPLE), "--config", str(config), "--epochs",
+        workers = [subprocess.Popen([PYTHON, str(TASKS[task]), "--config", str(config), "--epochs",
                                      str(args.epochs), "--seed", str(seed)],
                                     env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)
@@ -86,7 +90,7 @@ def train(args, fmt, seed, workdir):
         server.wait()
     for w, out in zip(workers, outputs):
         if w.returncode != 0:
-            raise RuntimeError(f"{fmt} seed {seed}: a worker failed:\n{out}")
+            raise RuntimeError(f"{task} {fmt} seed {seed}: a worker failed:\n{out}")
     epochs = re.findall(r"worker 0 epoch\s+\d+\s+loss (\S+)\s+test accuracy (\S+)", outputs[0])
     return [float(loss) for loss, _ in epochs], [float(acc) for _, acc in epochs]
 
@@ -96,45 +100,30 @@ def spread(values):
 
 
 def plot(results, path):
+    """One row per task: training loss and test accuracy per epoch, medians over the seeds."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    figure, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for fmt, runs in results.items():
-        epochs = range(1, len(runs[0]["loss"]) + 1)
-        loss = [statistics.median(r["loss"][e - 1] for r in runs) for e in epochs]
-        acc = [statistics.median(r["accuracy"][e - 1] for r in runs) for e in epochs]
-        loss_ax.plot(epochs, loss, marker=".", label=fmt)
-        acc_ax.plot(epochs, acc, marker=".", label=fmt)
-    loss_ax.set(xlabel="epoch", ylabel="training loss (median over seeds)", yscale="log")
-    acc_ax.set(xlabel="epoch", ylabel="test accuracy (median over seeds)")
-    loss_ax.legend()
-    figure.suptitle("digits, 2 workers, sync, Adam on the shards: wire formats")
+    figure, axes = plt.subplots(len(results), 2, figsize=(10, 3.8 * len(results)),
+                                squeeze=False)
+    for (task, formats), (loss_ax, acc_ax) in zip(results.items(), axes):
+        for fmt, runs in formats.items():
+            epochs = range(1, len(runs[0]["loss"]) + 1)
+            loss = [statistics.median(r["loss"][e - 1] for r in runs) for e in epochs]
+            acc = [statistics.median(r["accuracy"][e - 1] for r in runs) for e in epochs]
+            loss_ax.plot(epochs, loss, marker=".", label=fmt)
+            acc_ax.plot(epochs, acc, marker=".", label=fmt)
+        loss_ax.set(xlabel="epoch", ylabel="training loss (median over seeds)", yscale="log",
+                    title=task)
+        acc_ax.set(xlabel="epoch", ylabel="test accuracy (median over seeds)", title=task)
+        loss_ax.legend()
+    figure.suptitle("2 workers, sync: wire formats")
     figure.tight_layout()
     figure.savefig(path)
 
 
-def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--formats", default="none,bf16,fp16,topk,onebit",
-                        help=f"of: {', '.join(FORMATS)}")
-    parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--build", default=str(ROOT / "build"))
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per training run")
-    parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--plot", help="draw the loss and accuracy curves here (.svg, .png)")
-    args = parser.parse_args(argv)
-    formats, seeds = args.formats.split(","), [int(s) for s in args.seeds.split(",")]
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="compression_accuracy-") as workdir:
-        for fmt in formats:
-            for seed in seeds:
-                loss, accuracy = train(args, fmt, seed, pathlib.Path(workdir))
-                results.setdefault(fmt, []).append({"seed": seed, "loss": loss,
-                                                    "accuracy": accuracy})
-                print(f"{fmt:7} seed {seed}: loss {loss[-1]:.4f}, test accuracy "
-                      f"{accuracy[-1]:.3f}", file=sys.stderr, flush=True)
+def summarize(results):
+    """Per format: the final accuracy and loss over the seeds, and the points from none."""
     summary = {}
     for fmt, runs in results.items():
         entry = {"accuracy": spread([r["accuracy"][-1] for r in runs]),
@@ -144,13 +133,45 @@ def main(argv):
             entry["points_from_none"] = spread([100 * (r["accuracy"][-1] - base[r["seed"]])
                                                 for r in runs if r["seed"] in base])
         summary[fmt] = entry
-    print("| format | test accuracy, median (range) | points from none, median (range) | "
-          "final loss |\n|---|---|---|---|")
-    for fmt, e in summary.items():
-        a, d = e["accuracy"], e.get("points_from_none")
-        points = f"{d['median']:+.1f} ({d['min']:+.1f} to {d['max']:+.1f})" if d else ""
-        print(f"| {fmt} | {a['median']:.3f} ({a['min']:.3f}–{a['max']:.3f}) | {points} | "
-              f"{e['loss']['median']:.4f} |")
+    return summary
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--formats", default="none,bf16,fp16,topk,onebit",
+                        help=f"of: {', '.join(FORMATS)}")
+    parser.add_argument("--tasks", default="digits,teacher", help=f"of: {', '.join(TASKS)}")
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--build", default=str(ROOT / "build"))
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per training run")
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--plot", help="draw the loss and accuracy curves here (.svg, .png)")
+    args = parser.parse_args(argv)
+    formats, seeds = args.formats.split(","), [int(s) for s in args.seeds.split(",")]
+    tasks = args.tasks.split(",")
+    for task in tasks:
+        if task not in TASKS:
+            parser.error(f"no task {task!r} (tasks: {', '.join(TASKS)})")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="compression_accuracy-") as workdir:
+        for task in tasks:
+            for fmt in formats:
+                for seed in seeds:
+                    loss, accuracy = train(args, task, fmt, seed, pathlib.Path(workdir))
+                    results.setdefault(task, {}).setdefault(fmt, []).append(
+                        {"seed": seed, "loss": loss, "accuracy": accuracy})
+                    print(f"{task} {fmt:7} seed {seed}: loss {loss[-1]:.4f}, test accuracy "
+                          f"{accuracy[-1]:.3f}", file=sys.stderr, flush=True)
+    summary = {task: summarize(runs) for task, runs in results.items()}
+    print("| task | format | test accuracy, median (range) | points from none, median (range) "
+          "| final loss |\n|---|---|---|---|---|")
+    for task, formats_summary in summary.items():
+        for fmt, e in formats_summary.items():
+            a, d = e["accuracy"], e.get("points_from_none")
+            points = f"{d['median']:+.1f} ({d['min']:+.1f} to {d['max']:+.1f})" if d else ""
+            print(f"| {task} | {fmt} | {a['median']:.3f} ({a['min']:.3f}–{a['max']:.3f}) | "
+                  f"{points} | {e['loss']['median']:.4f} |")
     out = {"command": " ".join(["bench/compression_accuracy.py"] + argv), "epochs": args.epochs,
            "seeds": seeds, "formats": FORMATS, "runs": results, "summary": summary}
     if args.json:
