@@ -41,12 +41,6 @@ auto on_link(ShardLink& link, Call call) -> decltype(call()) {
   });
 }
 
-// The rejection of a call made while `link` has no connection: one that reconnects.
-kj::Exception not_connected(const ShardLink& link) {
-  return to_kj_exception(
-      Error(ErrorCode::disconnected, fmt::format("no connection to {} yet", link.address())));
-}
-
 }  // namespace
 
 Worker::Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOptions options)
@@ -345,7 +339,6 @@ kj::Promise<void> Worker::pull_rows(TableHandle handle, Step after, std::span<co
     pushed = it->second.addBranch();
   const Priority priority(plan.spec.priority.value + (prefetch ? kPrefetchPriority : 0));
   return pushed.then([this, handle, after, shards, out, priority] {
-    const TablePlan& plan = table_plan(handle);
     kj::Vector<kj::Promise<void>> answers;
     for (size_t shard = 0; shard < shards->size(); ++shard)
       if (!(*shards)[shard].ids.empty())

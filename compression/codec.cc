@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 
 #include "common/check.h"
 #include "common/error.h"
@@ -73,16 +74,17 @@ constexpr uint64_t kTopKSampled = 16 * kTopKSample;
 // Gradient Compression does (Lin et al., ICLR 2018): the sample's quantile for 1.5 k plus four
 // standard deviations of that estimate, so that fewer than k reach it about never. Nothing
 // where the partition is too small to sample or k too large a part of it.
-template <typename T>
-std::optional<T> sampled_threshold(std::span<const T> values, uint64_t k, std::vector<T>& sample) {
-  const uint64_t n = values.size();
+// `value(i)` is element i of the n.
+template <typename T, typename Value>
+std::optional<T> sampled_threshold(uint64_t n, const Value& value, uint64_t k,
+                                   std::vector<T>& sample) {
   if (n < kTopKSampled) return std::nullopt;
   const double p = static_cast<double>(k) / static_cast<double>(n);
   const double wanted = 1.5 * p + 4 * std::sqrt(p / kTopKSample);
   const auto reach = static_cast<uint64_t>(std::ceil(wanted * kTopKSample));
   if (reach * 2 >= kTopKSample) return std::nullopt;
   sample.resize(kTopKSample);
-  for (uint64_t i = 0; i < kTopKSample; ++i) sample[i] = std::abs(values[i * n / kTopKSample]);
+  for (uint64_t i = 0; i < kTopKSample; ++i) sample[i] = std::abs(value(i * n / kTopKSample));
   const auto at = sample.begin() + static_cast<ptrdiff_t>(kTopKSample - reach);
   std::nth_element(sample.begin(), at, sample.end());
   return *at;
@@ -118,31 +120,45 @@ void select_topk(std::span<const T> values, std::span<const uint32_t> candidates
   }
 }
 
-// The k largest magnitudes, ties to the lower index. Candidates: the elements that reach a
-// sampled threshold (one pass, no copy of the partition), or, where that found fewer than k or
-// the partition is too small to sample, every element.
-template <typename T>
-void encode_topk(std::span<const T> values, const TopK& topk, std::vector<std::byte>& body) {
+// The k largest magnitudes of `values`, ties to the lower index, as a topk body. Candidates:
+// the elements that reach a sampled threshold (one pass, no copy of the partition), or, where
+// that found fewer than k or the partition is too small to sample, every element. `added`,
+// when not empty, is added into `values` first, in the same pass (error feedback's residual
+// plus a gradient): V is T then, const T otherwise.
+template <typename T, typename V>
+void encode_topk(std::span<V> values, std::span<const T> added, const TopK& topk,
+                 std::vector<std::byte>& body) {
+  constexpr bool kAdding = !std::is_const_v<V>;
   const uint64_t n = values.size();
   const uint64_t k = topk.of(n);
   body.resize(8 + k * (4 + sizeof(T)));
   store(body.data(), static_cast<uint32_t>(n));
   store(body.data() + 4, static_cast<uint32_t>(k));
-  if (k == 0) return;
   TopKScratch<T>& scratch = topk_scratch<T>();
   std::vector<uint32_t>& candidates = scratch.candidates;
   candidates.clear();
-  if (std::optional<T> reach = sampled_threshold(values, k, scratch.magnitudes)) {
-    for (uint64_t i = 0; i < n; ++i)
+  auto sum = [&](uint64_t i) -> T {
+    if constexpr (kAdding) return values[i] + added[i];
+    return values[i];
+  };
+  std::optional<T> reach;
+  if (k > 0) reach = sampled_threshold<T>(n, sum, k, scratch.magnitudes);
+  if (reach) {
+    for (uint64_t i = 0; i < n; ++i) {
+      if constexpr (kAdding) values[i] += added[i];
       if (std::abs(values[i]) >= *reach) candidates.push_back(static_cast<uint32_t>(i));
+    }
+  } else if constexpr (kAdding) {
+    for (uint64_t i = 0; i < n; ++i) values[i] += added[i];
   }
+  if (k == 0) return;
   if (candidates.size() < k) {
     candidates.resize(n);
     std::iota(candidates.begin(), candidates.end(), uint32_t{0});
   }
   std::byte* indices = body.data() + 8;
-  select_topk(values, std::span<const uint32_t>(candidates), k, scratch.magnitudes, indices,
-              indices + 4 * k);
+  select_topk(std::span<const T>(values), std::span<const uint32_t>(candidates), k,
+              scratch.magnitudes, indices, indices + 4 * k);
 }
 
 template <typename T>
@@ -228,6 +244,17 @@ void check(const Compression& compression) {
          compression.topk.fraction);
 }
 
+void encode_topk_adding(DType dtype, std::span<const std::byte> gradient,
+                        std::span<std::byte> residual, const TopK& topk,
+                        std::vector<std::byte>& body) {
+  PSCHED_REQUIRE(gradient.size() == residual.size() &&
+                     residual.size() / element_bytes(dtype) <= UINT32_MAX,
+                 gradient.size(), residual.size());
+  visit_dtype(dtype, [&]<typename T>(T) {
+    encode_topk<T, T>(typed<T>(residual), typed<T>(gradient), topk, body);
+  });
+}
+
 uint64_t TopK::of(uint64_t elements) const {
   uint64_t k = count != 0
                    ? count
@@ -252,7 +279,7 @@ void encode(WireFormat format, DType dtype, std::span<const std::byte> values, c
         body.resize(2 * n);
         return narrow_values(format, dtype, values, body);
       case WireFormat::topk:
-        return encode_topk(v, topk, body);
+        return encode_topk<T, const T>(v, {}, topk, body);
       case WireFormat::onebit:
         return encode_onebit(v, body);
     }

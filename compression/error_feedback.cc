@@ -26,13 +26,14 @@ void encode_with_feedback(WireFormat format, DType dtype, std::span<const std::b
     const size_t n = gradient.size() / sizeof(T);
     const T* g = reinterpret_cast<const T*>(gradient.data());
     T* r = reinterpret_cast<T*>(residual.data());
-    for (size_t i = 0; i < n; ++i) r[i] += g[i];  // the residual holds what is owed now
-    encode(format, dtype, residual, topk, body);
-    if (format == WireFormat::topk) {  // each element sent whole (owed nothing more) or kept
-      const uint32_t k = word(body, 4);
+    if (format == WireFormat::topk) {  // the residual holds what is owed now, then what is kept
+      encode_topk_adding(dtype, gradient, residual, topk, body);
+      const uint32_t k = word(body, 4);  // each element sent whole, owed nothing more
       for (uint32_t i = 0; i < k; ++i) r[word(body, 8 + 4 * size_t{i})] = T(0);
       return;
     }
+    for (size_t i = 0; i < n; ++i) r[i] += g[i];  // the residual holds what is owed now
+    encode(format, dtype, residual, topk, body);
     scratch.resize(residual.size());
     decode(format, dtype, body, scratch);
     const T* sent = reinterpret_cast<const T*>(scratch.data());

@@ -54,7 +54,7 @@ struct PartitionRequest {
   // range.size() elements in `format`; sent from where it lies when the path can (the caller
   // keeps it alive and unchanged until the request's promise resolves or is dropped), else
   // copied.
-  std::span<const std::byte> gradient;
+  std::span<const std::byte> gradient = {};
   // Room for range.size() elements of `dtype`. The caller keeps it alive until the promise
   // resolves or is dropped, and over a data stream while the connection lives: a value already
   // arriving lands.
@@ -73,7 +73,7 @@ struct RowsRequest {
   std::span<const uint64_t> ids;
   DType dtype = DType::float32;  // the table's
   // push: ids.size() rows in `format`, kept alive by the caller as `ids`.
-  std::span<const std::byte> gradient;
+  std::span<const std::byte> gradient = {};
   WireFormat format = WireFormat::none;
   // pull: room for ids.size() rows of `dtype` (`elements` in all), where they land.
   std::byte* out = nullptr;
