@@ -33,22 +33,28 @@ def test_two_workers_learn_the_digits(start_server):
     run_example(start_server(mode="sync", workers=2))
 
 
-def test_two_workers_on_one_terminal_print_whole_lines(start_server, tmp_path):
-    server = start_server(mode="sync", workers=2)
-    terminal = tmp_path / "terminal.txt"  # both write here, as to one terminal, unbuffered
+def terminal_lines(tmp_path, command, env=None):
+    """The lines two workers (`command(rank)`, with `env(rank)`) wrote into one file, as onto
+    one terminal, both run to success."""
+    terminal = tmp_path / "terminal.txt"
     with open(terminal, "ab") as shared:
-        workers = [subprocess.Popen([sys.executable, str(EXAMPLE), "--epochs", "4"],
-                                    env={**os.environ, "PSCHED_CONFIG": str(server.config),
-                                         "RANK": str(rank), "WORLD_SIZE": "2",
-                                         "PYTHONUNBUFFERED": "1"},
-                                    stdout=shared, stderr=subprocess.STDOUT)
+        workers = [subprocess.Popen(command(rank), env=env(rank) if env else None, stdout=shared,
+                                    stderr=subprocess.STDOUT)
                    for rank in range(2)]
         for worker in workers:
             assert worker.wait() == 0, terminal.read_text()
+    return terminal.read_text().splitlines()
+
+
+def test_two_workers_on_one_terminal_print_whole_lines(start_server, tmp_path):
+    server = start_server(mode="sync", workers=2)
+    lines = terminal_lines(
+        tmp_path, lambda rank: [sys.executable, str(EXAMPLE), "--epochs", "4"],
+        lambda rank: {**os.environ, "PSCHED_CONFIG": str(server.config), "RANK": str(rank),
+                      "WORLD_SIZE": "2", "PYTHONUNBUFFERED": "1"})
     line = re.compile(r"worker [01](/2: \d+ training samples, \d+ steps per epoch, sync mode"
                       r"| epoch +\d+  loss \d\.\d{4}  test accuracy \d\.\d{3})$")
-    lines = terminal.read_text().splitlines()
-    assert len(lines) == 10 and all(line.match(text) for text in lines), terminal.read_text()
+    assert len(lines) == 10 and all(line.match(text) for text in lines), lines
 
 
 def test_the_demos_two_trainers_on_one_terminal_print_whole_lines(start_server, tmp_path):
@@ -56,19 +62,13 @@ def test_the_demos_two_trainers_on_one_terminal_print_whole_lines(start_server, 
     trainer = pathlib.Path(os.environ.get("PSCHED_SERVER", "build/apps/psched-server")).with_name(
         "psched-example-trainer")
     server = start_server(mode="async", workers=2)
-    terminal = tmp_path / "terminal.txt"
-    with open(terminal, "ab") as shared:
-        workers = [subprocess.Popen([str(trainer), "--config", str(server.config), "--worker",
-                                     str(rank), "--steps", "1000", "--print-every", "1"],
-                                    stdout=shared, stderr=subprocess.STDOUT)
-                   for rank in range(2)]
-        for worker in workers:
-            assert worker.wait() == 0, terminal.read_text()
+    lines = terminal_lines(tmp_path, lambda rank: [
+        str(trainer), "--config", str(server.config), "--worker", str(rank), "--steps", "1000",
+        "--print-every", "1"])
     line = re.compile(r"worker [01](: \d+ features, \d+ samples, loss of the true model \d\.\d{4}"
                       r"| step +\d+  loss \d\.\d{4}  accuracy \d\.\d{3})$")
-    lines = terminal.read_text().splitlines()
     assert len(lines) == 2 * (1 + 1000), lines  # its first line, then every step
-    assert all(line.match(text) for text in lines), terminal.read_text()
+    assert all(line.match(text) for text in lines), lines
 
 
 def test_the_deployment_compresses_the_example_without_a_change(start_server):
