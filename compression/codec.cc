@@ -247,9 +247,9 @@ void check(const Compression& compression) {
 void encode_topk_adding(DType dtype, std::span<const std::byte> gradient,
                         std::span<std::byte> residual, const TopK& topk,
                         std::vector<std::byte>& body) {
-  PSCHED_REQUIRE(gradient.size() == residual.size() &&
-                     residual.size() / element_bytes(dtype) <= UINT32_MAX,
-                 gradient.size(), residual.size());
+  PSCHED_REQUIRE(
+      gradient.size() == residual.size() && residual.size() / element_bytes(dtype) <= UINT32_MAX,
+      gradient.size(), residual.size());
   visit_dtype(dtype, [&]<typename T>(T) {
     encode_topk<T, T>(typed<T>(residual), typed<T>(gradient), topk, body);
   });

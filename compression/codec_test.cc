@@ -165,9 +165,11 @@ TEST_CASE("topk of partitions large enough to sample a threshold keeps exactly t
       // The sampled elements (every n/1024-th) large, the rest small: the threshold is an
       // overestimate, fewer than k reach it, and the selection falls back to every element.
       {"sample misled", [&](size_t i) { return i % 256 == 0 ? 1000.0f : normal(random); }}};
-  for (const auto& [kind, draw] : kinds)
+  for (const auto& entry : kinds)
     for (size_t n : {size_t{16384}, size_t{65536 + 13}, size_t{262144}})
       for (double fraction : {0.001, 0.01, 0.1}) {
+        const char* kind = entry.first;  // a plain name: CAPTURE refers to it from a lambda
+        const auto& draw = entry.second;
         CAPTURE(kind);
         CAPTURE(n);
         CAPTURE(fraction);
