@@ -550,13 +550,16 @@ def parse_args(argv):
                         help="auto: namespaces with tbf where root can make them, else loopback")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a run")
     parser.add_argument("--build", default=str(ROOT / "build"), help="psched's build folder")
+    parser.add_argument("--credit-bytes", default="2MiB",
+                        help="the workers' scheduler.credit_bytes (bytes in flight, both ways)")
     parser.add_argument("--json", help="write the results here (default: stdout)")
     args = parser.parse_args(argv)
     e2e.WORKERS = args.workers  # torch_e2e's Network and deployment_yaml read it at each call
     args.server = str(pathlib.Path(args.build) / "apps" / "psched-server")
     args.python_path = str(pathlib.Path(args.build) / "python")
-    # What torch_e2e's ShardServer and deployment_yaml read: today's priority scheduler.
-    args.partition_bytes, args.credit_bytes, args.trace = "256KiB", "2MiB", None
+    # What torch_e2e's ShardServer and deployment_yaml read: today's priority scheduler (its
+    # credit from --credit-bytes).
+    args.partition_bytes, args.trace = "256KiB", None
     if args.batch % e2e.WORKERS or not 0 < args.warmup < args.steps:
         parser.error(f"--batch must be a multiple of {e2e.WORKERS} and 0 < --warmup < --steps")
     return args
