@@ -122,9 +122,9 @@ void select_topk(std::span<const T> values, std::span<const uint32_t> candidates
 
 // The k largest magnitudes of `values`, ties to the lower index, as a topk body. Candidates:
 // the elements that reach a sampled threshold (one pass, no copy of the partition), or, where
-// that found fewer than k or the partition is too small to sample, every element. `added`,
-// when not empty, is added into `values` first, in the same pass (error feedback's residual
-// plus a gradient): V is T then, const T otherwise.
+// that found fewer than k or the partition is too small to sample, every element. V is const
+// T, or T for error feedback: `added` (a gradient) is added into `values` (the residual) in the
+// same pass, and the elements sent are zeroed in it after (each is sent whole).
 template <typename T, typename V>
 void encode_topk(std::span<V> values, std::span<const T> added, const TopK& topk,
                  std::vector<std::byte>& body) {
@@ -159,6 +159,8 @@ void encode_topk(std::span<V> values, std::span<const T> added, const TopK& topk
   std::byte* indices = body.data() + 8;
   select_topk(std::span<const T>(values), std::span<const uint32_t>(candidates), k,
               scratch.magnitudes, indices, indices + 4 * k);
+  if constexpr (kAdding)
+    for (uint64_t i = 0; i < k; ++i) values[load<uint32_t>(indices + 4 * i)] = T(0);
 }
 
 template <typename T>
@@ -244,9 +246,9 @@ void check(const Compression& compression) {
          compression.topk.fraction);
 }
 
-void encode_topk_adding(DType dtype, std::span<const std::byte> gradient,
-                        std::span<std::byte> residual, const TopK& topk,
-                        std::vector<std::byte>& body) {
+void encode_topk_with_feedback(DType dtype, std::span<const std::byte> gradient,
+                               std::span<std::byte> residual, const TopK& topk,
+                               std::vector<std::byte>& body) {
   PSCHED_REQUIRE(
       gradient.size() == residual.size() && residual.size() / element_bytes(dtype) <= UINT32_MAX,
       gradient.size(), residual.size());

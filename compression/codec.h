@@ -32,11 +32,12 @@ void check(const Compression& compression);
 void encode(WireFormat format, DType dtype, std::span<const std::byte> values, const TopK& topk,
             std::vector<std::byte>& body);
 
-// encode(topk) of `residual` + `gradient` (elements of `dtype`, the same count), leaving that
-// sum in `residual`: the addition and the selection in one pass over both (error feedback).
-void encode_topk_adding(DType dtype, std::span<const std::byte> gradient,
-                        std::span<std::byte> residual, const TopK& topk,
-                        std::vector<std::byte>& body);
+// Error feedback's topk (compression/error_feedback.h): encode(topk) of `residual` +
+// `gradient` (elements of `dtype`, the same count), the addition and the selection in one pass
+// over both, leaving in `residual` that sum with the elements sent zeroed (each is sent whole).
+void encode_topk_with_feedback(DType dtype, std::span<const std::byte> gradient,
+                               std::span<std::byte> residual, const TopK& topk,
+                               std::vector<std::byte>& body);
 
 // Writes `values` (elements of `dtype`) as `format` (none, bf16 or fp16: carries_values())
 // into `out`, which holds encoded_bytes() of them (a fresh value, narrowed as it leaves).
