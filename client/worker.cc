@@ -234,10 +234,7 @@ kj::Promise<void> Worker::push_rows(TableHandle handle, Step step, std::span<con
              plan.spec.name, ids[at[0]], at.size());
   // sync: each shard takes step `step` only once it completed the one before, which this
   // worker may not have seen yet; the gate waits for that after the previous push's receipts.
-  kj::Promise<void> previous = kj::READY_NOW;
-  if (auto it = last_push_.find(handle.value); it != last_push_.end())
-    previous = it->second.addBranch();
-  auto received = previous.fork();
+  auto received = last_push_received(handle).fork();
   kj::Vector<kj::Promise<void>> receipts;
   for (size_t shard = 0; shard < shards.size(); ++shard) {
     kj::Promise<void> gate = kj::READY_NOW;
@@ -282,6 +279,11 @@ kj::Promise<void> Worker::push_shard_rows(const TablePlan& plan, size_t shard, S
   return gate.then([this, priority = plan.spec.priority, shard, request, held] {
     return schedule_rows(priority, shard, request, held);
   });
+}
+
+kj::Promise<void> Worker::last_push_received(TableHandle handle) {
+  auto it = last_push_.find(handle.value);
+  return it == last_push_.end() ? kj::Promise<void>(kj::READY_NOW) : it->second.addBranch();
 }
 
 kj::Promise<void> Worker::previous_step_complete(TableHandle handle, size_t shard, Step step) {
@@ -334,9 +336,7 @@ kj::Promise<void> Worker::pull_rows(TableHandle handle, Step after, std::span<co
   auto shards = std::make_shared<std::vector<ShardRows>>(group(plan, ids));
   // After this worker's last push of the table is received: the pull then waits for no push of
   // this worker's queued behind it, so it cannot hold the credit that push needs.
-  kj::Promise<void> pushed = kj::READY_NOW;
-  if (auto it = last_push_.find(handle.value); it != last_push_.end())
-    pushed = it->second.addBranch();
+  kj::Promise<void> pushed = last_push_received(handle);
   const Priority priority(plan.spec.priority.value + (prefetch ? kPrefetchPriority : 0));
   return pushed.then([this, handle, after, shards, out, priority] {
     kj::Vector<kj::Promise<void>> answers;

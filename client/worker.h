@@ -118,6 +118,8 @@ class Worker : private kj::TaskSet::ErrorHandler {
                                     std::span<const std::byte> gradients, kj::Promise<void> gate);
   kj::Promise<void> pull_shard_rows(TableHandle handle, size_t shard, Step after, ShardRows rows,
                                     std::span<std::byte> out, Priority priority);
+  // Resolves once the table's last push so far was received or failed (at once: none).
+  kj::Promise<void> last_push_received(TableHandle handle);
   // sync: resolves once `shard` completed step `step` - 1 of the table, which a shard must
   // before it takes step `step` (a pull of no rows, unless a pull already saw it). A worker
   // whose rows of `step` came early (a stale prefetch) or from other shards may be there first.
