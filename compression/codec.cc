@@ -90,14 +90,16 @@ std::optional<T> sampled_threshold(uint64_t n, const Value& value, uint64_t k,
   return *at;
 }
 
-// Writes the k elements of `values` at `candidates` (ascending indices holding every element
-// of the k largest magnitudes) with the largest magnitudes, ties to the lower index, into
-// `indices` and `kept`, ascending. `magnitudes` is working memory.
-template <typename T>
-void select_topk(std::span<const T> values, std::span<const uint32_t> candidates, uint64_t k,
-                 std::vector<T>& magnitudes, std::byte* indices, std::byte* kept) {
+// Writes the k elements at `candidates` (ascending indices holding every element of the k
+// largest magnitudes) with the largest magnitudes, ties to the lower index, into `indices` and
+// `kept`, ascending: `magnitude(i)` is element i's magnitude, `value(i)` what is kept of it.
+// `magnitudes` is working memory.
+template <typename T, typename Magnitude, typename Value>
+void select_topk(std::span<const uint32_t> candidates, uint64_t k, const Magnitude& magnitude,
+                 const Value& value, std::vector<T>& magnitudes, std::byte* indices,
+                 std::byte* kept) {
   magnitudes.resize(candidates.size());
-  for (size_t c = 0; c < candidates.size(); ++c) magnitudes[c] = std::abs(values[candidates[c]]);
+  for (size_t c = 0; c < candidates.size(); ++c) magnitudes[c] = magnitude(candidates[c]);
   const auto at = magnitudes.begin() + static_cast<ptrdiff_t>(candidates.size() - k);
   std::nth_element(magnitudes.begin(), at, magnitudes.end());
   const T threshold = *at;
@@ -106,15 +108,15 @@ void select_topk(std::span<const T> values, std::span<const uint32_t> candidates
   uint64_t ties = k - above;  // of those equal to the threshold, the first in index order
   uint64_t written = 0;
   for (uint32_t i : candidates) {
-    const T magnitude = std::abs(values[i]);
-    bool take = magnitude > threshold;
-    if (!take && magnitude == threshold && ties > 0) {
+    const T m = magnitude(i);
+    bool take = m > threshold;
+    if (!take && m == threshold && ties > 0) {
       take = true;
       --ties;
     }
     if (take) {
       store(indices + 4 * written, i);
-      store(kept + sizeof(T) * written, values[i]);
+      store(kept + sizeof(T) * written, value(i));
       if (++written == k) return;
     }
   }
@@ -157,8 +159,10 @@ void encode_topk(std::span<V> values, std::span<const T> added, const TopK& topk
     std::iota(candidates.begin(), candidates.end(), uint32_t{0});
   }
   std::byte* indices = body.data() + 8;
-  select_topk(std::span<const T>(values), std::span<const uint32_t>(candidates), k,
-              scratch.magnitudes, indices, indices + 4 * k);
+  auto element = [&](uint32_t i) -> T { return values[i]; };
+  auto magnitude = [&](uint32_t i) -> T { return std::abs(values[i]); };
+  select_topk<T>(std::span<const uint32_t>(candidates), k, magnitude, element, scratch.magnitudes,
+                 indices, indices + 4 * k);
   if constexpr (kAdding)
     for (uint64_t i = 0; i < k; ++i) values[load<uint32_t>(indices + 4 * i)] = T(0);
 }
@@ -169,6 +173,73 @@ void decode_topk(std::span<const std::byte> body, std::span<T> out) {
   const std::byte* indices = body.data() + 8;
   const std::byte* kept = indices + 4 * uint64_t{k};
   std::fill(out.begin(), out.end(), T(0));
+  for (uint64_t i = 0; i < k; ++i)
+    out[load<uint32_t>(indices + 4 * i)] = load<T>(kept + sizeof(T) * i);
+}
+
+// encode_delta's selection: the at most k elements where `current` and `published` differ
+// most, ties to the lower index, with their current values; copies them into `published`.
+template <typename T>
+void encode_delta(std::span<const T> current, std::span<T> published, uint64_t k,
+                  std::vector<std::byte>& body, std::vector<uint32_t>& sent) {
+  const uint64_t n = current.size();
+  auto difference = [&](uint64_t i) -> T { return current[i] - published[i]; };
+  auto magnitude = [&](uint32_t i) -> T { return std::abs(current[i] - published[i]); };
+  auto element = [&](uint32_t i) -> T { return current[i]; };
+  TopKScratch<T>& scratch = topk_scratch<T>();
+  std::vector<uint32_t>& candidates = scratch.candidates;
+  candidates.clear();
+  std::optional<T> reach;
+  if (k > 0) reach = sampled_threshold<T>(n, difference, k, scratch.magnitudes);
+  if (reach)
+    for (uint64_t i = 0; i < n; ++i) {
+      const T m = magnitude(static_cast<uint32_t>(i));
+      if (m >= *reach && m > T(0)) candidates.push_back(static_cast<uint32_t>(i));
+    }
+  if (!reach || candidates.size() < k) {
+    candidates.clear();
+    for (uint64_t i = 0; i < n; ++i)
+      if (current[i] != published[i]) candidates.push_back(static_cast<uint32_t>(i));
+  }
+  const uint64_t kept = std::min<uint64_t>(k, candidates.size());
+  body.resize(8 + kept * (4 + sizeof(T)));
+  store(body.data(), static_cast<uint32_t>(n));
+  store(body.data() + 4, static_cast<uint32_t>(kept));
+  std::byte* indices = body.data() + 8;
+  std::byte* values = indices + 4 * kept;
+  if (kept == candidates.size())
+    for (uint64_t c = 0; c < kept; ++c) {
+      store(indices + 4 * c, candidates[c]);
+      store(values + sizeof(T) * c, current[candidates[c]]);
+    }
+  else
+    select_topk<T>(std::span<const uint32_t>(candidates), kept, magnitude, element,
+                   scratch.magnitudes, indices, values);
+  sent.resize(kept);
+  for (uint64_t c = 0; c < kept; ++c) {
+    sent[c] = load<uint32_t>(indices + 4 * c);
+    published[sent[c]] = current[sent[c]];
+  }
+}
+
+template <typename T>
+void encode_delta_at(std::span<const T> values, std::span<const uint32_t> indices,
+                     std::vector<std::byte>& body) {
+  body.resize(8 + indices.size() * (4 + sizeof(T)));
+  store(body.data(), static_cast<uint32_t>(values.size()));
+  store(body.data() + 4, static_cast<uint32_t>(indices.size()));
+  std::byte* kept = body.data() + 8 + 4 * indices.size();
+  for (size_t c = 0; c < indices.size(); ++c) {
+    store(body.data() + 8 + 4 * c, indices[c]);
+    store(kept + sizeof(T) * c, values[indices[c]]);
+  }
+}
+
+template <typename T>
+void apply_delta(std::span<const std::byte> body, std::span<T> out) {
+  const uint32_t k = load<uint32_t>(body.data() + 4);
+  const std::byte* indices = body.data() + 8;
+  const std::byte* kept = indices + 4 * uint64_t{k};
   for (uint64_t i = 0; i < k; ++i)
     out[load<uint32_t>(indices + 4 * i)] = load<T>(kept + sizeof(T) * i);
 }
@@ -197,27 +268,36 @@ void decode_onebit(std::span<const std::byte> body, std::span<T> out) {
   }
 }
 
-[[noreturn]] void malformed(WireFormat format, std::string_view why) {
-  fail(ErrorCode::invalid_argument, "malformed {} push: {}", to_string(format), why);
+// `what`: the push, or a delta of values.
+[[noreturn]] void malformed(WireFormat format, std::string_view why,
+                            std::string_view what = "push") {
+  fail(ErrorCode::invalid_argument, "malformed {} {}: {}", to_string(format), what, why);
 }
 
-uint64_t topk_elements(DType dtype, std::span<const std::byte> body) {
+uint64_t topk_elements(DType dtype, std::span<const std::byte> body,
+                       std::string_view what = "push") {
   if (body.size() < 8)
-    malformed(WireFormat::topk, fmt::format("{} bytes, under the 8 of its counts", body.size()));
+    malformed(WireFormat::topk, fmt::format("{} bytes, under the 8 of its counts", body.size()),
+              what);
   const uint64_t n = load<uint32_t>(body.data());
   const uint64_t k = load<uint32_t>(body.data() + 4);
   const uint64_t expected = 8 + k * (4 + element_bytes(dtype));
   if (body.size() != expected)
-    malformed(WireFormat::topk, fmt::format("{} bytes where {} values of {} take {}", body.size(),
-                                            k, to_string(dtype), expected));
-  if (k > n) malformed(WireFormat::topk, fmt::format("{} values for {} elements", k, n));
+    malformed(WireFormat::topk,
+              fmt::format("{} bytes where {} values of {} take {}", body.size(), k,
+                          to_string(dtype), expected),
+              what);
+  if (k > n) malformed(WireFormat::topk, fmt::format("{} values for {} elements", k, n), what);
   const std::byte* indices = body.data() + 8;
   for (uint64_t i = 0; i < k; ++i) {
     uint64_t index = load<uint32_t>(indices + 4 * i);
-    if (index >= n) malformed(WireFormat::topk, fmt::format("index {} of {} elements", index, n));
+    if (index >= n)
+      malformed(WireFormat::topk, fmt::format("index {} of {} elements", index, n), what);
     if (i > 0 && index <= load<uint32_t>(indices + 4 * (i - 1)))
-      malformed(WireFormat::topk, fmt::format("index {} after {}: indices must ascend", index,
-                                              load<uint32_t>(indices + 4 * (i - 1))));
+      malformed(WireFormat::topk,
+                fmt::format("index {} after {}: indices must ascend", index,
+                            load<uint32_t>(indices + 4 * (i - 1))),
+                what);
   }
   return n;
 }
@@ -237,13 +317,24 @@ uint64_t onebit_elements(DType dtype, std::span<const std::byte> body) {
 }  // namespace
 
 void check(const Compression& compression) {
-  if (!carries_values(compression.pull))
+  if (!carries_values(compression.pull) && compression.pull != WireFormat::topk)
     fail(ErrorCode::invalid_argument,
-         "compression: pull format {} does not carry values (expected none, bf16 or fp16)",
+         "compression: pull format {} is none a value travels in (expected none, bf16, fp16 or "
+         "topk)",
          to_string(compression.pull));
+  if (!carries_values(compression.pull_full))
+    fail(ErrorCode::invalid_argument,
+         "compression: pull_full format {} does not carry values (expected none, bf16 or fp16)",
+         to_string(compression.pull_full));
   if (!TopK::is_fraction(compression.topk.fraction))
     fail(ErrorCode::invalid_argument, "compression: topk_fraction {} is not a fraction in (0, 1]",
          compression.topk.fraction);
+  if (!TopK::is_fraction(compression.pull_fraction))
+    fail(ErrorCode::invalid_argument, "compression: pull_fraction {} is not a fraction in (0, 1]",
+         compression.pull_fraction);
+  if (compression.ring == 0)
+    fail(ErrorCode::invalid_argument,
+         "compression: ring 0 keeps no delta (at least 1: the newest one)");
 }
 
 void encode_topk_with_feedback(DType dtype, std::span<const std::byte> gradient,
@@ -255,6 +346,29 @@ void encode_topk_with_feedback(DType dtype, std::span<const std::byte> gradient,
   visit_dtype(dtype, [&]<typename T>(T) {
     encode_topk<T, T>(typed<T>(residual), typed<T>(gradient), topk, body);
   });
+}
+
+void encode_delta(DType dtype, std::span<const std::byte> current, std::span<std::byte> published,
+                  uint64_t k, std::vector<std::byte>& body, std::vector<uint32_t>& sent) {
+  PSCHED_REQUIRE(
+      current.size() == published.size() && current.size() / element_bytes(dtype) <= UINT32_MAX,
+      current.size(), published.size());
+  visit_dtype(dtype, [&]<typename T>(T) {
+    encode_delta<T>(typed<T>(current), typed<T>(published), k, body, sent);
+  });
+}
+
+void encode_delta_at(DType dtype, std::span<const std::byte> values,
+                     std::span<const uint32_t> indices, std::vector<std::byte>& body) {
+  visit_dtype(dtype, [&]<typename T>(T) { encode_delta_at<T>(typed<T>(values), indices, body); });
+}
+
+void apply_delta(DType dtype, std::span<const std::byte> body, std::span<std::byte> out) {
+  const uint64_t elements = out.size() / element_bytes(dtype);
+  if (topk_elements(dtype, body, "delta") != elements)
+    fail(ErrorCode::shape_mismatch, "a delta of {} elements for a range of {}",
+         load<uint32_t>(body.data()), elements);
+  visit_dtype(dtype, [&]<typename T>(T) { apply_delta<T>(body, typed<T>(out)); });
 }
 
 uint64_t TopK::of(uint64_t elements) const {

@@ -39,6 +39,25 @@ void encode_topk_with_feedback(DType dtype, std::span<const std::byte> gradient,
                                std::span<std::byte> residual, const TopK& topk,
                                std::vector<std::byte>& body);
 
+// Delta pulls (fresh values as top-k deltas from the shard, actors/shard/value_deltas.h). A
+// delta body is laid out as a topk body, but its values are the elements' new values, not
+// differences: applying it writes them and leaves the other elements as they are, so applying
+// it twice, or an older one after a newer, never moves a copy off the values it was sent.
+//
+// The at most `k` elements where `current` and `published` (elements of `dtype`, the same
+// count, under 2^32) differ most (|current - published|, ties to the lower index; none that are
+// equal), with their current values, into `body`; their indices into `sent`, and their values
+// into `published`. Selected as a topk push is (a sampled threshold, then the k largest).
+void encode_delta(DType dtype, std::span<const std::byte> current, std::span<std::byte> published,
+                  uint64_t k, std::vector<std::byte>& body, std::vector<uint32_t>& sent);
+// The elements `indices` (ascending, inside `values`) of `values` as a delta body.
+void encode_delta_at(DType dtype, std::span<const std::byte> values,
+                     std::span<const uint32_t> indices, std::vector<std::byte>& body);
+// Writes the values of the delta `body` into `out` (elements of `dtype`) at its indices,
+// leaving the rest. Throws Error naming what is wrong, and writes nothing, when the body is
+// malformed (as a topk body) or is not one of out's elements ([shape_mismatch]).
+void apply_delta(DType dtype, std::span<const std::byte> body, std::span<std::byte> out);
+
 // Writes `values` (elements of `dtype`) as `format` (none, bf16 or fp16: carries_values())
 // into `out`, which holds encoded_bytes() of them (a fresh value, narrowed as it leaves).
 void narrow_values(WireFormat format, DType dtype, std::span<const std::byte> values,

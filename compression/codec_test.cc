@@ -203,7 +203,8 @@ TEST_CASE("onebit sends each sign and the mean magnitude") {
         std::vector<double>{2, -2, 2, 2, -2, 2, -2, 2, -2});
 }
 
-TEST_CASE("a compression with a sparse pull format or a fraction outside (0, 1] is refused") {
+TEST_CASE(
+    "a compression with a sparse pull format, a fraction outside (0, 1] or no ring is refused") {
   auto problem = [](const Compression& c) {
     return testing::refusal(ErrorCode::invalid_argument, [&] { check(c); });
   };
@@ -212,14 +213,122 @@ TEST_CASE("a compression with a sparse pull format or a fraction outside (0, 1] 
   whole.pull = WireFormat::bf16;
   whole.topk.fraction = 1;
   CHECK(problem(whole).empty());
+  Compression deltas;
+  deltas.pull = WireFormat::topk;
+  CHECK(problem(deltas).empty());
   Compression sparse_pull;
-  sparse_pull.pull = WireFormat::topk;
-  CHECK(problem(sparse_pull).find("pull format topk does not carry values") != std::string::npos);
+  sparse_pull.pull = WireFormat::onebit;
+  CHECK(problem(sparse_pull).find("pull format onebit is none a value travels in") !=
+        std::string::npos);
+  Compression sparse_full;
+  sparse_full.pull_full = WireFormat::topk;
+  CHECK(problem(sparse_full).find("pull_full format topk does not carry values") !=
+        std::string::npos);
   for (double bad : {0.0, -0.5, 1.5}) {
     Compression c;
     c.topk.fraction = bad;
-    CHECK(problem(c).find("is not a fraction in (0, 1]") != std::string::npos);
+    CHECK(problem(c).find("topk_fraction") != std::string::npos);
+    Compression d;
+    d.pull_fraction = bad;
+    CHECK(problem(d).find("pull_fraction") != std::string::npos);
   }
+  Compression no_ring;
+  no_ring.ring = 0;
+  CHECK(problem(no_ring).find("ring 0 keeps no delta") != std::string::npos);
+}
+
+// encode_delta of `current` against `published` (float32), sending at most k.
+struct Delta {
+  std::vector<std::byte> body;
+  std::vector<uint32_t> sent;
+};
+Delta delta_of(const std::vector<float>& current, std::vector<float>& published, uint64_t k) {
+  Delta d;
+  encode_delta(DType::float32, bytes_of(current), std::as_writable_bytes(std::span(published)), k,
+               d.body, d.sent);
+  return d;
+}
+
+TEST_CASE("a delta sends the elements that changed most, as their new values") {
+  std::vector<float> published = {1, 2, 3, 4, 5, 6};
+  std::vector<float> current = {1, 2.5, 3, 1, 5.25, 6.5};  // changes .5, -3, .25, .5
+  Delta d = delta_of(current, published, 2);
+  REQUIRE(d.body.size() == 8 + 2 * 8);
+  CHECK(at<uint32_t>(d.body, 0) == 6);
+  CHECK(at<uint32_t>(d.body, 4) == 2);
+  CHECK(d.sent == std::vector<uint32_t>{1, 3});  // -3, then .5 of the tie at 1 and 5
+  CHECK(at<float>(d.body, 16) == 2.5f);
+  CHECK(at<float>(d.body, 20) == 1.0f);
+  CHECK(published == std::vector<float>{1, 2.5, 3, 1, 5, 6});  // the rest still owed
+  // Applying it writes the values it names and leaves the rest, twice as once.
+  std::vector<float> copy = {1, 2, 3, 4, 5, 6};
+  for (int twice = 0; twice < 2; ++twice) {
+    apply_delta(DType::float32, d.body, std::as_writable_bytes(std::span(copy)));
+    CHECK(copy == published);
+  }
+  // What is owed goes next; nothing changed sends nothing.
+  Delta next = delta_of(current, published, 4);
+  CHECK(next.sent == std::vector<uint32_t>{4, 5});
+  CHECK(published == current);
+  Delta none = delta_of(current, published, 4);
+  CHECK(none.sent.empty());
+  CHECK(none.body.size() == 8);
+}
+
+TEST_CASE("a large delta selects by a sampled threshold the same elements a sort would") {
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal;
+  const size_t n = 100000;
+  std::vector<float> published(n), current(n);
+  for (size_t i = 0; i < n; ++i) {
+    published[i] = normal(random);
+    current[i] = i % 3 == 0 ? published[i] : published[i] + 0.01f * normal(random);
+  }
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < n; ++i)
+    if (current[i] != published[i]) order.push_back(i);
+  auto change = [&](uint32_t i) { return std::abs(current[i] - published[i]); };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return change(a) > change(b); });
+  std::vector<uint32_t> expected(order.begin(), order.begin() + 1000);
+  std::sort(expected.begin(), expected.end());
+  std::vector<float> before = published;
+  Delta d = delta_of(current, published, 1000);
+  CHECK(d.sent == expected);
+  std::vector<float> copy = before;
+  apply_delta(DType::float32, d.body, std::as_writable_bytes(std::span(copy)));
+  CHECK(copy == published);
+}
+
+TEST_CASE("a union of deltas carries the newest values at every index any of them sent") {
+  std::vector<float> published = {0, 0, 0, 0};
+  std::vector<float> copy = published;
+  std::vector<float> first = {1, 0, 0, 0}, second = {1, 0, 2, 0};
+  delta_of(first, published, 1);
+  delta_of(second, published, 1);
+  std::vector<std::byte> both;
+  encode_delta_at(DType::float32, bytes_of(published), std::vector<uint32_t>{0, 2}, both);
+  apply_delta(DType::float32, both, std::as_writable_bytes(std::span(copy)));
+  CHECK(copy == published);
+}
+
+TEST_CASE("a malformed delta, or one of another size, writes nothing") {
+  std::vector<float> published = {0, 0, 0}, current = {1, 2, 3};
+  Delta d = delta_of(current, published, 3);
+  std::vector<float> copy(4, 9.f);
+  std::string message = testing::refusal(ErrorCode::shape_mismatch, [&] {
+    apply_delta(DType::float32, d.body, std::as_writable_bytes(std::span(copy)));
+  });
+  CHECK(message.find("a delta of 3 elements for a range of 4") != std::string::npos);
+  CHECK(copy == std::vector<float>(4, 9.f));
+  auto descending = d.body;
+  std::memcpy(descending.data() + 12, descending.data() + 8, 4);
+  std::vector<float> three(3, 9.f);
+  message = testing::refusal(ErrorCode::invalid_argument, [&] {
+    apply_delta(DType::float32, descending, std::as_writable_bytes(std::span(three)));
+  });
+  CHECK(message.find("malformed topk delta") != std::string::npos);
+  CHECK(three == std::vector<float>(3, 9.f));
 }
 
 TEST_CASE("a malformed body is refused naming what is wrong") {

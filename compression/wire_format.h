@@ -16,7 +16,7 @@ enum class WireFormat : uint8_t {
   none,    ///< the variable's dtype, as it is
   bf16,    ///< bfloat16: the dtype's exponent range, 8 bits of precision (push and values)
   fp16,    ///< IEEE binary16: 11 bits of precision, finite up to 65504 (push and values)
-  topk,    ///< pushes: the largest magnitudes of a partition, as index and value
+  topk,    ///< pushes: the largest magnitudes of a partition, as index and value; pulls: deltas
   onebit,  ///< pushes: the signs of a partition and one scale, its mean magnitude
 };
 
@@ -76,23 +76,51 @@ struct TopK {
 
 // A variable's compression, both directions. The deployment's `compression:` section is the
 // default for every variable; a trainer may give another per variable.
+//
+// `pull: topk` asks for deltas (actors/shard/value_deltas.h): the shard answers a worker's poll
+// with the elements whose published value changed most since the version the worker holds
+// (at most pull_fraction of a partition), keeping the rest of each change on the shard for
+// later; full values in `pull_full` when the worker holds none the shard can answer from.
 struct Compression {
   WireFormat push = WireFormat::none;
-  WireFormat pull = WireFormat::none;  // of fresh values; carries_values() holds
+  WireFormat pull = WireFormat::none;  // of fresh values: carries_values(), or topk (deltas)
   TopK topk;
   // Variables smaller than this travel uncompressed both ways (narrowing a small tensor saves
   // less than it costs).
   uint64_t min_bytes = 64 * 1024;
-  // Steps below this push uncompressed (the first updates are the largest and least alike;
-  // under an adaptive optimizer they estimate the variance topk pushes are applied with).
+  // Steps below this push uncompressed, and pull full values (the first updates are the
+  // largest and least alike; under an adaptive optimizer they estimate the variance topk
+  // pushes are applied with).
   uint64_t warmup_steps = 0;
+  // pull: topk. The share of a partition's elements a delta sends at most, rounded up.
+  double pull_fraction = 0.01;
+  // pull: topk. The deltas a shard keeps per partition: a worker this many versions behind is
+  // sent their union, one further behind full values.
+  uint32_t ring = 4;
+  // pull: topk. Every this many steps the worker asks for full values (0: only when it must).
+  uint64_t refresh_steps = 0;
+  // pull: topk. Full values travel in this (none, bf16 or fp16).
+  WireFormat pull_full = WireFormat::none;
 
   // The push format of `step` of a variable of `bytes`.
   WireFormat push_at(uint64_t step, uint64_t bytes) const {
     return step < warmup_steps || bytes < min_bytes ? WireFormat::none : push;
   }
-  // The format fresh values of a variable of `bytes` come back in.
-  WireFormat pull_for(uint64_t bytes) const { return bytes < min_bytes ? WireFormat::none : pull; }
+  // The format full values of a variable of `bytes` come back in.
+  WireFormat pull_for(uint64_t bytes) const {
+    if (bytes < min_bytes) return WireFormat::none;
+    return pull == WireFormat::topk ? pull_full : pull;
+  }
+  // Whether the poll of `step` of a variable of `bytes` asks for a delta.
+  bool deltas_at(uint64_t step, uint64_t bytes) const {
+    return pull == WireFormat::topk && bytes >= min_bytes && step >= warmup_steps;
+  }
+  // Whether the poll of `step` asks for full values though it could have a delta.
+  bool refresh_at(uint64_t step) const { return refresh_steps != 0 && step % refresh_steps == 0; }
+  // The most elements a delta of a partition of `elements` sends.
+  uint64_t delta_count(uint64_t elements) const {
+    return TopK{.fraction = pull_fraction}.of(elements);
+  }
 
   bool operator==(const Compression&) const = default;
 };

@@ -36,8 +36,9 @@ constexpr std::array<std::string_view, 6> kTableKeys = {"name", "dim",      "opt
                                                         "init", "max_rows", "admit_after"};
 constexpr std::array<std::string_view, 4> kRowOptimizers = {"sgd", "adagrad", "rowwise_adagrad",
                                                             "sparse_adam"};
-constexpr std::array<std::string_view, 6> kCompressionKeys = {
-    "push", "pull", "topk_fraction", "topk_count", "min_bytes", "warmup_steps"};
+constexpr std::array<std::string_view, 10> kCompressionKeys = {
+    "push",         "pull",          "topk_fraction", "topk_count",    "min_bytes",
+    "warmup_steps", "pull_fraction", "ring",          "refresh_steps", "pull_full"};
 // The formats (by name) that `carrying` holds for, in the wire's order.
 template <size_t N>
 constexpr std::array<std::pair<std::string_view, WireFormat>, N> format_choices(
@@ -55,6 +56,11 @@ constexpr auto kPushFormats = format_choices<kWireFormats.size()>(any_format);
 // Values arrive whole: no sparse formats.
 constexpr auto kValueFormats =
     format_choices<std::ranges::count_if(kWireFormats, carries_values)>(carries_values);
+// Pulls: whole values, or topk deltas of them.
+constexpr bool pulled(WireFormat f) {
+  return carries_values(f) || f == WireFormat::topk;
+}
+constexpr auto kPullFormats = format_choices<std::ranges::count_if(kWireFormats, pulled)>(pulled);
 constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
                                                              "update_log"};
 constexpr std::array<std::string_view, 4> kSyncKeys = {"timeout_seconds", "on_timeout",
@@ -356,16 +362,23 @@ std::vector<TableConfig> parse_tables(const ConfigNode& node) {
   return tables;
 }
 
+double read_fraction(const ConfigNode& node) {
+  const double fraction = read_number(node);
+  if (!TopK::is_fraction(fraction))
+    node.fail(fmt::format("{} is not a fraction in (0, 1]", fraction));
+  return fraction;
+}
+
 Compression parse_compression(const ConfigNode& node) {
   ConfigMap map(node, kCompressionKeys);
   Compression out;
   if (auto f = map.find("push")) out.push = read_choice(*f, kPushFormats);
-  if (auto f = map.find("pull")) out.pull = read_choice(*f, kValueFormats);
-  if (auto f = map.find("topk_fraction")) {
-    out.topk.fraction = read_number(*f);
-    if (!TopK::is_fraction(out.topk.fraction))
-      f->fail(fmt::format("{} is not a fraction in (0, 1]", out.topk.fraction));
-  }
+  if (auto f = map.find("pull")) out.pull = read_choice(*f, kPullFormats);
+  if (auto f = map.find("topk_fraction")) out.topk.fraction = read_fraction(*f);
+  if (auto f = map.find("pull_fraction")) out.pull_fraction = read_fraction(*f);
+  if (auto f = map.find("ring")) out.ring = static_cast<uint32_t>(read_integer(*f, 1, 1 << 16));
+  if (auto f = map.find("refresh_steps")) out.refresh_steps = read_integer(*f, 0, UINT64_MAX);
+  if (auto f = map.find("pull_full")) out.pull_full = read_choice(*f, kValueFormats);
   if (auto f = map.find("topk_count")) out.topk.count = read_integer(*f, 1, UINT32_MAX);
   if (auto f = map.find("min_bytes")) out.min_bytes = read_byte_size(*f, 0);
   if (auto f = map.find("warmup_steps")) out.warmup_steps = read_integer(*f, 0, UINT64_MAX);

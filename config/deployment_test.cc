@@ -117,8 +117,25 @@ TEST_CASE("compression sets every variable's wire formats, checked like every ke
   CHECK(defaults.push == WireFormat::none);
   CHECK(defaults.pull == WireFormat::none);
   CHECK(defaults.min_bytes == 64 * 1024);
-  CHECK(error_of(kOneShard + "compression: {pull: topk}\n") ==
-        "configs/x.yaml:3: compression.pull: 'topk' is not one of: none, bf16, fp16");
+  CHECK(error_of(kOneShard + "compression: {pull: onebit}\n") ==
+        "configs/x.yaml:3: compression.pull: 'onebit' is not one of: none, bf16, fp16, topk");
+  Compression deltas = parse(kOneShard +
+                             "compression: {pull: topk, pull_fraction: 0.05, ring: 8, "
+                             "refresh_steps: 50, pull_full: bf16}\n")
+                           .compression;
+  CHECK(deltas.pull == WireFormat::topk);
+  CHECK(deltas.pull_fraction == 0.05);
+  CHECK(deltas.ring == 8);
+  CHECK(deltas.refresh_steps == 50);
+  CHECK(deltas.pull_full == WireFormat::bf16);
+  CHECK(defaults.ring == 4);
+  CHECK(defaults.refresh_steps == 0);
+  CHECK(error_of(kOneShard + "compression: {pull_full: topk}\n") ==
+        "configs/x.yaml:3: compression.pull_full: 'topk' is not one of: none, bf16, fp16");
+  CHECK(error_of(kOneShard + "compression: {ring: 0}\n").find("compression.ring") !=
+        std::string::npos);
+  CHECK(error_of(kOneShard + "compression: {pull_fraction: 0}\n") ==
+        "configs/x.yaml:3: compression.pull_fraction: 0 is not a fraction in (0, 1]");
   CHECK(error_of(kOneShard + "compression: {push: int8}\n") ==
         "configs/x.yaml:3: compression.push: 'int8' is not one of: none, bf16, fp16, topk, onebit");
   CHECK(error_of(kOneShard + "compression: {topk_fraction: 1.5}\n") ==

@@ -2,6 +2,7 @@
 #include "link/data_channel.h"
 
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "common/kj_error.h"
@@ -90,6 +91,11 @@ kj::Promise<Landed> DataChannel::send(wire::RequestKind kind, const PartitionReq
       .count = pushes ? 0 : part.range.size(),
       .format = pushes ? part.format : WireFormat::none,
       .value_format = kind == wire::RequestKind::PUSH ? WireFormat::none : part.value_format};
+  if (kind != wire::RequestKind::PUSH && part.delta.version != nullptr) {
+    header.base_version = part.delta.base();
+    header.delta_count = part.delta.count;
+    header.delta_ring = part.delta.ring;
+  }
   auto answered = kj::newPromiseAndFulfiller<Landed>();
   waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller), kind, part.landing()});
   // The gradient stays in the trainer's memory until the request is answered: no copy.
@@ -166,29 +172,42 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_value(const AnswerHeader& answer)
   auto it = waiting_.find(answer.id);
   if (it == waiting_.end()) return discard(answer.body_bytes);  // cancelled
   const Waiting& waiting = it->second;
-  const size_t expected =
-      waiting.kind == wire::RequestKind::PUSH ? 0 : waiting.landing.wire_bytes();
-  if (waiting.kind == wire::RequestKind::PUSH || expected != answer.body_bytes) {
-    settle(answer.id, Error(ErrorCode::shape_mismatch,
-                            fmt::format("shard answered {} bytes where {} were expected",
-                                        answer.body_bytes, expected)));
+  const Landing& landing = waiting.landing;
+  const bool delta = answer.format == WireFormat::topk;
+  const size_t expected = waiting.kind == wire::RequestKind::PUSH ? 0 : landing.wire_bytes();
+  std::optional<Error> wrong;
+  if (waiting.kind != wire::RequestKind::PUSH && !landing.takes(answer.format))
+    wrong = Error(ErrorCode::invalid_argument,
+                  fmt::format("shard answered in {} where {} was asked for",
+                              to_string(answer.format), to_string(landing.format)));
+  else if (waiting.kind == wire::RequestKind::PUSH || (!delta && expected != answer.body_bytes))
+    wrong = Error(
+        ErrorCode::shape_mismatch,
+        fmt::format("shard answered {} bytes where {} were expected", answer.body_bytes, expected));
+  if (wrong) {
+    settle(answer.id, *wrong);
     return discard(answer.body_bytes);
   }
-  if (waiting.landing.format != WireFormat::none) return take_narrowed(answer, waiting.landing);
+  if (delta || landing.format != WireFormat::none) return take_narrowed(answer, landing);
   Landed value{answer.applied_at_ns};
-  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(waiting.landing.out, answer.body_bytes)) {
-    return rest->then([this, id = answer.id, value] { settle(id, value); });
+  auto landed = [this, id = answer.id, value, version = landing.version,
+                 answered = answer.version] {
+    if (version != nullptr) *version = answered;
+    settle(id, value);
+  };
+  KJ_IF_MAYBE (rest, reader_.body().read_or_wait(landing.out, answer.body_bytes)) {
+    return rest->then(kj::mv(landed));
   }
-  settle(answer.id, value);
+  landed();
   return nullptr;
 }
 
 kj::Maybe<kj::Promise<void>> DataChannel::take_narrowed(const AnswerHeader& answer,
                                                         const Landing& landing) {
   auto body = kj::heapArray<std::byte>(answer.body_bytes);
-  auto landed = [this, id = answer.id, landing,
-                 at = answer.applied_at_ns](kj::ArrayPtr<const std::byte> body) {
-    Result<> widened = landing.land({body.begin(), body.size()});
+  auto landed = [this, id = answer.id, landing, at = answer.applied_at_ns, format = answer.format,
+                 version = answer.version](kj::ArrayPtr<const std::byte> body) {
+    Result<> widened = landing.land({body.begin(), body.size()}, format, version);
     if (widened)
       settle(id, Landed{at});
     else

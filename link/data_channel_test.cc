@@ -124,11 +124,62 @@ TEST_CASE("a poll's value lands in place, widened when it travels narrow") {
   f.answer({.kind = wire::AnswerKind::VALUE,
             .id = request.id,
             .applied_step = 1,
-            .applied_at_ns = 1234567},
+            .applied_at_ns = 1234567,
+            .format = part.value_format},
            body);
   Landed landed = polled.wait(f.scope);
   CHECK(landed.applied_at_ns == 1234567);
   CHECK(out == value);
+}
+
+TEST_CASE("a delta poll says the version it holds; a delta writes its elements, full values all") {
+  ChannelFixture f;
+  std::vector<float> out{1, 2, 3, 4};
+  uint64_t version = 41;
+  PartitionRequest part = ChannelFixture::request({}, out);
+  part.delta = {.version = &version, .count = 2, .ring = 3};
+  auto polled = f.channel->poll(part);
+  RequestHeader request = f.read_request();
+  CHECK(request.base_version == 41);
+  CHECK(request.delta_count == 2);
+  CHECK(request.delta_ring == 3);
+  std::vector<float> published{1, 2, 3, 4}, current{1, 9, 3, 8};
+  std::vector<std::byte> body;
+  std::vector<uint32_t> sent;
+  encode_delta(DType::float32, bytes_of(current), std::as_writable_bytes(std::span(published)), 2,
+               body, sent);
+  f.answer({.kind = wire::AnswerKind::VALUE,
+            .id = request.id,
+            .body_bytes = body.size(),
+            .format = WireFormat::topk,
+            .version = 42},
+           body);
+  polled.wait(f.scope);
+  CHECK(out == current);
+  CHECK(version == 42);
+  // A refresh asks as if it held none; full values land whole.
+  part.delta.refresh = true;
+  auto refreshed = f.channel->poll(part);
+  request = f.read_request();
+  CHECK(request.base_version == 0);
+  std::vector<float> full{5, 6, 7, 8};
+  f.answer({.kind = wire::AnswerKind::VALUE, .id = request.id, .version = 50}, bytes_of(full));
+  refreshed.wait(f.scope);
+  CHECK(out == full);
+  CHECK(version == 50);
+  // A delta where none was asked for is refused and lands nothing.
+  part.delta = {};
+  auto plain = f.channel->poll(part);
+  request = f.read_request();
+  CHECK(request.delta_count == 0);
+  f.answer({.kind = wire::AnswerKind::VALUE,
+            .id = request.id,
+            .body_bytes = body.size(),
+            .format = WireFormat::topk},
+           body);
+  check_refused(kj::mv(plain), f.scope, ErrorCode::invalid_argument,
+                "shard answered in topk where none was asked for");
+  CHECK(out == full);
 }
 
 TEST_CASE("a value of the wrong size is refused as a shape mismatch and lands nothing") {

@@ -15,6 +15,31 @@ kj::Promise<Landed> take_value(capnp::Data::Reader value, int64_t applied_at_ns,
   return Landed{applied_at_ns};
 }
 
+// A poll's or pushPoll's answer: full values or a delta, and its version.
+template <typename Results>
+kj::Promise<Landed> take_answer(Results r, const Landing& landing) {
+  const capnp::Data::Reader value = r.getValue();
+  Result<> landed = [&]() -> Result<> {
+    try {
+      return landing.land({reinterpret_cast<const std::byte*>(value.begin()), value.size()},
+                          from_wire(r.getFormat()), r.getVersion());
+    } catch (const Error& e) {  // a format not on the wire
+      return e;
+    }
+  }();
+  if (!landed) return to_kj_exception(landed.error());
+  return Landed{r.getAppliedAtNs()};
+}
+
+// Sets a poll's or pushPoll's delta fields.
+template <typename Params>
+void fill_delta(Params params, const DeltaPoll& delta) {
+  if (delta.version == nullptr) return;
+  params.setBaseVersion(delta.base());
+  params.setDeltaCount(delta.count);
+  params.setDeltaRing(delta.ring);
+}
+
 // Sets a push's (or pushPoll's) fields. `gradient` becomes a segment of the message when it
 // is word-aligned and whole words (Cap'n Proto writes up to the next word boundary): zero copy,
 // the caller keeps it alive until the call is answered. Otherwise it is copied.
@@ -25,8 +50,10 @@ void fill_push(Params params, const PartitionRequest& p) {
   params.setOffset(p.range.begin);
   params.setDtype(to_wire(p.dtype));
   params.setFormat(to_wire(p.format));
-  if constexpr (requires { params.setValueFormat(wire::WireFormat::NONE); })
+  if constexpr (requires { params.setValueFormat(wire::WireFormat::NONE); }) {
     params.setValueFormat(to_wire(p.value_format));
+    fill_delta(params, p.delta);
+  }
   capnp::Data::Reader data(reinterpret_cast<const kj::byte*>(p.gradient.data()), p.gradient.size());
   if (reinterpret_cast<uintptr_t>(p.gradient.data()) % sizeof(capnp::word) == 0 &&
       p.gradient.size() % sizeof(capnp::word) == 0) {
@@ -61,9 +88,10 @@ kj::Promise<Landed> RpcCalls::poll(const PartitionRequest& part) {
   request.setOffset(part.range.begin);
   request.setCount(part.range.size());
   request.setValueFormat(to_wire(part.value_format));
+  fill_delta(wire::Session::PollParams::Builder(request), part.delta);
   return request.send().then(
       [landing = part.landing()](capnp::Response<wire::Session::PollResults> r) {
-        return take_value(r.getValue(), r.getAppliedAtNs(), landing);
+        return take_answer(wire::Session::PollResults::Reader(r), landing);
       });
 }
 
@@ -72,7 +100,7 @@ kj::Promise<Landed> RpcCalls::push_poll(const PartitionRequest& part) {
   fill_push(wire::Session::PushPollParams::Builder(request), part);
   return request.send().then(
       [landing = part.landing()](capnp::Response<wire::Session::PushPollResults> r) {
-        return take_value(r.getValue(), r.getAppliedAtNs(), landing);
+        return take_answer(wire::Session::PushPollResults::Reader(r), landing);
       });
 }
 

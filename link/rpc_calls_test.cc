@@ -42,12 +42,16 @@ class RecordingSession final : public wire::Session::Server {
     WireFormat format = WireFormat::none;
     WireFormat value_format = WireFormat::none;
     std::vector<std::byte> data;
+    uint64_t base_version = 0;  // poll's, pushPoll's
+    uint32_t delta_count = 0;
   };
 
   std::vector<Call> calls;
   std::optional<Error> refusal;  // every call is refused with it when set
   std::vector<std::byte> value;  // what poll and pushPoll answer
   int64_t applied_at_ns = 0;
+  std::optional<WireFormat> format;  // of the answer: else the one asked for
+  uint64_t version = 0;
 
  protected:
   kj::Promise<void> push(PushContext context) override {
@@ -63,7 +67,9 @@ class RecordingSession final : public wire::Session::Server {
                      .offset = params.getOffset(),
                      .count = params.getCount(),
                      .value_format = from_wire(params.getValueFormat()),
-                     .data = {}});
+                     .data = {},
+                     .base_version = params.getBaseVersion(),
+                     .delta_count = params.getDeltaCount()});
     return answer(context.getResults());
   }
   kj::Promise<void> pushPoll(PushPollContext context) override {
@@ -92,6 +98,8 @@ class RecordingSession final : public wire::Session::Server {
         capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
     results.setAppliedStep(1);
     results.setAppliedAtNs(applied_at_ns);
+    results.setFormat(to_wire(format.value_or(calls.back().value_format)));
+    results.setVersion(version);
     return kj::READY_NOW;
   }
 };
@@ -183,6 +191,30 @@ TEST_CASE("a poll asks for its range and its value lands in place") {
   CHECK(call.step == 2);
   CHECK(call.offset == 4);
   CHECK(call.count == 4);
+}
+
+TEST_CASE("a delta poll says the version it holds; its delta lands and sets the version") {
+  CallsFixture f;
+  std::vector<float> out{1, 2, 3, 4}, published = out, current{1, 2, 6, 4};
+  std::vector<uint32_t> sent;
+  encode_delta(DType::float32, bytes_of(current), std::as_writable_bytes(std::span(published)), 1,
+               f.session->value, sent);
+  f.session->format = WireFormat::topk;
+  f.session->version = 8;
+  uint64_t version = 7;
+  PartitionRequest part = CallsFixture::request({}, out);
+  part.delta = {.version = &version, .count = 1, .ring = 1};
+  f.calls.poll(part).wait(f.scope);
+  CHECK(out == current);
+  CHECK(version == 8);
+  REQUIRE(f.session->calls.size() == 1);
+  CHECK(f.session->calls[0].base_version == 7);
+  CHECK(f.session->calls[0].delta_count == 1);
+  // A delta where none was asked for is refused and lands nothing.
+  part.delta = {};
+  check_refused(f.calls.poll(part), f.scope, ErrorCode::invalid_argument,
+                "shard answered in topk where none was asked for");
+  CHECK(version == 8);
 }
 
 TEST_CASE("a refusal rejects the call with the shard's code and message; nothing lands") {

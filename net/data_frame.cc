@@ -37,16 +37,21 @@ FrameHeaderBytes encode(const RequestHeader& request) {
   put(out, 16, request.step);
   put(out, 24, request.offset);
   put(out, 32, request.kind == wire::RequestKind::POLL ? request.count : request.body_bytes);
+  put(out, 40, request.base_version);
+  put(out, 48, request.delta_count);
+  put(out, 52, request.delta_ring);
   return out;
 }
 
 FrameHeaderBytes encode(const AnswerHeader& answer) {
   FrameHeaderBytes out{};
   put(out, 0, static_cast<uint8_t>(answer.kind));
+  put(out, 1, static_cast<uint8_t>(answer.format));
   put(out, 8, answer.id);
   put(out, 16, answer.applied_step);
   put(out, 24, answer.applied_at_ns);
   put(out, 32, answer.body_bytes);
+  put(out, 40, answer.version);
   return out;
 }
 
@@ -75,7 +80,10 @@ std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::
                     .step = get<uint64_t>(bytes, 16),
                     .offset = get<uint64_t>(bytes, 24),
                     .format = static_cast<WireFormat>(get<uint8_t>(bytes, 2)),
-                    .value_format = static_cast<WireFormat>(get<uint8_t>(bytes, 3))};
+                    .value_format = static_cast<WireFormat>(get<uint8_t>(bytes, 3)),
+                    .base_version = get<uint64_t>(bytes, 40),
+                    .delta_count = get<uint32_t>(bytes, 48),
+                    .delta_ring = get<uint32_t>(bytes, 52)};
   uint64_t size = get<uint64_t>(bytes, 32);
   if (out.kind == wire::RequestKind::POLL)
     out.count = size;
@@ -87,10 +95,16 @@ std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::
 std::optional<AnswerHeader> decode_answer(const FrameHeaderBytes& bytes) {
   auto kind = get<uint8_t>(bytes, 0);
   if (kind < static_cast<uint8_t>(wire::AnswerKind::RECEIPT) ||
-      kind > static_cast<uint8_t>(wire::AnswerKind::READY))
+      kind > static_cast<uint8_t>(wire::AnswerKind::READY) ||
+      get<uint8_t>(bytes, 1) > static_cast<uint8_t>(WireFormat::onebit))
     return std::nullopt;
-  return AnswerHeader{static_cast<wire::AnswerKind>(kind), get<uint64_t>(bytes, 8),
-                      get<uint64_t>(bytes, 16), get<int64_t>(bytes, 24), get<uint64_t>(bytes, 32)};
+  return AnswerHeader{static_cast<wire::AnswerKind>(kind),
+                      get<uint64_t>(bytes, 8),
+                      get<uint64_t>(bytes, 16),
+                      get<int64_t>(bytes, 24),
+                      get<uint64_t>(bytes, 32),
+                      static_cast<WireFormat>(get<uint8_t>(bytes, 1)),
+                      get<uint64_t>(bytes, 40)};
 }
 
 }  // namespace psched

@@ -32,6 +32,10 @@ struct RequestHeader {
   uint64_t count = 0;       // poll: elements asked for
   WireFormat format = WireFormat::none;        // push, push_poll: of the body
   WireFormat value_format = WireFormat::none;  // poll, push_poll: of the value asked for
+  // poll, push_poll: a delta poll's (delta_count > 0) version held and what it asks for.
+  uint64_t base_version = 0;
+  uint32_t delta_count = 0;
+  uint32_t delta_ring = 0;
 };
 
 struct AnswerHeader {
@@ -40,6 +44,8 @@ struct AnswerHeader {
   uint64_t applied_step = 0;
   int64_t applied_at_ns = 0;
   uint64_t body_bytes = 0;
+  WireFormat format = WireFormat::none;  // value: of the body (topk: a delta)
+  uint64_t version = 0;                  // value: of a delta poll's answer
 };
 
 FrameHeaderBytes encode(const RequestHeader& request);
@@ -47,7 +53,7 @@ FrameHeaderBytes encode(const AnswerHeader& answer);
 // The request in `bytes`, or nullopt with `why` set when its kind, dtype or a format is none
 // we know.
 std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::string& why);
-// The answer in `bytes`, or nullopt when its kind is none we know.
+// The answer in `bytes`, or nullopt when its kind or its body's format is none we know.
 std::optional<AnswerHeader> decode_answer(const FrameHeaderBytes& bytes);
 
 }  // namespace psched

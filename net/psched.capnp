@@ -24,7 +24,8 @@ enum WireFormat {  # how a gradient or a value travels (compression/codec.h give
   none @0;    # the variable's dtype, as it is
   bf16 @1;    # bfloat16, rounded to nearest even
   fp16 @2;    # IEEE binary16, rounded to nearest even
-  topk @3;    # pushes only: the largest magnitudes of the partition, as indices and values
+  topk @3;    # pushes: the largest magnitudes of the partition, as indices and values;
+              # values: a delta (the elements that changed most, as indices and new values)
   onebit @4;  # pushes only: the partition's signs and its mean magnitude
 }
 
@@ -111,7 +112,9 @@ interface Session {
   # an infinity or a NaN, is refused ([invalid_argument]) and changes nothing.
 
   poll @2 (variable :UInt32, step :UInt64, offset :UInt64, count :UInt64,
-           valueFormat :WireFormat) -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64);
+           valueFormat :WireFormat, baseVersion :UInt64, deltaCount :UInt32, deltaRing :UInt32)
+      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, format :WireFormat,
+          version :UInt64);
   # The fresh value of [offset, offset+count) once `step`'s update of that range is applied:
   # this worker's own update in async mode, the aggregate of all workers in sync mode.
   # appliedStep: that step; `value` is the range as the answer leaves, so it may also hold
@@ -120,6 +123,12 @@ interface Session {
   # applied for this poll (for traces; only comparable across machines with synced clocks).
   # valueFormat: none, bf16 or fp16; `value` is the range in it (the shard keeps its own
   # values and optimizer state at full width).
+  # Delta polls (deltaCount > 0; actors/shard/value_deltas.h): the worker holds version
+  # baseVersion of the range (0: none) and asks for what changed since, at most deltaCount
+  # elements a new delta, the shard keeping the newest deltaRing. The answer's `format` is topk
+  # when `value` is a delta (compression/codec.h: encode_delta; indices and new values), else
+  # valueFormat (the full values); `version` is what the worker holds once it has applied it.
+  # Other polls are answered in valueFormat, with version 0.
 
   pull @3 (variable :UInt32, offset :UInt64, count :UInt64) -> (value :Data, appliedStep :UInt64);
   # The current value of the range, at once.
@@ -133,8 +142,10 @@ interface Session {
   # [unimplemented].
 
   pushPoll @6 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data,
-               format :WireFormat, valueFormat :WireFormat)
-      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64);
+               format :WireFormat, valueFormat :WireFormat, baseVersion :UInt64,
+               deltaCount :UInt32, deltaRing :UInt32)
+      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, format :WireFormat,
+          version :UInt64);
   # push, then poll of the same range, in one call: async mode's whole round trip in half the
   # messages. A refused push rejects the call with the push's error (the variable untouched);
   # else it is answered as poll. A worker that must know of the receipt before the value (sync
@@ -187,22 +198,25 @@ interface Session {
 #
 #   request (worker -> shard)            answer (shard -> worker)
 #   0   UInt8   RequestKind              0   UInt8   AnswerKind
-#   1   UInt8   DType                    8   UInt64  id of the request answered
-#   2   UInt8   WireFormat of the body
+#   1   UInt8   DType                    1   UInt8   WireFormat of the body (value)
+#   2   UInt8   WireFormat of the body   8   UInt64  id of the request answered
 #   3   UInt8   WireFormat of the value
 #   4   UInt32  variable                 16  UInt64  appliedStep (value)
 #   8   UInt64  id, the worker's choice  24  Int64   appliedAtNs (value)
 #   16  UInt64  step                     32  UInt64  bodyBytes
 #   24  UInt64  offset (elements); pushRows, pullRows: how many ids start the body
 #   32  UInt64  bodyBytes (push, pushPoll, pushRows, pullRows) or count (poll: elements)
+#   40  UInt64  baseVersion (poll, pushPoll) 40  UInt64  version (value)
+#   48  UInt32  deltaCount (poll, pushPoll)
+#   52  UInt32  deltaRing (poll, pushPoll)
 #
 # Other bytes are zero. Fields mean what Session's parameters of the same names do (the body's
 # WireFormat is push's `format`, the value's poll's `valueFormat`; a value answer's body is in
-# the format its request asked for).
+# the format byte 1 names: its request's valueFormat, or topk for a delta).
 
-const dataPreface :Text = "PSCHDAT1";
+const dataPreface :Text = "PSCHDAT2";
 const dataKeyBytes :UInt32 = 16;
-const frameHeaderBytes :UInt32 = 40;
+const frameHeaderBytes :UInt32 = 56;
 
 enum RequestKind {
   unknown @0;

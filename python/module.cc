@@ -140,16 +140,42 @@ void bind_deployment(py::module_& m) {
         "Loads a deployment YAML file; raises psched.Error (code 'bad_config') naming the line.");
 }
 
-WireFormat wire_format(const std::string& name, bool of_values) {
+// The format `name`, one that `fits` (a `what` format: push, pull, value).
+WireFormat wire_format(const std::string& name, bool (*fits)(WireFormat), std::string_view what) {
   WireFormat format;
-  if (!parse_wire_format(name, format) || (of_values && !carries_values(format))) {
+  if (!parse_wire_format(name, format) || !fits(format)) {
     std::vector<std::string_view> names;
     for (WireFormat f : kWireFormats)
-      if (!of_values || carries_values(f)) names.push_back(to_string(f));
-    fail(ErrorCode::invalid_argument, "'{}' is not a {} format (one of: {})", name,
-         of_values ? "value" : "push", fmt::join(names, ", "));
+      if (fits(f)) names.push_back(to_string(f));
+    fail(ErrorCode::invalid_argument, "'{}' is not a {} format (one of: {})", name, what,
+         fmt::join(names, ", "));
   }
   return format;
+}
+
+bool any_format(WireFormat) {
+  return true;
+}
+bool pulled(WireFormat f) {
+  return carries_values(f) || f == WireFormat::topk;
+}
+
+// Compression's settings, as Python names them.
+Compression make_compression(const std::string& push, const std::string& pull, double topk_fraction,
+                             uint64_t topk_count, uint64_t min_bytes, uint64_t warmup_steps,
+                             double pull_fraction, uint32_t ring, uint64_t refresh_steps,
+                             const std::string& pull_full) {
+  Compression out{.push = wire_format(push, any_format, "push"),
+                  .pull = wire_format(pull, pulled, "pull"),
+                  .topk = {.fraction = topk_fraction, .count = topk_count},
+                  .min_bytes = min_bytes,
+                  .warmup_steps = warmup_steps,
+                  .pull_fraction = pull_fraction,
+                  .ring = ring,
+                  .refresh_steps = refresh_steps,
+                  .pull_full = wire_format(pull_full, carries_values, "value")};
+  check(out);
+  return out;
 }
 
 void bind_compression(py::module_& m) {
@@ -157,19 +183,12 @@ void bind_compression(py::module_& m) {
                           "How a variable's gradients (push) and fresh values (pull) travel; "
                           "the deployment's compression: section is the default "
                           "(compression/wire_format.h).")
-      .def(py::init([](const std::string& push, const std::string& pull, double topk_fraction,
-                       uint64_t topk_count, uint64_t min_bytes, uint64_t warmup_steps) {
-             Compression out{.push = wire_format(push, false),
-                             .pull = wire_format(pull, true),
-                             .topk = {.fraction = topk_fraction, .count = topk_count},
-                             .min_bytes = min_bytes,
-                             .warmup_steps = warmup_steps};
-             check(out);
-             return out;
-           }),
-           py::kw_only(), py::arg("push") = "none", py::arg("pull") = "none",
-           py::arg("topk_fraction") = TopK{}.fraction, py::arg("topk_count") = 0,
-           py::arg("min_bytes") = Compression{}.min_bytes, py::arg("warmup_steps") = 0)
+      .def(py::init(&make_compression), py::kw_only(), py::arg("push") = "none",
+           py::arg("pull") = "none", py::arg("topk_fraction") = TopK{}.fraction,
+           py::arg("topk_count") = 0, py::arg("min_bytes") = Compression{}.min_bytes,
+           py::arg("warmup_steps") = 0, py::arg("pull_fraction") = Compression{}.pull_fraction,
+           py::arg("ring") = Compression{}.ring, py::arg("refresh_steps") = 0,
+           py::arg("pull_full") = "none")
       .def_property_readonly("push",
                              [](const Compression& c) { return std::string(to_string(c.push)); })
       .def_property_readonly("pull",
@@ -178,12 +197,18 @@ void bind_compression(py::module_& m) {
       .def_property_readonly("topk_count", [](const Compression& c) { return c.topk.count; })
       .def_readonly("min_bytes", &Compression::min_bytes)
       .def_readonly("warmup_steps", &Compression::warmup_steps)
+      .def_readonly("pull_fraction", &Compression::pull_fraction)
+      .def_readonly("ring", &Compression::ring)
+      .def_readonly("refresh_steps", &Compression::refresh_steps)
+      .def_property_readonly(
+          "pull_full", [](const Compression& c) { return std::string(to_string(c.pull_full)); })
       .def("__repr__", [](const Compression& c) {
         return fmt::format(
             "psched.Compression(push='{}', pull='{}', topk_fraction={}, topk_count={}, "
-            "min_bytes={}, warmup_steps={})",
+            "min_bytes={}, warmup_steps={}, pull_fraction={}, ring={}, refresh_steps={}, "
+            "pull_full='{}')",
             to_string(c.push), to_string(c.pull), c.topk.fraction, c.topk.count, c.min_bytes,
-            c.warmup_steps);
+            c.warmup_steps, c.pull_fraction, c.ring, c.refresh_steps, to_string(c.pull_full));
       });
 }
 

@@ -13,8 +13,10 @@
 #include <span>
 #include <vector>
 
+#include "actors/shard/value_deltas.h"
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/placement.h"
 #include "common/types.h"
 #include "compression/wire_format.h"
 #include "server/shard_trace.h"
@@ -38,9 +40,18 @@ struct Answer {
   // as the answer leaves, so it may hold updates applied after applied_step. The data plane
   // narrows it to `format` as it leaves (then `value` points into `narrowed`).
   std::span<const std::byte> value;
-  DType dtype = DType::float32;               // value: the variable's
-  WireFormat format = WireFormat::none;       // value: as the request asked
-  std::shared_ptr<const void> narrowed{};     // value: holds the narrowed bytes
+  DType dtype = DType::float32;            // value: the variable's
+  WireFormat format = WireFormat::none;    // value: as the request asked; topk: a delta
+  std::shared_ptr<const void> narrowed{};  // value: holds the narrowed bytes
+  // value of a delta poll: what it asks for, answered as it leaves (then `format` becomes
+  // topk where a delta is sent), and the version the worker holds once it applied the answer.
+  struct DeltaPoll {
+    VariableId variable;
+    ElementRange range;
+    DeltaAsk ask;
+  };
+  std::optional<DeltaPoll> delta{};
+  uint64_t version = 0;
   std::optional<Error> error;                 // error
   std::optional<ShardTrace::Request> traced;  // a value's, when tracing
 

@@ -58,7 +58,7 @@ void DataPlane::push(const Request& r, bool then_poll) {
   if (!then_poll) return endpoint_.shard.push(push, std::move(receipt));
   const Poll poll{worker_, push.variable, push.step, push.range, new_poll(r.id)};
   endpoint_.shard.push_poll(push, poll.ticket, std::move(receipt),
-                            value_reply(r.id, poll, r.value_format));
+                            value_reply(r.id, poll, r.value_format, r.delta));
 }
 
 VariableShard::Receipt DataPlane::receipt_of(const Request& r, const Push& push, bool then_poll,
@@ -112,6 +112,7 @@ std::shared_ptr<AlignedBuffer> DataPlane::widen(const Request& r) const {
 
 void DataPlane::narrow(Answer& answer) {
   const uint64_t raw = answer.value.size();
+  if (answer.delta && answer_delta(answer)) return;
   if (answer.format != WireFormat::none) {
     const uint64_t elements = raw / element_bytes(answer.dtype);
     auto narrowed =
@@ -121,6 +122,20 @@ void DataPlane::narrow(Answer& answer) {
     answer.narrowed = std::move(narrowed);
   }
   endpoint_.shard.count_wire_bytes(false, raw, answer.value.size());
+}
+
+bool DataPlane::answer_delta(Answer& answer) {
+  const uint64_t raw = answer.value.size();
+  auto body = std::make_shared<std::vector<std::byte>>();
+  const DeltaReply reply = endpoint_.shard.answer_delta(answer.delta->variable, answer.delta->range,
+                                                        answer.value, answer.delta->ask, *body);
+  answer.version = reply.version;
+  if (!reply.delta) return false;
+  answer.format = WireFormat::topk;
+  answer.value = *body;
+  answer.narrowed = std::move(body);
+  endpoint_.shard.count_wire_bytes(false, raw, answer.value.size());
+  return true;
 }
 
 void DataPlane::poll(const Request& r) {
@@ -133,7 +148,7 @@ void DataPlane::poll(const Request& r) {
     return refuse(r.id, e);
   }
   const Poll poll{worker_, VariableId(r.variable), Step(r.step), range, new_poll(r.id)};
-  endpoint_.shard.poll(poll, value_reply(r.id, poll, r.value_format));
+  endpoint_.shard.poll(poll, value_reply(r.id, poll, r.value_format, r.delta));
 }
 
 void DataPlane::pull(const Request& r) {
@@ -230,21 +245,24 @@ PollTicket DataPlane::new_poll(uint64_t id) {
   return ticket;
 }
 
-VariableShard::ValueReply DataPlane::value_reply(uint64_t id, const Poll& poll, WireFormat format) {
-  return [weak = weak_from_this(), id, poll, format,
+VariableShard::ValueReply DataPlane::value_reply(uint64_t id, const Poll& poll, WireFormat format,
+                                                 const DeltaAsk& delta) {
+  return [weak = weak_from_this(), id, poll, format, delta,
           filed_at = trace_time()](const Result<FreshValue>& value) {
     auto plane = weak.lock();
     if (!plane) return;
     plane->polls_.erase(id);
     if (!value) return plane->queue_error(id, value.error());
-    plane->queue(plane->value_answer(id, poll, format, *value, filed_at));
+    plane->queue(plane->value_answer(id, poll, format, delta, *value, filed_at));
   };
 }
 
 Answer DataPlane::value_answer(uint64_t id, const Poll& poll, WireFormat format,
-                               const FreshValue& value, ShardTrace::TimePoint filed_at) const {
+                               const DeltaAsk& delta, const FreshValue& value,
+                               ShardTrace::TimePoint filed_at) const {
   Answer answer = Answer::fresh_value(id, value.priority(), value.step(), value.in_place(),
                                       value.dtype(), format, wall_clock_ns());
+  if (delta.count > 0) answer.delta = Answer::DeltaPoll{poll.variable, poll.range, delta};
   if (tracing())
     answer.traced = {ShardTrace::Kind::poll,
                      worker_,
@@ -297,8 +315,12 @@ void DataPlane::send_waiting() {
   bool took = false;
   while (!answers_.empty() && writer_.has_room()) {
     Answer answer = answers_.pop();
-    if (answer.traced) traced.push_back(*answer.traced);
     if (answer.kind == AnswerKind::value) narrow(answer);
+    if (answer.traced) {
+      answer.traced->format = answer.format;  // topk where it went as a delta
+      answer.traced->bytes = answer.value.size();
+      traced.push_back(*answer.traced);
+    }
     writer_.take(answer);  // sees the value's own memory, if any (a call copies it)
     if (answer.narrowed) narrowed.push_back(std::move(answer.narrowed));
     took = true;

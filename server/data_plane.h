@@ -45,6 +45,9 @@ struct Request {
   DType dtype = DType::float32;
   WireFormat format = WireFormat::none;        // push, push_poll: of `gradient`
   WireFormat value_format = WireFormat::none;  // poll, push_poll, pull: of the value's answer
+  // poll, push_poll: a delta poll's (delta.count > 0) version held and what it asks for
+  // (actors/shard/value_deltas.h); its answer is a delta, or full values in value_format.
+  DeltaAsk delta{};
   // push, push_poll: the gradient (in `format`), in the front end's memory; `keeps_gradient`
   // (optional) is held until the shard has taken it, else the front end keeps it until the request
   // is answered.
@@ -120,8 +123,12 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   // Error naming what is wrong when it does not decode, is over the message limit decoded, or
   // holds an infinity or a NaN.
   std::shared_ptr<AlignedBuffer> widen(const Request& request) const;
-  // `answer`'s value narrowed to its format, as it leaves; counts its bytes.
+  // `answer`'s value narrowed to its format, or a delta poll's answered, as it leaves; counts
+  // its bytes.
   void narrow(Answer& answer);
+  // A delta poll's answer: a delta in place of the value (true), or its version for the full
+  // values.
+  bool answer_delta(Answer& answer);
   void poll(const Request& request);
   void pull(const Request& request);
   void push_rows(const Request& request);
@@ -137,10 +144,12 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   void check_new_poll(uint64_t id) const;
   // A ticket for the new poll `id`, which waits from now on.
   PollTicket new_poll(uint64_t id);
-  // What answers poll `id` (`poll`) with its value in `format`, or its refusal.
-  VariableShard::ValueReply value_reply(uint64_t id, const Poll& poll, WireFormat format);
-  Answer value_answer(uint64_t id, const Poll& poll, WireFormat format, const FreshValue& value,
-                      ShardTrace::TimePoint filed_at) const;
+  // What answers poll `id` (`poll`) with its value in `format` (a delta where `delta` asks
+  // for one), or its refusal.
+  VariableShard::ValueReply value_reply(uint64_t id, const Poll& poll, WireFormat format,
+                                        const DeltaAsk& delta);
+  Answer value_answer(uint64_t id, const Poll& poll, WireFormat format, const DeltaAsk& delta,
+                      const FreshValue& value, ShardTrace::TimePoint filed_at) const;
   void queue(Answer answer);
   void queue_error(uint64_t id, Error error);
   // Hands the best answers to the writer while it has room (at the end of a turn).

@@ -11,6 +11,10 @@ std::span<const std::byte> bytes_of(const std::string& text) {
   return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
 }
 
+DeltaAsk delta_ask(const RequestHeader& r) {
+  return {r.base_version, r.delta_count, r.delta_ring};
+}
+
 }  // namespace
 
 DataSession::DataSession(ShardEndpoint& endpoint, WorkerId worker,
@@ -65,7 +69,8 @@ kj::Maybe<kj::Promise<void>> DataSession::serve_frame(const FrameHeaderBytes& by
                      .step = r.step,
                      .offset = r.offset,
                      .count = r.count,
-                     .value_format = r.value_format});
+                     .value_format = r.value_format,
+                     .delta = delta_ask(r)});
       return nullptr;
     case wire::RequestKind::CANCEL:
       plane_->cancel(r.id);
@@ -90,6 +95,7 @@ kj::Maybe<kj::Promise<void>> DataSession::read_push(const RequestHeader& r) {
       .dtype = r.dtype,
       .format = r.format,
       .value_format = r.value_format,
+      .delta = delta_ask(r),
       .gradient = data->bytes(),
       .keeps_gradient = data,
       .arrived = endpoint_.trace ? ShardTrace::now() : ShardTrace::TimePoint{}};
@@ -142,10 +148,10 @@ void DataSession::take(Answer& answer) {
     case AnswerKind::receipt:
       return writer_.add(encode(AnswerHeader{wire::AnswerKind::RECEIPT, answer.id}));
     case AnswerKind::value:
-      return writer_.add(
-          encode(AnswerHeader{wire::AnswerKind::VALUE, answer.id, answer.applied_step.value,
-                              answer.applied_at_ns, answer.value.size()}),
-          answer.value);
+      return writer_.add(encode(AnswerHeader{wire::AnswerKind::VALUE, answer.id,
+                                             answer.applied_step.value, answer.applied_at_ns,
+                                             answer.value.size(), answer.format, answer.version}),
+                         answer.value);
     case AnswerKind::error: {
       std::string text = describe(*answer.error);
       writer_.add_copied(

@@ -72,6 +72,21 @@ void traffic_metrics(PrometheusText& out, const ShardStats& s, const MetricLabel
       out.sample("psched_shard_wire_bytes_total", labels, double(value));
     }
   }
+  out.family("psched_shard_delta_pulls_total", MetricType::counter,
+             "Delta polls (compression pull: topk) answered with a delta, and with full values "
+             "(the worker held no version the shard could answer from).");
+  for (const auto& [answer, value] :
+       {std::pair{"delta", s.delta_pulls.deltas}, {"full", s.delta_pulls.full}}) {
+    MetricLabels labels = shard;
+    labels.emplace_back("answer", answer);
+    out.sample("psched_shard_delta_pulls_total", labels, double(value));
+  }
+  out.single("psched_shard_deltas_published_total", MetricType::counter,
+             "Deltas the shard published (one a partition a changed version).", shard,
+             double(s.delta_pulls.published));
+  out.single("psched_shard_delta_copy_bytes", MetricType::gauge,
+             "Bytes the published copies and rings of delta pulls hold.", shard,
+             double(s.delta_pulls.held_bytes));
   out.single("psched_shard_partitions_applied_total", MetricType::counter,
              "Partition updates the shard applied.", shard, double(s.partitions_applied));
   out.single("psched_shard_duplicate_pushes_total", MetricType::counter,
@@ -279,6 +294,11 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
           {"wire_bytes",
            {{"push", {{"raw", s.push_wire.raw}, {"sent", s.push_wire.sent}}},
             {"pull", {{"raw", s.pull_wire.raw}, {"sent", s.pull_wire.sent}}}}},
+          {"delta_pulls",
+           {{"deltas", s.delta_pulls.deltas},
+            {"full", s.delta_pulls.full},
+            {"published", s.delta_pulls.published},
+            {"held_bytes", s.delta_pulls.held_bytes}}},
           {"partitions_applied", s.partitions_applied},
           {"pushes_rejected", s.pushes_rejected},
           {"pushes_duplicate", s.pushes_duplicate},

@@ -42,6 +42,14 @@ void put_answer(Results results, const Answer& answer) {
   put_value(results, answer);
   results.setAppliedStep(answer.applied_step.value);
   results.setAppliedAtNs(answer.applied_at_ns);
+  results.setFormat(to_wire(answer.format));
+  results.setVersion(answer.version);
+}
+
+// A poll's or pushPoll's delta fields (actors/shard/value_deltas.h).
+template <typename Fields>
+DeltaAsk delta_ask(Fields fields) {
+  return {fields.getBaseVersion(), fields.getDeltaCount(), fields.getDeltaRing()};
 }
 
 // A push's or pushPoll's fields as a request to the plane; a dtype not on the wire makes it one
@@ -57,8 +65,10 @@ Request push_request(RequestKind kind, Fields fields) {
   try {
     request.dtype = from_wire(fields.getDtype());
     request.format = from_wire(fields.getFormat());
-    if constexpr (requires { fields.getValueFormat(); })
+    if constexpr (requires { fields.getValueFormat(); }) {
       request.value_format = from_wire(fields.getValueFormat());
+      request.delta = delta_ask(fields);
+    }
   } catch (const Error& e) {
     request.refused = e;
   }
@@ -72,7 +82,8 @@ Request poll_request(Fields fields) {
                   .variable = fields.getVariable(),
                   .step = fields.getStep(),
                   .offset = fields.getOffset(),
-                  .count = fields.getCount()};
+                  .count = fields.getCount(),
+                  .delta = delta_ask(fields)};
   try {
     request.value_format = from_wire(fields.getValueFormat());
   } catch (const Error& e) {

@@ -54,6 +54,13 @@ struct TableStats {
   uint64_t updates_dropped = 0;  // row updates before their admission (TableSpec::admit_after)
 };
 
+struct DeltaPullStats {
+  uint64_t deltas = 0;     // polls answered with a delta
+  uint64_t full = 0;       // delta polls answered with full values (no version to go from)
+  uint64_t published = 0;  // deltas published
+  uint64_t held_bytes = 0;
+};
+
 // Counters a shard keeps; read with VariableShard::stats.
 struct ShardStats {
   uint64_t variables = 0;       // dense variable parts hosted
@@ -81,6 +88,9 @@ struct ShardStats {
   // (raw) and as they travelled (sent; smaller when compressed, compression/codec.h).
   WireBytes push_wire;
   WireBytes pull_wire;
+  // Delta pulls (actors/shard/value_deltas.h): polls answered with a delta and with full
+  // values, deltas published, and the bytes the published copies hold.
+  DeltaPullStats delta_pulls;
   Histogram apply_seconds;      // per accepted push: validating and applying (or summing) it
   Histogram poll_wait_seconds;  // per answered poll: from its arrival to its answer
   std::array<uint64_t, kErrorCodeCount> errors{};  // failed requests, indexed by ErrorCode

@@ -149,6 +149,7 @@ uint64_t Variable::variance_frozen_after(uint64_t t, bool sparse) {
 
 void Variable::apply(ElementRange range, const std::byte* grad, uint64_t t, bool sparse) {
   uint64_t n = range.size(), frozen_after = variance_frozen_after(t, sparse);
+  deltas_.changed(range);
   if (device_) return apply_on_device(range, grad, t, frozen_after);
   if (apply_pool_ == nullptr || apply_pool_->width() == 1 || n <= kParallelApplyElements)
     return apply_here(range, grad, t, frozen_after);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "actors/shard/step_track.h"
+#include "actors/shard/value_deltas.h"
 #include "actors/shard/variable_spec.h"
 #include "common/aligned_buffer.h"
 #include "common/byte_codec.h"
@@ -74,6 +75,10 @@ class Variable {
   // The current value of `range` (inside the part) where it lives, in host memory (a device
   // variable's apply copies its fresh values back there): changed in place by the next update.
   std::span<const std::byte> view(ElementRange range) const;
+  // Its fresh values as deltas (`pull: topk`): published copies of the ranges workers poll,
+  // told of every update. Not saved in checkpoints: a restored variable starts without.
+  ValueDeltas& deltas() { return deltas_; }
+  const ValueDeltas& deltas() const { return deltas_; }
   // Copies optimizer state slot `slot` (optimizer.h's slot order) of `range` (inside the part)
   // to `out`, from the device when the state lives on one.
   void read_state(int slot, ElementRange range, std::byte* out) const;
@@ -122,6 +127,7 @@ class Variable {
   // sync: gradient sums of the step in progress where gathered (else stale: never zeroed).
   AlignedBuffer sum_;
   IntervalSet sparse_;  // sync: where some push of the step in progress was sparse
+  ValueDeltas deltas_;
 };
 
 }  // namespace psched

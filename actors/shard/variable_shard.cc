@@ -299,6 +299,10 @@ void VariableShard::short_handed(size_t limit,
 void VariableShard::stats(std::function<void(ShardStats)> reply) {
   dispatch([this, reply = std::move(reply)] {
     ShardStats s = stats_;
+    for (const Variable& v : variables_) {
+      s.delta_pulls.published += v.deltas().published();
+      s.delta_pulls.held_bytes += v.deltas().bytes();
+    }
     steps_.report(s);
     report_tables(s);
     s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
@@ -343,6 +347,18 @@ void VariableShard::count_wire_bytes(bool push, uint64_t raw, uint64_t sent) {
     counted.raw += raw;
     counted.sent += sent;
   });
+}
+
+DeltaReply VariableShard::answer_delta(VariableId variable, ElementRange range,
+                                       std::span<const std::byte> current, const DeltaAsk& ask,
+                                       std::vector<std::byte>& body) {
+  DeltaReply reply;
+  if (variable.value < hosted_.size() && hosted_[variable.value].kind == Hosted::Kind::variable) {
+    Variable& v = variables_[hosted_[variable.value].index];
+    reply = v.deltas().answer(v.spec().dtype, range, current, ask, body);
+  }
+  ++(reply.delta ? stats_.delta_pulls.deltas : stats_.delta_pulls.full);
+  return reply;
 }
 
 void VariableShard::count_error(const Error& error) {

@@ -157,6 +157,12 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // Counts a push's (`push`) or a value's payload, `raw` as its dtype carries it and `sent` as
   // the wire did (the data plane's, server/data_plane.h).
   void count_wire_bytes(bool push, uint64_t raw, uint64_t sent);
+  // Answers a delta poll (`pull: topk`) of `variable`'s `range`, whose current values are
+  // `current` (ValueDeltas::answer), and counts it; full values when it hosts no such variable.
+  // Called directly, on the shard's loop (by the data plane, as the answer leaves).
+  DeltaReply answer_delta(VariableId variable, ElementRange range,
+                          std::span<const std::byte> current, const DeltaAsk& ask,
+                          std::vector<std::byte>& body);
   // Fails every waiting poll (the server is stopping), then calls `done` on the loop.
   void shut_down(std::function<void()> done);
 

@@ -33,6 +33,7 @@ void GradientPusher::add_variable(VariableHandle handle, VariablePlan plan) {
   check_parts(plan);
   dispatch([this, handle, plan = std::move(plan)]() mutable {
     residuals_.erase(handle);  // what error feedback held back belongs to the plan replaced
+    for (auto& [range, version] : versions_[handle]) version = 0;  // the memory may be another
     variables_.insert_or_assign(handle, std::move(plan));
   });
 }
@@ -89,9 +90,11 @@ void GradientPusher::compress(VariableHandle handle, const VariablePlan& plan, S
     owed.resize(variable_bytes);  // zeros the first time
     residual = owed.data();
   }
+  const bool deltas = plan.compression.deltas_at(step.value, variable_bytes);
   for (PartitionTask& task : tasks) {
     PartitionRequest& request = task.request;
     request.value_format = value_format;
+    if (deltas) ask_delta(handle, plan, step, request);
     if (format == WireFormat::none) continue;
     auto body = std::make_shared<std::vector<std::byte>>();
     const std::span<const std::byte> gradient = request.gradient;
@@ -106,6 +109,15 @@ void GradientPusher::compress(VariableHandle handle, const VariablePlan& plan, S
     request.gradient = *body;
     task.encoded = std::move(body);
   }
+}
+
+void GradientPusher::ask_delta(VariableHandle handle, const VariablePlan& plan, Step step,
+                               PartitionRequest& request) {
+  const Compression& c = plan.compression;
+  request.delta = {.version = &versions_[handle][{request.range.begin, request.range.end}],
+                   .count = static_cast<uint32_t>(c.delta_count(request.range.size())),
+                   .ring = c.ring,
+                   .refresh = c.refresh_at(step.value)};
 }
 
 void GradientPusher::set_partition_bytes(uint64_t bytes) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -94,9 +95,13 @@ class GradientPusher : public Actor {
   // A push of `step` arrived: feeds the tuner the iteration it ends, if it ends one.
   void observe_step(Step step);
   // Encodes each task's gradient as the variable's compression says for `step`, adding what
-  // earlier steps' lossy pushes owe the same elements (compression/error_feedback.h).
+  // earlier steps' lossy pushes owe the same elements (compression/error_feedback.h), and
+  // makes its poll a delta poll where the compression pulls deltas.
   void compress(VariableHandle handle, const VariablePlan& plan, Step step,
                 std::vector<PartitionTask>& tasks);
+  // `request`'s poll as a delta poll of `plan`'s at `step`.
+  void ask_delta(VariableHandle handle, const VariablePlan& plan, Step step,
+                 PartitionRequest& request);
 
   Scheduler& scheduler_;
   // Loop-owned state:
@@ -107,6 +112,9 @@ class GradientPusher : public Actor {
   // What lossy pushes have not sent yet, per variable (elements of its dtype, all of them).
   std::unordered_map<VariableHandle, std::vector<std::byte>> residuals_;
   std::vector<std::byte> scratch_;
+  // Delta pulls: the version of each partition (by its range) the trainer's memory holds, per
+  // variable; 0 for none. Entries stay while the pusher lives (requests point at them).
+  std::unordered_map<VariableHandle, std::map<std::pair<uint64_t, uint64_t>, uint64_t>> versions_;
   std::unordered_map<uint64_t, uint64_t> push_of_task_;  // task id -> push id
   std::unordered_map<uint64_t, PendingPush> pushes_;     // push id -> progress
   // Autotuning (when enabled): the tuner and the iterations it is fed.

@@ -27,6 +27,19 @@
 
 namespace psched {
 
+// A delta poll's part of a request (compression `pull: topk`, actors/shard/value_deltas.h).
+struct DeltaPoll {
+  // The version of the partition the worker's copy (the request's `out`) holds, 0 for none.
+  // Owner: the GradientPusher, alive while the worker is. Null: not a delta poll.
+  uint64_t* version = nullptr;
+  uint32_t count = 0;    // the most elements a new delta sends
+  uint32_t ring = 0;     // the deltas the shard keeps
+  bool refresh = false;  // ask for full values this time (as if holding none)
+
+  // The version the request says the worker holds, read as it is sent.
+  uint64_t base() const { return version == nullptr || refresh ? 0 : *version; }
+};
+
 // Where a partition's fresh value lands and the form it travels in: what a path keeps of a
 // request while its value is on the way.
 struct Landing {
@@ -34,15 +47,23 @@ struct Landing {
   std::byte* out = nullptr;
   DType dtype = DType::float32;
   uint64_t elements = 0;
-  WireFormat format = WireFormat::none;  // the value travels in
+  WireFormat format = WireFormat::none;  // full values travel in
+  uint64_t* version = nullptr;           // a delta poll's: DeltaPoll::version
 
   // The bytes that land in `out` (in `dtype`).
   size_t bytes() const { return elements * element_bytes(dtype); }
-  // The bytes of the value on the wire (in `format`).
+  // The bytes of full values on the wire (in `format`).
   size_t wire_bytes() const;
-  // Writes a value as answered (in `format`) into `out`, widened; [shape_mismatch], and nothing
-  // written, when it is not wire_bytes() long.
-  Result<> land(std::span<const std::byte> value) const;
+  // Whether an answer in `answered` may land here: `format`, or a delta (topk) for a delta poll.
+  bool takes(WireFormat answered) const {
+    return answered == format || (answered == WireFormat::topk && version != nullptr);
+  }
+  // Writes a value as answered into `out`: full values in `format`, widened, or a delta's values
+  // at its indices (`answered` topk); a delta poll's version becomes `version`. An error naming
+  // what is wrong ([shape_mismatch]: not wire_bytes() long, a delta of another size; a
+  // malformed delta, an answer in a format not asked for), and nothing written, when it cannot.
+  Result<> land(std::span<const std::byte> value, WireFormat answered, uint64_t version = 0) const;
+  Result<> land(std::span<const std::byte> value) const { return land(value, format); }
 };
 
 // One partition of a push: its gradient goes up, its fresh value for `step` comes back to `out`.
@@ -60,9 +81,10 @@ struct PartitionRequest {
   // arriving lands.
   std::byte* out = nullptr;
   WireFormat format = WireFormat::none;        // of `gradient` (compression/codec.h)
-  WireFormat value_format = WireFormat::none;  // the fresh value travels in
+  WireFormat value_format = WireFormat::none;  // the fresh value travels in (full values)
+  DeltaPoll delta{};                           // a delta poll's
 
-  Landing landing() const { return {out, dtype, range.size(), value_format}; }
+  Landing landing() const { return {out, dtype, range.size(), value_format, delta.version}; }
 };
 
 // One step's push of a table's rows to one shard, or a pull of rows from it.

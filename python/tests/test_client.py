@@ -189,8 +189,16 @@ def test_an_optimizer_takes_every_setting_by_name_and_refuses_others():
 def test_a_compression_names_its_formats_and_refuses_others():
     c = psched.Compression(push="topk", pull="bf16", topk_fraction=0.05, min_bytes=0)
     assert (c.push, c.pull, c.topk_fraction, c.min_bytes) == ("topk", "bf16", 0.05, 0)
+    d = psched.Compression(pull="topk", pull_fraction=0.02, ring=8, refresh_steps=100,
+                           pull_full="bf16")
+    assert (d.pull, d.pull_fraction, d.ring, d.refresh_steps, d.pull_full) == (
+        "topk", 0.02, 8, 100, "bf16")
+    with pytest.raises(psched.Error, match="'onebit' is not a pull format"):
+        psched.Compression(pull="onebit")
     with pytest.raises(psched.Error, match="'topk' is not a value format"):
-        psched.Compression(pull="topk")
+        psched.Compression(pull="topk", pull_full="topk")
+    with pytest.raises(psched.Error, match="ring 0 keeps no delta"):
+        psched.Compression(pull="topk", ring=0)
     with pytest.raises(psched.Error, match="'int8' is not a push format"):
         psched.Compression(push="int8")
     with pytest.raises(psched.Error, match="topk_fraction 2 is not a fraction in"):

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Delta pulls (compression pull: topk, actors/shard/value_deltas.h) through a real server, over
+both data paths: what a worker's copy holds after each poll, and what the shard counts."""
+import json
+import urllib.request
+
+import numpy as np
+
+import psched
+
+N = 4096  # float64: 32 KiB, over both shards, 1 KiB partitions (128 elements)
+
+
+def connect(server, worker):
+    return psched.connect(server.config, worker)
+
+
+def status(server, shard):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http_ports[shard]}/status") as r:
+        return json.load(r)
+
+
+def deltas(fraction=1 / 128, **more):
+    return psched.Compression(pull="topk", pull_fraction=fraction, min_bytes=0, **more)
+
+
+def step(clients, copies, n, gradients):
+    for client, g in zip(clients, gradients):
+        client.push("w", n, g)
+    for client in clients:
+        client.wait("w", n)
+
+
+def test_sync_workers_following_deltas_hold_the_same_copy_and_catch_up(start_server):
+    server = start_server(mode="sync", workers=2, optimizer="sgd", lr=1.0)
+    clients = [connect(server, w) for w in range(2)]
+    copies = [np.zeros(N) for _ in range(2)]
+    for client, copy in zip(clients, copies):
+        client.register("w", copy, compression=deltas())
+    truth = np.zeros(N)
+    big = np.zeros(N)
+    big[::128] = -10.0  # one element a partition changes by 10, the rest by 0.001
+    for n in range(1, 4):
+        g = np.full(N, -0.001) + big
+        step(clients, copies, n, [g, g])
+        truth -= g
+        # Step 1: no version yet, full values. After: a delta of one element a partition, the
+        # one that changed most; every other element lags by what the shard still owes it.
+        np.testing.assert_array_equal(copies[0], copies[1])
+        owed = truth - copies[0]
+        assert np.count_nonzero(owed) == (0 if n == 1 else N - N // 128), n
+        np.testing.assert_array_equal(copies[0][::128], truth[::128])
+    for n in range(4, 4 + 128):  # nothing changes: what is owed goes, one element at a time
+        zero = np.zeros(N)
+        step(clients, copies, n, [zero, zero])
+    np.testing.assert_array_equal(copies[0], truth)
+    np.testing.assert_array_equal(copies[1], truth)
+    counted = [status(server, s)["delta_pulls"] for s in range(2)]
+    assert sum(c["full"] for c in counted) == 2 * N // 128  # step 1, each partition each worker
+    assert sum(c["published"] for c in counted) == 130 * N // 128  # one a partition a step
+    pulled = [status(server, s)["wire_bytes"]["pull"] for s in range(2)]
+    assert sum(p["sent"] for p in pulled) < sum(p["raw"] for p in pulled) / 10
+    for client in clients:
+        client.close()
+
+
+def test_a_worker_behind_the_ring_or_new_gets_full_values_then_deltas(start_server):
+    server = start_server(mode="async", workers=2, optimizer="sgd", lr=1.0)
+    with connect(server, 0) as fast, connect(server, 1) as slow:
+        a, b = np.zeros(N), np.zeros(N)
+        fast.register("w", a, compression=deltas(ring=2))
+        slow.register("w", b, compression=deltas(ring=2))
+        for n in range(1, 6):  # the slow worker polls at step 1 and 6 only
+            fast.push("w", n, np.full(N, -1.0))
+            fast.wait("w", n)
+            if n == 1:
+                slow.push("w", 1, np.zeros(N))
+                slow.wait("w", 1)
+        full_before = sum(status(server, s)["delta_pulls"]["full"] for s in range(2))
+        slow.push("w", 2, np.zeros(N))
+        slow.wait("w", 2)
+        full_after = sum(status(server, s)["delta_pulls"]["full"] for s in range(2))
+        assert full_after - full_before == N // 128  # four versions behind a ring of two
+        fast.pull("w")  # the shard's values, whole
+        np.testing.assert_array_equal(b, a)
+        # A restarted worker holds no version: full values first, then deltas.
+    with connect(server, 1) as again:
+        c = np.full(N, 99.0)
+        again.register("w", c, compression=deltas(ring=2))
+        again.push("w", again.start_step, np.zeros(N))
+        again.wait("w", again.start_step)
+        np.testing.assert_array_equal(c, a)
+
+
+def test_refresh_steps_and_a_warm_up_ask_for_full_values(start_server):
+    server = start_server(mode="sync", workers=1, optimizer="sgd", lr=1.0)
+    with connect(server, 0) as client:
+        w = np.zeros(N)
+        client.register("w", w, compression=deltas(warmup_steps=2, refresh_steps=4))
+        truth = np.zeros(N)
+        fulls = []
+        for n in range(1, 9):
+            client.push("w", n, np.full(N, -1.0))
+            client.wait("w", n)
+            truth += 1
+            fulls.append(sum(status(server, s)["delta_pulls"]["full"] for s in range(2)))
+            if n in (2, 4, 8):  # warm-up's full values at 1 (plain polls); 2: no version; 4, 8
+                np.testing.assert_array_equal(w, truth)
+        per_step = np.diff([0] + fulls) // (N // 128)
+        assert list(per_step) == [0, 1, 0, 1, 0, 0, 0, 1]
