@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """What compression does to learning: each task trained under each wire format for the same
-steps, from the same seeds (sync mode, 2 workers); test accuracy and the training loss per
-epoch. Tasks (--tasks, default both):
+steps, from the same seeds (2 workers, sync mode or --mode bounded with --staleness); test
+accuracy and the training loss per epoch. Tasks (--tasks, default digits,teacher):
   digits   the digits example (python/examples/train_digits.py): Adam on the shards, 8x8 images
+  digits_momentum  the same with SGD with momentum 0.9 on the shards (lr 0.05)
   teacher  bench/teacher_student.py: labels from a fixed random teacher network, a larger
            student trained by SGD with momentum on the shards; thousands of steps to learn
 
@@ -18,6 +19,9 @@ Formats (the deployment's compression: section, min_bytes 0 so every tensor is c
   topk10   topk of 10%
   topk_warmup  topk 1% after 110 full-width steps (5 epochs): Adam's variance frozen then
   onebit_warmup  onebit after the same warm-up
+  deltas   top-k both ways: pushes as topk, values as top-k deltas from the shard (1% of each
+           partition, the rest kept on the shard), full values at full width
+  deltas_bf16  the same with full values in bf16 (for a worker without a version)
 Prints, per task and format, the final test accuracy (median and range over the seeds) and its
 difference from `none` of the same seed, in points.
 """
@@ -35,8 +39,10 @@ import threading
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from free_ports import free_ports  # noqa: E402
-TASKS = {"digits": ROOT / "python" / "examples" / "train_digits.py",
-         "teacher": ROOT / "bench" / "teacher_student.py"}
+TASKS = {"digits": [ROOT / "python" / "examples" / "train_digits.py"],
+         "digits_momentum": [ROOT / "python" / "examples" / "train_digits.py", "--optimizer",
+                             "momentum"],
+         "teacher": [ROOT / "bench" / "teacher_student.py"]}
 PYTHON = "/usr/bin/python3"
 WORKERS = 2
 FORMATS = {"none": "{push: none, pull: none}",
@@ -47,7 +53,11 @@ FORMATS = {"none": "{push: none, pull: none}",
            "topk10": "{push: topk, pull: bf16, topk_fraction: 0.1, min_bytes: 0}",
            "topk_warmup": "{push: topk, pull: bf16, topk_fraction: 0.01, min_bytes: 0, "
                           "warmup_steps: 110}",
-           "onebit_warmup": "{push: onebit, pull: bf16, min_bytes: 0, warmup_steps: 110}"}
+           "onebit_warmup": "{push: onebit, pull: bf16, min_bytes: 0, warmup_steps: 110}",
+           "deltas": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.01, "
+                     "min_bytes: 0}",
+           "deltas_bf16": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.01, "
+                          "pull_full: bf16, min_bytes: 0}"}
 
 
 def start_server(args, config):
@@ -72,15 +82,17 @@ def train(args, task, fmt, seed, workdir):
     """Worker 0's (loss, accuracy) per epoch of `task` under `fmt` from `seed`."""
     config = workdir / f"{task}-{fmt}-{seed}.yaml"
     listen, http = free_ports(2)
-    config.write_text(f"mode: sync\nworkers: {WORKERS}\n"
+    mode = "sync" if args.mode == "sync" else f"bounded\nstaleness: {args.staleness}"
+    config.write_text(f"mode: {mode}\nworkers: {WORKERS}\n"
                       f"shards:\n  - {{listen: 127.0.0.1:{listen}, "
                       f"http: 127.0.0.1:{http}}}\n"
                       f"compression: {FORMATS[fmt]}\n")
     server = start_server(args, config)
     try:
         env = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"), WORLD_SIZE="2")
-        workers = [subprocess.Popen([PYTHON, str(TASKS[task]), "--config", str(config), "--epochs",
-                                     str(args.epochs), "--seed", str(seed)],
+        command = [PYTHON] + [str(a) for a in TASKS[task]]
+        workers = [subprocess.Popen(command + ["--config", str(config), "--epochs",
+                                               str(args.epochs), "--seed", str(seed)],
                                     env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)
                    for rank in range(WORKERS)]
@@ -143,6 +155,8 @@ def main(argv):
     parser.add_argument("--tasks", default="digits,teacher", help=f"of: {', '.join(TASKS)}")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--mode", choices=("sync", "bounded"), default="sync")
+    parser.add_argument("--staleness", type=int, default=2, help="bounded mode's")
     parser.add_argument("--build", default=str(ROOT / "build"))
     parser.add_argument("--timeout", type=float, default=600, help="seconds per training run")
     parser.add_argument("--json", help="write the results here")
@@ -173,6 +187,7 @@ def main(argv):
             print(f"| {task} | {fmt} | {a['median']:.3f} ({a['min']:.3f}–{a['max']:.3f}) | "
                   f"{points} | {e['loss']['median']:.4f} |")
     out = {"command": " ".join(["bench/compression_accuracy.py"] + argv), "epochs": args.epochs,
+           "mode": args.mode, "staleness": args.staleness if args.mode == "bounded" else None,
            "seeds": seeds, "formats": FORMATS, "runs": results, "summary": summary}
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(out, indent=1))

@@ -16,7 +16,9 @@ SGD with momentum and the same number of steps, in each mode:
   MODE+FORMAT  the same with compressed communication: priority+bf16 (pushes and values in
             bf16), priority+fp16, priority+topk (pushes: the largest 1% per partition with
             error feedback; values in bf16), priority+onebit (signs and a scale, values in
-            bf16); ddp+fp16 (DDP with torch's own fp16_compress_hook)
+            bf16), priority+deltas (top-k both ways: pushes as priority+topk, values as
+            top-k deltas from the shard, 1% of each partition, with the shard's error
+            feedback; full values in bf16); ddp+fp16 (DDP with torch's own fp16_compress_hook)
 Each worker runs in its own network namespace, joined by a veth pair with `tc tbf` both ways to
 a hub namespace where the psched shards run (one psched-server process, 2 shards); DDP's
 workers reach each other through the hub (bench/torch_e2e_links.py). Without root the same runs
@@ -74,7 +76,9 @@ FIFO_SCHEDULER = "{policy: fifo, partition_bytes: 64MiB, credit_bytes: 1TiB}"
 COMPRESSION = {"bf16": "{push: bf16, pull: bf16}",
                "fp16": "{push: fp16, pull: fp16}",
                "topk": "{push: topk, pull: bf16, topk_fraction: 0.01}",
-               "onebit": "{push: onebit, pull: bf16}"}
+               "onebit": "{push: onebit, pull: bf16}",
+               "deltas": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.01, "
+                         "pull_full: bf16}"}
 DDP_HOOKS = ("fp16",)
 
 

@@ -83,9 +83,9 @@ kj::Promise<void> LinkTransport::attempt(Carried& carried) {
           carried.finish(error);
           return kj::READY_NOW;
         }
-        return link.recover(epoch).then(
-            [this, &carried] { return attempt(carried); },
-            [&carried](kj::Exception&& e) { carried.finish(from_kj_exception(e)); });
+        return link.recover(epoch, error.what())
+            .then([this, &carried] { return attempt(carried); },
+                  [&carried](kj::Exception&& e) { carried.finish(from_kj_exception(e)); });
       });
 }
 

@@ -196,7 +196,7 @@ kj::Promise<ShardLink::Registration> ShardLink::send_register(Connection& connec
   return not_connected();
 }
 
-kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
+kj::Promise<void> ShardLink::recover(uint64_t failed_epoch, std::string_view why) {
   if (failed_epoch < epoch_) return kj::READY_NOW;
   if (!open_)
     return error(ErrorCode::disconnected,
@@ -207,7 +207,8 @@ kj::Promise<void> ShardLink::recover(uint64_t failed_epoch) {
     }
   }
   recovering_now_ = true;
-  log_warn("worker {}: connection to shard {} lost, reconnecting", worker_.value, address_);
+  log_warn("worker {}: connection to shard {} lost{}, reconnecting", worker_.value, address_,
+           why.empty() ? std::string() : fmt::format(" ({})", why));
   kj::TimePoint deadline = policy_.timer->now() + policy_.timeout;
   recovering_ = connect_with_retries(deadline, policy_.first_delay, true)
                     .then(

@@ -80,7 +80,8 @@ class ShardLink {
   // happened. Concurrent callers share one attempt. Rejects with [disconnected] naming the
   // shard when it stays unreachable for the policy's timeout, or with the shard's error when
   // it refuses the worker (a wrong token, a variable it no longer knows).
-  kj::Promise<void> recover(uint64_t failed_epoch);
+  // `why`: what the call failed with, for the log.
+  kj::Promise<void> recover(uint64_t failed_epoch, std::string_view why = {});
   const std::string& address() const { return address_; }
   // Registers `part` of the variable; `initial` holds part.size() elements and is only read
   // while the call is built. Resolves with the shard's id for it.

@@ -31,6 +31,8 @@ DeltaReply ValueDeltas::answer(DType dtype, ElementRange range, std::span<const 
   if (p.changed) {
     publish(dtype, p, current, ask, body);
     if (ask.base + 1 == p.version) return {true, p.version};
+    // The oldest delta the worker lacked may have left the ring for the new one.
+    if (!answerable(p, ask.base)) return {false, p.version};
   }
   union_since(dtype, p, ask.base, body);
   return {true, p.version};

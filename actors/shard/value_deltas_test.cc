@@ -91,6 +91,24 @@ TEST_CASE("a worker a few versions behind gets the union; further behind, full v
   CHECK(copy == f.values);
 }
 
+TEST_CASE("a worker as far behind as the ring, when a new delta pushes its oldest out: full") {
+  Fixture f;
+  std::vector<float> fast(8), slow(8);
+  uint64_t vf = 0, vs = 0;
+  f.poll(fast, vf);
+  f.poll(slow, vs);
+  for (int i = 0; i < 2; ++i) {
+    f.update({1, 0, 0, 0, 0, 0, 0, float(i + 1)});
+    f.poll(fast, vf);
+  }
+  f.update({0, 5, 0, 0, 0, 0, 0, 0});  // the slow worker's poll publishes the third
+  CHECK_FALSE(f.poll(slow, vs));
+  CHECK(slow == f.values);
+  CHECK(vs == vf + 1);
+  CHECK(f.poll(fast, vf));
+  CHECK(fast == slow);
+}
+
 TEST_CASE("a poll for full values does not publish, and a range cut anew starts over") {
   Fixture f;
   std::vector<float> a(8);

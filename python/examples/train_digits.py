@@ -42,14 +42,21 @@ def main():
     parser.add_argument("--config", help="deployment file (default: $PSCHED_CONFIG)")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch", type=int, default=32, help="samples per step and worker")
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--optimizer", choices=("adam", "momentum"), default="adam",
+                        help="on the shards: adam, or SGD with momentum 0.9")
+    parser.add_argument("--lr", type=float, help="default: 3e-3 for adam, 0.05 for momentum")
     parser.add_argument("--seed", type=int, default=0, help="initial weights and batch order")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # small model; leave the cores to the other workers and shards
     torch.manual_seed(args.seed)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    model = psched.torch.DistributedModel(model, "adam", lr=args.lr, config=args.config)
+    if args.optimizer == "adam":
+        model = psched.torch.DistributedModel(model, "adam", lr=args.lr or 3e-3,
+                                              config=args.config)
+    else:
+        model = psched.torch.DistributedModel(model, "sgd", lr=args.lr or 0.05, momentum=0.9,
+                                              config=args.config)
     rank, workers = model.client.worker, model.client.deployment.workers
 
     x_train, y_train, x_test, y_test = split_digits()

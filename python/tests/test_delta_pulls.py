@@ -2,12 +2,18 @@
 """Delta pulls (compression pull: topk, actors/shard/value_deltas.h) through a real server, over
 both data paths: what a worker's copy holds after each poll, and what the shard counts."""
 import json
+import pathlib
+import subprocess
+import sys
+import threading
+import time
 import urllib.request
 
 import numpy as np
 
 import psched
 
+WORKER = pathlib.Path(__file__).resolve().parent / "delta_worker.py"
 N = 4096  # float64: 32 KiB, over both shards, 1 KiB partitions (128 elements)
 
 
@@ -108,3 +114,70 @@ def test_refresh_steps_and_a_warm_up_ask_for_full_values(start_server):
                 np.testing.assert_array_equal(w, truth)
         per_step = np.diff([0] + fulls) // (N // 128)
         assert list(per_step) == [0, 1, 0, 1, 0, 0, 0, 1]
+
+
+def test_processes_a_slow_worker_a_killed_worker_and_a_killed_shard_leave_no_copy_adrift(
+        start_server, tmp_path):
+    """3 worker processes (delta_worker.py), bounded mode: the slow one falls behind the ring
+    while the others race ahead (full values); worker 1 is SIGKILLed and restarted (it holds no
+    version: full values); the server is SIGKILLed and restarted from its checkpoint (no version
+    of the new incarnation: full values, then deltas again). After the drain, every worker's copy
+    equals the shard's values."""
+    server = start_server(mode="bounded", workers=3, optimizer="sgd", lr=0.05, checkpoint=True,
+                          reconnect_seconds=60, extra="staleness: 8\n",
+                          compression="{pull: topk, pull_fraction: 0.1, ring: 4, min_bytes: 0}")
+    partitions = 2 * 12  # 3000 float32 a shard in 1 KiB partitions
+    lines = {}
+
+    def spawn(worker, hold=None, sleep=0.0):
+        process = subprocess.Popen(
+            [sys.executable, str(WORKER), "--config", str(server.config), "--worker",
+             str(worker), "--steps", "40", "--drain", "24", "--out",
+             str(tmp_path / f"worker{worker}.npy"), "--sleep", str(sleep)] +
+            (["--hold", str(hold)] if hold else []),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines[worker] = []
+
+        def read(out=lines[worker]):
+            for line in process.stdout:
+                out.append(line)
+
+        threading.Thread(target=read, daemon=True).start()
+        return process
+
+    def reached(worker, step):
+        for _ in range(1200):
+            if f"worker {worker} step {step}\n" in lines[worker]:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"worker {worker} did not reach step {step}: {lines[worker]}\n"
+                             f"server:\n{''.join(server.log)}")
+
+    def full():
+        return sum(status(server, s)["delta_pulls"]["full"] for s in range(2))
+
+    started, go = tmp_path / "started", tmp_path / "go"
+    workers = {0: spawn(0, started), 1: spawn(1, started), 2: spawn(2, go, sleep=0.05)}
+    for worker in workers:
+        reached(worker, 1)  # each holds after its first step, its first values in hand
+    started.touch()
+    reached(0, 9)  # the slow worker still holds: the others are 8 steps (16 deltas) ahead
+    reached(1, 9)
+    go.touch()
+    reached(2, 3)
+    assert full() > 3 * partitions  # beyond each worker's first poll: the slow one's
+    workers[1].kill()
+    workers[1].wait()
+    workers[1] = spawn(1)
+    reached(1, 20)
+    assert "worker 1 starts at step 1\n" not in lines[1]  # it rejoined the job where it was
+    reached(2, 24)
+    server.restart()
+    for worker, process in workers.items():
+        assert process.wait(timeout=100) == 0, "".join(lines[worker])
+    counted = [status(server, s)["delta_pulls"] for s in range(2)]
+    assert sum(c["deltas"] for c in counted) > 0  # the new incarnation served deltas
+    for worker in workers:
+        copy, values = np.load(tmp_path / f"worker{worker}.npy")
+        np.testing.assert_array_equal(copy, values)
+        assert np.count_nonzero(values) > len(values) // 2
