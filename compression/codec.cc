@@ -473,6 +473,29 @@ void decode(WireFormat format, DType dtype, std::span<const std::byte> body,
   });
 }
 
+bool decodes_finite(WireFormat format, DType dtype, std::span<const std::byte> body) {
+  auto halves_finite = [&](uint16_t exponent) {
+    for (size_t i = 0; i + 1 < body.size(); i += 2)
+      if ((load<uint16_t>(body.data() + i) & exponent) == exponent) return false;
+    return true;
+  };
+  switch (format) {
+    case WireFormat::none:
+      return all_finite(dtype, body);
+    case WireFormat::bf16:
+      return halves_finite(0x7F80);
+    case WireFormat::fp16:
+      return halves_finite(0x7C00);
+    case WireFormat::topk: {
+      const uint64_t k = load<uint32_t>(body.data() + 4);
+      return all_finite(dtype, body.subspan(8 + 4 * k));
+    }
+    case WireFormat::onebit:
+      return all_finite(dtype, body.subspan(4, element_bytes(dtype)));
+  }
+  return false;
+}
+
 bool all_finite(DType dtype, std::span<const std::byte> values) {
   return visit_dtype(dtype, [&]<typename T>(T) {
     std::span<const T> v = typed<T>(values);

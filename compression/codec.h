@@ -78,5 +78,9 @@ void decode(WireFormat format, DType dtype, std::span<const std::byte> body,
 
 // Whether every element of `values` is finite (neither infinite nor NaN).
 bool all_finite(DType dtype, std::span<const std::byte> values);
+// Whether `body` (in `format`, one that passed decoded_elements()) decodes to finite elements
+// only, read from the body itself: a topk body's values, a onebit body's scale, each 16-bit
+// value's exponent (not all ones), the elements of a plain one.
+bool decodes_finite(WireFormat format, DType dtype, std::span<const std::byte> body);
 
 }  // namespace psched

@@ -356,6 +356,24 @@ TEST_CASE("a malformed body is refused naming what is wrong") {
   refused(WireFormat::none, std::vector<std::byte>(6), "not whole float32 elements");
 }
 
+TEST_CASE("decodes_finite reads from the body what decoding would find") {
+  std::mt19937 random(3);
+  std::uniform_int_distribution<int> pick(0, 7);
+  for (WireFormat format : kWireFormats) {
+    for (float bad : {INFINITY, -INFINITY, NAN, 1e30f}) {
+      if (format == WireFormat::topk && std::isnan(bad)) continue;  // selects no order of NaN
+      std::vector<float> values = {1, -2, 3, 0.5, 7, -1, 2, 4};
+      values[static_cast<size_t>(pick(random))] = bad;
+      auto body = encoded(format, values, {.count = 8});
+      std::vector<float> out = decoded<float>(format, body);
+      CAPTURE(to_string(format));
+      CAPTURE(bad);
+      CHECK(decodes_finite(format, DType::float32, body) ==
+            all_finite(DType::float32, bytes_of(out)));
+    }
+  }
+}
+
 TEST_CASE("all_finite finds an infinity or a NaN anywhere") {
   CHECK(all_finite(DType::float32, bytes_of(std::vector<float>{1, 2, 3})));
   CHECK_FALSE(all_finite(DType::float32, bytes_of(std::vector<float>{1, INFINITY, 3})));

@@ -100,13 +100,13 @@ std::shared_ptr<AlignedBuffer> DataPlane::widen(const Request& r) const {
          "push to variable id {} rejected: its {} body decodes to {} bytes, over the message "
          "limit of {} bytes (limits.max_message_bytes)",
          r.variable, to_string(r.format), bytes, limits().max_message_bytes);
-  auto widened = endpoint_.receive_buffers->take(bytes);
-  decode(r.format, r.dtype, r.gradient, widened->bytes());
-  if (!all_finite(r.dtype, widened->bytes()))
+  if (!decodes_finite(r.format, r.dtype, r.gradient))
     fail(ErrorCode::invalid_argument,
          "push to variable id {} step {} rejected: its {} gradient decodes to an infinity or a "
          "NaN (nothing applied)",
          r.variable, r.step, to_string(r.format));
+  auto widened = endpoint_.receive_buffers->take(bytes);
+  decode(r.format, r.dtype, r.gradient, widened->bytes());
   return widened;
 }
 
