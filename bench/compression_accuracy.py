@@ -22,6 +22,8 @@ Formats (the deployment's compression: section, min_bytes 0 so every tensor is c
   deltas   top-k both ways: pushes as topk, values as top-k deltas from the shard (1% of each
            partition, the rest kept on the shard), full values at full width
   deltas_bf16  the same with full values in bf16 (for a worker without a version)
+  deltas10  pushes top-k 1%, values as deltas of 10%
+  deltas_refresh  top-k 1% both ways, and full values in bf16 every 10 steps
 Prints, per task and format, the final test accuracy (median and range over the seeds) and its
 difference from `none` of the same seed, in points.
 """
@@ -57,7 +59,11 @@ FORMATS = {"none": "{push: none, pull: none}",
            "deltas": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.01, "
                      "min_bytes: 0}",
            "deltas_bf16": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.01, "
-                          "pull_full: bf16, min_bytes: 0}"}
+                          "pull_full: bf16, min_bytes: 0}",
+           "deltas10": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.1, "
+                       "min_bytes: 0}",
+           "deltas_refresh": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.01, "
+                             "refresh_steps: 10, pull_full: bf16, min_bytes: 0}"}
 
 
 def start_server(args, config):

@@ -96,7 +96,7 @@ struct Compression {
   double pull_fraction = 0.01;
   // pull: topk. The deltas a shard keeps per partition: a worker this many versions behind is
   // sent their union, one further behind full values.
-  uint32_t ring = 4;
+  uint16_t ring = 4;
   // pull: topk. Every this many steps the worker asks for full values (0: only when it must).
   uint64_t refresh_steps = 0;
   // pull: topk. Full values travel in this (none, bf16 or fp16).

@@ -376,7 +376,7 @@ Compression parse_compression(const ConfigNode& node) {
   if (auto f = map.find("pull")) out.pull = read_choice(*f, kPullFormats);
   if (auto f = map.find("topk_fraction")) out.topk.fraction = read_fraction(*f);
   if (auto f = map.find("pull_fraction")) out.pull_fraction = read_fraction(*f);
-  if (auto f = map.find("ring")) out.ring = static_cast<uint32_t>(read_integer(*f, 1, 1 << 16));
+  if (auto f = map.find("ring")) out.ring = static_cast<uint16_t>(read_integer(*f, 1, UINT16_MAX));
   if (auto f = map.find("refresh_steps")) out.refresh_steps = read_integer(*f, 0, UINT64_MAX);
   if (auto f = map.find("pull_full")) out.pull_full = read_choice(*f, kValueFormats);
   if (auto f = map.find("topk_count")) out.topk.count = read_integer(*f, 1, UINT32_MAX);

@@ -95,6 +95,7 @@ kj::Promise<Landed> DataChannel::send(wire::RequestKind kind, const PartitionReq
     header.base_version = part.delta.base();
     header.delta_count = part.delta.count;
     header.delta_ring = part.delta.ring;
+    header.delta_refresh = part.delta.refresh;
   }
   auto answered = kj::newPromiseAndFulfiller<Landed>();
   waiting_.emplace(header.id, Waiting{kj::mv(answered.fulfiller), kind, part.landing()});

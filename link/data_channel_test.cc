@@ -157,11 +157,12 @@ TEST_CASE("a delta poll says the version it holds; a delta writes its elements, 
   polled.wait(f.scope);
   CHECK(out == current);
   CHECK(version == 42);
-  // A refresh asks as if it held none; full values land whole.
+  // A refresh says so, with its version; full values land whole.
   part.delta.refresh = true;
   auto refreshed = f.channel->poll(part);
   request = f.read_request();
-  CHECK(request.base_version == 0);
+  CHECK(request.base_version == 42);
+  CHECK(request.delta_refresh);
   std::vector<float> full{5, 6, 7, 8};
   f.answer({.kind = wire::AnswerKind::VALUE, .id = request.id, .version = 50}, bytes_of(full));
   refreshed.wait(f.scope);

@@ -38,6 +38,7 @@ void fill_delta(Params params, const DeltaPoll& delta) {
   params.setBaseVersion(delta.base());
   params.setDeltaCount(delta.count);
   params.setDeltaRing(delta.ring);
+  params.setDeltaRefresh(delta.refresh);
 }
 
 // Sets a push's (or pushPoll's) fields. `gradient` becomes a segment of the message when it

@@ -40,6 +40,7 @@ FrameHeaderBytes encode(const RequestHeader& request) {
   put(out, 40, request.base_version);
   put(out, 48, request.delta_count);
   put(out, 52, request.delta_ring);
+  put(out, 54, static_cast<uint8_t>(request.delta_refresh ? 1 : 0));
   return out;
 }
 
@@ -83,7 +84,8 @@ std::optional<RequestHeader> decode_request(const FrameHeaderBytes& bytes, std::
                     .value_format = static_cast<WireFormat>(get<uint8_t>(bytes, 3)),
                     .base_version = get<uint64_t>(bytes, 40),
                     .delta_count = get<uint32_t>(bytes, 48),
-                    .delta_ring = get<uint32_t>(bytes, 52)};
+                    .delta_ring = get<uint16_t>(bytes, 52),
+                    .delta_refresh = get<uint8_t>(bytes, 54) != 0};
   uint64_t size = get<uint64_t>(bytes, 32);
   if (out.kind == wire::RequestKind::POLL)
     out.count = size;

@@ -35,7 +35,8 @@ struct RequestHeader {
   // poll, push_poll: a delta poll's (delta_count > 0) version held and what it asks for.
   uint64_t base_version = 0;
   uint32_t delta_count = 0;
-  uint32_t delta_ring = 0;
+  uint16_t delta_ring = 0;
+  bool delta_refresh = false;
 };
 
 struct AnswerHeader {

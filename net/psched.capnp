@@ -112,7 +112,8 @@ interface Session {
   # an infinity or a NaN, is refused ([invalid_argument]) and changes nothing.
 
   poll @2 (variable :UInt32, step :UInt64, offset :UInt64, count :UInt64,
-           valueFormat :WireFormat, baseVersion :UInt64, deltaCount :UInt32, deltaRing :UInt32)
+           valueFormat :WireFormat, baseVersion :UInt64, deltaCount :UInt32, deltaRing :UInt16,
+           deltaRefresh :Bool)
       -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, format :WireFormat,
           version :UInt64);
   # The fresh value of [offset, offset+count) once `step`'s update of that range is applied:
@@ -125,7 +126,9 @@ interface Session {
   # values and optimizer state at full width).
   # Delta polls (deltaCount > 0; actors/shard/value_deltas.h): the worker holds version
   # baseVersion of the range (0: none) and asks for what changed since, at most deltaCount
-  # elements a new delta, the shard keeping the newest deltaRing. The answer's `format` is topk
+  # elements a new delta, the shard keeping the newest deltaRing; deltaRefresh asks the shard to
+  # publish the range's values whole (the first such poll of a version does), and to answer with
+  # them. The answer's `format` is topk
   # when `value` is a delta (compression/codec.h: encode_delta; indices and new values), else
   # valueFormat (the full values); `version` is what the worker holds once it has applied it.
   # Other polls are answered in valueFormat, with version 0.
@@ -143,7 +146,7 @@ interface Session {
 
   pushPoll @6 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data,
                format :WireFormat, valueFormat :WireFormat, baseVersion :UInt64,
-               deltaCount :UInt32, deltaRing :UInt32)
+               deltaCount :UInt32, deltaRing :UInt16, deltaRefresh :Bool)
       -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, format :WireFormat,
           version :UInt64);
   # push, then poll of the same range, in one call: async mode's whole round trip in half the
@@ -208,7 +211,8 @@ interface Session {
 #   32  UInt64  bodyBytes (push, pushPoll, pushRows, pullRows) or count (poll: elements)
 #   40  UInt64  baseVersion (poll, pushPoll) 40  UInt64  version (value)
 #   48  UInt32  deltaCount (poll, pushPoll)
-#   52  UInt32  deltaRing (poll, pushPoll)
+#   52  UInt16  deltaRing (poll, pushPoll)
+#   54  UInt8   1: deltaRefresh (poll, pushPoll)
 #
 # Other bytes are zero. Fields mean what Session's parameters of the same names do (the body's
 # WireFormat is push's `format`, the value's poll's `valueFormat`; a value answer's body is in

@@ -130,7 +130,10 @@ bool DataPlane::answer_delta(Answer& answer) {
   const DeltaReply reply = endpoint_.shard.answer_delta(answer.delta->variable, answer.delta->range,
                                                         answer.value, answer.delta->ask, *body);
   answer.version = reply.version;
-  if (!reply.delta) return false;
+  if (!reply.delta) {
+    answer.value = reply.full;  // P whole: what the worker's later deltas start from
+    return false;
+  }
   answer.format = WireFormat::topk;
   answer.value = *body;
   answer.narrowed = std::move(body);

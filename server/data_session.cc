@@ -12,7 +12,7 @@ std::span<const std::byte> bytes_of(const std::string& text) {
 }
 
 DeltaAsk delta_ask(const RequestHeader& r) {
-  return {r.base_version, r.delta_count, r.delta_ring};
+  return {r.base_version, r.delta_count, r.delta_ring, r.delta_refresh};
 }
 
 }  // namespace

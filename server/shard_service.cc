@@ -49,7 +49,8 @@ void put_answer(Results results, const Answer& answer) {
 // A poll's or pushPoll's delta fields (actors/shard/value_deltas.h).
 template <typename Fields>
 DeltaAsk delta_ask(Fields fields) {
-  return {fields.getBaseVersion(), fields.getDeltaCount(), fields.getDeltaRing()};
+  return {fields.getBaseVersion(), fields.getDeltaCount(), fields.getDeltaRing(),
+          fields.getDeltaRefresh()};
 }
 
 // A push's or pushPoll's fields as a request to the plane; a dtype not on the wire makes it one

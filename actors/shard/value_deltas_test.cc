@@ -23,15 +23,18 @@ struct Fixture {
     for (size_t i = 0; i < values.size(); ++i) values[i] += by[i];
     deltas.changed(range);
   }
-  // A worker holding `copy` at `version` polls, sending at most `count` and keeping `ring`;
-  // applies the answer. Returns whether it was a delta.
-  bool poll(std::vector<float>& copy, uint64_t& version, uint32_t count = 2, uint32_t ring = 2) {
+  // A worker holding `copy` at `version` polls, sending at most `count` and keeping `ring`
+  // (a refresh: `refresh`); applies the answer. Returns whether it was a delta.
+  bool poll(std::vector<float>& copy, uint64_t& version, uint32_t count = 2, uint32_t ring = 2,
+            bool refresh = false) {
     DeltaReply reply = deltas.answer(DType::float32, range, std::as_bytes(std::span(values)),
-                                     {version, count, ring}, body);
-    if (reply.delta)
+                                     {version, count, static_cast<uint16_t>(ring), refresh}, body);
+    if (reply.delta) {
       apply_delta(DType::float32, body, std::as_writable_bytes(std::span(copy)));
-    else
-      copy = values;
+    } else {
+      REQUIRE(reply.full.size() == copy.size() * sizeof(float));
+      std::memcpy(copy.data(), reply.full.data(), reply.full.size());
+    }
     version = reply.version;
     return reply.delta;
   }
@@ -80,15 +83,15 @@ TEST_CASE("a worker a few versions behind gets the union; further behind, full v
     f.update({0, 0, 0, 0, float(i + 1), 0, 0, 0});
     f.poll(fast, vf);
   }
-  CHECK_FALSE(f.poll(slow, vs));  // three behind: full values
-  CHECK(slow == f.values);
+  CHECK_FALSE(f.poll(slow, vs));  // three behind: P whole, the copy every follower holds
+  CHECK(slow == fast);
   CHECK(vs == vf);
   // A version that was never this shard's (an earlier incarnation's, a made-up one) gets full
   // values too.
   uint64_t stranger = 12345;
   std::vector<float> copy(8, 7.f);
   CHECK_FALSE(f.poll(copy, stranger));
-  CHECK(copy == f.values);
+  CHECK(copy == fast);
 }
 
 TEST_CASE("a worker as far behind as the ring, when a new delta pushes its oldest out: full") {
@@ -103,10 +106,34 @@ TEST_CASE("a worker as far behind as the ring, when a new delta pushes its oldes
   }
   f.update({0, 5, 0, 0, 0, 0, 0, 0});  // the slow worker's poll publishes the third
   CHECK_FALSE(f.poll(slow, vs));
-  CHECK(slow == f.values);
   CHECK(vs == vf + 1);
   CHECK(f.poll(fast, vf));
   CHECK(fast == slow);
+}
+
+TEST_CASE("a refresh publishes the values whole: what was owed goes to every worker") {
+  Fixture f;
+  std::vector<float> a(8), b(8), late(8);
+  uint64_t va = 0, vb = 0, vl = 0;
+  f.poll(a, va);
+  f.poll(b, vb);
+  f.poll(late, vl);
+  f.update({1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(f.poll(a, va, 1));  // the 8: the rest is owed
+  CHECK(f.poll(b, vb, 1));
+  f.update({1, 1, 1, 1, 1, 1, 1, 1});
+  CHECK_FALSE(f.poll(a, va, 1, 2, true));  // publishes V whole
+  CHECK(a == f.values);
+  const uint64_t refreshed = va;
+  CHECK_FALSE(f.poll(b, vb, 1, 2, true));  // the same step's refresh: the same version
+  CHECK(vb == refreshed);
+  CHECK(b == f.values);
+  CHECK_FALSE(f.poll(late, vl));  // behind a whole version: whole
+  CHECK(late == f.values);
+  // Nothing is owed now: the next change goes out as it is.
+  f.update({0, 0, 0, 0, 0, 0, 0, -1});
+  CHECK(f.poll(a, va, 1));
+  CHECK(a == f.values);
 }
 
 TEST_CASE("a poll for full values does not publish, and a range cut anew starts over") {

@@ -33,11 +33,11 @@ struct DeltaPoll {
   // Owner: the GradientPusher, alive while the worker is. Null: not a delta poll.
   uint64_t* version = nullptr;
   uint32_t count = 0;    // the most elements a new delta sends
-  uint32_t ring = 0;     // the deltas the shard keeps
-  bool refresh = false;  // ask for full values this time (as if holding none)
+  uint16_t ring = 0;     // the deltas the shard keeps
+  bool refresh = false;  // ask the shard to publish its values whole, and take them
 
   // The version the request says the worker holds, read as it is sent.
-  uint64_t base() const { return version == nullptr || refresh ? 0 : *version; }
+  uint64_t base() const { return version == nullptr ? 0 : *version; }
 };
 
 // Where a partition's fresh value lands and the form it travels in: what a path keeps of a

@@ -74,8 +74,9 @@ def test_a_worker_behind_the_ring_or_new_gets_full_values_then_deltas(start_serv
     server = start_server(mode="async", workers=2, optimizer="sgd", lr=1.0)
     with connect(server, 0) as fast, connect(server, 1) as slow:
         a, b = np.zeros(N), np.zeros(N)
-        fast.register("w", a, compression=deltas(ring=2))
-        slow.register("w", b, compression=deltas(ring=2))
+        # Deltas of every change (fraction 1): P is V after each, so copies compare with V.
+        fast.register("w", a, compression=deltas(fraction=1.0, ring=2))
+        slow.register("w", b, compression=deltas(fraction=1.0, ring=2))
         for n in range(1, 6):  # the slow worker polls at step 1 and 6 only
             fast.push("w", n, np.full(N, -1.0))
             fast.wait("w", n)
@@ -92,7 +93,7 @@ def test_a_worker_behind_the_ring_or_new_gets_full_values_then_deltas(start_serv
         # A restarted worker holds no version: full values first, then deltas.
     with connect(server, 1) as again:
         c = np.full(N, 99.0)
-        again.register("w", c, compression=deltas(ring=2))
+        again.register("w", c, compression=deltas(fraction=1.0, ring=2))
         again.push("w", again.start_step, np.zeros(N))
         again.wait("w", again.start_step)
         np.testing.assert_array_equal(c, a)
