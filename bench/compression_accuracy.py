@@ -24,6 +24,9 @@ Formats (the deployment's compression: section, min_bytes 0 so every tensor is c
   deltas_bf16  the same with full values in bf16 (for a worker without a version)
   deltas10  pushes top-k 1%, values as deltas of 10%
   deltas_refresh  top-k 1% both ways, and full values in bf16 every 10 steps
+  deltas_refresh_full  the same with full values at full width
+  deltas2  pushes top-k 1%, values as deltas of 2%
+  deltas_warmup  top-k 1% both ways after 110 steps of full width both ways
 Prints, per task and format, the final test accuracy (median and range over the seeds) and its
 difference from `none` of the same seed, in points.
 """
@@ -63,7 +66,13 @@ FORMATS = {"none": "{push: none, pull: none}",
            "deltas10": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.1, "
                        "min_bytes: 0}",
            "deltas_refresh": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.01, "
-                             "refresh_steps: 10, pull_full: bf16, min_bytes: 0}"}
+                             "refresh_steps: 10, pull_full: bf16, min_bytes: 0}",
+           "deltas_refresh_full": "{push: topk, pull: topk, topk_fraction: 0.01, "
+                                  "pull_fraction: 0.01, refresh_steps: 10, min_bytes: 0}",
+           "deltas2": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.02, "
+                      "min_bytes: 0}",
+           "deltas_warmup": "{push: topk, pull: topk, topk_fraction: 0.01, pull_fraction: 0.01, "
+                            "warmup_steps: 110, min_bytes: 0}"}
 
 
 def start_server(args, config):

@@ -165,13 +165,15 @@ Compression make_compression(const std::string& push, const std::string& pull, d
                              uint64_t topk_count, uint64_t min_bytes, uint64_t warmup_steps,
                              double pull_fraction, uint32_t ring, uint64_t refresh_steps,
                              const std::string& pull_full) {
+  if (ring > UINT16_MAX)
+    fail(ErrorCode::invalid_argument, "compression: ring {} is over {}", ring, UINT16_MAX);
   Compression out{.push = wire_format(push, any_format, "push"),
                   .pull = wire_format(pull, pulled, "pull"),
                   .topk = {.fraction = topk_fraction, .count = topk_count},
                   .min_bytes = min_bytes,
                   .warmup_steps = warmup_steps,
                   .pull_fraction = pull_fraction,
-                  .ring = ring,
+                  .ring = static_cast<uint16_t>(ring),
                   .refresh_steps = refresh_steps,
                   .pull_full = wire_format(pull_full, carries_values, "value")};
   check(out);
