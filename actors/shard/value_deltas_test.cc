@@ -38,6 +38,11 @@ struct Fixture {
     version = reply.version;
     return reply.delta;
   }
+  // Two workers start: each one's first poll, full values.
+  void start(std::vector<float>& a, uint64_t& va, std::vector<float>& b, uint64_t& vb) {
+    CHECK_FALSE(poll(a, va));
+    CHECK_FALSE(poll(b, vb));
+  }
 };
 
 TEST_CASE("workers that poll the same version get the same delta, and what is left follows") {
@@ -70,8 +75,7 @@ TEST_CASE("a worker a few versions behind gets the union; further behind, full v
   Fixture f;
   std::vector<float> fast(8), slow(8);
   uint64_t vf = 0, vs = 0;
-  f.poll(fast, vf);
-  f.poll(slow, vs);
+  f.start(fast, vf, slow, vs);
   f.update({1, 2, 0, 0, 0, 0, 0, 0});
   f.poll(fast, vf);
   f.update({0, 0, 3, 4, 0, 0, 0, 0});
@@ -98,8 +102,7 @@ TEST_CASE("a worker as far behind as the ring, when a new delta pushes its oldes
   Fixture f;
   std::vector<float> fast(8), slow(8);
   uint64_t vf = 0, vs = 0;
-  f.poll(fast, vf);
-  f.poll(slow, vs);
+  f.start(fast, vf, slow, vs);
   for (int i = 0; i < 2; ++i) {
     f.update({1, 0, 0, 0, 0, 0, 0, float(i + 1)});
     f.poll(fast, vf);
