@@ -160,7 +160,10 @@ kj::Promise<void> Worker::pull(VariableHandle handle, Step after) {
                          n = r.size() * bytes, after] { return link.pull(id, r, out, n, after); }));
     }
   }
-  return kj::joinPromises(answers.releaseAsArray());
+  // The memory now holds the shard's values, not the copy delta pulls left there.
+  return kj::joinPromises(answers.releaseAsArray()).then([this, handle] {
+    pusher_.forget_versions(handle);
+  });
 }
 
 void Worker::push(VariableHandle handle, Step step, std::span<const std::byte> gradient,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/kj_error.h"
+#include "compression/codec.h"
 #include "net/rpc_connection.h"
 
 namespace psched {
@@ -175,13 +176,16 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_value(const AnswerHeader& answer)
   const Waiting& waiting = it->second;
   const Landing& landing = waiting.landing;
   const bool delta = answer.format == WireFormat::topk;
-  const size_t expected = waiting.kind == wire::RequestKind::PUSH ? 0 : landing.wire_bytes();
+  const size_t expected = waiting.kind == wire::RequestKind::PUSH ? 0
+                          : delta ? encoded_bytes(WireFormat::topk, landing.dtype, landing.elements)
+                                  : landing.wire_bytes();  // a delta: at most every element
   std::optional<Error> wrong;
   if (waiting.kind != wire::RequestKind::PUSH && !landing.takes(answer.format))
     wrong = Error(ErrorCode::invalid_argument,
                   fmt::format("shard answered in {} where {} was asked for",
                               to_string(answer.format), to_string(landing.format)));
-  else if (waiting.kind == wire::RequestKind::PUSH || (!delta && expected != answer.body_bytes))
+  else if (waiting.kind == wire::RequestKind::PUSH ||
+           (delta ? answer.body_bytes > expected : answer.body_bytes != expected))
     wrong = Error(
         ErrorCode::shape_mismatch,
         fmt::format("shard answered {} bytes where {} were expected", answer.body_bytes, expected));

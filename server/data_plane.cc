@@ -131,7 +131,12 @@ bool DataPlane::answer_delta(Answer& answer) {
                                                         answer.value, answer.delta->ask, *body);
   answer.version = reply.version;
   if (!reply.delta) {
-    answer.value = reply.full;  // P whole: what the worker's later deltas start from
+    if (reply.full.empty()) return false;  // no such variable here: the values as they are
+    // P whole, what the worker's later deltas start from, copied: P changes with the next
+    // delta, and the range's copy goes when workers cut it anew, before the answer is written.
+    auto whole = std::make_shared<std::vector<std::byte>>(reply.full.begin(), reply.full.end());
+    answer.value = *whole;
+    answer.narrowed = std::move(whole);
     return false;
   }
   answer.format = WireFormat::topk;

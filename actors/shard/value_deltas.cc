@@ -18,8 +18,8 @@ bool overlap(ElementRange a, ElementRange b) {
 }  // namespace
 
 void ValueDeltas::changed(ElementRange range) {
-  for (Published& p : ranges_)
-    if (overlap(p.range, range)) p.changed = true;
+  for (const auto& p : ranges_)
+    if (overlap(p->range, range)) p->changed = true;
 }
 
 DeltaReply ValueDeltas::answer(DType dtype, ElementRange range, std::span<const std::byte> current,
@@ -47,12 +47,12 @@ DeltaReply ValueDeltas::answer(DType dtype, ElementRange range, std::span<const 
 ValueDeltas::Published& ValueDeltas::find_or_start(ElementRange range,
                                                    std::span<const std::byte> current,
                                                    bool& started) {
-  for (Published& p : ranges_)
-    if (p.range == range) return p;
-  std::erase_if(ranges_, [&](const Published& p) { return overlap(p.range, range); });
+  for (const auto& p : ranges_)
+    if (p->range == range) return *p;
+  std::erase_if(ranges_, [&](const auto& p) { return overlap(p->range, range); });
   started = true;
   const auto now = static_cast<uint64_t>(wall_clock_ns());
-  Published& p = ranges_.emplace_back();
+  Published& p = *ranges_.emplace_back(std::make_unique<Published>());
   p.range = range;
   p.copy.assign(current.begin(), current.end());
   p.first = p.version = std::max<uint64_t>(now, 1);
@@ -102,9 +102,9 @@ void ValueDeltas::union_since(DType dtype, const Published& p, uint64_t base,
 
 uint64_t ValueDeltas::bytes() const {
   uint64_t total = 0;
-  for (const Published& p : ranges_) {
-    total += p.copy.size();
-    for (const Version& v : p.ring) total += v.indices.size() * sizeof(uint32_t);
+  for (const auto& p : ranges_) {
+    total += p->copy.size();
+    for (const Version& v : p->ring) total += v.indices.size() * sizeof(uint32_t);
   }
   return total;
 }

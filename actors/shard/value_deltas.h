@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -52,7 +53,8 @@ struct DeltaAsk {
 struct DeltaReply {
   bool delta = false;    // a delta body; else the full values
   uint64_t version = 0;  // the worker holds it once the answer is applied
-  // Full values: P, the published copy (valid until the next call; changed by later deltas).
+  // Full values: P, the published copy (valid until the next call; changed by later deltas:
+  // copy it to send it).
   std::span<const std::byte> full{};
 };
 
@@ -105,7 +107,7 @@ class ValueDeltas {
   static void union_since(DType dtype, const Published& p, uint64_t base,
                           std::vector<std::byte>& body);
 
-  std::vector<Published> ranges_;
+  std::vector<std::unique_ptr<Published>> ranges_;
   uint64_t published_ = 0;
 };
 

@@ -33,9 +33,9 @@ void GradientPusher::add_variable(VariableHandle handle, VariablePlan plan) {
   check_parts(plan);
   dispatch([this, handle, plan = std::move(plan)]() mutable {
     residuals_.erase(handle);  // what error feedback held back belongs to the plan replaced
-    for (auto& [range, version] : versions_[handle]) version = 0;  // the memory may be another
     variables_.insert_or_assign(handle, std::move(plan));
   });
+  forget_versions(handle);  // the memory may be another
 }
 
 void GradientPusher::push(VariableHandle handle, Step step, std::span<const std::byte> gradient,
@@ -118,6 +118,12 @@ void GradientPusher::ask_delta(VariableHandle handle, const VariablePlan& plan, 
                    .count = static_cast<uint32_t>(c.delta_count(request.range.size())),
                    .ring = c.ring,
                    .refresh = c.refresh_at(step.value)};
+}
+
+void GradientPusher::forget_versions(VariableHandle handle) {
+  dispatch([this, handle] {
+    for (auto& [range, version] : versions_[handle]) version = 0;
+  });
 }
 
 void GradientPusher::set_partition_bytes(uint64_t bytes) {

@@ -66,6 +66,9 @@ class GradientPusher : public Actor {
   // runs. An unregistered handle fails
   // with Error(unknown_variable); a variable of 0 elements completes at once.
   void push(VariableHandle handle, Step step, std::span<const std::byte> gradient, PushDone done);
+  // The variable's memory no longer holds what delta pulls left there (a pull overwrote it):
+  // its next polls ask for the values whole.
+  void forget_versions(VariableHandle handle);
   // Changes the partition size for pushes from now on.
   void set_partition_bytes(uint64_t bytes);
   // Tunes partition_bytes and the scheduler's credit from now on (actors/worker/autotuner.h),

@@ -182,3 +182,33 @@ def test_processes_a_slow_worker_a_killed_worker_and_a_killed_shard_leave_no_cop
         copy, values = np.load(tmp_path / f"worker{worker}.npy")
         np.testing.assert_array_equal(copy, values)
         assert np.count_nonzero(values) > len(values) // 2
+
+
+def test_large_partitions_values_arrive_whole_and_a_pull_starts_the_deltas_over(start_server):
+    """Partitions of 256 KiB: a worker's first answers are the published copies whole, which the
+    shard sends from memory of their own (the copies change with the next delta). A pull
+    overwrites the memory with the shard's values: the next poll asks for the values whole."""
+    server = start_server(mode="sync", workers=2, optimizer="sgd", lr=1.0)
+    n = 1 << 20  # float32: 4 MiB, 8 partitions a shard
+    clients = [psched.connect(server.config, w, partition_bytes=256 << 10) for w in range(2)]
+    copies = [np.zeros(n, dtype=np.float32) for _ in range(2)]
+    for client, copy in zip(clients, copies):
+        client.register("w", copy, compression=deltas(fraction=0.5))
+    rng = np.random.default_rng(5)
+    for s in range(1, 4):
+        g = rng.standard_normal(n).astype(np.float32)
+        step(clients, copies, s, [g, g])
+        np.testing.assert_array_equal(copies[0], copies[1])
+    partitions = 16
+
+    def full():
+        return sum(status(server, s)["delta_pulls"]["full"] for s in range(2))
+
+    assert full() == 2 * partitions  # each worker's first poll
+    clients[1].pull("w")
+    zero = np.zeros(n, dtype=np.float32)
+    step(clients, copies, 4, [zero, zero])
+    assert full() == 3 * partitions  # worker 1's memory held the values: whole again
+    np.testing.assert_array_equal(copies[0], copies[1])
+    for client in clients:
+        client.close()
