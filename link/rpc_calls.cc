@@ -15,18 +15,12 @@ kj::Promise<Landed> take_value(capnp::Data::Reader value, int64_t applied_at_ns,
   return Landed{applied_at_ns};
 }
 
-// A poll's or pushPoll's answer: full values or a delta, and its version.
+// A poll's or pushPoll's answer: the range whole or a delta, and its version.
 template <typename Results>
 kj::Promise<Landed> take_answer(Results r, const Landing& landing) {
   const capnp::Data::Reader value = r.getValue();
-  Result<> landed = [&]() -> Result<> {
-    try {
-      return landing.land({reinterpret_cast<const std::byte*>(value.begin()), value.size()},
-                          from_wire(r.getFormat()), r.getVersion());
-    } catch (const Error& e) {  // a format not on the wire
-      return e;
-    }
-  }();
+  Result<> landed = landing.land({reinterpret_cast<const std::byte*>(value.begin()), value.size()},
+                                 r.getDelta() ? WireFormat::topk : landing.format, r.getVersion());
   if (!landed) return to_kj_exception(landed.error());
   return Landed{r.getAppliedAtNs()};
 }

@@ -50,7 +50,7 @@ class RecordingSession final : public wire::Session::Server {
   std::optional<Error> refusal;  // every call is refused with it when set
   std::vector<std::byte> value;  // what poll and pushPoll answer
   int64_t applied_at_ns = 0;
-  std::optional<WireFormat> format;  // of the answer: else the one asked for
+  std::optional<WireFormat> format;  // topk: the answer is a delta
   uint64_t version = 0;
 
  protected:
@@ -98,7 +98,7 @@ class RecordingSession final : public wire::Session::Server {
         capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
     results.setAppliedStep(1);
     results.setAppliedAtNs(applied_at_ns);
-    results.setFormat(to_wire(format.value_or(calls.back().value_format)));
+    results.setDelta(format == WireFormat::topk);
     results.setVersion(version);
     return kj::READY_NOW;
   }

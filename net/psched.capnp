@@ -114,7 +114,7 @@ interface Session {
   poll @2 (variable :UInt32, step :UInt64, offset :UInt64, count :UInt64,
            valueFormat :WireFormat, baseVersion :UInt64, deltaCount :UInt32, deltaRing :UInt16,
            deltaRefresh :Bool)
-      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, format :WireFormat,
+      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, delta :Bool,
           version :UInt64);
   # The fresh value of [offset, offset+count) once `step`'s update of that range is applied:
   # this worker's own update in async mode, the aggregate of all workers in sync mode.
@@ -128,10 +128,10 @@ interface Session {
   # baseVersion of the range (0: none) and asks for what changed since, at most deltaCount
   # elements a new delta, the shard keeping the newest deltaRing; deltaRefresh asks the shard to
   # publish the range's values whole (the first such poll of a version does), and to answer with
-  # them. The answer's `format` is topk
-  # when `value` is a delta (compression/codec.h: encode_delta; indices and new values), else
-  # valueFormat (the full values); `version` is what the worker holds once it has applied it.
-  # Other polls are answered in valueFormat, with version 0.
+  # them. The answer's `delta` is true when `value` is a delta (a topk body,
+  # compression/codec.h: encode_delta; indices and new values), else `value` is the range whole
+  # in valueFormat; `version` is what the worker holds once it has applied it. Other polls are
+  # answered in valueFormat, delta false, version 0 (as a shard before delta pulls answers).
 
   pull @3 (variable :UInt32, offset :UInt64, count :UInt64) -> (value :Data, appliedStep :UInt64);
   # The current value of the range, at once.
@@ -147,7 +147,7 @@ interface Session {
   pushPoll @6 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data,
                format :WireFormat, valueFormat :WireFormat, baseVersion :UInt64,
                deltaCount :UInt32, deltaRing :UInt16, deltaRefresh :Bool)
-      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, format :WireFormat,
+      -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, delta :Bool,
           version :UInt64);
   # push, then poll of the same range, in one call: async mode's whole round trip in half the
   # messages. A refused push rejects the call with the push's error (the variable untouched);

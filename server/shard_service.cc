@@ -42,7 +42,7 @@ void put_answer(Results results, const Answer& answer) {
   put_value(results, answer);
   results.setAppliedStep(answer.applied_step.value);
   results.setAppliedAtNs(answer.applied_at_ns);
-  results.setFormat(to_wire(answer.format));
+  results.setDelta(answer.format == WireFormat::topk);
   results.setVersion(answer.version);
 }
 
