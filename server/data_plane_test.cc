@@ -17,6 +17,7 @@
 #include "actors/runtime/test_loop.h"
 #include "actors/shard/shard_test_support.h"
 #include "common/error.h"
+#include "compression/codec.h"
 #include "net/wire_convert.h"
 
 using namespace psched;
@@ -333,4 +334,40 @@ TEST_CASE("a value asked for as bf16 leaves narrowed, in half the bytes") {
   // bf16 2.0 is 0x4000, -3.0 is 0xC040; little-endian on the wire.
   CHECK(f.writer.bytes[1] ==
         std::vector<std::byte>{std::byte{0x00}, std::byte{0x40}, std::byte{0x40}, std::byte{0xC0}});
+}
+
+TEST_CASE("a delta poll is answered whole first, then with the elements that changed most") {
+  PlaneFixture f;
+  VariableId w = f.add("w", {0, 0, 0, 0});
+  auto delta_poll = [&](uint64_t id, uint64_t step, uint64_t base) {
+    Request poll = f.poll(id, w, step, 4, WireFormat::bf16);
+    poll.delta = {.base = base, .count = 1, .ring = 2};
+    return poll;
+  };
+  f.plane->serve(delta_poll(1, 1, 0));
+  f.plane->serve(f.push(2, w, 1, {-1, -1, -1, -1}));  // the value becomes {1, 1, 1, 1}
+  f.io.drain();
+  REQUIRE(f.writer.ids() == std::vector<uint64_t>{2, 1});
+  const Answer& whole = f.writer.taken[1];
+  CHECK(whole.format == WireFormat::bf16);  // no version: the range whole, as asked
+  CHECK(whole.value.size() == 8);
+  const uint64_t version = whole.version;
+  CHECK(version > 0);
+  f.plane->serve(delta_poll(3, 2, version));
+  f.plane->serve(f.push(4, w, 2, {0, 0, -3, 0}));  // {1, 1, 4, 1}
+  f.io.drain();
+  REQUIRE(f.writer.ids() == std::vector<uint64_t>{2, 1, 4, 3});
+  const Answer& delta = f.writer.taken[3];
+  CHECK(delta.format == WireFormat::topk);
+  CHECK(delta.version == version + 1);
+  std::vector<float> copy = {1, 1, 1, 1};
+  apply_delta(DType::float32, f.writer.bytes[3], std::as_writable_bytes(std::span(copy)));
+  CHECK(copy == std::vector<float>{1, 1, 4, 1});
+  // A variable this shard does not host: its values are refused as a poll's are.
+  Request stranger = delta_poll(5, 1, 0);
+  stranger.variable = 7;
+  f.plane->serve(stranger);
+  f.io.drain();
+  REQUIRE(f.writer.taken.size() == 5);
+  CHECK(f.writer.taken[4].kind == AnswerKind::error);
 }
