@@ -167,14 +167,34 @@ void encode_topk(std::span<V> values, std::span<const T> added, const TopK& topk
     for (uint64_t i = 0; i < k; ++i) values[load<uint32_t>(indices + 4 * i)] = T(0);
 }
 
+// Writes a topk (or delta) body's values into `out` at its indices, leaving the rest.
 template <typename T>
-void decode_topk(std::span<const std::byte> body, std::span<T> out) {
+void scatter_kept(std::span<const std::byte> body, std::span<T> out) {
   const uint32_t k = load<uint32_t>(body.data() + 4);
   const std::byte* indices = body.data() + 8;
   const std::byte* kept = indices + 4 * uint64_t{k};
-  std::fill(out.begin(), out.end(), T(0));
   for (uint64_t i = 0; i < k; ++i)
     out[load<uint32_t>(indices + 4 * i)] = load<T>(kept + sizeof(T) * i);
+}
+
+template <typename T>
+void decode_topk(std::span<const std::byte> body, std::span<T> out) {
+  std::fill(out.begin(), out.end(), T(0));
+  scatter_kept(body, out);
+}
+
+// The elements `indices` of `values` as a delta body.
+template <typename T>
+void encode_delta_at(std::span<const T> values, std::span<const uint32_t> indices,
+                     std::vector<std::byte>& body) {
+  body.resize(8 + indices.size() * (4 + sizeof(T)));
+  store(body.data(), static_cast<uint32_t>(values.size()));
+  store(body.data() + 4, static_cast<uint32_t>(indices.size()));
+  std::byte* kept = body.data() + 8 + 4 * indices.size();
+  for (size_t c = 0; c < indices.size(); ++c) {
+    store(body.data() + 8 + 4 * c, indices[c]);
+    store(kept + sizeof(T) * c, values[indices[c]]);
+  }
 }
 
 // encode_delta's selection: the at most k elements where `current` and `published` differ
@@ -201,47 +221,19 @@ void encode_delta(std::span<const T> current, std::span<T> published, uint64_t k
     for (uint64_t i = 0; i < n; ++i)
       if (current[i] != published[i]) candidates.push_back(static_cast<uint32_t>(i));
   }
-  const uint64_t kept = std::min<uint64_t>(k, candidates.size());
-  body.resize(8 + kept * (4 + sizeof(T)));
-  store(body.data(), static_cast<uint32_t>(n));
-  store(body.data() + 4, static_cast<uint32_t>(kept));
-  std::byte* indices = body.data() + 8;
-  std::byte* values = indices + 4 * kept;
-  if (kept == candidates.size())
-    for (uint64_t c = 0; c < kept; ++c) {
-      store(indices + 4 * c, candidates[c]);
-      store(values + sizeof(T) * c, current[candidates[c]]);
-    }
-  else
-    select_topk<T>(std::span<const uint32_t>(candidates), kept, magnitude, element,
-                   scratch.magnitudes, indices, values);
-  sent.resize(kept);
-  for (uint64_t c = 0; c < kept; ++c) {
-    sent[c] = load<uint32_t>(indices + 4 * c);
-    published[sent[c]] = current[sent[c]];
+  if (candidates.size() <= k) {  // every element that changed
+    sent.assign(candidates.begin(), candidates.end());
+    encode_delta_at<T>(current, sent, body);
+  } else {
+    body.resize(8 + k * (4 + sizeof(T)));
+    store(body.data(), static_cast<uint32_t>(n));
+    store(body.data() + 4, static_cast<uint32_t>(k));
+    select_topk<T>(std::span<const uint32_t>(candidates), k, magnitude, element, scratch.magnitudes,
+                   body.data() + 8, body.data() + 8 + 4 * k);
+    sent.resize(k);
+    for (uint64_t c = 0; c < k; ++c) sent[c] = load<uint32_t>(body.data() + 8 + 4 * c);
   }
-}
-
-template <typename T>
-void encode_delta_at(std::span<const T> values, std::span<const uint32_t> indices,
-                     std::vector<std::byte>& body) {
-  body.resize(8 + indices.size() * (4 + sizeof(T)));
-  store(body.data(), static_cast<uint32_t>(values.size()));
-  store(body.data() + 4, static_cast<uint32_t>(indices.size()));
-  std::byte* kept = body.data() + 8 + 4 * indices.size();
-  for (size_t c = 0; c < indices.size(); ++c) {
-    store(body.data() + 8 + 4 * c, indices[c]);
-    store(kept + sizeof(T) * c, values[indices[c]]);
-  }
-}
-
-template <typename T>
-void apply_delta(std::span<const std::byte> body, std::span<T> out) {
-  const uint32_t k = load<uint32_t>(body.data() + 4);
-  const std::byte* indices = body.data() + 8;
-  const std::byte* kept = indices + 4 * uint64_t{k};
-  for (uint64_t i = 0; i < k; ++i)
-    out[load<uint32_t>(indices + 4 * i)] = load<T>(kept + sizeof(T) * i);
+  for (uint32_t i : sent) published[i] = current[i];
 }
 
 template <typename T>
@@ -317,7 +309,7 @@ uint64_t onebit_elements(DType dtype, std::span<const std::byte> body) {
 }  // namespace
 
 void check(const Compression& compression) {
-  if (!carries_values(compression.pull) && compression.pull != WireFormat::topk)
+  if (!carries_pulls(compression.pull))
     fail(ErrorCode::invalid_argument,
          "compression: pull format {} is none a value travels in (expected none, bf16, fp16 or "
          "topk)",
@@ -368,7 +360,7 @@ void apply_delta(DType dtype, std::span<const std::byte> body, std::span<std::by
   if (topk_elements(dtype, body, "delta") != elements)
     fail(ErrorCode::shape_mismatch, "a delta of {} elements for a range of {}",
          load<uint32_t>(body.data()), elements);
-  visit_dtype(dtype, [&]<typename T>(T) { apply_delta<T>(body, typed<T>(out)); });
+  visit_dtype(dtype, [&]<typename T>(T) { scatter_kept<T>(body, typed<T>(out)); });
 }
 
 uint64_t TopK::of(uint64_t elements) const {

@@ -57,6 +57,17 @@ constexpr bool carries_values(WireFormat format) {
   return format == WireFormat::none || format == WireFormat::bf16 || format == WireFormat::fp16;
 }
 
+// Whether fresh values may be asked for in `format`: whole (carries_values()), or as topk
+// deltas of them (Compression::pull).
+constexpr bool carries_pulls(WireFormat format) {
+  return carries_values(format) || format == WireFormat::topk;
+}
+
+// Whether any format is a push's (each is).
+constexpr bool carries_pushes(WireFormat) {
+  return true;
+}
+
 // Whether `format` drops part of each gradient, so the worker keeps what it did not send and
 // adds it to the next step's (error feedback, compression/error_feedback.h).
 constexpr bool needs_feedback(WireFormat format) {

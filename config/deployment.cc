@@ -49,18 +49,13 @@ constexpr std::array<std::pair<std::string_view, WireFormat>, N> format_choices(
     if (carrying(f)) out[n++] = {to_string(f), f};
   return out;
 }
-constexpr bool any_format(WireFormat) {
-  return true;
-}
-constexpr auto kPushFormats = format_choices<kWireFormats.size()>(any_format);
+constexpr auto kPushFormats = format_choices<kWireFormats.size()>(carries_pushes);
 // Values arrive whole: no sparse formats.
 constexpr auto kValueFormats =
     format_choices<std::ranges::count_if(kWireFormats, carries_values)>(carries_values);
 // Pulls: whole values, or topk deltas of them.
-constexpr bool pulled(WireFormat f) {
-  return carries_values(f) || f == WireFormat::topk;
-}
-constexpr auto kPullFormats = format_choices<std::ranges::count_if(kWireFormats, pulled)>(pulled);
+constexpr auto kPullFormats =
+    format_choices<std::ranges::count_if(kWireFormats, carries_pulls)>(carries_pulls);
 constexpr std::array<std::string_view, 3> kCheckpointKeys = {"directory", "interval_seconds",
                                                              "update_log"};
 constexpr std::array<std::string_view, 4> kSyncKeys = {"timeout_seconds", "on_timeout",

@@ -153,13 +153,6 @@ WireFormat wire_format(const std::string& name, bool (*fits)(WireFormat), std::s
   return format;
 }
 
-bool any_format(WireFormat) {
-  return true;
-}
-bool pulled(WireFormat f) {
-  return carries_values(f) || f == WireFormat::topk;
-}
-
 // Compression's settings, as Python names them.
 Compression make_compression(const std::string& push, const std::string& pull, double topk_fraction,
                              uint64_t topk_count, uint64_t min_bytes, uint64_t warmup_steps,
@@ -167,8 +160,8 @@ Compression make_compression(const std::string& push, const std::string& pull, d
                              const std::string& pull_full) {
   if (ring > UINT16_MAX)
     fail(ErrorCode::invalid_argument, "compression: ring {} is over {}", ring, UINT16_MAX);
-  Compression out{.push = wire_format(push, any_format, "push"),
-                  .pull = wire_format(pull, pulled, "pull"),
+  Compression out{.push = wire_format(push, carries_pushes, "push"),
+                  .pull = wire_format(pull, carries_pulls, "pull"),
                   .topk = {.fraction = topk_fraction, .count = topk_count},
                   .min_bytes = min_bytes,
                   .warmup_steps = warmup_steps,
