@@ -181,6 +181,20 @@ TEST_CASE("a delta poll says the version it holds; a delta writes its elements, 
   check_refused(kj::mv(plain), f.scope, ErrorCode::invalid_argument,
                 "shard answered in topk where none was asked for");
   CHECK(out == full);
+  // A delta larger than one of every element is refused before its body is read.
+  part.delta = {.version = &version, .count = 2, .ring = 3};
+  auto oversized = f.channel->poll(part);
+  request = f.read_request();
+  std::vector<std::byte> huge(8 + 5 * 8);
+  f.answer({.kind = wire::AnswerKind::VALUE,
+            .id = request.id,
+            .body_bytes = huge.size(),
+            .format = WireFormat::topk},
+           huge);
+  check_refused(kj::mv(oversized), f.scope, ErrorCode::shape_mismatch,
+                "shard answered 48 bytes where 40 were expected");
+  CHECK(out == full);
+  CHECK(version == 50);
 }
 
 TEST_CASE("a value of the wrong size is refused as a shape mismatch and lands nothing") {
