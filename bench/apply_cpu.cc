@@ -62,7 +62,12 @@ struct PushedVariable {
   void push(std::span<const std::byte> grad) {
     step = step.next();
     const StepUpdate update{.step = step, .t = step.value, .pieces = {{variable.part(), 0, true}}};
-    variable.take(update, variable.part(), grad, PushedGradient::whole);
+    variable.take(update, {.worker = WorkerId(0),
+                           .variable = VariableId(0),
+                           .step = step,
+                           .range = variable.part(),
+                           .dtype = variable.dtype(),
+                           .data = grad});
   }
 };
 

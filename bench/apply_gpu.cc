@@ -80,7 +80,12 @@ double push_gb_per_s(Variable& variable, std::span<const std::byte> grad, double
   Measurement m = time_iterations(Budget{seconds, 3, 1}, grad.size(), [&] {
     step = step.next();
     const StepUpdate update{.step = step, .t = step.value, .pieces = {{all, 0, true}}};
-    variable.take(update, all, grad, PushedGradient::whole);
+    variable.take(update, {.worker = WorkerId(0),
+                           .variable = VariableId(0),
+                           .step = step,
+                           .range = all,
+                           .dtype = variable.dtype(),
+                           .data = grad});
   });
   return m.gb_per_s();
 }

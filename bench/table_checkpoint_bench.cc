@@ -75,11 +75,15 @@ struct Pusher {
 
   void push(const std::vector<uint64_t>& ids) {
     gradients.assign(ids.size() * dim, 0.01f);
-    shard.push_rows({psched::WorkerId(0), table, psched::Step(++step), psched::DType::float32, ids,
-                     std::as_bytes(std::span(gradients))},
-                    [](const psched::Result<>& taken) {
-                      if (!taken) throw taken.error();
-                    });
+    shard.push({.worker = psched::WorkerId(0),
+                .variable = table,
+                .step = psched::Step(++step),
+                .data = std::as_bytes(std::span(gradients)),
+                .rows = true,
+                .ids = ids},
+               [](const psched::Result<>& taken) {
+                 if (!taken) throw taken.error();
+               });
   }
 };
 

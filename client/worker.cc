@@ -292,7 +292,7 @@ kj::Promise<void> Worker::last_push_received(TableHandle handle) {
 kj::Promise<void> Worker::previous_step_complete(TableHandle handle, size_t shard, Step step) {
   const TablePlan& plan = table_plan(handle);
   if (plan.complete[shard].value + 1 >= step.value) return kj::READY_NOW;
-  // A pull of no rows waits for the whole table's step on the shard (RowTable::parts_of).
+  // A pull of no rows waits for the table's step on the shard.
   return pull_shard_rows(handle, shard, Step(step.value - 1), ShardRows{}, {}, plan.spec.priority);
 }
 
@@ -356,9 +356,6 @@ kj::Promise<void> Worker::pull_shard_rows(TableHandle handle, size_t shard, Step
                                           Priority priority) {
   const TablePlan& plan = table_plan(handle);
   const uint64_t row_bytes = plan.spec.row_bytes();
-  // sync: the answer means the job completed `after` there, for the pull's parts (all of them
-  // when the table has one, or the pull no rows).
-  const bool whole = plan.spec.parts == 1 || rows.ids.empty();
   std::vector<std::byte> landing(rows.ids.size() * row_bytes);
   auto held = std::make_shared<std::pair<ShardRows, std::vector<std::byte>>>(std::move(rows),
                                                                              std::move(landing));
@@ -372,9 +369,10 @@ kj::Promise<void> Worker::pull_shard_rows(TableHandle handle, size_t shard, Step
                       .elements = held->first.ids.size() * plan.spec.dim,
                       .value_format = format};
   return schedule_rows(priority, shard, request, held)
-      .then([this, handle, shard, after, whole, held, out, row_bytes] {
+      .then([this, handle, shard, after, held, out, row_bytes] {
+        // sync: the answer means the job completed `after` there.
         Step& complete = tables_[handle.value].complete[shard];
-        if (whole && layout_.mode == Mode::sync && after.value > complete.value) complete = after;
+        if (layout_.mode == Mode::sync && after.value > complete.value) complete = after;
         const auto& [rows, landed] = *held;
         for (size_t k = 0; k < rows.ids.size(); ++k)
           for (uint32_t at : rows.at[k])

@@ -71,14 +71,13 @@ struct TableSpec {  # an embedding table, held row by row on every shard
   name @0 :Text;
   numEmbeddings @1 :UInt64;  # ids run from 0 to numEmbeddings - 1
   dim @2 :UInt32;            # elements per row
-  parts @3 :UInt32;          # a step's pushes per shard (a row's part: a mix of its id)
-  dtype @4 :DType;
-  priority @5 :Int64;
-  optimizer @6 :OptimizerSpec;  # kind: sgd, adagrad, rowwise_adagrad, sparse_adam
-  init @7 :RowInit;
-  seed @8 :UInt64;
-  maxRows @9 :UInt64;      # rows stored a shard, least recently updated evicted (0: no bound)
-  admitAfter @10 :UInt32;  # a row is stored from its admitAfter-th update (0, 1: its first)
+  dtype @3 :DType;
+  priority @4 :Int64;
+  optimizer @5 :OptimizerSpec;  # kind: sgd, adagrad, rowwise_adagrad, sparse_adam
+  init @6 :RowInit;
+  seed @7 :UInt64;
+  maxRows @8 :UInt64;     # rows stored a shard, least recently updated evicted (0: no bound)
+  admitAfter @9 :UInt32;  # a row is stored from its admitAfter-th update (0, 1: its first)
 }
 
 struct ClusterLayout {
@@ -136,15 +135,7 @@ interface Session {
   pull @3 (variable :UInt32, offset :UInt64, count :UInt64) -> (value :Data, appliedStep :UInt64);
   # The current value of the range, at once.
 
-  obsoletePushFused @4 () -> ();
-  obsoletePollFused @5 () -> ();
-  # Retired ordinals, never to be reused: @4, @5 and @7 were pushFused, pollFused and
-  # pushPollFused, several partitions in one call (tensor fusion). They were removed because
-  # they earned nothing once the data stream carried pushes (its frames of one loop turn already
-  # share a write; docs/benchmarks.md, "What we tried and dropped"). A shard answers them
-  # [unimplemented].
-
-  pushPoll @6 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data,
+  pushPoll @4 (variable :UInt32, step :UInt64, offset :UInt64, dtype :DType, data :Data,
                format :WireFormat, valueFormat :WireFormat, baseVersion :UInt64,
                deltaCount :UInt32, deltaRing :UInt16, deltaRefresh :Bool)
       -> (value :Data, appliedStep :UInt64, appliedAtNs :Int64, delta :Bool,
@@ -154,15 +145,12 @@ interface Session {
   # else it is answered as poll. A worker that must know of the receipt before the value (sync
   # mode frees credit on receipt) sends push and poll instead.
 
-  obsoletePushPollFused @7 () -> ();
-  # Retired (above).
-
-  openDataStream @8 () -> (key :Data);
+  openDataStream @5 () -> (key :Data);
   # A key for opening this worker's data stream (below): a second connection to the shard that
   # carries push, poll and pushPoll as frames, without per-call RPC objects. The key opens one
   # stream; asking again replaces an unused one.
 
-  join @9 (atLeast :UInt64) -> (step :UInt64);
+  join @6 (atLeast :UInt64) -> (step :UInt64);
   # This worker is a process that starts: the step from which it takes part. Sync and bounded
   # modes: at least atLeast; a declared worker that has not pushed keeps its step (1 in a fresh
   # job), any other (a restarted process, one whose lease ended) becomes a member from a step
@@ -171,12 +159,12 @@ interface Session {
   # largest. Async mode: the first step some variable here has not completed for it (atLeast
   # unused; a worker takes the smallest answer).
 
-  registerTable @10 (spec :TableSpec) -> (table :UInt32, created :Bool);
+  registerTable @7 (spec :TableSpec) -> (table :UInt32, created :Bool);
   # Registers an embedding table: this shard holds the rows whose ids the placement gives it (a
   # 64-bit mix of the table's name and the id; common/placement.h). Ids share one space with
   # variables. The same spec again is a no-op; another for the name fails with [spec_conflict].
 
-  pushRows @11 (table :UInt32, step :UInt64, ids :Data, dtype :DType, data :Data,
+  pushRows @8 (table :UInt32, step :UInt64, ids :Data, dtype :DType, data :Data,
                 format :WireFormat) -> ();
   # This worker's step `step` of the table's rows held here: `ids` (little-endian UInt64, each
   # once) and one gradient row each in `data` (none, bf16 or fp16). Every worker pushes every
@@ -184,10 +172,10 @@ interface Session {
   # close. Sync: a row gets the mean over the members (a member that pushed without it counts
   # as zero). All or nothing: an id out of range, a row of the wrong width refuse the call.
 
-  pullRows @12 (table :UInt32, step :UInt64, ids :Data, valueFormat :WireFormat)
+  pullRows @9 (table :UInt32, step :UInt64, ids :Data, valueFormat :WireFormat)
       -> (value :Data, appliedStep :UInt64);
   # The rows `ids` (little-endian UInt64), one after another in `valueFormat`, once `step`'s
-  # update of their parts is applied (as poll; step 0: at once, the current rows).
+  # update of them is applied (as poll; step 0: at once, the current rows).
 }
 
 # The data stream. A worker opens it beside its RPC connection with a key from

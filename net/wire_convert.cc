@@ -182,7 +182,6 @@ void to_wire(const TableSpec& spec, wire::TableSpec::Builder out) {
   out.setName(spec.name);
   out.setNumEmbeddings(spec.num_embeddings);
   out.setDim(spec.dim);
-  out.setParts(spec.parts);
   out.setDtype(to_wire(spec.dtype));
   out.setPriority(spec.priority.value);
   to_wire(spec.optimizer, out.initOptimizer());
@@ -208,7 +207,6 @@ TableSpec from_wire(wire::TableSpec::Reader in, const LimitsConfig& limits) {
   spec.name.assign(name.begin(), name.end());
   spec.num_embeddings = in.getNumEmbeddings();
   spec.dim = in.getDim();
-  spec.parts = in.getParts();
   spec.dtype = from_wire(in.getDtype());
   spec.priority = Priority(in.getPriority());
   spec.optimizer = row_optimizer_from_wire(spec.name, in.getOptimizer());

@@ -197,14 +197,4 @@ void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<doub
   apply(spec, step, row, grad, state);
 }
 
-void apply_row(const RowOptimizerSpec& spec, std::span<float> row, std::span<const float> grad,
-               std::span<float> state, uint64_t t) {
-  apply(spec, row_step(spec, t), row, grad, state);
-}
-
-void apply_row(const RowOptimizerSpec& spec, std::span<double> row, std::span<const double> grad,
-               std::span<double> state, uint64_t t) {
-  apply(spec, row_step(spec, t), row, grad, state);
-}
-
 }  // namespace psched::optim

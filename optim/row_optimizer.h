@@ -74,17 +74,12 @@ struct RowStep {
 };
 RowStep row_step(const RowOptimizerSpec& spec, uint64_t t);
 
-// One row's update with the step's shared scalars (row_step(spec, t)).
+// One row's update with the step's shared scalars (row_step(spec, t) for the table's update `t`,
+// 1-based): `row` and its `state` (row_state_elements(spec, row.size()) elements) in place
+// from `grad` (as long as `row`).
 void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<float> row,
                std::span<const float> grad, std::span<float> state);
 void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
                std::span<const double> grad, std::span<double> state);
-
-// Update `t` (1-based: the table's step) of one row: `row` and its `state`
-// (row_state_elements(spec, row.size()) elements) in place from `grad` (as long as `row`).
-void apply_row(const RowOptimizerSpec& spec, std::span<float> row, std::span<const float> grad,
-               std::span<float> state, uint64_t t);
-void apply_row(const RowOptimizerSpec& spec, std::span<double> row, std::span<const double> grad,
-               std::span<double> state, uint64_t t);
 
 }  // namespace psched::optim

@@ -31,7 +31,7 @@ std::vector<T> three_updates(const RowOptimizerSpec& spec) {
   std::vector<T> state(row_state_elements(spec, 3), T(initial_row_state(spec)));
   for (uint64_t t = 1; t <= 3; ++t) {
     std::vector<T> g(kGrads[t - 1].begin(), kGrads[t - 1].end());
-    apply_row(spec, std::span(row), std::span<const T>(g), std::span(state), t);
+    apply_row(spec, row_step(spec, t), std::span(row), std::span<const T>(g), std::span(state));
   }
   return row;
 }

@@ -186,16 +186,24 @@ void DataPlane::push_rows(const Request& r) {
     ids = std::make_shared<const std::vector<uint64_t>>(
         checked_ids("push", r.variable, r.ids, limits()));
     check_row_format("push", r.variable, r.format);
+    check_poll_room("push of rows", limits(), polls_.size() + receipts_waiting_);
     if (r.format != WireFormat::none) widened = widen(r);
   } catch (const Error& e) {
     return refuse(r.id, e);
   }
   const std::span<const std::byte> rows = widened ? widened->bytes() : r.gradient;
-  const RowPush push{worker_, VariableId(r.variable), Step(r.step), r.dtype, *ids, rows};
+  const Push push{.worker = worker_,
+                  .variable = VariableId(r.variable),
+                  .step = Step(r.step),
+                  .dtype = r.dtype,
+                  .data = rows,
+                  .rows = true,
+                  .ids = *ids};
   auto held =
       std::make_shared<std::tuple<decltype(ids), decltype(widened), decltype(r.keeps_gradient)>>(
           ids, std::move(widened), r.keeps_gradient);
-  endpoint_.shard.push_rows(push, rows_receipt(r, rows.size(), std::move(held)));
+  ++receipts_waiting_;  // until the shard takes it: at once, unless it holds it (sync)
+  endpoint_.shard.push(push, rows_receipt(r, rows.size(), std::move(held)));
 }
 
 VariableShard::Receipt DataPlane::rows_receipt(const Request& r, uint64_t raw,
@@ -204,6 +212,7 @@ VariableShard::Receipt DataPlane::rows_receipt(const Request& r, uint64_t raw,
           held = std::move(held)](const Result<>& taken) {
     auto plane = weak.lock();
     if (!plane) return;
+    --plane->receipts_waiting_;
     if (!taken) return plane->queue_error(id, taken.error());
     plane->endpoint_.shard.count_wire_bytes(true, raw, sent);
     plane->queue(Answer::receipt(id));
@@ -220,14 +229,14 @@ void DataPlane::pull_rows(const Request& r) {
   } catch (const Error& e) {
     return refuse(r.id, e);
   }
-  const RowPull pull{worker_, VariableId(r.variable), Step(r.step), *ids, new_poll(r.id)};
-  endpoint_.shard.pull_rows(pull, rows_reply(r.id, r.value_format, std::move(ids)));
+  const Poll pull{worker_, VariableId(r.variable), Step(r.step), {}, new_poll(r.id), true, *ids};
+  endpoint_.shard.poll(pull, rows_reply(r.id, r.value_format, std::move(ids)));
 }
 
-VariableShard::RowsReply DataPlane::rows_reply(uint64_t id, WireFormat format,
-                                               std::shared_ptr<const std::vector<uint64_t>> ids) {
+VariableShard::ValueReply DataPlane::rows_reply(uint64_t id, WireFormat format,
+                                                std::shared_ptr<const std::vector<uint64_t>> ids) {
   return
-      [weak = weak_from_this(), id, format, ids = std::move(ids)](const Result<FreshRows>& rows) {
+      [weak = weak_from_this(), id, format, ids = std::move(ids)](const Result<FreshValue>& rows) {
         auto plane = weak.lock();
         if (!plane) return;
         plane->polls_.erase(id);
@@ -242,7 +251,7 @@ VariableShard::RowsReply DataPlane::rows_reply(uint64_t id, WireFormat format,
 }
 
 void DataPlane::check_new_poll(uint64_t id) const {
-  check_poll_room(limits(), polls_.size());
+  check_poll_room("poll", limits(), polls_.size() + receipts_waiting_);
   if (polls_.contains(id))
     fail(ErrorCode::invalid_argument, "request id {} is already waiting on this connection", id);
 }

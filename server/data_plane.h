@@ -99,7 +99,8 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
 
   // Whether the front end may read more requests: fewer answers wait than polls may. (A push
   // holds no room: the shard, on the plane's loop, takes it before serve() returns, and the
-  // front end's buffer for its gradient is free again.)
+  // front end's buffer for its gradient is free again; except a sync push of rows for the step
+  // after the one under way, which the shard holds, counted among the polls, until it takes it.)
   bool has_room() const;
   // Null when there is room; else resolves when there is.
   kj::Maybe<kj::Promise<void>> wait_for_room();
@@ -138,8 +139,8 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   VariableShard::Receipt rows_receipt(const Request& request, uint64_t raw,
                                       std::shared_ptr<const void> held);
   // What answers the pull of rows `id` with them in `format`, or its refusal; holds `ids`.
-  VariableShard::RowsReply rows_reply(uint64_t id, WireFormat format,
-                                      std::shared_ptr<const std::vector<uint64_t>> ids);
+  VariableShard::ValueReply rows_reply(uint64_t id, WireFormat format,
+                                       std::shared_ptr<const std::vector<uint64_t>> ids);
   // Throws unless a poll `id` may wait now.
   void check_new_poll(uint64_t id) const;
   // A ticket for the new poll `id`, which waits from now on.
@@ -171,6 +172,7 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   WorkerId worker_;
   AnswerWriter& writer_;
   std::unordered_map<uint64_t, PollTicket> polls_;  // waiting, by request id
+  uint64_t receipts_waiting_ = 0;  // pushes of rows the shard holds (sync), counted as polls
   AnswerQueue answers_;
   bool sending_scheduled_ = false;  // a send_waiting is queued for the end of the turn
   kj::Own<kj::PromiseFulfiller<void>> room_, drained_;

@@ -39,12 +39,12 @@ void check_value_format(WireFormat format) {
          to_string(format), to_string(format));
 }
 
-void check_poll_room(const LimitsConfig& limits, uint64_t waiting) {
+void check_poll_room(const char* what, const LimitsConfig& limits, uint64_t waiting) {
   if (waiting >= limits.max_waiting_polls)
     fail(ErrorCode::overloaded,
-         "poll rejected: {} polls of this connection are waiting, the limit "
-         "(limits.max_waiting_polls)",
-         waiting);
+         "{} rejected: {} polls of this connection are waiting, the limit "
+         "(limits.max_waiting_polls; a held push counts as a poll)",
+         what, waiting);
 }
 
 std::vector<uint64_t> checked_ids(const char* what, uint32_t table, std::span<const std::byte> ids,

@@ -26,9 +26,9 @@ Push check_push(const LimitsConfig& limits, WorkerId worker, uint32_t variable, 
                 PushedGradient gradient);
 // Throws [invalid_argument] unless fresh values may travel in `format` (none, bf16, fp16).
 void check_value_format(WireFormat format);
-// Throws [overloaded] when `waiting` polls of one connection already wait
-// (limits.max_waiting_polls).
-void check_poll_room(const LimitsConfig& limits, uint64_t waiting);
+// Throws [overloaded] naming `what` ("poll", "push of rows") when `waiting` polls of one
+// connection already wait, a held push counting as one (limits.max_waiting_polls).
+void check_poll_room(const char* what, const LimitsConfig& limits, uint64_t waiting);
 
 // The ids of a `what` ("push", "pull") of rows of `table`, from their little-endian bytes,
 // after checking they are whole 8-byte ids within the message limit.

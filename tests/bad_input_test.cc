@@ -132,7 +132,7 @@ TEST_CASE("a push to an unknown variable is rejected naming the id") {
   BadInputFixture f(over_data_stream());
   std::vector<float> grad(4, 1.f);
   f.expect_error(push(f.link, VariableId(42), Step(1), {0, 4}, DType::float32, f.bytes(grad)),
-                 ErrorCode::unknown_variable, "no variable with id 42");
+                 ErrorCode::unknown_variable, "no variable or table with id 42");
   f.check_untouched_and_serving();
 }
 
@@ -168,7 +168,7 @@ TEST_CASE("a refused pushPoll names the problem and leaves the variable untouche
   auto* out = reinterpret_cast<std::byte*>(fresh.data());
   f.expect_error(
       push_poll(f.link, VariableId(42), Step(1), {0, 4}, DType::float32, f.bytes(grad), out, 16),
-      ErrorCode::unknown_variable, "no variable with id 42");
+      ErrorCode::unknown_variable, "no variable or table with id 42");
   f.expect_error(push_poll(f.link, f.id, Step(1), {14, 18}, DType::float32, f.bytes(grad), out, 16),
                  ErrorCode::offset_out_of_range, "elements [14, 18) are outside");
   f.check_untouched_and_serving();
@@ -328,7 +328,7 @@ TEST_CASE("a poll past the connection's waiting poll limit is overloaded; answer
                       reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
                  ErrorCode::overloaded,
                  "4 polls of this connection are waiting, the limit "
-                 "(limits.max_waiting_polls)");
+                 "(limits.max_waiting_polls");
   // The worker's own push answers its waiting polls; then it may poll again.
   std::vector<float> grad(kElements, 1.f);
   f.cluster.run(push(waiter, f.id, Step(1), {0, kElements}, DType::float32, f.bytes(grad)));

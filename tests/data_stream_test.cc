@@ -338,23 +338,6 @@ TEST_CASE("a Cap'n Proto push of a dtype not on the wire is refused naming it; n
   f.check_others_served();
 }
 
-TEST_CASE("a call of a retired fused method is answered unimplemented; the session goes on") {
-  DataStreamFixture f;
-  auto expect_unimplemented = [&f](auto request) {
-    try {
-      f.cluster.run(request.send());
-      FAIL("a retired method was answered");
-    } catch (const kj::Exception& e) {
-      CHECK(from_kj_exception(e).code() == ErrorCode::unimplemented);
-    }
-  };
-  expect_unimplemented(f.worker.session.obsoletePushFusedRequest());
-  expect_unimplemented(f.worker.session.obsoletePollFusedRequest());
-  expect_unimplemented(f.worker.session.obsoletePushPollFusedRequest());
-  CHECK(f.current_value() == std::vector<float>(kElements, 2.f));
-  f.check_others_served();
-}
-
 TEST_CASE("a poll id already waiting is refused; a cancel withdraws the waiting poll") {
   DataStreamFixture f;
   f.worker.open_accepted_data();

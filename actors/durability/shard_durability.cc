@@ -15,15 +15,12 @@ namespace psched {
 namespace {
 
 // Update log record kinds.
-constexpr uint8_t kRegisterRecord = 'R';
-constexpr uint8_t kPushRecord = 'P';
-constexpr uint8_t kSparsePushRecord = 'S';    // a push of a sparse gradient (PushedGradient)
-constexpr uint8_t kTimeoutRecord = 'T';       // a sync step completed without its missing workers
-constexpr uint8_t kJoinRecord = 'J';          // a worker is a member from a step on
-constexpr uint8_t kLeaveRecord = 'L';         // a worker is no member any more
-constexpr uint8_t kTableRecord = 'E';         // an embedding table registered, no capacity
-constexpr uint8_t kBoundedTableRecord = 'B';  // one with its capacity (max_rows, admit_after)
-constexpr uint8_t kRowsRecord = 'W';          // a push of a table's rows
+constexpr uint8_t kRegisterRecord = 'R';  // a dense variable's part registered
+constexpr uint8_t kTableRecord = 'E';     // an embedding table registered
+constexpr uint8_t kPushRecord = 'P';      // a push, of either kind (actors/shard/shard_request.h)
+constexpr uint8_t kTimeoutRecord = 'T';   // a sync step completed without its missing workers
+constexpr uint8_t kJoinRecord = 'J';      // a worker is a member from a step on
+constexpr uint8_t kLeaveRecord = 'L';     // a worker is no member any more
 
 }  // namespace
 
@@ -49,57 +46,52 @@ void ShardDurability::log_register(const VariableSpec& spec, ElementRange part,
   append(record);
 }
 
-void ShardDurability::log_push(WorkerId worker, VariableId id, Step step, ElementRange range,
-                               DType dtype, std::span<const std::byte> data,
-                               PushedGradient gradient) {
+void ShardDurability::log_push(const Push& push) {
   if (!store_ || !store_->logging()) return;
   ByteWriter record;
-  record.put(gradient == PushedGradient::sparse ? kSparsePushRecord : kPushRecord);
-  record.put(worker.value);
-  record.put(id.value);
-  record.put(step.value);
-  encode(record, range);
-  record.put(static_cast<uint8_t>(dtype));
-  record.blob(data);
+  record.put(kPushRecord);
+  record.put(push.worker.value);
+  record.put(push.variable.value);
+  record.put(push.step.value);
+  encode(record, push.range);
+  record.put(static_cast<uint8_t>(push.dtype));
+  record.put(static_cast<uint8_t>(push.gradient));
+  record.put<uint8_t>(push.rows);
+  record.blob(std::as_bytes(push.ids));  // in the machine's byte order: a log is read where written
+  record.blob(push.data);
   append(record);
 }
 
 void ShardDurability::log_register_table(const TableSpec& spec) {
   if (!store_ || !store_->logging()) return;
   ByteWriter record;
-  const bool bounded = spec.max_rows != 0 || spec.admit_after > 1;
-  record.put(bounded ? kBoundedTableRecord : kTableRecord);
+  record.put(kTableRecord);
   encode_table_spec(record, spec);
-  if (bounded) encode_table_capacity(record, spec);
   append(record);
 }
 
-void ShardDurability::log_push_rows(WorkerId worker, VariableId table, Step step, DType dtype,
-                                    std::span<const uint64_t> ids,
-                                    std::span<const std::byte> data) {
-  if (!store_ || !store_->logging()) return;
-  ByteWriter record;
-  record.put(kRowsRecord);
-  record.put(worker.value);
-  record.put(table.value);
-  record.put(step.value);
-  record.put(static_cast<uint8_t>(dtype));
-  record.blob(std::as_bytes(ids));  // in the machine's byte order: a log is read where written
-  record.blob(data);
-  append(record);
-}
-
-void ShardDurability::replay_rows(ByteReader& record) {
-  WorkerId worker(record.get<uint32_t>());
-  VariableId table(record.get<uint32_t>());
-  Step step(record.get<uint64_t>());
-  auto dtype = static_cast<DType>(record.get<uint8_t>());
+void ShardDurability::replay_push(ByteReader& record) {
+  Push push{.worker = WorkerId(record.get<uint32_t>()),
+            .variable = VariableId(record.get<uint32_t>()),
+            .step = Step(record.get<uint64_t>())};
+  push.range = decode_range(record);
+  const auto dtype = record.get<uint8_t>();
+  const auto gradient = record.get<uint8_t>();
+  if (dtype > static_cast<uint8_t>(DType::float64) ||
+      gradient > static_cast<uint8_t>(PushedGradient::sparse))
+    fail(ErrorCode::corrupt_checkpoint, "{}: a push of dtype {}, gradient {}", record.what(), dtype,
+         gradient);
+  push.dtype = static_cast<DType>(dtype);
+  push.gradient = static_cast<PushedGradient>(gradient);
+  push.rows = record.get<uint8_t>() != 0;
   const std::span<const std::byte> id_bytes = record.blob();
   if (id_bytes.size() % sizeof(uint64_t) != 0)
     fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes of row ids", record.what(), id_bytes.size());
   std::vector<uint64_t> ids(id_bytes.size() / sizeof(uint64_t));
   std::memcpy(ids.data(), id_bytes.data(), id_bytes.size());
-  state_.replay_push_rows(worker, table, step, dtype, ids, record.blob());
+  push.ids = ids;
+  push.data = record.blob();
+  state_.replay_push(push);
 }
 
 void ShardDurability::log_timeout(VariableId id, Step step) {
@@ -129,37 +121,32 @@ void ShardDurability::log_leave(WorkerId worker) {
 }
 
 void ShardDurability::replay(ByteReader& record) {
-  uint8_t kind = record.get<uint8_t>();
-  if (kind == kRegisterRecord) {
-    VariableSpec spec = decode_spec(record);
-    ElementRange part = decode_range(record);
-    return state_.replay_register(spec, part, record.blob());
+  const uint8_t kind = record.get<uint8_t>();
+  switch (kind) {
+    case kPushRecord:
+      return replay_push(record);
+    case kRegisterRecord: {
+      VariableSpec spec = decode_spec(record);
+      ElementRange part = decode_range(record);
+      return state_.replay_register(spec, part, record.blob());
+    }
+    case kTableRecord: {
+      TableSpec spec = decode_table_spec(record);
+      return state_.replay_register_table(spec);
+    }
+    case kTimeoutRecord: {
+      VariableId id(record.get<uint32_t>());
+      return state_.replay_timeout(id, Step(record.get<uint64_t>()), record.what());
+    }
+    case kJoinRecord: {
+      WorkerId worker(record.get<uint32_t>());
+      return state_.replay_join(worker, Step(record.get<uint64_t>()), record.what());
+    }
+    case kLeaveRecord:
+      return state_.replay_leave(WorkerId(record.get<uint32_t>()), record.what());
+    default:
+      fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
   }
-  if (kind == kTimeoutRecord) {
-    VariableId id(record.get<uint32_t>());
-    return state_.replay_timeout(id, Step(record.get<uint64_t>()), record.what());
-  }
-  if (kind == kJoinRecord) {
-    WorkerId worker(record.get<uint32_t>());
-    return state_.replay_join(worker, Step(record.get<uint64_t>()), record.what());
-  }
-  if (kind == kLeaveRecord)
-    return state_.replay_leave(WorkerId(record.get<uint32_t>()), record.what());
-  if (kind == kTableRecord || kind == kBoundedTableRecord) {
-    TableSpec spec = decode_table_spec(record);
-    if (kind == kBoundedTableRecord) decode_table_capacity(record, spec);
-    return state_.replay_register_table(spec);
-  }
-  if (kind == kRowsRecord) return replay_rows(record);
-  if (kind != kPushRecord && kind != kSparsePushRecord)
-    fail(ErrorCode::corrupt_checkpoint, "{}: unknown record kind {}", record.what(), kind);
-  WorkerId worker(record.get<uint32_t>());
-  VariableId id(record.get<uint32_t>());
-  Step step(record.get<uint64_t>());
-  ElementRange range = decode_range(record);
-  auto dtype = static_cast<DType>(record.get<uint8_t>());
-  state_.replay_push(worker, id, step, range, dtype, record.blob(),
-                     kind == kSparsePushRecord ? PushedGradient::sparse : PushedGradient::whole);
 }
 
 std::vector<std::byte> ShardDurability::snapshot() {
@@ -193,7 +180,7 @@ void ShardDurability::restore(RestoreReport& report) {
   if (found) {
     ByteReader in(found->payload, found->file.string());
     FileSource rows(found->file, found->rows_offset, found->rows_bytes);
-    load(in, found->format, rows);
+    load(in, rows);
     if (!rows.done())
       fail(ErrorCode::corrupt_checkpoint, "{}: rows after the last table's", found->file.string());
     report.checkpoint = found->file;
@@ -227,7 +214,7 @@ std::filesystem::path ShardDurability::checkpoint_now() {
   return file->finish();
 }
 
-void ShardDurability::load(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows) {
+void ShardDurability::load(ByteReader& in, ByteSource& rows) {
   uint32_t shard = in.get<uint32_t>();
   auto mode = static_cast<Mode>(in.get<uint8_t>());
   uint32_t workers = in.get<uint32_t>();
@@ -239,7 +226,7 @@ void ShardDurability::load(ByteReader& in, uint32_t checkpoint_format, ByteSourc
          settings_.workers);
   in.get<uint64_t>();  // generation, also in the file name
   in.get<int64_t>();   // written at
-  state_.load_variables(in, checkpoint_format, rows);
+  state_.load_variables(in, rows);
   if (!in.done())
     fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes after the last variable", in.what(),
          in.position());

@@ -23,6 +23,7 @@
 
 #include "actors/durability/shard_store.h"
 #include "actors/runtime/actor.h"
+#include "actors/shard/shard_request.h"
 #include "actors/shard/table_spec.h"
 #include "actors/shard/variable_spec.h"
 #include "common/asio.h"
@@ -66,19 +67,14 @@ class ShardDurability {
     virtual uint64_t freeze_rows(RowsEmit emit) = 0;
     // Emits the next chunk of frozen rows; false when none is left.
     virtual bool save_rows() = 0;
-    // Reads what save_variables wrote into the shard, which holds no variables yet, as
-    // checkpoint files of format `checkpoint_format` hold it (ShardStore::Checkpoint::format),
-    // the tables' rows from `rows` (from kStreamedRowsFormat; inside `in` before).
-    virtual void load_variables(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows) = 0;
+    // Reads what save_variables wrote into the shard, which holds no variables yet, the
+    // tables' rows from `rows`.
+    virtual void load_variables(ByteReader& in, ByteSource& rows) = 0;
     virtual void replay_register(VariableSpec& spec, ElementRange part,
                                  std::span<const std::byte> initial) = 0;
-    virtual void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range,
-                             DType dtype, std::span<const std::byte> data,
-                             PushedGradient gradient) = 0;
     virtual void replay_register_table(TableSpec& spec) = 0;
-    virtual void replay_push_rows(WorkerId worker, VariableId table, Step step, DType dtype,
-                                  std::span<const uint64_t> ids,
-                                  std::span<const std::byte> data) = 0;
+    // A logged push, of either kind; what it borrows lives until the call returns.
+    virtual void replay_push(const Push& push) = 0;
     // A sync step completed without its missing workers; `record` names the log record.
     virtual void replay_timeout(VariableId id, Step step, const std::string& record) = 0;
     // A worker joined the job from step `from`, or left it (actors/shard/membership.h).
@@ -97,11 +93,8 @@ class ShardDurability {
   // throw Error(io_error) when it cannot be (the update must then be refused). On the loop.
   void log_register(const VariableSpec& spec, ElementRange part,
                     std::span<const std::byte> initial);
-  void log_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
-                std::span<const std::byte> data, PushedGradient gradient);
   void log_register_table(const TableSpec& spec);
-  void log_push_rows(WorkerId worker, VariableId table, Step step, DType dtype,
-                     std::span<const uint64_t> ids, std::span<const std::byte> data);
+  void log_push(const Push& push);
   void log_timeout(VariableId id, Step step);
   void log_join(WorkerId worker, Step from);
   void log_leave(WorkerId worker);
@@ -122,9 +115,9 @@ class ShardDurability {
  private:
   // Re-applies one logged record. On the loop.
   void replay(ByteReader& record);
-  void replay_rows(ByteReader& record);
+  void replay_push(ByteReader& record);
   // Decodes a checkpoint's payload into the state. On the loop.
-  void load(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows);
+  void load(ByteReader& in, ByteSource& rows);
   // The state, encoded with this shard's header. On the loop.
   std::vector<std::byte> snapshot();
   // The next generation's snapshot, with its update log started. On the loop.

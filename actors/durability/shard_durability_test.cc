@@ -28,20 +28,23 @@ struct RecordingState final : ShardDurability::State {
   void save_variables(ByteWriter& out) const override { out.put(value); }
   uint64_t freeze_rows(ShardDurability::RowsEmit) override { return 0; }
   bool save_rows() override { return false; }
-  void load_variables(ByteReader& in, uint32_t checkpoint_format, ByteSource&) override {
+  void load_variables(ByteReader& in, ByteSource&) override {
     value = in.get<uint64_t>();
-    calls.push_back(fmt::format("load {} (format {})", value, checkpoint_format));
+    calls.push_back(fmt::format("load {}", value));
   }
   void replay_register(VariableSpec& spec, ElementRange part,
                        std::span<const std::byte> initial) override {
     calls.push_back(fmt::format("register {} [{}, {}) {} bytes", spec.name, part.begin, part.end,
                                 initial.size()));
   }
-  void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType,
-                   std::span<const std::byte> data, PushedGradient gradient) override {
-    calls.push_back(fmt::format("push w{} v{} s{} [{}, {}) {} bytes{}", worker.value, id.value,
-                                step, range.begin, range.end, data.size(),
-                                gradient == PushedGradient::sparse ? " sparse" : ""));
+  void replay_push(const Push& p) override {
+    if (p.rows)
+      return calls.push_back(fmt::format("rows w{} t{} s{} ids {} {} bytes", p.worker.value,
+                                         p.variable.value, p.step, fmt::join(p.ids, ","),
+                                         p.data.size()));
+    calls.push_back(fmt::format("push w{} v{} s{} [{}, {}) {} bytes{}", p.worker.value,
+                                p.variable.value, p.step, p.range.begin, p.range.end, p.data.size(),
+                                p.gradient == PushedGradient::sparse ? " sparse" : ""));
   }
   void replay_register_table(TableSpec& spec) override {
     calls.push_back(
@@ -49,11 +52,6 @@ struct RecordingState final : ShardDurability::State {
                     spec.max_rows || spec.admit_after
                         ? fmt::format(" max {} admit {}", spec.max_rows, spec.admit_after)
                         : ""));
-  }
-  void replay_push_rows(WorkerId worker, VariableId table, Step step, DType,
-                        std::span<const uint64_t> ids, std::span<const std::byte> data) override {
-    calls.push_back(fmt::format("rows w{} t{} s{} ids {} {} bytes", worker.value, table.value, step,
-                                fmt::join(ids, ","), data.size()));
   }
   void replay_timeout(VariableId id, Step step, const std::string&) override {
     calls.push_back(fmt::format("timeout v{} s{}", id.value, step));
@@ -92,6 +90,12 @@ struct Life {
 
 const std::vector<std::byte> kFourBytes(4);
 
+// Worker `worker`'s push of four bytes into element 0 of variable 0 at `step`.
+Push dense(uint32_t worker, uint64_t step, PushedGradient gradient = PushedGradient::whole) {
+  return {WorkerId(worker), VariableId(0), Step(step), {0, 1},
+          DType::float32,   kFourBytes,    gradient};
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -106,10 +110,8 @@ TEST_CASE(
     CHECK(first.replayed == 0);
     VariableSpec spec{.name = "w", .shape = {1}};
     life.durability.log_register(spec, {0, 1}, kFourBytes);
-    life.durability.log_push(WorkerId(1), VariableId(0), Step(1), {0, 1}, DType::float32,
-                             kFourBytes, PushedGradient::whole);
-    life.durability.log_push(WorkerId(1), VariableId(0), Step(2), {0, 1}, DType::float32,
-                             kFourBytes, PushedGradient::sparse);
+    life.durability.log_push(dense(1, 1));
+    life.durability.log_push(dense(1, 2, PushedGradient::sparse));
     life.durability.log_timeout(VariableId(0), Step(3));
     life.durability.log_leave(WorkerId(2));
     life.durability.log_join(WorkerId(2), Step(5));
@@ -123,8 +125,13 @@ TEST_CASE(
     table.admit_after = 2;
     life.durability.log_register_table(table);
     const std::vector<uint64_t> ids{3, 9};
-    life.durability.log_push_rows(WorkerId(0), VariableId(1), Step(1), DType::float32, ids,
-                                  std::vector<std::byte>(16));
+    const std::vector<std::byte> rows(16);
+    life.durability.log_push({.worker = WorkerId(0),
+                              .variable = VariableId(1),
+                              .step = Step(1),
+                              .data = rows,
+                              .rows = true,
+                              .ids = ids});
   }
   Life again(dir.path);
   RestoreReport report = again.restore();
@@ -132,7 +139,7 @@ TEST_CASE(
   CHECK(report.replayed == 9);
   CHECK(again.state.calls ==
         std::vector<std::string>{
-            "load 7 (format 7)", "register w [0, 1) 4 bytes", "push w1 v0 s1 [0, 1) 4 bytes",
+            "load 7", "register w [0, 1) 4 bytes", "push w1 v0 s1 [0, 1) 4 bytes",
             "push w1 v0 s2 [0, 1) 4 bytes sparse", "timeout v0 s3", "leave w2", "join w2 s5",
             "table t 10x2", "table bounded 10x2 max 5 admit 2", "rows w0 t1 s1 ids 3,9 16 bytes"});
 }
@@ -142,24 +149,20 @@ TEST_CASE("updates logged after a checkpoint are all a restart replays") {
   {
     Life life(dir.path);
     life.restore();
-    life.durability.log_push(WorkerId(0), VariableId(0), Step(1), {0, 1}, DType::float32,
-                             kFourBytes, PushedGradient::whole);
+    life.durability.log_push(dense(0, 1));
     life.state.value = 8;  // what the checkpoint holds, the push above included
     CHECK(life.checkpoint().filename() == "shard-0.00000002.ckpt");
-    life.durability.log_push(WorkerId(0), VariableId(0), Step(2), {0, 1}, DType::float32,
-                             kFourBytes, PushedGradient::whole);
+    life.durability.log_push(dense(0, 2));
   }
   Life again(dir.path);
   CHECK(again.restore().replayed == 1);
-  CHECK(again.state.calls ==
-        std::vector<std::string>{"load 8 (format 7)", "push w0 v0 s2 [0, 1) 4 bytes"});
+  CHECK(again.state.calls == std::vector<std::string>{"load 8", "push w0 v0 s2 [0, 1) 4 bytes"});
 }
 
 TEST_CASE("nothing is logged or checkpointed before restore") {
   testing::TempDir dir;
   Life life(dir.path);
-  life.durability.log_push(WorkerId(0), VariableId(0), Step(1), {0, 1}, DType::float32, kFourBytes,
-                           PushedGradient::whole);
+  life.durability.log_push(dense(0, 1));
   CHECK(!std::filesystem::exists(dir.path));
   CHECK_THROWS_WITH_AS(life.durability.checkpoint([](std::exception_ptr, std::filesystem::path) {}),
                        doctest::Contains("checkpoint before restore"), Error);

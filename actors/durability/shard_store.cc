@@ -19,10 +19,8 @@
 namespace psched {
 namespace {
 
-// "PSCHDCK" and the format's digit. The first format: magic | crc32 of the payload | payload
-// blob. Since the second: magic | crc32 of the body | body blob, where body = generation u64 |
-// log follows u8 | payload blob. The third has the same envelope; its payload's variables carry
-// their frozen variance's bookkeeping (ShardStore::Checkpoint::format).
+// "PSCHDCK" and the format's digit, then crc32 of the body | body size u64 | body, where body =
+// generation u64 | log follows u8 | payload size u64 | payload | the tables' rows.
 constexpr char kCheckpointMagicStem[7] = {'P', 'S', 'C', 'H', 'D', 'C', 'K'};
 constexpr char kCheckpointMagic[8] = {
     'P', 'S', 'C', 'H', 'D', 'C', 'K', static_cast<char>('0' + ShardStore::kCheckpointFormat)};
@@ -79,10 +77,13 @@ ShardStore::Checkpoint decode_checkpoint(const std::filesystem::path& file, uint
   ByteReader in(head, file.string());
   auto magic = in.take(sizeof kCheckpointMagic);
   const auto digit = static_cast<char>(magic[sizeof kCheckpointMagicStem]);
-  if (std::memcmp(magic.data(), kCheckpointMagicStem, sizeof kCheckpointMagicStem) != 0 ||
-      digit < '1' || digit > ShardStore::kCheckpointFormat + '0')
+  if (std::memcmp(magic.data(), kCheckpointMagicStem, sizeof kCheckpointMagicStem) != 0)
     fail(ErrorCode::corrupt_checkpoint, "{}: not a psched checkpoint", file.string());
-  const uint32_t format = digit - '0';
+  if (digit != kCheckpointMagic[sizeof kCheckpointMagicStem])
+    fail(ErrorCode::corrupt_checkpoint,
+         "{}: a checkpoint of format {}, written by an earlier development build; this build "
+         "reads format {} only (docs/reliability.md)",
+         file.string(), digit, ShardStore::kCheckpointFormat);
   const uint32_t crc = in.get<uint32_t>();
   const uint64_t size = in.get<uint64_t>();
   if (std::filesystem::file_size(file) != kBodyAt + size ||
@@ -91,12 +92,6 @@ ShardStore::Checkpoint decode_checkpoint(const std::filesystem::path& file, uint
   ShardStore::Checkpoint out;
   out.generation = generation;
   out.file = file;
-  out.format = format;
-  if (format == 1) {
-    out.payload.resize(size);
-    read_at(open.fd, file, kBodyAt, out.payload);
-    return out;
-  }
   std::array<std::byte, kBodyHeadBytes> fields_bytes;
   if (size < kBodyHeadBytes) fail(ErrorCode::corrupt_checkpoint, "{}: truncated", file.string());
   read_at(open.fd, file, kBodyAt, fields_bytes);
@@ -105,8 +100,7 @@ ShardStore::Checkpoint decode_checkpoint(const std::filesystem::path& file, uint
     fail(ErrorCode::corrupt_checkpoint, "{}: holds another generation", file.string());
   out.log_follows = fields.get<uint8_t>() != 0;
   const uint64_t payload = fields.get<uint64_t>();
-  if (payload > size - kBodyHeadBytes ||
-      (format < ShardStore::kStreamedRowsFormat && payload != size - kBodyHeadBytes))
+  if (payload > size - kBodyHeadBytes)
     fail(ErrorCode::corrupt_checkpoint, "{}: payload of {} bytes in a body of {}", file.string(),
          payload, size);
   out.payload.resize(payload);
@@ -230,8 +224,7 @@ ShardStore::ReplayOutcome ShardStore::replay(const Checkpoint* from,
   uint64_t newest_log = logs.empty() ? 0 : logs.back();
   uint64_t newest = newest_generation();
   for (uint64_t g = from->generation; g <= newest; ++g) {
-    bool expected = g == from->generation ? from->log_follows.value_or(options.expect_logs)
-                                          : options.expect_logs;
+    bool expected = g == from->generation ? from->log_follows : options.expect_logs;
     if (!std::binary_search(logs.begin(), logs.end(), g)) {
       if (!expected) continue;
       out.lost = lose(g, 0,

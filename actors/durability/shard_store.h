@@ -51,45 +51,27 @@ class ShardStore {
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
-  // The format write_checkpoint writes; load_latest reads it and every earlier one.
-  static constexpr uint32_t kCheckpointFormat = 7;
-  // The first format whose variables carry their frozen variance's bookkeeping (Variable's
-  // save format 2; earlier files hold its format 1).
-  static constexpr uint32_t kFrozenVarianceFormat = 3;
-  // The first format that holds the sync job's membership and its record (joins, leaves, ranges
-  // applied short-handed; actors/shard/membership.h; before it, every declared worker was a
-  // member from step 1).
-  static constexpr uint32_t kMembershipFormat = 4;
-  // The first format that holds embedding tables beside variables (each hosted id's record
-  // starts with its kind; actors/shard/variable_shard_state.cc).
-  static constexpr uint32_t kTablesFormat = 5;
-  // The first format whose tables' rows follow the payload, streamed into the file chunk by
-  // chunk (CheckpointFile), instead of inside it.
-  static constexpr uint32_t kStreamedRowsFormat = 6;
-  // The first format whose tables' heads hold their capacity (max_rows, admit_after) and its
-  // state: the rows' order of last update and the admission sketch (actors/shard/row_capacity.h).
-  static constexpr uint32_t kCapacityFormat = 7;
+  // The format write_checkpoint writes and load_latest reads. Earlier formats (1 to 7) were
+  // written by development builds before any release and are refused, naming their format.
+  static constexpr uint32_t kCheckpointFormat = 8;
 
   struct Checkpoint {
     uint64_t generation = 0;
     std::filesystem::path file;
     std::vector<std::byte> payload;  // what write_checkpoint was given
-    // From kStreamedRowsFormat: where in `file` the tables' rows are (CheckpointFile).
+    // Where in `file` the tables' rows are (CheckpointFile).
     uint64_t rows_offset = 0;
     uint64_t rows_bytes = 0;
-    // Whether generation `generation`'s update log follows it; unknown in the first format.
-    std::optional<bool> log_follows;
-    // The file's format, 1 to kCheckpointFormat: which layout of the payload was written
-    // (ShardDurability::State::load_variables).
-    uint32_t format = kCheckpointFormat;
+    // Whether generation `generation`'s update log follows it.
+    bool log_follows = false;
   };
   // The newest checkpoint that reads back whole and matches its checksum. Each one that does
   // not is named in `skipped` with the reason, and never used.
   std::optional<Checkpoint> load_latest(std::vector<std::string>& skipped) const;
 
   struct ReplayOptions {
-    // Whether logs are expected where no checkpoint says (checkpoints of the first format,
-    // corrupt ones): the deployment's checkpoint.update_log.
+    // Whether logs of generations after the checkpoint's are expected (no checkpoint of theirs
+    // says): the deployment's checkpoint.update_log.
     bool expect_logs = true;
     // Go on after damage or a missing log (stopping replay there) instead of refusing.
     bool accept_loss = false;

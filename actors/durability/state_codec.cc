@@ -70,7 +70,6 @@ void encode_table_spec(ByteWriter& out, const TableSpec& spec) {
   out.text(spec.name);
   out.put(spec.num_embeddings);
   out.put(spec.dim);
-  out.put(spec.parts);
   out.put<uint8_t>(static_cast<uint8_t>(spec.dtype));
   out.put(spec.priority.value);
   const optim::RowOptimizerSpec& o = spec.optimizer;
@@ -82,23 +81,14 @@ void encode_table_spec(ByteWriter& out, const TableSpec& spec) {
   out.put(spec.init.a);
   out.put(spec.init.b);
   out.put(spec.seed);
-}
-
-void encode_table_capacity(ByteWriter& out, const TableSpec& spec) {
   out.put(spec.max_rows);
   out.put(spec.admit_after);
-}
-
-void decode_table_capacity(ByteReader& in, TableSpec& spec) {
-  spec.max_rows = in.get<uint64_t>();
-  spec.admit_after = in.get<uint32_t>();
 }
 
 TableSpec decode_table_spec(ByteReader& in) {
   TableSpec spec{.name = in.text()};
   spec.num_embeddings = in.get<uint64_t>();
   spec.dim = in.get<uint32_t>();
-  spec.parts = in.get<uint32_t>();
   const auto dtype = in.get<uint8_t>();
   spec.priority = Priority(in.get<int64_t>());
   const auto kind = in.get<uint8_t>();
@@ -110,6 +100,8 @@ TableSpec decode_table_spec(ByteReader& in) {
   spec.init.a = in.get<double>();
   spec.init.b = in.get<double>();
   spec.seed = in.get<uint64_t>();
+  spec.max_rows = in.get<uint64_t>();
+  spec.admit_after = in.get<uint32_t>();
   if (dtype > static_cast<uint8_t>(DType::float64) ||
       kind > static_cast<uint8_t>(optim::RowOptimizerKind::sparse_adam) ||
       init > static_cast<uint8_t>(RowInit::Kind::normal))

@@ -14,12 +14,9 @@ namespace psched {
 void encode(ByteWriter& out, const VariableSpec& spec);
 VariableSpec decode_spec(ByteReader& in);
 
+// A table's spec, its capacity (max_rows, admit_after) with it.
 void encode_table_spec(ByteWriter& out, const TableSpec& spec);
 TableSpec decode_table_spec(ByteReader& in);
-// A table's capacity (max_rows, admit_after), after its spec from ShardStore::kCapacityFormat
-// and in the update log's capacity records; absent before (no bound).
-void encode_table_capacity(ByteWriter& out, const TableSpec& spec);
-void decode_table_capacity(ByteReader& in, TableSpec& spec);
 
 void encode(ByteWriter& out, const IntervalSet& set);
 IntervalSet decode_intervals(ByteReader& in);

@@ -16,8 +16,9 @@
 namespace psched {
 namespace {
 
-constexpr char kMagic[8] = {'P', 'S', 'C', 'H', 'D', 'L', 'G', '2'};
-constexpr char kMagicV1[8] = {'P', 'S', 'C', 'H', 'D', 'L', 'G', '1'};
+// "PSCHDLG" and the format's digit; this build reads and writes the one format below.
+constexpr char kMagicStem[7] = {'P', 'S', 'C', 'H', 'D', 'L', 'G'};
+constexpr char kMagic[8] = {'P', 'S', 'C', 'H', 'D', 'L', 'G', '3'};
 
 bool all_zero(std::span<const std::byte> bytes) {
   return std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0}; });
@@ -25,7 +26,7 @@ bool all_zero(std::span<const std::byte> bytes) {
 
 // Reads one record's payload at `at`, or says why not in `scan` (and returns nothing).
 std::optional<std::span<const std::byte>> next_record(std::span<const std::byte> bytes, uint64_t at,
-                                                      bool v1, LogScan& scan) {
+                                                      LogScan& scan) {
   const std::span<const std::byte> tail = bytes.subspan(at);
   std::span<const std::byte> rest = tail;
   auto stop = [&](std::string problem, bool torn) {
@@ -36,20 +37,14 @@ std::optional<std::span<const std::byte>> next_record(std::span<const std::byte>
   };
   uint64_t size = 0;
   uint32_t size_crc = 0, crc = 0;
-  if (rest.size() < (v1 ? 12 : kLogRecordHeaderBytes))
+  if (rest.size() < kLogRecordHeaderBytes)
     return stop(fmt::format("record header cut short ({} of its bytes)", rest.size()), true);
-  if (v1) {
-    std::memcpy(&crc, rest.data(), 4);
-    std::memcpy(&size, rest.data() + 4, 8);
-    rest = rest.subspan(12);
-  } else {
-    std::memcpy(&size, rest.data(), 8);
-    std::memcpy(&size_crc, rest.data() + 8, 4);
-    std::memcpy(&crc, rest.data() + 12, 4);
-    if (crc32_of(&size, sizeof size) != size_crc)
-      return stop("record header fails its checksum", false);
-    rest = rest.subspan(kLogRecordHeaderBytes);
-  }
+  std::memcpy(&size, rest.data(), 8);
+  std::memcpy(&size_crc, rest.data() + 8, 4);
+  std::memcpy(&crc, rest.data() + 12, 4);
+  if (crc32_of(&size, sizeof size) != size_crc)
+    return stop("record header fails its checksum", false);
+  rest = rest.subspan(kLogRecordHeaderBytes);
   if (size > rest.size())
     return stop(fmt::format("record cut short ({} of its {} bytes)", rest.size(), size), true);
   auto payload = rest.first(size);
@@ -130,31 +125,36 @@ LogScan scan_log(const std::filesystem::path& file, uint64_t generation,
   LogScan scan;
   scan.file_bytes = bytes.size();
   std::span<const std::byte> all(bytes);
-  bool v1 = bytes.size() >= 8 && std::memcmp(bytes.data(), kMagicV1, 8) == 0;
-  uint64_t at = v1 ? 8 : kLogHeaderBytes;
-  if (!v1) {
-    if (bytes.size() < kLogHeaderBytes) {
-      scan.problem =
-          fmt::format("header cut short ({} of its {} bytes)", bytes.size(), kLogHeaderBytes);
-      scan.torn_tail = true;
-      return scan;
-    }
-    uint64_t written = 0;
-    uint32_t crc = 0;
-    std::memcpy(&written, bytes.data() + 8, 8);
-    std::memcpy(&crc, bytes.data() + 16, 4);
-    if (std::memcmp(bytes.data(), kMagic, 8) != 0 || crc32_of(bytes.data(), 16) != crc) {
-      scan.problem = "not a psched update log (its header is damaged)";
-      return scan;
-    }
-    if (written != generation) {
-      scan.problem = fmt::format("its header says generation {}, not {}", written, generation);
-      return scan;
-    }
+  uint64_t at = kLogHeaderBytes;
+  if (bytes.size() < kLogHeaderBytes) {
+    scan.problem =
+        fmt::format("header cut short ({} of its {} bytes)", bytes.size(), kLogHeaderBytes);
+    scan.torn_tail = true;
+    return scan;
+  }
+  uint64_t written = 0;
+  uint32_t crc = 0;
+  std::memcpy(&written, bytes.data() + 8, 8);
+  std::memcpy(&crc, bytes.data() + 16, 4);
+  if (std::memcmp(bytes.data(), kMagicStem, sizeof kMagicStem) == 0 &&
+      bytes[sizeof kMagicStem] != std::byte(kMagic[sizeof kMagicStem])) {
+    scan.problem = fmt::format(
+        "an update log of format {}, written by an earlier development build; this build reads "
+        "format {} only (docs/reliability.md)",
+        static_cast<char>(bytes[sizeof kMagicStem]), kMagic[sizeof kMagicStem]);
+    return scan;
+  }
+  if (std::memcmp(bytes.data(), kMagic, 8) != 0 || crc32_of(bytes.data(), 16) != crc) {
+    scan.problem = "not a psched update log (its header is damaged)";
+    return scan;
+  }
+  if (written != generation) {
+    scan.problem = fmt::format("its header says generation {}, not {}", written, generation);
+    return scan;
   }
   scan.good_bytes = at;
   while (at < bytes.size()) {
-    auto payload = next_record(all, at, v1, scan);
+    auto payload = next_record(all, at, scan);
     if (!payload) return scan;
     std::string what = fmt::format("{} record at byte {}", file.string(), at);
     if (apply) {
@@ -167,7 +167,7 @@ LogScan scan_log(const std::filesystem::path& file, uint64_t generation,
         return scan;
       }
     }
-    at += (v1 ? 12 : kLogRecordHeaderBytes) + payload->size();
+    at += kLogRecordHeaderBytes + payload->size();
     scan.good_bytes = at;
     ++scan.records;
   }

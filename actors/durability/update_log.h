@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The update log's file format, its writer and its reader (ShardStore uses both).
 //
-//   header  "PSCHDLG2" | generation u64 | crc32 of the 16 bytes before       (20 bytes)
+//   header  "PSCHDLG3" | generation u64 | crc32 of the 16 bytes before       (20 bytes)
 //   record  size u64 | crc32 of size | crc32 of payload | payload            (16 + size bytes)
 //
 // The size has a checksum of its own, so a damaged size field is told from a record cut short
-// by a crash: only the second is a torn tail. Logs of the first format ("PSCHDLG1": crc32 |
-// size | payload) are still read.
+// by a crash: only the second is a torn tail. Logs of earlier formats (PSCHDLG1, 2: other
+// records, from development builds before any release) are refused, naming their format.
 //
 // UpdateLogWriter never leaves a partial record between whole ones: when an append fails (disk
 // full, file size limit, I/O error) it cuts the file back to its last whole record before

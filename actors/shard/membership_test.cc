@@ -203,7 +203,7 @@ struct MemberShard {
     return [&out](const Result<FreshValue>& v) {
       REQUIRE(v);
       out.emplace(2);
-      v->read_into(reinterpret_cast<std::byte*>(out->data()));
+      v->read_into(std::as_writable_bytes(std::span(*out)));
     };
   }
   uint64_t next_ticket = 1;

@@ -70,9 +70,6 @@ void RowTable::check_spec(const TableSpec& spec) {
     fail(ErrorCode::invalid_argument,
          "table '{}': {} rows of {} elements (both must be at least 1)", spec.name,
          spec.num_embeddings, spec.dim);
-  if (spec.parts == 0 || spec.parts > kMaxParts)
-    fail(ErrorCode::invalid_argument, "table '{}': {} parts a step (1 to {})", spec.name,
-         spec.parts, kMaxParts);
   optim::validate_row(spec.optimizer);
   check_init(spec);
   if (spec.admit_after > RowCapacity::kMaxAdmitAfter)
@@ -110,8 +107,7 @@ RowTable::RowTable(TableSpec spec)
     : spec_(std::move(spec)),
       state_elements_(optim::row_state_elements(spec_.optimizer, spec_.dim)),
       block_bytes_((spec_.dim + state_elements_) * element_bytes(spec_.dtype)),
-      capacity_(spec_),
-      gathered_(spec_.parts) {}
+      capacity_(spec_) {}
 
 void RowTable::check_rows(const char* what, std::span<const uint64_t> ids, DType dtype,
                           uint64_t bytes) const {
@@ -130,82 +126,53 @@ void RowTable::check_rows(const char* what, std::span<const uint64_t> ids, DType
            spec_.name, id, spec_.num_embeddings);
 }
 
-void RowTable::check_part(uint32_t part, std::span<const uint64_t> ids, DType dtype,
-                          uint64_t bytes) const {
-  check_rows("push", ids, dtype, bytes);
-  if (part >= spec_.parts)
-    fail(ErrorCode::invalid_argument, "push of table '{}' rejected: part {} of its {} parts",
-         spec_.name, part, spec_.parts);
-  for (uint64_t id : ids)
-    if (spec_.part_of(id) != part)
-      fail(ErrorCode::invalid_argument,
-           "push of table '{}' rejected: id {} belongs to part {}, not to part {} (nothing "
-           "applied)",
-           spec_.name, id, spec_.part_of(id), part);
+ElementRange RowTable::check_push(const Push& push) const {
+  if (!push.rows)
+    fail(ErrorCode::unknown_variable, "push rejected: id {} is table '{}', not a dense variable",
+         push.variable.value, spec_.name);
+  check_rows("push", push.ids, push.dtype, push.data.size());
+  return kUnit;
 }
 
-std::vector<RowTable::PartRows> RowTable::by_part(std::span<const uint64_t> ids,
-                                                  std::span<const std::byte> gradients,
-                                                  std::vector<uint64_t>& ids_kept,
-                                                  std::vector<std::byte>& kept) const {
-  if (spec_.parts == 1) return {{0, ids, gradients}};
-  const uint64_t row_bytes = spec_.row_bytes();
-  std::vector<uint32_t> order(ids.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return spec_.part_of(ids[a]) < spec_.part_of(ids[b]);
-  });
-  ids_kept.resize(ids.size());
-  kept.resize(gradients.size());
-  for (size_t k = 0; k < order.size(); ++k) {
-    ids_kept[k] = ids[order[k]];
-    std::memcpy(kept.data() + k * row_bytes, gradients.data() + order[k] * row_bytes, row_bytes);
-  }
-  std::vector<PartRows> parts;
-  size_t begin = 0;
-  for (uint32_t part = 0; part < spec_.parts; ++part) {
-    size_t end = begin;
-    while (end < ids_kept.size() && spec_.part_of(ids_kept[end]) == part) ++end;
-    parts.push_back(
-        {part, std::span(ids_kept).subspan(begin, end - begin),
-         std::span<const std::byte>(kept).subspan(begin * row_bytes, (end - begin) * row_bytes)});
-    begin = end;
-  }
-  return parts;
+ElementRange RowTable::check_poll(const char* what, const Poll& poll) const {
+  if (!poll.rows)
+    fail(ErrorCode::unknown_variable, "{} rejected: id {} is table '{}', not a dense variable",
+         what, poll.variable.value, spec_.name);
+  check_rows("pull", poll.ids, spec_.dtype, poll.ids.size() * spec_.row_bytes());
+  return kUnit;
 }
 
-ElementRange RowTable::parts_of(std::span<const uint64_t> ids) const {
-  if (ids.empty() || spec_.parts == 1) return {0, spec_.parts};
-  uint64_t low = spec_.parts, high = 0;
-  for (uint64_t id : ids) {
-    low = std::min<uint64_t>(low, spec_.part_of(id));
-    high = std::max<uint64_t>(high, spec_.part_of(id) + 1);
-  }
-  return {low, high};
-}
-
-void RowTable::take(const StepUpdate& update, uint32_t part, std::span<const uint64_t> ids,
-                    std::span<const std::byte> gradients) {
-  const ElementRange unit{part, part + 1};
-  PSCHED_REQUIRE(update.pieces.size() == 1 && update.pieces[0].range == unit, update.pieces.size(),
-                 part);
-  if (!update.gathered) return apply(ids, gradients, update.t);
-  gather(part, ids, gradients);
+void RowTable::take(const StepUpdate& update, const Push& push) {
+  PSCHED_REQUIRE(update.pieces.size() == 1 && update.pieces[0].range == kUnit,
+                 update.pieces.size());
+  if (!update.gathered) return apply(push.ids, push.data, update.t);
+  gather(push.ids, push.data);
   const StepPiece& piece = update.pieces[0];
-  if (piece.complete) apply_part(part, piece.pushers + 1, update.t);
+  if (piece.complete) apply_sums(piece.pushers + 1, update.t);
 }
 
 void RowTable::apply_gathered(const StepUpdate& update) {
-  for (const StepPiece& piece : update.pieces) {
-    if (!piece.complete || piece.pushers == 0) continue;
-    for (uint64_t part = piece.range.begin; part < piece.range.end; ++part)
-      apply_part(static_cast<uint32_t>(part), piece.pushers, update.t);
-  }
+  for (const StepPiece& piece : update.pieces)
+    if (piece.complete && piece.pushers > 0) apply_sums(piece.pushers, update.t);
 }
 
-void RowTable::gather(uint32_t part, std::span<const uint64_t> ids,
-                      std::span<const std::byte> gradients) {
-  PartSums& sums = gathered_[part];
+uint64_t RowTable::answer_bytes(const Poll& poll) const {
+  return poll.ids.size() * spec_.row_bytes();
+}
+
+void RowTable::read(const Poll& poll, std::span<std::byte> out) const {
+  read(poll.ids, out);
+}
+
+void RowTable::report(ShardStats& stats) const {
+  ++stats.tables;
+  stats.table_stats.push_back({spec_.name, rows(), bytes_held(), payload_bytes(),
+                               rows() + capacity_.evictions(), rows_pushed_, rows_pulled_,
+                               spec_.max_rows, capacity_.evictions(), capacity_.dropped()});
+}
+
+void RowTable::gather(std::span<const uint64_t> ids, std::span<const std::byte> gradients) {
+  StepSums& sums = gathered_;
   const uint64_t row_bytes = spec_.row_bytes();
   for (size_t k = 0; k < ids.size(); ++k) {
     const auto emplaced = sums.position.try_emplace(ids[k], static_cast<uint32_t>(sums.ids.size()));
@@ -225,8 +192,8 @@ void RowTable::gather(uint32_t part, std::span<const uint64_t> ids,
   }
 }
 
-void RowTable::apply_part(uint32_t part, uint32_t gradients, uint64_t t) {
-  PartSums sums = std::exchange(gathered_[part], {});
+void RowTable::apply_sums(uint32_t gradients, uint64_t t) {
+  StepSums sums = std::exchange(gathered_, {});
   const uint64_t row_bytes = spec_.row_bytes();
   const optim::RowStep step = optim::row_step(spec_.optimizer, t);
   std::vector<uint32_t> order(sums.ids.size());
@@ -423,17 +390,8 @@ uint64_t RowTable::growth_bytes(std::span<const uint64_t> ids) const {
 
 void RowTable::save_head(ByteWriter& out) const {
   encode_table_spec(out, spec_);
-  encode_table_capacity(out, spec_);
   out.put<uint64_t>(ids_.size());
   capacity_.save(out, ids_.size());
-}
-
-void RowTable::save(ByteWriter& out) const {
-  save_head(out);
-  for (uint32_t slot = 0; slot < ids_.size(); ++slot) {
-    out.put(ids_[slot]);
-    out.raw({block(slot), block_bytes_});
-  }
 }
 
 uint64_t RowTable::freeze(uint64_t base, Emit emit) {
@@ -495,31 +453,26 @@ void RowTable::save_frozen(uint32_t chunk) {
 }
 
 void RowTable::save_sums(ByteWriter& out) const {
-  for (const PartSums& part : gathered_) {
-    out.put<uint64_t>(part.ids.size());
-    for (uint64_t id : part.ids) out.put(id);
-    out.raw(part.sums);
-  }
+  out.put<uint64_t>(gathered_.ids.size());
+  for (uint64_t id : gathered_.ids) out.put(id);
+  out.raw(gathered_.sums);
 }
 
 void RowTable::load_sums(ByteReader& in) {
-  for (uint32_t part = 0; part < spec_.parts; ++part) {
-    const uint64_t rows = in.get<uint64_t>();
-    std::vector<uint64_t> ids;
-    for (uint64_t k = 0; k < rows; ++k) {
-      ids.push_back(in.get<uint64_t>());
-      if (ids.back() >= spec_.num_embeddings || spec_.part_of(ids.back()) != part)
-        fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' gathered row {} in part {}", in.what(),
-             spec_.name, ids.back(), part);
-    }
-    gathered_[part] = {};
-    gather(part, ids, in.take(rows * spec_.row_bytes()));
+  const uint64_t rows = in.get<uint64_t>();
+  std::vector<uint64_t> ids;
+  for (uint64_t k = 0; k < rows; ++k) {
+    ids.push_back(in.get<uint64_t>());
+    if (ids.back() >= spec_.num_embeddings)
+      fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' gathered row {} of {}", in.what(),
+           spec_.name, ids.back(), spec_.num_embeddings);
   }
+  gathered_ = {};
+  gather(ids, in.take(rows * spec_.row_bytes()));
 }
 
-RowTable RowTable::restore_head(ByteReader& in, uint64_t& rows, bool capacity) {
+RowTable RowTable::restore_head(ByteReader& in, uint64_t& rows) {
   TableSpec spec = decode_table_spec(in);
-  if (capacity) decode_table_capacity(in, spec);
   try {
     check_spec(spec);
   } catch (const Error& e) {
@@ -530,18 +483,13 @@ RowTable RowTable::restore_head(ByteReader& in, uint64_t& rows, bool capacity) {
     fail(ErrorCode::corrupt_checkpoint, "{}: table '{}' holds {} rows of {}", in.what(), spec.name,
          rows, spec.num_embeddings);
   RowTable table(std::move(spec));
-  if (capacity) table.capacity_.load(in, rows);
+  table.capacity_.load(in, rows);
   return table;
 }
 
-RowTable RowTable::restore(ByteReader& in, bool capacity) {
-  ReaderSource rows(in);  // the rows follow the head in `in`
-  return restore(in, rows, capacity);
-}
-
-RowTable RowTable::restore(ByteReader& head, ByteSource& rows, bool capacity) {
+RowTable RowTable::restore(ByteReader& head, ByteSource& rows) {
   uint64_t count = 0;
-  RowTable table = restore_head(head, count, capacity);
+  RowTable table = restore_head(head, count);
   table.index_.reserve(count);
   table.ids_.reserve(count);
   for (uint64_t k = 0; k < count; ++k) {

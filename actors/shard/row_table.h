@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // RowTable: one shard's rows of an embedding table, the second kind of variable beside the dense
-// Variable (actors/shard/variable.h). A plain value type owned by its shard, on the shard's loop.
+// Variable (actors/shard/variable.h; both are HostedKinds, actors/shard/hosted_kind.h). Owned by
+// its shard, on the shard's loop.
 //
 // Rows live in arenas of fixed-size chunks (value and optimizer state of a row side by side, so
 // an update touches one place; a chunk is never moved, so the table grows without copying what
@@ -17,10 +18,11 @@
 // while memory per row is the binding limit (a row of dim 16 in float32 is 64 bytes).
 //
 // When an update applies is not the table's to decide: its shard's StepMachine says (as for a
-// Variable), with a StepTrack whose unit is a part of the table (TableSpec::parts): a worker
-// pushes every part of every step once, with the rows of it that it touched. The table checks
-// ids and widths, gathers a sync step's row sums part by part, and applies the optimizer to the
-// rows the machine's StepUpdate says apply.
+// Variable), with a StepTrack of one unit, [0, 1): a worker pushes each step of the table once to
+// every shard, with the rows of it that it touched there, so a step's units all complete with
+// that one push and finer units would gain nothing. The table checks ids and widths, gathers a
+// sync step's row sums, and applies the optimizer to the rows the machine's StepUpdate says
+// apply.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@
 
 #include <absl/container/flat_hash_map.h>
 
+#include "actors/shard/hosted_kind.h"
 #include "actors/shard/row_capacity.h"
 #include "actors/shard/step_track.h"
 #include "actors/shard/table_spec.h"
@@ -40,13 +43,11 @@
 
 namespace psched {
 
-class RowTable {
+class RowTable final : public HostedKind {
  public:
   // Rows per arena chunk: large enough that a chunk's bookkeeping is nothing beside it, small
   // enough that a table's last chunk wastes little.
   static constexpr uint32_t kRowsPerChunk = 4096;
-  // The most parts a table's step may have (TableSpec::parts).
-  static constexpr uint32_t kMaxParts = 1 << 16;
 
   // Throws Error(invalid_argument) naming what is wrong when `spec` cannot make a table: a dtype
   // other than float32 and float64, no rows or no elements per row, an optimizer setting out of
@@ -61,42 +62,35 @@ class RowTable {
 
   const TableSpec& spec() const { return spec_; }
 
+  // HostedKind. check_push: ids below the table's rows, rows of its dtype and width (check_rows).
+  // check_poll: ids below its rows. Both cover the one unit, [0, 1). take: an update not gathered
+  // (async, bounded) applies the push's rows at once as update `update.t`; gathered (sync), they
+  // are added to the step's sums, and when the push completes the step every row gathered is
+  // applied as the mean of the gradients pushed (a worker that pushed without a row counts as
+  // zero for it: DDP's mean of sparse gradients). read: the poll's rows, one after another.
+  KindTag tag() const override { return KindTag::table; }
+  const std::string& name() const override { return spec_.name; }
+  Priority priority() const override { return spec_.priority; }
+  DType dtype() const override { return spec_.dtype; }
+  ElementRange extent() const override { return kUnit; }
+  ElementRange check_push(const Push& push) const override;
+  ElementRange check_poll(const char* what, const Poll& poll) const override;
+  void take(const StepUpdate& update, const Push& push) override;
+  void apply_gathered(const StepUpdate& update) override;
+  uint64_t answer_bytes(const Poll& poll) const override;
+  void read(const Poll& poll, std::span<std::byte> out) const override;
+  uint64_t stored_bytes() const override { return bytes_held(); }
+  uint64_t growth_bytes(const Push& push) const override { return growth_bytes(push.ids); }
+  void count_push(const Push& push) override { rows_pushed_ += push.ids.size(); }
+  void count_answer(const Poll& poll) override { rows_pulled_ += poll.ids.size(); }
+  void report(ShardStats& stats) const override;
+
   // Throws unless every one of `ids` names a row of the table (offset_out_of_range naming the
   // table and the id) and `bytes` are ids.size() rows of `dtype`, the table's (dtype_mismatch,
   // shape_mismatch); `what` names the request ("push", "pull").
   void check_rows(const char* what, std::span<const uint64_t> ids, DType dtype,
                   uint64_t bytes) const;
-  // check_rows for a push of part `part`: also that the part is one of the table's and that each
-  // id is in it (invalid_argument naming the id and both parts).
-  void check_part(uint32_t part, std::span<const uint64_t> ids, DType dtype, uint64_t bytes) const;
 
-  // One part's share of a push (check_rows passed): its ids, each with its gradient row.
-  struct PartRows {
-    uint32_t part;
-    std::span<const uint64_t> ids;
-    std::span<const std::byte> gradients;
-  };
-  // A push's `ids` and `gradients` grouped by part, every part of the table once (empty where
-  // the push has no row of it), each part's rows in the order given. The groups view `ids`
-  // and `gradients` for a table of one part, else copies kept in `ids_kept` and `kept`.
-  std::vector<PartRows> by_part(std::span<const uint64_t> ids, std::span<const std::byte> gradients,
-                                std::vector<uint64_t>& ids_kept,
-                                std::vector<std::byte>& kept) const;
-  // The parts a pull of `ids` waits for: the smallest range of parts holding them all; every
-  // part for no ids (a pull of no rows waits for the table's whole step on the shard).
-  ElementRange parts_of(std::span<const uint64_t> ids) const;
-
-  // Carries out what the step machine decided for an accepted push of part `part` (the track's
-  // unit [part, part + 1)): `ids` with `gradients`, passed by check_part. Not gathered (async,
-  // bounded): applied at once as update `update.t`. Gathered (sync): added to the part's sums,
-  // and when the push completes the part, every row gathered for it is applied as the mean of
-  // the gradients pushed into the part (a worker that pushed the part without a row counts as
-  // zero for it: DDP's mean of sparse gradients).
-  void take(const StepUpdate& update, uint32_t part, std::span<const uint64_t> ids,
-            std::span<const std::byte> gradients);
-  // Applies the mean gathered for each of `update`'s complete pieces (parts) that any worker
-  // pushed (a membership change or a timeout completed them); the rest stay as they are.
-  void apply_gathered(const StepUpdate& update);
   // Update `t` (the table's step) of the rows `ids` from `gradients`, one row each in id order
   // as given, passed by check_rows; the gradients of an id given more than once are summed
   // first (torch's coalesce), so each row gets one update.
@@ -119,35 +113,29 @@ class RowTable {
   // Bytes of the stored rows' values and optimizer state: what bytes_held() is the cost of.
   uint64_t payload_bytes() const { return rows() * block_bytes_; }
 
-  // Everything the table holds (spec, capacity, each stored row's id, value and optimizer
-  // state), so that restore() rebuilds an equal table. restore throws Error(corrupt_checkpoint)
-  // naming `in` when what it reads is malformed or could not have been written. `capacity`:
-  // the head holds the capacity and its state (ShardStore::kCapacityFormat on; before, none).
-  void save(ByteWriter& out) const;
-  static RowTable restore(ByteReader& in, bool capacity = true);
-
-  // A checkpoint that streams the table (actors/durability/shard_durability.h): save_head()
-  // writes the spec and the count of rows stored now, freeze() keeps those rows as they are for
-  // the stream, and save_chunk() encodes them a chunk at a time, each row its id then its value
-  // and state, for `emit`; an update about to change a frozen row whose chunk is not encoded
-  // yet keeps that row's value and state as they were first, for its chunk. So the stream
-  // holds every row as at the freeze while updates go on; what it costs beside the table is
-  // the rows updated before their chunk went (one row's bytes each), and no pause longer than
-  // a chunk's encoding.
-  using Emit = std::function<void(uint64_t offset, std::vector<std::byte> rows)>;
-  void save_head(ByteWriter& out) const;
+  // A checkpoint streams the table (actors/durability/shard_durability.h): save_head() writes
+  // the spec, its capacity and its state and the count of rows stored now, freeze() keeps those
+  // rows as they are for the stream, and save_chunk() encodes them a chunk at a time, each row
+  // its id then its value and state, for `emit`; an update about to change a frozen row whose
+  // chunk is not encoded yet keeps that row's value and state as they were first, for its
+  // chunk. So the stream holds every row as at the freeze while updates go on; what it costs
+  // beside the table is the rows updated before their chunk went (one row's bytes each), and no
+  // pause longer than a chunk's encoding.
+  void save_head(ByteWriter& out) const override;
   // Freezes the rows stored now, their bytes in the stream at `base` on; returns their bytes.
   // Requires no freeze under way.
-  uint64_t freeze(uint64_t base, Emit emit);
+  uint64_t freeze(uint64_t base, Emit emit) override;
   // Encodes the next frozen chunk not encoded yet and hands it to `emit`; false when none is
   // left (the freeze is over).
-  bool save_chunk();
+  bool save_chunk() override;
   // The table save_head() wrote in `head`, its rows read from `rows` as save_chunk encoded them.
-  static RowTable restore(ByteReader& head, ByteSource& rows, bool capacity = true);
-  // The sums a sync step in progress gathered so far, part by part, and back (beside its
-  // track's progress in a checkpoint, as a Variable's sums are).
-  void save_sums(ByteWriter& out) const;
-  void load_sums(ByteReader& in);
+  // Throws Error(corrupt_checkpoint) naming `head` when what it reads is malformed or could not
+  // have been written.
+  static RowTable restore(ByteReader& head, ByteSource& rows);
+  // The sums a sync step in progress gathered so far, and back (beside its track's progress in
+  // a checkpoint, as a Variable's sums are).
+  void save_sums(ByteWriter& out) const override;
+  void load_sums(ByteReader& in) override;
 
  private:
   // The value then the optimizer state of the row in `slot`.
@@ -161,7 +149,7 @@ class RowTable {
   uint32_t new_slot(uint64_t id);
   // The spec and row count save_head() wrote (and the capacity's state), checked; `rows` gets
   // the count.
-  static RowTable restore_head(ByteReader& in, uint64_t& rows, bool capacity);
+  static RowTable restore_head(ByteReader& in, uint64_t& rows);
   // Encodes frozen chunk `chunk` for the stream (its rows kept as they were where an update
   // came first) and marks it done.
   void save_frozen(uint32_t chunk);
@@ -194,17 +182,19 @@ class RowTable {
   static constexpr size_t kUpdateBlock = 16;  // rows whose slots update_all finds ahead
   // One update of the row in `slot`.
   void update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step);
-  // A sync step's gradient sums of one part: each row gathered so far, in the order first met.
-  struct PartSums {
+  // The unit a step of the table covers (its StepTrack's extent).
+  static constexpr ElementRange kUnit{0, 1};
+  // A sync step's gradient sums: each row gathered so far, in the order first met.
+  struct StepSums {
     absl::flat_hash_map<uint64_t, uint32_t> position;  // id -> row of `sums`
     std::vector<uint64_t> ids;                         // by row of `sums`
     std::vector<std::byte> sums;
   };
-  // Adds `ids`' `gradients` into the sums of part `part`.
-  void gather(uint32_t part, std::span<const uint64_t> ids, std::span<const std::byte> gradients);
-  // Applies each row gathered for part `part` as its sum over `gradients` pushes (update `t`), in
-  // id order, and forgets the sums.
-  void apply_part(uint32_t part, uint32_t gradients, uint64_t t);
+  // Adds `ids`' `gradients` into the step's sums.
+  void gather(std::span<const uint64_t> ids, std::span<const std::byte> gradients);
+  // Applies each row gathered as its sum over `gradients` pushes (update `t`), in id order, and
+  // forgets the sums.
+  void apply_sums(uint32_t gradients, uint64_t t);
 
   TableSpec spec_;
   uint64_t state_elements_;  // per row (optim::row_state_elements)
@@ -214,7 +204,9 @@ class RowTable {
   std::vector<uint64_t> ids_;                      // slot -> id
   RowCapacity capacity_;                           // max_rows, admit_after
   std::optional<Freeze> freeze_;
-  std::vector<PartSums> gathered_;  // sync: by part, of the step in progress
+  StepSums gathered_;         // sync: of the step in progress
+  uint64_t rows_pushed_ = 0;  // rows of accepted pushes (each worker's, each step)
+  uint64_t rows_pulled_ = 0;  // rows answered
 };
 
 }  // namespace psched

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // RowTable on its own: rows made on first update from their initial value, a function of the
 // table's seed and the id; duplicates summed into one update; bad ids and widths refused; a
-// saved table restored equal.
+// table streamed as a checkpoint streams it restored equal.
 #include "actors/shard/row_table.h"
 
 #include <cmath>
@@ -39,6 +39,34 @@ std::vector<double> read(const RowTable& table, const std::vector<uint64_t>& ids
   std::vector<double> out(ids.size() * table.spec().dim);
   table.read(ids, std::as_writable_bytes(std::span(out)));
   return out;
+}
+
+// The table as a checkpoint streams it: its head, then its rows (save_head, freeze, save_chunk).
+struct Saved {
+  std::vector<std::byte> head, rows;
+};
+Saved save(RowTable& table) {
+  Saved saved;
+  ByteWriter head;
+  table.save_head(head);
+  saved.head = std::move(head.bytes());
+  saved.rows.resize(table.freeze(0, [&](uint64_t offset, std::vector<std::byte> chunk) {
+    REQUIRE(offset + chunk.size() <= saved.rows.size());
+    std::memcpy(saved.rows.data() + offset, chunk.data(), chunk.size());
+  }));
+  while (table.save_chunk()) {
+  }
+  return saved;
+}
+// The table save() saved, with the head's and the rows' bytes cut by `cut_head`, `cut_rows`.
+RowTable restore(const Saved& saved, size_t cut_head = 0, size_t cut_rows = 0) {
+  ByteReader head(std::span(saved.head).first(saved.head.size() - cut_head), "saved head");
+  ByteReader rows(std::span(saved.rows).first(saved.rows.size() - cut_rows), "saved rows");
+  ReaderSource source(rows);
+  RowTable table = RowTable::restore(head, source);
+  CHECK(head.done());
+  CHECK(rows.done());
+  return table;
 }
 
 void check_close(const std::vector<double>& got, const std::vector<double>& want) {
@@ -125,20 +153,15 @@ TEST_CASE("a saved table restores equal and trains on the same") {
   for (uint64_t t = 1; t <= 3; ++t)
     original.apply(std::vector<uint64_t>{t * 11, 5000 + t, 42},
                    bytes_of({0.1 * double(t), 0.2, 0.3, -1, 2, 0.5, 0.25, 0.75, -0.125}), t);
-  ByteWriter out;
-  original.save(out);
-  ByteReader in(out.bytes(), "saved table");
-  RowTable copy = RowTable::restore(in);
-  CHECK(in.done());
+  const Saved saved = save(original);
+  RowTable copy = restore(saved);
   CHECK(copy.rows() == original.rows());
   for (RowTable* table : {&original, &copy})
     table->apply(std::vector<uint64_t>{42, 77}, bytes_of({1, 1, 1, -1, -1, -1}), 4);
   const std::vector<uint64_t> ids{11, 22, 33, 42, 77, 5001, 5003, 99};
   CHECK(read(copy, ids) == read(original, ids));
-  std::vector<std::byte> cut = out.bytes();
-  cut.resize(cut.size() - 5);
-  ByteReader short_in(cut, "cut table");
-  CHECK(code_of([&] { RowTable::restore(short_in); }) == ErrorCode::corrupt_checkpoint);
+  CHECK(code_of([&] { restore(saved, 0, 5); }) == ErrorCode::corrupt_checkpoint);
+  CHECK(code_of([&] { restore(saved, 5, 0); }) == ErrorCode::corrupt_checkpoint);
 }
 
 TEST_CASE(
@@ -193,86 +216,78 @@ TEST_CASE("memory held grows a chunk of rows at a time") {
 
 namespace {
 
-// A table and a step track of its own whose unit is a part, taking pushes as a shard's step
-// machine and the table do: the table kind's sync and async rules without a shard.
+// A table and a step track of its own, taking pushes as a shard's step machine and the table
+// do: the table kind's sync and async rules without a shard.
 struct TrackedTable {
   RowTable table;
   StepTrack track;
 
   TrackedTable(const TableSpec& spec, Mode mode, uint32_t workers)
-      : table(spec), track(spec.name, {0, spec.parts}, mode, workers, nullptr) {}
-  // Worker `worker`'s push of part `part` of step `step`: rows `ids`, gradients `g`.
-  void push(uint32_t worker, Step step, uint32_t part, std::vector<uint64_t> ids,
-            const std::vector<double>& g) {
-    table.check_part(part, ids, DType::float64, g.size() * sizeof(double));
-    REQUIRE_FALSE(track.is_duplicate(WorkerId(worker), step, {part, part + 1}));
-    table.take(track.receive(WorkerId(worker), step, {part, part + 1}), part, ids, bytes_of(g));
+      : table(spec), track(spec.name, table.extent(), mode, workers, nullptr) {}
+  // Worker `worker`'s push of step `step`: rows `ids`, gradients `g`.
+  void push(uint32_t worker, Step step, std::vector<uint64_t> ids, const std::vector<double>& g) {
+    const Push push{.worker = WorkerId(worker),
+                    .step = step,
+                    .dtype = DType::float64,
+                    .data = bytes_of(g),
+                    .rows = true,
+                    .ids = ids};
+    const ElementRange units = table.check_push(push);
+    REQUIRE_FALSE(track.is_duplicate(WorkerId(worker), step, units));
+    table.take(track.receive(WorkerId(worker), step, units), push);
   }
 };
 
-// The ids below `n` of `part` of `spec`.
-std::vector<uint64_t> ids_of(const TableSpec& spec, uint32_t part, uint64_t n) {
-  std::vector<uint64_t> out;
-  for (uint64_t id = 0; id < n; ++id)
-    if (spec.part_of(id) == part) out.push_back(id);
-  return out;
-}
-
 }  // namespace
 
-TEST_CASE("sync: a part applies the mean over the workers once all pushed it, untouched as zero") {
+TEST_CASE("sync: a step applies the mean over the workers once all pushed, untouched as zero") {
   TableSpec spec = spec_of(100, 1, optim::RowOptimizerKind::sgd);
   spec.optimizer.lr = 1;
-  spec.parts = 2;
   TrackedTable t(spec, Mode::sync, 2);
-  const uint64_t a = ids_of(spec, 0, 100)[0], b = ids_of(spec, 0, 100)[1];
-  const uint64_t c = ids_of(spec, 1, 100)[0];
-  t.push(0, Step(1), 0, {a, b, a}, {1, 2, 3});  // a twice: 4
-  t.push(0, Step(1), 1, {}, {});                // worker 0 touched nothing of part 1
-  CHECK(read(t.table, {a, b, c}) == std::vector<double>{0, 0, 0});
-  t.push(1, Step(1), 1, {c}, {6});  // part 1 complete: c gets -(0 + 6) / 2
-  CHECK(read(t.table, {a, b, c}) == std::vector<double>{0, 0, -3});
-  CHECK(t.track.not_yet_applied(WorkerId(0), Step(1), {0, 2}).ranges() ==
+  t.push(0, Step(1), {1, 2, 1}, {1, 2, 3});  // 1 twice: 4
+  CHECK(read(t.table, {1, 2, 3}) == std::vector<double>{0, 0, 0});
+  CHECK(t.track.not_yet_applied(WorkerId(0), Step(1), t.table.extent()).ranges() ==
         std::vector<ElementRange>{{0, 1}});
-  t.push(1, Step(1), 0, {b}, {10});  // part 0: a (4 + 0) / 2, b (2 + 10) / 2
-  CHECK(read(t.table, {a, b, c}) == std::vector<double>{-2, -6, -3});
+  t.push(1, Step(1), {2, 3}, {10, 6});  // 1: (4 + 0) / 2, 2: (2 + 10) / 2, 3: (0 + 6) / 2
+  CHECK(read(t.table, {1, 2, 3}) == std::vector<double>{-2, -6, -3});
   CHECK(t.track.applied_step(WorkerId(0)) == Step(1));
 }
 
-TEST_CASE("async: a part's rows apply at once, numbered by the worker's step") {
+TEST_CASE("async: a push's rows apply at once, numbered by the worker's step") {
   TableSpec spec = spec_of(50, 2, optim::RowOptimizerKind::sparse_adam);
-  spec.parts = 3;
   TrackedTable tracked(spec, Mode::async, 2);
   RowTable reference(spec);
-  const std::vector<uint64_t> ids = ids_of(spec, 2, 50);
-  tracked.push(1, Step(1), 2, {ids[0], ids[1]}, {1, 2, 3, 4});
-  reference.apply(std::vector<uint64_t>{ids[0], ids[1]}, bytes_of({1, 2, 3, 4}), 1);
+  const std::vector<uint64_t> ids{4, 9};
+  tracked.push(1, Step(1), {4, 9}, {1, 2, 3, 4});
+  reference.apply(ids, bytes_of({1, 2, 3, 4}), 1);
   CHECK(read(tracked.table, ids) == read(reference, ids));
-  tracked.push(0, Step(1), 2, {ids[0]}, {5, 6});  // worker 0's step 1: update number 2
-  reference.apply(std::vector<uint64_t>{ids[0]}, bytes_of({5, 6}), 2);
+  tracked.push(0, Step(1), {4}, {5, 6});  // worker 0's step 1: update number 2
+  reference.apply(std::vector<uint64_t>{4}, bytes_of({5, 6}), 2);
   CHECK(read(tracked.table, ids) == read(reference, ids));
 }
 
-TEST_CASE("a push of a row outside its part, or of a part past the table's, is refused") {
-  TableSpec spec = spec_of(100, 1, optim::RowOptimizerKind::sgd);
-  spec.parts = 4;
-  RowTable table(spec);
-  const uint64_t in_1 = ids_of(spec, 1, 100)[0];
-  std::string message = testing::refusal(ErrorCode::invalid_argument, [&] {
-    table.check_part(0, std::vector<uint64_t>{in_1}, DType::float64, sizeof(double));
-  });
-  CHECK(message.find(fmt::format("id {} belongs to part 1, not to part 0", in_1)) !=
-        std::string::npos);
-  CHECK(code_of([&] { table.check_part(4, {}, DType::float64, 0); }) ==
-        ErrorCode::invalid_argument);
+TEST_CASE("a table refuses a push or a poll of a range, as a variable refuses rows") {
+  RowTable table(spec_of(100, 1, optim::RowOptimizerKind::sgd));
+  const std::vector<double> g{1};
+  const Push range{.worker = WorkerId(0),
+                   .variable = VariableId(3),
+                   .step = Step(1),
+                   .range = {0, 1},
+                   .dtype = DType::float64,
+                   .data = bytes_of(g)};
+  const std::string message =
+      testing::refusal(ErrorCode::unknown_variable, [&] { table.check_push(range); });
+  CHECK(message.find("id 3 is table 'emb'") != std::string::npos);
+  const Poll poll{WorkerId(0), VariableId(3), Step(1), {0, 1}, PollTicket(1)};
+  CHECK(code_of([&] { table.check_poll("poll", poll); }) == ErrorCode::unknown_variable);
 }
 
 TEST_CASE("a sync step's gathered sums survive a save; a timeout applies what was gathered") {
   TableSpec spec = spec_of(100, 1, optim::RowOptimizerKind::sgd);
   spec.optimizer.lr = 1;
   TrackedTable t(spec, Mode::sync, 3);
-  t.push(0, Step(1), 0, {7, 9}, {3, 4});
-  t.push(1, Step(1), 0, {7}, {5});
+  t.push(0, Step(1), {7, 9}, {3, 4});
+  t.push(1, Step(1), {7}, {5});
   ByteWriter out;
   t.table.save_sums(out);
   RowTable copy(spec);
@@ -350,11 +365,7 @@ TEST_CASE("admit_after: a row is stored from its n-th update, the ones before dr
 TEST_CASE("a restored bounded table evicts and admits as the original goes on doing") {
   RowTable original(bounded_spec(4, 2));
   for (uint64_t t = 1; t <= 12; ++t) touch(original, {t % 7, (3 * t) % 11, 5}, t);
-  ByteWriter out;
-  original.save(out);
-  ByteReader in(out.bytes(), "saved table");
-  RowTable copy = RowTable::restore(in);
-  CHECK(in.done());
+  RowTable copy = restore(save(original));
   for (uint64_t t = 13; t <= 30; ++t)
     for (RowTable* table : {&original, &copy}) touch(*table, {t % 7, (5 * t) % 13, t % 3}, t);
   std::vector<uint64_t> all(20);

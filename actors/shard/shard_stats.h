@@ -81,7 +81,10 @@ struct ShardStats {
   uint64_t joins = 0;
   uint64_t leaves = 0;
   uint64_t short_handed_ranges = 0;
-  uint64_t polls_held = 0;  // bounded mode: polls that waited for a member s - staleness behind
+  // Polls held: bounded mode's, for a member s - staleness behind; sync's, for the step before
+  // their own. Pushes held (sync): of the step after the one under way, until that one closed.
+  uint64_t polls_held = 0;
+  uint64_t pushes_held = 0;
   std::vector<MemberStatus> workers;  // sync, bounded: every worker of the job, by id
   uint64_t polls_waiting = 0;
   // Payload bytes on the wire, pushes in and values out, as the variable's dtype carries them

@@ -33,7 +33,7 @@ struct Answered {
         return;
       }
       value.emplace(answer->bytes() / sizeof(float));
-      answer->read_into(reinterpret_cast<std::byte*>(value->data()));
+      answer->read_into(std::as_writable_bytes(std::span(*value)));
       step = answer->step();
     };
   }

@@ -47,8 +47,58 @@ StepMachine::Admission StepMachine::admit(WorkerId worker, VariableId id, Step s
   return Admission::late;
 }
 
-StepUpdate StepMachine::receive(WorkerId worker, VariableId id, Step step, ElementRange range) {
-  return tracks_[id.value].receive(worker, step, range);
+void StepMachine::take(HostedKind& kind, const Push& push, ElementRange units,
+                       Clock::time_point now, Taken taken) {
+  if (holds(push)) {
+    ++pushes_held_;
+    held_pushes_.push_back({&kind, push, units, std::move(taken)});
+    return;
+  }
+  taken(attempt([&] { return take_now(kind, push, units, now); }), false);
+}
+
+StepMachine::Admission StepMachine::take_now(HostedKind& kind, const Push& push, ElementRange units,
+                                             Clock::time_point now) {
+  const Admission admission = admit(push.worker, push.variable, push.step, units);
+  if (admission != Admission::fresh) return admission;
+  host_.log_push(push);
+  const StepUpdate update = tracks_[push.variable.value].receive(push.worker, push.step, units);
+  kind.take(update, push);
+  applied(push.worker, push.variable, update, now);
+  return admission;
+}
+
+bool StepMachine::holds(const Push& push) const {
+  return settings_.mode == Mode::sync &&
+         push.step == tracks_[push.variable.value].applied_step(kAllWorkers).next().next();
+}
+
+void StepMachine::release_pushes(VariableId id, Clock::time_point now) {
+  if (held_pushes_.empty()) return;
+  const Step under_way = tracks_[id.value].applied_step(kAllWorkers).next();
+  std::vector<HeldPush> ready;
+  std::erase_if(held_pushes_, [&](HeldPush& held) {
+    if (held.push.variable != id || held.push.step != under_way) return false;
+    ready.push_back(std::move(held));
+    return true;
+  });
+  for (HeldPush& held : ready) {  // each may complete the step, and take the next step's
+    Result<Admission> admission =
+        attempt([&] { return take_now(*held.kind, held.push, held.units, now); });
+    if (!admission) host_.count_error(admission.error());
+    held.taken(admission, true);
+  }
+}
+
+void StepMachine::fail_pushes(const std::function<bool(const HeldPush&)>& which,
+                              const Error& error) {
+  std::vector<HeldPush> failed;
+  std::erase_if(held_pushes_, [&](HeldPush& held) {
+    if (!which(held)) return false;
+    failed.push_back(std::move(held));
+    return true;
+  });
+  for (HeldPush& held : failed) held.taken(error, true);
 }
 
 void StepMachine::applied(WorkerId worker, VariableId id, const StepUpdate& update,
@@ -62,6 +112,7 @@ void StepMachine::applied(WorkerId worker, VariableId id, const StepUpdate& upda
   keep_short_handed(track);
   time_step(id, now);
   if (!held_.empty()) release_held(id);
+  release_pushes(id, now);
 }
 
 void StepMachine::answer_polls(VariableId id, WorkerId owner, const StepUpdate& update) {
@@ -130,6 +181,7 @@ void StepMachine::withdraw(PollTicket ticket) {
 }
 
 void StepMachine::fail_all(const Error& error) {
+  fail_pushes([](const HeldPush&) { return true; }, error);
   for (HeldPoll& held : std::exchange(held_, {})) held.answer(error);
   polls_.fail_all(error);
 }
@@ -236,6 +288,7 @@ void StepMachine::settle_all(Clock::time_point now) {
     time_step(id, now);
   }
   release_held(std::nullopt);
+  for (uint32_t i = 0; i < tracks_.size(); ++i) release_pushes(VariableId(i), now);
 }
 
 void StepMachine::connected(WorkerId worker) {
@@ -313,7 +366,8 @@ void StepMachine::time_out_step(VariableId id, Clock::time_point now) {
   if (!proceeds()) {
     polls_.fail({kAllWorkers, id, step}, error);
     for (const HeldPoll& held : take_held([&](const HeldPoll& h) { return h.poll.variable == id; }))
-      held.answer(error);         // held for the step after this one, which waits as long
+      held.answer(error);  // held for the step after this one, which waits as long
+    fail_pushes([&](const HeldPush& h) { return h.push.variable == id; }, error);
     step_began_[id.value] = now;  // fail the polls filed from now on after as long
     return;
   }
@@ -331,6 +385,7 @@ void StepMachine::time_out_step(VariableId id, Clock::time_point now) {
   closed_without_[id.value] = {step, std::move(missing)};
   step_began_.erase(id.value);
   release_held(id);
+  release_pushes(id, now);
 }
 
 void StepMachine::close_without_missing(VariableId id, Step step) {
@@ -382,6 +437,7 @@ void StepMachine::report(ShardStats& stats) const {
   stats.pushes_late = late_pushes_;
   stats.polls_waiting = polls_.waiting();
   stats.polls_held = polls_held_;
+  stats.pushes_held = pushes_held_;
   stats.joins = joins_;
   stats.leaves = leaves_;
   stats.short_handed_ranges = short_handed_ranges_;
@@ -447,18 +503,19 @@ void StepMachine::replay_timeout(VariableId id, Step step, const std::string& re
   host_.apply_gathered(id, track.complete_without_missing());
 }
 
-void StepMachine::replay_join(WorkerId worker, Step from, const std::string& record) {
+void StepMachine::replay_join(WorkerId worker, Step from, const std::string& record,
+                              Clock::time_point now) {
   if (settings_.mode == Mode::async || worker.value >= settings_.workers || from == Step())
     fail(ErrorCode::corrupt_checkpoint, "{}: a join of worker {} at step {} that cannot be", record,
          worker.value, from);
-  join_from(worker, from, Clock::now());
+  join_from(worker, from, now);
 }
 
-void StepMachine::replay_leave(WorkerId worker, const std::string& record) {
+void StepMachine::replay_leave(WorkerId worker, const std::string& record, Clock::time_point now) {
   if (settings_.mode == Mode::async || worker.value >= settings_.workers)
     fail(ErrorCode::corrupt_checkpoint, "{}: a leave of worker {} that cannot be", record,
          worker.value);
-  leave(worker, "as logged", Clock::now());
+  leave(worker, "as logged", now);
 }
 
 }  // namespace psched

@@ -17,15 +17,18 @@
 //   member fails its polls or, on_timeout: proceed, closes without the missing ones (their late
 //   pushes of it are acknowledged and dropped). A poll for the step after the one under way (a
 //   prefetch of the next step's rows, sent before this step closes) is held until this one
-//   completes, then waits as any other.
+//   completes, then waits as any other; so is a push of that step (a worker whose rows of
+//   this step came early, from other shards or a stale prefetch, is on to the next one), which
+//   is taken, and answered, once this one completes. A worker that sends a step's push to a
+//   shard only after that shard took its previous one is never further ahead than that.
 // - bounded: applied as async, but a poll for step s is held until every member pushed step
 //   s - staleness; a poll held sync.timeout_seconds fails naming who is behind, or (proceed)
 //   waits for its own update only. A worker that joins starts level with the slowest member.
 //
 // Owner and threads: each VariableShard owns one and calls it directly on the shard's loop, the
-// only thread that touches it. Time comes in as an argument, so tests choose it. What the
-// machine needs done to the shard (a kind applying gathered sums, a membership change logged)
-// it asks of its Host, on the loop.
+// only thread that touches it. Time comes in as an argument, so tests choose it: the machine
+// reads no clock. What the machine needs done to the shard (a kind applying gathered sums, an
+// update or a membership change logged) it asks of its Host, on the loop.
 #pragma once
 
 #include <chrono>
@@ -39,6 +42,7 @@
 #include <vector>
 
 #include "actors/runtime/actor.h"
+#include "actors/shard/hosted_kind.h"
 #include "actors/shard/leases.h"
 #include "actors/shard/membership.h"
 #include "actors/shard/poll_registry.h"
@@ -65,6 +69,7 @@ class StepMachine {
     // membership change or a timeout completed them; Variable::apply_gathered).
     virtual void apply_gathered(VariableId id, const StepUpdate& update) = 0;
     // Logged before the change is made; each throws when it cannot be (nothing changes then).
+    virtual void log_push(const Push& push) = 0;
     virtual void log_join(WorkerId worker, Step from) = 0;
     virtual void log_leave(WorkerId worker) = 0;
     virtual void log_timeout(VariableId id, Step step) = 0;
@@ -85,19 +90,22 @@ class StepMachine {
   size_t variables() const { return tracks_.size(); }
   const StepTrack& track(VariableId id) const { return tracks_[id.value]; }
 
-  // A push is taken in three calls, the kind's work and the update log between them: admit(),
-  // which throws unless `worker` may push `range` of `step` (StepTrack::is_duplicate); then,
-  // for a fresh one, receive(), whose StepUpdate the kind carries out; then applied(), which
-  // answers the polls the update completed and keeps what follows from the push (the member's
-  // progress, bounded mode's held polls, the sync step's timing).
+  // Takes `push` of `kind`, the variable `push.variable` names, covering `units` of it (the
+  // kind's check_push passed): admits it, which throws unless the worker may push those units
+  // of that step (StepTrack::is_duplicate); for a fresh one, has the host log it, receives it
+  // and has the kind carry out the StepUpdate; then answers the polls the update completed and
+  // keeps what follows from the push (the member's progress, bounded mode's held polls, the
+  // sync step's timing). Returns what it was.
   enum class Admission {
     fresh,
     duplicate,  // a resent partition: acknowledged, not applied again
     late,       // a push of a step that closed without its worker (proceed): dropped, counted
   };
-  Admission admit(WorkerId worker, VariableId id, Step step, ElementRange range);
-  StepUpdate receive(WorkerId worker, VariableId id, Step step, ElementRange range);
-  void applied(WorkerId worker, VariableId id, const StepUpdate& update, Clock::time_point now);
+  // What became of a push take() was given, once: its admission, or why it was refused; `held`
+  // when it waited for the step before it (sync).
+  using Taken = std::function<void(const Result<Admission>& admission, bool held)>;
+  void take(HostedKind& kind, const Push& push, ElementRange units, Clock::time_point now,
+            Taken taken);
 
   // Calls `answer` once the poll's worker's step update of its range is applied (at once when
   // it is), bounded mode holding it until the members behind caught up, sync mode one for the
@@ -106,7 +114,8 @@ class StepMachine {
   void poll(const Poll& poll, Answer answer, Clock::time_point now);
   // Forgets the poll with `ticket` unanswered; nothing when it was answered already.
   void withdraw(PollTicket ticket);
-  // Fails every waiting and held poll with `error` (the shard is stopping).
+  // Fails every waiting and held poll, and every held push, with `error` (the shard is
+  // stopping).
   void fail_all(const Error& error);
 
   // The step from which `worker`, a trainer process that starts, takes part. sync: at least
@@ -126,8 +135,8 @@ class StepMachine {
   // `now`. Nothing when no step has begun.
   void resumed(Clock::time_point now);
 
-  // Fills in what the machine counts: members and their lag, polls waiting and held,
-  // timeouts, late pushes, joins, leaves, ranges applied (and short-handed).
+  // Fills in what the machine counts: members and their lag, polls waiting and held, pushes
+  // held, timeouts, late pushes, joins, leaves, ranges applied (and short-handed).
   void report(ShardStats& stats) const;
   // Up to the newest `limit` ranges applied short-handed, oldest first.
   std::vector<ShortHanded> short_handed(size_t limit) const;
@@ -141,8 +150,8 @@ class StepMachine {
   // An update log's records of the machine's own decisions, made again; `record` names the
   // record in errors (corrupt_checkpoint when it cannot have been written).
   void replay_timeout(VariableId id, Step step, const std::string& record);
-  void replay_join(WorkerId worker, Step from, const std::string& record);
-  void replay_leave(WorkerId worker, const std::string& record);
+  void replay_join(WorkerId worker, Step from, const std::string& record, Clock::time_point now);
+  void replay_leave(WorkerId worker, const std::string& record, Clock::time_point now);
 
  private:
   // A poll the machine keeps: bounded mode's held until the members behind caught up, sync
@@ -153,6 +162,26 @@ class StepMachine {
     Clock::time_point since;
   };
 
+  // A push the machine keeps until the step before its own completes (sync). Its kind outlives
+  // it (the shard's); what `push` borrows lives until `taken` has run.
+  struct HeldPush {
+    HostedKind* kind;
+    Push push;
+    ElementRange units;
+    Taken taken;
+  };
+  // take() without holding: whether the push is fresh, and for a fresh one its update carried
+  // out. Throws what the track refuses.
+  Admission take_now(HostedKind& kind, const Push& push, ElementRange units, Clock::time_point now);
+  // sync: whether `push` is of the step after the one under way, to be held.
+  bool holds(const Push& push) const;
+  // Takes the held pushes of `id` whose step is the one under way now, in arrival order.
+  void release_pushes(VariableId id, Clock::time_point now);
+  // Answers the held pushes `which` picks with `error`.
+  void fail_pushes(const std::function<bool(const HeldPush&)>& which, const Error& error);
+  // take_now()'s steps: whether the push is fresh, then what the update it was completed.
+  Admission admit(WorkerId worker, VariableId id, Step step, ElementRange range);
+  void applied(WorkerId worker, VariableId id, const StepUpdate& update, Clock::time_point now);
   // What tracks wait for: the membership; null in async mode.
   const Membership* members() const { return settings_.mode == Mode::async ? nullptr : &members_; }
   // Answers the polls that `update` of `id` (owner `owner`) completed.
@@ -209,8 +238,9 @@ class StepMachine {
   Leases leases_;
   std::vector<StepTrack> tracks_;  // index = VariableId
   PollRegistry polls_;
-  std::vector<HeldPoll> held_;  // bounded
-  std::vector<Step> pushed_;    // by worker: the newest step it pushed here
+  std::vector<HeldPoll> held_;  // bounded: members behind; sync: the step before not complete
+  std::vector<HeldPush> held_pushes_;  // sync: the step before not complete
+  std::vector<Step> pushed_;           // by worker: the newest step it pushed here
   // sync: when each variable's step in progress began (its first push), and the last step
   // each closed without some members, with those members.
   std::unordered_map<uint32_t, Clock::time_point> step_began_;
@@ -222,6 +252,7 @@ class StepMachine {
   uint64_t timeouts_ = 0;
   uint64_t late_pushes_ = 0;
   uint64_t polls_held_ = 0;
+  uint64_t pushes_held_ = 0;
   uint64_t pieces_applied_ = 0;
 };
 

@@ -39,6 +39,7 @@ struct RecordingHost final : StepMachine::Host {
     calls.push_back(fmt::format("apply v{} s{} {}{}", id.value, update.step, fmt::join(pieces, " "),
                                 update.closes ? " closes" : ""));
   }
+  void log_push(const Push&) override {}
   void log_join(WorkerId worker, Step from) override {
     calls.push_back(fmt::format("log join w{} s{}", worker.value, from));
   }
@@ -56,6 +57,44 @@ struct RecordingHost final : StepMachine::Host {
   std::vector<std::string> take() { return std::exchange(calls, {}); }
 };
 
+// A kind that keeps nothing: what the machine decides is all these tests look at.
+struct NoKind final : HostedKind {
+  const std::string name_ = "w";
+  KindTag tag() const override { return KindTag::variable; }
+  const std::string& name() const override { return name_; }
+  Priority priority() const override { return Priority(0); }
+  DType dtype() const override { return DType::float32; }
+  ElementRange extent() const override { return {0, 4}; }
+  ElementRange check_push(const Push& push) const override { return push.range; }
+  ElementRange check_poll(const char*, const Poll& poll) const override { return poll.range; }
+  void take(const StepUpdate&, const Push&) override {}
+  void apply_gathered(const StepUpdate&) override {}
+  uint64_t answer_bytes(const Poll&) const override { return 0; }
+  void read(const Poll&, std::span<std::byte>) const override {}
+  void report(ShardStats&) const override {}
+  void save_head(ByteWriter&) const override {}
+  void save_sums(ByteWriter&) const override {}
+  void load_sums(ByteReader&) override {}
+};
+
+// A push of `range` of "w" as the shard hands it to the machine.
+Push push_of(uint32_t worker, Step step, ElementRange range) {
+  return {WorkerId(worker), VariableId(0), step, range, DType::float32, {}};
+}
+
+// What `steps` said of `push`, taken at once (not held); throws its refusal.
+StepMachine::Admission taken(StepMachine& steps, HostedKind& kind, const Push& push,
+                             ElementRange range, Clock::time_point now) {
+  std::optional<Result<StepMachine::Admission>> outcome;
+  steps.take(kind, push, range, now, [&](const Result<StepMachine::Admission>& a, bool held) {
+    CHECK_FALSE(held);
+    outcome = a;
+  });
+  REQUIRE(outcome);
+  if (!*outcome) throw outcome->error();
+  return **outcome;
+}
+
 // What a poll was answered with: "ok" or the refusal's code, once.
 struct PollAnswer {
   std::vector<std::string> got;
@@ -72,6 +111,7 @@ struct Fixture {
   testing::TestLoop io;
   ShardSettings settings;
   RecordingHost host;
+  NoKind kind;
   std::optional<StepMachine> steps;
   const VariableId w{0};
   uint64_t next_ticket = 1;
@@ -83,14 +123,10 @@ struct Fixture {
     steps.emplace(io.actors, settings, host);
     steps->add("w", {0, 4});
   }
-  // A push as the shard takes it; what admit() said.
+  // A push as the shard takes it; what the machine said it was (throws its refusal).
   StepMachine::Admission push(uint32_t worker, Step step, ElementRange range = {0, 4},
                               int seconds = 0) {
-    auto admission = steps->admit(WorkerId(worker), w, step, range);
-    if (admission != StepMachine::Admission::fresh) return admission;
-    StepUpdate update = steps->receive(WorkerId(worker), w, step, range);
-    steps->applied(WorkerId(worker), w, update, at(seconds));
-    return admission;
+    return taken(*steps, kind, push_of(worker, step, range), range, at(seconds));
   }
   void poll(uint32_t worker, Step step, PollAnswer& answer, int seconds = 0) {
     steps->poll({WorkerId(worker), w, step, {0, 4}, PollTicket(next_ticket++)}, answer.answer(),
@@ -137,9 +173,47 @@ TEST_CASE("sync: a poll is answered when every member's push of the range is in"
   f.push(2, Step(1), {2, 4});
   CHECK(poll.got == std::vector<std::string>{"ok"});
   CHECK(f.report().partitions_applied == 2);
-  // The next step is open to pushes; one from further ahead is refused.
-  CHECK(code_of([&] { f.push(0, Step(3)); }) == ErrorCode::step_from_future);
+  // The next step is open to pushes; one two steps ahead is refused.
+  CHECK(code_of([&] { f.push(0, Step(4)); }) == ErrorCode::step_from_future);
   CHECK(f.push(0, Step(2)) == StepMachine::Admission::fresh);
+}
+
+TEST_CASE("sync: a push of the step after the one under way is held, taken as that one closes") {
+  Fixture f(Mode::sync, {.timeout_seconds = 10, .on_timeout = TimeoutAction::fail});
+  std::vector<std::string> outcomes;
+  auto hold = [&](uint32_t worker, uint64_t step) {
+    f.steps->take(f.kind, push_of(worker, Step(step), {0, 4}), {0, 4}, at(0),
+                  [&outcomes, worker, step](const Result<StepMachine::Admission>& a, bool held) {
+                    outcomes.push_back(fmt::format("w{} s{} {}{}", worker, step,
+                                                   a ? "taken" : to_string(a.error().code()),
+                                                   held ? " held" : ""));
+                  });
+  };
+  f.push(0, Step(1));
+  hold(0, 2);  // worker 0 is on to step 2 while step 1 waits for workers 1 and 2
+  CHECK(outcomes.empty());
+  CHECK(f.report().pushes_held == 1);
+  PollAnswer step2;
+  f.poll(0, Step(2), step2);  // held as well
+  f.push(1, Step(1));
+  CHECK(outcomes.empty());
+  f.push(2, Step(1));  // step 1 closes: the held push is taken, as step 2's first
+  CHECK(outcomes == std::vector<std::string>{"w0 s2 taken held"});
+  CHECK(f.steps->track(f.w).missing_workers() == std::vector<uint32_t>{1, 2});
+  f.push(1, Step(2));
+  hold(2, 2);  // step 2 is under way: taken at once
+  CHECK(outcomes.back() == "w2 s2 taken");
+  CHECK(step2.got == std::vector<std::string>{"ok"});
+  // A step that times out (fail) fails the pushes held for the step after it; a stopping
+  // shard fails the rest.
+  f.push(0, Step(3), {0, 4}, 100);
+  hold(0, 4);
+  f.steps->enforce(at(111));
+  CHECK(outcomes.back() == "w0 s4 sync_timeout held");
+  hold(0, 4);
+  f.steps->fail_all(Error(ErrorCode::disconnected, "stopping"));
+  CHECK(outcomes.back() == "w0 s4 disconnected held");
+  CHECK(outcomes.size() == 4);
 }
 
 TEST_CASE("sync: a poll for the step after the one under way is held until that one closes") {
@@ -335,5 +409,7 @@ TEST_CASE("the membership and its record survive a save and a load") {
   CHECK(now.short_handed_ranges == was.short_handed_ranges);
   CHECK(g.short_handed(10).size() == 1);
   CHECK(g.track(f.w).applied_step(kAllWorkers) == Step(1));
-  CHECK(code_of([&] { g.admit(WorkerId(2), f.w, Step(2), {0, 4}); }) == ErrorCode::not_a_member);
+  CHECK(code_of([&] {
+          taken(g, f.kind, push_of(2, Step(2), {0, 4}), {0, 4}, at(5));
+        }) == ErrorCode::not_a_member);
 }

@@ -117,8 +117,6 @@ class StepTrack {
   Step applied_step(WorkerId worker) const;
   // The newest complete step: the aggregate's (sync) or the furthest worker's (async).
   Step latest_step() const;
-  // How many updates were whole before sparse ones existed (a format-1 checkpoint's variance).
-  uint64_t updates() const { return mode_ == Mode::sync ? sync_.completed.value : updates_; }
   // The ranges applied short-handed since the last call (only with a membership).
   std::vector<ShortHanded> take_short_handed() { return std::exchange(short_handed_, {}); }
 

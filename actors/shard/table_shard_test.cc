@@ -13,6 +13,7 @@
 #include "actors/durability/shard_durability.h"
 #include "actors/durability/temp_dir.h"
 #include "actors/runtime/test_loop.h"
+#include "actors/shard/row_table.h"
 #include "actors/shard/shard_test_support.h"
 #include "actors/shard/variable_shard.h"
 #include "common/error.h"
@@ -30,8 +31,8 @@ struct Rows {
   int answers = 0;
 
   bool done() const { return answers > 0; }
-  VariableShard::RowsReply reply() {
-    return [this](const Result<FreshRows>& answer) {
+  VariableShard::ValueReply reply() {
+    return [this](const Result<FreshValue>& answer) {
       ++answers;
       if (!answer) return void(refusal = answer.error());
       value.emplace(answer->bytes() / sizeof(double));
@@ -41,12 +42,9 @@ struct Rows {
   }
 };
 
-TableSpec sgd_table(std::string name, uint32_t dim = 2, uint32_t parts = 1) {
-  TableSpec spec{.name = std::move(name),
-                 .num_embeddings = 100,
-                 .dim = dim,
-                 .parts = parts,
-                 .dtype = DType::float64};
+TableSpec sgd_table(std::string name, uint32_t dim = 2) {
+  TableSpec spec{
+      .name = std::move(name), .num_embeddings = 100, .dim = dim, .dtype = DType::float64};
   spec.optimizer.lr = 0.5;
   spec.init = {RowInit::Kind::uniform, -1, 1};
   spec.seed = 7;
@@ -84,9 +82,14 @@ struct TableShard {
   Receipted push(uint32_t worker, VariableId table, uint64_t step, std::vector<uint64_t> ids,
                  std::vector<double> gradients) {
     Receipted receipt;
-    shard.push_rows({WorkerId(worker), table, Step(step), DType::float64, ids,
-                     std::as_bytes(std::span(gradients))},
-                    receipt.reply());
+    shard.push({.worker = WorkerId(worker),
+                .variable = table,
+                .step = Step(step),
+                .dtype = DType::float64,
+                .data = std::as_bytes(std::span(gradients)),
+                .rows = true,
+                .ids = ids},
+               receipt.reply());
     drain();
     return receipt;
   }
@@ -94,9 +97,14 @@ struct TableShard {
   void pull(Rows& rows, uint32_t worker, VariableId table, uint64_t step,
             std::vector<uint64_t> ids) {
     kept_ids.push_back(std::move(ids));
-    shard.pull_rows(
-        {WorkerId(worker), table, Step(step), kept_ids.back(), PollTicket(kept_ids.size())},
-        rows.reply());
+    shard.poll({WorkerId(worker),
+                table,
+                Step(step),
+                {},
+                PollTicket(kept_ids.size()),
+                true,
+                kept_ids.back()},
+               rows.reply());
     drain();
   }
   std::vector<double> rows(VariableId table, std::vector<uint64_t> ids, uint64_t step = 0) {
@@ -207,19 +215,6 @@ TEST_CASE("tables and variables share the shard's ids and names") {
   Receipted wrong_kind = f.push(0, VariableId(0), 1, {}, {});
   REQUIRE(wrong_kind.refusal);
   CHECK(wrong_kind.refusal->code() == ErrorCode::unknown_variable);
-}
-
-TEST_CASE("a table of several parts closes part by part and answers a pull of its parts") {
-  TableShard f(Mode::sync);
-  const VariableId t = f.table(sgd_table("t", 1, 4));
-  // Rows in different parts: a pull waits only for the parts of its rows.
-  TableSpec spec = sgd_table("t", 1, 4);
-  uint64_t a = 0, b = 1;
-  while (spec.part_of(b) == spec.part_of(a)) ++b;
-  const std::vector<double> w0 = f.rows(t, {a, b});
-  CHECK(f.push(0, t, 1, {b, a}, {1, 2}).taken());
-  CHECK(f.push(1, t, 1, {a}, {4}).taken());
-  CHECK(f.rows(t, {a, b}, 1) == std::vector<double>{w0[0] - 0.5 * 3, w0[1] - 0.5 * 0.5});
 }
 
 TEST_CASE("async: a worker's pull waits for its own push only") {

@@ -47,7 +47,7 @@ constexpr bool parse_row_init_kind(std::string_view name, RowInit::Kind& out) {
 }
 
 // SplitMix64's step: a bijection of 64-bit words whose outputs for consecutive inputs look
-// independent (Steele, Lea, Flood 2014). What spreads a table's rows over parts (and their
+// independent (Steele, Lea, Flood 2014). What spreads a table's rows over shards (and their
 // first values over their elements, actors/shard/row_table.cc).
 constexpr uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -72,10 +72,6 @@ struct TableSpec {
   std::string name;
   uint64_t num_embeddings = 0;  // ids run from 0 to num_embeddings - 1
   uint32_t dim = 0;             // elements per row
-  // A worker's step of the table's rows on a shard is `parts` pushes, one per part, each with
-  // the rows of the part it touched (none, even): a row's part is part_of(id). A sync step then
-  // closes part by part, and a pull waits only for its rows' parts.
-  uint32_t parts = 1;
   DType dtype = DType::float32;
   Priority priority;  // lower is more urgent (scheduling hint; the first registration's stays)
   optim::RowOptimizerSpec optimizer;
@@ -88,13 +84,11 @@ struct TableSpec {
   uint32_t admit_after = 0;
 
   uint64_t row_bytes() const { return uint64_t{dim} * element_bytes(dtype); }
-  // The part row `id` is pushed in, the same on every worker and shard.
-  uint32_t part_of(uint64_t id) const { return static_cast<uint32_t>(mix64(~id) % parts); }
   // Same table for registration purposes: everything but the priority.
   bool same_table(const TableSpec& o) const {
     return name == o.name && num_embeddings == o.num_embeddings && dim == o.dim &&
-           parts == o.parts && dtype == o.dtype && optimizer == o.optimizer && init == o.init &&
-           seed == o.seed && max_rows == o.max_rows && admit_after == o.admit_after;
+           dtype == o.dtype && optimizer == o.optimizer && init == o.init && seed == o.seed &&
+           max_rows == o.max_rows && admit_after == o.admit_after;
   }
 };
 

@@ -64,26 +64,40 @@ void Variable::check_range(const char* what, ElementRange range) const {
          what, spec_.name, range.begin, range.end, part_.begin, part_.end, spec_.elements());
 }
 
-void Variable::check_push(ElementRange range, DType dtype, std::span<const std::byte> data) const {
-  if (dtype != spec_.dtype)
+ElementRange Variable::check_push(const Push& push) const {
+  if (push.rows)
+    fail(ErrorCode::unknown_variable,
+         "push of rows rejected: id {} is dense variable '{}', not a table", push.variable.value,
+         spec_.name);
+  if (push.dtype != spec_.dtype)
     fail(ErrorCode::dtype_mismatch, "push to variable '{}' rejected: dtype {} but registered as {}",
-         spec_.name, to_string(dtype), to_string(spec_.dtype));
-  check_range("push", range);
-  if (data.size() != range.size() * element_bytes(dtype))
+         spec_.name, to_string(push.dtype), to_string(spec_.dtype));
+  check_range("push", push.range);
+  const uint64_t expected = push.range.size() * element_bytes(push.dtype);
+  if (push.data.size() != expected)
     fail(ErrorCode::shape_mismatch,
          "push to variable '{}' rejected: {} bytes for {} elements of {} (expected {})", spec_.name,
-         data.size(), range.size(), to_string(dtype), range.size() * element_bytes(dtype));
+         push.data.size(), push.range.size(), to_string(push.dtype), expected);
+  return push.range;
 }
 
-void Variable::take(const StepUpdate& update, ElementRange range, std::span<const std::byte> data,
-                    PushedGradient gradient) {
+ElementRange Variable::check_poll(const char* what, const Poll& poll) const {
+  if (poll.rows)
+    fail(ErrorCode::unknown_variable,
+         "pull of rows rejected: id {} is dense variable '{}', not a table", poll.variable.value,
+         spec_.name);
+  check_range(what, poll.range);
+  return poll.range;
+}
+
+void Variable::take(const StepUpdate& update, const Push& push) {
   // One pass per piece: the first pusher's gradient is copied into the sum, later ones added,
   // and the last one's add, the mean and the apply go together (one worker, or async: straight
-  // from `data`, no sum at all). So the sum never needs zeroing between steps.
-  const bool sparse = gradient == PushedGradient::sparse;
+  // from the push's data, no sum at all). So the sum never needs zeroing between steps.
+  const bool sparse = push.gradient == PushedGradient::sparse;
   for (const StepPiece& piece : update.pieces) {
     const std::byte* grad =
-        data.data() + (piece.range.begin - range.begin) * element_bytes(spec_.dtype);
+        push.data.data() + (piece.range.begin - push.range.begin) * element_bytes(spec_.dtype);
     if (piece.complete)
       apply_mean(piece.range, grad, piece.pushers, update.t,
                  sparse || sparse_.overlaps(piece.range));
@@ -91,7 +105,7 @@ void Variable::take(const StepUpdate& update, ElementRange range, std::span<cons
       accumulate(piece.range, grad, piece.pushers == 0);
   }
   if (!update.gathered) return;
-  if (sparse) sparse_.add(range);
+  if (sparse) sparse_.add(push.range);
   if (update.closes) sparse_.clear();
 }
 
@@ -184,6 +198,25 @@ void Variable::apply_here(ElementRange range, const std::byte* grad, uint64_t t,
   });
 }
 
+uint64_t Variable::answer_bytes(const Poll& poll) const {
+  return poll.range.size() * element_bytes(spec_.dtype);
+}
+
+void Variable::read(const Poll& poll, std::span<std::byte> out) const {
+  PSCHED_REQUIRE(out.size() == answer_bytes(poll), out.size(), poll.range.size());
+  read(poll.range, out.data());
+}
+
+void Variable::report(ShardStats& stats) const {
+  ++stats.variables;
+  stats.delta_pulls.published += deltas_.published();
+  stats.delta_pulls.held_bytes += deltas_.bytes();
+}
+
+std::optional<VariableStatus> Variable::status(Step step) const {
+  return VariableStatus{spec_.name, part_, step};
+}
+
 void Variable::read(ElementRange range, std::byte* out) const {
   size_t bytes = element_bytes(spec_.dtype);
   std::memcpy(out, value_.data() + (range.begin - part_.begin) * bytes, range.size() * bytes);
@@ -194,7 +227,7 @@ std::span<const std::byte> Variable::view(ElementRange range) const {
   return {value_.data() + (range.begin - part_.begin) * bytes, range.size() * bytes};
 }
 
-void Variable::save_values(ByteWriter& out) const {
+void Variable::save_head(ByteWriter& out) const {
   encode(out, spec_);
   encode(out, part_);
   out.blob(value_.bytes());
@@ -213,8 +246,7 @@ void Variable::save_sums(ByteWriter& out) const {
   encode(out, sparse_);
 }
 
-Variable Variable::restore_values(ByteReader& in, ForkJoinPool* apply_pool,
-                                  optim::ComputeDevice* device) {
+Variable Variable::restore(ByteReader& in, ForkJoinPool* apply_pool, optim::ComputeDevice* device) {
   VariableSpec spec = decode_spec(in);
   ElementRange part = decode_range(in);
   if (part.end > spec.elements() || part.begin >= part.end)
@@ -239,7 +271,7 @@ Variable Variable::restore_values(ByteReader& in, ForkJoinPool* apply_pool,
   return v;
 }
 
-void Variable::load_sums(ByteReader& in, uint32_t format, uint64_t whole_updates) {
+void Variable::load_sums(ByteReader& in) {
   auto sum = in.blob();
   if (!sum.empty()) {
     if (sum.size() != value_.size())
@@ -247,10 +279,6 @@ void Variable::load_sums(ByteReader& in, uint32_t format, uint64_t whole_updates
            in.what(), spec_.name, sum.size());
     sum_ = AlignedBuffer(sum.size());
     std::memcpy(sum_.data(), sum.data(), sum.size());
-  }
-  if (format == 1) {  // every update then was a whole one
-    last_whole_t_ = whole_updates;
-    return;
   }
   last_whole_t_ = in.get<uint64_t>();
   sparse_ = decode_intervals(in);

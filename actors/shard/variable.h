@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Variable: one shard's part of a dense variable with its optimizer state: the values, and the
-// sums a sync step gathers. A plain value type owned by a VariableShard (and so touched only on
-// that shard's loop).
+// sums a sync step gathers. A kind of variable (actors/shard/hosted_kind.h) owned by a
+// VariableShard, and so touched only on that shard's loop; its units are the part's elements.
 //
 // When an update applies is not the variable's to decide: its shard's StepMachine keeps each
 // variable's steps (actors/shard/step_track.h) and says, for every accepted push, which pieces
@@ -23,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "actors/shard/hosted_kind.h"
 #include "actors/shard/step_track.h"
 #include "actors/shard/value_deltas.h"
 #include "actors/shard/variable_spec.h"
@@ -34,7 +35,7 @@
 
 namespace psched {
 
-class Variable {
+class Variable final : public HostedKind {
  public:
   // `initial` holds part.size() elements of spec.dtype. Updates of more than
   // kParallelApplyElements run on `apply_pool` when given (it outlives the variable). With
@@ -54,51 +55,53 @@ class Variable {
   const VariableSpec& spec() const { return spec_; }
   ElementRange part() const { return part_; }
 
-  // Throws unless a push of `range` carrying `data` in `dtype` fits the variable: the dtype it
-  // was registered with, a range inside the part, whole elements for the range.
-  void check_push(ElementRange range, DType dtype, std::span<const std::byte> data) const;
-  // Throws offset_out_of_range unless `range` is non-empty and inside the part; `what` says
-  // which request it was ("push", "poll", ...).
-  void check_range(const char* what, ElementRange range) const;
-
-  // Carries out what the step machine decided for an accepted push of `range` (`data`, checked
-  // by check_push): each of `update`'s pieces is gathered into the step's sums or applied
-  // (the mean of its gathered gradients and this one).
-  void take(const StepUpdate& update, ElementRange range, std::span<const std::byte> data,
-            PushedGradient gradient);
-  // Applies the mean gathered for each of `update`'s complete pieces that any worker pushed
-  // (a membership change or a timeout completed them); the rest keep their values.
-  void apply_gathered(const StepUpdate& update);
+  // HostedKind. check_push: the dtype it was registered with, a range inside the part, whole
+  // elements for the range (the units: the range). check_poll: a non-empty range inside the
+  // part. take: each of the update's pieces is gathered into the step's sums or applied (the
+  // mean of its gathered gradients and this one). read and view: the range's current values.
+  KindTag tag() const override { return KindTag::variable; }
+  const std::string& name() const override { return spec_.name; }
+  Priority priority() const override { return spec_.priority; }
+  DType dtype() const override { return spec_.dtype; }
+  ElementRange extent() const override { return part_; }
+  ElementRange check_push(const Push& push) const override;
+  ElementRange check_poll(const char* what, const Poll& poll) const override;
+  void take(const StepUpdate& update, const Push& push) override;
+  void apply_gathered(const StepUpdate& update) override;
+  uint64_t answer_bytes(const Poll& poll) const override;
+  void read(const Poll& poll, std::span<std::byte> out) const override;
+  std::span<const std::byte> view(const Poll& poll) const override { return view(poll.range); }
+  // Its fresh values as deltas (`pull: topk`): published copies of the ranges workers poll,
+  // told of every update. Not saved in checkpoints: a restored variable starts without.
+  ValueDeltas* deltas() override { return &deltas_; }
+  void report(ShardStats& stats) const override;
+  std::optional<VariableStatus> status(Step step) const override;
 
   // Copies the current value of `range` (inside the part) to `out`.
   void read(ElementRange range, std::byte* out) const;
   // The current value of `range` (inside the part) where it lives, in host memory (a device
   // variable's apply copies its fresh values back there): changed in place by the next update.
   std::span<const std::byte> view(ElementRange range) const;
-  // Its fresh values as deltas (`pull: topk`): published copies of the ranges workers poll,
-  // told of every update. Not saved in checkpoints: a restored variable starts without.
-  ValueDeltas& deltas() { return deltas_; }
-  const ValueDeltas& deltas() const { return deltas_; }
   // Copies optimizer state slot `slot` (optimizer.h's slot order) of `range` (inside the part)
   // to `out`, from the device when the state lives on one.
   void read_state(int slot, ElementRange range, std::byte* out) const;
   // The reverse (restoring a checkpoint): overwrites slot `slot` of `range` with `in`.
   void write_state(int slot, ElementRange range, const std::byte* in);
 
-  // What a checkpoint keeps of a variable, in two parts around its StepTrack's (the layout of
-  // a variable record, actors/durability/shard_store.h): spec, part, value and optimizer state
-  // first, then the step's sums and the frozen variance's bookkeeping.
-  // save_sums() writes format kSaveFormat; 1 was before the frozen variance's bookkeeping.
-  static constexpr uint32_t kSaveFormat = 2;
-  void save_values(ByteWriter& out) const;
-  void save_sums(ByteWriter& out) const;
-  // Read what they wrote; throw Error(corrupt_checkpoint) when it is malformed. A format-1
-  // record's `whole_updates` (StepTrack::updates) were all whole.
-  static Variable restore_values(ByteReader& in, ForkJoinPool* apply_pool = nullptr,
-                                 optim::ComputeDevice* device = nullptr);
-  void load_sums(ByteReader& in, uint32_t format, uint64_t whole_updates);
+  // What a checkpoint keeps of a variable, in two parts around its StepTrack's (HostedKind):
+  // save_head writes spec, part, value and optimizer state; save_sums the step's sums and the
+  // frozen variance's bookkeeping. restore reads what save_head wrote, load_sums the rest;
+  // both throw Error(corrupt_checkpoint) when it is malformed.
+  void save_head(ByteWriter& out) const override;
+  void save_sums(ByteWriter& out) const override;
+  static Variable restore(ByteReader& in, ForkJoinPool* apply_pool = nullptr,
+                          optim::ComputeDevice* device = nullptr);
+  void load_sums(ByteReader& in) override;
 
  private:
+  // Throws offset_out_of_range unless `range` is non-empty and inside the part; `what` says
+  // which request it was ("push", "poll", ...).
+  void check_range(const char* what, ElementRange range) const;
   // Into sum_: `grad` copied (the piece's first pusher) or added.
   void accumulate(ElementRange range, const std::byte* grad, bool first);
   // Applies the mean of sum_ (the sum of `others` pushers' gradients) and `grad`: the last

@@ -121,9 +121,8 @@ TEST_CASE("a GPU variable's checkpoint restores onto the GPU and onto the CPU al
   ByteWriter out;
   gpu.save(out);
   ByteReader on_gpu_bytes(out.bytes(), "gpu"), on_cpu_bytes(out.bytes(), "cpu");
-  Tracked on_gpu =
-      Tracked::restore(on_gpu_bytes, Variable::kSaveFormat, Mode::async, 1, nullptr, device.get());
-  Tracked on_cpu = Tracked::restore(on_cpu_bytes, Variable::kSaveFormat, Mode::async, 1);
+  Tracked on_gpu = Tracked::restore(on_gpu_bytes, Mode::async, 1, nullptr, device.get());
+  Tracked on_cpu = Tracked::restore(on_cpu_bytes, Mode::async, 1);
   const std::vector<float> grad = random_values<float>(rng, 5000, 1.0);
   for (Tracked* v : {&gpu, &on_gpu, &on_cpu})
     v->push(WorkerId(0), Step(2), {0, 5000}, spec.dtype, bytes_of(grad));

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // VariableShard: the server-side actor that hosts a shard's variables (or its ranges of large
-// ones). It routes each request to the variable's kind and to the shard's StepMachine and
-// replies: it finds the variable, lets the kind check what is its own (dtype, range, bytes),
-// asks the StepMachine (actors/shard/step_machine.h) whether and when the update applies and
-// when a poll may be answered, has the kind carry out the machine's StepUpdates, and answers
-// with a Result (common/result.h): the value, or the refusal, counted in one place. Sync and
-// bounded steps, membership, leases, held polls and timeouts are the machine's; checkpoints and
-// the update log are its ShardDurability's (actors/durability/shard_durability.h).
+// ones) and its rows of embedding tables, each a HostedKind (actors/shard/hosted_kind.h) that
+// only the factory (actors/shard/hosted_kinds.h) makes. It routes each request to the kind its
+// id names, lets the kind check what is its own (dtype, range, ids, bytes), hands pushes and
+// polls to the shard's StepMachine (actors/shard/step_machine.h), which decides when an update
+// applies and a poll may be answered and runs a push's sequence for every kind, and answers
+// with a Result (common/result.h): the value, or the refusal, counted in one place. It never
+// asks which kind it holds. Sync and bounded steps, membership, leases, held polls and timeouts
+// are the machine's; checkpoints and the update log are its ShardDurability's
+// (actors/durability/shard_durability.h).
 //
 // The shard lives on one event loop (actors/runtime/actor.h), the one that also owns its listener
 // and connections: calls from that loop run at once and reply before they return, except polls,
 // which reply when their update is applied. Calls from other threads (the operator view) hop
-// onto the loop. Borrowed spans (initial values, gradients) must stay alive until the reply
+// onto the loop. Borrowed spans (initial values, gradients, ids) must stay alive until the reply
 // runs: the front ends pass views into the received message, which lives until it answers.
 #pragma once
 
@@ -20,6 +22,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,60 +31,43 @@
 
 #include "actors/durability/shard_durability.h"
 #include "actors/runtime/actor.h"
-#include "actors/shard/row_table.h"
+#include "actors/shard/hosted_kind.h"
+#include "actors/shard/hosted_kinds.h"
 #include "actors/shard/shard_request.h"
 #include "actors/shard/shard_stats.h"
 #include "actors/shard/step_machine.h"
-#include "actors/shard/variable.h"
+#include "actors/shard/value_deltas.h"
 #include "common/error.h"
 #include "common/result.h"
 #include "common/shard_settings.h"
 
 namespace psched {
 
-// The fresh value of a polled or pulled range, read straight from the variable into where
-// the caller wants it (the answer's message): no buffer in between. Valid only during the
-// ValueReply call it is passed to, on the shard's loop.
+// The answer to a poll or a pull, read straight from its kind into where the caller wants it
+// (the answer's message): no buffer in between. Valid only during the ValueReply call it is
+// passed to, on the shard's loop.
 class FreshValue {
  public:
-  FreshValue(const Variable& variable, ElementRange range, Step step)
-      : variable_(variable), range_(range), step_(step) {}
-  // The step whose update the value reflects.
+  FreshValue(const HostedKind& kind, const Poll& poll, Step step)
+      : kind_(kind), poll_(poll), step_(step) {}
+  // The step whose update the value reflects (at least).
   Step step() const { return step_; }
-  Priority priority() const { return variable_.spec().priority; }
-  DType dtype() const { return variable_.spec().dtype; }
-  uint64_t bytes() const { return range_.size() * element_bytes(variable_.spec().dtype); }
-  // Copies the value into `out` (bytes() bytes).
-  void read_into(std::byte* out) const { variable_.read(range_, out); }
-  // The value in the variable's own memory, which lives as long as the shard and which only
-  // the shard's loop changes: an answer may reference it instead of copying it, and then
-  // carries the range's value as of when its bytes leave, which includes at least step()'s
-  // update (a later update may have landed in between).
-  std::span<const std::byte> in_place() const { return variable_.view(range_); }
+  Priority priority() const { return kind_.priority(); }
+  DType dtype() const { return kind_.dtype(); }
+  uint64_t bytes() const { return kind_.answer_bytes(poll_); }
+  // Copies the value into `out` (bytes() bytes): a range's elements, or the rows one after
+  // another in the poll's order.
+  void read_into(std::span<std::byte> out) const { kind_.read(poll_, out); }
+  // The value in the kind's own memory, which lives as long as the shard and which only the
+  // shard's loop changes: an answer may reference it instead of copying it, and then carries
+  // the value as of when its bytes leave, which includes at least step()'s update (a later
+  // update may have landed in between). Empty where the kind keeps no such piece (rows):
+  // read_into() then.
+  std::span<const std::byte> in_place() const { return kind_.view(poll_); }
 
  private:
-  const Variable& variable_;
-  ElementRange range_;
-  Step step_;
-};
-
-// The rows a pull asked for, read from the table into where the caller wants them. Valid only
-// during the RowsReply call it is passed to, on the shard's loop.
-class FreshRows {
- public:
-  FreshRows(const RowTable& table, std::span<const uint64_t> ids, Step step)
-      : table_(table), ids_(ids), step_(step) {}
-  // The step whose update of the rows they reflect (at least).
-  Step step() const { return step_; }
-  Priority priority() const { return table_.spec().priority; }
-  DType dtype() const { return table_.spec().dtype; }
-  uint64_t bytes() const { return ids_.size() * table_.spec().row_bytes(); }
-  // Copies the rows into `out` (bytes() bytes), one after another in the pull's order.
-  void read_into(std::span<std::byte> out) const { table_.read(ids_, out); }
-
- private:
-  const RowTable& table_;
-  std::span<const uint64_t> ids_;
+  const HostedKind& kind_;
+  Poll poll_;
   Step step_;
 };
 
@@ -99,7 +85,6 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   using Receipt = std::function<void(const Result<>&)>;
   using ValueReply = std::function<void(const Result<FreshValue>&)>;
   using JoinReply = std::function<void(const Result<Step>&)>;
-  using RowsReply = std::function<void(const Result<FreshRows>&)>;
 
   // `apply_pool` (optional) applies large partitions on several threads; it outlives the shard.
   // `device` (optional, outlives the shard) holds the variables and applies their updates
@@ -111,10 +96,12 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // Idempotent for the same spec; a different spec for the name fails with spec_conflict.
   void register_variable(VariableSpec spec, ElementRange part, std::span<const std::byte> initial,
                          RegisterReply reply);
-  // Applies (async, bounded) or gathers (sync) one partition of a worker's gradient; `reply`
-  // is its receipt.
+  // Applies (async, bounded) or gathers (sync) a worker's push: one partition of a variable's
+  // gradient, or its step of a table's rows held here (all or nothing: bad ids or widths
+  // refuse the whole push). `reply` is its receipt.
   void push(Push push, Receipt reply);
-  // Answers with the fresh value of the poll's range once its step's update of it is applied.
+  // Answers with the poll's fresh value (a variable's range, a table's rows) once its step's
+  // update of it is applied.
   void poll(Poll poll, ValueReply reply);
   // push(), then poll() of the same range in the same call: `receipt` runs with the push's
   // outcome, then `reply` with the value, only when the push was taken.
@@ -124,18 +111,12 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // Answers with the current value of `range` at once.
   void pull(VariableId variable, ElementRange range, ValueReply reply);
 
-  // Embedding tables (actors/shard/row_table.h), in the same id space as variables and stepped
-  // by the same StepMachine: a table's step on this shard is a range of its parts.
-  //
-  // Registers this shard's rows of table `spec` (every shard holds the rows placement gives
-  // it). The same spec again is a no-op; another for the name fails with spec_conflict.
+  // Registers this shard's rows of embedding table `spec` (actors/shard/row_table.h; every
+  // shard holds the rows placement gives it), in the same id space as variables, after the
+  // deployment's entry for it (tables:) filled in what the registration leaves out. The same
+  // spec again is a no-op; another for the name fails with spec_conflict. A table's pushes and
+  // polls are push() and poll() with its rows' ids.
   void register_table(TableSpec spec, RegisterReply reply);
-  // Applies (async, bounded) or gathers (sync) a worker's step of the table's rows held here:
-  // every part of it, at once; all or nothing (bad ids, widths, a step out of turn refuse the
-  // whole push). `reply` is its receipt.
-  void push_rows(RowPush push, Receipt reply);
-  // Answers with the pull's rows once its step's update of their parts is applied.
-  void pull_rows(RowPull pull, RowsReply reply);
 
   // A connection of `worker` opened or closed (its lease, actors/shard/leases.h).
   void connected(WorkerId worker);
@@ -187,85 +168,59 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
     if (!result) count_error(result.error());
     return result;
   }
-  // What an id of the shard's names: a dense variable or a table, by its index among its kind.
-  struct Hosted {
-    enum class Kind : uint8_t { variable, table } kind;
-    uint32_t index;
-  };
-  // The variable, or throws unknown_variable naming `what` ("push", "poll", ...).
-  Variable& find(const char* what, VariableId id);
-  // The table, or throws unknown_variable naming `what`.
-  RowTable& find_table(const char* what, VariableId id);
-  // The name's id, or nullopt; throws spec_conflict when it names the other kind.
-  std::optional<VariableId> registered(const std::string& name, Hosted::Kind kind) const;
-  // A new id for `name` of `kind`, tracked by the step machine over `extent`.
-  VariableId add_hosted(const std::string& name, Hosted::Kind kind, ElementRange extent);
-  Registration do_register(VariableSpec& spec, ElementRange part,
-                           std::span<const std::byte> initial);
-  // A push's receipt (`apply`, a dense push's or a table's rows'): taken, timed and counted,
-  // or refused.
-  Result<> take_push(const std::function<void()>& apply);
-  void do_push(const Push& push);
+  // The kind `id` names, or throws unknown_variable naming `what` ("push", "poll", ...).
+  HostedKind& find(const char* what, VariableId id);
+  // Hosts what `enrollment` asks for (a no-op when it is hosted already): checked, logged, made.
+  Registration enroll(Enrollment& enrollment);
+  // A new id for `kind`, tracked by the step machine over its extent.
+  VariableId add(std::unique_ptr<HostedKind> kind);
+  // Takes `push`, checked by its kind, through the step machine (sync may hold it for the step
+  // before); `reply` gets its receipt, counted and timed, or its refusal.
+  void take_push(const Push& push, const Receipt& reply);
+  // Throws [overloaded] naming the kind and limits.max_table_bytes when storing what `push`
+  // adds would take the shard's stored rows past it.
+  void check_stored_bytes(const HostedKind& kind, const Push& push) const;
   // Files `poll` with the step machine; `reply` gets the value once it is ready, or the
   // refusal.
   void file_poll(const Poll& poll, const ValueReply& reply);
-  void answer(const Variable& variable, ElementRange range, Step step, const ValueReply& reply);
-  Registration do_register_table(TableSpec& spec);
-  void do_push_rows(const RowPush& push);
-  void file_pull_rows(const RowPull& pull, const RowsReply& reply);
-  // Throws [overloaded] naming the table and limits.max_table_bytes when storing the rows of
-  // `ids` not stored yet would take the shard's tables past it.
-  void check_table_bytes(const RowTable& table, std::span<const uint64_t> ids) const;
-  // The shard's hosted ids, each kind's record (variable_shard_state.cc).
-  void save_hosted(ByteWriter& out, VariableId id) const;
-  void load_hosted(ByteReader& in, Hosted::Kind kind, uint32_t checkpoint_format, ByteSource& rows);
-  // Each table's figures into `stats`.
-  void report_tables(ShardStats& stats) const;
+  void answer(VariableId id, const Poll& poll, Step step, const ValueReply& reply);
 
   // StepMachine::Host, called by steps_ on the loop.
   void apply_gathered(VariableId id, const StepUpdate& update) override;
+  void log_push(const Push& push) override { durability_.log_push(push); }
   void log_join(WorkerId worker, Step from) override { durability_.log_join(worker, from); }
   void log_leave(WorkerId worker) override { durability_.log_leave(worker); }
   void log_timeout(VariableId id, Step step) override { durability_.log_timeout(id, step); }
   void count_error(const Error& error) override;
-  // ShardDurability::State, called by durability_ on the loop.
+  // ShardDurability::State, called by durability_ on the loop (variable_shard_state.cc).
   void save_variables(ByteWriter& out) const override;
   uint64_t freeze_rows(ShardDurability::RowsEmit emit) override;
   bool save_rows() override;
-  void load_variables(ByteReader& in, uint32_t checkpoint_format, ByteSource& rows) override;
+  void load_variables(ByteReader& in, ByteSource& rows) override;
   void replay_register(VariableSpec& spec, ElementRange part,
                        std::span<const std::byte> initial) override;
-  void replay_push(WorkerId worker, VariableId id, Step step, ElementRange range, DType dtype,
-                   std::span<const std::byte> data, PushedGradient gradient) override;
   void replay_register_table(TableSpec& spec) override;
-  void replay_push_rows(WorkerId worker, VariableId table, Step step, DType dtype,
-                        std::span<const uint64_t> ids, std::span<const std::byte> data) override;
+  // A logged push, taken at once (the log holds pushes in the order they were taken): throws
+  // its refusal.
+  void replay_push(const Push& push) override;
   void replay_timeout(VariableId id, Step step, const std::string& record) override {
     steps_.replay_timeout(id, step, record);
   }
   void replay_join(WorkerId worker, Step from, const std::string& record) override {
-    steps_.replay_join(worker, from, record);
+    steps_.replay_join(worker, from, record, Clock::now());
   }
   void replay_leave(WorkerId worker, const std::string& record) override {
-    steps_.replay_leave(worker, record);
+    steps_.replay_leave(worker, record, Clock::now());
   }
 
   ShardSettings settings_;
   ForkJoinPool* apply_pool_;
   optim::ComputeDevice* device_;
   // Loop-owned state:
-  std::vector<Hosted> hosted_;  // index = VariableId
-  std::vector<Variable> variables_;
-  std::vector<RowTable> tables_;
-  // By table, as tables_: rows pushed and pulled (ShardStats::table_stats).
-  struct TableCounts {
-    uint64_t pushed = 0;
-    uint64_t pulled = 0;
-  };
-  std::vector<TableCounts> table_counts_;
-  size_t saving_ = 0;  // the first table a checkpoint's stream may still have rows of
+  std::vector<std::unique_ptr<HostedKind>> hosted_;  // index = VariableId
+  size_t saving_ = 0;  // the first kind a checkpoint's stream may still have units of
   std::unordered_map<std::string, VariableId> by_name_;
-  ShardStats stats_;                       // what the step machine does not keep
+  ShardStats stats_;                       // what the kinds and the step machine do not keep
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors
   StepMachine steps_;
   ShardDurability durability_;

@@ -145,7 +145,8 @@ TEST_CASE("requests naming an unknown variable fail with unknown_variable") {
   Receipted receipt = f.push(0, VariableId(3), Step(1), {1});
   REQUIRE(receipt.refusal);
   CHECK(receipt.refusal->code() == ErrorCode::unknown_variable);
-  CHECK(std::string(receipt.refusal->what()).find("no variable with id 3") != std::string::npos);
+  CHECK(std::string(receipt.refusal->what()).find("no variable or table with id 3") !=
+        std::string::npos);
   Answered polled, pulled;
   f.shard.poll({WorkerId(0), VariableId(3), Step(1), {0, 1}, PollTicket(1)}, polled.reply());
   f.shard.pull(VariableId(3), {0, 1}, pulled.reply());

@@ -151,7 +151,7 @@ TEST_CASE("a restored variable continues exactly like the one saved, frozen vari
     ByteWriter out;
     original.save(out);
     ByteReader in(out.bytes(), "test");
-    Tracked copy = Tracked::restore(in, Variable::kSaveFormat, mode, 2);
+    Tracked copy = Tracked::restore(in, mode, 2);
     CHECK(in.done());
     for (Tracked* v : {&original, &copy}) {
       v->push(WorkerId(1), Step(2), {2, 4}, DType::float32, bytes_of(tail), kWhole);
@@ -162,25 +162,6 @@ TEST_CASE("a restored variable continues exactly like the one saved, frozen vari
     CHECK(copy.track.applied_step(WorkerId(0)) == original.track.applied_step(WorkerId(0)));
     CHECK(copy.track.applied_step(WorkerId(1)) == original.track.applied_step(WorkerId(1)));
   }
-}
-
-TEST_CASE("a variable saved before sparse pushes existed restores with every update whole") {
-  // Format 1 ended after the gradient sums; its variance was last updated by the last update.
-  VariableSpec spec = sgd_spec(2);
-  spec.optimizer.kind = optim::OptimizerKind::adam;
-  std::vector<float> init{1, 2}, g{0.5f, -1};
-  Tracked original(spec, {0, 2}, bytes_of(init), Mode::async, 1);
-  original.push(WorkerId(0), Step(1), {0, 2}, DType::float32, bytes_of(g));
-  ByteWriter out;
-  original.save(out);
-  std::vector<std::byte> format1 = out.bytes();
-  format1.resize(format1.size() - sizeof(uint64_t) - sizeof(uint64_t));  // no t, no ranges
-  ByteReader in(format1, "format 1");
-  Tracked copy = Tracked::restore(in, 1, Mode::async, 1);
-  CHECK(in.done());
-  for (Tracked* v : {&original, &copy})
-    v->push(WorkerId(0), Step(2), {0, 2}, DType::float32, bytes_of(g), PushedGradient::sparse);
-  CHECK(value_of(copy) == value_of(original));
 }
 
 // The value of `init` after adam updates by `grads`, update i (1-based) with the variance
@@ -234,8 +215,7 @@ TEST_CASE("a truncated variable record is refused as corrupt, not misread") {
   auto bytes = out.bytes();
   bytes.resize(bytes.size() - 3);  // cut short
   ByteReader in(bytes, "cut");
-  CHECK(code_of([&] { Tracked::restore(in, Variable::kSaveFormat, Mode::sync, 2); }) ==
-        ErrorCode::corrupt_checkpoint);
+  CHECK(code_of([&] { Tracked::restore(in, Mode::sync, 2); }) == ErrorCode::corrupt_checkpoint);
 }
 
 TEST_CASE("a step of a split variable completes when this shard's part is covered") {

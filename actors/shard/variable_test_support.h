@@ -52,10 +52,11 @@ struct Tracked {
   // Checks the push as the shard does (throws what it would refuse with), then takes it.
   Outcome push(WorkerId worker, Step step, ElementRange range, DType dtype,
                std::span<const std::byte> data, PushedGradient gradient = PushedGradient::whole) {
-    variable.check_push(range, dtype, data);
+    const Push push{worker, VariableId(0), step, range, dtype, data, gradient};
+    variable.check_push(push);
     if (track.is_duplicate(worker, step, range)) return {.duplicate = true};
     const StepUpdate update = track.receive(worker, step, range);
-    variable.take(update, range, data, gradient);
+    variable.take(update, push);
     return {.applied = complete_ranges(update)};
   }
   // The track's settle(), carried out.
@@ -78,16 +79,16 @@ struct Tracked {
 
   // A variable record as a shard's checkpoint holds it, and back.
   void save(ByteWriter& out) const {
-    variable.save_values(out);
+    variable.save_head(out);
     track.save(out);
     variable.save_sums(out);
   }
-  static Tracked restore(ByteReader& in, uint32_t format, Mode mode, uint32_t workers,
-                         ForkJoinPool* pool = nullptr, optim::ComputeDevice* device = nullptr) {
-    Variable v = Variable::restore_values(in, pool, device);
+  static Tracked restore(ByteReader& in, Mode mode, uint32_t workers, ForkJoinPool* pool = nullptr,
+                         optim::ComputeDevice* device = nullptr) {
+    Variable v = Variable::restore(in, pool, device);
     StepTrack t(v.spec().name, v.part(), mode, workers, nullptr);
     t.load(in);
-    v.load_sums(in, format, t.updates());
+    v.load_sums(in);
     return Tracked(std::move(v), std::move(t));
   }
 };
