@@ -200,10 +200,30 @@ kj::Maybe<kj::Promise<void>> DataChannel::take_value(const AnswerHeader& answer)
     if (version != nullptr) *version = answered;
     settle(id, value);
   };
+  if (!landing.rows_at.empty()) {
+    KJ_IF_MAYBE (rest, read_rows(landing, 0)) {
+      return rest->then(kj::mv(landed));
+    }
+    landed();
+    return nullptr;
+  }
   KJ_IF_MAYBE (rest, reader_.body().read_or_wait(landing.out, answer.body_bytes)) {
     return rest->then(kj::mv(landed));
   }
   landed();
+  return nullptr;
+}
+
+kj::Maybe<kj::Promise<void>> DataChannel::read_rows(const Landing& landing, size_t k) {
+  for (; k < landing.rows_at.size(); ++k)
+    KJ_IF_MAYBE (rest, reader_.body().read_or_wait(landing.row_out(k), landing.row_bytes())) {
+      return rest->then([this, landing, k]() -> kj::Promise<void> {
+        KJ_IF_MAYBE (more, read_rows(landing, k + 1)) {
+          return kj::mv(*more);
+        }
+        return kj::READY_NOW;
+      });
+    }
   return nullptr;
 }
 

@@ -58,6 +58,9 @@ class DataChannel final : public DataPath, private kj::TaskSet::ErrorHandler {
   // Settles the request `bytes` answers, with its body (FrameReader::Serve).
   kj::Maybe<kj::Promise<void>> take_answer(const FrameHeaderBytes& bytes);
   kj::Maybe<kj::Promise<void>> take_value(const AnswerHeader& answer);
+  // A value of rows at full width: each row read straight into its place, from row `k` on;
+  // null when every row was buffered (they are in place on return).
+  kj::Maybe<kj::Promise<void>> read_rows(const Landing& landing, size_t k);
   // A value in a narrow format: read whole, then widened into landing.out.
   kj::Maybe<kj::Promise<void>> take_narrowed(const AnswerHeader& answer, const Landing& landing);
   kj::Maybe<kj::Promise<void>> take_error(const AnswerHeader& answer);

@@ -260,3 +260,84 @@ TEST_CASE("a lost stream fails every request waiting, and every later one, [disc
   check_refused(f.channel->push(ChannelFixture::request(bytes_of(grad), out)), f.scope,
                 ErrorCode::disconnected, lost);
 }
+
+namespace {
+
+// Rows of table 9 at step 2: `ids` with rows of two floats; a pull's land at `at` of `out`.
+RowsRequest rows_request(const std::vector<uint64_t>& ids, bool push) {
+  return {.table = VariableId(9), .step = Step(2), .ids = ids, .dim = 2, .push = push};
+}
+
+}  // namespace
+
+TEST_CASE("a push of rows goes as one frame, its ids then its rows, and resolves at its receipt") {
+  ChannelFixture f;
+  const std::vector<uint64_t> ids{12, 5};
+  const std::vector<float> rows{1, 2, 3, 4};
+  RowsRequest push = rows_request(ids, true);
+  push.gradient = bytes_of(rows);
+  auto pushed = f.channel->push_rows(push);
+  RequestHeader request = f.read_request();
+  CHECK(request.kind == wire::RequestKind::PUSH_ROWS);
+  CHECK(request.variable == 9);
+  CHECK(request.step == 2);
+  CHECK(request.offset == 2);  // how many ids start the body
+  CHECK(request.body_bytes == 2 * 8 + 16);
+  std::vector<std::byte> body = f.read(request.body_bytes);
+  CHECK(std::memcmp(body.data(), ids.data(), 16) == 0);
+  CHECK(std::memcmp(body.data() + 16, rows.data(), 16) == 0);
+  CHECK_FALSE(pushed.poll(f.scope));
+  f.answer({.kind = wire::AnswerKind::RECEIPT, .id = request.id});
+  pushed.wait(f.scope);
+}
+
+TEST_CASE("a pull's rows land each where its place says, at full width and widened") {
+  ChannelFixture f;
+  const std::vector<uint64_t> ids{40, 7, 19};
+  const std::vector<uint32_t> at{3, 0, 1};                    // the caller's rows for these ids
+  const std::vector<float> value{1.5f, -2, 0.25f, 3, -1, 8};  // exact in bf16
+  std::vector<float> out(8, -9);
+  RowsRequest pull = rows_request(ids, false);
+  pull.out = reinterpret_cast<std::byte*>(out.data());
+  pull.rows_at = at;
+  std::vector<std::byte> body(bytes_of(value).begin(), bytes_of(value).end());
+  SUBCASE("as float32, read straight into place") {}
+  SUBCASE("as bf16") {
+    pull.value_format = WireFormat::bf16;
+    body.resize(encoded_bytes(WireFormat::bf16, DType::float32, value.size()));
+    narrow_values(WireFormat::bf16, DType::float32, bytes_of(value), body);
+  }
+  CAPTURE(to_string(pull.value_format));
+  auto pulled = f.channel->pull_rows(pull);
+  RequestHeader request = f.read_request();
+  CHECK(request.kind == wire::RequestKind::PULL_ROWS);
+  CHECK(request.offset == 3);
+  CHECK(request.value_format == pull.value_format);
+  std::vector<std::byte> sent_ids = f.read(request.body_bytes);
+  CHECK(std::memcmp(sent_ids.data(), ids.data(), 24) == 0);
+  f.answer({.kind = wire::AnswerKind::VALUE,
+            .id = request.id,
+            .applied_step = 2,
+            .format = pull.value_format},
+           body);
+  pulled.wait(f.scope);
+  CHECK(out == std::vector<float>{0.25f, 3, -1, 8, -9, -9, 1.5f, -2});
+}
+
+TEST_CASE("a pull's rows answered one row short land nothing and fail as a shape mismatch") {
+  ChannelFixture f;
+  const std::vector<uint64_t> ids{1, 2};
+  const std::vector<uint32_t> at{1, 0};
+  std::vector<float> out(4, -9);
+  RowsRequest pull = rows_request(ids, false);
+  pull.out = reinterpret_cast<std::byte*>(out.data());
+  pull.rows_at = at;
+  auto pulled = f.channel->pull_rows(pull);
+  RequestHeader request = f.read_request();
+  f.read(request.body_bytes);
+  const std::vector<float> short_value{1, 2};
+  f.answer({.kind = wire::AnswerKind::VALUE, .id = request.id}, bytes_of(short_value));
+  check_refused(kj::mv(pulled), f.scope, ErrorCode::shape_mismatch,
+                "shard answered 8 bytes where 16 were expected");
+  CHECK(out == std::vector<float>(4, -9));
+}

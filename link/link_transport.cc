@@ -31,8 +31,8 @@ void LinkTransport::start(PartitionTask task, TaskReports& reports) {
 }
 
 kj::Promise<Landed> LinkTransport::send(Carried& carried, DataPath& path) {
-  if (carried.task.rows) return send_rows(carried, path);
-  const PartitionRequest& part = carried.task.request;
+  if (std::holds_alternative<RowsRequest>(carried.task.request)) return send_rows(carried, path);
+  const PartitionRequest& part = carried.task.partition();
   if (!receipt_first_)
     return path.push_poll(part).then([&carried](Landed value) {
       carried.receipt();
@@ -47,7 +47,7 @@ kj::Promise<Landed> LinkTransport::send(Carried& carried, DataPath& path) {
 }
 
 kj::Promise<Landed> LinkTransport::send_rows(Carried& carried, DataPath& path) {
-  const RowsRequest& rows = *carried.task.rows;
+  const RowsRequest& rows = std::get<RowsRequest>(carried.task.request);
   if (rows.push)
     return path.push_rows(rows).then([&carried] {
       carried.receipt();

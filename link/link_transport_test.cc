@@ -66,11 +66,11 @@ struct TransportFixture {
     PartitionTask t;
     t.id = n;
     t.shard = ShardId(0);
-    t.request.variable = id;
-    t.request.step = Step(step);
-    t.request.range = {begin, end};
-    t.request.gradient = std::as_bytes(std::span(grad)).subspan(begin * 4, (end - begin) * 4);
-    t.request.out = reinterpret_cast<std::byte*>(value.data() + begin);
+    t.partition().variable = id;
+    t.partition().step = Step(step);
+    t.partition().range = {begin, end};
+    t.partition().gradient = std::as_bytes(std::span(grad)).subspan(begin * 4, (end - begin) * 4);
+    t.partition().out = reinterpret_cast<std::byte*>(value.data() + begin);
     return t;
   }
   void start(PartitionTask t, Reports& reports) {
@@ -149,10 +149,10 @@ TEST_CASE("a task for a link whose session is not open fails from inside start")
   PartitionTask t;
   t.id = 7;
   t.shard = ShardId(0);
-  t.request.step = Step(1);
-  t.request.range = {0, 4};
-  t.request.gradient = std::as_bytes(std::span(grad));
-  t.request.out = reinterpret_cast<std::byte*>(value.data());
+  t.partition().step = Step(1);
+  t.partition().range = {0, 4};
+  t.partition().gradient = std::as_bytes(std::span(grad));
+  t.partition().out = reinterpret_cast<std::byte*>(value.data());
   Reports r;
   r.task_id = t.id;
   transport.start(t, r);

@@ -44,6 +44,7 @@ class RecordingSession final : public wire::Session::Server {
     std::vector<std::byte> data;
     uint64_t base_version = 0;  // poll's, pushPoll's
     uint32_t delta_count = 0;
+    std::vector<uint64_t> ids;  // pushRows', pullRows'
   };
 
   std::vector<Call> calls;
@@ -77,8 +78,41 @@ class RecordingSession final : public wire::Session::Server {
     calls.back().value_format = from_wire(context.getParams().getValueFormat());
     return answer(context.getResults());
   }
+  kj::Promise<void> pushRows(PushRowsContext context) override {
+    auto params = context.getParams();
+    auto data = params.getData();
+    calls.push_back({.method = "pushRows",
+                     .variable = params.getTable(),
+                     .step = params.getStep(),
+                     .dtype = from_wire(params.getDtype()),
+                     .format = from_wire(params.getFormat()),
+                     .data = {reinterpret_cast<const std::byte*>(data.begin()),
+                              reinterpret_cast<const std::byte*>(data.end())},
+                     .ids = ids_of(params.getIds())});
+    if (refusal) return to_kj_exception(*refusal);
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> pullRows(PullRowsContext context) override {
+    auto params = context.getParams();
+    calls.push_back({.method = "pullRows",
+                     .variable = params.getTable(),
+                     .step = params.getStep(),
+                     .value_format = from_wire(params.getValueFormat()),
+                     .ids = ids_of(params.getIds())});
+    if (refusal) return to_kj_exception(*refusal);
+    auto results = context.getResults();
+    results.setValue(
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+    results.setAppliedStep(2);
+    return kj::READY_NOW;
+  }
 
  private:
+  static std::vector<uint64_t> ids_of(capnp::Data::Reader bytes) {
+    std::vector<uint64_t> ids(bytes.size() / sizeof(uint64_t));
+    std::memcpy(ids.data(), bytes.begin(), ids.size() * sizeof(uint64_t));
+    return ids;
+  }
   template <typename Params>
   void record_push(const char* method, Params params) {
     auto data = params.getData();
@@ -238,4 +272,53 @@ TEST_CASE("a value of the wrong size is refused as a shape mismatch and lands no
   check_refused(f.calls.poll(CallsFixture::request({}, out)), f.scope, ErrorCode::shape_mismatch,
                 "shard answered 12 bytes where 16 were expected");
   CHECK(out == std::vector<float>(4, 0.f));
+}
+
+TEST_CASE("a push of rows carries its table, step, ids and rows and resolves at the receipt") {
+  CallsFixture f;
+  const std::vector<uint64_t> ids{8, 2};
+  const std::vector<float> rows{1, 2, 3, 4};
+  RowsRequest push{.table = VariableId(6),
+                   .step = Step(3),
+                   .ids = ids,
+                   .dim = 2,
+                   .gradient = bytes_of(rows),
+                   .push = true};
+  f.calls.push_rows(push).wait(f.scope);
+  REQUIRE(f.session->calls.size() == 1);
+  const RecordingSession::Call& call = f.session->calls[0];
+  CHECK(call.method == "pushRows");
+  CHECK(call.variable == 6);
+  CHECK(call.step == 3);
+  CHECK(call.ids == ids);
+  CHECK(call.data.size() == 16);
+  CHECK(std::memcmp(call.data.data(), rows.data(), 16) == 0);
+}
+
+TEST_CASE("a pull's rows land each where its place says, widened from bf16") {
+  CallsFixture f;
+  const std::vector<uint64_t> ids{5, 70};
+  const std::vector<uint32_t> at{2, 0};
+  const std::vector<float> value{1.5f, -2, 0.25f, 3};
+  f.session->value.resize(encoded_bytes(WireFormat::bf16, DType::float32, value.size()));
+  narrow_values(WireFormat::bf16, DType::float32, bytes_of(value), f.session->value);
+  std::vector<float> out(6, -9);
+  RowsRequest pull{.table = VariableId(6),
+                   .step = Step(2),
+                   .ids = ids,
+                   .dim = 2,
+                   .out = reinterpret_cast<std::byte*>(out.data()),
+                   .rows_at = at,
+                   .value_format = WireFormat::bf16};
+  f.calls.pull_rows(pull).wait(f.scope);
+  CHECK(f.session->calls.at(0).method == "pullRows");
+  CHECK(f.session->calls[0].ids == ids);
+  CHECK(f.session->calls[0].value_format == WireFormat::bf16);
+  CHECK(out == std::vector<float>{0.25f, 3, -9, -9, 1.5f, -2});
+  // An answer of the wrong size lands nothing.
+  std::fill(out.begin(), out.end(), -9.f);
+  f.session->value.resize(4);
+  check_refused(f.calls.pull_rows(pull), f.scope, ErrorCode::shape_mismatch,
+                "shard answered 4 bytes where 8 were expected");
+  CHECK(out == std::vector<float>(6, -9));
 }

@@ -139,3 +139,38 @@ TEST_CASE("a poll waiting when its connection is lost ends [disconnected]; the l
                      reinterpret_cast<std::byte*>(fresh.data()), kElements * 4));
   CHECK(fresh == std::vector<float>(kElements, 1.f));
 }
+
+TEST_CASE("a cut link recovers with its table, and a resent push of rows applies once") {
+  LinkFixture f;
+  f.cluster.run(f.link.connect(WorkerId(0), ""));
+  TableSpec spec{.name = "emb", .num_embeddings = 10, .dim = 2};
+  spec.optimizer.lr = 1.0;
+  const VariableId table = f.cluster.run(f.link.register_table(spec));
+  const uint64_t epoch = f.link.epoch();
+  const std::vector<uint64_t> ids{3};
+  const std::vector<float> grad{1, 1};
+  RowsRequest push{.table = table,
+                   .step = Step(1),
+                   .ids = ids,
+                   .dim = 2,
+                   .gradient = f.as_bytes(grad),
+                   .push = true};
+  f.plan->bytes_left = 0;  // the next byte written is lost with the connection
+  try {
+    f.cluster.run(f.link.data_path()->push_rows(push));
+    FAIL("a push over a cut connection was answered");
+  } catch (const kj::Exception& e) {
+    f.check_lost(e);
+  }
+  f.cluster.run(f.link.recover(epoch));
+  CHECK(f.link.epoch() == epoch + 1);
+  f.cluster.run(f.link.data_path()->push_rows(push));
+  std::vector<float> out(2);
+  RowsRequest pull{.table = table,
+                   .step = Step(1),
+                   .ids = ids,
+                   .dim = 2,
+                   .out = reinterpret_cast<std::byte*>(out.data())};
+  f.cluster.run(f.link.data_path()->pull_rows(pull));
+  CHECK(out == std::vector<float>{-1, -1});  // zeros at first, one update of lr 1
+}

@@ -61,7 +61,7 @@ void GradientPusher::push(VariableHandle handle, Step step, std::span<const std:
     }
     std::vector<PartitionTask> tasks;
     try {
-      tasks = cut(plan, step, gradient.data(), partition_bytes_, next_task_id_);
+      tasks = cut(plan, step, gradient.data(), partition_bytes_, 0);
     } catch (...) {
       done(std::current_exception());  // a broken precondition, reported to the caller
       return;
@@ -71,7 +71,8 @@ void GradientPusher::push(VariableHandle handle, Step step, std::span<const std:
       return;
     }
     compress(handle, plan, step, tasks);
-    next_task_id_ += tasks.size();
+    const uint64_t first_id = scheduler_.reserve_task_ids(tasks.size());
+    for (PartitionTask& task : tasks) task.id += first_id;
     uint64_t push_id = next_push_id_++;
     pushes_.emplace(push_id, PendingPush{tasks.size(), nullptr, std::move(done)});
     for (const auto& task : tasks) push_of_task_.emplace(task.id, push_id);
@@ -92,7 +93,7 @@ void GradientPusher::compress(VariableHandle handle, const VariablePlan& plan, S
   }
   const bool deltas = plan.compression.deltas_at(step.value, variable_bytes);
   for (PartitionTask& task : tasks) {
-    PartitionRequest& request = task.request;
+    PartitionRequest& request = task.partition();
     request.value_format = value_format;
     if (deltas) ask_delta(handle, plan, step, request);
     if (format == WireFormat::none) continue;
@@ -107,7 +108,7 @@ void GradientPusher::compress(VariableHandle handle, const VariablePlan& plan, S
       encode(format, plan.dtype, gradient, plan.compression.topk, *body);
     request.format = format;
     request.gradient = *body;
-    task.encoded = std::move(body);
+    task.keeps = std::move(body);
   }
 }
 
@@ -194,16 +195,16 @@ std::vector<PartitionTask> GradientPusher::cut(const VariablePlan& plan, Step st
   for (const PlacedPart& part : plan.parts) {
     for (uint64_t begin = part.range.begin; begin < part.range.end; begin += chunk) {
       ElementRange range{begin, std::min(part.range.end, begin + chunk)};
-      PartitionTask task{
-          .id = first_id + tasks.size(),
-          .priority = plan.priority,
-          .shard = part.shard,
-          .request = {.variable = part.shard_variable,
-                      .step = step,
-                      .range = range,
-                      .dtype = plan.dtype,
-                      .gradient = {gradient + begin * elem_bytes, range.size() * elem_bytes},
-                      .out = plan.value + begin * elem_bytes}};
+      PartitionTask task{.id = first_id + tasks.size(),
+                         .priority = plan.priority,
+                         .shard = part.shard,
+                         .request = PartitionRequest{
+                             .variable = part.shard_variable,
+                             .step = step,
+                             .range = range,
+                             .dtype = plan.dtype,
+                             .gradient = {gradient + begin * elem_bytes, range.size() * elem_bytes},
+                             .out = plan.value + begin * elem_bytes}};
       tasks.push_back(std::move(task));
     }
   }

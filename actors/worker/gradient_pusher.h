@@ -109,7 +109,6 @@ class GradientPusher : public Actor {
   Scheduler& scheduler_;
   // Loop-owned state:
   uint64_t partition_bytes_;
-  uint64_t next_task_id_ = 1;
   uint64_t next_push_id_ = 1;
   std::unordered_map<VariableHandle, VariablePlan> variables_;
   // What lossy pushes have not sent yet, per variable (elements of its dtype, all of them).

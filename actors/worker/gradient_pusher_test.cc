@@ -9,10 +9,12 @@
 #include <string>
 
 #include "actors/runtime/test_loop.h"
+#include "actors/worker/transport_test_support.h"
 #include "common/error.h"
 #include "compression/codec.h"
 
 using namespace psched;
+using psched::testing::HoldingTransport;
 
 namespace {
 
@@ -41,39 +43,9 @@ VariablePlan make_plan(DType dtype, uint64_t elements, std::vector<PartSpec> par
 
 std::vector<ElementRange> ranges_of(const std::vector<PartitionTask>& tasks) {
   std::vector<ElementRange> ranges;
-  for (const auto& t : tasks) ranges.push_back(t.request.range);
+  for (const auto& t : tasks) ranges.push_back(t.partition().range);
   return ranges;
 }
-
-// Keeps each started task's reports so the test finishes partitions in the order it chooses,
-// or finishes them inside start() with `finish_inside_start`.
-class HoldingTransport : public PartitionTransport {
- public:
-  void start(PartitionTask task, TaskReports& reports) override {
-    started.push_back(task);
-    if (finish_inside_start)
-      reports.finished(task.id, Landed{});
-    else
-      holding.emplace_back(task.id, &reports);
-  }
-  void finish(uint64_t id, TaskOutcome outcome = Landed{}) {
-    auto it = std::find_if(holding.begin(), holding.end(),
-                           [id](const auto& held) { return held.first == id; });
-    REQUIRE(it != holding.end());
-    TaskReports* reports = it->second;
-    holding.erase(it);
-    reports->finished(id, std::move(outcome));
-  }
-  std::vector<uint64_t> started_ids() const {
-    std::vector<uint64_t> ids;
-    for (const auto& t : started) ids.push_back(t.id);
-    return ids;
-  }
-
-  std::vector<PartitionTask> started;
-  std::vector<std::pair<uint64_t, TaskReports*>> holding;  // task id -> where it reports
-  bool finish_inside_start = false;
-};
 
 // What a push's completion reported.
 struct PushResult {
@@ -130,13 +102,13 @@ TEST_CASE("cut makes consecutive whole-element partitions of at most partition_b
     CHECK(t.id == 100 + k);
     CHECK(t.priority == Priority(6));
     CHECK(t.sequence == 0);
-    CHECK(t.bytes() == t.request.range.size() * 4);
+    CHECK(t.bytes() == t.partition().range.size() * 4);
     CHECK(t.shard == ShardId(2));
-    CHECK(t.request.variable == VariableId(17));
-    CHECK(t.request.step == Step(9));
-    CHECK(t.request.dtype == DType::float32);
-    CHECK(t.request.gradient.data() == grad.data() + t.request.range.begin * 4);
-    CHECK(t.request.out == value.data() + t.request.range.begin * 4);
+    CHECK(t.partition().variable == VariableId(17));
+    CHECK(t.partition().step == Step(9));
+    CHECK(t.partition().dtype == DType::float32);
+    CHECK(t.partition().gradient.data() == grad.data() + t.partition().range.begin * 4);
+    CHECK(t.partition().out == value.data() + t.partition().range.begin * 4);
   }
 }
 
@@ -147,7 +119,7 @@ TEST_CASE("cut rounds a partition size down to whole float64 elements") {
   CHECK(ranges_of(tasks) == Ranges{{0, 2}, {2, 4}, {4, 6}, {6, 7}});
   CHECK(tasks[0].bytes() == 16);
   CHECK(tasks[3].bytes() == 8);
-  CHECK(tasks[3].request.gradient.data() == grad.data() + 48);
+  CHECK(tasks[3].partition().gradient.data() == grad.data() + 48);
 }
 
 TEST_CASE("a partition smaller than one element still carries one whole element") {
@@ -166,9 +138,9 @@ TEST_CASE("partitions never cross a shard part and carry that part's shard") {
   auto tasks = GradientPusher::cut(plan, Step(1), grad.data(), 12, 1);
   CHECK(ranges_of(tasks) == Ranges{{0, 3}, {3, 6}, {6, 7}, {7, 10}});
   CHECK(tasks[2].shard == ShardId(0));
-  CHECK(tasks[2].request.variable == VariableId(11));
+  CHECK(tasks[2].partition().variable == VariableId(11));
   CHECK(tasks[3].shard == ShardId(1));
-  CHECK(tasks[3].request.variable == VariableId(4));
+  CHECK(tasks[3].partition().variable == VariableId(4));
 }
 
 TEST_CASE("cut covers the variable exactly for every size, split and partition size") {
@@ -196,14 +168,14 @@ TEST_CASE("cut covers the variable exactly for every size, split and partition s
               REQUIRE(k < tasks.size());
               const PartitionTask& t = tasks[k];
               CHECK(t.id == 50 + k);
-              const ElementRange& range = t.request.range;
+              const ElementRange& range = t.partition().range;
               CHECK(range.begin == covered);
               CHECK(part.range.contains(range));
               CHECK(range.size() == std::min(chunk, part.range.end - covered));
               CHECK(t.bytes() == range.size() * eb);
               CHECK(t.shard == part.shard);
-              CHECK(t.request.gradient.data() == grad.data() + range.begin * eb);
-              CHECK(t.request.out == value.data() + range.begin * eb);
+              CHECK(t.partition().gradient.data() == grad.data() + range.begin * eb);
+              CHECK(t.partition().out == value.data() + range.begin * eb);
               covered = range.end;
             }
           }
@@ -252,9 +224,9 @@ TEST_CASE("a push completes only after all its partitions are done") {
   PushResult& result = f.push(VariableHandle(0), Step(4), grad);
   REQUIRE(f.transport.started_ids() == Ids{1, 2, 3, 4});
   for (const auto& t : f.transport.started) {
-    CHECK(t.request.step == Step(4));
-    CHECK(t.request.gradient.data() == grad.data() + t.request.range.begin * 4);
-    CHECK(t.request.out == value.data() + t.request.range.begin * 4);
+    CHECK(t.partition().step == Step(4));
+    CHECK(t.partition().gradient.data() == grad.data() + t.partition().range.begin * 4);
+    CHECK(t.partition().out == value.data() + t.partition().range.begin * 4);
   }
   for (uint64_t id : {3, 1, 4}) {
     f.finish(id);
@@ -305,7 +277,7 @@ TEST_CASE("set_partition_bytes changes how later pushes are cut") {
   f.pusher.set_partition_bytes(20);
   f.push(VariableHandle(0), Step(2), grad);
   CHECK(f.transport.started.size() == 3);
-  CHECK(f.transport.started[2].request.range == ElementRange{5, 10});
+  CHECK(f.transport.started[2].partition().range == ElementRange{5, 10});
 }
 
 TEST_CASE("partitions of a later, more urgent variable overtake a queued big one") {
@@ -354,11 +326,12 @@ TEST_CASE("a replaced plan starts with nothing held back by error feedback") {
   auto sent = [&] {
     std::vector<float> out(4);
     const PartitionTask& task = f.transport.started.back();
-    REQUIRE(task.encoded);
-    CHECK(task.request.gradient.data() == task.encoded->data());  // the encoded body goes
-    CHECK(task.bytes() == task.encoded->size());
-    CHECK(task.request.format == WireFormat::topk);
-    decode(WireFormat::topk, DType::float32, *task.encoded, std::as_writable_bytes(std::span(out)));
+    REQUIRE(task.keeps);
+    const auto& encoded = *std::static_pointer_cast<const std::vector<std::byte>>(task.keeps);
+    CHECK(task.partition().gradient.data() == encoded.data());  // the encoded body goes
+    CHECK(task.bytes() == encoded.size());
+    CHECK(task.partition().format == WireFormat::topk);
+    decode(WireFormat::topk, DType::float32, encoded, std::as_writable_bytes(std::span(out)));
     f.finish(f.transport.started.back().id);
     return out;
   };

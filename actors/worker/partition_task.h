@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// One partition of one gradient push on its way down the worker, described once:
+// One task on its way down the worker, described once:
 //
-//   PartitionRequest  what goes to the shard and where its value lands. GradientPusher fills it;
-//                     the scheduler orders it, LinkTransport hands it as it is to the
+//   PartitionRequest  one partition of a dense variable's push: what goes to the shard and where
+//                     its value lands. GradientPusher fills it.
+//   RowsRequest       one shard's share of a table's step: its pushed rows, or a pull of rows
+//                     and where each lands. TableStepper fills it.
+//   PartitionTask     either request, with what the scheduler orders it by and what keeps its
+//                     memory alive. The scheduler orders tasks of both kinds in one queue under
+//                     one credit window; LinkTransport hands the request as it is to the
 //                     connection's DataPath (link/data_path.h), which writes a frame header or a
 //                     call's parameters from it; a path keeps only its Landing while the value
 //                     is on the way.
-//   PartitionTask     the request with what the scheduler orders it by, and the owner of a
-//                     compressed gradient.
 //
 // And the transport that carries tasks to their shards and reports what became of them.
 #pragma once
@@ -17,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include "common/dtype.h"
@@ -40,18 +44,26 @@ struct DeltaPoll {
   uint64_t base() const { return version == nullptr ? 0 : *version; }
 };
 
-// Where a partition's fresh value lands and the form it travels in: what a path keeps of a
-// request while its value is on the way.
+// Where a fresh value lands and the form it travels in: what a path keeps of a request while its
+// value is on the way.
 struct Landing {
-  // Room for `elements` of `dtype`. Owner: the trainer (its parameter memory).
+  // Room for `elements` of `dtype`. Owner: the trainer (its parameter memory, its rows).
   std::byte* out = nullptr;
   DType dtype = DType::float32;
   uint64_t elements = 0;
   WireFormat format = WireFormat::none;  // full values travel in
   uint64_t* version = nullptr;           // a delta poll's: DeltaPoll::version
+  // A value of rows that land scattered (a pull of a table's rows): row k of the value, of
+  // `row_elements` elements, lands at row rows_at[k] of `out`, which has room for every row
+  // rows_at names. Empty: the value lands whole at `out`. Owner: the request's task.
+  std::span<const uint32_t> rows_at{};
+  uint64_t row_elements = 0;
 
-  // The bytes that land in `out` (in `dtype`).
+  // The bytes that land (in `dtype`).
   size_t bytes() const { return elements * element_bytes(dtype); }
+  // Where row k of a scattered value lands, and its bytes.
+  std::byte* row_out(size_t k) const { return out + rows_at[k] * row_bytes(); }
+  size_t row_bytes() const { return row_elements * element_bytes(dtype); }
   // The bytes of full values on the wire (in `format`).
   size_t wire_bytes() const;
   // Whether an answer in `answered` may land here: `format`, or a delta (topk) for a delta poll.
@@ -87,44 +99,55 @@ struct PartitionRequest {
   Landing landing() const { return {out, dtype, range.size(), value_format, delta.version}; }
 };
 
-// One step's push of a table's rows to one shard, or a pull of rows from it.
+// One shard's share of a table's step: a push of its rows, or a pull of rows from it.
 struct RowsRequest {
   VariableId table;  // the shard's id for it
   Step step;         // push: the step; pull: the step whose update the rows must hold
-  // The rows' ids, each once; the caller keeps them alive until the promise resolves.
+  // The rows' ids, each once. Owner: the task (its `keeps`).
   std::span<const uint64_t> ids;
   DType dtype = DType::float32;  // the table's
-  // push: ids.size() rows in `format`, kept alive by the caller as `ids`.
+  uint64_t dim = 0;              // elements a row
+  // push: ids.size() rows in `format`, owned by the task.
   std::span<const std::byte> gradient = {};
   WireFormat format = WireFormat::none;
-  // pull: room for ids.size() rows of `dtype` (`elements` in all), where they land.
+  // pull: row k lands at row rows_at[k] of `out` (the caller's memory, alive until the task is
+  // finished), travelling in `value_format`.
   std::byte* out = nullptr;
-  uint64_t elements = 0;
+  std::span<const uint32_t> rows_at = {};
   WireFormat value_format = WireFormat::none;
 
   bool push = false;  // else a pull
 
-  Landing landing() const { return {out, dtype, elements, value_format}; }
+  Landing landing() const {
+    return {out, dtype, ids.size() * dim, value_format, nullptr, rows_at, dim};
+  }
   // Payload bytes on the wire: the push's rows, or the pull's answer.
   uint64_t wire_bytes() const { return push ? gradient.size() : landing().wire_bytes(); }
 };
 
 struct PartitionTask {
-  uint64_t id = 0;        // unique within a worker; assigned by GradientPusher
+  uint64_t id = 0;        // unique within a worker (Scheduler::reserve_task_ids)
   Priority priority;      // the variable's priority; lower goes first
   uint64_t sequence = 0;  // arrival order: fifo order and the tie-break within a priority
-  ShardId shard;          // where the partition goes
-  // What goes to the shard. request.gradient lies in the trainer's memory, alive until the
-  // task is finished; or, compressed, in `encoded`.
-  PartitionRequest request;
-  std::shared_ptr<const std::vector<std::byte>> encoded{};
-  // Set for a task of a table's rows: what goes (request then only names the table, step and
-  // rows for the records), and what keeps its ids and buffers alive until it is finished.
-  std::optional<RowsRequest> rows{};
-  std::shared_ptr<const void> rows_memory{};
+  ShardId shard;          // where the request goes
+  // What goes to the shard: a partition of a dense variable's push (its gradient in the
+  // trainer's memory, alive until the task is finished; or, compressed, in `keeps`), or a
+  // table's rows.
+  std::variant<PartitionRequest, RowsRequest> request;
+  // What the request's spans point into, alive until the task is finished: a compressed
+  // gradient, a table's ids, rows and landing places.
+  std::shared_ptr<const void> keeps{};
 
+  // The dense partition's request (the task must be one).
+  PartitionRequest& partition() { return std::get<PartitionRequest>(request); }
+  const PartitionRequest& partition() const { return std::get<PartitionRequest>(request); }
   // Payload bytes on the wire: what counts against the credit window.
-  uint64_t bytes() const { return rows ? rows->wire_bytes() : request.gradient.size(); }
+  uint64_t bytes() const;
+  // For the scheduler's records: the formats its body and its value travel in, and the range
+  // of a dense partition (a table's: its rows, [0, ids)).
+  WireFormat format() const;
+  WireFormat value_format() const;
+  ElementRange range() const;
 };
 
 // A task whose fresh value is in place: when the shard found it ready, on the shard's wall clock

@@ -57,6 +57,13 @@ void Scheduler::set_credit(uint64_t credit_bytes) {
   });
 }
 
+uint64_t Scheduler::reserve_task_ids(uint64_t count) {
+  PSCHED_REQUIRE(on_loop(), count);
+  const uint64_t first = next_task_id_;
+  next_task_id_ += count;
+  return first;
+}
+
 void Scheduler::set_free_credit_on_receipt(bool on_receipt) {
   dispatch([this, on_receipt] { free_credit_on_receipt_ = on_receipt; });
 }
@@ -102,10 +109,10 @@ void Scheduler::admit(const Queued& queued) {
                     .start_index = stats_.started_tasks - 1,
                     .priority = task.priority,
                     .bytes = task.bytes(),
-                    .format = task.request.format,
-                    .value_format = task.request.value_format,
+                    .format = task.format(),
+                    .value_format = task.value_format(),
                     .shard = task.shard,
-                    .range = task.request.range,
+                    .range = task.range(),
                     .queued = queued.queued,
                     .started = Clock::now(),
                     .receipt = {},

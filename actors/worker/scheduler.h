@@ -56,6 +56,10 @@ class Scheduler : public Actor, private TaskReports {
   // Queues the tasks (all partitions of one push, say) and starts what the credit allows.
   // Each task's `sequence` is overwritten with the scheduler's arrival counter. Any thread.
   void enqueue(std::vector<PartitionTask> tasks);
+  // The first of `count` task ids no task of this scheduler has had, for the producers that
+  // queue tasks (GradientPusher, TableStepper) to name theirs before they enqueue them. On the
+  // loop.
+  uint64_t reserve_task_ids(uint64_t count);
   // Changes the credit window from now on (the tuner); tasks in flight keep their credit.
   void set_credit(uint64_t credit_bytes);
   // With true (sync mode), a task's credit is freed at its push's receipt rather than when its
@@ -106,6 +110,7 @@ class Scheduler : public Actor, private TaskReports {
   bool free_credit_on_receipt_ = false;
   bool starting_ = false;       // start_ready() is running
   uint64_t next_sequence_ = 0;  // arrival counter, stamped on each task by enqueue
+  uint64_t next_task_id_ = 1;   // reserve_task_ids
   std::priority_queue<Queued, std::vector<Queued>, Later> queue_;
   SchedulerStats stats_;
   std::unordered_map<uint64_t, InFlight> in_flight_;  // task id -> started, not finished

@@ -22,7 +22,7 @@ PartitionTask make_task(uint64_t id, int64_t priority, uint64_t bytes) {
   PartitionTask task;
   task.id = id;
   task.priority = Priority(priority);
-  task.request.gradient = std::span(kGradients).first(bytes);
+  task.partition().gradient = std::span(kGradients).first(bytes);
   task.sequence = 1000 - id;  // garbage: the scheduler must stamp its own arrival order
   return task;
 }
