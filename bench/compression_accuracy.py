@@ -9,6 +9,7 @@ accuracy and the training loss per epoch. Tasks (--tasks, default digits,teacher
            student trained by SGD with momentum on the shards; thousands of steps to learn
 
     bench/compression_accuracy.py --epochs 15 --seeds 0,1,2 --json out.json --plot loss.svg
+    bench/compression_accuracy.py --replot out.json --plot loss.svg   # redraw, no training
 
 Formats (the deployment's compression: section, min_bytes 0 so every tensor is compressed):
   none     full width both ways (the baseline)
@@ -126,8 +127,9 @@ def spread(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def plot(results, path):
-    """One row per task: training loss and test accuracy per epoch, medians over the seeds."""
+def plot(results, path, mode="sync", staleness=None):
+    """One row per task: training loss and test accuracy per epoch, medians over the seeds;
+    the title names the mode the runs trained in."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -144,7 +146,8 @@ def plot(results, path):
                     title=task)
         acc_ax.set(xlabel="epoch", ylabel="test accuracy (median over seeds)", title=task)
         loss_ax.legend()
-    figure.suptitle("2 workers, sync: wire formats")
+    mode = mode if mode == "sync" else f"{mode}, staleness {staleness}"
+    figure.suptitle(f"{WORKERS} workers, {mode}: wire formats")
     figure.tight_layout()
     figure.savefig(path)
 
@@ -176,7 +179,18 @@ def main(argv):
     parser.add_argument("--timeout", type=float, default=600, help="seconds per training run")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--plot", help="draw the loss and accuracy curves here (.svg, .png)")
+    parser.add_argument("--replot", metavar="JSON",
+                        help="train nothing: draw --plot from a results file --json wrote")
     args = parser.parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            parser.error("--replot needs --plot")
+        saved = json.loads(pathlib.Path(args.replot).read_text())
+        runs = saved["runs"]
+        if all(isinstance(r, list) for r in runs.values()):  # a file from before --tasks
+            runs = {"digits": runs}
+        plot(runs, args.plot, saved.get("mode", "sync"), saved.get("staleness"))
+        return
     formats, seeds = args.formats.split(","), [int(s) for s in args.seeds.split(",")]
     tasks = args.tasks.split(",")
     for task in tasks:
@@ -207,7 +221,7 @@ def main(argv):
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(out, indent=1))
     if args.plot:
-        plot(results, args.plot)
+        plot(results, args.plot, args.mode, args.staleness)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ read from ctest's JUnit file (ctest --output-junit).
 
 --strict (scripts/test under CI=true or --strict): a test that did not run fails the run unless
 the machine, not its packages, is why: no GPU (gpu_test), or not root (network namespaces, tc,
-slurmd). Everything else a skipped test needs, scripts/setup installs.
+slurmd). Everything else a registered test needs, scripts/setup's default profile installs,
+and scripts/test runs it first. (Checks that need more than packages, such as the images of
+scripts/container, are commands of their own, not registered tests.)
 """
 import argparse
 import re

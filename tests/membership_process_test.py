@@ -415,18 +415,45 @@ def test_bounded(build, source):
           f"(staleness 2), {sync:.3f} in sync mode")
 
 
-def process_running(script, variable):
-    """The id of a process running `script` with `variable` ("NAME=value") in its environment,
-    read from /proc (no procps on a minimal machine); None when there is none."""
+def parent_of(pid):
+    """The parent's id of process `pid`, from /proc/PID/stat (no procps on a minimal machine);
+    None when it is gone. Its second field, the command name in parentheses, may itself hold
+    spaces and parentheses: the fields after it follow the last ')'."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(root):
+    """The ids of the processes below `root` (its children, theirs, ...), not `root` itself:
+    only what this test started, never another test's process on the same machine."""
+    children = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
+        parent = parent_of(pid)
+        if parent is not None:
+            children.setdefault(parent, []).append(int(pid))
+    found, pending = [], list(children.get(root, []))
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending.extend(children.get(pid, []))
+    return found
+
+
+def descendant_running(root, script, variable):
+    """The id of a process below `root` running `script` with `variable` ("NAME=value") in
+    its environment; None when there is none."""
+    for pid in descendants(root):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if script.encode() not in f.read().split(b"\0"):
                     continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 if variable in f.read().split(b"\0"):
-                    return int(pid)
-        except OSError:  # gone meanwhile, or another user's
+                    return pid
+        except OSError:  # gone meanwhile
             continue
     return None
 
@@ -447,8 +474,9 @@ def test_torchrun(build, source):
         job.start_server()
         job.start("agent", command, "torchrun", env)
         wait_until(lambda: "worker 2 epoch  2" in job.text("torchrun"), "worker 2's second epoch")
-        victim = process_running(example, b"RANK=2")
-        check(victim, "no RANK=2 process found")
+        # Only the agent's own workers: another test may run the example as RANK=2 meanwhile.
+        victim = descendant_running(job.workers["agent"].pid, example, b"RANK=2")
+        check(victim, "no RANK=2 process found below the torchrun agent")
         os.kill(victim, signal.SIGKILL)
         job.wait_all({"agent": "torchrun"})
         log = job.text("torchrun")

@@ -23,6 +23,8 @@ def main():
     parser.add_argument("--drain", type=int, required=True)
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds after each step")
     parser.add_argument("--hold", help="after its first step, wait until this file exists")
+    parser.add_argument("--pause", nargs=2, metavar=("STEP", "FILE"),
+                        help="after step STEP, wait until FILE exists")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     with psched.connect(args.config, args.worker) as client:
@@ -41,6 +43,8 @@ def main():
             print(f"worker {args.worker} step {step}", flush=True)
             time.sleep(args.sleep)
             while args.hold and not os.path.exists(args.hold):
+                time.sleep(0.01)
+            while args.pause and step == int(args.pause[0]) and not os.path.exists(args.pause[1]):
                 time.sleep(0.01)
         copy = w.copy()
         client.pull("w")

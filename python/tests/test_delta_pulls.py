@@ -31,10 +31,15 @@ def deltas(fraction=1 / 128, **more):
 
 
 def step(clients, copies, n, gradients):
+    """Step n: each client pushes its gradient and waits for its copy's values. Returns how
+    many elements of each copy the step's answers changed: a delta writes at most the poll's
+    count per partition, full values may write them all."""
+    before = [copy.copy() for copy in copies]
     for client, g in zip(clients, gradients):
         client.push("w", n, g)
     for client in clients:
         client.wait("w", n)
+    return [int(np.count_nonzero(copy != old)) for copy, old in zip(copies, before)]
 
 
 def test_sync_workers_following_deltas_hold_the_same_copy_and_catch_up(start_server):
@@ -48,7 +53,8 @@ def test_sync_workers_following_deltas_hold_the_same_copy_and_catch_up(start_ser
     big[::128] = -10.0  # one element a partition changes by 10, the rest by 0.001
     for n in range(1, 4):
         g = np.full(N, -0.001) + big
-        step(clients, copies, n, [g, g])
+        changed = N if n == 1 else N // 128  # the values whole, then one element a partition
+        assert step(clients, copies, n, [g, g]) == [changed, changed], n
         truth -= g
         # Step 1: no version yet, full values. After: a delta of one element a partition, the
         # one that changed most; every other element lags by what the shard still owes it.
@@ -56,9 +62,11 @@ def test_sync_workers_following_deltas_hold_the_same_copy_and_catch_up(start_ser
         owed = truth - copies[0]
         assert np.count_nonzero(owed) == (0 if n == 1 else N - N // 128), n
         np.testing.assert_array_equal(copies[0][::128], truth[::128])
+    zero = np.zeros(N)
     for n in range(4, 4 + 128):  # nothing changes: what is owed goes, one element at a time
-        zero = np.zeros(N)
-        step(clients, copies, n, [zero, zero])
+        # 127 elements a partition owed: one a step until step 130, then a delta of none.
+        changed = N // 128 if n <= 130 else 0
+        assert step(clients, copies, n, [zero, zero]) == [changed, changed], n
     np.testing.assert_array_equal(copies[0], truth)
     np.testing.assert_array_equal(copies[1], truth)
     counted = [status(server, s)["delta_pulls"] for s in range(2)]
@@ -121,9 +129,10 @@ def test_processes_a_slow_worker_a_killed_worker_and_a_killed_shard_leave_no_cop
         start_server, tmp_path):
     """3 worker processes (delta_worker.py), bounded mode: the slow one falls behind the ring
     while the others race ahead (full values); worker 1 is SIGKILLed and restarted (it holds no
-    version: full values); the server is SIGKILLed and restarted from its checkpoint (no version
-    of the new incarnation: full values, then deltas again). After the drain, every worker's copy
-    equals the shard's values."""
+    version: full values); the server is SIGKILLed and restarted from its checkpoint while they
+    train, and again once all three wait at the end of training (no version of the new
+    incarnation: full values, then deltas again; it answers each poll of the drain once). After
+    the drain, every worker's copy equals the shard's values."""
     server = start_server(mode="bounded", workers=3, optimizer="sgd", lr=0.05, checkpoint=True,
                           reconnect_seconds=60, extra="staleness: 8\n",
                           compression="{pull: topk, pull_fraction: 0.1, ring: 4, min_bytes: 0}")
@@ -134,8 +143,8 @@ def test_processes_a_slow_worker_a_killed_worker_and_a_killed_shard_leave_no_cop
         process = subprocess.Popen(
             [sys.executable, str(WORKER), "--config", str(server.config), "--worker",
              str(worker), "--steps", "40", "--drain", "24", "--out",
-             str(tmp_path / f"worker{worker}.npy"), "--sleep", str(sleep)] +
-            (["--hold", str(hold)] if hold else []),
+             str(tmp_path / f"worker{worker}.npy"), "--sleep", str(sleep),
+             "--pause", "40", str(drain)] + (["--hold", str(hold)] if hold else []),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines[worker] = []
 
@@ -157,7 +166,7 @@ def test_processes_a_slow_worker_a_killed_worker_and_a_killed_shard_leave_no_cop
     def full():
         return sum(status(server, s)["delta_pulls"]["full"] for s in range(2))
 
-    started, go = tmp_path / "started", tmp_path / "go"
+    started, go, drain = tmp_path / "started", tmp_path / "go", tmp_path / "drain"
     workers = {0: spawn(0, started), 1: spawn(1, started), 2: spawn(2, go, sleep=0.05)}
     for worker in workers:
         reached(worker, 1)  # each holds after its first step, its first values in hand
@@ -173,11 +182,22 @@ def test_processes_a_slow_worker_a_killed_worker_and_a_killed_shard_leave_no_cop
     reached(1, 20)
     assert "worker 1 starts at step 1\n" not in lines[1]  # it rejoined the job where it was
     reached(2, 24)
-    server.restart()
+    server.restart()  # while the others may be up to 8 steps ahead, polls in flight
+    for worker in workers:
+        reached(worker, 40)  # the end of training: each waits, its values of step 40 in hand
+    server.restart()  # nothing in flight: the new incarnation answers the whole drain
+    drain.touch()
     for worker, process in workers.items():
         assert process.wait(timeout=100) == 0, "".join(lines[worker])
     counted = [status(server, s)["delta_pulls"] for s in range(2)]
-    assert sum(c["deltas"] for c in counted) > 0  # the new incarnation served deltas
+    full, deltas = (sum(c[kind] for c in counted) for kind in ("full", "deltas"))
+    # Steps 41 to 64 of three workers, one poll a partition each, each answered once.
+    assert full + deltas == 3 * 24 * partitions, (full, deltas)
+    # Each worker's first poll of each partition holds a version of the old incarnation: whole.
+    # Later ones are deltas, but where a worker is further behind than the ring (4 versions):
+    # how often depends on timing (on a 2-core machine 96 full: the slow worker once more, as
+    # the others race ahead at the drain's start), so only "most are deltas" is asserted.
+    assert 3 * partitions <= full < 3 * 24 * partitions // 2, (full, deltas)
     for worker in workers:
         copy, values = np.load(tmp_path / f"worker{worker}.npy")
         np.testing.assert_array_equal(copy, values)
@@ -197,7 +217,9 @@ def test_large_partitions_values_arrive_whole_and_a_pull_starts_the_deltas_over(
     rng = np.random.default_rng(5)
     for s in range(1, 4):
         g = rng.standard_normal(n).astype(np.float32)
-        step(clients, copies, s, [g, g])
+        # Step 1: the values whole; then half of each partition, the half that changed most.
+        changed = n if s == 1 else n // 2
+        assert step(clients, copies, s, [g, g]) == [changed, changed], s
         np.testing.assert_array_equal(copies[0], copies[1])
     partitions = 16
 
@@ -207,7 +229,9 @@ def test_large_partitions_values_arrive_whole_and_a_pull_starts_the_deltas_over(
     assert full() == 2 * partitions  # each worker's first poll
     clients[1].pull("w")
     zero = np.zeros(n, dtype=np.float32)
-    step(clients, copies, 4, [zero, zero])
+    # Worker 0's delta carries the half step 3 left owed, all of it (half is the count), so P
+    # is the values; worker 1's memory held the values (the pull), and P whole changes nothing.
+    assert step(clients, copies, 4, [zero, zero]) == [n // 2, 0]
     assert full() == 3 * partitions  # worker 1's memory held the values: whole again
     np.testing.assert_array_equal(copies[0], copies[1])
     for client in clients:
