@@ -5,7 +5,7 @@ shards row by row; a worker holds only the rows of the batch in hand.
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.users = psched.torch.EmbeddingBag(10_000_000, 64, "sum",
+            self.users = psched.torch.EmbeddingBag(10_000_000, 64, mode="sum",
                                                    optimizer="rowwise_adagrad", lr=0.05)
             self.top = torch.nn.Linear(64, 1)
 
@@ -14,13 +14,26 @@ shards row by row; a worker holds only the rows of the batch in hand.
 
     model = psched.torch.DistributedModel(Model(), "adam", lr=1e-3)   # the dense part's
 
+Drop-ins: the constructors take torch.nn.EmbeddingBag's and torch.nn.Embedding's arguments in
+torch's order with torch's defaults (EmbeddingBag's mode is "mean"), so swapping the class keeps
+a model's meaning; psched's own settings (name, optimizer, init, seed, compression, client,
+max_rows, admit_after, the row optimizer's settings) are keyword-only. sparse is accepted and
+changes nothing (the pushed gradient is always the sparse one). What psched cannot honour is
+refused at construction, naming the argument: mode "max" (torch has no sparse gradient for it),
+padding_idx, max_norm and a norm_type other than 2.0 (torch renormalizes the rows in place at
+lookup), scale_grad_by_freq, _weight (rows start on the shards from init and seed), _freeze (a
+table here is trained), a device other than the CPU (rows arrive in CPU tensors; move the
+result) and a dtype other than float32 or float64 (dtype None: torch's default dtype).
+
 The shards run each table's row optimizer on the rows a step touched: "sgd", "adagrad" (torch's
 sparse paths), "rowwise_adagrad" (FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row) or
 "sparse_adam" (torch.optim.SparseAdam), with torch.optim's keyword settings (lr, eps, betas,
-lr_decay, initial_accumulator_value; weight_decay and momentum are refused). A forward pulls the
-rows of its unique ids into a fresh tensor and runs torch's own embedding_bag (or embedding) on
-it; backward pushes that tensor's gradient: one row per unique id, its duplicates summed
-(torch's coalesced sparse gradient). The module holds no weight tensor and no nn.Parameter.
+lr_decay, initial_accumulator_value; weight_decay and momentum are refused).
+
+A forward pulls the rows of its unique ids into a fresh tensor and runs torch's own
+embedding_bag (or embedding) on it; backward pushes that tensor's gradient: one row per unique
+id, its duplicates summed (torch's coalesced sparse gradient). The module holds no weight tensor
+and no nn.Parameter.
 
 Steps: each forward with grad enabled is the table's next step k. It reads the rows once step
 k - 1's update of them is applied (sync mode: every worker's; async: this worker's own), and its
@@ -80,29 +93,66 @@ def row_settings(optimizer, settings):
     return settings
 
 
+def _refuse_unsupported(kind, max_norm, norm_type, scale_grad_by_freq, _weight, _freeze, device,
+                        dtype):
+    """Raises psched.Error naming the first torch argument psched.torch.`kind` cannot honour,
+    its value and why; returns the rows' dtype (dtype None: torch's default dtype)."""
+    why = None
+    if max_norm is not None:
+        why = ("max_norm", max_norm, "torch renormalizes the looked-up rows in place at each "
+               "forward; psched's rows change only by their row optimizer on the shards")
+    elif norm_type != 2.0:
+        why = ("norm_type", norm_type, "it is max_norm's norm, and max_norm is not supported")
+    elif scale_grad_by_freq:
+        why = ("scale_grad_by_freq", scale_grad_by_freq, "psched pushes each step's summed "
+               "gradient unscaled")
+    elif _weight is not None:
+        why = ("_weight", f"a tensor of shape {tuple(_weight.shape)}", "the rows live on the "
+               "shards and start from init= and seed= (a function of the id)")
+    elif _freeze:
+        why = ("_freeze", _freeze, "a psched table is trained by its row optimizer; keep a "
+               "frozen table in torch.nn.Embedding")
+    elif device is not None and torch.device(device).type != "cpu":
+        why = ("device", device, "rows are pulled into CPU tensors and the lookup runs there; "
+               "move its result with .to()")
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if why is None and dtype not in _DTYPES:
+        why = ("dtype", dtype, "rows are torch.float32 or torch.float64")
+    if why is not None:
+        argument, value, reason = why
+        raise psched.Error(f"psched.torch.{kind} does not support {argument}={value!r}: {reason}")
+    return dtype
+
+
 class _Rows(torch.nn.Module):
     """What EmbeddingBag and Embedding share: the table, its steps, its pulls and pushes."""
 
-    def __init__(self, num_embeddings, embedding_dim, *, name=None, optimizer="sgd",
-                 init=("normal", 0.0, 1.0), seed=0, dtype=torch.float32, compression=None,
-                 client=None, padding_idx=None, max_norm=None, scale_grad_by_freq=False,
-                 sparse=False, max_rows=0, admit_after=0, **settings):
+    def __init__(self, num_embeddings, embedding_dim, *, padding_idx, max_norm, norm_type,
+                 scale_grad_by_freq, sparse, _weight, _freeze=False, device, dtype, name,
+                 optimizer, init, seed, compression, client, max_rows, admit_after, settings):
         super().__init__()
         kind = type(self).__name__
-        for keyword, value, default in (("padding_idx", padding_idx, None),
-                                        ("max_norm", max_norm, None),
-                                        ("scale_grad_by_freq", scale_grad_by_freq, False)):
-            if value != default:
-                raise psched.Error(f"psched.torch.{kind} does not support {keyword}={value!r}")
-        if dtype not in _DTYPES:
-            raise psched.Error(f"psched.torch.{kind} rows are torch.float32 or torch.float64, "
-                               f"not {dtype}")
+        self.dtype = _refuse_unsupported(kind, max_norm, norm_type, scale_grad_by_freq, _weight,
+                                         _freeze, device, dtype)
         if client is not None and not name:
             raise psched.Error(f"a standalone psched.torch.{kind} (client given) needs a name")
+        unknown = sorted(set(settings) - set(_SETTINGS))
+        if unknown:
+            raise psched.Error(
+                f"psched.torch.{kind} got an unknown keyword '{unknown[0]}': it takes "
+                f"torch.nn.{kind}'s arguments, psched's (name, optimizer, init, seed, "
+                "compression, client, max_rows, admit_after) and the row optimizer's settings "
+                f"({', '.join(_SETTINGS)})")
+        if padding_idx is not None:
+            raise psched.Error(f"psched.torch.{kind} does not support padding_idx={padding_idx!r}")
+        # torch's attributes, as torch.nn.Embedding and EmbeddingBag have them.
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = padding_idx
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         self.name, self.optimizer = name, optimizer
         self.settings = row_settings(optimizer, settings)
-        self.init, self.seed, self.dtype, self.compression = init, seed, dtype, compression
+        self.init, self.seed, self.compression = init, seed, compression
         self.max_rows, self.admit_after = max_rows, admit_after
         self.client = client
         self.table = None  # the psched.Table, once registered
@@ -269,24 +319,31 @@ class _Prefetch:
                 and input.dtype == self.input.dtype and torch.equal(input, self.input))
 
 
+_PSCHED_KEYWORDS = """psched's keywords: name: the table's name (default inside
+    DistributedModel: the module's name). optimizer and settings: the row optimizer and
+    torch.optim's keywords for it (the module docstring). init: how a row starts, ("zeros",),
+    ("uniform", low, high) or ("normal", mean, std) (torch's default: N(0, 1)), drawn from
+    `seed` and the id. compression: a psched.Compression for the rows' traffic. client: a
+    psched.Client, for a table used outside DistributedModel (then name is required). max_rows,
+    admit_after: the table's capacity on each shard (0: the deployment's tables: entry, else
+    none): at most max_rows rows stored, the least recently updated evicted; a row stored from
+    its admit_after-th update (docs/embeddings.md)."""
+
+
 class EmbeddingBag(_Rows):
     """torch.nn.EmbeddingBag whose table lives on psched's shards (the module docstring).
 
-    EmbeddingBag(num_embeddings, embedding_dim, mode="sum", *, name=None, optimizer="sgd",
-    init=("normal", 0.0, 1.0), seed=0, dtype=torch.float32, compression=None, client=None,
-    include_last_offset=False, max_rows=0, admit_after=0, **settings)
+    EmbeddingBag(num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
+    scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
+    include_last_offset=False, padding_idx=None, device=None, dtype=None, *, name=None,
+    optimizer="sgd", init=("normal", 0.0, 1.0), seed=0, compression=None, client=None,
+    max_rows=0, admit_after=0, **settings)
 
-    mode: "sum" or "mean" ("max" is refused). name: the table's name (default inside
-    DistributedModel: the module's name). optimizer and settings: the row optimizer and
-    torch.optim's keywords for it (the module docstring). init: how a row starts, ("zeros",),
-    ("uniform", low, high) or ("normal", mean, std) (torch's nn.EmbeddingBag: N(0, 1)), drawn
-    from `seed` and the id. dtype: torch.float32 or torch.float64. compression: a
-    psched.Compression for the rows' traffic. client: a psched.Client, for a table used outside
-    DistributedModel (then name is required). padding_idx, max_norm and scale_grad_by_freq are
-    refused unless left at torch's defaults; sparse is accepted and ignored (the pushed gradient
-    is always the sparse one). max_rows, admit_after: the table's capacity on each shard (0: the
-    deployment's tables: entry, else none): at most max_rows rows stored, the least recently
-    updated evicted; a row stored from its admit_after-th update (docs/embeddings.md).
+    torch's arguments, in torch's order with torch's defaults: mode "mean" or "sum" ("max" is
+    refused); sparse accepted; dtype torch.float32 or torch.float64 (None: torch's default
+    dtype); padding_idx, max_norm, norm_type, scale_grad_by_freq, _weight and device only at
+    their defaults (device "cpu" too).
+    {psched}
 
     prefetch(input, offsets=None, *, staleness=None): starts pulling the rows of the next step.
 
@@ -294,12 +351,20 @@ class EmbeddingBag(_Rows):
     result: a 2-D input is one bag per row; a 1-D input is cut into bags at `offsets`.
     """
 
-    def __init__(self, num_embeddings, embedding_dim, mode="sum", *, include_last_offset=False,
-                 **keywords):
+    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
+                 include_last_offset=False, padding_idx=None, device=None, dtype=None, *,
+                 name=None, optimizer="sgd", init=("normal", 0.0, 1.0), seed=0, compression=None,
+                 client=None, max_rows=0, admit_after=0, **settings):
         if mode not in ("sum", "mean"):
-            raise psched.Error(f"psched.torch.EmbeddingBag does not support mode '{mode}': "
-                               "mode 'sum' or 'mean'")
-        super().__init__(num_embeddings, embedding_dim, **keywords)
+            raise psched.Error(f"psched.torch.EmbeddingBag does not support mode={mode!r}: "
+                               "mode 'sum' or 'mean' (torch has no sparse gradient for 'max')")
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx,
+                         max_norm=max_norm, norm_type=norm_type,
+                         scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, _weight=_weight,
+                         device=device, dtype=dtype, name=name, optimizer=optimizer, init=init,
+                         seed=seed, compression=compression, client=client, max_rows=max_rows,
+                         admit_after=admit_after, settings=settings)
         self.mode, self.include_last_offset = mode, include_last_offset
 
     def forward(self, input, offsets=None, per_sample_weights=None):
@@ -315,11 +380,34 @@ class EmbeddingBag(_Rows):
 class Embedding(_Rows):
     """torch.nn.Embedding whose table lives on psched's shards (the module docstring).
 
-    Embedding(num_embeddings, embedding_dim, *, the keywords of EmbeddingBag but mode and
-    include_last_offset). forward(input): the rows of input's ids, of shape
-    input.shape + (embedding_dim,).
+    Embedding(num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
+    scale_grad_by_freq=False, sparse=False, _weight=None, device=None, dtype=None, *,
+    _freeze=False, name=None, optimizer="sgd", init=("normal", 0.0, 1.0), seed=0,
+    compression=None, client=None, max_rows=0, admit_after=0, **settings)
+
+    torch's arguments (1.13's, in its order; _freeze, torch 2's, by keyword only), with torch's
+    defaults: as EmbeddingBag's, and _freeze only False. {psched}
+
+    forward(input): the rows of input's ids, of shape input.shape + (embedding_dim,).
     """
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 device=None, dtype=None, *, _freeze=False, name=None, optimizer="sgd",
+                 init=("normal", 0.0, 1.0), seed=0, compression=None, client=None, max_rows=0,
+                 admit_after=0, **settings):
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx,
+                         max_norm=max_norm, norm_type=norm_type,
+                         scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, _weight=_weight,
+                         _freeze=_freeze, device=device, dtype=dtype, name=name,
+                         optimizer=optimizer, init=init, seed=seed, compression=compression,
+                         client=client, max_rows=max_rows, admit_after=admit_after,
+                         settings=settings)
 
     def forward(self, input):
         rows, inverse = self._lookup(input)
         return F.embedding(inverse, rows)
+
+
+EmbeddingBag.__doc__ = EmbeddingBag.__doc__.format(psched=_PSCHED_KEYWORDS)
+Embedding.__doc__ = Embedding.__doc__.format(psched=_PSCHED_KEYWORDS)

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """psched.torch.EmbeddingBag and Embedding against torch's own modules, on a real psched-server
-(one worker, async): the forward must be torch's, each step's push torch's coalesced sparse
-gradient, and the steps must follow the rules of psched/embedding.py. Recording hands every
-table call to a real psched.Client and notes it, so the tests see what reached the client while
-every value comes from the shards."""
+(one worker, async): the constructors must take torch's arguments, the forward must be torch's,
+each step's push torch's coalesced sparse gradient, and the steps must follow the rules of
+psched/embedding.py. Recording hands every table call to a real psched.Client and notes it, so
+the tests see what reached the client while every value comes from the shards."""
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -272,32 +274,72 @@ def test_the_table_is_registered_at_first_use_with_torch_optims_keywords_transla
     assert "optimizer=sparse_adam" in repr(bag.table)
 
 
+@pytest.mark.parametrize("ours, theirs", [(psched.torch.EmbeddingBag, torch.nn.EmbeddingBag),
+                                          (psched.torch.Embedding, torch.nn.Embedding)],
+                         ids=["EmbeddingBag", "Embedding"])
+def test_the_constructors_take_torchs_arguments_in_its_order_with_its_defaults(ours, theirs):
+    def parameters(cls, kind):
+        return [(p.name, p.default) for p in inspect.signature(cls.__init__).parameters.values()
+                if p.kind is kind and p.name != "self"]
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert parameters(ours, positional) == parameters(theirs, positional)
+    psched_only = ["name", "optimizer", "init", "seed", "compression", "client", "max_rows",
+                   "admit_after"]
+    keyword_only = [name for name, _ in parameters(ours, inspect.Parameter.KEYWORD_ONLY)]
+    assert keyword_only == (["_freeze"] if ours is psched.torch.Embedding else []) + psched_only
+    assert psched.torch.EmbeddingBag(NUM, DIM, lr=LR).mode == torch.nn.EmbeddingBag(NUM, DIM).mode
+
+
+def test_torchs_arguments_that_change_nothing_here_are_accepted():
+    for module in (psched.torch.EmbeddingBag(NUM, DIM, None, 2.0, False, "sum", True, None, True,
+                                             None, "cpu", torch.float64, lr=LR),
+                   psched.torch.Embedding(NUM, DIM, None, None, 2.0, False, True, None,
+                                          torch.device("cpu"), torch.float64, _freeze=False,
+                                          lr=LR)):
+        assert module.sparse and module.dtype == torch.float64
+    assert psched.torch.EmbeddingBag(NUM, DIM, None, 2.0, False, "sum", lr=LR).mode == "sum"
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert psched.torch.Embedding(NUM, DIM, lr=LR).dtype == torch.float64  # torch's dtype
+    finally:
+        torch.set_default_dtype(previous)
+
+
 REFUSALS = {
-    "max_mode": ({"mode": "max"}, "does not support mode 'max'"),
-    "float16": ({"dtype": torch.float16},
-                "rows are torch.float32 or torch.float64, not torch.float16"),
-    "padding_idx": ({"padding_idx": 0}, "does not support padding_idx=0"),
-    "max_norm": ({"max_norm": 1.0}, "does not support max_norm=1.0"),
+    "max_mode": ({"mode": "max"}, "does not support mode='max'"),
+    "float16": ({"dtype": torch.float16}, "does not support dtype=torch.float16: rows are "
+                                          "torch.float32 or torch.float64"),
+    "max_norm": ({"max_norm": 1.0}, "does not support max_norm=1.0: torch renormalizes"),
+    "norm_type": ({"norm_type": 1.0}, "does not support norm_type=1.0: it is max_norm's norm"),
     "scale_grad_by_freq": ({"scale_grad_by_freq": True},
                            "does not support scale_grad_by_freq=True"),
+    "weight": ({"_weight": torch.zeros(NUM, DIM)},
+               r"does not support _weight='a tensor of shape \(20, 4\)': the rows live on the "
+               "shards"),
+    "device": ({"device": "cuda:0"}, "does not support device='cuda:0': rows are pulled into "
+                                     "CPU tensors"),
+    "freeze": ({"_freeze": True}, "does not support _freeze=True"),
+    "padding_idx": ({"padding_idx": 0}, "does not support padding_idx=0"),
     "unknown_optimizer": ({"optimizer": "adam", "lr": 0.1}, "row optimizer 'adam' is unknown"),
-    "unknown_setting": ({"nesterov": True}, "setting 'nesterov' is unknown"),
+    "unknown_keyword": ({"nesterov": True}, "got an unknown keyword 'nesterov'"),
     "sgd_without_lr": ({"optimizer": "sgd"}, "row optimizer 'sgd' needs lr"),
 }
 
 
 @pytest.mark.parametrize("refusal", sorted(REFUSALS))
-def test_what_a_psched_table_cannot_do_is_refused_at_construction(refusal):
+def test_what_a_psched_table_cannot_do_is_refused_at_construction_naming_the_argument(refusal):
     changes, message = REFUSALS[refusal]
+    cls = psched.torch.Embedding if "_freeze" in changes else psched.torch.EmbeddingBag
     with pytest.raises(psched.Error, match=message) as error:
-        psched.torch.EmbeddingBag(NUM, DIM, **changes)
+        cls(NUM, DIM, **changes)
     assert error.value.code == "invalid_argument"
 
 
 def test_a_standalone_table_without_a_name_is_refused(client):
     with pytest.raises(psched.Error, match=r"a standalone psched.torch.EmbeddingBag "
                                            r"\(client given\) needs a name"):
-        psched.torch.EmbeddingBag(NUM, DIM, lr=LR, client=client)
+        psched.torch.EmbeddingBag(NUM, DIM, client=client)
 
 
 def test_a_table_without_a_client_outside_distributed_model_is_refused_at_first_use():
@@ -312,7 +354,7 @@ class TwoTables(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.users = psched.torch.EmbeddingBag(NUM, DIM, "mean", dtype=torch.float64, lr=LR)
+        self.users = psched.torch.EmbeddingBag(NUM, DIM, dtype=torch.float64, lr=LR)
         self.items = torch.nn.ModuleDict({"ids": psched.torch.Embedding(
             NUM, DIM, name="items", dtype=torch.float64, optimizer="sgd", lr=0.5)})
         self.frozen = torch.nn.Linear(DIM, 1).double().requires_grad_(False)

@@ -47,8 +47,8 @@ class Dlrm(torch.nn.Module):
 
 
 def psched_model(**capacity):
-    return Dlrm([psched.torch.EmbeddingBag(ROWS, DIM, "sum", dtype=torch.float64, init=INIT,
-                                           seed=index, **capacity, **settings)
+    return Dlrm([psched.torch.EmbeddingBag(ROWS, DIM, mode="sum", dtype=torch.float64,
+                                           init=INIT, seed=index, **capacity, **settings)
                  for index, settings in enumerate(TABLES)])
 
 
