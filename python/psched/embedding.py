@@ -28,7 +28,15 @@ result) and a dtype other than float32 or float64 (dtype None: torch's default d
 The shards run each table's row optimizer on the rows a step touched: "sgd", "adagrad" (torch's
 sparse paths), "rowwise_adagrad" (FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row) or
 "sparse_adam" (torch.optim.SparseAdam), with torch.optim's keyword settings (lr, eps, betas,
-lr_decay, initial_accumulator_value; weight_decay and momentum are refused).
+lr_decay, initial_accumulator_value; weight_decay and momentum are refused). Without
+optimizer=, a table takes the deployment's `optimizer:` section, the one the dense variables
+get by default, where it has a row formula: kind sgd becomes row "sgd" with its lr, kind adagrad
+row "adagrad" with its lr, eps, lr_decay and initial_accumulator_value (weight_decay must be 0).
+Another kind, or a client that was not made from a deployment file (psched.connect(config);
+psched.Client.deployment is None), is refused naming what to pass; settings without optimizer=
+are refused too. The table learns it when it gets its client (construction or
+DistributedModel), from the worker's deployment file, which names the shards' optimizer when
+both read the same file.
 
 A forward pulls the rows of its unique ids into a fresh tensor and runs torch's own
 embedding_bag (or embedding) on it; backward pushes that tensor's gradient: one row per unique
@@ -71,6 +79,10 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 _ROW_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
 _SETTINGS = ("lr", "eps", "betas", "lr_decay", "initial_accumulator_value", "weight_decay",
              "momentum")
+# The deployment's optimizer kinds that have a row formula, and the settings of theirs the row
+# optimizer of the same name reads (optim/optimizer.h beside optim/row_optimizer.h).
+_DEPLOYMENT_ROW_SETTINGS = {"sgd": ("lr",),
+                            "adagrad": ("lr", "eps", "lr_decay", "initial_accumulator_value")}
 
 
 def row_settings(optimizer, settings):
@@ -91,6 +103,31 @@ def row_settings(optimizer, settings):
     if "betas" in settings:
         settings["beta1"], settings["beta2"] = settings.pop("betas")
     return settings
+
+
+def deployment_row_optimizer(client, table):
+    """(row optimizer, settings) that table `table` takes when given no optimizer: the
+    deployment's optimizer: section (client.deployment.optimizer) where its kind has a row
+    formula (_DEPLOYMENT_ROW_SETTINGS), with its settings. Refuses, naming what to pass, a
+    client without a deployment, another kind, or a weight_decay (which would change rows a
+    step did not touch)."""
+    choose = (f"pass optimizer= (one of {', '.join(_ROW_OPTIMIZERS)}) and its settings, e.g. "
+              "optimizer='adagrad', lr=0.01")
+    deployment = getattr(client, "deployment", None)
+    if deployment is None:
+        raise psched.Error(f"table '{table}' has no optimizer= and its client was not made from "
+                           "a deployment file (psched.connect(config)), so there is no "
+                           f"deployment optimizer to take; {choose}")
+    spec = deployment.optimizer
+    where = f"the deployment's optimizer ({deployment.path}: kind {spec.kind}"
+    if spec.kind not in _DEPLOYMENT_ROW_SETTINGS:
+        raise psched.Error(f"table '{table}' has no optimizer= and {where}) has no row formula "
+                           f"(kinds sgd and adagrad have one); {choose}")
+    if spec.weight_decay != 0:
+        raise psched.Error(f"table '{table}' has no optimizer= and {where}, weight_decay "
+                           f"{spec.weight_decay}) decays every row, which a row optimizer "
+                           f"cannot (it changes only the rows a step touched); {choose}")
+    return spec.kind, {name: getattr(spec, name) for name in _DEPLOYMENT_ROW_SETTINGS[spec.kind]}
 
 
 def _refuse_unsupported(kind, max_norm, norm_type, scale_grad_by_freq, _weight, _freeze, device,
@@ -145,13 +182,18 @@ class _Rows(torch.nn.Module):
                 f"({', '.join(_SETTINGS)})")
         if padding_idx is not None:
             raise psched.Error(f"psched.torch.{kind} does not support padding_idx={padding_idx!r}")
+        if optimizer is None and settings:
+            raise psched.Error(
+                f"psched.torch.{kind}: settings {', '.join(sorted(settings))} given without "
+                "optimizer=; name the row optimizer they are for (e.g. optimizer='sgd', "
+                "lr=0.1), or give neither to take the deployment's optimizer")
         # torch's attributes, as torch.nn.Embedding and EmbeddingBag have them.
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx = padding_idx
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         self.name, self.optimizer = name, optimizer
-        self.settings = row_settings(optimizer, settings)
+        self.settings = row_settings(optimizer, settings) if optimizer is not None else None
         self.init, self.seed, self.compression = init, seed, compression
         self.max_rows, self.admit_after = max_rows, admit_after
         self.client = client
@@ -162,6 +204,8 @@ class _Rows(torch.nn.Module):
         self.staleness = None  # prefetch()'s default staleness (None: 0)
         self._prefetched = None  # the prefetch under way (_Prefetch), if any
         self.prefetches = self.prefetch_misses = 0  # started; dropped unused (other input)
+        if client is not None:
+            self._take_deployment_optimizer()
 
     def join(self, client, name, start_step):
         """DistributedModel's: train through `client` from `start_step` on, named `name` unless
@@ -169,6 +213,7 @@ class _Rows(torch.nn.Module):
         if self.table is not None:
             raise psched.Error(f"table '{self.name}' was used before DistributedModel wrapped it")
         self.client, self.name, self.pushed = client, self.name or name, start_step - 1
+        self._take_deployment_optimizer()
 
     def rows(self, ids):
         """The rows of `ids` (an integer tensor, duplicates allowed) as they are after this
@@ -214,8 +259,15 @@ class _Rows(torch.nn.Module):
             self.client.wait_rows(self.table, step)
 
     def extra_repr(self):
+        optimizer = self.optimizer or "the deployment's"
         return (f"{self.num_embeddings}, {self.embedding_dim}, name={self.name!r}, "
-                f"optimizer={self.optimizer!r}, dtype={self.dtype}")
+                f"optimizer={optimizer!r}, dtype={self.dtype}")
+
+    def _take_deployment_optimizer(self):
+        """Once the table has its client: no optimizer given, the deployment's (refused where
+        it has no row formula)."""
+        if self.optimizer is None:
+            self.optimizer, self.settings = deployment_row_optimizer(self.client, self.name)
 
     def _lookup(self, input):
         """(rows, inverse): the rows of input's unique ids, a leaf whose gradient is pushed as
@@ -321,13 +373,14 @@ class _Prefetch:
 
 _PSCHED_KEYWORDS = """psched's keywords: name: the table's name (default inside
     DistributedModel: the module's name). optimizer and settings: the row optimizer and
-    torch.optim's keywords for it (the module docstring). init: how a row starts, ("zeros",),
-    ("uniform", low, high) or ("normal", mean, std) (torch's default: N(0, 1)), drawn from
-    `seed` and the id. compression: a psched.Compression for the rows' traffic. client: a
-    psched.Client, for a table used outside DistributedModel (then name is required). max_rows,
-    admit_after: the table's capacity on each shard (0: the deployment's tables: entry, else
-    none): at most max_rows rows stored, the least recently updated evicted; a row stored from
-    its admit_after-th update (docs/embeddings.md)."""
+    torch.optim's keywords for it (default: the deployment's optimizer where it has a row
+    formula; the module docstring). init: how a row starts, ("zeros",), ("uniform", low, high)
+    or ("normal", mean, std) (torch's default: N(0, 1)), drawn from `seed` and the id.
+    compression: a psched.Compression for the rows' traffic. client: a psched.Client, for a
+    table used outside DistributedModel (then name is required). max_rows, admit_after: the
+    table's capacity on each shard (0: the deployment's tables: entry, else none): at most
+    max_rows rows stored, the least recently updated evicted; a row stored from its
+    admit_after-th update (docs/embeddings.md)."""
 
 
 class EmbeddingBag(_Rows):
@@ -336,7 +389,7 @@ class EmbeddingBag(_Rows):
     EmbeddingBag(num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
     scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
     include_last_offset=False, padding_idx=None, device=None, dtype=None, *, name=None,
-    optimizer="sgd", init=("normal", 0.0, 1.0), seed=0, compression=None, client=None,
+    optimizer=None, init=("normal", 0.0, 1.0), seed=0, compression=None, client=None,
     max_rows=0, admit_after=0, **settings)
 
     torch's arguments, in torch's order with torch's defaults: mode "mean" or "sum" ("max" is
@@ -354,7 +407,7 @@ class EmbeddingBag(_Rows):
     def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
                  scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
                  include_last_offset=False, padding_idx=None, device=None, dtype=None, *,
-                 name=None, optimizer="sgd", init=("normal", 0.0, 1.0), seed=0, compression=None,
+                 name=None, optimizer=None, init=("normal", 0.0, 1.0), seed=0, compression=None,
                  client=None, max_rows=0, admit_after=0, **settings):
         if mode not in ("sum", "mean"):
             raise psched.Error(f"psched.torch.EmbeddingBag does not support mode={mode!r}: "
@@ -382,7 +435,7 @@ class Embedding(_Rows):
 
     Embedding(num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
     scale_grad_by_freq=False, sparse=False, _weight=None, device=None, dtype=None, *,
-    _freeze=False, name=None, optimizer="sgd", init=("normal", 0.0, 1.0), seed=0,
+    _freeze=False, name=None, optimizer=None, init=("normal", 0.0, 1.0), seed=0,
     compression=None, client=None, max_rows=0, admit_after=0, **settings)
 
     torch's arguments (1.13's, in its order; _freeze, torch 2's, by keyword only), with torch's
@@ -393,7 +446,7 @@ class Embedding(_Rows):
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
-                 device=None, dtype=None, *, _freeze=False, name=None, optimizer="sgd",
+                 device=None, dtype=None, *, _freeze=False, name=None, optimizer=None,
                  init=("normal", 0.0, 1.0), seed=0, compression=None, client=None, max_rows=0,
                  admit_after=0, **settings):
         super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx,

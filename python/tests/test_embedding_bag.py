@@ -5,6 +5,7 @@ each step's push torch's coalesced sparse gradient, and the steps must follow th
 psched/embedding.py. Recording hands every table call to a real psched.Client and notes it, so
 the tests see what reached the client while every value comes from the shards."""
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import psched
 import psched.torch
 
 NUM, DIM = 20, 4
-LR = 0.1  # the tables' sgd
+LR = 0.1  # the deployment's (start_server's) sgd, and the tables' own
 INPUT = torch.tensor([[1, 3, 3], [0, 1, 19], [7, 7, 7]])  # bags with duplicates within and across
 
 
@@ -72,8 +73,8 @@ class Recording:
 
 @pytest.fixture
 def server(start_server):
-    """One async worker's deployment."""
-    return start_server(mode="async", workers=1)
+    """One async worker's deployment; its optimizer: section is sgd with lr LR."""
+    return start_server(mode="async", workers=1, lr=LR)
 
 
 @pytest.fixture
@@ -287,21 +288,20 @@ def test_the_constructors_take_torchs_arguments_in_its_order_with_its_defaults(o
                    "admit_after"]
     keyword_only = [name for name, _ in parameters(ours, inspect.Parameter.KEYWORD_ONLY)]
     assert keyword_only == (["_freeze"] if ours is psched.torch.Embedding else []) + psched_only
-    assert psched.torch.EmbeddingBag(NUM, DIM, lr=LR).mode == torch.nn.EmbeddingBag(NUM, DIM).mode
+    assert psched.torch.EmbeddingBag(NUM, DIM).mode == torch.nn.EmbeddingBag(NUM, DIM).mode
 
 
 def test_torchs_arguments_that_change_nothing_here_are_accepted():
     for module in (psched.torch.EmbeddingBag(NUM, DIM, None, 2.0, False, "sum", True, None, True,
-                                             None, "cpu", torch.float64, lr=LR),
+                                             None, "cpu", torch.float64),
                    psched.torch.Embedding(NUM, DIM, None, None, 2.0, False, True, None,
-                                          torch.device("cpu"), torch.float64, _freeze=False,
-                                          lr=LR)):
+                                          torch.device("cpu"), torch.float64, _freeze=False)):
         assert module.sparse and module.dtype == torch.float64
-    assert psched.torch.EmbeddingBag(NUM, DIM, None, 2.0, False, "sum", lr=LR).mode == "sum"
+    assert psched.torch.EmbeddingBag(NUM, DIM, None, 2.0, False, "sum").mode == "sum"
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        assert psched.torch.Embedding(NUM, DIM, lr=LR).dtype == torch.float64  # torch's dtype
+        assert psched.torch.Embedding(NUM, DIM).dtype == torch.float64  # dtype None: torch's
     finally:
         torch.set_default_dtype(previous)
 
@@ -324,6 +324,7 @@ REFUSALS = {
     "unknown_optimizer": ({"optimizer": "adam", "lr": 0.1}, "row optimizer 'adam' is unknown"),
     "unknown_keyword": ({"nesterov": True}, "got an unknown keyword 'nesterov'"),
     "sgd_without_lr": ({"optimizer": "sgd"}, "row optimizer 'sgd' needs lr"),
+    "settings_without_optimizer": ({"lr": 0.1}, "settings lr given without optimizer="),
 }
 
 
@@ -350,11 +351,12 @@ def test_a_table_without_a_client_outside_distributed_model_is_refused_at_first_
 
 
 class TwoTables(torch.nn.Module):
-    """A bag and an embedding around a frozen layer."""
+    """A bag on the deployment's optimizer and an embedding on its own, around a frozen
+    layer."""
 
     def __init__(self):
         super().__init__()
-        self.users = psched.torch.EmbeddingBag(NUM, DIM, dtype=torch.float64, lr=LR)
+        self.users = psched.torch.EmbeddingBag(NUM, DIM, dtype=torch.float64)
         self.items = torch.nn.ModuleDict({"ids": psched.torch.Embedding(
             NUM, DIM, name="items", dtype=torch.float64, optimizer="sgd", lr=0.5)})
         self.frozen = torch.nn.Linear(DIM, 1).double().requires_grad_(False)
@@ -365,9 +367,9 @@ class TwoTables(torch.nn.Module):
 
 def test_distributed_model_names_its_tables_starts_them_at_its_step_and_waits_for_them(
         start_server):
-    server = start_server(mode="sync", workers=1)
+    server = start_server(mode="sync", workers=1, lr=LR)
     with psched.connect(server.config, 0) as first:  # steps 1 to 4 of a job
-        model = psched.torch.DistributedModel(TwoTables(), "sgd", lr=LR, client=first)
+        model = psched.torch.DistributedModel(TwoTables(), client=first)
         for _ in range(4):
             model(INPUT, INPUT).sum().backward()
         model.synchronize()
@@ -376,7 +378,9 @@ def test_distributed_model_names_its_tables_starts_them_at_its_step_and_waits_fo
     with psched.connect(server.config, 0) as restarted:  # the same worker, started again
         client = Recording(restarted)
         assert client.start_step == 5
-        model = psched.torch.DistributedModel(TwoTables(), "sgd", lr=LR, client=client)
+        model = psched.torch.DistributedModel(TwoTables(), client=client)
+        assert model.module.users.optimizer == "sgd"  # the deployment's
+        assert model.module.users.settings == {"lr": LR}
         model(INPUT, INPUT).sum().backward()
         assert client.waits == []
         model.synchronize()
@@ -388,3 +392,53 @@ def test_distributed_model_names_its_tables_starts_them_at_its_step_and_waits_fo
         assert sorted(client.waits) == [("items", 5), ("users", 5)]
         for (name, _, ids), rows in zip(client.pulls, client.pulled):
             assert torch.equal(torch.from_numpy(rows), trained[name][ids])  # the job's rows
+
+
+class BagModel(torch.nn.Module):
+    """A bag made with torch's arguments alone, and a layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = psched.torch.EmbeddingBag(NUM, DIM)
+        self.top = torch.nn.Linear(DIM, 1)
+
+    def forward(self, ids):
+        return self.top(self.bag(ids))
+
+
+@pytest.mark.parametrize("kind, settings, why", [
+    ("adam", {}, r"kind adam\) has no row formula \(kinds sgd and adagrad have one\)"),
+    ("sgd", {"weight_decay": 0.01}, r"kind sgd, weight_decay 0.01\) decays every row"),
+])
+def test_a_deployment_optimizer_with_no_row_formula_is_refused_naming_it_and_the_choice(
+        start_server, kind, settings, why):
+    server = start_server(optimizer=kind, lr=0.01, optimizer_settings=settings)
+    with pytest.raises(psched.Error, match=f"table 'bag' has no optimizer= and the deployment's "
+                                           f"optimizer \\({re.escape(str(server.config))}: "
+                                           f"{why}") as error:
+        psched.torch.DistributedModel(BagModel(), config=server.config)
+    assert ("pass optimizer= (one of sgd, adagrad, rowwise_adagrad, sparse_adam) and its "
+            "settings" in str(error.value))
+    model = BagModel()  # the table's own optimizer, the deployment's for the dense layer
+    model.bag = psched.torch.EmbeddingBag(NUM, DIM, optimizer="adagrad", lr=0.1)
+    model = psched.torch.DistributedModel(model, config=server.config)
+    model(INPUT).sum().backward()
+    model.synchronize()
+    model.client.close()
+
+
+def test_a_table_without_optimizer_on_a_client_without_deployment_is_refused(server):
+    shards = psched.load_deployment(str(server.config)).shards
+    with psched.connect(shards=shards, worker=0) as bare:
+        assert bare.deployment is None
+        with pytest.raises(psched.Error, match="table 'bag' has no optimizer= and its client was "
+                                               "not made from a deployment file"):
+            psched.torch.EmbeddingBag(NUM, DIM, name="bag", client=bare)
+        with pytest.raises(psched.Error, match="table 'bag' has no optimizer= and its client"):
+            psched.torch.DistributedModel(BagModel(), client=bare)
+        model = torch.nn.Linear(DIM, 1)  # the dense variables: the shards' default
+        wrapped = psched.torch.DistributedModel(model, client=bare)
+        before = model.weight.detach().clone()
+        wrapped(torch.ones(1, DIM)).sum().backward()
+        wrapped.synchronize()
+        torch.testing.assert_close(model.weight.detach(), before - LR)  # sgd, the deployment's lr

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """psched.torch's embedding tables against torch, exactly: two sync workers training a small
 DLRM-like model (four tables, one per row optimizer, and a dense MLP on Adam) reach, in float64,
-the rows and parameters of one torch process trained on both workers' batches together."""
+the rows and parameters of one torch process trained on both workers' batches together; so does
+a model built with torch's arguments alone (the deployment's optimizer)."""
 import json
 import threading
 import urllib.request
@@ -17,47 +18,57 @@ STEPS, BATCH, BAG = 30, 8, 4  # BATCH samples per worker and step, BAG ids per s
 ROWS, DIM, DENSE = 1000, 8, 4
 IDS = 40  # ids are drawn below IDS, so bags repeat ids, within a bag and across bags and workers
 INIT = ("uniform", -0.5, 0.5)
-# One table per row optimizer: psched.torch.EmbeddingBag's keywords, the torch.optim ones.
+# One table per row optimizer: a sum bag, psched.torch.EmbeddingBag's keywords being the
+# torch.optim ones. A table is (module, settings): module "sum" or "mean" (a bag of that mode)
+# or "embedding".
 TABLES = [
-    {"optimizer": "sgd", "lr": 0.1},
-    {"optimizer": "adagrad", "lr": 0.1},
-    {"optimizer": "rowwise_adagrad", "lr": 0.1, "eps": 1e-8},
-    {"optimizer": "sparse_adam", "lr": 0.01},
+    ("sum", {"optimizer": "sgd", "lr": 0.1}),
+    ("sum", {"optimizer": "adagrad", "lr": 0.1}),
+    ("sum", {"optimizer": "rowwise_adagrad", "lr": 0.1, "eps": 1e-8}),
+    ("sum", {"optimizer": "sparse_adam", "lr": 0.01}),
 ]
 DENSE_LR = 1e-2
 TOLERANCE = 1e-12  # relative, per row and per parameter; float64's rounding differences only
 
 
+EMBEDDINGS = (psched.torch.Embedding, torch.nn.Embedding)
+
+
 class Dlrm(torch.nn.Module):
-    """Dense features through a bottom layer, beside one sum-pooled bag per table; a top MLP
-    over both gives one logit per sample."""
+    """Dense features through a bottom layer, beside each table's output for the sample (a bag's
+    pooled row, an Embedding's BAG rows side by side); a top MLP over them gives one logit per
+    sample."""
 
     def __init__(self, bags):
         super().__init__()
         self.bags = torch.nn.ModuleList(bags)
         torch.manual_seed(0)  # the same dense parameters whatever the bags drew
         self.bottom = torch.nn.Linear(DENSE, DIM, dtype=torch.float64)
+        width = DIM * (1 + sum(BAG if isinstance(bag, EMBEDDINGS) else 1 for bag in bags))
         self.top = torch.nn.Sequential(
-            torch.nn.Linear(DIM * (1 + len(bags)), 16, dtype=torch.float64), torch.nn.ReLU(),
+            torch.nn.Linear(width, 16, dtype=torch.float64), torch.nn.ReLU(),
             torch.nn.Linear(16, 1, dtype=torch.float64))
 
     def forward(self, dense, ids):
-        pooled = [bag(table_ids) for bag, table_ids in zip(self.bags, ids)]
+        pooled = [bag(table_ids).flatten(1) for bag, table_ids in zip(self.bags, ids)]
         return self.top(torch.cat([torch.relu(self.bottom(dense))] + pooled, dim=1)).squeeze(1)
 
 
-def psched_model(**capacity):
-    return Dlrm([psched.torch.EmbeddingBag(ROWS, DIM, mode="sum", dtype=torch.float64,
-                                           init=INIT, seed=index, **capacity, **settings)
-                 for index, settings in enumerate(TABLES)])
+def psched_model(tables=TABLES, **capacity):
+    def table(index, module, settings):
+        keywords = dict(dtype=torch.float64, init=INIT, seed=index, **capacity, **settings)
+        if module == "embedding":
+            return psched.torch.Embedding(ROWS, DIM, **keywords)
+        return psched.torch.EmbeddingBag(ROWS, DIM, mode=module, **keywords)
+    return Dlrm([table(index, *spec) for index, spec in enumerate(tables)])
 
 
-def make_batches():
+def make_batches(tables=TABLES):
     """Both workers' batches, STEPS of (dense, ids per table, labels); worker r's are the
     samples r * BATCH to (r + 1) * BATCH."""
     generator = torch.Generator().manual_seed(1)
     return [(torch.randn(2 * BATCH, DENSE, generator=generator, dtype=torch.float64),
-             [torch.randint(0, IDS, (2 * BATCH, BAG), generator=generator) for _ in TABLES],
+             [torch.randint(0, IDS, (2 * BATCH, BAG), generator=generator) for _ in tables],
              torch.randint(0, 2, (2 * BATCH,), generator=generator).to(torch.float64))
             for _ in range(STEPS)]
 
@@ -102,16 +113,24 @@ TORCH_OPTIMIZERS = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad,
                     "rowwise_adagrad": RowwiseAdagrad, "sparse_adam": torch.optim.SparseAdam}
 
 
-def train_with_torch(initial_rows, batches):
-    """One process on the whole batches: torch's sparse bags from `initial_rows`, each with its
-    table's optimizer, and torch.optim.Adam on the rest. The loss is the mean over both
-    workers' samples, the mean of the workers' losses: what sync mode applies."""
-    bags = [torch.nn.EmbeddingBag(ROWS, DIM, mode="sum", sparse=True, dtype=torch.float64)
-            for _ in TABLES]
+def torch_table(module):
+    if module == "embedding":
+        return torch.nn.Embedding(ROWS, DIM, sparse=True, dtype=torch.float64)
+    return torch.nn.EmbeddingBag(ROWS, DIM, mode=module, sparse=True, dtype=torch.float64)
+
+
+def train_with_torch(initial_rows, batches, tables=TABLES, dense_optimizer=None):
+    """One process on the whole batches: torch's sparse tables from `initial_rows`, each with
+    its table's optimizer, and torch.optim.Adam on the rest. The loss is the mean over both
+    workers' samples, the mean of the workers' losses: what sync mode applies.
+    dense_optimizer: (torch.optim class, settings) instead of Adam."""
+    bags = [torch_table(module) for module, _ in tables]
     model = Dlrm(bags)
-    optimizers = [torch.optim.Adam(
-        [p for name, p in model.named_parameters() if not name.startswith("bags.")], DENSE_LR)]
-    for bag, rows, settings in zip(bags, initial_rows, TABLES):
+    dense_class, dense_settings = dense_optimizer or (torch.optim.Adam, {"lr": DENSE_LR})
+    optimizers = [dense_class(
+        [p for name, p in model.named_parameters() if not name.startswith("bags.")],
+        **dense_settings)]
+    for bag, rows, (_, settings) in zip(bags, initial_rows, tables):
         with torch.no_grad():
             bag.weight.copy_(rows)
         settings = dict(settings)
@@ -126,15 +145,22 @@ def train_with_torch(initial_rows, batches):
     return model
 
 
-def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=None):
+def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=None,
+                      tables=TABLES, make_model=None, dense=("adam", {"lr": DENSE_LR})):
     """Both workers, each a thread with its own DistributedModel; returns the models (their
     clients open) and every table's rows as worker 0 read them before training. restart_at:
     worker 0 SIGKILLs the server before that step and starts it again (the workers reconnect
     by themselves). prefetch: each step prefetches the next one's rows with this staleness.
-    capacity: the tables' max_rows and admit_after."""
-    workers = [psched.torch.DistributedModel(psched_model(**(capacity or {})), "adam", lr=DENSE_LR,
-                                             config=server.config, worker=rank,
-                                             embedding_staleness=prefetch)
+    capacity: the tables' max_rows and admit_after. tables: the model's (psched_model).
+    make_model: makes the model instead of psched_model. dense: DistributedModel's optimizer
+    and settings (None: none given)."""
+    if make_model is None:
+        def make_model():
+            return psched_model(tables, **(capacity or {}))
+    optimizer, settings = dense or (None, {})
+    workers = [psched.torch.DistributedModel(make_model(), optimizer, config=server.config,
+                                             worker=rank, embedding_staleness=prefetch,
+                                             **settings)
                for rank in range(2)]
     initial_rows = [bag.rows(torch.arange(ROWS)) for bag in workers[0].module.bags]
     errors = []
@@ -166,7 +192,7 @@ def trained_state(worker):
     parameter, by name."""
     state = {f"{name}.rows": bag.rows(torch.arange(ROWS))
              for name, bag in worker.module.named_modules()
-             if isinstance(bag, psched.torch.EmbeddingBag)}
+             if isinstance(bag, (psched.torch.EmbeddingBag, psched.torch.Embedding))}
     state.update((name, p.detach().clone()) for name, p in worker.module.named_parameters())
     return state
 
@@ -177,13 +203,14 @@ def assert_close_per_row(actual, expected, what):
     assert error <= TOLERANCE, f"{what}: relative difference {error:.3g}"
 
 
-def assert_trained_as(workers, expected):
+def assert_trained_as(workers, expected, tables=TABLES):
     """Every worker's rows and parameters are the torch model `expected`'s."""
     for rank, worker in enumerate(workers):
         actual = trained_state(worker)
-        for index, bag in enumerate(expected.bags):
+        for index, (bag, (module, settings)) in enumerate(zip(expected.bags, tables)):
             assert_close_per_row(actual[f"bags.{index}.rows"], bag.weight.detach(),
-                                 f"worker {rank} table {TABLES[index]['optimizer']}")
+                                 f"worker {rank} table {index} ({module}, "
+                                 f"{settings['optimizer']})")
         for name, p in expected.named_parameters():
             if not name.startswith("bags."):
                 assert_close_per_row(actual[name].reshape(1, -1), p.detach().reshape(1, -1),
@@ -248,3 +275,31 @@ def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server, capa
     clean, restarted = states
     for name in clean:
         assert torch.equal(clean[name], restarted[name]), name
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+def test_a_model_made_with_torchs_arguments_alone_trains_with_the_deployments_optimizer(
+        start_server, kind):
+    lr = 0.3
+    server = start_server(mode="sync", workers=2, shards=2, optimizer=kind, lr=lr)
+    tables = [("mean", {"optimizer": kind, "lr": lr}), ("embedding", {"optimizer": kind, "lr": lr})]
+    batches = make_batches(tables)
+
+    def make_model():  # torch's arguments only: a mean bag, N(0, 1) rows, no optimizer
+        return Dlrm([psched.torch.EmbeddingBag(ROWS, DIM, dtype=torch.float64),
+                     psched.torch.Embedding(ROWS, DIM, dtype=torch.float64)])
+
+    workers, initial_rows = train_with_psched(server, batches, make_model=make_model,
+                                              dense=None)
+    expected = train_with_torch(initial_rows, batches, tables,
+                                dense_optimizer=(TORCH_OPTIMIZERS[kind], {"lr": lr}))
+    assert_trained_as(workers, expected, tables)
+    deployment = workers[0].client.deployment.optimizer
+    assert (deployment.kind, deployment.lr) == (kind, lr)
+    settings = {"sgd": {"lr": lr},
+                "adagrad": {"lr": lr, "eps": 1e-10, "lr_decay": 0.0,
+                            "initial_accumulator_value": 0.0}}[kind]
+    for bag in workers[0].module.bags:
+        assert (bag.optimizer, bag.settings) == (kind, settings)
+    for worker in workers:
+        worker.client.close()
