@@ -15,15 +15,18 @@ shards row by row; a worker holds only the rows of the batch in hand.
     model = psched.torch.DistributedModel(Model(), "adam", lr=1e-3)   # the dense part's
 
 Drop-ins: the constructors take torch.nn.EmbeddingBag's and torch.nn.Embedding's arguments in
-torch's order with torch's defaults (EmbeddingBag's mode is "mean"), so swapping the class keeps
-a model's meaning; psched's own settings (name, optimizer, init, seed, compression, client,
-max_rows, admit_after, the row optimizer's settings) are keyword-only. sparse is accepted and
-changes nothing (the pushed gradient is always the sparse one). What psched cannot honour is
-refused at construction, naming the argument: mode "max" (torch has no sparse gradient for it),
-padding_idx, max_norm and a norm_type other than 2.0 (torch renormalizes the rows in place at
-lookup), scale_grad_by_freq, _weight (rows start on the shards from init and seed), _freeze (a
-table here is trained), a device other than the CPU (rows arrive in CPU tensors; move the
-result) and a dtype other than float32 or float64 (dtype None: torch's default dtype).
+torch's order with torch's defaults (EmbeddingBag's mode is "mean"), so swapping the class
+keeps a model's meaning; psched's own settings (name, optimizer, init, seed, compression,
+client, max_rows, admit_after, the row optimizer's settings) are keyword-only. padding_idx is
+torch's: the padding id adds nothing to its bag (mode "mean" does not count it), gets no
+gradient, and reads as zeros (torch's initial padding row); psched never pulls or pushes it, so
+its row on the shards is never touched. sparse is accepted and changes nothing (the pushed
+gradient is always the sparse one). What psched cannot honour is refused at construction,
+naming the argument: mode "max" (torch has no sparse gradient for it), max_norm and a norm_type
+other than 2.0 (torch renormalizes the rows in place at lookup), scale_grad_by_freq,
+_weight (rows start on the shards from init and seed), _freeze (a table here is trained), a
+device other than the CPU (rows arrive in CPU tensors; move the result) and a dtype other than
+float32 or float64 (dtype None: torch's default dtype).
 
 The shards run each table's row optimizer on the rows a step touched: "sgd", "adagrad" (torch's
 sparse paths), "rowwise_adagrad" (FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row) or
@@ -161,6 +164,18 @@ def _refuse_unsupported(kind, max_norm, norm_type, scale_grad_by_freq, _weight, 
     return dtype
 
 
+def _padding_index(kind, padding_idx, num_embeddings):
+    """torch's padding_idx, a negative one counted from the end (as torch does); refuses one
+    outside the table."""
+    if padding_idx is None:
+        return None
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise psched.Error(f"psched.torch.{kind}: padding_idx={padding_idx} is outside the table "
+                           f"of {num_embeddings} rows (expected -{num_embeddings} to "
+                           f"{num_embeddings - 1})")
+    return padding_idx % num_embeddings
+
+
 class _Rows(torch.nn.Module):
     """What EmbeddingBag and Embedding share: the table, its steps, its pulls and pushes."""
 
@@ -180,8 +195,6 @@ class _Rows(torch.nn.Module):
                 f"torch.nn.{kind}'s arguments, psched's (name, optimizer, init, seed, "
                 "compression, client, max_rows, admit_after) and the row optimizer's settings "
                 f"({', '.join(_SETTINGS)})")
-        if padding_idx is not None:
-            raise psched.Error(f"psched.torch.{kind} does not support padding_idx={padding_idx!r}")
         if optimizer is None and settings:
             raise psched.Error(
                 f"psched.torch.{kind}: settings {', '.join(sorted(settings))} given without "
@@ -189,7 +202,7 @@ class _Rows(torch.nn.Module):
                 "lr=0.1), or give neither to take the deployment's optimizer")
         # torch's attributes, as torch.nn.Embedding and EmbeddingBag have them.
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.padding_idx = padding_idx
+        self.padding_idx = _padding_index(kind, padding_idx, num_embeddings)
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         self.name, self.optimizer = name, optimizer
@@ -217,9 +230,10 @@ class _Rows(torch.nn.Module):
 
     def rows(self, ids):
         """The rows of `ids` (an integer tensor, duplicates allowed) as they are after this
-        table's last pushed step: a tensor of shape ids.shape + (embedding_dim,)."""
+        table's last pushed step: a tensor of shape ids.shape + (embedding_dim,). The padding
+        id's rows are zeros (psched does not pull it)."""
         unique, inverse = self._unique(ids)
-        return self._pull(unique, self.pushed)[inverse]
+        return self._padded(self._pull(unique, self.pushed))[inverse]
 
     def prefetch(self, input, offsets=None, *, staleness=None):
         """Starts pulling the rows of `input` that the table's next step (its next forward
@@ -259,8 +273,9 @@ class _Rows(torch.nn.Module):
             self.client.wait_rows(self.table, step)
 
     def extra_repr(self):
+        padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
         optimizer = self.optimizer or "the deployment's"
-        return (f"{self.num_embeddings}, {self.embedding_dim}, name={self.name!r}, "
+        return (f"{self.num_embeddings}, {self.embedding_dim}{padding}, name={self.name!r}, "
                 f"optimizer={optimizer!r}, dtype={self.dtype}")
 
     def _take_deployment_optimizer(self):
@@ -270,8 +285,9 @@ class _Rows(torch.nn.Module):
             self.optimizer, self.settings = deployment_row_optimizer(self.client, self.name)
 
     def _lookup(self, input):
-        """(rows, inverse): the rows of input's unique ids, a leaf whose gradient is pushed as
-        this step's when grad is enabled, and input's indices into them (input's shape)."""
+        """(rows, inverse): the rows of input's unique ids but the padding id, a leaf whose
+        gradient is pushed as this step's when grad is enabled, and input's indices into them
+        (input's shape; the padding id's: len(rows), the row _padded adds)."""
         if not torch.is_grad_enabled():
             ids, inverse = self._unique(input)
             return self._pull(ids, self.pushed), inverse
@@ -317,9 +333,27 @@ class _Rows(torch.nn.Module):
                                f"not {ids.dtype}")
 
     def _unique(self, ids):
+        """(unique, inverse): the ids to pull (int64, sorted, without the padding id) and each
+        id's index into them, the padding id's len(unique)."""
         self._check_ids(ids)
         unique, inverse = torch.unique(ids, return_inverse=True)
+        if self.padding_idx is not None:
+            kept = unique != self.padding_idx
+            if not kept.all():
+                unique = unique[kept]
+                inverse = torch.where(kept, kept.cumsum(0) - 1, len(unique))[inverse]
         return unique.to(torch.int64), inverse
+
+    def _padded(self, rows):
+        """`rows` with the padding id's row (zeros, torch's initial padding row) after them;
+        `rows` itself when there is no padding_idx."""
+        if self.padding_idx is None:
+            return rows
+        return torch.cat([rows, rows.new_zeros(1, self.embedding_dim)])
+
+    def _padding_row(self, rows):
+        """The index of the padding row in _padded(rows), for torch's padding_idx."""
+        return None if self.padding_idx is None else len(rows)
 
     def _pull(self, ids, after):
         """A fresh tensor holding the rows of `ids` (unique, int64) once step `after`'s update
@@ -393,9 +427,9 @@ class EmbeddingBag(_Rows):
     max_rows=0, admit_after=0, **settings)
 
     torch's arguments, in torch's order with torch's defaults: mode "mean" or "sum" ("max" is
-    refused); sparse accepted; dtype torch.float32 or torch.float64 (None: torch's default
-    dtype); padding_idx, max_norm, norm_type, scale_grad_by_freq, _weight and device only at
-    their defaults (device "cpu" too).
+    refused); padding_idx as torch's (the module docstring); sparse accepted; dtype
+    torch.float32 or torch.float64 (None: torch's default dtype); max_norm, norm_type,
+    scale_grad_by_freq, _weight and device only at their defaults (device "cpu" too).
     {psched}
 
     prefetch(input, offsets=None, *, staleness=None): starts pulling the rows of the next step.
@@ -422,9 +456,10 @@ class EmbeddingBag(_Rows):
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         rows, inverse = self._lookup(input)
-        return F.embedding_bag(inverse, rows, offsets, mode=self.mode,
+        return F.embedding_bag(inverse, self._padded(rows), offsets, mode=self.mode,
                                per_sample_weights=per_sample_weights,
-                               include_last_offset=self.include_last_offset)
+                               include_last_offset=self.include_last_offset,
+                               padding_idx=self._padding_row(rows))
 
     def extra_repr(self):
         return f"{super().extra_repr()}, mode={self.mode!r}"
@@ -439,7 +474,8 @@ class Embedding(_Rows):
     compression=None, client=None, max_rows=0, admit_after=0, **settings)
 
     torch's arguments (1.13's, in its order; _freeze, torch 2's, by keyword only), with torch's
-    defaults: as EmbeddingBag's, and _freeze only False. {psched}
+    defaults: as EmbeddingBag's, and _freeze only False. The padding id's rows are zeros, as
+    torch's at init. {psched}
 
     forward(input): the rows of input's ids, of shape input.shape + (embedding_dim,).
     """
@@ -459,7 +495,7 @@ class Embedding(_Rows):
 
     def forward(self, input):
         rows, inverse = self._lookup(input)
-        return F.embedding(inverse, rows)
+        return F.embedding(inverse, self._padded(rows), padding_idx=self._padding_row(rows))
 
 
 EmbeddingBag.__doc__ = EmbeddingBag.__doc__.format(psched=_PSCHED_KEYWORDS)

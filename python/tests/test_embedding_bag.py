@@ -87,9 +87,11 @@ def torch_twin(module):
     """The torch.nn module `module` stands for, sparse, with `module`'s current rows."""
     if isinstance(module, psched.torch.EmbeddingBag):
         twin = torch.nn.EmbeddingBag(NUM, DIM, mode=module.mode, sparse=True, dtype=module.dtype,
-                                     include_last_offset=module.include_last_offset)
+                                     include_last_offset=module.include_last_offset,
+                                     padding_idx=module.padding_idx)
     else:
-        twin = torch.nn.Embedding(NUM, DIM, sparse=True, dtype=module.dtype)
+        twin = torch.nn.Embedding(NUM, DIM, sparse=True, dtype=module.dtype,
+                                  padding_idx=module.padding_idx)
     with torch.no_grad():
         twin.weight.copy_(module.rows(torch.arange(NUM)))
     return twin
@@ -128,6 +130,11 @@ CASES = {
                                           {"include_last_offset": True}),
     "per_sample_weights": lambda dtype: ((FLAT, OFFSETS, torch.linspace(-1, 2, 9, dtype=dtype)),
                                          {}),
+    # 3 pads the first bag and is all of the second's, 7 all of the last's
+    "padding": lambda dtype: ((INPUT,), {"padding_idx": 3}),
+    "padding_offsets": lambda dtype: ((FLAT, OFFSETS), {"padding_idx": 7}),
+    "padding_per_sample_weights": lambda dtype: (
+        (FLAT, OFFSETS, torch.linspace(-1, 2, 9, dtype=dtype)), {"padding_idx": -19}),
 }
 
 
@@ -146,15 +153,42 @@ def test_the_forward_is_torchs_and_the_push_its_coalesced_gradient(client, mode,
     torch.testing.assert_close(bag.rows(torch.arange(NUM)), twin.weight.detach())
 
 
+@pytest.mark.parametrize("padding_idx", [None, 7], ids=["no_padding", "padding"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_embedding_gives_torchs_rows_in_the_inputs_shape_and_pushes_its_gradient(client, dtype):
-    embedding = psched.torch.Embedding(NUM, DIM, name="embedding", client=client, dtype=dtype,
-                                       optimizer="sgd", lr=LR)
+def test_embedding_gives_torchs_rows_in_the_inputs_shape_and_pushes_its_gradient(
+        client, dtype, padding_idx):
+    embedding = psched.torch.Embedding(NUM, DIM, padding_idx, name="embedding", client=client,
+                                       dtype=dtype, optimizer="sgd", lr=LR)
     ids = INPUT.reshape(1, 3, 3).expand(2, 3, 3)
     output, expected, gradient = backward_both(embedding, torch_twin(embedding), ids)
     assert output.shape == (2, 3, 3, DIM)
     assert torch.equal(output, expected)
     assert_pushed(client, 1, gradient)
+
+
+def test_the_padding_id_is_never_pulled_nor_pushed_and_reads_as_zeros(client):
+    bag = sgd_bag(client, mode="mean", padding_idx=7)
+    shard_row = np.empty((1, DIM), np.float32)
+    for step in (1, 2):
+        bag(INPUT).sum().backward()  # the last bag is all padding
+        bag.synchronize()
+        client.client.pull_rows(bag.table, np.array([7]), shard_row)
+        if step == 1:
+            initial = shard_row.copy()
+    np.testing.assert_array_equal(shard_row, initial)  # on the shards: its init, untouched
+    assert np.any(initial != 0)
+    assert all(7 not in ids for _, _, ids in client.pulls)
+    assert all(7 not in ids.tolist() for _, _, ids, _ in client.pushes)
+    assert torch.equal(bag(torch.tensor([[7, 7]])), torch.zeros(1, DIM))
+    assert torch.equal(bag.rows(torch.tensor([7, 1]))[0], torch.zeros(DIM))
+
+
+@pytest.mark.parametrize("padding_idx", [0, 19, -1, -20])
+def test_padding_idx_counts_from_the_end_when_negative_as_torchs(padding_idx):
+    bag = psched.torch.EmbeddingBag(NUM, DIM, padding_idx=padding_idx)
+    embedding = psched.torch.Embedding(NUM, DIM, padding_idx)
+    assert bag.padding_idx == torch.nn.EmbeddingBag(NUM, DIM, padding_idx=padding_idx).padding_idx
+    assert embedding.padding_idx == torch.nn.Embedding(NUM, DIM, padding_idx).padding_idx
 
 
 def test_steps_follow_forwards_and_each_pull_waits_for_the_step_before(client):
@@ -320,7 +354,7 @@ REFUSALS = {
     "device": ({"device": "cuda:0"}, "does not support device='cuda:0': rows are pulled into "
                                      "CPU tensors"),
     "freeze": ({"_freeze": True}, "does not support _freeze=True"),
-    "padding_idx": ({"padding_idx": 0}, "does not support padding_idx=0"),
+    "padding_idx": ({"padding_idx": NUM}, "padding_idx=20 is outside the table of 20 rows"),
     "unknown_optimizer": ({"optimizer": "adam", "lr": 0.1}, "row optimizer 'adam' is unknown"),
     "unknown_keyword": ({"nesterov": True}, "got an unknown keyword 'nesterov'"),
     "sgd_without_lr": ({"optimizer": "sgd"}, "row optimizer 'sgd' needs lr"),

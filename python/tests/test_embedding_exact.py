@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """psched.torch's embedding tables against torch, exactly: two sync workers training a small
 DLRM-like model (four tables, one per row optimizer, and a dense MLP on Adam) reach, in float64,
-the rows and parameters of one torch process trained on both workers' batches together; so does
-a model built with torch's arguments alone (the deployment's optimizer)."""
+the rows and parameters of one torch process trained on both workers' batches together; so do
+tables with a padding_idx (sum and mean bags and Embedding, each on SGD, Adagrad and
+SparseAdam), and a model built with torch's arguments alone (the deployment's optimizer)."""
 import json
 import threading
 import urllib.request
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -27,6 +29,10 @@ TABLES = [
     ("sum", {"optimizer": "rowwise_adagrad", "lr": 0.1, "eps": 1e-8}),
     ("sum", {"optimizer": "sparse_adam", "lr": 0.01}),
 ]
+PAD = 5  # the padding id of PADDED's tables, below IDS: bags hold it often
+PADDED = [(module, settings) for module in ("sum", "mean", "embedding")
+          for settings in ({"optimizer": "sgd", "lr": 0.1}, {"optimizer": "adagrad", "lr": 0.1},
+                           {"optimizer": "sparse_adam", "lr": 0.01})]
 DENSE_LR = 1e-2
 TOLERANCE = 1e-12  # relative, per row and per parameter; float64's rounding differences only
 
@@ -54,21 +60,32 @@ class Dlrm(torch.nn.Module):
         return self.top(torch.cat([torch.relu(self.bottom(dense))] + pooled, dim=1)).squeeze(1)
 
 
-def psched_model(tables=TABLES, **capacity):
+def psched_model(tables=TABLES, padding_idx=None, **capacity):
     def table(index, module, settings):
-        keywords = dict(dtype=torch.float64, init=INIT, seed=index, **capacity, **settings)
+        keywords = dict(padding_idx=padding_idx, dtype=torch.float64, init=INIT, seed=index,
+                        **capacity, **settings)
         if module == "embedding":
             return psched.torch.Embedding(ROWS, DIM, **keywords)
         return psched.torch.EmbeddingBag(ROWS, DIM, mode=module, **keywords)
     return Dlrm([table(index, *spec) for index, spec in enumerate(tables)])
 
 
-def make_batches(tables=TABLES):
+def make_batches(tables=TABLES, padding_idx=None):
     """Both workers' batches, STEPS of (dense, ids per table, labels); worker r's are the
-    samples r * BATCH to (r + 1) * BATCH."""
+    samples r * BATCH to (r + 1) * BATCH. With padding_idx, about a third of the ids are it, and
+    each worker's first sample of every table is all padding."""
     generator = torch.Generator().manual_seed(1)
+
+    def ids():
+        drawn = torch.randint(0, IDS, (2 * BATCH, BAG), generator=generator)
+        if padding_idx is not None:
+            padded = torch.rand(drawn.shape, generator=generator) < 1 / 3
+            padded[::BATCH] = True
+            drawn[padded] = padding_idx
+        return drawn
+
     return [(torch.randn(2 * BATCH, DENSE, generator=generator, dtype=torch.float64),
-             [torch.randint(0, IDS, (2 * BATCH, BAG), generator=generator) for _ in tables],
+             [ids() for _ in tables],
              torch.randint(0, 2, (2 * BATCH,), generator=generator).to(torch.float64))
             for _ in range(STEPS)]
 
@@ -113,18 +130,20 @@ TORCH_OPTIMIZERS = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad,
                     "rowwise_adagrad": RowwiseAdagrad, "sparse_adam": torch.optim.SparseAdam}
 
 
-def torch_table(module):
+def torch_table(module, padding_idx):
     if module == "embedding":
-        return torch.nn.Embedding(ROWS, DIM, sparse=True, dtype=torch.float64)
-    return torch.nn.EmbeddingBag(ROWS, DIM, mode=module, sparse=True, dtype=torch.float64)
+        return torch.nn.Embedding(ROWS, DIM, padding_idx, sparse=True, dtype=torch.float64)
+    return torch.nn.EmbeddingBag(ROWS, DIM, mode=module, sparse=True, padding_idx=padding_idx,
+                                 dtype=torch.float64)
 
 
-def train_with_torch(initial_rows, batches, tables=TABLES, dense_optimizer=None):
+def train_with_torch(initial_rows, batches, tables=TABLES, padding_idx=None,
+                     dense_optimizer=None):
     """One process on the whole batches: torch's sparse tables from `initial_rows`, each with
     its table's optimizer, and torch.optim.Adam on the rest. The loss is the mean over both
     workers' samples, the mean of the workers' losses: what sync mode applies.
     dense_optimizer: (torch.optim class, settings) instead of Adam."""
-    bags = [torch_table(module) for module, _ in tables]
+    bags = [torch_table(module, padding_idx) for module, _ in tables]
     model = Dlrm(bags)
     dense_class, dense_settings = dense_optimizer or (torch.optim.Adam, {"lr": DENSE_LR})
     optimizers = [dense_class(
@@ -146,17 +165,18 @@ def train_with_torch(initial_rows, batches, tables=TABLES, dense_optimizer=None)
 
 
 def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=None,
-                      tables=TABLES, make_model=None, dense=("adam", {"lr": DENSE_LR})):
+                      tables=TABLES, padding_idx=None, make_model=None,
+                      dense=("adam", {"lr": DENSE_LR})):
     """Both workers, each a thread with its own DistributedModel; returns the models (their
     clients open) and every table's rows as worker 0 read them before training. restart_at:
     worker 0 SIGKILLs the server before that step and starts it again (the workers reconnect
     by themselves). prefetch: each step prefetches the next one's rows with this staleness.
-    capacity: the tables' max_rows and admit_after. tables: the model's (psched_model).
-    make_model: makes the model instead of psched_model. dense: DistributedModel's optimizer
-    and settings (None: none given)."""
+    capacity: the tables' max_rows and admit_after. tables, padding_idx: the model's
+    (psched_model). make_model: makes the model instead of psched_model. dense:
+    DistributedModel's optimizer and settings (None: none given)."""
     if make_model is None:
         def make_model():
-            return psched_model(tables, **(capacity or {}))
+            return psched_model(tables, padding_idx, **(capacity or {}))
     optimizer, settings = dense or (None, {})
     workers = [psched.torch.DistributedModel(make_model(), optimizer, config=server.config,
                                              worker=rank, embedding_staleness=prefetch,
@@ -198,8 +218,13 @@ def trained_state(worker):
 
 
 def assert_close_per_row(actual, expected, what):
+    """Each row of `actual` within TOLERANCE (relative) of `expected`'s; a zero row (torch's
+    padding row) exactly zero."""
     actual, expected = actual.reshape(len(actual), -1), expected.reshape(len(expected), -1)
-    error = ((actual - expected).norm(dim=1) / expected.norm(dim=1)).max()
+    difference, size = (actual - expected).norm(dim=1), expected.norm(dim=1)
+    zero = size == 0
+    assert not difference[zero].any(), f"{what}: rows {zero.nonzero().flatten().tolist()} not 0"
+    error = (difference[~zero] / size[~zero]).max()
     assert error <= TOLERANCE, f"{what}: relative difference {error:.3g}"
 
 
@@ -275,6 +300,34 @@ def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server, capa
     clean, restarted = states
     for name in clean:
         assert torch.equal(clean[name], restarted[name]), name
+
+
+def shard_rows(client, table, ids):
+    """The rows of `ids` as the shards hold them, pulled through the client itself."""
+    out = np.empty((len(ids), DIM))
+    client.pull_rows(table, np.array(ids, np.int64), out)
+    return out
+
+
+def test_tables_with_a_padding_idx_train_as_torchs_and_never_touch_its_row(start_server):
+    server = start_server(mode="sync", workers=2, shards=2)
+    batches = make_batches(PADDED, PAD)
+    workers, initial_rows = train_with_psched(server, batches, tables=PADDED, padding_idx=PAD)
+    expected = train_with_torch(initial_rows, batches, PADDED, PAD)
+    assert_trained_as(workers, expected, PADDED)
+    client = workers[0].client
+    for index, bag in enumerate(workers[0].module.bags):
+        assert not bag.rows(torch.tensor([PAD])).any()  # torch's padding row: zeros
+        # On the shards the padding row holds its initial value: that of a fresh table of the
+        # same init and seed.
+        fresh = client.register_table(f"fresh{index}", ROWS, DIM, dtype="float64",
+                                      optimizer="sgd", settings={"lr": 0.1}, init=INIT,
+                                      seed=index)
+        initial = shard_rows(client, fresh, [PAD])
+        assert initial.any()
+        np.testing.assert_array_equal(shard_rows(client, bag.table, [PAD]), initial)
+    for worker in workers:
+        worker.client.close()
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
