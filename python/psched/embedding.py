@@ -46,15 +46,18 @@ embedding_bag (or embedding) on it; backward pushes that tensor's gradient: one 
 id, its duplicates summed (torch's coalesced sparse gradient). The module holds no weight tensor
 and no nn.Parameter.
 
-Steps: each forward with grad enabled is the table's next step k. It reads the rows once step
-k - 1's update of them is applied (sync mode: every worker's; async: this worker's own), and its
-backward pushes step k. A step whose backward never reached the table is pushed empty when the
-next forward starts, so that sync steps close. A forward with grad disabled (torch.no_grad(),
-evaluation) reads the rows after the last pushed step and is no step. So:
+Steps: each training forward (grad enabled and the module in training mode) is the table's
+next step k. It reads the rows once step k - 1's update of them is applied (sync mode: every
+worker's; async: this worker's own), and its backward pushes step k. A step whose backward
+never reached the table is pushed empty when the next training forward starts, so that sync
+steps close. A forward with grad disabled (torch.no_grad()) or under module.eval() reads the
+rows after the last pushed step (it pulls) and is no step: it pushes nothing, opens no step and
+its result carries no gradient to the table, so one worker may evaluate while the others do
+not. So:
 - call each table once per iteration (features that share a table: concatenate their ids); a
-  second forward before the first one's backward closes the first step empty, and that
-  backward then raises psched.Error, as does a second backward through one forward;
-- in sync mode every worker runs each table's forward the same number of times.
+  second training forward before the first one's backward closes the first step empty, and
+  that backward then raises psched.Error, as does a second backward through one forward;
+- in sync mode every worker runs each table's training forward the same number of times.
 
 Prefetch: bag.prefetch(next_input), called between a step's forward and the next one's (after
 the forward, before backward, overlaps most), starts the pull of the next step's rows; that
@@ -236,8 +239,8 @@ class _Rows(torch.nn.Module):
         return self._padded(self._pull(unique, self.pushed))[inverse]
 
     def prefetch(self, input, offsets=None, *, staleness=None):
-        """Starts pulling the rows of `input` that the table's next step (its next forward
-        with grad enabled) reads, and returns at once: they travel while this step computes.
+        """Starts pulling the rows of `input` that the table's next step (its next training
+        forward) reads, and returns at once: they travel while this step computes.
         That forward, given equal ids, waits only for what has not arrived; given other ids it
         pulls as usual (prefetch_misses counts it). Call it between this step's forward and
         the next one's. offsets: as forward takes it (the rows depend on input alone).
@@ -286,9 +289,9 @@ class _Rows(torch.nn.Module):
 
     def _lookup(self, input):
         """(rows, inverse): the rows of input's unique ids but the padding id, a leaf whose
-        gradient is pushed as this step's when grad is enabled, and input's indices into them
+        gradient is pushed as this step's in a training forward, and input's indices into them
         (input's shape; the padding id's: len(rows), the row _padded adds)."""
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or not self.training:
             ids, inverse = self._unique(input)
             return self._pull(ids, self.pushed), inverse
         self._check_ids(input)

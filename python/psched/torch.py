@@ -45,7 +45,9 @@ rowwise_adagrad, sparse_adam) from the rows a step touched; a worker pulls only 
 rows. They hold no nn.Parameter, so the rules above are about the dense parameters around them.
 DistributedModel finds them among the module's modules, names each table after its module name,
 gives it the model's client and start_step, and synchronize() waits for their pushes too. Each
-forward of a table with grad enabled is one step of it (psched/embedding.py has the rules).
+training forward of a table (grad enabled, model.train()) is one step of it; a forward under
+model.eval() or torch.no_grad() reads the rows after the last step and is no step, so one
+worker may evaluate while the others train (psched/embedding.py has the rules).
 model.prefetch({table: next_input, ...}) between a step's forward and backward starts the pulls
 of the next step's rows, so they travel while this step computes (docs/embeddings.md).
 

@@ -242,17 +242,31 @@ def test_a_prefetch_of_other_ids_is_dropped_and_staleness_reads_older_steps(clie
         bag.prefetch(INPUT, staleness=-1)
 
 
-def test_a_forward_without_grad_reads_the_last_pushed_step_pushes_nothing_and_is_no_step(client):
+@pytest.mark.parametrize("evaluation", ["no_grad", "eval"])
+def test_an_evaluation_forward_reads_the_last_pushed_step_pushes_nothing_and_is_no_step(
+        client, evaluation):
     bag = sgd_bag(client)
-    with torch.no_grad():
-        assert not bag(INPUT).requires_grad
+
+    def evaluate():
+        if evaluation == "no_grad":
+            with torch.no_grad():
+                return bag(INPUT)
+        bag.eval()  # grad stays enabled
+        try:
+            return bag(INPUT)
+        finally:
+            bag.train()
+
+    assert not evaluate().requires_grad
     bag(INPUT).sum().backward()
-    with torch.no_grad():
-        bag(INPUT)
+    after_step_1 = evaluate()
+    assert torch.equal(after_step_1, torch.nn.functional.embedding_bag(
+        INPUT, bag.rows(torch.arange(NUM)), mode="mean"))
     bag(INPUT).sum().backward()
     bag.synchronize()
     assert [step for _, step, _, _ in client.pushes] == [1, 2]
-    assert [after for _, after, _ in client.pulls] == [0, 0, 1, 1]
+    # evaluation, step 1, evaluation, rows(), step 2
+    assert [after for _, after, _ in client.pulls] == [0, 0, 1, 1, 1]
 
 
 def test_a_step_whose_backward_never_ran_is_pushed_empty_at_the_next_forward(client):

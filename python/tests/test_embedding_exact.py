@@ -3,7 +3,8 @@
 DLRM-like model (four tables, one per row optimizer, and a dense MLP on Adam) reach, in float64,
 the rows and parameters of one torch process trained on both workers' batches together; so do
 tables with a padding_idx (sum and mean bags and Embedding, each on SGD, Adagrad and
-SparseAdam), and a model built with torch's arguments alone (the deployment's optimizer)."""
+SparseAdam), a model built with torch's arguments alone (the deployment's optimizer), and a job
+in which worker 0 evaluates under model.eval() between steps."""
 import json
 import threading
 import urllib.request
@@ -130,6 +131,17 @@ TORCH_OPTIMIZERS = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad,
                     "rowwise_adagrad": RowwiseAdagrad, "sparse_adam": torch.optim.SparseAdam}
 
 
+def evaluate(model, batch):
+    """The logits of `batch` under model.eval() with grad enabled, as a validation pass that
+    forgets torch.no_grad() computes them; the model goes back to training."""
+    dense, ids, _ = batch
+    model.eval()
+    try:
+        return model(dense, ids).detach()
+    finally:
+        model.train()
+
+
 def torch_table(module, padding_idx):
     if module == "embedding":
         return torch.nn.Embedding(ROWS, DIM, padding_idx, sparse=True, dtype=torch.float64)
@@ -137,12 +149,13 @@ def torch_table(module, padding_idx):
                                  dtype=torch.float64)
 
 
-def train_with_torch(initial_rows, batches, tables=TABLES, padding_idx=None,
+def train_with_torch(initial_rows, batches, tables=TABLES, padding_idx=None, held_out=None,
                      dense_optimizer=None):
     """One process on the whole batches: torch's sparse tables from `initial_rows`, each with
     its table's optimizer, and torch.optim.Adam on the rest. The loss is the mean over both
-    workers' samples, the mean of the workers' losses: what sync mode applies.
-    dense_optimizer: (torch.optim class, settings) instead of Adam."""
+    workers' samples, the mean of the workers' losses: what sync mode applies. held_out: a
+    batch evaluated after each step; returns the model and those logits. dense_optimizer:
+    (torch.optim class, settings) instead of Adam."""
     bags = [torch_table(module, padding_idx) for module, _ in tables]
     model = Dlrm(bags)
     dense_class, dense_settings = dense_optimizer or (torch.optim.Adam, {"lr": DENSE_LR})
@@ -155,25 +168,29 @@ def train_with_torch(initial_rows, batches, tables=TABLES, padding_idx=None,
         settings = dict(settings)
         optimizers.append(TORCH_OPTIMIZERS[settings.pop("optimizer")](bag.parameters(),
                                                                       **settings))
+    evaluations = []
     for batch in batches:
         for optimizer in optimizers:
             optimizer.zero_grad()
         step(model, batch)
         for optimizer in optimizers:
             optimizer.step()
-    return model
+        if held_out is not None:
+            evaluations.append(evaluate(model, held_out))
+    return model, evaluations
 
 
 def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=None,
-                      tables=TABLES, padding_idx=None, make_model=None,
+                      tables=TABLES, padding_idx=None, held_out=None, make_model=None,
                       dense=("adam", {"lr": DENSE_LR})):
     """Both workers, each a thread with its own DistributedModel; returns the models (their
-    clients open) and every table's rows as worker 0 read them before training. restart_at:
-    worker 0 SIGKILLs the server before that step and starts it again (the workers reconnect
-    by themselves). prefetch: each step prefetches the next one's rows with this staleness.
-    capacity: the tables' max_rows and admit_after. tables, padding_idx: the model's
-    (psched_model). make_model: makes the model instead of psched_model. dense:
-    DistributedModel's optimizer and settings (None: none given)."""
+    clients open), every table's rows as worker 0 read them before training, and worker 0's
+    evaluations. restart_at: worker 0 SIGKILLs the server before that step and starts it again
+    (the workers reconnect by themselves). prefetch: each step prefetches the next one's rows
+    with this staleness. capacity: the tables' max_rows and admit_after. tables, padding_idx:
+    the model's (psched_model). held_out: a batch worker 0 alone evaluates after each step
+    (evaluate(): model.eval(), grad enabled). make_model: makes the model instead of
+    psched_model. dense: DistributedModel's optimizer and settings (None: none given)."""
     if make_model is None:
         def make_model():
             return psched_model(tables, padding_idx, **(capacity or {}))
@@ -183,7 +200,7 @@ def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=
                                              **settings)
                for rank in range(2)]
     initial_rows = [bag.rows(torch.arange(ROWS)) for bag in workers[0].module.bags]
-    errors = []
+    errors, evaluations = [], []
 
     def train(rank):
         try:
@@ -193,6 +210,8 @@ def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=
                 following = batches[index + 1] if index + 1 < len(batches) else None
                 step(workers[rank], half(batch, rank),
                      half(following, rank)[1] if prefetch is not None and following else None)
+                if rank == 0 and held_out is not None:
+                    evaluations.append(evaluate(workers[rank], held_out))
             workers[rank].synchronize()
         except Exception as error:  # reported below; a silent thread would hang the other
             errors.append(error)
@@ -204,7 +223,7 @@ def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=
     for thread in threads:
         thread.join()
     assert not errors
-    return workers, initial_rows
+    return workers, initial_rows, evaluations
 
 
 def trained_state(worker):
@@ -245,8 +264,8 @@ def assert_trained_as(workers, expected, tables=TABLES):
 def test_two_sync_workers_train_every_row_optimizer_as_torch_on_the_whole_batch(start_server):
     server = start_server(mode="sync", workers=2, shards=2)
     batches = make_batches()
-    workers, initial_rows = train_with_psched(server, batches)
-    expected = train_with_torch(initial_rows, batches)
+    workers, initial_rows, _ = train_with_psched(server, batches)
+    expected, _ = train_with_torch(initial_rows, batches)
     assert_trained_as(workers, expected)
     for worker in workers:
         worker.client.close()
@@ -255,8 +274,8 @@ def test_two_sync_workers_train_every_row_optimizer_as_torch_on_the_whole_batch(
 def test_rows_prefetched_under_the_step_before_train_as_torch(start_server):
     server = start_server(mode="sync", workers=2, shards=2)
     batches = make_batches()
-    workers, initial_rows = train_with_psched(server, batches, prefetch=0)
-    expected = train_with_torch(initial_rows, batches)
+    workers, initial_rows, _ = train_with_psched(server, batches, prefetch=0)
+    expected, _ = train_with_torch(initial_rows, batches)
     assert_trained_as(workers, expected)
     for worker in workers:
         bags = worker.module.bags
@@ -268,8 +287,8 @@ def test_one_shard_trains_the_same_rows_as_two(start_server):
     batches = make_batches()
     states = []
     for shards in (1, 2):
-        workers, _ = train_with_psched(start_server(mode="sync", workers=2, shards=shards),
-                                       batches)
+        workers, _, _ = train_with_psched(start_server(mode="sync", workers=2, shards=shards),
+                                          batches)
         states.append(trained_state(workers[0]))
         for worker in workers:
             worker.client.close()
@@ -286,7 +305,7 @@ def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server, capa
     states = []
     for restart_at in (None, STEPS // 2):
         server = start_server(mode="sync", workers=2, shards=2, checkpoint=True)
-        workers, _ = train_with_psched(server, batches, restart_at, capacity=capacity)
+        workers, _, _ = train_with_psched(server, batches, restart_at, capacity=capacity)
         states.append(trained_state(workers[0]))
         for worker in workers:
             worker.client.close()
@@ -312,8 +331,8 @@ def shard_rows(client, table, ids):
 def test_tables_with_a_padding_idx_train_as_torchs_and_never_touch_its_row(start_server):
     server = start_server(mode="sync", workers=2, shards=2)
     batches = make_batches(PADDED, PAD)
-    workers, initial_rows = train_with_psched(server, batches, tables=PADDED, padding_idx=PAD)
-    expected = train_with_torch(initial_rows, batches, PADDED, PAD)
+    workers, initial_rows, _ = train_with_psched(server, batches, tables=PADDED, padding_idx=PAD)
+    expected, _ = train_with_torch(initial_rows, batches, PADDED, PAD)
     assert_trained_as(workers, expected, PADDED)
     client = workers[0].client
     for index, bag in enumerate(workers[0].module.bags):
@@ -330,6 +349,24 @@ def test_tables_with_a_padding_idx_train_as_torchs_and_never_touch_its_row(start
         worker.client.close()
 
 
+def test_worker_0_evaluating_under_eval_between_steps_keeps_both_workers_in_step(start_server):
+    # A step that waits 20 s for a worker fails: a job whose steps went out of line ends.
+    server = start_server(mode="sync", workers=2, shards=2,
+                          extra="sync: {timeout_seconds: 20, on_timeout: fail}\n")
+    batches = make_batches()
+    held_out = half(batches[-1], 1)
+    workers, initial_rows, evaluations = train_with_psched(server, batches, held_out=held_out)
+    expected, expected_evaluations = train_with_torch(initial_rows, batches, held_out=held_out)
+    assert_trained_as(workers, expected)
+    assert len(evaluations) == STEPS
+    for index, (actual, torchs) in enumerate(zip(evaluations, expected_evaluations), 1):
+        assert_close_per_row(actual.reshape(1, -1), torchs.reshape(1, -1),
+                             f"worker 0's evaluation after step {index}")
+    for worker in workers:
+        assert [bag.pushed for bag in worker.module.bags] == [STEPS] * len(TABLES)
+        worker.client.close()
+
+
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 def test_a_model_made_with_torchs_arguments_alone_trains_with_the_deployments_optimizer(
         start_server, kind):
@@ -342,10 +379,10 @@ def test_a_model_made_with_torchs_arguments_alone_trains_with_the_deployments_op
         return Dlrm([psched.torch.EmbeddingBag(ROWS, DIM, dtype=torch.float64),
                      psched.torch.Embedding(ROWS, DIM, dtype=torch.float64)])
 
-    workers, initial_rows = train_with_psched(server, batches, make_model=make_model,
-                                              dense=None)
-    expected = train_with_torch(initial_rows, batches, tables,
-                                dense_optimizer=(TORCH_OPTIMIZERS[kind], {"lr": lr}))
+    workers, initial_rows, _ = train_with_psched(server, batches, make_model=make_model,
+                                                 dense=None)
+    expected, _ = train_with_torch(initial_rows, batches, tables,
+                                   dense_optimizer=(TORCH_OPTIMIZERS[kind], {"lr": lr}))
     assert_trained_as(workers, expected, tables)
     deployment = workers[0].client.deployment.optimizer
     assert (deployment.kind, deployment.lr) == (kind, lr)
