@@ -131,6 +131,10 @@ void bind_deployment(py::module_& m) {
       .def_property_readonly("path", [](const DeploymentConfig& c) { return c.source.string(); })
       .def_property_readonly("mode", [](const DeploymentConfig& c) { return to_string(c.mode); })
       .def_readonly("workers", &DeploymentConfig::workers)
+      .def_readonly("optimizer", &DeploymentConfig::optimizer,
+                    "The default optimizer (`optimizer:`), a psched.Optimizer: what the shards "
+                    "run for a variable registered without one, each setting the file leaves "
+                    "out at torch.optim's default for the kind")
       .def_property_readonly("shards", [](const DeploymentConfig& c) {
         std::vector<std::string> shards;
         for (const ShardConfig& s : c.shards) shards.push_back(s.listen.to_string());

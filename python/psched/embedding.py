@@ -5,7 +5,7 @@ shards row by row; a worker holds only the rows of the batch in hand.
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.users = psched.torch.EmbeddingBag(10_000_000, 64, "sum",
+            self.users = psched.torch.EmbeddingBag(10_000_000, 64, mode="sum",
                                                    optimizer="rowwise_adagrad", lr=0.05)
             self.top = torch.nn.Linear(64, 1)
 
@@ -14,23 +14,50 @@ shards row by row; a worker holds only the rows of the batch in hand.
 
     model = psched.torch.DistributedModel(Model(), "adam", lr=1e-3)   # the dense part's
 
+Drop-ins: the constructors take torch.nn.EmbeddingBag's and torch.nn.Embedding's arguments in
+torch's order with torch's defaults (EmbeddingBag's mode is "mean"), so swapping the class
+keeps a model's meaning; psched's own settings (name, optimizer, init, seed, compression,
+client, max_rows, admit_after, the row optimizer's settings) are keyword-only. padding_idx is
+torch's: the padding id adds nothing to its bag (mode "mean" does not count it), gets no
+gradient, and reads as zeros (torch's initial padding row); psched never pulls or pushes it, so
+its row on the shards is never touched. sparse is accepted and changes nothing (the pushed
+gradient is always the sparse one). What psched cannot honour is refused at construction,
+naming the argument: mode "max" (torch has no sparse gradient for it), max_norm and a norm_type
+other than 2.0 (torch renormalizes the rows in place at lookup), scale_grad_by_freq,
+_weight (rows start on the shards from init and seed), _freeze (a table here is trained), a
+device other than the CPU (rows arrive in CPU tensors; move the result) and a dtype other than
+float32 or float64 (dtype None: torch's default dtype).
+
 The shards run each table's row optimizer on the rows a step touched: "sgd", "adagrad" (torch's
 sparse paths), "rowwise_adagrad" (FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row) or
 "sparse_adam" (torch.optim.SparseAdam), with torch.optim's keyword settings (lr, eps, betas,
-lr_decay, initial_accumulator_value; weight_decay and momentum are refused). A forward pulls the
-rows of its unique ids into a fresh tensor and runs torch's own embedding_bag (or embedding) on
-it; backward pushes that tensor's gradient: one row per unique id, its duplicates summed
-(torch's coalesced sparse gradient). The module holds no weight tensor and no nn.Parameter.
+lr_decay, initial_accumulator_value; weight_decay and momentum are refused). Without
+optimizer=, a table takes the deployment's `optimizer:` section, the one the dense variables
+get by default, where it has a row formula: kind sgd becomes row "sgd" with its lr, kind adagrad
+row "adagrad" with its lr, eps, lr_decay and initial_accumulator_value (weight_decay must be 0).
+Another kind, or a client that was not made from a deployment file (psched.connect(config);
+psched.Client.deployment is None), is refused naming what to pass; settings without optimizer=
+are refused too. The table learns it when it gets its client (construction or
+DistributedModel), from the worker's deployment file, which names the shards' optimizer when
+both read the same file.
 
-Steps: each forward with grad enabled is the table's next step k. It reads the rows once step
-k - 1's update of them is applied (sync mode: every worker's; async: this worker's own), and its
-backward pushes step k. A step whose backward never reached the table is pushed empty when the
-next forward starts, so that sync steps close. A forward with grad disabled (torch.no_grad(),
-evaluation) reads the rows after the last pushed step and is no step. So:
+A forward pulls the rows of its unique ids into a fresh tensor and runs torch's own
+embedding_bag (or embedding) on it; backward pushes that tensor's gradient: one row per unique
+id, its duplicates summed (torch's coalesced sparse gradient). The module holds no weight tensor
+and no nn.Parameter.
+
+Steps: each training forward (grad enabled and the module in training mode) is the table's
+next step k. It reads the rows once step k - 1's update of them is applied (sync mode: every
+worker's; async: this worker's own), and its backward pushes step k. A step whose backward
+never reached the table is pushed empty when the next training forward starts, so that sync
+steps close. A forward with grad disabled (torch.no_grad()) or under module.eval() reads the
+rows after the last pushed step (it pulls) and is no step: it pushes nothing, opens no step and
+its result carries no gradient to the table, so one worker may evaluate while the others do
+not. So:
 - call each table once per iteration (features that share a table: concatenate their ids); a
-  second forward before the first one's backward closes the first step empty, and that
-  backward then raises psched.Error, as does a second backward through one forward;
-- in sync mode every worker runs each table's forward the same number of times.
+  second training forward before the first one's backward closes the first step empty, and
+  that backward then raises psched.Error, as does a second backward through one forward;
+- in sync mode every worker runs each table's training forward the same number of times.
 
 Prefetch: bag.prefetch(next_input), called between a step's forward and the next one's (after
 the forward, before backward, overlaps most), starts the pull of the next step's rows; that
@@ -58,6 +85,10 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 _ROW_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "sparse_adam")
 _SETTINGS = ("lr", "eps", "betas", "lr_decay", "initial_accumulator_value", "weight_decay",
              "momentum")
+# The deployment's optimizer kinds that have a row formula, and the settings of theirs the row
+# optimizer of the same name reads (optim/optimizer.h beside optim/row_optimizer.h).
+_DEPLOYMENT_ROW_SETTINGS = {"sgd": ("lr",),
+                            "adagrad": ("lr", "eps", "lr_decay", "initial_accumulator_value")}
 
 
 def row_settings(optimizer, settings):
@@ -80,29 +111,106 @@ def row_settings(optimizer, settings):
     return settings
 
 
+def deployment_row_optimizer(client, table):
+    """(row optimizer, settings) that table `table` takes when given no optimizer: the
+    deployment's optimizer: section (client.deployment.optimizer) where its kind has a row
+    formula (_DEPLOYMENT_ROW_SETTINGS), with its settings. Refuses, naming what to pass, a
+    client without a deployment, another kind, or a weight_decay (which would change rows a
+    step did not touch)."""
+    choose = (f"pass optimizer= (one of {', '.join(_ROW_OPTIMIZERS)}) and its settings, e.g. "
+              "optimizer='adagrad', lr=0.01")
+    deployment = getattr(client, "deployment", None)
+    if deployment is None:
+        raise psched.Error(f"table '{table}' has no optimizer= and its client was not made from "
+                           "a deployment file (psched.connect(config)), so there is no "
+                           f"deployment optimizer to take; {choose}")
+    spec = deployment.optimizer
+    where = f"the deployment's optimizer ({deployment.path}: kind {spec.kind}"
+    if spec.kind not in _DEPLOYMENT_ROW_SETTINGS:
+        raise psched.Error(f"table '{table}' has no optimizer= and {where}) has no row formula "
+                           f"(kinds sgd and adagrad have one); {choose}")
+    if spec.weight_decay != 0:
+        raise psched.Error(f"table '{table}' has no optimizer= and {where}, weight_decay "
+                           f"{spec.weight_decay}) decays every row, which a row optimizer "
+                           f"cannot (it changes only the rows a step touched); {choose}")
+    return spec.kind, {name: getattr(spec, name) for name in _DEPLOYMENT_ROW_SETTINGS[spec.kind]}
+
+
+def _refuse_unsupported(kind, max_norm, norm_type, scale_grad_by_freq, _weight, _freeze, device,
+                        dtype):
+    """Raises psched.Error naming the first torch argument psched.torch.`kind` cannot honour,
+    its value and why; returns the rows' dtype (dtype None: torch's default dtype)."""
+    why = None
+    if max_norm is not None:
+        why = ("max_norm", max_norm, "torch renormalizes the looked-up rows in place at each "
+               "forward; psched's rows change only by their row optimizer on the shards")
+    elif norm_type != 2.0:
+        why = ("norm_type", norm_type, "it is max_norm's norm, and max_norm is not supported")
+    elif scale_grad_by_freq:
+        why = ("scale_grad_by_freq", scale_grad_by_freq, "psched pushes each step's summed "
+               "gradient unscaled")
+    elif _weight is not None:
+        why = ("_weight", f"a tensor of shape {tuple(_weight.shape)}", "the rows live on the "
+               "shards and start from init= and seed= (a function of the id)")
+    elif _freeze:
+        why = ("_freeze", _freeze, "a psched table is trained by its row optimizer; keep a "
+               "frozen table in torch.nn.Embedding")
+    elif device is not None and torch.device(device).type != "cpu":
+        why = ("device", device, "rows are pulled into CPU tensors and the lookup runs there; "
+               "move its result with .to()")
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if why is None and dtype not in _DTYPES:
+        why = ("dtype", dtype, "rows are torch.float32 or torch.float64")
+    if why is not None:
+        argument, value, reason = why
+        raise psched.Error(f"psched.torch.{kind} does not support {argument}={value!r}: {reason}")
+    return dtype
+
+
+def _padding_index(kind, padding_idx, num_embeddings):
+    """torch's padding_idx, a negative one counted from the end (as torch does); refuses one
+    outside the table."""
+    if padding_idx is None:
+        return None
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise psched.Error(f"psched.torch.{kind}: padding_idx={padding_idx} is outside the table "
+                           f"of {num_embeddings} rows (expected -{num_embeddings} to "
+                           f"{num_embeddings - 1})")
+    return padding_idx % num_embeddings
+
+
 class _Rows(torch.nn.Module):
     """What EmbeddingBag and Embedding share: the table, its steps, its pulls and pushes."""
 
-    def __init__(self, num_embeddings, embedding_dim, *, name=None, optimizer="sgd",
-                 init=("normal", 0.0, 1.0), seed=0, dtype=torch.float32, compression=None,
-                 client=None, padding_idx=None, max_norm=None, scale_grad_by_freq=False,
-                 sparse=False, max_rows=0, admit_after=0, **settings):
+    def __init__(self, num_embeddings, embedding_dim, *, padding_idx, max_norm, norm_type,
+                 scale_grad_by_freq, sparse, _weight, _freeze=False, device, dtype, name,
+                 optimizer, init, seed, compression, client, max_rows, admit_after, settings):
         super().__init__()
         kind = type(self).__name__
-        for keyword, value, default in (("padding_idx", padding_idx, None),
-                                        ("max_norm", max_norm, None),
-                                        ("scale_grad_by_freq", scale_grad_by_freq, False)):
-            if value != default:
-                raise psched.Error(f"psched.torch.{kind} does not support {keyword}={value!r}")
-        if dtype not in _DTYPES:
-            raise psched.Error(f"psched.torch.{kind} rows are torch.float32 or torch.float64, "
-                               f"not {dtype}")
+        self.dtype = _refuse_unsupported(kind, max_norm, norm_type, scale_grad_by_freq, _weight,
+                                         _freeze, device, dtype)
         if client is not None and not name:
             raise psched.Error(f"a standalone psched.torch.{kind} (client given) needs a name")
+        unknown = sorted(set(settings) - set(_SETTINGS))
+        if unknown:
+            raise psched.Error(
+                f"psched.torch.{kind} got an unknown keyword '{unknown[0]}': it takes "
+                f"torch.nn.{kind}'s arguments, psched's (name, optimizer, init, seed, "
+                "compression, client, max_rows, admit_after) and the row optimizer's settings "
+                f"({', '.join(_SETTINGS)})")
+        if optimizer is None and settings:
+            raise psched.Error(
+                f"psched.torch.{kind}: settings {', '.join(sorted(settings))} given without "
+                "optimizer=; name the row optimizer they are for (e.g. optimizer='sgd', "
+                "lr=0.1), or give neither to take the deployment's optimizer")
+        # torch's attributes, as torch.nn.Embedding and EmbeddingBag have them.
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = _padding_index(kind, padding_idx, num_embeddings)
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         self.name, self.optimizer = name, optimizer
-        self.settings = row_settings(optimizer, settings)
-        self.init, self.seed, self.dtype, self.compression = init, seed, dtype, compression
+        self.settings = row_settings(optimizer, settings) if optimizer is not None else None
+        self.init, self.seed, self.compression = init, seed, compression
         self.max_rows, self.admit_after = max_rows, admit_after
         self.client = client
         self.table = None  # the psched.Table, once registered
@@ -112,6 +220,8 @@ class _Rows(torch.nn.Module):
         self.staleness = None  # prefetch()'s default staleness (None: 0)
         self._prefetched = None  # the prefetch under way (_Prefetch), if any
         self.prefetches = self.prefetch_misses = 0  # started; dropped unused (other input)
+        if client is not None:
+            self._take_deployment_optimizer()
 
     def join(self, client, name, start_step):
         """DistributedModel's: train through `client` from `start_step` on, named `name` unless
@@ -119,16 +229,18 @@ class _Rows(torch.nn.Module):
         if self.table is not None:
             raise psched.Error(f"table '{self.name}' was used before DistributedModel wrapped it")
         self.client, self.name, self.pushed = client, self.name or name, start_step - 1
+        self._take_deployment_optimizer()
 
     def rows(self, ids):
         """The rows of `ids` (an integer tensor, duplicates allowed) as they are after this
-        table's last pushed step: a tensor of shape ids.shape + (embedding_dim,)."""
+        table's last pushed step: a tensor of shape ids.shape + (embedding_dim,). The padding
+        id's rows are zeros (psched does not pull it)."""
         unique, inverse = self._unique(ids)
-        return self._pull(unique, self.pushed)[inverse]
+        return self._padded(self._pull(unique, self.pushed))[inverse]
 
     def prefetch(self, input, offsets=None, *, staleness=None):
-        """Starts pulling the rows of `input` that the table's next step (its next forward
-        with grad enabled) reads, and returns at once: they travel while this step computes.
+        """Starts pulling the rows of `input` that the table's next step (its next training
+        forward) reads, and returns at once: they travel while this step computes.
         That forward, given equal ids, waits only for what has not arrived; given other ids it
         pulls as usual (prefetch_misses counts it). Call it between this step's forward and
         the next one's. offsets: as forward takes it (the rows depend on input alone).
@@ -164,13 +276,22 @@ class _Rows(torch.nn.Module):
             self.client.wait_rows(self.table, step)
 
     def extra_repr(self):
-        return (f"{self.num_embeddings}, {self.embedding_dim}, name={self.name!r}, "
-                f"optimizer={self.optimizer!r}, dtype={self.dtype}")
+        padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        optimizer = self.optimizer or "the deployment's"
+        return (f"{self.num_embeddings}, {self.embedding_dim}{padding}, name={self.name!r}, "
+                f"optimizer={optimizer!r}, dtype={self.dtype}")
+
+    def _take_deployment_optimizer(self):
+        """Once the table has its client: no optimizer given, the deployment's (refused where
+        it has no row formula)."""
+        if self.optimizer is None:
+            self.optimizer, self.settings = deployment_row_optimizer(self.client, self.name)
 
     def _lookup(self, input):
-        """(rows, inverse): the rows of input's unique ids, a leaf whose gradient is pushed as
-        this step's when grad is enabled, and input's indices into them (input's shape)."""
-        if not torch.is_grad_enabled():
+        """(rows, inverse): the rows of input's unique ids but the padding id, a leaf whose
+        gradient is pushed as this step's in a training forward, and input's indices into them
+        (input's shape; the padding id's: len(rows), the row _padded adds)."""
+        if not torch.is_grad_enabled() or not self.training:
             ids, inverse = self._unique(input)
             return self._pull(ids, self.pushed), inverse
         self._check_ids(input)
@@ -215,9 +336,27 @@ class _Rows(torch.nn.Module):
                                f"not {ids.dtype}")
 
     def _unique(self, ids):
+        """(unique, inverse): the ids to pull (int64, sorted, without the padding id) and each
+        id's index into them, the padding id's len(unique)."""
         self._check_ids(ids)
         unique, inverse = torch.unique(ids, return_inverse=True)
+        if self.padding_idx is not None:
+            kept = unique != self.padding_idx
+            if not kept.all():
+                unique = unique[kept]
+                inverse = torch.where(kept, kept.cumsum(0) - 1, len(unique))[inverse]
         return unique.to(torch.int64), inverse
+
+    def _padded(self, rows):
+        """`rows` with the padding id's row (zeros, torch's initial padding row) after them;
+        `rows` itself when there is no padding_idx."""
+        if self.padding_idx is None:
+            return rows
+        return torch.cat([rows, rows.new_zeros(1, self.embedding_dim)])
+
+    def _padding_row(self, rows):
+        """The index of the padding row in _padded(rows), for torch's padding_idx."""
+        return None if self.padding_idx is None else len(rows)
 
     def _pull(self, ids, after):
         """A fresh tensor holding the rows of `ids` (unique, int64) once step `after`'s update
@@ -269,24 +408,32 @@ class _Prefetch:
                 and input.dtype == self.input.dtype and torch.equal(input, self.input))
 
 
+_PSCHED_KEYWORDS = """psched's keywords: name: the table's name (default inside
+    DistributedModel: the module's name). optimizer and settings: the row optimizer and
+    torch.optim's keywords for it (default: the deployment's optimizer where it has a row
+    formula; the module docstring). init: how a row starts, ("zeros",), ("uniform", low, high)
+    or ("normal", mean, std) (torch's default: N(0, 1)), drawn from `seed` and the id.
+    compression: a psched.Compression for the rows' traffic. client: a psched.Client, for a
+    table used outside DistributedModel (then name is required). max_rows, admit_after: the
+    table's capacity on each shard (0: the deployment's tables: entry, else none): at most
+    max_rows rows stored, the least recently updated evicted; a row stored from its
+    admit_after-th update (docs/embeddings.md)."""
+
+
 class EmbeddingBag(_Rows):
     """torch.nn.EmbeddingBag whose table lives on psched's shards (the module docstring).
 
-    EmbeddingBag(num_embeddings, embedding_dim, mode="sum", *, name=None, optimizer="sgd",
-    init=("normal", 0.0, 1.0), seed=0, dtype=torch.float32, compression=None, client=None,
-    include_last_offset=False, max_rows=0, admit_after=0, **settings)
+    EmbeddingBag(num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
+    scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
+    include_last_offset=False, padding_idx=None, device=None, dtype=None, *, name=None,
+    optimizer=None, init=("normal", 0.0, 1.0), seed=0, compression=None, client=None,
+    max_rows=0, admit_after=0, **settings)
 
-    mode: "sum" or "mean" ("max" is refused). name: the table's name (default inside
-    DistributedModel: the module's name). optimizer and settings: the row optimizer and
-    torch.optim's keywords for it (the module docstring). init: how a row starts, ("zeros",),
-    ("uniform", low, high) or ("normal", mean, std) (torch's nn.EmbeddingBag: N(0, 1)), drawn
-    from `seed` and the id. dtype: torch.float32 or torch.float64. compression: a
-    psched.Compression for the rows' traffic. client: a psched.Client, for a table used outside
-    DistributedModel (then name is required). padding_idx, max_norm and scale_grad_by_freq are
-    refused unless left at torch's defaults; sparse is accepted and ignored (the pushed gradient
-    is always the sparse one). max_rows, admit_after: the table's capacity on each shard (0: the
-    deployment's tables: entry, else none): at most max_rows rows stored, the least recently
-    updated evicted; a row stored from its admit_after-th update (docs/embeddings.md).
+    torch's arguments, in torch's order with torch's defaults: mode "mean" or "sum" ("max" is
+    refused); padding_idx as torch's (the module docstring); sparse accepted; dtype
+    torch.float32 or torch.float64 (None: torch's default dtype); max_norm, norm_type,
+    scale_grad_by_freq, _weight and device only at their defaults (device "cpu" too).
+    {psched}
 
     prefetch(input, offsets=None, *, staleness=None): starts pulling the rows of the next step.
 
@@ -294,19 +441,28 @@ class EmbeddingBag(_Rows):
     result: a 2-D input is one bag per row; a 1-D input is cut into bags at `offsets`.
     """
 
-    def __init__(self, num_embeddings, embedding_dim, mode="sum", *, include_last_offset=False,
-                 **keywords):
+    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
+                 include_last_offset=False, padding_idx=None, device=None, dtype=None, *,
+                 name=None, optimizer=None, init=("normal", 0.0, 1.0), seed=0, compression=None,
+                 client=None, max_rows=0, admit_after=0, **settings):
         if mode not in ("sum", "mean"):
-            raise psched.Error(f"psched.torch.EmbeddingBag does not support mode '{mode}': "
-                               "mode 'sum' or 'mean'")
-        super().__init__(num_embeddings, embedding_dim, **keywords)
+            raise psched.Error(f"psched.torch.EmbeddingBag does not support mode={mode!r}: "
+                               "mode 'sum' or 'mean' (torch has no sparse gradient for 'max')")
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx,
+                         max_norm=max_norm, norm_type=norm_type,
+                         scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, _weight=_weight,
+                         device=device, dtype=dtype, name=name, optimizer=optimizer, init=init,
+                         seed=seed, compression=compression, client=client, max_rows=max_rows,
+                         admit_after=admit_after, settings=settings)
         self.mode, self.include_last_offset = mode, include_last_offset
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         rows, inverse = self._lookup(input)
-        return F.embedding_bag(inverse, rows, offsets, mode=self.mode,
+        return F.embedding_bag(inverse, self._padded(rows), offsets, mode=self.mode,
                                per_sample_weights=per_sample_weights,
-                               include_last_offset=self.include_last_offset)
+                               include_last_offset=self.include_last_offset,
+                               padding_idx=self._padding_row(rows))
 
     def extra_repr(self):
         return f"{super().extra_repr()}, mode={self.mode!r}"
@@ -315,11 +471,35 @@ class EmbeddingBag(_Rows):
 class Embedding(_Rows):
     """torch.nn.Embedding whose table lives on psched's shards (the module docstring).
 
-    Embedding(num_embeddings, embedding_dim, *, the keywords of EmbeddingBag but mode and
-    include_last_offset). forward(input): the rows of input's ids, of shape
-    input.shape + (embedding_dim,).
+    Embedding(num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
+    scale_grad_by_freq=False, sparse=False, _weight=None, device=None, dtype=None, *,
+    _freeze=False, name=None, optimizer=None, init=("normal", 0.0, 1.0), seed=0,
+    compression=None, client=None, max_rows=0, admit_after=0, **settings)
+
+    torch's arguments (1.13's, in its order; _freeze, torch 2's, by keyword only), with torch's
+    defaults: as EmbeddingBag's, and _freeze only False. The padding id's rows are zeros, as
+    torch's at init. {psched}
+
+    forward(input): the rows of input's ids, of shape input.shape + (embedding_dim,).
     """
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 device=None, dtype=None, *, _freeze=False, name=None, optimizer=None,
+                 init=("normal", 0.0, 1.0), seed=0, compression=None, client=None, max_rows=0,
+                 admit_after=0, **settings):
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx,
+                         max_norm=max_norm, norm_type=norm_type,
+                         scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, _weight=_weight,
+                         _freeze=_freeze, device=device, dtype=dtype, name=name,
+                         optimizer=optimizer, init=init, seed=seed, compression=compression,
+                         client=client, max_rows=max_rows, admit_after=admit_after,
+                         settings=settings)
 
     def forward(self, input):
         rows, inverse = self._lookup(input)
-        return F.embedding(inverse, rows)
+        return F.embedding(inverse, self._padded(rows), padding_idx=self._padding_row(rows))
+
+
+EmbeddingBag.__doc__ = EmbeddingBag.__doc__.format(psched=_PSCHED_KEYWORDS)
+Embedding.__doc__ = Embedding.__doc__.format(psched=_PSCHED_KEYWORDS)

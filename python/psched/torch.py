@@ -10,7 +10,10 @@
 
 The shards run the optimizer; there is no torch.optim optimizer and no optimizer.step(). The
 deployment comes from `config` (default: $PSCHED_CONFIG) and the worker id from `worker`
-(default: $RANK, as torchrun sets it), or pass a connected psched.Client.
+(default: $RANK, as torchrun sets it), or pass a connected psched.Client. Without an optimizer,
+DistributedModel(Net()) trains with the deployment's (its `optimizer:` section), the dense
+parameters and the embedding tables alike (psched/embedding.py: where that optimizer has a row
+formula).
 
 How the overlap works: every parameter is a psched variable whose memory is the parameter's
 own storage. A hook on each parameter copies its gradient into the parameter's gradient buffer
@@ -42,7 +45,9 @@ rowwise_adagrad, sparse_adam) from the rows a step touched; a worker pulls only 
 rows. They hold no nn.Parameter, so the rules above are about the dense parameters around them.
 DistributedModel finds them among the module's modules, names each table after its module name,
 gives it the model's client and start_step, and synchronize() waits for their pushes too. Each
-forward of a table with grad enabled is one step of it (psched/embedding.py has the rules).
+training forward of a table (grad enabled, model.train()) is one step of it; a forward under
+model.eval() or torch.no_grad() reads the rows after the last step and is no step, so one
+worker may evaluate while the others train (psched/embedding.py has the rules).
 model.prefetch({table: next_input, ...}) between a step's forward and backward starts the pulls
 of the next step's rows, so they travel while this step computes (docs/embeddings.md).
 
@@ -151,27 +156,36 @@ class _Trace:
 class DistributedModel(torch.nn.Module):
     """Wraps `module` so that its parameters are trained by psched's shards.
 
-    optimizer: a torch.optim name ("sgd", "adam", "adamw", "adagrad", "rmsprop") or
-    psched-only "adam_tf", with torch.optim's keyword settings (lr, momentum, betas,
-    weight_decay, ...; those left out take torch.optim's defaults, and "sgd" requires lr), or
-    a psched.Optimizer. trace: a Chrome trace file (the module docstring); default
-    $PSCHED_TRACE, none when unset. compression: a psched.Compression for every parameter
-    (default: the deployment's compression: section). The parameters are registered under
-    their named_parameters() names during the first forward; the first registration of a name
-    wins and every worker adopts the shards' value before the module uses it, so all workers
-    start from the same parameters. start_step: the first step this process pushes, 1 in a
-    fresh job; a worker that joins a job under way (a restarted one, under torchrun say)
+    optimizer: a torch.optim name ("sgd", "adam", "adamw", "adagrad", "rmsprop") or psched-only
+    "adam_tf", with torch.optim's keyword settings (lr, momentum, betas, weight_decay, ...;
+    those left out take torch.optim's defaults, and "sgd" requires lr), or a psched.Optimizer;
+    None (the default): the deployment's optimizer: section, which the shards run for a variable
+    registered without one (settings without an optimizer are refused). The embedding tables
+    among the modules take their own optimizer= or, without one, the deployment's where it has a
+    row formula (psched/embedding.py). trace: a Chrome trace file (the module docstring);
+    default $PSCHED_TRACE, none when unset. compression: a psched.Compression for every
+    parameter (default: the deployment's compression: section). The parameters are registered
+    under their named_parameters() names during the first forward; the first registration of a
+    name wins and every worker adopts the shards' value before the module uses it, so all
+    workers start from the same parameters. start_step: the first step this process pushes, 1 in
+    a fresh job; a worker that joins a job under way (a restarted one, under torchrun say)
     starts there, from the values the job had after the step before (psched.Client.start_step),
     and the training loop skips the steps done (python/examples/train_digits.py).
     embedding_staleness: how many steps more than the mode allows a prefetched row may lag
     (prefetch(); default 0: the rows the next forward would pull).
     """
 
-    def __init__(self, module, optimizer="sgd", *, config=None, worker=None, client=None,
+    def __init__(self, module, optimizer=None, *, config=None, worker=None, client=None,
                  trace=None, compression=None, embedding_staleness=None, **settings):
         super().__init__()
         self.module = module
-        if not isinstance(optimizer, psched.Optimizer):
+        if optimizer is None:
+            if settings:
+                raise psched.Error(
+                    f"settings {sorted(settings)} given without an optimizer; name the one "
+                    "they are for (DistributedModel(model, 'sgd', lr=0.1)), or give neither to "
+                    "train with the deployment's optimizer")
+        elif not isinstance(optimizer, psched.Optimizer):
             optimizer = optimizer_settings(optimizer, **settings)
         elif settings:
             raise psched.Error(f"settings {sorted(settings)} given beside a psched.Optimizer")
@@ -189,18 +203,23 @@ class DistributedModel(torch.nn.Module):
         self.client = client if client is not None else psched.connect(config, worker)
         # A worker that joins a job under way (a restarted one) pushes from the job's step on.
         self.start_step = self.client.start_step
+        self._tables = []  # the embedding tables among the modules (psched/embedding.py)
+        try:
+            for name, table in module.named_modules():
+                if isinstance(table, _Rows):
+                    table.join(self.client, name, self.start_step)  # refuses a bad optimizer
+                    if embedding_staleness is not None:
+                        table.staleness = embedding_staleness
+                    self._tables.append(table)
+        except psched.Error:
+            if client is None:  # the connection made here
+                self.client.close()
+            raise
         trace = trace if trace is not None else os.environ.get("PSCHED_TRACE")
         self._trace = _Trace(trace, self.client.worker) if trace else None
         for entry in self._parameters_by_id.values():
             entry.pushed = self.start_step - 1
             entry.parameter.register_hook(functools.partial(self._push, entry))
-        self._tables = []  # the embedding tables among the modules (psched/embedding.py)
-        for name, table in module.named_modules():
-            if isinstance(table, _Rows):
-                table.join(self.client, name, self.start_step)
-                if embedding_staleness is not None:
-                    table.staleness = embedding_staleness
-                self._tables.append(table)
         self._waits = {}  # module -> the entries it registered, which it waits for
         self._observers = [hook for m in module.modules() for hook in (
             m.register_forward_pre_hook(self._register_own),

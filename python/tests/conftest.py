@@ -85,7 +85,9 @@ class Server:
 @pytest.fixture
 def start_server(tmp_path):
     """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1,
-    reconnect_seconds=None, compression=None, checkpoint=False, extra="") -> Server. reconnect_seconds:
+    reconnect_seconds=None, compression=None, checkpoint=False, extra="",
+    optimizer_settings=None) -> Server. optimizer, lr and optimizer_settings (a dict of more
+    hyper-parameters) make the deployment's optimizer: section. reconnect_seconds:
     how long its workers keep trying to reconnect (default: the deployment's 60 s).
     compression: the deployment's compression: section, as YAML text. checkpoint: the shards
     keep checkpoints and update logs in a directory of the test's (Server.restart()). extra:
@@ -93,14 +95,15 @@ def start_server(tmp_path):
     servers = []
 
     def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None,
-              compression=None, checkpoint=False, extra=""):
+              compression=None, checkpoint=False, extra="", optimizer_settings=None):
         config = tmp_path / f"deployment{len(servers)}.yaml"
         state = tmp_path / f"state{len(servers)}"
         ports = free_ports(2 * shards)
+        settings = "".join(f", {key}: {value}" for key, value in (optimizer_settings or {}).items())
         listen = "".join(f"  - {{listen: 127.0.0.1:{port}, http: 127.0.0.1:{http}}}\n"
                          for port, http in zip(ports[:shards], ports[shards:]))
         config.write_text(f"mode: {mode}\nworkers: {workers}\nshards:\n{listen}"
-                          f"optimizer: {{kind: {optimizer}, lr: {lr}}}\n"
+                          f"optimizer: {{kind: {optimizer}, lr: {lr}{settings}}}\n"
                           "split_bytes: 2KiB\n"  # larger variables span both shards
                           "scheduler: {partition_bytes: 1KiB, credit_bytes: 4KiB}\n" +
                           (f"reconnect: {{timeout_seconds: {reconnect_seconds}}}\n"

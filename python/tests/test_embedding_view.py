@@ -24,7 +24,7 @@ def get(port, path):
 def test_each_table_shows_its_rows_bytes_and_traffic_per_shard(start_server):
     server = start_server(mode="sync", workers=2, shards=2)
     batches = make_batches()[:5]
-    workers, _ = train_with_psched(server, batches)
+    workers, _, _ = train_with_psched(server, batches)
     for worker in workers:
         worker.client.close()
     # A row per id: each worker's step pulls its batch's distinct ids (its forward) and pushes

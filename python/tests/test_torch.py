@@ -219,6 +219,11 @@ def test_settings_beside_a_psched_optimizer_are_refused():
         psched.torch.DistributedModel(make_model(), psched.Optimizer("sgd", lr=0.1), lr=0.1)
 
 
+def test_settings_without_an_optimizer_are_refused():
+    with pytest.raises(psched.Error, match=r"settings \['lr'\] given without an optimizer"):
+        psched.torch.DistributedModel(make_model(), lr=0.1)
+
+
 def test_an_unknown_optimizer_is_refused():
     with pytest.raises(psched.Error, match="'lamb' is unknown") as error:
         psched.torch.optimizer_settings("lamb")
