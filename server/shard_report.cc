@@ -110,8 +110,12 @@ void step_metrics(PrometheusText& out, const ShardStats& s, const MetricLabels& 
              "them).",
              shard, double(s.members));
   out.single("psched_shard_held_polls_total", MetricType::counter,
-             "Bounded mode: polls held until every member pushed the step staleness behind.", shard,
-             double(s.polls_held));
+             "Polls held: bounded mode's until every member pushed the step staleness behind, "
+             "sync mode's until the step before their own closed.",
+             shard, double(s.polls_held));
+  out.single("psched_shard_held_pushes_total", MetricType::counter,
+             "Sync mode: pushes of the step after the one under way, held until it closed.", shard,
+             double(s.pushes_held));
   out.single("psched_shard_joins_total", MetricType::counter,
              "Sync and bounded modes: workers that joined or rejoined the job.", shard,
              double(s.joins));
@@ -270,7 +274,8 @@ json membership_json(const ShardStats& s) {
                        {"lag_steps", m.lag_steps}});
   return {{"members", s.members},       {"joins", s.joins},
           {"leaves", s.leaves},         {"short_handed_ranges", s.short_handed_ranges},
-          {"polls_held", s.polls_held}, {"workers", workers}};
+          {"polls_held", s.polls_held}, {"pushes_held", s.pushes_held},
+          {"workers", workers}};
 }
 
 json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& config) {

@@ -345,7 +345,7 @@ TEST_CASE("a pushPoll past the connection's waiting poll limit is overloaded and
   std::vector<float> grad(kElements, 1.f);
   f.expect_error(push_poll(waiter, f.id, Step(1), {0, kElements}, DType::float32, f.bytes(grad),
                            reinterpret_cast<std::byte*>(out.back().data()), kElements * 4),
-                 ErrorCode::overloaded, "(limits.max_waiting_polls)");
+                 ErrorCode::overloaded, "(limits.max_waiting_polls");
   CHECK(f.current_value() == f.expected);
   // The same push, plain, answers the waiting polls.
   f.cluster.run(push(waiter, f.id, Step(1), {0, kElements}, DType::float32, f.bytes(grad)));
