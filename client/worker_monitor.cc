@@ -10,9 +10,17 @@ std::string worker_metrics_text(const WorkerStats& stats) {
   const MetricLabels worker = {{"worker", std::to_string(stats.worker.value)}};
   PrometheusText out;
   out.single("psched_worker_credit_bytes", MetricType::gauge,
-             "The credit window: bytes allowed in flight.", worker, double(s.credit_bytes));
-  out.single("psched_worker_credit_in_use_bytes", MetricType::gauge,
-             "Credit held now by partitions in flight.", worker, double(s.bytes_in_flight));
+             "Each credit window (one a direction): bytes allowed in flight.", worker,
+             double(s.credit_bytes));
+  out.family("psched_worker_credit_in_use_bytes", MetricType::gauge,
+             "Credit held now by tasks in flight, by direction (push: sent, not acknowledged; "
+             "pull: answers not landed).");
+  for (auto [direction, bytes] :
+       {std::pair{"push", s.push_bytes_in_flight}, std::pair{"pull", s.pull_bytes_in_flight}}) {
+    MetricLabels labels = worker;
+    labels.emplace_back("direction", direction);
+    out.sample("psched_worker_credit_in_use_bytes", labels, double(bytes));
+  }
   out.family("psched_worker_queued_partitions", MetricType::gauge,
              "Partitions waiting for credit, by priority (lower goes first).");
   for (const auto& [priority, count] : s.queued_by_priority) {
@@ -39,8 +47,10 @@ nlohmann::json worker_status_json(const WorkerStats& stats) {
   const Histogram& iterations = stats.iteration_seconds;
   return {{"worker", stats.worker.value},
           {"credit_bytes", s.credit_bytes},
-          {"credit_in_use_bytes", s.bytes_in_flight},
-          {"max_credit_in_use_bytes", s.max_bytes_in_flight},
+          {"push_credit_in_use_bytes", s.push_bytes_in_flight},
+          {"pull_credit_in_use_bytes", s.pull_bytes_in_flight},
+          {"max_push_credit_in_use_bytes", s.max_push_bytes_in_flight},
+          {"max_pull_credit_in_use_bytes", s.max_pull_bytes_in_flight},
           {"queued_partitions", s.queued_tasks},
           {"queued_by_priority", queued},
           {"started_partitions", s.started_tasks},

@@ -39,7 +39,7 @@ struct ShardConfig {
 struct SchedulerConfig {
   SchedulePolicy policy = SchedulePolicy::priority;
   uint64_t partition_bytes = 256 << 10;  // largest partition a tensor is cut into
-  uint64_t credit_bytes = 2 << 20;  // bytes in flight at most (one larger partition may go alone)
+  uint64_t credit_bytes = 2 << 20;  // bytes in flight at most a direction (one larger may go alone)
   bool autotune = false;
   bool operator==(const SchedulerConfig&) const = default;
 };

@@ -266,8 +266,10 @@ TEST_CASE("partitions start in priority order up to the credit and never exceed 
   // The last layer took the idle link; then the window drains strictly by priority.
   std::vector<int64_t> expected{5, 5, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4};
   for (size_t i = 0; i < records.size(); ++i) CHECK(records[i].priority.value == expected[i]);
-  CHECK(stats.max_bytes_in_flight <= scheduler.credit_bytes);
-  CHECK(stats.max_bytes_in_flight == scheduler.credit_bytes);
+  for (uint64_t most : {stats.max_push_bytes_in_flight, stats.max_pull_bytes_in_flight}) {
+    CHECK(most <= scheduler.credit_bytes);
+    CHECK(most == scheduler.credit_bytes);
+  }
 }
 
 TEST_CASE("bytes in flight never exceed the credit with three workers and random sizes") {
@@ -281,8 +283,10 @@ TEST_CASE("bytes in flight never exceed the credit with three workers and random
     SchedulerStats stats;
     w.worker->scheduler().stats([&](SchedulerStats s) { stats = s; });
     cluster.settle();
-    CHECK(stats.max_bytes_in_flight <= scheduler.credit_bytes);
-    CHECK(stats.bytes_in_flight == 0);
+    CHECK(stats.max_push_bytes_in_flight <= scheduler.credit_bytes);
+    CHECK(stats.max_pull_bytes_in_flight <= scheduler.credit_bytes);
+    CHECK(stats.push_bytes_in_flight == 0);
+    CHECK(stats.pull_bytes_in_flight == 0);
     CHECK(stats.finished_tasks == stats.started_tasks);
   }
 }

@@ -282,7 +282,8 @@ def check_worker_view(port):
         check(family in families, f"worker /metrics has no {family}")
     code, kind, body = get(port, "/status")
     s = json.loads(body)
-    check(s["worker"] == 0 and s["credit_in_use_bytes"] == 0 and s["queued_partitions"] == 0,
+    check(s["worker"] == 0 and s["push_credit_in_use_bytes"] == 0
+          and s["pull_credit_in_use_bytes"] == 0 and s["queued_partitions"] == 0,
           f"worker status after training: {s}")
     check(s["started_partitions"] == s["finished_partitions"] == STEPS * 2,
           f"worker partitions: {s}")

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "actors/worker/partition_task.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "compression/codec.h"
@@ -52,6 +54,20 @@ Result<> Landing::land(std::span<const std::byte> value, WireFormat answered,
 uint64_t PartitionTask::bytes() const {
   if (const auto* rows = std::get_if<RowsRequest>(&request)) return rows->wire_bytes();
   return partition().gradient.size();
+}
+
+uint64_t PartitionTask::push_bytes() const {
+  if (const auto* rows = std::get_if<RowsRequest>(&request)) return rows->push ? bytes() : 0;
+  return partition().gradient.size();
+}
+
+uint64_t PartitionTask::pull_bytes() const {
+  if (const auto* rows = std::get_if<RowsRequest>(&request)) return rows->push ? 0 : bytes();
+  const PartitionRequest& dense = partition();
+  if (dense.delta.version != nullptr && !dense.delta.refresh)  // a delta, as a rule
+    return std::min<uint64_t>(encoded_bytes(WireFormat::topk, dense.dtype, dense.delta.count),
+                              dense.landing().wire_bytes());
+  return dense.landing().wire_bytes();
 }
 
 WireFormat PartitionTask::format() const {

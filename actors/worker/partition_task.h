@@ -6,11 +6,11 @@
 //   RowsRequest       one shard's share of a table's step: its pushed rows, or a pull of rows
 //                     and where each lands. TableStepper fills it.
 //   PartitionTask     either request, with what the scheduler orders it by and what keeps its
-//                     memory alive. The scheduler orders tasks of both kinds in one queue under
-//                     one credit window; LinkTransport hands the request as it is to the
-//                     connection's DataPath (link/data_path.h), which writes a frame header or a
-//                     call's parameters from it; a path keeps only its Landing while the value
-//                     is on the way.
+//                     memory alive. The scheduler orders tasks of both kinds in one order under
+//                     two credit windows, one a direction (push_bytes, pull_bytes); LinkTransport
+//                     hands the request as it is to the connection's DataPath (link/data_path.h),
+//                     which writes a frame header or a call's parameters from it; a path keeps only
+//                     its Landing while the value is on the way.
 //
 // And the transport that carries tasks to their shards and reports what became of them.
 #pragma once
@@ -141,8 +141,16 @@ struct PartitionTask {
   // The dense partition's request (the task must be one).
   PartitionRequest& partition() { return std::get<PartitionRequest>(request); }
   const PartitionRequest& partition() const { return std::get<PartitionRequest>(request); }
-  // Payload bytes on the wire: what counts against the credit window.
+  // Payload bytes on the wire: a dense partition's gradient, a table's pushed rows or pulled
+  // answer (what the scheduler's records count).
   uint64_t bytes() const;
+  // Payload bytes the task sends (a gradient, pushed rows) and receives (a fresh value, pulled
+  // rows in their wire format): what it holds of the scheduler's push and pull credit windows.
+  // A dense partition both pushes and pulls; a table's push only pushes, its pull only pulls.
+  // A delta poll counts the delta it asks for (the shard may answer full values when it has no
+  // delta from the worker's version). A request's ids and headers count in neither.
+  uint64_t push_bytes() const;
+  uint64_t pull_bytes() const;
   // For the scheduler's records: the formats its body and its value travel in, and the range
   // of a dense partition (a table's: its rows, [0, ids)).
   WireFormat format() const;

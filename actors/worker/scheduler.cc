@@ -14,11 +14,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// True when a task of `bytes` may start now: it fits in the credit left, or nothing is in
-// flight (a task larger than the whole credit goes alone). Written without `in_flight + bytes`
-// so that no sum can wrap.
-bool fits(uint64_t bytes, uint64_t in_flight, uint64_t credit) {
-  if (in_flight == 0) return true;
+// True when `bytes` of a task may go in a window now: they fit in the credit left, or nothing
+// is in flight in it (a task larger than the whole credit goes alone). Written without
+// `in_flight + bytes` so that no sum can wrap.
+bool fits_window(uint64_t bytes, uint64_t in_flight, uint64_t credit) {
+  if (bytes == 0 || in_flight == 0) return true;
   return in_flight <= credit && bytes <= credit - in_flight;
 }
 
@@ -35,8 +35,16 @@ Scheduler::Scheduler(ActorLoop& loop, SchedulePolicy policy, uint64_t credit_byt
     : Actor(loop),
       transport_(transport),
       on_task_done_(std::move(on_task_done)),
+      policy_(policy),
       credit_bytes_(credit_bytes),
-      queue_(Later{policy}) {}
+      lanes_{{decltype(lanes_)::value_type(Later{policy}),
+              decltype(lanes_)::value_type(Later{policy}),
+              decltype(lanes_)::value_type(Later{policy})}} {}
+
+Scheduler::Lane Scheduler::lane_of(const PartitionTask& task) {
+  if (task.pull_bytes() == 0) return kPushes;
+  return task.push_bytes() == 0 ? kPulls : kBoth;
+}
 
 void Scheduler::enqueue(std::vector<PartitionTask> tasks) {
   dispatch([this, tasks = std::move(tasks)]() mutable {
@@ -44,7 +52,8 @@ void Scheduler::enqueue(std::vector<PartitionTask> tasks) {
     for (auto& task : tasks) {
       task.sequence = next_sequence_++;
       ++stats_.queued_by_priority[task.priority];
-      queue_.push(Queued{std::move(task), now});
+      const Lane lane = lane_of(task);
+      lanes_[lane].push(Queued{std::move(task), now});
     }
     start_ready();
   });
@@ -72,7 +81,12 @@ void Scheduler::stats(std::function<void(SchedulerStats)> reply) {
   dispatch([this, reply = std::move(reply)] {
     SchedulerStats now = stats_;
     now.credit_bytes = credit_bytes_;
-    now.queued_tasks = queue_.size();
+    now.push_bytes_in_flight = push_window_.in_flight;
+    now.pull_bytes_in_flight = pull_window_.in_flight;
+    now.max_push_bytes_in_flight = push_window_.max_in_flight;
+    now.max_pull_bytes_in_flight = pull_window_.max_in_flight;
+    now.queued_tasks = 0;
+    for (const auto& lane : lanes_) now.queued_tasks += lane.size();
     reply(now);
   });
 }
@@ -89,36 +103,62 @@ void Scheduler::start_ready() {
   if (starting_) return;  // the one running further up the stack goes on
   starting_ = true;
   KJ_DEFER(starting_ = false);
-  while (!queue_.empty() &&
-         fits(queue_.top().task.bytes(), stats_.bytes_in_flight, credit_bytes_)) {
-    Queued best = queue_.top();
-    queue_.pop();
+  while (std::optional<Lane> lane = next_lane()) {
+    Queued best = lanes_[*lane].top();
+    lanes_[*lane].pop();
     admit(best);
     launch(std::move(best.task));
   }
+}
+
+std::optional<Scheduler::Lane> Scheduler::next_lane() const {
+  bool push_held_back = false, pull_held_back = false;
+  std::array<bool, kLanes> looked{};
+  for (;;) {
+    std::optional<Lane> best;
+    for (uint8_t l = 0; l < kLanes; ++l) {
+      const auto lane = static_cast<Lane>(l);
+      if (looked[lane] || lanes_[lane].empty()) continue;
+      if ((push_held_back && draws_push(lane)) || (pull_held_back && draws_pull(lane))) continue;
+      if (!best || Later{policy_}(lanes_[*best].top(), lanes_[lane].top())) best = lane;
+    }
+    if (!best || fits(lanes_[*best].top().task)) return best;
+    looked[*best] = true;
+    push_held_back |= draws_push(*best);
+    pull_held_back |= draws_pull(*best);
+  }
+}
+
+bool Scheduler::fits(const PartitionTask& task) const {
+  return fits_window(task.push_bytes(), push_window_.in_flight, credit_bytes_) &&
+         fits_window(task.pull_bytes(), pull_window_.in_flight, credit_bytes_);
 }
 
 void Scheduler::admit(const Queued& queued) {
   const PartitionTask& task = queued.task;
   auto same_priority = stats_.queued_by_priority.find(task.priority);
   if (--same_priority->second == 0) stats_.queued_by_priority.erase(same_priority);
-  stats_.bytes_in_flight += task.bytes();
-  stats_.max_bytes_in_flight = std::max(stats_.max_bytes_in_flight, stats_.bytes_in_flight);
+  InFlight started{.record = {}, .push_held = task.push_bytes(), .pull_held = task.pull_bytes()};
+  for (auto [window, bytes] :
+       {std::pair{&push_window_, started.push_held}, std::pair{&pull_window_, started.pull_held}}) {
+    window->in_flight += bytes;
+    window->max_in_flight = std::max(window->max_in_flight, window->in_flight);
+  }
   ++stats_.started_tasks;
-  TaskRecord record{.task_id = task.id,
-                    .start_index = stats_.started_tasks - 1,
-                    .priority = task.priority,
-                    .bytes = task.bytes(),
-                    .format = task.format(),
-                    .value_format = task.value_format(),
-                    .shard = task.shard,
-                    .range = task.range(),
-                    .queued = queued.queued,
-                    .started = Clock::now(),
-                    .receipt = {},
-                    .applied = {},
-                    .finished = {}};
-  in_flight_.emplace(task.id, InFlight{record, true});
+  started.record = TaskRecord{.task_id = task.id,
+                              .start_index = stats_.started_tasks - 1,
+                              .priority = task.priority,
+                              .bytes = task.bytes(),
+                              .format = task.format(),
+                              .value_format = task.value_format(),
+                              .shard = task.shard,
+                              .range = task.range(),
+                              .queued = queued.queued,
+                              .started = Clock::now(),
+                              .receipt = {},
+                              .applied = {},
+                              .finished = {}};
+  in_flight_.emplace(task.id, started);
 }
 
 void Scheduler::launch(PartitionTask task) {
@@ -132,29 +172,30 @@ void Scheduler::launch(PartitionTask task) {
   }
 }
 
-void Scheduler::release_credit(InFlight& task) {
-  if (!task.holds_credit) return;
-  PSCHED_REQUIRE(task.record.bytes <= stats_.bytes_in_flight, task.record.task_id,
-                 task.record.bytes, stats_.bytes_in_flight);
-  stats_.bytes_in_flight -= task.record.bytes;
-  task.holds_credit = false;
+void Scheduler::release(Window& window, uint64_t& held) {
+  PSCHED_REQUIRE(held <= window.in_flight, held, window.in_flight);
+  window.in_flight -= held;
+  held = 0;
 }
 
 void Scheduler::received(uint64_t task_id) {
   PSCHED_REQUIRE(on_loop(), task_id);
   auto it = in_flight_.find(task_id);
   if (it == in_flight_.end()) return;
-  it->second.record.receipt = Clock::now();
-  if (!free_credit_on_receipt_) return;
-  release_credit(it->second);
-  start_ready();
+  InFlight& task = it->second;
+  task.record.receipt = Clock::now();
+  const uint64_t held = task.push_held + task.pull_held;
+  release(push_window_, task.push_held);
+  if (free_credit_on_receipt_) release(pull_window_, task.pull_held);
+  if (task.push_held + task.pull_held != held) start_ready();
 }
 
 void Scheduler::finished(uint64_t task_id, TaskOutcome outcome) {
   PSCHED_REQUIRE(on_loop(), task_id);
   auto it = in_flight_.find(task_id);
   if (it == in_flight_.end()) return;  // reported twice: the first report counted
-  release_credit(it->second);
+  release(push_window_, it->second.push_held);
+  release(pull_window_, it->second.pull_held);
   TaskRecord record = it->second.record;
   in_flight_.erase(it);
   ++stats_.finished_tasks;

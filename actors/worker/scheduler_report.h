@@ -33,12 +33,16 @@ struct TaskRecord {
 };
 
 struct SchedulerStats {
-  uint64_t credit_bytes = 0;         // the credit window now
-  uint64_t bytes_in_flight = 0;      // credit held now: started tasks not yet finished
-  uint64_t max_bytes_in_flight = 0;  // the most ever in flight at once
-  uint64_t queued_tasks = 0;         // waiting now (enqueued, not yet started)
-  uint64_t started_tasks = 0;        // ever started
-  uint64_t finished_tasks = 0;       // ever finished (failures included)
+  uint64_t credit_bytes = 0;  // each credit window now (one a direction)
+  // Credit held now of each window (started tasks: pushes not yet acknowledged, answers not yet
+  // landed), and the most ever held at once.
+  uint64_t push_bytes_in_flight = 0;
+  uint64_t pull_bytes_in_flight = 0;
+  uint64_t max_push_bytes_in_flight = 0;
+  uint64_t max_pull_bytes_in_flight = 0;
+  uint64_t queued_tasks = 0;                        // waiting now (enqueued, not yet started)
+  uint64_t started_tasks = 0;                       // ever started
+  uint64_t finished_tasks = 0;                      // ever finished (failures included)
   std::map<Priority, uint64_t> queued_by_priority;  // queued_tasks by task priority (no zeros)
 };
 
