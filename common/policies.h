@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace psched {
 
@@ -24,6 +25,22 @@ enum class SchedulePolicy {
   priority,  ///< lowest priority value first, partitioned, credit-limited (default)
   fifo,      ///< arrival order through the same code path (the benchmark baseline)
 };
+
+// How one variable's steps wait: its mode and, bounded, its staleness. A job's dense variables
+// follow its `mode:` and `staleness:`; its tables may run a looser rule of their own
+// (`table_mode:`, or `mode:` and `staleness:` in a `tables:` entry), as Persia's hybrid runs
+// the embeddings asynchronous beside synchronous dense layers.
+struct StepRule {
+  Mode mode = Mode::async;
+  uint64_t staleness = 1;  // bounded: steps a worker may run ahead of the slowest member
+  bool operator==(const StepRule&) const = default;
+};
+
+// How strict a mode is: async < bounded < sync. A table's rule may be no stricter than its
+// job's mode (the job's membership is what a stricter rule would wait on).
+constexpr int strictness(Mode mode) {
+  return mode == Mode::async ? 0 : mode == Mode::bounded ? 1 : 2;
+}
 
 // What a wait for members behind does once it has lasted StepConfig::timeout_seconds.
 enum class TimeoutAction {
@@ -49,6 +66,8 @@ struct StepConfig {
   double lease_seconds = 0;
   // mode: bounded: how many steps a worker may run ahead of the slowest member (`staleness:`).
   uint64_t staleness = 1;
+  // Every table's rule where its `tables:` entry gives none (`table_mode:`); none: the job's.
+  std::optional<StepRule> tables;
   bool operator==(const StepConfig&) const = default;
 };
 

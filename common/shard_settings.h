@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string_view>
 #include <vector>
 
 #include "common/policies.h"
@@ -30,6 +31,16 @@ struct ShardSettings {
   // would store rows beyond it is refused.
   uint64_t max_table_bytes = 0;
   std::vector<TableConfig> tables;  // the deployment's tables: section
+
+  // How the steps of the job's dense variables wait (`mode:`, `staleness:`).
+  StepRule dense_rule() const { return {mode, steps.staleness}; }
+  // How the steps of table `name` wait: its tables: entry's rule, else table_mode:, else the
+  // dense variables'.
+  StepRule table_rule(std::string_view name) const {
+    for (const TableConfig& table : tables)
+      if (table.name == name && table.rule) return *table.rule;
+    return steps.tables.value_or(dense_rule());
+  }
 };
 
 }  // namespace psched

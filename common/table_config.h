@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // TableConfig: an embedding table's entry in the deployment's `tables:` section, what every
 // shard applies when a worker registers the table of that name (actors/shard/row_table.h,
-// RowTable::declare): its capacity, and what the registration must agree with.
+// RowTable::declare): its capacity, what the registration must agree with, and how its steps
+// wait.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/policies.h"
 
 namespace psched {
 
@@ -23,6 +26,8 @@ struct TableConfig {
   // init: its kind ("zeros", "uniform", "normal") and, but for zeros, its two numbers.
   std::optional<std::string> init;
   std::vector<double> init_values;
+  // How the table's steps wait (`mode:`, `staleness:`); none: table_mode:, else the job's.
+  std::optional<StepRule> rule;
   bool operator==(const TableConfig&) const = default;
 };
 

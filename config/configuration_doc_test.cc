@@ -60,18 +60,21 @@ std::vector<Row> documented_rows() {
 
 // A deployment with one shard and the key `key` set to `value` ("" : left out), with what the
 // key needs beside it (checkpoint.directory for the checkpoint section, mode: bounded for
-// staleness).
+// staleness and, with table_mode.mode: bounded, for table_mode.staleness).
 std::string deployment_setting(const std::string& key, const std::string& value) {
   std::string top = key.substr(0, key.find('.'));
   std::string inner = key.find('.') == key.npos ? "" : key.substr(key.find('.') + 1);
-  std::string text = key == "staleness" ? "mode: bounded\n" : "";
+  const bool bounded = key == "staleness" || key == "table_mode.staleness";
+  std::string text = bounded ? "mode: bounded\n" : "";
   if (top == "shards[]") {
     text += "shards:\n  - {listen: " + kShard;
     if (!value.empty()) text += ", " + inner + ": " + value;
     return text + "}\n";
   }
   text += "shards:\n  - listen: " + kShard + "\n";
-  std::string beside = top == "checkpoint" ? "directory: state" : "";
+  std::string beside = top == "checkpoint"             ? "directory: state"
+                       : key == "table_mode.staleness" ? "mode: bounded"
+                                                       : "";
   if (inner.empty()) return value.empty() ? text : text + top + ": " + value + "\n";
   std::string fields = beside;
   if (!value.empty()) fields += (fields.empty() ? "" : ", ") + inner + ": " + value;

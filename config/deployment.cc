@@ -28,12 +28,13 @@ using config::ConfigMap;
 using config::ConfigNode;
 using optim::OptimizerSpec;
 
-constexpr std::array<std::string_view, 16> kTopKeys = {
-    "mode",      "workers",     "auth",      "shards",     "tls",  "split_bytes",
-    "optimizer", "scheduler",   "limits",    "checkpoint", "sync", "reconnect",
-    "data_path", "compression", "staleness", "tables"};
-constexpr std::array<std::string_view, 6> kTableKeys = {"name", "dim",      "optimizer",
-                                                        "init", "max_rows", "admit_after"};
+constexpr std::array<std::string_view, 17> kTopKeys = {
+    "mode",      "workers",     "auth",      "shards",     "tls",       "split_bytes",
+    "optimizer", "scheduler",   "limits",    "checkpoint", "sync",      "reconnect",
+    "data_path", "compression", "staleness", "tables",     "table_mode"};
+constexpr std::array<std::string_view, 8> kTableKeys = {
+    "name", "dim", "optimizer", "init", "max_rows", "admit_after", "mode", "staleness"};
+constexpr std::array<std::string_view, 2> kTableModeKeys = {"mode", "staleness"};
 constexpr std::array<std::string_view, 4> kRowOptimizers = {"sgd", "adagrad", "rowwise_adagrad",
                                                             "sparse_adam"};
 constexpr std::array<std::string_view, 10> kCompressionKeys = {
@@ -324,7 +325,37 @@ void parse_table_init(const ConfigNode& node, TableConfig& out) {
     node.fail(fmt::format("init '{}' (expected {})", *out.init, kExpected));
 }
 
-TableConfig parse_table(const ConfigNode& node) {
+// A table's step rule from its map's `mode:` and `staleness:` (a tables: entry, table_mode:),
+// no stricter than the job's mode `job`; none when neither is given.
+std::optional<StepRule> parse_rule(const ConfigMap& map, Mode job) {
+  auto mode = map.find("mode");
+  auto staleness = map.find("staleness");
+  if (!mode) {
+    if (staleness) staleness->fail("needs mode: bounded beside it");
+    return std::nullopt;
+  }
+  StepRule rule{.mode = read_choice(*mode, kModes)};
+  if (strictness(rule.mode) > strictness(job))
+    mode->fail(
+        fmt::format("{} is stricter than the job's mode: {} (tables may wait less than "
+                    "the dense variables, not more)",
+                    to_string(rule.mode), to_string(job)));
+  if (staleness) {
+    if (rule.mode != Mode::bounded) staleness->fail("is only for mode: bounded");
+    rule.staleness = read_integer(*staleness, 0, UINT32_MAX);
+  }
+  return rule;
+}
+
+// table_mode: every table's rule where its entry gives none.
+std::optional<StepRule> parse_table_mode(const ConfigNode& node, Mode job) {
+  if (node.is_null()) return std::nullopt;
+  ConfigMap map(node, kTableModeKeys);
+  map.require("mode", "the tables' mode: async, bounded or sync");
+  return parse_rule(map, job);
+}
+
+TableConfig parse_table(const ConfigNode& node, Mode job) {
   ConfigMap map(node, kTableKeys);
   TableConfig out{.name = read_string(map.require("name", "the table's name, as registered"))};
   if (auto f = map.find("dim")) out.dim = static_cast<uint32_t>(read_integer(*f, 1, UINT32_MAX));
@@ -337,10 +368,11 @@ TableConfig parse_table(const ConfigNode& node) {
   if (auto f = map.find("init")) parse_table_init(*f, out);
   if (auto f = map.find("max_rows")) out.max_rows = read_integer(*f, 1, UINT32_MAX - 1);
   if (auto f = map.find("admit_after")) out.admit_after = read_integer(*f, 1, 255);
+  out.rule = parse_rule(map, job);
   return out;
 }
 
-std::vector<TableConfig> parse_tables(const ConfigNode& node) {
+std::vector<TableConfig> parse_tables(const ConfigNode& node, Mode job) {
   std::vector<TableConfig> tables;
   if (node.is_null()) return tables;
   if (!node.yaml().IsSequence())
@@ -348,7 +380,7 @@ std::vector<TableConfig> parse_tables(const ConfigNode& node) {
   for (const YAML::Node& item : node.yaml()) {
     ConfigNode table(item, fmt::format("{}[{}]", node.path(), tables.size()), item.Mark(),
                      node.file());
-    tables.push_back(parse_table(table));
+    tables.push_back(parse_table(table, job));
     for (size_t i = 0; i + 1 < tables.size(); ++i)
       if (tables[i].name == tables.back().name)
         table.fail(fmt::format("table '{}' is also {}[{}] (expected one entry a table)",
@@ -450,13 +482,14 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.optimizer = parse_optimizer(top.find_or_null("optimizer"));
   config.scheduler = parse_scheduler(top.find_or_null("scheduler"));
   config.limits = parse_limits(top.find_or_null("limits"));
-  config.tables = parse_tables(top.find_or_null("tables"));
+  config.tables = parse_tables(top.find_or_null("tables"), config.mode);
   config.checkpoint = parse_checkpoint(top.find_or_null("checkpoint"), source.parent_path());
   config.steps = parse_steps(top.find_or_null("sync"), config.workers);
   if (auto f = top.find("staleness")) {
     config.steps.staleness = read_integer(*f, 0, UINT32_MAX);
     if (config.mode != Mode::bounded) f->fail("is only for mode: bounded");
   }
+  config.steps.tables = parse_table_mode(top.find_or_null("table_mode"), config.mode);
   config.reconnect = parse_reconnect(top.find_or_null("reconnect"));
   if (auto f = top.find("data_path")) config.data_path = read_choice(*f, kDataPaths);
   config.compression = parse_compression(top.find_or_null("compression"));
@@ -543,6 +576,7 @@ std::vector<std::string> deployment_keys() {
     if (top == "reconnect") return list(kReconnectKeys);
     if (top == "compression") return list(kCompressionKeys);
     if (top == "tables") return list(kTableKeys);
+    if (top == "table_mode") return list(kTableModeKeys);
     return {};
   };
   std::vector<std::string> keys;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/shard_settings.h"
 
 namespace psched {
 namespace {
@@ -141,6 +142,37 @@ TEST_CASE("compression sets every variable's wire formats, checked like every ke
   CHECK(error_of(kOneShard + "compression: {topk_fraction: 1.5}\n") ==
         "configs/x.yaml:3: compression.topk_fraction: 1.5 is not a fraction in (0, 1]");
   CHECK(error_of(kOneShard + "compression: {level: 3}\n").find("compression.level: unknown key") !=
+        std::string::npos);
+}
+
+TEST_CASE("table_mode: and a table's mode: give tables their own step rule, never stricter") {
+  const std::string sync = kOneShard + "mode: sync\n";
+  DeploymentConfig config = parse(sync +
+                                  "table_mode: {mode: bounded, staleness: 2}\n"
+                                  "tables:\n"
+                                  "  - {name: users, mode: async}\n"
+                                  "  - {name: items}\n");
+  CHECK(config.steps.tables == StepRule{.mode = Mode::bounded, .staleness = 2});
+  CHECK(config.tables[0].rule == StepRule{.mode = Mode::async});
+  CHECK_FALSE(config.tables[1].rule);
+  ShardSettings settings{.mode = config.mode, .steps = config.steps, .tables = config.tables};
+  CHECK(settings.table_rule("users") == StepRule{.mode = Mode::async});
+  CHECK(settings.table_rule("items") == StepRule{.mode = Mode::bounded, .staleness = 2});
+  CHECK(settings.dense_rule().mode == Mode::sync);
+  CHECK_FALSE(parse(sync).steps.tables);
+  CHECK(ShardSettings{.mode = Mode::sync}.table_rule("any").mode == Mode::sync);
+
+  CHECK(error_of(kOneShard + "table_mode: {mode: bounded}\n")
+            .find("table_mode.mode: bounded is stricter than the job's mode: async") !=
+        std::string::npos);
+  CHECK(error_of(kOneShard + "mode: bounded\ntables:\n  - {name: t, mode: sync}\n")
+            .find("tables[0].mode: sync is stricter") != std::string::npos);
+  CHECK(error_of(sync + "table_mode: {staleness: 1}\n").find("table_mode") != std::string::npos);
+  CHECK(error_of(sync + "tables:\n  - {name: t, staleness: 1}\n")
+            .find("needs mode: bounded beside it") != std::string::npos);
+  CHECK(error_of(sync + "table_mode: {mode: async, staleness: 1}\n")
+            .find("is only for mode: bounded") != std::string::npos);
+  CHECK(error_of(sync + "table_mode: {mode: later}\n").find("table_mode.mode") !=
         std::string::npos);
 }
 

@@ -31,6 +31,7 @@
 #include "actors/shard/step_track.h"
 #include "common/byte_codec.h"
 #include "common/dtype.h"
+#include "common/shard_settings.h"
 #include "common/types.h"
 
 namespace psched {
@@ -52,6 +53,9 @@ class HostedKind {
   // The units a step covers, what its StepTrack tracks: a variable's part of its elements; a
   // table's one unit [0, 1) (every worker's step of a table pushes all its rows here at once).
   virtual ElementRange extent() const = 0;
+  // How its steps wait, from the shard's settings: a variable the job's mode, a table its own
+  // rule (ShardSettings::table_rule: Persia's hybrid, dense sync beside bounded tables).
+  virtual StepRule step_rule(const ShardSettings& settings) const = 0;
 
   // Throws Error naming what is wrong (and changes nothing) unless `push` fits the kind: its
   // dtype, its range or ids, its bytes. Returns the units it covers.

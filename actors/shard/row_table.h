@@ -73,6 +73,9 @@ class RowTable final : public HostedKind {
   Priority priority() const override { return spec_.priority; }
   DType dtype() const override { return spec_.dtype; }
   ElementRange extent() const override { return kUnit; }
+  StepRule step_rule(const ShardSettings& settings) const override {
+    return settings.table_rule(spec_.name);
+  }
   ElementRange check_push(const Push& push) const override;
   ElementRange check_poll(const char* what, const Poll& poll) const override;
   void take(const StepUpdate& update, const Push& push) override;

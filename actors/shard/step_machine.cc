@@ -31,8 +31,13 @@ StepMachine::StepMachine(ActorLoop& loop, const ShardSettings& settings, Host& h
       polls_(loop),
       pushed_(settings.workers) {}
 
-void StepMachine::add(std::string name, ElementRange extent) {
-  tracks_.emplace_back(std::move(name), extent, settings_.mode, settings_.workers, members());
+void StepMachine::add(std::string name, ElementRange extent, StepRule rule) {
+  if (strictness(rule.mode) > strictness(settings_.mode))
+    fail(ErrorCode::bad_config, "'{}' steps in mode {}, stricter than the job's mode {}", name,
+         to_string(rule.mode), to_string(settings_.mode));
+  const Membership* members = rule.mode == Mode::async ? nullptr : &members_;
+  tracks_.emplace_back(std::move(name), extent, rule.mode, settings_.workers, members);
+  rules_.push_back(rule);
 }
 
 StepMachine::Admission StepMachine::admit(WorkerId worker, VariableId id, Step step,
@@ -69,7 +74,7 @@ StepMachine::Admission StepMachine::take_now(HostedKind& kind, const Push& push,
 }
 
 bool StepMachine::holds(const Push& push) const {
-  return settings_.mode == Mode::sync &&
+  return mode_of(push.variable) == Mode::sync &&
          push.step == tracks_[push.variable.value].applied_step(kAllWorkers).next().next();
 }
 
@@ -105,10 +110,11 @@ void StepMachine::applied(WorkerId worker, VariableId id, const StepUpdate& upda
                           Clock::time_point now) {
   StepTrack& track = tracks_[id.value];
   answer_polls(id, track.poll_owner(worker), update);
-  if (settings_.mode == Mode::async) return;
+  if (!has_members()) return;
   members_.pushed(worker);
   pushed_[worker.value] = std::max(pushed_[worker.value], update.step);
-  if (settings_.mode == Mode::bounded) return release_held(id);
+  if (mode_of(id) == Mode::async) return;
+  if (mode_of(id) == Mode::bounded) return release_held(id);
   keep_short_handed(track);
   time_step(id, now);
   if (!held_.empty()) release_held(id);
@@ -136,7 +142,7 @@ void StepMachine::poll(const Poll& poll, Answer answer, Clock::time_point now) {
 
 bool StepMachine::holds(const Poll& poll) const {
   const StepTrack& track = tracks_[poll.variable.value];
-  switch (settings_.mode) {
+  switch (mode_of(poll.variable)) {
     case Mode::async:
       return false;
     case Mode::bounded:
@@ -152,9 +158,9 @@ bool StepMachine::holds(const Poll& poll) const {
 
 bool StepMachine::still_held(const Poll& poll) const {
   const StepTrack& track = tracks_[poll.variable.value];
-  if (settings_.mode == Mode::bounded)
-    return !track.behind(poll.step, settings_.steps.staleness).empty();
-  return settings_.mode == Mode::sync && poll.step > track.applied_step(poll.worker).next();
+  const Mode mode = mode_of(poll.variable);
+  if (mode == Mode::bounded) return !track.behind(poll.step, staleness_of(poll.variable)).empty();
+  return mode == Mode::sync && poll.step > track.applied_step(poll.worker).next();
 }
 
 void StepMachine::file(const HeldPoll& held) {
@@ -255,8 +261,8 @@ void StepMachine::join_from(WorkerId worker, Step from, Clock::time_point now) {
   host_.log_join(worker, from);
   bool rejoined = members_.has_pushed(worker);
   members_.join(worker, from);
-  if (settings_.mode == Mode::bounded)
-    for (StepTrack& track : tracks_) track.skip_to(worker, Step(from.value - 1));
+  for (uint32_t i = 0; i < tracks_.size(); ++i)
+    if (mode_of(VariableId(i)) == Mode::bounded) tracks_[i].skip_to(worker, Step(from.value - 1));
   ++joins_;
   log_info("shard {}: worker {} {} the job at step {} ({} of {} workers members)",
            settings_.id.value, worker.value, rejoined ? "rejoins" : "joins", from,
@@ -277,9 +283,9 @@ void StepMachine::leave(WorkerId worker, std::string_view why, Clock::time_point
 }
 
 void StepMachine::settle_all(Clock::time_point now) {
-  if (settings_.mode == Mode::bounded) return release_held(std::nullopt);
   for (uint32_t i = 0; i < tracks_.size(); ++i) {
     const VariableId id(i);
+    if (mode_of(id) != Mode::sync) continue;
     for (const StepUpdate& update : tracks_[i].settle()) {
       host_.apply_gathered(id, update);
       answer_polls(id, kAllWorkers, update);
@@ -300,12 +306,10 @@ void StepMachine::disconnected(WorkerId worker, Clock::time_point now) {
 }
 
 void StepMachine::enforce(Clock::time_point now) {
-  if (settings_.mode == Mode::async) return;
+  if (!has_members()) return;
   if (settings_.steps.timeout_seconds > 0) {
-    if (settings_.mode == Mode::sync)
-      time_out_steps(now);
-    else
-      time_out_held(now);
+    time_out_steps(now);  // sync variables' steps
+    time_out_held(now);   // bounded variables' held polls
   }
   end_leases(now);
 }
@@ -399,11 +403,13 @@ void StepMachine::close_without_missing(VariableId id, Step step) {
 
 void StepMachine::time_out_held(Clock::time_point now) {
   const double timeout = settings_.steps.timeout_seconds;
-  const uint64_t staleness = settings_.steps.staleness;
-  auto overdue =
-      take_held([&](const HeldPoll& held) { return seconds_between(held.since, now) >= timeout; });
+  auto overdue = take_held([&](const HeldPoll& held) {  // sync's held polls go with their step
+    return mode_of(held.poll.variable) == Mode::bounded &&
+           seconds_between(held.since, now) >= timeout;
+  });
   for (const HeldPoll& held : overdue) {
     const Step step = held.poll.step;
+    const uint64_t staleness = staleness_of(held.poll.variable);
     const StepTrack& track = tracks_[held.poll.variable.value];
     Error error = timed_out(fmt::format(
         "a poll of step {} of variable '{}' on shard {} waited {:.1f} s for worker(s) {} to push "
@@ -441,7 +447,7 @@ void StepMachine::report(ShardStats& stats) const {
   stats.joins = joins_;
   stats.leaves = leaves_;
   stats.short_handed_ranges = short_handed_ranges_;
-  if (settings_.mode == Mode::async) return;
+  if (!has_members()) return;
   stats.members = members_.members();
   const Step newest = *std::max_element(pushed_.begin(), pushed_.end());
   for (uint32_t w = 0; w < settings_.workers; ++w)
@@ -494,7 +500,7 @@ void StepMachine::load_track(VariableId id, ByteReader& in) {
 }
 
 void StepMachine::replay_timeout(VariableId id, Step step, const std::string& record) {
-  if (settings_.mode != Mode::sync || id.value >= tracks_.size())
+  if (id.value >= tracks_.size() || mode_of(id) != Mode::sync)
     fail(ErrorCode::corrupt_checkpoint, "{}: a timeout of variable id {} that cannot be", record,
          id.value);
   StepTrack& track = tracks_[id.value];
@@ -505,14 +511,14 @@ void StepMachine::replay_timeout(VariableId id, Step step, const std::string& re
 
 void StepMachine::replay_join(WorkerId worker, Step from, const std::string& record,
                               Clock::time_point now) {
-  if (settings_.mode == Mode::async || worker.value >= settings_.workers || from == Step())
+  if (!has_members() || worker.value >= settings_.workers || from == Step())
     fail(ErrorCode::corrupt_checkpoint, "{}: a join of worker {} at step {} that cannot be", record,
          worker.value, from);
   join_from(worker, from, now);
 }
 
 void StepMachine::replay_leave(WorkerId worker, const std::string& record, Clock::time_point now) {
-  if (settings_.mode == Mode::async || worker.value >= settings_.workers)
+  if (!has_members() || worker.value >= settings_.workers)
     fail(ErrorCode::corrupt_checkpoint, "{}: a leave of worker {} that cannot be", record,
          worker.value);
   leave(worker, "as logged", now);

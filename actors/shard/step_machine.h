@@ -25,6 +25,11 @@
 //   s - staleness; a poll held sync.timeout_seconds fails naming who is behind, or (proceed)
 //   waits for its own update only. A worker that joins starts level with the slowest member.
 //
+// The rule is each variable's (StepRule, given to add()): the job's mode for its dense
+// variables, and for a table its own where the deployment gives one (hybrid: dense sync beside
+// bounded or async tables), never stricter than the job's mode. Membership, leases and joins
+// are the job's (its mode); what waits, is held or times out follows each variable's rule.
+//
 // Owner and threads: each VariableShard owns one and calls it directly on the shard's loop, the
 // only thread that touches it. Time comes in as an argument, so tests choose it: the machine
 // reads no clock. What the machine needs done to the shard (a kind applying gathered sums, an
@@ -85,8 +90,9 @@ class StepMachine {
   StepMachine(ActorLoop& loop, const ShardSettings& settings, Host& host);
 
   // Tracks the steps of the next variable (its id is the count so far): `name` for messages,
-  // `extent` the part a step covers.
-  void add(std::string name, ElementRange extent);
+  // `extent` the part a step covers, `rule` how its steps wait. Throws Error(bad_config) for a
+  // rule stricter than the job's mode.
+  void add(std::string name, ElementRange extent, StepRule rule);
   size_t variables() const { return tracks_.size(); }
   const StepTrack& track(VariableId id) const { return tracks_[id.value]; }
 
@@ -182,8 +188,11 @@ class StepMachine {
   // take_now()'s steps: whether the push is fresh, then what the update it was completed.
   Admission admit(WorkerId worker, VariableId id, Step step, ElementRange range);
   void applied(WorkerId worker, VariableId id, const StepUpdate& update, Clock::time_point now);
-  // What tracks wait for: the membership; null in async mode.
-  const Membership* members() const { return settings_.mode == Mode::async ? nullptr : &members_; }
+  // Whether the job has members (sync, bounded).
+  bool has_members() const { return settings_.mode != Mode::async; }
+  // Variable `id`'s mode and staleness.
+  Mode mode_of(VariableId id) const { return rules_[id.value].mode; }
+  uint64_t staleness_of(VariableId id) const { return rules_[id.value].staleness; }
   // Answers the polls that `update` of `id` (owner `owner`) completed.
   void answer_polls(VariableId id, WorkerId owner, const StepUpdate& update);
   // Whether `poll` is held before it is filed, its checks made first (a bad one throws).
@@ -237,6 +246,7 @@ class StepMachine {
   Membership members_;  // sync, bounded; the tracks point to it
   Leases leases_;
   std::vector<StepTrack> tracks_;  // index = VariableId
+  std::vector<StepRule> rules_;    // index = VariableId
   PollRegistry polls_;
   std::vector<HeldPoll> held_;  // bounded: members behind; sync: the step before not complete
   std::vector<HeldPush> held_pushes_;  // sync: the step before not complete

@@ -65,6 +65,7 @@ struct NoKind final : HostedKind {
   Priority priority() const override { return Priority(0); }
   DType dtype() const override { return DType::float32; }
   ElementRange extent() const override { return {0, 4}; }
+  StepRule step_rule(const ShardSettings& settings) const override { return settings.dense_rule(); }
   ElementRange check_push(const Push& push) const override { return push.range; }
   ElementRange check_poll(const char*, const Poll& poll) const override { return poll.range; }
   void take(const StepUpdate&, const Push&) override {}
@@ -77,9 +78,9 @@ struct NoKind final : HostedKind {
   void load_sums(ByteReader&) override {}
 };
 
-// A push of `range` of "w" as the shard hands it to the machine.
-Push push_of(uint32_t worker, Step step, ElementRange range) {
-  return {WorkerId(worker), VariableId(0), step, range, DType::float32, {}};
+// A push of `range` of "w" (or of `variable`) as the shard hands it to the machine.
+Push push_of(uint32_t worker, Step step, ElementRange range, VariableId variable = VariableId(0)) {
+  return {WorkerId(worker), variable, step, range, DType::float32, {}};
 }
 
 // What `steps` said of `push`, taken at once (not held); throws its refusal.
@@ -106,7 +107,8 @@ struct PollAnswer {
   bool answered() const { return !got.empty(); }
 };
 
-// A shard's step machine over one variable "w" of 4 elements, three workers.
+// A shard's step machine over one variable "w" of 4 elements, three workers; with `table`, a
+// second variable "t" of one unit under that rule (a table beside the dense variable).
 struct Fixture {
   testing::TestLoop io;
   ShardSettings settings;
@@ -114,14 +116,24 @@ struct Fixture {
   NoKind kind;
   std::optional<StepMachine> steps;
   const VariableId w{0};
+  const VariableId t{1};
   uint64_t next_ticket = 1;
 
-  explicit Fixture(Mode mode, StepConfig sync = {}) {
+  explicit Fixture(Mode mode, StepConfig sync = {}, std::optional<StepRule> table = {}) {
     settings.mode = mode;
     settings.workers = 3;
     settings.steps = sync;
     steps.emplace(io.actors, settings, host);
-    steps->add("w", {0, 4});
+    steps->add("w", {0, 4}, settings.dense_rule());
+    if (table) steps->add("t", {0, 1}, *table);
+  }
+  // A push and a poll of the table "t".
+  StepMachine::Admission push_t(uint32_t worker, Step step, int seconds = 0) {
+    return taken(*steps, kind, push_of(worker, step, {0, 1}, t), {0, 1}, at(seconds));
+  }
+  void poll_t(uint32_t worker, Step step, PollAnswer& answer, int seconds = 0) {
+    steps->poll({WorkerId(worker), t, step, {0, 1}, PollTicket(next_ticket++)}, answer.answer(),
+                at(seconds));
   }
   // A push as the shard takes it; what the machine said it was (throws its refusal).
   StepMachine::Admission push(uint32_t worker, Step step, ElementRange range = {0, 4},
@@ -396,7 +408,7 @@ TEST_CASE("the membership and its record survive a save and a load") {
 
   RecordingHost host;
   StepMachine g(f.io.actors, f.settings, host);  // a restarted shard's
-  g.add("w", {0, 4});
+  g.add("w", {0, 4}, f.settings.dense_rule());
   ByteReader in(out.bytes(), "saved");
   g.load(in);
   g.load_track(f.w, in);
@@ -412,4 +424,81 @@ TEST_CASE("the membership and its record survive a save and a load") {
   CHECK(code_of([&] {
           taken(g, f.kind, push_of(2, Step(2), {0, 4}), {0, 4}, at(5));
         }) == ErrorCode::not_a_member);
+}
+
+TEST_CASE("hybrid: a bounded table in a sync job applies on arrival within its staleness") {
+  Fixture f(Mode::sync, {.timeout_seconds = 10}, StepRule{.mode = Mode::bounded, .staleness = 1});
+  PollAnswer dense;
+  f.poll(0, Step(1), dense);
+  f.push(0, Step(1));
+  CHECK_FALSE(dense.answered());  // the dense variable waits for every member
+  CHECK(f.push_t(0, Step(1)) == StepMachine::Admission::fresh);
+  PollAnswer row1;
+  f.poll_t(0, Step(1), row1);
+  CHECK(row1.got == std::vector<std::string>{"ok"});  // its own update, applied on arrival
+  f.push_t(0, Step(2));  // not held, as a sync variable's step after the open one would be
+  CHECK(f.report().pushes_held == 0);
+  PollAnswer row3;
+  f.poll_t(0, Step(3), row3);  // needs every member's step 2 (staleness 1)
+  CHECK_FALSE(row3.answered());
+  CHECK(f.report().polls_held == 1);
+  for (uint32_t w = 1; w < 3; ++w) {
+    f.push_t(w, Step(1));
+    f.push_t(w, Step(2));
+  }
+  CHECK_FALSE(row3.answered());  // held no more; waits for its own step 3
+  f.push_t(0, Step(3));
+  CHECK(row3.got == std::vector<std::string>{"ok"});
+  CHECK_FALSE(dense.answered());  // the table's steps never close a dense one
+  f.push(1, Step(1));
+  f.push(2, Step(1));
+  CHECK(dense.got == std::vector<std::string>{"ok"});
+}
+
+TEST_CASE("hybrid: a table's held poll times out by its own staleness, a sync step by its own") {
+  Fixture f(Mode::sync, {.timeout_seconds = 5}, StepRule{.mode = Mode::bounded, .staleness = 2});
+  f.push_t(0, Step(1), 100);
+  f.push_t(0, Step(2), 100);
+  PollAnswer row;
+  f.poll_t(0, Step(3), row, 100);  // workers 1 and 2 have not pushed step 1
+  f.push(0, Step(1), {0, 4}, 100);
+  PollAnswer ahead;
+  f.poll(0, Step(2), ahead, 100);  // the dense step after the open one: held
+  f.steps->enforce(at(105));
+  CHECK(row.got == std::vector<std::string>{"sync_timeout"});
+  CHECK(ahead.got == std::vector<std::string>{"sync_timeout"});  // with dense step 1
+  std::vector<std::string> calls = f.host.take();
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[0].find("variable 'w'") != std::string::npos);
+  CHECK(calls[1].find("worker(s) 1, 2 to push step 1 (staleness 2)") != std::string::npos);
+}
+
+TEST_CASE("hybrid: a dense poll held before its step began waits on, whatever the tables do") {
+  // Held polls time out by the bounded tables' rule only: a sync poll held for the step after
+  // one that has no push here yet waits for that step, which has no timer yet.
+  Fixture f(Mode::sync, {.timeout_seconds = 5}, StepRule{.mode = Mode::bounded, .staleness = 2});
+  PollAnswer early;
+  f.poll(0, Step(2), early, 100);
+  f.steps->enforce(at(200));
+  CHECK_FALSE(early.answered());
+}
+
+TEST_CASE("hybrid: an async table in a sync job answers a poll at its own update") {
+  Fixture f(Mode::sync, {}, StepRule{.mode = Mode::async});
+  for (uint64_t step = 1; step <= 3; ++step) f.push_t(0, Step(step));
+  PollAnswer row;
+  f.poll_t(0, Step(3), row);
+  CHECK(row.got == std::vector<std::string>{"ok"});
+  PollAnswer other;
+  f.poll_t(1, Step(1), other);
+  CHECK_FALSE(other.answered());
+  f.push_t(1, Step(1));
+  CHECK(other.got == std::vector<std::string>{"ok"});
+}
+
+TEST_CASE("a variable's rule may not be stricter than its job's mode") {
+  CHECK(code_of([] { Fixture f(Mode::async, {}, StepRule{.mode = Mode::bounded}); }) ==
+        ErrorCode::bad_config);
+  CHECK(code_of([] { Fixture f(Mode::bounded, {}, StepRule{.mode = Mode::sync}); }) ==
+        ErrorCode::bad_config);
 }

@@ -64,6 +64,7 @@ class Variable final : public HostedKind {
   Priority priority() const override { return spec_.priority; }
   DType dtype() const override { return spec_.dtype; }
   ElementRange extent() const override { return part_; }
+  StepRule step_rule(const ShardSettings& settings) const override { return settings.dense_rule(); }
   ElementRange check_push(const Push& push) const override;
   ElementRange check_poll(const char* what, const Poll& poll) const override;
   void take(const StepUpdate& update, const Push& push) override;

@@ -50,7 +50,7 @@ VariableShard::Registration VariableShard::enroll(Enrollment& enrollment) {
 
 VariableId VariableShard::add(std::unique_ptr<HostedKind> kind) {
   const VariableId id(static_cast<uint32_t>(hosted_.size()));
-  steps_.add(kind->name(), kind->extent());
+  steps_.add(kind->name(), kind->extent(), kind->step_rule(settings_));
   by_name_.emplace(kind->name(), id);
   hosted_.push_back(std::move(kind));
   return id;
