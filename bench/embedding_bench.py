@@ -31,6 +31,8 @@ run the same steps:
                backward each worker starts the pulls of step k + 1's rows (its next batch's ids)
   bounded      psched in bounded mode, staleness 1: a worker waits for its own updates only,
                the others' may lag a step (dense values and rows, prefetched or not)
+  hybrid       psched with the dense part in sync mode and the tables bounded, staleness 1
+               (`table_mode: {mode: bounded, staleness: 1}`: Persia's hybrid)
   +stale       prefetch with embedding_staleness 1: the rows of step k + 1 as step k - 1 left
                them, so their pull never waits for step k (Persia's embedding_staleness); in
                sync mode (psched+prefetch+stale, not run by default) the dense part stays sync
@@ -84,10 +86,11 @@ from free_ports import free_ports  # noqa: E402
 
 MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16", "psched+prefetch",
          "psched+prefetch+bf16", "psched+prefetch+stale", "bounded", "bounded+prefetch",
-         "bounded+prefetch+bf16", "bounded+prefetch+stale", "bounded+prefetch+late")
+         "bounded+prefetch+bf16", "bounded+prefetch+stale", "bounded+prefetch+late",
+         "hybrid+prefetch", "hybrid+prefetch+bf16")
 DEFAULT_MODES = tuple(m for m in MODES if m not in ("ddp-dense", "psched+prefetch+stale",
                                                     "bounded+prefetch+late"))
-PSCHED_MODES = ("psched", "bounded")  # a mode's first part: psched's shards train it
+PSCHED_MODES = ("psched", "bounded", "hybrid")  # a mode's first part: psched's shards train it
 BASELINE = "ddp-sparse"
 MEMORY_SLACK = (1.10, 16 << 20)  # the memory check's allowance: 10% + 16 MiB
 MIB = 1 << 20
@@ -233,10 +236,14 @@ def run_worker(spec):
 
 def deployment_yaml(args, network, mode, worker):
     """torch_e2e's deployment (the priority scheduler) for a worker (worker >= 0) or the shard
-    server (None); bounded modes: mode bounded, staleness 1."""
+    server (None); bounded modes: mode bounded, staleness 1; hybrid modes: sync, the tables
+    bounded with staleness 1."""
     text = e2e.deployment_yaml(args, network, "priority", worker)
     if mode.split("+")[0] == "bounded":
         text = text.replace("mode: sync\n", "mode: bounded\nstaleness: 1\n", 1)
+    if mode.split("+")[0] == "hybrid":
+        text = text.replace("mode: sync\n",
+                            "mode: sync\ntable_mode: {mode: bounded, staleness: 1}\n", 1)
     return text
 
 

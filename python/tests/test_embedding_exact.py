@@ -4,7 +4,9 @@ DLRM-like model (four tables, one per row optimizer, and a dense MLP on Adam) re
 the rows and parameters of one torch process trained on both workers' batches together; so do
 tables with a padding_idx (sum and mean bags and Embedding, each on SGD, Adagrad and
 SparseAdam), a model built with torch's arguments alone (the deployment's optimizer), and a job
-in which worker 0 evaluates under model.eval() between steps."""
+in which worker 0 evaluates under model.eval() between steps; and a hybrid job (sync dense,
+bounded tables) whose dense part takes exactly the mean of the workers' gradients each step."""
+import functools
 import json
 import threading
 import urllib.request
@@ -391,5 +393,67 @@ def test_a_model_made_with_torchs_arguments_alone_trains_with_the_deployments_op
                             "initial_accumulator_value": 0.0}}[kind]
     for bag in workers[0].module.bags:
         assert (bag.optimizer, bag.settings) == (kind, settings)
+    for worker in workers:
+        worker.client.close()
+
+
+def test_hybrid_steps_keep_the_dense_part_exactly_sync_beside_bounded_tables(start_server):
+    """table_mode: {mode: bounded, staleness: 1} in a sync job (Persia's hybrid): the rows
+    each worker reads may lag by the bound, but every dense step applies exactly the mean of
+    both workers' gradients of that step. Checked against torch's Adam fed those gradients (as
+    each worker computed them, from the rows it read): each worker's dense parameters at every
+    forward, and at the end."""
+    server = start_server(mode="sync", workers=2, optimizer="adagrad",
+                          extra="table_mode: {mode: bounded, staleness: 1}\n")
+    workers = [psched.torch.DistributedModel(psched_model(), "adam", config=server.config,
+                                             worker=rank, lr=DENSE_LR) for rank in range(2)]
+    dense_names = [name for name, _ in workers[0].module.named_parameters()
+                   if not name.startswith("bags.")]
+    seen = [[] for _ in workers]  # per worker and step: its dense parameters at the forward
+    grads = [[] for _ in workers]  # per worker and step: its dense gradients
+
+    def record(rank, module, inputs, output):
+        parameters = dict(module.named_parameters())
+        seen[rank].append([parameters[name].detach().clone() for name in dense_names])
+
+    errors = []
+
+    def train(rank):
+        model = workers[rank]
+        model.module.register_forward_hook(functools.partial(record, rank))
+        try:
+            for batch in make_batches():
+                parameters = dict(model.module.named_parameters())
+                for name in dense_names:
+                    parameters[name].grad = None
+                step(model, half(batch, rank))
+                grads[rank].append([parameters[name].grad.clone() for name in dense_names])
+            model.synchronize()
+        except Exception as error:  # reported below; a silent thread would hang the other
+            errors.append(error)
+            model.client.close()
+
+    threads = [threading.Thread(target=train, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+
+    reference = [p.clone().requires_grad_() for p in seen[0][0]]
+    adam = torch.optim.Adam(reference, lr=DENSE_LR)
+    for index in range(STEPS):
+        for rank in range(2):
+            for name, actual, expected in zip(dense_names, seen[rank][index], reference):
+                assert_close_per_row(actual.reshape(1, -1), expected.detach().reshape(1, -1),
+                                     f"worker {rank} step {index + 1} {name}")
+        for p, g0, g1 in zip(reference, grads[0][index], grads[1][index]):
+            p.grad = (g0 + g1) / 2
+        adam.step()
+    for rank, worker in enumerate(workers):
+        final = trained_state(worker)
+        for name, expected in zip(dense_names, reference):
+            assert_close_per_row(final[name].reshape(1, -1), expected.detach().reshape(1, -1),
+                                 f"worker {rank} {name} after the last step")
     for worker in workers:
         worker.client.close()
