@@ -48,6 +48,13 @@ shards run (DDP's workers reach each other through it); else loopback, unshaped 
 direction, as measured unshaped in this run, take the compute time) or "exceed" (2.5 x that);
 default: unshaped and 1gbit.
 
+Accuracy is judged at convergence: each run trains --steps (300) steps and worker 0 scores
+--test-samples held-out samples every --eval-every (25) steps and at the end (logloss and AUC;
+a scoring is no step, and its time falls in one step in 25, which the median step time leaves
+out); every mode runs once for each of --seeds (1,2,3), DDP among them, and the table gives
+each mode's final logloss and AUC as the mean over the seeds with its gap to ddp-sparse's.
+--plot draws the curves (mean and range over the seeds) as an SVG.
+
 Measured per run, over the steps after --warmup: the step time (the slower worker's median),
 each worker's CPU seconds a step (getrusage) and the shards' (sampled from /proc), the bytes on
 the wire a step per worker each way (TCP payload of the worker's own sockets, from `ss -tinp`:
@@ -168,6 +175,18 @@ def build_model(spec):
     return model, optimizers
 
 
+def evaluate(spec, model, held_out, share):
+    """Held-out logloss and AUC of `model` now (rank 0; no step, no collective)."""
+    import torch
+    from ctr_model import logloss_and_auc
+    dense, ids, labels = held_out
+    evaluated = model.module if spec["mode"].startswith("ddp") else model
+    with torch.no_grad():  # a batch at a time
+        logits = torch.cat([evaluated(dense[at:at + share], ids[:, at:at + share])
+                            for at in range(0, len(labels), share)])
+    return logloss_and_auc(logits, labels)
+
+
 def run_worker(spec):
     import torch
     from ctr_model import ClickLog
@@ -186,6 +205,8 @@ def run_worker(spec):
 
     variants = spec["mode"].split("+")[1:]
     late = "late" in variants  # the prefetch after backward, not before it
+    held_out = log.sample(spec["test_samples"], torch.Generator().manual_seed(spec["seed"] + 7))
+    curve = []  # rank 0: (step, held-out logloss, AUC) every eval_every steps
     for step, (dense, ids, labels) in enumerate(batches):
         if step == warmup:
             window["start"] = (time.time(), cpu_seconds(), socket_counters())
@@ -202,27 +223,25 @@ def run_worker(spec):
         for optimizer in optimizers:
             optimizer.step()
         losses.append(loss.item())
+        if rank == 0 and spec["eval_every"] and (step + 1) % spec["eval_every"] == 0 and (
+                step + 1 < steps):  # the last one after synchronize(), below
+            curve.append((step + 1, *evaluate(spec, model, held_out, share)))
     if is_psched(spec["mode"]):
         model.synchronize()  # the last step's updates are in
     starts.append(time.perf_counter())
     end = (time.time(), cpu_seconds(), socket_counters())
     peak_rss = peak_rss_bytes()  # training's, before the held-out pass pulls its rows
-    test_logloss = None
+    test_logloss = test_auc = None
     if rank == 0:  # after the window: the held-out samples, the same in every mode
-        from ctr_model import logloss_and_auc
-        dense, ids, labels = log.sample(spec["test_samples"],
-                                        torch.Generator().manual_seed(spec["seed"] + 7))
-        evaluated = model.module if spec["mode"].startswith("ddp") else model  # no collective
-        with torch.no_grad():  # a batch at a time
-            logits = torch.cat([evaluated(dense[at:at + share], ids[:, at:at + share])
-                                for at in range(0, len(labels), share)])
-        test_logloss = logloss_and_auc(logits, labels)[0]
+        test_logloss, test_auc = evaluate(spec, model, held_out, share)
+        curve.append((steps, test_logloss, test_auc))
     start = window["start"]
     sent, received = traffic(start[2], end[2])
     result = {"rank": rank, "step_s": [b - a for a, b in zip(starts, starts[1:])],
               "loss": losses, "window_wall": [start[0], end[0]], "cpu_s": end[1] - start[1],
               "sent": sent, "received": received,
-              "peak_rss": peak_rss, "test_logloss": test_logloss}
+              "peak_rss": peak_rss, "test_logloss": test_logloss, "test_auc": test_auc,
+              "curve": curve}
     if is_psched(spec["mode"]):
         model.client.close()
     elif spec["mode"].startswith("ddp"):  # the other worker may still be counting its bytes
@@ -247,13 +266,14 @@ def deployment_yaml(args, network, mode, worker):
     return text
 
 
-def run_mode(args, network, mode, rows):
-    """One run of `mode` with `rows` rows a table: the shards (psched), both workers; the
-    figures."""
+def run_mode(args, network, mode, rows, seed=None):
+    """One run of `mode` with `rows` rows a table and `seed` (the first of --seeds when none):
+    the shards (psched), both workers; the figures."""
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"embedding_bench-{mode}-"))
     spec = {"mode": mode, "tables": args.tables, "rows": rows, "dim": args.dim,
             "ids_per_bag": args.ids_per_bag, "batch": args.batch, "lr": args.lr,
-            "row_lr": args.row_lr, "seed": args.seed, "steps": args.steps,
+            "row_lr": args.row_lr, "seed": args.seeds[0] if seed is None else seed,
+            "eval_every": args.eval_every, "steps": args.steps,
             "warmup": args.warmup, "workers": e2e.WORKERS, "test_samples": args.test_samples,
             "init_method": network.ddp_init_method() if network.links
             else f"tcp://127.0.0.1:{free_ports(1)[0]}"}
@@ -312,7 +332,8 @@ def run_mode(args, network, mode, rows):
             "sent_per_step": statistics.mean(w["sent"] for w in workers) / measured,
             "received_per_step": statistics.mean(w["received"] for w in workers) / measured,
             "peak_rss": [w["peak_rss"] for w in workers], "shards_peak_rss": shards_peak_rss,
-            "test_logloss": workers[0]["test_logloss"], "workers": workers}
+            "seed": spec["seed"], "test_logloss": workers[0]["test_logloss"],
+            "test_auc": workers[0]["test_auc"], "curve": workers[0]["curve"], "workers": workers}
 
 
 def summarize(runs, modes):
@@ -335,6 +356,10 @@ def summarize(runs, modes):
         entry["cpu_s_per_step"] = {k: statistics.median(r["cpu_s_per_step"][k] for r in mine)
                                    for k in mine[0]["cpu_s_per_step"]}
         entry["test_logloss"] = e2e.spread([r["test_logloss"] for r in mine])
+        entry["test_auc"] = e2e.spread([r["test_auc"] for r in mine])
+        entry["final"] = {"logloss": statistics.mean(r["test_logloss"] for r in mine),
+                          "auc": statistics.mean(r["test_auc"] for r in mine),
+                          "seeds": sorted({r["seed"] for r in mine})}
         pairs = [(rep[BASELINE], rep[mode]) for rep in by_repeat.values()
                  if BASELINE in rep and mode in rep]
         if pairs:
@@ -347,7 +372,11 @@ def summarize(runs, modes):
                 "peak_rss": e2e.spread([max(m["peak_rss"]) / max(b["peak_rss"])
                                         for b, m in pairs]),
                 "test_logloss": e2e.spread([m["test_logloss"] - b["test_logloss"]
-                                            for b, m in pairs])}
+                                            for b, m in pairs]),
+                "test_auc": e2e.spread([m["test_auc"] - b["test_auc"] for b, m in pairs]),
+                # at convergence: the means over the seeds, the mode's less the baseline's
+                "final_gap": {k: statistics.mean(m["test_" + k] - b["test_" + k]
+                                                 for b, m in pairs) for k in ("logloss", "auc")}}
         summary[mode] = entry
     return summary
 
@@ -366,26 +395,29 @@ def table(output):
     their range), ratios against ddp-sparse of the same repeat."""
     lines = ["| link | mode | s/step | x ddp-sparse speed | CPU s/step: workers + shards | "
              "MiB/step per worker sent / received | x ddp-sparse bytes | peak RSS MiB, worst "
-             "worker (shard server) | x ddp-sparse memory | held-out logloss (- ddp-sparse) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "worker (shard server) | x ddp-sparse memory | held-out logloss, mean of the seeds "
+             "(- ddp-sparse's) | AUC (- ddp-sparse's) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     compute = output.get("compute")
     if compute:
         lines.append(f"| compute only | local | {compute['step_s']:.3f} | | "
                      f"{compute['cpu_s_per_step_total']:.3f} | | | "
-                     f"{max(compute['peak_rss']) / MIB:.0f} | | |")
+                     f"{max(compute['peak_rss']) / MIB:.0f} | | | |")
     for rate in output["rates"]:
         for mode, s in rate["summary"].items():
             vs = s.get("vs_" + BASELINE, {})
             server = (f" (shards {s['shards_peak_rss']['median'] / MIB:.0f})"
                       if "shards_peak_rss" in s else "")
-            delta = (f" ({vs['test_logloss']['median']:+.4f})"
-                     if vs.get("test_logloss") else "")
+            gap = vs.get("final_gap")
+            final = s["final"]
+            loss = f"{final['logloss']:.4f}" + (f" ({gap['logloss']:+.4f})" if gap else "")
+            auc = f"{final['auc']:.4f}" + (f" ({gap['auc']:+.4f})" if gap else "")
             lines.append(
                 f"| {rate['name']} | {mode} | {fmt(s['step_s'])} | {fmt(vs.get('speed'), 2)} | "
                 f"{cpu_cell(s['cpu_s_per_step'])} | {s['sent_per_step']['median'] / MIB:.2f} / "
                 f"{s['received_per_step']['median'] / MIB:.2f} | "
                 f"{fmt(vs.get('wire_bytes'), 3)} | {s['peak_rss']['median'] / MIB:.0f}{server} | "
-                f"{fmt(vs.get('peak_rss'), 2)} | {s['test_logloss']['median']:.4f}{delta} |")
+                f"{fmt(vs.get('peak_rss'), 2)} | {loss} | {auc} |")
     check = output.get("memory_check")
     if check and "passed" in check:
         lines.append("")
@@ -407,6 +439,38 @@ def table(output):
             lines.append(f"| {run['rows']:,} | {run['mode']} | {run['step_s']:.3f} | "
                          f"{max(run['peak_rss']) / MIB:.0f} | {shards} |")
     return "\n".join(lines)
+
+
+def plot(output, path):
+    """The held-out curves of the first rate's runs as an SVG at `path`: logloss and AUC
+    against the step, each mode's mean over its seeds as a line and their range as a band."""
+    import matplotlib
+    matplotlib.use("svg")
+    import matplotlib.pyplot as plt
+    rate = output["rates"][0]
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for mode in rate["summary"]:
+        curves = [run["curve"] for run in rate["runs"] if run["mode"] == mode and run["curve"]]
+        if not curves:
+            continue
+        steps = [point[0] for point in curves[0]]
+        for axis, column in zip(axes, (1, 2)):
+            values = [[point[column] for point in curve[:len(steps)]] for curve in curves]
+            by_step = list(zip(*values))
+            axis.plot(steps, [statistics.mean(v) for v in by_step], label=mode, linewidth=1.2)
+            axis.fill_between(steps, [min(v) for v in by_step], [max(v) for v in by_step],
+                              alpha=0.15)
+    seeds = sorted({run["seed"] for run in rate["runs"]})
+    for axis, name in zip(axes, ("held-out logloss", "held-out AUC")):
+        axis.set_xlabel("step")
+        axis.set_ylabel(name)
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    figure.suptitle(f"{rate['name']}, {output['workers']} workers: mean of seeds {seeds} "
+                    "(band: their range)", fontsize=9)
+    figure.text(0.01, 0.01, output["command"], fontsize=6)
+    figure.tight_layout(rect=(0, 0.03, 1, 0.95))
+    figure.savefig(path)
 
 
 def psched_missing(args):
@@ -499,8 +563,9 @@ def benchmark(args, use_netns, modes):
         runs = []
         try:
             for repeat in range(args.repeats):
+                seed = args.seeds[repeat % len(args.seeds)]
                 for mode in modes[repeat % len(modes):] + modes[:repeat % len(modes)]:
-                    run = dict(run_mode(args, network, mode, args.rows), repeat=repeat)
+                    run = dict(run_mode(args, network, mode, args.rows, seed), repeat=repeat)
                     runs.append(run)
                     e2e.log(f"  {e2e.rate_name(bits)} repeat {repeat + 1}/{args.repeats} "
                             f"{mode:11}: {run['step_s']:.3f} s/step, CPU "
@@ -537,12 +602,23 @@ def parse_args(argv):
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--ids-per-bag", type=int, default=20)
     parser.add_argument("--batch", type=int, default=2048, help="samples a step, both workers")
-    parser.add_argument("--steps", type=int, default=12, help="steps a run, warm-up included")
-    parser.add_argument("--warmup", type=int, default=3, help="steps not measured")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=300,
+                        help="steps a run, warm-up included (accuracy is judged at convergence: "
+                             "at 300 steps every mode's held-out logloss has levelled)")
+    parser.add_argument("--warmup", type=int, default=10, help="steps not measured")
+    parser.add_argument("--eval-every", type=int, default=25,
+                        help="worker 0 scores the held-out samples every this many steps (0: "
+                             "at the end only); the curve goes in the JSON and --plot")
+    parser.add_argument("--seeds", default="1,2,3",
+                        help="the data's and models' seeds: repeat r runs every mode with the "
+                             "r-th (cycling)")
+    parser.add_argument("--repeats", type=int, help="default: one a seed")
+    parser.add_argument("--plot", help="an SVG of the held-out logloss and AUC curves, each "
+                                       "mode's mean over the seeds with their range")
+    parser.add_argument("--replot", help="a JSON this benchmark wrote: draw --plot from it, run "
+                                         "nothing")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam's, for the MLPs")
     parser.add_argument("--row-lr", type=float, default=0.05, help="Adagrad's, for the rows")
-    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--memory-rows", type=int, default=10_000_000,
                         help="rows a table for the psched memory check (0: none)")
     parser.add_argument("--sweep-rows", default="",
@@ -561,6 +637,9 @@ def parse_args(argv):
                         help="the workers' scheduler.credit_bytes (bytes in flight, both ways)")
     parser.add_argument("--json", help="write the results here (default: stdout)")
     args = parser.parse_args(argv)
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    if args.repeats is None:
+        args.repeats = len(args.seeds)
     e2e.WORKERS = args.workers  # torch_e2e's Network and deployment_yaml read it at each call
     args.server = str(pathlib.Path(args.build) / "apps" / "psched-server")
     args.python_path = str(pathlib.Path(args.build) / "python")
@@ -577,6 +656,11 @@ def main(argv):
         run_worker(json.loads(argv[1]))
         return 0
     args = parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            raise SystemExit("embedding_bench: --replot needs --plot")
+        plot(json.loads(pathlib.Path(args.replot).read_text()), args.plot)
+        return 0
     modes = args.modes.split(",")
     unknown = set(modes) - set(MODES)
     if unknown:
@@ -600,6 +684,8 @@ def main(argv):
     output.update(benchmark(args, use_netns, modes))
     output["loadavg_end"] = os.getloadavg()
     e2e.log(table(output))
+    if args.plot:
+        plot(output, args.plot)
     text = json.dumps(output, indent=1)
     if args.json:
         pathlib.Path(args.json).write_text(text + "\n")
