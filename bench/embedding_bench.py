@@ -53,7 +53,10 @@ Accuracy is judged at convergence: each run trains --steps (300) steps and worke
 a scoring is no step, and its time falls in one step in 25, which the median step time leaves
 out); every mode runs once for each of --seeds (1,2,3), DDP among them, and the table gives
 each mode's final logloss and AUC as the mean over the seeds with its gap to ddp-sparse's.
---plot draws the curves (mean and range over the seeds) as an SVG.
+--plot draws the curves (mean and range over the seeds) as an SVG. Beside each speed ratio, in
+brackets, its ceiling: ddp-sparse's step time over the least the mode's step could take here,
+the larger of its CPU seconds a step over the cores and its busier direction's bytes a step at
+the link's rate.
 
 Measured per run, over the steps after --warmup: the step time (the slower worker's median),
 each worker's CPU seconds a step (getrusage) and the shards' (sampled from /proc), the bytes on
@@ -336,9 +339,21 @@ def run_mode(args, network, mode, rows, seed=None):
             "test_auc": workers[0]["test_auc"], "curve": workers[0]["curve"], "workers": workers}
 
 
-def summarize(runs, modes):
+def floor_s(run, bits_per_s):
+    """The least a step of `run` could take here: the larger of its CPU seconds a step over the
+    machine's cores (every process shares them) and its busier direction's wire time a step
+    at `bits_per_s` (None: unshaped, no wire floor)."""
+    cpu = run["cpu_s_per_step_total"] / os.cpu_count()
+    if not bits_per_s:
+        return cpu
+    return max(cpu, max(run["sent_per_step"], run["received_per_step"]) * 8 / bits_per_s)
+
+
+def summarize(runs, modes, bits_per_s=None):
     """Per mode: medians and ranges over the repeats, and ratios against ddp-sparse of the same
-    repeat (time: its / the mode's, above 1 faster; bytes, memory: the mode's / its)."""
+    repeat (time: its / the mode's, above 1 faster; bytes, memory: the mode's / its). The
+    ceiling: ddp-sparse's step time over the mode's floor (floor_s), what the mode could reach
+    against it with no waiting left."""
     by_repeat = {}
     for run in runs:
         by_repeat.setdefault(run["repeat"], {})[run["mode"]] = run
@@ -368,6 +383,7 @@ def summarize(runs, modes):
                     if b["sent_per_step"] + b["received_per_step"]]
             entry["vs_" + BASELINE] = {
                 "speed": e2e.spread([b["step_s"] / m["step_s"] for b, m in pairs]),
+                "ceiling": e2e.spread([b["step_s"] / floor_s(m, bits_per_s) for b, m in pairs]),
                 "wire_bytes": e2e.spread(wire) if wire else None,
                 "peak_rss": e2e.spread([max(m["peak_rss"]) / max(b["peak_rss"])
                                         for b, m in pairs]),
@@ -393,7 +409,7 @@ def fmt(entry, digits=3, scale=1.0):
 def table(output):
     """Markdown: a row per link and mode, medians over the repeats (time and ratios: with
     their range), ratios against ddp-sparse of the same repeat."""
-    lines = ["| link | mode | s/step | x ddp-sparse speed | CPU s/step: workers + shards | "
+    lines = ["| link | mode | s/step | x ddp-sparse speed (ceiling) | CPU s/step: workers + shards | "
              "MiB/step per worker sent / received | x ddp-sparse bytes | peak RSS MiB, worst "
              "worker (shard server) | x ddp-sparse memory | held-out logloss, mean of the seeds "
              "(- ddp-sparse's) | AUC (- ddp-sparse's) |",
@@ -413,7 +429,8 @@ def table(output):
             loss = f"{final['logloss']:.4f}" + (f" ({gap['logloss']:+.4f})" if gap else "")
             auc = f"{final['auc']:.4f}" + (f" ({gap['auc']:+.4f})" if gap else "")
             lines.append(
-                f"| {rate['name']} | {mode} | {fmt(s['step_s'])} | {fmt(vs.get('speed'), 2)} | "
+                f"| {rate['name']} | {mode} | {fmt(s['step_s'])} | {fmt(vs.get('speed'), 2)}"
+                f"{' (%.2f)' % vs['ceiling']['median'] if vs.get('ceiling') else ''} | "
                 f"{cpu_cell(s['cpu_s_per_step'])} | {s['sent_per_step']['median'] / MIB:.2f} / "
                 f"{s['received_per_step']['median'] / MIB:.2f} | "
                 f"{fmt(vs.get('wire_bytes'), 3)} | {s['peak_rss']['median'] / MIB:.0f}{server} | "
@@ -586,7 +603,7 @@ def benchmark(args, use_netns, modes):
             network.close()
         output["rates"].append({"name": e2e.rate_name(bits), "bits_per_s": bits,
                                 "tbf_drops": drops, "runs": runs,
-                                "summary": summarize(runs, modes)})
+                                "summary": summarize(runs, modes, bits)})
     return output
 
 
