@@ -133,6 +133,18 @@ struct Compression {
     return TopK{.fraction = pull_fraction}.of(elements);
   }
 
+  // What an embedding table's rows take of this setting when it is given for every variable (a
+  // model's compression=, the deployment's compression:) rather than for the table: rows carry
+  // whole values both ways, so a push that drops part of each gradient (topk, onebit) goes
+  // whole (none), and a pull of deltas (topk) asks for full values in pull_full, as a delta
+  // pull's whole answers travel. The thresholds (min_bytes, warmup_steps) stay.
+  constexpr Compression for_rows() const {
+    Compression rows = *this;
+    if (!carries_values(rows.push)) rows.push = WireFormat::none;
+    if (rows.pull == WireFormat::topk) rows.pull = pull_full;
+    return rows;
+  }
+
   bool operator==(const Compression&) const = default;
 };
 
