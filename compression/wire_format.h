@@ -97,7 +97,8 @@ struct Compression {
   WireFormat pull = WireFormat::none;  // of fresh values: carries_values(), or topk (deltas)
   TopK topk;
   // Variables smaller than this travel uncompressed both ways (narrowing a small tensor saves
-  // less than it costs).
+  // less than it costs). An embedding table is compared by its size, num_embeddings rows of
+  // its row bytes, never by a request's (TableStepper; docs/compression.md, "Tables").
   uint64_t min_bytes = 64 * 1024;
   // Steps below this push uncompressed, and pull full values (the first updates are the
   // largest and least alike; under an adaptive optimizer they estimate the variance topk
