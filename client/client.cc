@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include <kj/async-io.h>
 
@@ -69,6 +70,9 @@ struct Client::Impl {
   void settle(const std::shared_ptr<Completion>& done, Start start);
   // Drops the worker, then the connector, on the loop thread.
   void stop();
+  // A copy of the registered table `handle`'s spec and compression; throws
+  // Error(invalid_argument) for a handle never registered.
+  std::pair<TableSpec, Compression> table(TableHandle handle) const;
 
   ClientOptions options;
   LoopThread thread{"psched-client"};
@@ -81,8 +85,9 @@ struct Client::Impl {
   mutable std::mutex pushes_mutex;
   // Guarded by pushes_mutex:
   PendingPushes pushes;
-  PendingPushes row_pushes;       // by table handle and step
-  std::vector<TableSpec> tables;  // by handle
+  PendingPushes row_pushes;  // by table handle and step
+  // By handle: each table's spec and the compression its rows travel in.
+  std::vector<std::pair<TableSpec, Compression>> tables;
   IterationTimer iteration_timer;
   Histogram iteration_seconds;
   WaitSpin wait_spin{kWaitSpin};  // the trainer's waits
@@ -244,22 +249,30 @@ bool Client::ready(VariableHandle handle, Step step) {
 }
 
 TableHandle Client::register_table(const TableSpec& spec, std::optional<Compression> compression) {
-  Compression chosen = compression.value_or(impl_->options.compression);
-  if (!compression) chosen.push = chosen.pull = WireFormat::none;  // topk is for dense ones
+  // The table's own setting, else the options' (every variable's) as rows can take it.
+  const Compression chosen = compression ? *compression : impl_->options.compression.for_rows();
   TableHandle handle = impl_->thread.call([this, spec, chosen](kj::AsyncIoContext&) {
     return impl_->worker->register_table(spec, chosen);
   });
   std::lock_guard lock(impl_->pushes_mutex);
   if (impl_->tables.size() <= handle.value) impl_->tables.resize(handle.value + 1);
-  impl_->tables[handle.value] = spec;
+  impl_->tables[handle.value] = {spec, chosen};
   return handle;
 }
 
-TableSpec Client::table(TableHandle handle) const {
-  std::lock_guard lock(impl_->pushes_mutex);
-  if (handle.value >= impl_->tables.size())
+std::pair<TableSpec, Compression> Client::Impl::table(TableHandle handle) const {
+  std::lock_guard lock(pushes_mutex);
+  if (handle.value >= tables.size())
     fail(ErrorCode::invalid_argument, "table handle {} was never registered", handle.value);
-  return impl_->tables[handle.value];
+  return tables[handle.value];
+}
+
+TableSpec Client::table(TableHandle handle) const {
+  return impl_->table(handle).first;
+}
+
+Compression Client::table_compression(TableHandle handle) const {
+  return impl_->table(handle).second;
 }
 
 void Client::push_rows(TableHandle handle, Step step, std::span<const uint64_t> ids,

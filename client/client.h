@@ -73,7 +73,8 @@ struct ClientOptions {
   // Pushes and polls go over a data stream beside each shard's RPC connection (framed, no
   // per-call RPC objects; net/data_frame.h); false: as RPC calls (the A/B baseline).
   bool data_stream = true;
-  // How variables' gradients and fresh values travel unless register_variable says otherwise.
+  // How variables' gradients and fresh values travel unless register_variable says otherwise,
+  // and tables' rows unless register_table does (as rows take it: Compression::for_rows).
   Compression compression;
   // The client is a trainer process that starts: it asks the shards from which step it takes
   // part (start_step(); a restarted worker rejoins a running job there). false: a client that
@@ -133,7 +134,11 @@ class Client {
   //
   // Registers table `spec` on every shard (the first registration of a name wins; the same
   // spec again is a no-op, another fails with spec_conflict). Its rows travel in
-  // `compression`'s push and pull formats (none, bf16, fp16); none given: the options'.
+  // `compression`'s push and pull formats, each none, bf16 or fp16 (another is refused with
+  // Error(invalid_argument) naming the table and the format); none given: the options'
+  // (every variable's) as rows can take it (Compression::for_rows: a topk or onebit push goes
+  // whole, a topk pull asks for pull_full). Either way a table smaller than min_bytes
+  // (spec.bytes(): all its rows, not a request's) travels whole, as a small variable does.
   TableHandle register_table(const TableSpec& spec,
                              std::optional<Compression> compression = std::nullopt);
   // Starts pushing this worker's step `step` (1, 2, ...) of the table: `ids` (each once) with
@@ -154,7 +159,10 @@ class Client {
   // one, and its answer counts in the credit window like any pull's.
   RowsPull start_pull_rows(TableHandle handle, std::span<const uint64_t> ids,
                            std::span<std::byte> out, Step after = Step(), bool prefetch = false);
+  // The registered table's spec, and the compression its rows travel in (register_table's
+  // choice). Throw Error(invalid_argument) for a handle never registered.
   TableSpec table(TableHandle handle) const;
+  Compression table_compression(TableHandle handle) const;
 
   // The scheduler's figures (bytes in flight, tasks started, ...).
   SchedulerStats scheduler_stats();

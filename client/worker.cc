@@ -2,6 +2,8 @@
 #include "client/worker.h"
 
 #include <algorithm>
+#include <array>
+#include <string_view>
 #include <utility>
 
 #include "common/error.h"
@@ -171,10 +173,15 @@ void Worker::push(VariableHandle handle, Step step, std::span<const std::byte> g
 }
 
 kj::Promise<TableHandle> Worker::register_table(TableSpec spec, Compression compression) {
-  if (!carries_values(compression.push) || !carries_values(compression.pull))
-    fail(ErrorCode::invalid_argument,
-         "register of table '{}' rejected: rows travel as none, bf16 or fp16 (push {}, pull {})",
-         spec.name, to_string(compression.push), to_string(compression.pull));
+  const std::array<std::pair<std::string_view, WireFormat>, 2> formats{
+      {{"push", compression.push}, {"pull", compression.pull}}};
+  for (auto [direction, format] : formats)
+    if (!carries_values(format))
+      fail(ErrorCode::invalid_argument,
+           "register of table '{}' rejected: its compression {} is {}, but rows travel as none, "
+           "bf16 or fp16 (topk and onebit drop part of each gradient, a topk pull asks for "
+           "deltas; a table takes none of them)",
+           spec.name, direction, to_string(format));
   kj::Vector<kj::Promise<VariableId>> ids;
   for (auto& owned : links_) {
     ShardLink& link = *owned;

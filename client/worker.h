@@ -68,7 +68,9 @@ class Worker : private kj::TaskSet::ErrorHandler {
   // (actors/worker/table_stepper.h): every shard holds the rows row_shard() gives it.
   //
   // Registers table `spec` on every shard; its rows travel in `compression`'s push and pull
-  // formats (none, bf16 or fp16), when a request's rows are at least min_bytes.
+  // formats when the table is at least min_bytes (TableStepper::add). A format that is not
+  // none, bf16 or fp16 is refused with Error(invalid_argument) naming the table, the direction
+  // and the format.
   kj::Promise<TableHandle> register_table(TableSpec spec, Compression compression = {});
   // This worker's step `step` of the table: `ids` (each once) with one gradient row each in
   // `gradients`, read before the call returns; resolves at every shard's receipt

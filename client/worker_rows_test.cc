@@ -3,13 +3,18 @@
 // over in-memory pipes, both data paths (ctest runs it as worker_rows_test and
 // worker_rows_test_calls). What the TableStepper sends lands on the shards' tables and comes
 // back where the caller wants it; a sync worker a step ahead has its push held, not refused; a
-// push resent after a cut connection applies once.
+// push resent after a cut connection applies once; a table the deployment's compression: makes
+// bf16 sends half the bytes however small its batches, and the shard applies the rows as the
+// dense path's codec decodes them.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include "client/worker.h"
+#include "compression/codec.h"
+#include "config/deployment.h"
 #include "tests/cluster.h"
 
 using namespace psched;
@@ -117,4 +122,84 @@ TEST_CASE("a push of rows resent after a cut connection applies once") {
   c.cluster.run(c.push(0, 3, ids, rows_of(ids, 1)));
   const std::vector<float> got = c.pull(0, 3, ids);
   CHECK(std::all_of(got.begin(), got.end(), [](float x) { return x == -3; }));
+}
+
+namespace {
+
+// The compression a table registered without one takes from a deployment file whose
+// compression: section is `section` (Client::register_table).
+Compression deployment_rows(const std::string& section) {
+  const std::string yaml = "shards: [{listen: 127.0.0.1:7000}]\ncompression: " + section + "\n";
+  return parse_deployment(yaml, "worker_rows_test").compression.for_rows();
+}
+
+// The shards' wire bytes of pushes and of answered pulls, summed.
+std::pair<WireBytes, WireBytes> wire_bytes(Cluster& cluster) {
+  WireBytes push, pull;
+  for (uint32_t s = 0; s < kShards; ++s)
+    cluster.host().shard(s).stats([&](ShardStats stats) {
+      push.raw += stats.push_wire.raw;
+      push.sent += stats.push_wire.sent;
+      pull.raw += stats.pull_wire.raw;
+      pull.sent += stats.pull_wire.sent;
+    });
+  cluster.settle();
+  return {push, pull};
+}
+
+// Three steps of `gradient` (64 rows of dim 16) for 64 new ids each (12,288 bytes of float32 rows
+// in all) pushed into a zero table (SGD lr 1), then all 192 rows pulled: the rows as the shards
+// hold them.
+std::vector<float> push_three_batches(Cluster& cluster, Worker& worker, TableHandle table,
+                                      const std::vector<float>& gradient) {
+  std::vector<uint64_t> all;
+  for (uint64_t step = 1; step <= 3; ++step) {
+    std::vector<uint64_t> ids(64);
+    for (uint64_t k = 0; k < ids.size(); ++k) ids[k] = 1000 * step + k;
+    cluster.run(worker.push_rows(table, Step(step), ids, std::as_bytes(std::span(gradient))));
+    all.insert(all.end(), ids.begin(), ids.end());
+  }
+  std::vector<float> out(all.size() * 16, -99);
+  cluster.run(worker.pull_rows(table, Step(3), all, std::as_writable_bytes(std::span(out))));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a table bf16 by the deployment sends half the bytes of a small batch, applied decoded") {
+  const Compression rows = deployment_rows("{push: bf16, pull: bf16}");  // min_bytes 64 KiB
+  TableSpec spec{.name = "wide", .num_embeddings = 100'000, .dim = 16};  // 6.4 MB of rows
+  spec.optimizer.lr = 1;
+  std::vector<float> gradient(64 * 16);  // none of them a bf16 value
+  for (size_t k = 0; k < gradient.size(); ++k) gradient[k] = 1 + float(2 * k + 1) / 8192;
+  std::vector<std::byte> narrowed;  // the gradient as the dense path encodes and decodes it
+  encode(WireFormat::bf16, DType::float32, std::as_bytes(std::span(gradient)), {}, narrowed);
+  std::vector<float> applied(gradient.size());
+  decode(WireFormat::bf16, DType::float32, narrowed, std::as_writable_bytes(std::span(applied)));
+
+  SUBCASE("a table of min_bytes or more: every request narrowed") {
+    Cluster cluster(cluster_config(kShards, 1, Mode::async));
+    Worker& worker = cluster.add_worker(WorkerId(0), {});
+    const TableHandle table = cluster.run(worker.register_table(spec, rows));
+    const std::vector<float> got = push_three_batches(cluster, worker, table, gradient);
+    const auto [push, pull] = wire_bytes(cluster);
+    CHECK(push.raw == 12'288);
+    CHECK(push.sent == 6'144);
+    CHECK(pull.raw == 12'288);
+    CHECK(pull.sent == 6'144);
+    for (size_t k = 0; k < got.size(); ++k)  // SGD from zeros: minus the decoded gradient
+      REQUIRE(got[k] == -applied[k % applied.size()]);
+  }
+  SUBCASE("a table under min_bytes: whole both ways") {
+    spec.num_embeddings = 4000;  // 256,000 bytes of rows: one byte under min_bytes
+    const Compression small = deployment_rows("{push: bf16, pull: bf16, min_bytes: 256001}");
+    Cluster cluster(cluster_config(kShards, 1, Mode::async));
+    Worker& worker = cluster.add_worker(WorkerId(0), {});
+    const TableHandle table = cluster.run(worker.register_table(spec, small));
+    const std::vector<float> got = push_three_batches(cluster, worker, table, gradient);
+    const auto [push, pull] = wire_bytes(cluster);
+    CHECK(push.sent == 12'288);
+    CHECK(pull.sent == 12'288);
+    for (size_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == -gradient[k % gradient.size()]);
+  }
 }

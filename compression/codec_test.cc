@@ -380,5 +380,23 @@ TEST_CASE("all_finite finds an infinity or a NaN anywhere") {
   CHECK_FALSE(all_finite(DType::float64, bytes_of(std::vector<double>{1, 2, NAN})));
 }
 
+TEST_CASE("rows take a setting for every variable as they can: whole pushes, full-value pulls") {
+  const Compression dense{.push = WireFormat::topk,
+                          .pull = WireFormat::topk,
+                          .min_bytes = 123,
+                          .warmup_steps = 4,
+                          .pull_full = WireFormat::fp16};
+  const Compression rows = dense.for_rows();
+  CHECK(rows.push == WireFormat::none);  // topk and onebit drop part of each gradient
+  CHECK(rows.pull == WireFormat::fp16);  // a delta pull's full values
+  CHECK(rows.min_bytes == 123);
+  CHECK(rows.warmup_steps == 4);
+  CHECK(Compression{.push = WireFormat::onebit}.for_rows().push == WireFormat::none);
+  const Compression bf16{.push = WireFormat::bf16, .pull = WireFormat::bf16};
+  CHECK(bf16.for_rows() == bf16);  // what rows can carry stays
+  const Compression fp16{.push = WireFormat::fp16, .pull = WireFormat::none};
+  CHECK(fp16.for_rows() == fp16);
+}
+
 }  // namespace
 }  // namespace psched

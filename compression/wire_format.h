@@ -97,7 +97,8 @@ struct Compression {
   WireFormat pull = WireFormat::none;  // of fresh values: carries_values(), or topk (deltas)
   TopK topk;
   // Variables smaller than this travel uncompressed both ways (narrowing a small tensor saves
-  // less than it costs).
+  // less than it costs). An embedding table is compared by its size, num_embeddings rows of
+  // its row bytes, never by a request's (TableStepper; docs/compression.md, "Tables").
   uint64_t min_bytes = 64 * 1024;
   // Steps below this push uncompressed, and pull full values (the first updates are the
   // largest and least alike; under an adaptive optimizer they estimate the variance topk
@@ -131,6 +132,18 @@ struct Compression {
   // The most elements a delta of a partition of `elements` sends.
   uint64_t delta_count(uint64_t elements) const {
     return TopK{.fraction = pull_fraction}.of(elements);
+  }
+
+  // What an embedding table's rows take of this setting when it is given for every variable (a
+  // model's compression=, the deployment's compression:) rather than for the table: rows carry
+  // whole values both ways, so a push that drops part of each gradient (topk, onebit) goes
+  // whole (none), and a pull of deltas (topk) asks for full values in pull_full, as a delta
+  // pull's whole answers travel. The thresholds (min_bytes, warmup_steps) stay.
+  constexpr Compression for_rows() const {
+    Compression rows = *this;
+    if (!carries_values(rows.push)) rows.push = WireFormat::none;
+    if (rows.pull == WireFormat::topk) rows.pull = pull_full;
+    return rows;
   }
 
   bool operator==(const Compression&) const = default;

@@ -119,8 +119,9 @@ struct DeploymentConfig {
   StepConfig steps;
   ReconnectConfig reconnect;
   DataPathKind data_path = DataPathKind::stream;  // worker side
-  // How every variable's gradients and values travel unless its trainer says otherwise
-  // (`compression:`; compression/wire_format.h). Worker side: the shard reads what it is sent.
+  // How every variable's gradients and values, and every table's rows (as rows take it:
+  // Compression::for_rows), travel unless its trainer says otherwise (`compression:`;
+  // compression/wire_format.h). Worker side: the shard reads what it is sent.
   Compression compression;
   // Embedding tables' shard-side settings by name (`tables:`; common/table_config.h).
   std::vector<TableConfig> tables;

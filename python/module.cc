@@ -201,6 +201,11 @@ void bind_compression(py::module_& m) {
       .def_readonly("refresh_steps", &Compression::refresh_steps)
       .def_property_readonly(
           "pull_full", [](const Compression& c) { return std::string(to_string(c.pull_full)); })
+      .def("for_rows", &Compression::for_rows,
+           "What an embedding table's rows take of this setting when it is given for every "
+           "variable (DistributedModel's compression=, the deployment's): a topk or onebit push "
+           "goes whole (none), a topk pull asks for full values in pull_full; min_bytes and "
+           "warmup_steps stay (docs/compression.md, \"Tables\").")
       .def("__repr__", [](const Compression& c) {
         return fmt::format(
             "psched.Compression(push='{}', pull='{}', topk_fraction={}, topk_count={}, "
@@ -277,6 +282,9 @@ void bind_client(py::module_& m) {
       .def_property_readonly("priority", [](const PyTable& t) { return t.spec.priority.value; })
       .def_property_readonly("dtype",
                              [](const PyTable& t) { return std::string(to_string(t.spec.dtype)); })
+      .def_readonly("compression", &PyTable::compression,
+                    "The psched.Compression its rows travel in: register_table's compression=, "
+                    "else the client's default as rows take it (Compression.for_rows)")
       .def("__repr__", [](const PyTable& t) {
         return fmt::format("psched.Table('{}', {} x {}, dtype={}, optimizer={})", t.spec.name,
                            t.spec.num_embeddings, t.spec.dim, to_string(t.spec.dtype),

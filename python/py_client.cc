@@ -236,7 +236,8 @@ std::shared_ptr<PyTable> PyClient::register_table(std::string name, uint64_t num
     py::gil_scoped_release unlocked;
     handle = c.register_table(spec, compression);
   }
-  auto table = std::make_shared<PyTable>(PyTable{std::move(spec), handle, {}});
+  auto table =
+      std::make_shared<PyTable>(PyTable{std::move(spec), handle, c.table_compression(handle), {}});
   tables_.push_back(table);
   return table;
 }

@@ -43,6 +43,7 @@ struct PyVariable {
 struct PyTable {
   TableSpec spec;
   TableHandle handle;
+  Compression compression;  // what its rows travel in (Client::table_compression)
   // The ids and gradients of pushes not yet waited for, by step; released after their wait.
   std::map<uint64_t, std::pair<py::object, py::object>> in_flight;
 };
@@ -93,7 +94,8 @@ class PyClient {
   // `optimizer`: a row optimizer's name, its `settings` torch.optim's keywords (betas as beta1,
   // beta2) over torch's defaults, an unknown one refused naming it; `init`: ("zeros",),
   // ("uniform", low, high) or ("normal", mean, std); `max_rows`, `admit_after`: TableSpec's
-  // capacity (0: the deployment's tables: section, else none).
+  // capacity (0: the deployment's tables: section, else none); `compression`: the table's own
+  // (none: the client's default, as rows take it).
   std::shared_ptr<PyTable> register_table(std::string name, uint64_t num_embeddings, uint32_t dim,
                                           const std::string& dtype, const std::string& optimizer,
                                           std::optional<py::dict> settings, py::tuple init,

@@ -84,6 +84,12 @@ struct TableSpec {
   uint32_t admit_after = 0;
 
   uint64_t row_bytes() const { return uint64_t{dim} * element_bytes(dtype); }
+  // Every row's values, stored or not: num_embeddings x row_bytes(), UINT64_MAX past it. The
+  // size a compression's min_bytes is compared with (compression/wire_format.h).
+  uint64_t bytes() const {
+    const uint64_t row = row_bytes();
+    return row != 0 && num_embeddings > UINT64_MAX / row ? UINT64_MAX : num_embeddings * row;
+  }
   // Same table for registration purposes: everything but the priority.
   bool same_table(const TableSpec& o) const {
     return name == o.name && num_embeddings == o.num_embeddings && dim == o.dim &&

@@ -43,6 +43,8 @@ TableStepper::TableStepper(Scheduler& scheduler, uint32_t shards)
 void TableStepper::add(TableHandle handle, TableSpec spec, std::vector<VariableId> ids,
                        Compression compression) {
   PSCHED_REQUIRE(ids.size() == shards_, ids.size(), shards_);
+  PSCHED_REQUIRE(carries_values(compression.push) && carries_values(compression.pull),
+                 to_string(compression.push), to_string(compression.pull));
   Table table{.key = table_key(spec.name),
               .ids = std::move(ids),
               .compression = compression,
@@ -98,9 +100,7 @@ PartitionTask TableStepper::push_task(const Table& table, uint32_t shard, Step s
                                       std::span<const std::byte> gradients,
                                       const std::vector<uint32_t>& rows) const {
   const uint64_t row_bytes = table.spec.row_bytes();
-  const WireFormat format = rows.size() * row_bytes >= table.compression.min_bytes
-                                ? table.compression.push
-                                : WireFormat::none;
+  const WireFormat format = table.compression.push_at(step.value, table.spec.bytes());
   const uint64_t wire_row = encoded_bytes(format, table.spec.dtype, table.spec.dim);
   auto kept = std::make_shared<PushedRows>();
   kept->ids.reserve(rows.size());
@@ -160,9 +160,7 @@ PartitionTask TableStepper::pull_task(const Table& table, uint32_t shard, Step a
                       .ids = kept->ids,
                       .dtype = table.spec.dtype,
                       .dim = table.spec.dim};
-  request.value_format = kept->ids.size() * row_bytes >= table.compression.min_bytes
-                             ? table.compression.pull
-                             : WireFormat::none;
+  request.value_format = table.compression.pull_for(table.spec.bytes());
   if (consecutive(rows)) {  // in one piece of `out`: the answer lands there whole
     request.out = out.data() + uint64_t{rows[0]} * row_bytes;
   } else {

@@ -53,8 +53,9 @@ class TableStepper {
   TableStepper(Scheduler& scheduler, uint32_t shards);
 
   // A table registered on every shard: `ids` its id there, by shard. Its rows travel in
-  // `compression`'s push and pull formats (none, bf16 or fp16) when a request's rows are at
-  // least min_bytes.
+  // `compression`'s push and pull formats (none, bf16 or fp16; Compression::for_rows) when the
+  // table (spec.bytes(), not a request's rows) is at least min_bytes, as a dense variable's
+  // partitions do when the variable is; a push of a step below warmup_steps goes whole.
   void add(TableHandle handle, TableSpec spec, std::vector<VariableId> ids,
            Compression compression);
   // The table's spec; throws Error(invalid_argument) for a handle never added.
@@ -112,7 +113,8 @@ class TableStepper {
   Table& table(TableHandle handle);
   // A new call of `tasks` shard tasks ending in `done`; its id.
   uint64_t begin_call(uint32_t tasks, Done done);
-  // One shard's task of a push: the rows of `rows` (positions in `ids`, `gradients`).
+  // One shard's task of a push: the rows of `rows` (positions in `ids`, `gradients`), in the
+  // table's push format for `step`.
   PartitionTask push_task(const Table& table, uint32_t shard, Step step,
                           std::span<const uint64_t> ids, std::span<const std::byte> gradients,
                           const std::vector<uint32_t>& rows) const;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // TableStepper over a Scheduler and a transport the test finishes tasks on: each call's ids
 // grouped by shard once, the order of a table's pushes per shard, pulls after the pushes made
-// before them, prefetches below the rest, rows narrowed on the way out and landed where the
-// caller wants them.
+// before them, prefetches below the rest, rows narrowed on the way out (in every request when the
+// table reaches min_bytes, in none when it does not) and landed where the caller wants them.
 #include "actors/worker/table_stepper.h"
 
 #include <cstring>
@@ -245,30 +245,78 @@ TEST_CASE("a prefetch goes below every task that is not one") {
   CHECK(f.transport.started[1].priority == Priority(5));
 }
 
-TEST_CASE("rows travel narrowed from min_bytes on, both ways") {
-  Compression bf16;
-  bf16.push = WireFormat::bf16;
-  bf16.pull = WireFormat::bf16;
-  bf16.min_bytes = 16;  // two rows of two floats
-  StepperFixture f(bf16);
+namespace {
+
+// The push formats, and the pull formats, of the requests started from task `from` on.
+std::vector<WireFormat> push_formats(const StepperFixture& f, size_t from = 0) {
+  std::vector<WireFormat> out;
+  for (size_t task = from; task < f.transport.started.size(); ++task)
+    out.push_back(f.rows(task).format);
+  return out;
+}
+
+std::vector<WireFormat> pull_formats(const StepperFixture& f, size_t from) {
+  std::vector<WireFormat> out;
+  for (size_t task = from; task < f.transport.started.size(); ++task)
+    out.push_back(f.rows(task).value_format);
+  return out;
+}
+
+// bf16 both ways from `min_bytes` on; the fixture's table holds 1000 rows of 8 bytes.
+Compression bf16_from(uint64_t min_bytes, uint64_t warmup_steps = 0) {
+  return {.push = WireFormat::bf16,
+          .pull = WireFormat::bf16,
+          .min_bytes = min_bytes,
+          .warmup_steps = warmup_steps};
+}
+
+}  // namespace
+
+TEST_CASE("a table of min_bytes travels narrowed in every request, however few its rows") {
+  StepperFixture f(bf16_from(8000));
   const std::vector<uint64_t> ids = first_ids(12);
   std::vector<float> rows(ids.size() * 2, 1.5f);
   f.push(Step(1), ids, rows);
+  CHECK(push_formats(f) == std::vector<WireFormat>(kShards, WireFormat::bf16));
   for (size_t task = 0; task < kShards; ++task) {
     const RowsRequest& r = f.rows(task);
-    const WireFormat want = r.ids.size() >= 2 ? WireFormat::bf16 : WireFormat::none;
-    CHECK(r.format == want);
-    CHECK(r.gradient.size() == encoded_bytes(want, DType::float32, r.ids.size() * 2));
+    CHECK(r.gradient.size() == 2 * 2 * r.ids.size());  // two elements of two bytes a row
     std::vector<float> widened(r.ids.size() * 2);
     decode(r.format, DType::float32, r.gradient, std::as_writable_bytes(std::span(widened)));
     CHECK(widened == std::vector<float>(widened.size(), 1.5f));
+    f.finish(task);
   }
+  std::vector<float> one(2);
+  f.pull(Step(1), {7}, one);  // one row: 8 bytes, far below min_bytes
+  CHECK(pull_formats(f, kShards) == std::vector<WireFormat>{WireFormat::bf16});
+}
+
+TEST_CASE("a table under min_bytes travels whole, however many rows a request holds") {
+  StepperFixture f(bf16_from(8001));
+  const std::vector<uint64_t> ids = first_ids(1000);  // the whole table, 8000 bytes
+  std::vector<float> rows(ids.size() * 2, 1.5f);
+  f.push(Step(1), ids, rows);
+  CHECK(push_formats(f) == std::vector<WireFormat>(kShards, WireFormat::none));
   for (size_t task = 0; task < kShards; ++task) f.finish(task);
   std::vector<float> out(ids.size() * 2);
   f.pull(Step(1), ids, out);
-  for (size_t task = kShards; task < f.transport.started.size(); ++task)
-    CHECK(f.rows(task).value_format ==
-          (f.rows(task).ids.size() >= 2 ? WireFormat::bf16 : WireFormat::none));
+  CHECK(pull_formats(f, kShards) == std::vector<WireFormat>(kShards, WireFormat::none));
+}
+
+TEST_CASE("a table's pushes go whole below warmup_steps, as a variable's do; its pulls do not") {
+  StepperFixture f(bf16_from(0, 2));
+  const std::vector<uint64_t> ids = first_ids(12);
+  std::vector<float> rows(ids.size() * 2, 1.5f);
+  f.push(Step(1), ids, rows);
+  for (size_t task = 0; task < kShards; ++task) f.finish(task);
+  f.push(Step(2), ids, rows);
+  CHECK(push_formats(f, 0) == std::vector<WireFormat>{WireFormat::none, WireFormat::none,
+                                                      WireFormat::none, WireFormat::bf16,
+                                                      WireFormat::bf16, WireFormat::bf16});
+  for (size_t task = kShards; task < 2 * kShards; ++task) f.finish(task);
+  std::vector<float> out(ids.size() * 2);
+  f.pull(Step(1), ids, out);
+  CHECK(pull_formats(f, 2 * kShards) == std::vector<WireFormat>(kShards, WireFormat::bf16));
 }
 
 TEST_CASE("wrong sizes and unknown tables are refused before anything is sent") {

@@ -211,6 +211,7 @@ class _Rows(torch.nn.Module):
         self.name, self.optimizer = name, optimizer
         self.settings = row_settings(optimizer, settings) if optimizer is not None else None
         self.init, self.seed, self.compression = init, seed, compression
+        self._model_compression = None  # DistributedModel's compression=, when it gave one
         self.max_rows, self.admit_after = max_rows, admit_after
         self.client = client
         self.table = None  # the psched.Table, once registered
@@ -223,12 +224,14 @@ class _Rows(torch.nn.Module):
         if client is not None:
             self._take_deployment_optimizer()
 
-    def join(self, client, name, start_step):
+    def join(self, client, name, start_step, compression=None):
         """DistributedModel's: train through `client` from `start_step` on, named `name` unless
-        the module was given a name."""
+        the module was given a name; `compression`, the model's for every variable, is the
+        rows' unless the module was given one (as rows take it: psched.Compression.for_rows)."""
         if self.table is not None:
             raise psched.Error(f"table '{self.name}' was used before DistributedModel wrapped it")
         self.client, self.name, self.pushed = client, self.name or name, start_step - 1
+        self._model_compression = compression
         self._take_deployment_optimizer()
 
     def rows(self, ids):
@@ -390,9 +393,18 @@ class _Rows(torch.nn.Module):
             self.table = self.client.register_table(
                 self.name, self.num_embeddings, self.embedding_dim, dtype=_DTYPES[self.dtype],
                 optimizer=self.optimizer, settings=self.settings, init=self.init,
-                seed=self.seed, compression=self.compression, max_rows=self.max_rows,
+                seed=self.seed, compression=self._compression(), max_rows=self.max_rows,
                 admit_after=self.admit_after)
         return self.table
+
+    def _compression(self):
+        """The rows' compression: the module's own, else the model's as rows take it, else None
+        (the client's default: the deployment's compression: section, as rows take it)."""
+        if self.compression is not None:
+            return self.compression
+        if self._model_compression is not None:
+            return self._model_compression.for_rows()
+        return None
 
 
 class _Prefetch:
@@ -413,7 +425,11 @@ _PSCHED_KEYWORDS = """psched's keywords: name: the table's name (default inside
     torch.optim's keywords for it (default: the deployment's optimizer where it has a row
     formula; the module docstring). init: how a row starts, ("zeros",), ("uniform", low, high)
     or ("normal", mean, std) (torch's default: N(0, 1)), drawn from `seed` and the id.
-    compression: a psched.Compression for the rows' traffic. client: a psched.Client, for a
+    compression: a psched.Compression for the rows' traffic, none, bf16 or fp16 each way (topk
+    and onebit are refused); default: DistributedModel's compression=, else the deployment's
+    compression: section, either as rows take it (psched.Compression.for_rows: a topk or onebit
+    push goes whole, a topk pull in pull_full); a table under min_bytes (num_embeddings x
+    embedding_dim x the dtype's bytes) travels whole. client: a psched.Client, for a
     table used outside DistributedModel (then name is required). max_rows, admit_after: the
     table's capacity on each shard (0: the deployment's tables: entry, else none): at most
     max_rows rows stored, the least recently updated evicted; a row stored from its

@@ -164,7 +164,10 @@ class DistributedModel(torch.nn.Module):
     among the modules take their own optimizer= or, without one, the deployment's where it has a
     row formula (psched/embedding.py). trace: a Chrome trace file (the module docstring);
     default $PSCHED_TRACE, none when unset. compression: a psched.Compression for every
-    parameter (default: the deployment's compression: section). The parameters are registered
+    parameter and embedding table (default: the deployment's compression: section); a table
+    given its own compression= keeps it, and the others take this one as rows can
+    (psched.Compression.for_rows: a topk or onebit push goes whole, a topk pull in pull_full).
+    The parameters are registered
     under their named_parameters() names during the first forward; the first registration of a
     name wins and every worker adopts the shards' value before the module uses it, so all
     workers start from the same parameters. start_step: the first step this process pushes, 1 in
@@ -207,7 +210,8 @@ class DistributedModel(torch.nn.Module):
         try:
             for name, table in module.named_modules():
                 if isinstance(table, _Rows):
-                    table.join(self.client, name, self.start_step)  # refuses a bad optimizer
+                    # Refuses a bad optimizer; takes the model's compression unless it has one.
+                    table.join(self.client, name, self.start_step, compression)
                     if embedding_staleness is not None:
                         table.staleness = embedding_staleness
                     self._tables.append(table)
