@@ -10,6 +10,20 @@
 #include "common/check.h"
 #include "common/error.h"
 
+// The exported kernels are built three times, for x86-64's baseline (SSE2), AVX2 (x86-64-v3)
+// and AVX-512 (x86-64-v4), and the loader picks the widest the CPU runs (GCC's function
+// multiversioning, an ifunc). Wider registers run the same IEEE operations on more elements at
+// once, each element's in the same order, and -ffp-contract=off (optim/CMakeLists.txt) keeps
+// FMA out, so every clone gives the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PSCHED_ROW_KERNEL_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define PSCHED_ROW_KERNEL_INLINE [[gnu::always_inline]] inline
+#else
+#define PSCHED_ROW_KERNEL_CLONES
+#define PSCHED_ROW_KERNEL_INLINE inline
+#endif
+
 namespace psched::optim {
 namespace {
 
@@ -35,7 +49,8 @@ void non_negative(const RowOptimizerSpec& spec, std::string_view field, double v
 // compiler runs them in SIMD registers: the same IEEE operations element by element, in the
 // same order, so the same results as one element at a time.
 template <typename T>
-void sgd(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad) {
+PSCHED_ROW_KERNEL_INLINE void sgd(const RowOptimizerSpec& spec, std::span<T> row,
+                                  std::span<const T> grad) {
   T* __restrict w = row.data();
   const T* __restrict g = grad.data();
   const T alpha = static_cast<T>(-spec.lr);
@@ -43,8 +58,9 @@ void sgd(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad
 }
 
 template <typename T>
-void adagrad(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
-             std::span<const T> grad, std::span<T> sums) {
+PSCHED_ROW_KERNEL_INLINE void adagrad(const RowOptimizerSpec& spec, const RowStep& step,
+                                      std::span<T> row, std::span<const T> grad,
+                                      std::span<T> sums) {
   T* __restrict w = row.data();
   T* __restrict sum = sums.data();
   const T* __restrict g = grad.data();
@@ -56,8 +72,8 @@ void adagrad(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row
 }
 
 template <typename T>
-void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad,
-                     T& accumulator) {
+PSCHED_ROW_KERNEL_INLINE void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row,
+                                              std::span<const T> grad, T& accumulator) {
   T* __restrict w = row.data();
   const T* __restrict g = grad.data();
   T squares = 0;  // in order (a sum is not reassociated): FBGEMM's float64 result to rounding
@@ -69,8 +85,9 @@ void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row, std::span<c
 }
 
 template <typename T>
-void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
-                 std::span<const T> grad, std::span<T> state) {
+PSCHED_ROW_KERNEL_INLINE void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step,
+                                          std::span<T> row, std::span<const T> grad,
+                                          std::span<T> state) {
   const size_t n = row.size();
   T* __restrict w = row.data();
   T* __restrict m = state.data();
@@ -91,8 +108,8 @@ void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step, std::span<T>
 }
 
 template <typename T>
-void apply(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
-           std::span<const T> grad, std::span<T> state) {
+PSCHED_ROW_KERNEL_INLINE void apply(const RowOptimizerSpec& spec, const RowStep& step,
+                                    std::span<T> row, std::span<const T> grad, std::span<T> state) {
   PSCHED_REQUIRE(grad.size() == row.size(), grad.size(), row.size());
   PSCHED_REQUIRE(state.size() == row_state_elements(spec, row.size()), state.size());
   switch (spec.kind) {
@@ -187,11 +204,13 @@ RowStep row_step(const RowOptimizerSpec& spec, uint64_t t) {
   }
 }
 
+PSCHED_ROW_KERNEL_CLONES
 void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<float> row,
                std::span<const float> grad, std::span<float> state) {
   apply(spec, step, row, grad, state);
 }
 
+PSCHED_ROW_KERNEL_CLONES
 void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
                std::span<const double> grad, std::span<double> state) {
   apply(spec, step, row, grad, state);
