@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "actors/durability/state_codec.h"
+#include "actors/shard/row_order.h"
 #include "common/check.h"
 #include "common/error.h"
 
@@ -221,10 +222,7 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
   PSCHED_REQUIRE(gradients.size() == ids.size() * row_bytes, gradients.size(), ids.size());
   const optim::RowStep step = optim::row_step(spec_.optimizer, t);
   // The rows in id order, duplicates next to each other, each id's in the order given.
-  std::vector<uint32_t> order(ids.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
+  const std::vector<uint32_t> order = order_by_id(ids);
   size_t repeated = 0;  // ids given more than once: their sums need room of their own
   for (size_t k = 1; k < order.size(); ++k)
     repeated +=
