@@ -71,17 +71,39 @@ PSCHED_ROW_KERNEL_INLINE void adagrad(const RowOptimizerSpec& spec, const RowSte
   }
 }
 
+// rowwise_adagrad's step once the row's sum of squares is known: the accumulator, then the row.
 template <typename T>
-PSCHED_ROW_KERNEL_INLINE void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row,
-                                              std::span<const T> grad, T& accumulator) {
+PSCHED_ROW_KERNEL_INLINE void rowwise_step(const RowOptimizerSpec& spec, std::span<T> row,
+                                           std::span<const T> grad, T& accumulator, T squares) {
   T* __restrict w = row.data();
   const T* __restrict g = grad.data();
-  T squares = 0;  // in order (a sum is not reassociated): FBGEMM's float64 result to rounding
-  for (size_t i = 0; i < row.size(); ++i) squares += g[i] * g[i];
   accumulator += squares / static_cast<T>(row.size());
   const T multiplier =
       static_cast<T>(spec.lr) / (std::sqrt(accumulator) + static_cast<T>(spec.eps));
   for (size_t i = 0; i < row.size(); ++i) w[i] -= multiplier * g[i];
+}
+
+template <typename T>
+PSCHED_ROW_KERNEL_INLINE void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row,
+                                              std::span<const T> grad, T& accumulator) {
+  const T* __restrict g = grad.data();
+  T squares = 0;  // in order (a sum is not reassociated): FBGEMM's float64 result to rounding
+  for (size_t i = 0; i < row.size(); ++i) squares += g[i] * g[i];
+  rowwise_step(spec, row, grad, accumulator, squares);
+}
+
+// rowwise_adagrad on kRowwiseGroup rows (each a table's block: value, then the accumulator):
+// their sums of squares side by side, each in its own order, so that one row's additions wait
+// on each other but not on another row's.
+constexpr size_t kRowwiseGroup = 4;
+template <typename T>
+PSCHED_ROW_KERNEL_INLINE void rowwise_group(const RowOptimizerSpec& spec, uint64_t dim,
+                                            T* const* rows, const T* const* grads) {
+  std::array<T, kRowwiseGroup> squares{};
+  for (size_t i = 0; i < dim; ++i)
+    for (size_t r = 0; r < kRowwiseGroup; ++r) squares[r] += grads[r][i] * grads[r][i];
+  for (size_t r = 0; r < kRowwiseGroup; ++r)
+    rowwise_step(spec, std::span(rows[r], dim), std::span(grads[r], dim), rows[r][dim], squares[r]);
 }
 
 template <typename T>
@@ -122,6 +144,21 @@ PSCHED_ROW_KERNEL_INLINE void apply(const RowOptimizerSpec& spec, const RowStep&
     case RowOptimizerKind::sparse_adam:
       return sparse_adam(spec, step, row, grad, state);
   }
+}
+
+template <typename T>
+PSCHED_ROW_KERNEL_INLINE void apply_each(const RowOptimizerSpec& spec, const RowStep& step,
+                                         uint64_t dim, std::span<T* const> rows,
+                                         std::span<const T* const> grads) {
+  PSCHED_REQUIRE(grads.size() == rows.size(), grads.size(), rows.size());
+  size_t k = 0;
+  if (spec.kind == RowOptimizerKind::rowwise_adagrad)
+    for (; k + kRowwiseGroup <= rows.size(); k += kRowwiseGroup)
+      rowwise_group(spec, dim, rows.data() + k, grads.data() + k);
+  const uint64_t state = row_state_elements(spec, dim);
+  for (; k < rows.size(); ++k)
+    apply(spec, step, std::span(rows[k], dim), std::span(grads[k], dim),
+          std::span(rows[k] + dim, state));
 }
 
 }  // namespace
@@ -214,6 +251,18 @@ PSCHED_ROW_KERNEL_CLONES
 void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
                std::span<const double> grad, std::span<double> state) {
   apply(spec, step, row, grad, state);
+}
+
+PSCHED_ROW_KERNEL_CLONES
+void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,
+                std::span<float* const> rows, std::span<const float* const> grads) {
+  apply_each(spec, step, dim, rows, grads);
+}
+
+PSCHED_ROW_KERNEL_CLONES
+void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,
+                std::span<double* const> rows, std::span<const double* const> grads) {
+  apply_each(spec, step, dim, rows, grads);
 }
 
 }  // namespace psched::optim

@@ -99,8 +99,8 @@ std::vector<T> random_blocks(const RowOptimizerSpec& spec, size_t rows, size_t d
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("the kernels give one element at a time's bits at every width", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("the kernels give one element at a time's bits at every width and row count", T,
+                   float, double) {
   std::mt19937_64 random(11);
   for (RowOptimizerKind kind : {RowOptimizerKind::sgd, RowOptimizerKind::adagrad,
                                 RowOptimizerKind::rowwise_adagrad, RowOptimizerKind::sparse_adam})
@@ -109,17 +109,23 @@ TEST_CASE_TEMPLATE("the kernels give one element at a time's bits at every width
       CAPTURE(dim);
       const RowOptimizerSpec spec = torch_row_defaults(kind);
       const RowStep step = row_step(spec, 3);
-      const size_t rows = 9, block = dim + row_state_elements(spec, dim);
+      const size_t rows = 9, block = dim + row_state_elements(spec, dim);  // groups of 4 and 1
       const std::vector<T> grads = random_blocks<T>(spec, rows, dim, random);
-      std::vector<T> want = random_blocks<T>(spec, rows, dim, random), one = want;
+      std::vector<T> want = random_blocks<T>(spec, rows, dim, random), one = want, all = want;
+      std::vector<T*> pointers;
+      std::vector<const T*> gradients;
       for (size_t k = 0; k < rows; ++k) {
         const std::span<const T> g(grads.data() + k * block, dim);
         scalar_update(spec, step, std::span(want.data() + k * block, dim), g,
                       std::span(want.data() + k * block + dim, block - dim));
         apply_row(spec, step, std::span(one.data() + k * block, dim), g,
                   std::span(one.data() + k * block + dim, block - dim));
+        pointers.push_back(all.data() + k * block);
+        gradients.push_back(g.data());
       }
+      apply_rows(spec, step, dim, std::span<T* const>(pointers), std::span(gradients));
       CHECK(std::memcmp(one.data(), want.data(), want.size() * sizeof(T)) == 0);
+      CHECK(std::memcmp(all.data(), want.data(), want.size() * sizeof(T)) == 0);
     }
 }
 
