@@ -14,8 +14,11 @@
 // three ways: the table's own count (RowTable::bytes_held), the heap glibc reports before and
 // after, and the payload (the row's values and optimizer state), with their ratio; and rows a
 // second for the first touch (index insert, initial value, update) and for updates.
+// Every rate, memcpy's too, is per second of the bench thread's CPU time
+// (bench/heap_clock.h): on a machine whose cores other processes share, a wall clock would
+// count their turns on the core as the table's time (while memcpy's best of five short copies
+// mostly misses them), so the ratio would measure the neighbours.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -31,12 +34,11 @@
 
 namespace {
 
-using psched::bench::Clock;
 using psched::bench::heap_bytes;
-using psched::bench::seconds_since;
+using psched::bench::thread_cpu_seconds;
 
 // Applies the rows `ids` in batches of `batch`, each with a gradient of small values; returns
-// the seconds it took.
+// the CPU seconds it took.
 double apply_all(psched::RowTable& table, const std::vector<uint64_t>& ids, size_t batch,
                  uint64_t t) {
   const psched::TableSpec& spec = table.spec();
@@ -44,23 +46,23 @@ double apply_all(psched::RowTable& table, const std::vector<uint64_t>& ids, size
   std::mt19937 random(static_cast<uint32_t>(t));
   for (size_t k = 0; k < gradients.size(); k += 4)
     gradients[k] = static_cast<std::byte>(random() % 64);  // finite, small in either dtype
-  const auto start = Clock::now();
+  const double start = thread_cpu_seconds();
   for (size_t at = 0; at < ids.size(); at += batch) {
     const size_t n = std::min(batch, ids.size() - at);
     table.apply({ids.data() + at, n}, {gradients.data(), n * spec.row_bytes()}, t);
   }
-  return seconds_since(start);
+  return thread_cpu_seconds() - start;
 }
 
-// Bytes a second memcpy reads and writes together, over buffers far larger than the caches.
+// Bytes a CPU second memcpy reads and writes together, over buffers far larger than the caches.
 double memcpy_bandwidth() {
   const size_t bytes = size_t{256} << 20;
   std::vector<std::byte> from(bytes, std::byte{1}), to(bytes);
   double best = 0;
   for (int k = 0; k < 5; ++k) {
-    const auto start = Clock::now();
+    const double start = thread_cpu_seconds();
     std::memcpy(to.data(), from.data(), bytes);
-    best = std::max(best, 2.0 * double(bytes) / seconds_since(start));
+    best = std::max(best, 2.0 * double(bytes) / (thread_cpu_seconds() - start));
   }
   return best;
 }
@@ -82,7 +84,8 @@ double update_rate(psched::optim::RowOptimizerKind kind, uint32_t dim, uint64_t 
 
 int sweep(uint64_t rows, size_t batch) {
   const double bandwidth = memcpy_bandwidth();
-  std::printf("memcpy on this machine: %.1f GB/s read and written together\n", bandwidth / 1e9);
+  std::printf("memcpy on this machine: %.1f GB/s read and written together (per CPU second)\n",
+              bandwidth / 1e9);
   std::printf("%-16s %5s %12s %14s %12s\n", "optimizer", "dim", "M rows/s", "GB/s moved",
               "of memcpy");
   for (auto kind : {psched::optim::RowOptimizerKind::sgd, psched::optim::RowOptimizerKind::adagrad,

@@ -10,6 +10,20 @@
 #include "common/check.h"
 #include "common/error.h"
 
+// The exported kernels are built three times, for x86-64's baseline (SSE2), AVX2 (x86-64-v3)
+// and AVX-512 (x86-64-v4), and the loader picks the widest the CPU runs (GCC's function
+// multiversioning, an ifunc). Wider registers run the same IEEE operations on more elements at
+// once, each element's in the same order, and -ffp-contract=off (optim/CMakeLists.txt) keeps
+// FMA out, so every clone gives the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PSCHED_ROW_KERNEL_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define PSCHED_ROW_KERNEL_INLINE [[gnu::always_inline]] inline
+#else
+#define PSCHED_ROW_KERNEL_CLONES
+#define PSCHED_ROW_KERNEL_INLINE inline
+#endif
+
 namespace psched::optim {
 namespace {
 
@@ -35,7 +49,8 @@ void non_negative(const RowOptimizerSpec& spec, std::string_view field, double v
 // compiler runs them in SIMD registers: the same IEEE operations element by element, in the
 // same order, so the same results as one element at a time.
 template <typename T>
-void sgd(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad) {
+PSCHED_ROW_KERNEL_INLINE void sgd(const RowOptimizerSpec& spec, std::span<T> row,
+                                  std::span<const T> grad) {
   T* __restrict w = row.data();
   const T* __restrict g = grad.data();
   const T alpha = static_cast<T>(-spec.lr);
@@ -43,8 +58,9 @@ void sgd(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad
 }
 
 template <typename T>
-void adagrad(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
-             std::span<const T> grad, std::span<T> sums) {
+PSCHED_ROW_KERNEL_INLINE void adagrad(const RowOptimizerSpec& spec, const RowStep& step,
+                                      std::span<T> row, std::span<const T> grad,
+                                      std::span<T> sums) {
   T* __restrict w = row.data();
   T* __restrict sum = sums.data();
   const T* __restrict g = grad.data();
@@ -55,13 +71,12 @@ void adagrad(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row
   }
 }
 
+// rowwise_adagrad's step once the row's sum of squares is known: the accumulator, then the row.
 template <typename T>
-void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row, std::span<const T> grad,
-                     T& accumulator) {
+PSCHED_ROW_KERNEL_INLINE void rowwise_step(const RowOptimizerSpec& spec, std::span<T> row,
+                                           std::span<const T> grad, T& accumulator, T squares) {
   T* __restrict w = row.data();
   const T* __restrict g = grad.data();
-  T squares = 0;  // in order (a sum is not reassociated): FBGEMM's float64 result to rounding
-  for (size_t i = 0; i < row.size(); ++i) squares += g[i] * g[i];
   accumulator += squares / static_cast<T>(row.size());
   const T multiplier =
       static_cast<T>(spec.lr) / (std::sqrt(accumulator) + static_cast<T>(spec.eps));
@@ -69,8 +84,32 @@ void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row, std::span<c
 }
 
 template <typename T>
-void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
-                 std::span<const T> grad, std::span<T> state) {
+PSCHED_ROW_KERNEL_INLINE void rowwise_adagrad(const RowOptimizerSpec& spec, std::span<T> row,
+                                              std::span<const T> grad, T& accumulator) {
+  const T* __restrict g = grad.data();
+  T squares = 0;  // in order (a sum is not reassociated): FBGEMM's float64 result to rounding
+  for (size_t i = 0; i < row.size(); ++i) squares += g[i] * g[i];
+  rowwise_step(spec, row, grad, accumulator, squares);
+}
+
+// rowwise_adagrad on kRowwiseGroup rows (each a table's block: value, then the accumulator):
+// their sums of squares side by side, each in its own order, so that one row's additions wait
+// on each other but not on another row's.
+constexpr size_t kRowwiseGroup = 4;
+template <typename T>
+PSCHED_ROW_KERNEL_INLINE void rowwise_group(const RowOptimizerSpec& spec, uint64_t dim,
+                                            T* const* rows, const T* const* grads) {
+  std::array<T, kRowwiseGroup> squares{};
+  for (size_t i = 0; i < dim; ++i)
+    for (size_t r = 0; r < kRowwiseGroup; ++r) squares[r] += grads[r][i] * grads[r][i];
+  for (size_t r = 0; r < kRowwiseGroup; ++r)
+    rowwise_step(spec, std::span(rows[r], dim), std::span(grads[r], dim), rows[r][dim], squares[r]);
+}
+
+template <typename T>
+PSCHED_ROW_KERNEL_INLINE void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step,
+                                          std::span<T> row, std::span<const T> grad,
+                                          std::span<T> state) {
   const size_t n = row.size();
   T* __restrict w = row.data();
   T* __restrict m = state.data();
@@ -91,8 +130,8 @@ void sparse_adam(const RowOptimizerSpec& spec, const RowStep& step, std::span<T>
 }
 
 template <typename T>
-void apply(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
-           std::span<const T> grad, std::span<T> state) {
+PSCHED_ROW_KERNEL_INLINE void apply(const RowOptimizerSpec& spec, const RowStep& step,
+                                    std::span<T> row, std::span<const T> grad, std::span<T> state) {
   PSCHED_REQUIRE(grad.size() == row.size(), grad.size(), row.size());
   PSCHED_REQUIRE(state.size() == row_state_elements(spec, row.size()), state.size());
   switch (spec.kind) {
@@ -105,6 +144,21 @@ void apply(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> row,
     case RowOptimizerKind::sparse_adam:
       return sparse_adam(spec, step, row, grad, state);
   }
+}
+
+template <typename T>
+PSCHED_ROW_KERNEL_INLINE void apply_each(const RowOptimizerSpec& spec, const RowStep& step,
+                                         uint64_t dim, std::span<T* const> rows,
+                                         std::span<const T* const> grads) {
+  PSCHED_REQUIRE(grads.size() == rows.size(), grads.size(), rows.size());
+  size_t k = 0;
+  if (spec.kind == RowOptimizerKind::rowwise_adagrad)
+    for (; k + kRowwiseGroup <= rows.size(); k += kRowwiseGroup)
+      rowwise_group(spec, dim, rows.data() + k, grads.data() + k);
+  const uint64_t state = row_state_elements(spec, dim);
+  for (; k < rows.size(); ++k)
+    apply(spec, step, std::span(rows[k], dim), std::span(grads[k], dim),
+          std::span(rows[k] + dim, state));
 }
 
 }  // namespace
@@ -187,14 +241,28 @@ RowStep row_step(const RowOptimizerSpec& spec, uint64_t t) {
   }
 }
 
+PSCHED_ROW_KERNEL_CLONES
 void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<float> row,
                std::span<const float> grad, std::span<float> state) {
   apply(spec, step, row, grad, state);
 }
 
+PSCHED_ROW_KERNEL_CLONES
 void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
                std::span<const double> grad, std::span<double> state) {
   apply(spec, step, row, grad, state);
+}
+
+PSCHED_ROW_KERNEL_CLONES
+void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,
+                std::span<float* const> rows, std::span<const float* const> grads) {
+  apply_each(spec, step, dim, rows, grads);
+}
+
+PSCHED_ROW_KERNEL_CLONES
+void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,
+                std::span<double* const> rows, std::span<const double* const> grads) {
+  apply_each(spec, step, dim, rows, grads);
 }
 
 }  // namespace psched::optim

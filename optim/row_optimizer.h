@@ -81,5 +81,13 @@ void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<floa
                std::span<const float> grad, std::span<float> state);
 void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
                std::span<const double> grad, std::span<double> state);
+// Updates of several rows with the step's shared scalars, each row as a table keeps it: rows[k]
+// holds a row's `dim` values then its state (row_state_elements(spec, dim) elements), updated
+// from grads[k] (`dim` elements). The same results as apply_row on each in turn, in one call:
+// rowwise_adagrad sums the squares of four rows side by side (each row's in its own order).
+void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,
+                std::span<float* const> rows, std::span<const float* const> grads);
+void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,
+                std::span<double* const> rows, std::span<const double* const> grads);
 
 }  // namespace psched::optim

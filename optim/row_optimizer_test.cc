@@ -9,6 +9,9 @@
 #include "optim/row_optimizer.h"
 
 #include <array>
+#include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -44,7 +47,87 @@ void check_row(const std::vector<double>& got, const std::vector<double>& want) 
   }
 }
 
+// One row's update one element at a time, in the order of operations the kernels promise (their
+// references'): what their SIMD loops must give bit for bit.
+template <typename T>
+void scalar_update(const RowOptimizerSpec& spec, const RowStep& step, std::span<T> w,
+                   std::span<const T> g, std::span<T> state) {
+  const size_t n = w.size();
+  const T lr = static_cast<T>(spec.lr), eps = static_cast<T>(spec.eps);
+  if (spec.kind == RowOptimizerKind::sgd)
+    for (size_t i = 0; i < n; ++i) w[i] += -lr * g[i];
+  if (spec.kind == RowOptimizerKind::adagrad)
+    for (size_t i = 0; i < n; ++i) {
+      state[i] += g[i] * g[i];
+      w[i] += static_cast<T>(-step.lr) * (g[i] / (std::sqrt(state[i]) + eps));
+    }
+  if (spec.kind == RowOptimizerKind::rowwise_adagrad) {
+    T squares = 0;
+    for (size_t i = 0; i < n; ++i) squares += g[i] * g[i];
+    state[0] += squares / static_cast<T>(n);
+    const T multiplier = lr / (std::sqrt(state[0]) + eps);
+    for (size_t i = 0; i < n; ++i) w[i] -= multiplier * g[i];
+  }
+  if (spec.kind == RowOptimizerKind::sparse_adam)
+    for (size_t i = 0; i < n; ++i) {
+      T &m = state[i], &v = state[n + i];
+      const T dm = (g[i] - m) * static_cast<T>(1 - spec.beta1);
+      const T dv = (g[i] * g[i] - v) * static_cast<T>(1 - spec.beta2);
+      const T numer = dm + m, denom = std::sqrt(dv + v) + eps;
+      m += dm;
+      v += dv;
+      w[i] += -static_cast<T>(step.lr) * (numer / denom);
+    }
+}
+
+// `rows` blocks of a row of `dim` values then its state, as a table keeps them, drawn from
+// `random`: values and gradients in [-1, 1] (a few gradients exactly 0), sums and second
+// moments in [0, 1], first moments in [-1, 1].
+template <typename T>
+std::vector<T> random_blocks(const RowOptimizerSpec& spec, size_t rows, size_t dim,
+                             std::mt19937_64& random) {
+  std::uniform_real_distribution<T> any(-1, 1), positive(0, 1);
+  const size_t state = row_state_elements(spec, dim), block = dim + state;
+  std::vector<T> blocks(rows * block);
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const size_t at = k % block;
+    const bool first_moment = spec.kind == RowOptimizerKind::sparse_adam && at < 2 * dim;
+    blocks[k] = at < dim || first_moment ? any(random) : positive(random);
+  }
+  return blocks;
+}
+
 }  // namespace
+
+TEST_CASE_TEMPLATE("the kernels give one element at a time's bits at every width and row count", T,
+                   float, double) {
+  std::mt19937_64 random(11);
+  for (RowOptimizerKind kind : {RowOptimizerKind::sgd, RowOptimizerKind::adagrad,
+                                RowOptimizerKind::rowwise_adagrad, RowOptimizerKind::sparse_adam})
+    for (size_t dim : {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 255, 256, 257}) {
+      CAPTURE(to_string(kind));
+      CAPTURE(dim);
+      const RowOptimizerSpec spec = torch_row_defaults(kind);
+      const RowStep step = row_step(spec, 3);
+      const size_t rows = 9, block = dim + row_state_elements(spec, dim);  // groups of 4 and 1
+      const std::vector<T> grads = random_blocks<T>(spec, rows, dim, random);
+      std::vector<T> want = random_blocks<T>(spec, rows, dim, random), one = want, all = want;
+      std::vector<T*> pointers;
+      std::vector<const T*> gradients;
+      for (size_t k = 0; k < rows; ++k) {
+        const std::span<const T> g(grads.data() + k * block, dim);
+        scalar_update(spec, step, std::span(want.data() + k * block, dim), g,
+                      std::span(want.data() + k * block + dim, block - dim));
+        apply_row(spec, step, std::span(one.data() + k * block, dim), g,
+                  std::span(one.data() + k * block + dim, block - dim));
+        pointers.push_back(all.data() + k * block);
+        gradients.push_back(g.data());
+      }
+      apply_rows(spec, step, dim, std::span<T* const>(pointers), std::span(gradients));
+      CHECK(std::memcmp(one.data(), want.data(), want.size() * sizeof(T)) == 0);
+      CHECK(std::memcmp(all.data(), want.data(), want.size() * sizeof(T)) == 0);
+    }
+}
 
 TEST_CASE("sgd on a row is torch.optim.SGD on the sparse gradient") {
   RowOptimizerSpec spec = torch_row_defaults(RowOptimizerKind::sgd);

@@ -51,8 +51,7 @@ void RowCapacity::added(uint32_t slot) {
   link_newest(slot);
 }
 
-void RowCapacity::touched(uint32_t slot) {
-  if (!tracks_order() || slot == newest_) return;
+void RowCapacity::make_newest(uint32_t slot) {
   unlink(slot);
   link_newest(slot);
 }

@@ -41,7 +41,9 @@ class RowCapacity {
   bool admit(uint64_t id);
   // The row in `slot` was stored (a new slot) or updated: it becomes the most recent.
   void added(uint32_t slot);
-  void touched(uint32_t slot);
+  void touched(uint32_t slot) {  // inline: a table without max_rows pays one test a row
+    if (tracks_order() && slot != newest_) make_newest(slot);
+  }
   // The least recently updated row's slot (kNone when none is stored): the one to evict.
   uint32_t oldest() const { return oldest_; }
   // Counts an eviction.
@@ -58,6 +60,7 @@ class RowCapacity {
 
  private:
   bool tracks_order() const { return max_rows_ != 0; }
+  void make_newest(uint32_t slot);
   void unlink(uint32_t slot);
   void link_newest(uint32_t slot);
   // The sketch's two counters of `id`.

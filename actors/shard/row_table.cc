@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "actors/durability/state_codec.h"
+#include "actors/shard/row_order.h"
 #include "common/check.h"
 #include "common/error.h"
 
@@ -221,10 +222,7 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
   PSCHED_REQUIRE(gradients.size() == ids.size() * row_bytes, gradients.size(), ids.size());
   const optim::RowStep step = optim::row_step(spec_.optimizer, t);
   // The rows in id order, duplicates next to each other, each id's in the order given.
-  std::vector<uint32_t> order(ids.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
+  const std::vector<uint32_t> order = order_by_id(ids);
   size_t repeated = 0;  // ids given more than once: their sums need room of their own
   for (size_t k = 1; k < order.size(); ++k)
     repeated +=
@@ -257,35 +255,64 @@ void RowTable::apply(std::span<const uint64_t> ids, std::span<const std::byte> g
 }
 
 void RowTable::update_all(std::span<const RowUpdate> updates, const optim::RowStep& step) {
-  // Slots are found a block of rows ahead of their updates and the rows' memory asked for, so
-  // the index's and the rows' cache misses overlap. Not where finding a slot may evict one
-  // (this batch may reach max_rows): a later row's eviction could take an earlier row's slot
-  // before its update.
-  const bool may_evict = spec_.max_rows != 0 && rows() + updates.size() > spec_.max_rows;
-  const size_t ahead = may_evict ? 1 : kUpdateBlock;
-  std::array<uint32_t, kUpdateBlock> slots;
-  for (size_t begin = 0; begin < updates.size(); begin += ahead) {
-    const size_t end = std::min(updates.size(), begin + ahead);
-    for (size_t k = end; k < std::min(updates.size(), end + ahead); ++k)
-      index_.prefetch(updates[k].id);
-    for (size_t k = begin; k < end; ++k) {
-      slots[k - begin] = slot_of(updates[k].id);
-      if (slots[k - begin] != RowCapacity::kNone) __builtin_prefetch(block(slots[k - begin]), 1);
-    }
-    for (size_t k = begin; k < end; ++k)
-      if (slots[k - begin] != RowCapacity::kNone)  // else not admitted yet: dropped
-        update(slots[k - begin], updates[k].gradient, step);
+  if (spec_.max_rows == 0 || rows() + updates.size() <= spec_.max_rows)
+    return update_ahead(updates, step);
+  // This batch may reach max_rows: each row's slot is found just before its update, as a later
+  // row's eviction could take an earlier row's slot before that row's update.
+  for (size_t k = 0; k < updates.size(); ++k) {
+    if (k + 1 < updates.size()) index_.prefetch(updates[k + 1].id);
+    const uint32_t slot = slot_of(updates[k].id);
+    update(updates.subspan(k, 1), {&slot, 1}, step);
   }
 }
 
-void RowTable::update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step) {
-  keep_frozen(slot);
-  std::byte* row = block(slot);
+void RowTable::update_ahead(std::span<const RowUpdate> updates, const optim::RowStep& step) {
+  const size_t n = updates.size();
+  std::array<uint32_t, 2 * kUpdateBlock> slots{};  // of rows k, at k % (2 * kUpdateBlock)
+  auto ask_index = [&](size_t begin) {
+    for (size_t k = begin; k < std::min(n, begin + kUpdateBlock); ++k)
+      index_.prefetch(updates[k].id);
+  };
+  auto find = [&](size_t begin) {
+    for (size_t k = begin; k < std::min(n, begin + kUpdateBlock); ++k) {
+      slots[k % slots.size()] = slot_of(updates[k].id);
+      if (slots[k % slots.size()] != RowCapacity::kNone) ask_row(slots[k % slots.size()]);
+    }
+  };
+  ask_index(0);
+  ask_index(kUpdateBlock);
+  find(0);
+  for (size_t begin = 0; begin < n; begin += kUpdateBlock) {
+    ask_index(begin + 2 * kUpdateBlock);
+    find(begin + kUpdateBlock);
+    const size_t rows = std::min(n - begin, kUpdateBlock);
+    update(updates.subspan(begin, rows), std::span(slots).subspan(begin % slots.size(), rows),
+           step);
+  }
+}
+
+void RowTable::ask_row(uint32_t slot) const {
+  const auto* row = reinterpret_cast<const char*>(block(slot));
+  const uintptr_t line = 64, first = reinterpret_cast<uintptr_t>(row) % line;
+  for (const char* at = row - first; at < row + block_bytes_; at += line) __builtin_prefetch(at, 1);
+}
+
+void RowTable::update(std::span<const RowUpdate> updates, std::span<const uint32_t> slots,
+                      const optim::RowStep& step) {
+  PSCHED_REQUIRE(updates.size() == slots.size() && slots.size() <= kUpdateBlock, slots.size());
   visit_dtype(spec_.dtype, [&](auto zero) {
     using T = decltype(zero);
-    optim::apply_row(spec_.optimizer, step, as_span<T>(row, spec_.dim),
-                     as_span<T>(gradient, spec_.dim),
-                     as_span<T>(row + spec_.row_bytes(), state_elements_));
+    std::array<T*, kUpdateBlock> rows{};
+    std::array<const T*, kUpdateBlock> gradients{};
+    size_t admitted = 0;
+    for (size_t k = 0; k < slots.size(); ++k) {
+      if (slots[k] == RowCapacity::kNone) continue;  // not admitted yet: dropped
+      keep_frozen(slots[k]);
+      rows[admitted] = reinterpret_cast<T*>(block(slots[k]));
+      gradients[admitted++] = reinterpret_cast<const T*>(updates[k].gradient);
+    }
+    optim::apply_rows(spec_.optimizer, step, spec_.dim, std::span(rows).first(admitted),
+                      std::span(gradients).first(admitted));
   });
 }
 

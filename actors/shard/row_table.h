@@ -182,9 +182,20 @@ class RowTable final : public HostedKind {
   // The updates in order, with the step's scalars (optim::row_step, once a step); a row not
   // admitted (slot_of) drops its update.
   void update_all(std::span<const RowUpdate> updates, const optim::RowStep& step);
-  static constexpr size_t kUpdateBlock = 16;  // rows whose slots update_all finds ahead
-  // One update of the row in `slot`.
-  void update(uint32_t slot, const std::byte* gradient, const optim::RowStep& step);
+  // update_all where no slot_of can evict (the batch cannot reach max_rows), in blocks of
+  // kUpdateBlock rows: while a block updates, the next one's slots are found and their rows'
+  // memory asked for, and the index entries of the one after asked for. So the index's and
+  // the rows' cache misses of two blocks are in flight together, each asked for a block's
+  // updates before it is needed.
+  void update_ahead(std::span<const RowUpdate> updates, const optim::RowStep& step);
+  static constexpr size_t kUpdateBlock = 16;
+  // Asks for the cache lines of the row in `slot` (value and state), to be written.
+  void ask_row(uint32_t slot) const;
+  // One update each of `updates` (at most kUpdateBlock), the row of updates[k] in slots[k]
+  // (RowCapacity::kNone: not admitted yet, its update dropped), each row kept first where a
+  // checkpoint stream still needs it as it was (keep_frozen).
+  void update(std::span<const RowUpdate> updates, std::span<const uint32_t> slots,
+              const optim::RowStep& step);
   // The unit a step of the table covers (its StepTrack's extent).
   static constexpr ElementRange kUnit{0, 1};
   // A sync step's gradient sums: each row gathered so far, in the order first met.
