@@ -82,6 +82,27 @@ class Server:
             self.kill()
 
 
+def run_workers(workers, train):
+    """train(rank) for each of `workers` (DistributedModels), each in a thread of its own, and
+    waits for all; a worker whose train raised has its client closed (a silent thread would hang
+    the others in sync mode) and the test fails with what it raised."""
+    errors = []
+
+    def run(rank):
+        try:
+            train(rank)
+        except Exception as error:  # reported below
+            errors.append(error)
+            workers[rank].client.close()
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(len(workers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+
 @pytest.fixture
 def start_server(tmp_path):
     """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1,

@@ -8,7 +8,6 @@ in which worker 0 evaluates under model.eval() between steps; and a hybrid job (
 bounded tables) whose dense part takes exactly the mean of the workers' gradients each step."""
 import functools
 import json
-import threading
 import urllib.request
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 
 import psched
 import psched.torch
+from conftest import run_workers
 
 STEPS, BATCH, BAG = 30, 8, 4  # BATCH samples per worker and step, BAG ids per sample and table
 ROWS, DIM, DENSE = 1000, 8, 4
@@ -202,29 +202,20 @@ def train_with_psched(server, batches, restart_at=None, prefetch=None, capacity=
                                              **settings)
                for rank in range(2)]
     initial_rows = [bag.rows(torch.arange(ROWS)) for bag in workers[0].module.bags]
-    errors, evaluations = [], []
+    evaluations = []
 
     def train(rank):
-        try:
-            for index, batch in enumerate(batches):
-                if rank == 0 and index == restart_at:
-                    server.restart()
-                following = batches[index + 1] if index + 1 < len(batches) else None
-                step(workers[rank], half(batch, rank),
-                     half(following, rank)[1] if prefetch is not None and following else None)
-                if rank == 0 and held_out is not None:
-                    evaluations.append(evaluate(workers[rank], held_out))
-            workers[rank].synchronize()
-        except Exception as error:  # reported below; a silent thread would hang the other
-            errors.append(error)
-            workers[rank].client.close()
+        for index, batch in enumerate(batches):
+            if rank == 0 and index == restart_at:
+                server.restart()
+            following = batches[index + 1] if index + 1 < len(batches) else None
+            step(workers[rank], half(batch, rank),
+                 half(following, rank)[1] if prefetch is not None and following else None)
+            if rank == 0 and held_out is not None:
+                evaluations.append(evaluate(workers[rank], held_out))
+        workers[rank].synchronize()
 
-    threads = [threading.Thread(target=train, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    run_workers(workers, train)
     return workers, initial_rows, evaluations
 
 
@@ -416,29 +407,18 @@ def test_hybrid_steps_keep_the_dense_part_exactly_sync_beside_bounded_tables(sta
         parameters = dict(module.named_parameters())
         seen[rank].append([parameters[name].detach().clone() for name in dense_names])
 
-    errors = []
-
     def train(rank):
         model = workers[rank]
         model.module.register_forward_hook(functools.partial(record, rank))
-        try:
-            for batch in make_batches():
-                parameters = dict(model.module.named_parameters())
-                for name in dense_names:
-                    parameters[name].grad = None
-                step(model, half(batch, rank))
-                grads[rank].append([parameters[name].grad.clone() for name in dense_names])
-            model.synchronize()
-        except Exception as error:  # reported below; a silent thread would hang the other
-            errors.append(error)
-            model.client.close()
+        for batch in make_batches():
+            parameters = dict(model.module.named_parameters())
+            for name in dense_names:
+                parameters[name].grad = None
+            step(model, half(batch, rank))
+            grads[rank].append([parameters[name].grad.clone() for name in dense_names])
+        model.synchronize()
 
-    threads = [threading.Thread(target=train, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    run_workers(workers, train)
 
     reference = [p.clone().requires_grad_() for p in seen[0][0]]
     adam = torch.optim.Adam(reference, lr=DENSE_LR)

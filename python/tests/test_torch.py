@@ -3,7 +3,6 @@
 parameters, whether the optimizer runs in torch or on psched's shards."""
 import copy
 import json
-import threading
 import time
 
 import pytest
@@ -12,6 +11,7 @@ import torch.nn.functional as F
 
 import psched
 import psched.torch
+from conftest import run_workers
 
 STEPS = 50
 BATCH = 32
@@ -194,21 +194,7 @@ def test_two_sync_workers_equal_one_process_on_the_concatenated_batch(start_serv
 
     workers = [psched.torch.DistributedModel(model(), "sgd", lr=0.1, config=server.config,
                                              worker=rank) for rank in range(2)]
-    errors = []
-
-    def train(rank):
-        try:
-            train_with_psched(workers[rank], halves[rank])
-        except Exception as error:  # reported below; a silent thread would hang the other
-            errors.append(error)
-            workers[rank].client.close()
-
-    threads = [threading.Thread(target=train, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    run_workers(workers, lambda rank: train_with_psched(workers[rank], halves[rank]))
     for worker in workers:
         assert_parameters_equal(worker.module, expected, 1e-6)
         worker.client.close()
