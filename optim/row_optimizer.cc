@@ -242,18 +242,6 @@ RowStep row_step(const RowOptimizerSpec& spec, uint64_t t) {
 }
 
 PSCHED_ROW_KERNEL_CLONES
-void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<float> row,
-               std::span<const float> grad, std::span<float> state) {
-  apply(spec, step, row, grad, state);
-}
-
-PSCHED_ROW_KERNEL_CLONES
-void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
-               std::span<const double> grad, std::span<double> state) {
-  apply(spec, step, row, grad, state);
-}
-
-PSCHED_ROW_KERNEL_CLONES
 void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,
                 std::span<float* const> rows, std::span<const float* const> grads) {
   apply_each(spec, step, dim, rows, grads);

@@ -74,17 +74,11 @@ struct RowStep {
 };
 RowStep row_step(const RowOptimizerSpec& spec, uint64_t t);
 
-// One row's update with the step's shared scalars (row_step(spec, t) for the table's update `t`,
-// 1-based): `row` and its `state` (row_state_elements(spec, row.size()) elements) in place
-// from `grad` (as long as `row`).
-void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<float> row,
-               std::span<const float> grad, std::span<float> state);
-void apply_row(const RowOptimizerSpec& spec, const RowStep& step, std::span<double> row,
-               std::span<const double> grad, std::span<double> state);
-// Updates of several rows with the step's shared scalars, each row as a table keeps it: rows[k]
-// holds a row's `dim` values then its state (row_state_elements(spec, dim) elements), updated
-// from grads[k] (`dim` elements). The same results as apply_row on each in turn, in one call:
-// rowwise_adagrad sums the squares of four rows side by side (each row's in its own order).
+// Updates of rows with the step's shared scalars (row_step(spec, t) for the table's update
+// `t`, 1-based), each row as a table keeps it: rows[k] holds a row's `dim` values then its state
+// (row_state_elements(spec, dim) elements), updated in place from grads[k] (`dim` elements).
+// Each row's result is the same as if it were updated alone: rowwise_adagrad sums the squares
+// of four rows side by side, each row's in its own order.
 void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,
                 std::span<float* const> rows, std::span<const float* const> grads);
 void apply_rows(const RowOptimizerSpec& spec, const RowStep& step, uint64_t dim,

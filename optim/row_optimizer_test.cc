@@ -30,13 +30,16 @@ const std::array<std::vector<double>, 3> kGrads{
 // The row after three updates (t = 1, 2, 3) of [0.5, -1.25, 2.0] by kGrads under `spec`.
 template <typename T>
 std::vector<T> three_updates(const RowOptimizerSpec& spec) {
-  std::vector<T> row{T(0.5), T(-1.25), T(2.0)};
-  std::vector<T> state(row_state_elements(spec, 3), T(initial_row_state(spec)));
+  std::vector<T> block{T(0.5), T(-1.25), T(2.0)};  // the row, then its state
+  block.resize(3 + row_state_elements(spec, 3), T(initial_row_state(spec)));
+  T* const rows[] = {block.data()};
   for (uint64_t t = 1; t <= 3; ++t) {
     std::vector<T> g(kGrads[t - 1].begin(), kGrads[t - 1].end());
-    apply_row(spec, row_step(spec, t), std::span(row), std::span<const T>(g), std::span(state));
+    const T* const grads[] = {g.data()};
+    apply_rows(spec, row_step(spec, t), 3, std::span(rows), std::span(grads));
   }
-  return row;
+  block.resize(3);
+  return block;
 }
 
 void check_row(const std::vector<double>& got, const std::vector<double>& want) {
@@ -118,8 +121,9 @@ TEST_CASE_TEMPLATE("the kernels give one element at a time's bits at every width
         const std::span<const T> g(grads.data() + k * block, dim);
         scalar_update(spec, step, std::span(want.data() + k * block, dim), g,
                       std::span(want.data() + k * block + dim, block - dim));
-        apply_row(spec, step, std::span(one.data() + k * block, dim), g,
-                  std::span(one.data() + k * block + dim, block - dim));
+        T* const alone[] = {one.data() + k * block};  // a call of its own: no group of four
+        const T* const its[] = {g.data()};
+        apply_rows(spec, step, dim, std::span(alone), std::span(its));
         pointers.push_back(all.data() + k * block);
         gradients.push_back(g.data());
       }
