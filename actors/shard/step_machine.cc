@@ -37,7 +37,7 @@ void StepMachine::add(std::string name, ElementRange extent, StepRule rule) {
          to_string(rule.mode), to_string(settings_.mode));
   const Membership* members = rule.mode == Mode::async ? nullptr : &members_;
   tracks_.emplace_back(std::move(name), extent, rule.mode, settings_.workers, members);
-  rules_.push_back(rule);
+  staleness_.push_back(rule.staleness);
 }
 
 StepMachine::Admission StepMachine::admit(WorkerId worker, VariableId id, Step step,

@@ -191,8 +191,8 @@ class StepMachine {
   // Whether the job has members (sync, bounded).
   bool has_members() const { return settings_.mode != Mode::async; }
   // Variable `id`'s mode and staleness.
-  Mode mode_of(VariableId id) const { return rules_[id.value].mode; }
-  uint64_t staleness_of(VariableId id) const { return rules_[id.value].staleness; }
+  Mode mode_of(VariableId id) const { return tracks_[id.value].mode(); }
+  uint64_t staleness_of(VariableId id) const { return staleness_[id.value]; }
   // Answers the polls that `update` of `id` (owner `owner`) completed.
   void answer_polls(VariableId id, WorkerId owner, const StepUpdate& update);
   // Whether `poll` is held before it is filed, its checks made first (a bad one throws).
@@ -246,7 +246,8 @@ class StepMachine {
   Membership members_;  // sync, bounded; the tracks point to it
   Leases leases_;
   std::vector<StepTrack> tracks_;  // index = VariableId
-  std::vector<StepRule> rules_;    // index = VariableId
+  std::vector<uint64_t>
+      staleness_;  // index = VariableId: bounded, its rule's; its mode: the track's
   PollRegistry polls_;
   std::vector<HeldPoll> held_;  // bounded: members behind; sync: the step before not complete
   std::vector<HeldPush> held_pushes_;  // sync: the step before not complete

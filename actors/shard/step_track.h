@@ -111,6 +111,8 @@ class StepTrack {
   // sync: the step a push began or completed last (the step in progress, else the last
   // complete one).
   Step begun_step() const { return step_in_progress() ? sync_.completed.next() : sync_.completed; }
+  // The mode the track's steps follow (its variable's, StepRule).
+  Mode mode() const { return mode_; }
   // The owner a poll from `worker` waits on: the worker itself, or kAllWorkers in sync mode.
   WorkerId poll_owner(WorkerId worker) const { return mode_ == Mode::sync ? kAllWorkers : worker; }
   // The last complete step of the owner of `worker`'s polls.
