@@ -34,8 +34,10 @@ run the same steps:
   hybrid       psched with the dense part in sync mode and the tables bounded, staleness 1
                (`table_mode: {mode: bounded, staleness: 1}`: Persia's hybrid)
   +stale       prefetch with embedding_staleness 1: the rows of step k + 1 as step k - 1 left
-               them, so their pull never waits for step k (Persia's embedding_staleness); in
-               sync mode (psched+prefetch+stale, not run by default) the dense part stays sync
+               them, so their pull never waits for step k, nor the next forward for step k's
+               row pushes to arrive (Persia's embedding_staleness); in sync and hybrid modes
+               (psched+prefetch+stale, hybrid+prefetch+stale(+bf16), not run by default) the
+               dense part stays sync
   +late        prefetch after backward instead of before it: the request leaves once this
                step's pushes are received, so other workers' pushes are more often in
 The psched and bounded modes run only where psched.torch.EmbeddingBag exists (else: skipped,
@@ -97,9 +99,12 @@ from free_ports import free_ports  # noqa: E402
 MODES = ("ddp-sparse", "ddp-dense", "psched", "psched+bf16", "psched+prefetch",
          "psched+prefetch+bf16", "psched+prefetch+stale", "bounded", "bounded+prefetch",
          "bounded+prefetch+bf16", "bounded+prefetch+stale", "bounded+prefetch+late",
-         "hybrid+prefetch", "hybrid+prefetch+bf16")
+         "hybrid+prefetch", "hybrid+prefetch+bf16", "hybrid+prefetch+stale",
+         "hybrid+prefetch+stale+bf16")
 DEFAULT_MODES = tuple(m for m in MODES if m not in ("ddp-dense", "psched+prefetch+stale",
-                                                    "bounded+prefetch+late"))
+                                                    "bounded+prefetch+late",
+                                                    "hybrid+prefetch+stale",
+                                                    "hybrid+prefetch+stale+bf16"))
 PSCHED_MODES = ("psched", "bounded", "hybrid")  # a mode's first part: psched's shards train it
 BASELINE = "ddp-sparse"
 MEMORY_SLACK = (1.10, 16 << 20)  # the memory check's allowance: 10% + 16 MiB

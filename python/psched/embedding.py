@@ -63,7 +63,8 @@ Prefetch: bag.prefetch(next_input), called between a step's forward and the next
 the forward, before backward, overlaps most), starts the pull of the next step's rows; that
 forward, given equal ids, waits only for what has not arrived, and reads the values that
 forward would have pulled. staleness s (default 0) lets the rows lack the last s steps'
-updates, so the pull need not wait for this step (docs/embeddings.md, "Prefetch").
+updates, so the pull need not wait for this step, and that forward need not wait for the last
+s pushes to arrive (their errors are raised s steps later; docs/embeddings.md, "Prefetch").
 
 Inside DistributedModel a table takes its module name (named_modules()) unless given `name`,
 the model's client, and the model's start_step; DistributedModel.synchronize() waits for its
@@ -217,7 +218,7 @@ class _Rows(torch.nn.Module):
         self.table = None  # the psched.Table, once registered
         self.pushed = client.start_step - 1 if client is not None else 0  # the last step pushed
         self._open = 0  # the step whose forward ran and whose gradient is not pushed (0: none)
-        self._unwaited = 0  # the last push not waited for (0: none)
+        self._unwaited = []  # the steps of the pushes not waited for, oldest first
         self.staleness = None  # prefetch()'s default staleness (None: 0)
         self._prefetched = None  # the prefetch under way (_Prefetch), if any
         self.prefetches = self.prefetch_misses = 0  # started; dropped unused (other input)
@@ -269,14 +270,19 @@ class _Rows(torch.nn.Module):
         if len(ids):
             pull = self.client.start_pull_rows(table, ids.numpy(), rows.numpy(),
                                                after=max(step - 1 - lag, 0), prefetch=True)
-        self._prefetched = _Prefetch(step, input.detach().clone(), ids, inverse, rows, pull)
+        self._prefetched = _Prefetch(step, input.detach().clone(), ids, inverse, rows, pull,
+                                     lag)
         self.prefetches += 1
 
     def synchronize(self):
         """Waits until every shard has received this table's last push; raises its error."""
-        if self._unwaited:
-            step, self._unwaited = self._unwaited, 0
-            self.client.wait_rows(self.table, step)
+        self._wait_pushes(self.pushed)
+
+    def _wait_pushes(self, upto):
+        """Waits until every shard has received each of this table's pushes of steps up to
+        `upto`; raises the first error among them."""
+        while self._unwaited and self._unwaited[0] <= upto:
+            self.client.wait_rows(self.table, self._unwaited.pop(0))
 
     def extra_repr(self):
         padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
@@ -304,11 +310,15 @@ class _Rows(torch.nn.Module):
         step = self.pushed + 1
         fetched = self._take_prefetch(input, step)
         if fetched:
-            ids, inverse, rows = fetched
+            ids, inverse, rows, lag = fetched
         else:
             ids, inverse = self._unique(input)
             rows = self._pull(ids, step - 1)
-        self.synchronize()  # the push of step - 1 has arrived: raise its error, if any
+            lag = 0
+        # The rows lack the last `lag` steps' updates, so the pushes of those steps may still
+        # be on their way (a stale prefetch's step never waits for the upload of the one
+        # before); older ones have arrived: raise their error, if any.
+        self._wait_pushes(step - 1 - lag)
         self._open = step
         rows.requires_grad_()
         rows.register_hook(functools.partial(self._push_gradient, step, ids))
@@ -326,7 +336,7 @@ class _Rows(torch.nn.Module):
         self._prefetched = None
         if prefetched.pull is not None:
             prefetched.pull.wait()
-        return prefetched.ids, prefetched.inverse, prefetched.rows
+        return prefetched.ids, prefetched.inverse, prefetched.rows, prefetched.lag
 
     def _drop_prefetch(self):
         if self._prefetched is not None:
@@ -382,7 +392,8 @@ class _Rows(torch.nn.Module):
     def _push(self, step, ids, gradient):
         # The client keeps `ids` and `gradient` (through their numpy views) until the receipts.
         self.client.push_rows(self.table, ids.numpy(), gradient.numpy(), step)
-        self.pushed = self._unwaited = step
+        self.pushed = step
+        self._unwaited.append(step)
         self._open = 0
 
     def _registered(self):
@@ -409,11 +420,12 @@ class _Rows(torch.nn.Module):
 
 class _Prefetch:
     """A prefetch under way: the step it is for, its input (a copy), unique ids, inverse
-    indices, the rows tensor being filled and its psched.RowsPull (None: no ids)."""
+    indices, the rows tensor being filled, its psched.RowsPull (None: no ids) and its
+    staleness."""
 
-    def __init__(self, step, input, ids, inverse, rows, pull):
+    def __init__(self, step, input, ids, inverse, rows, pull, lag):
         self.step, self.input, self.ids, self.inverse = step, input, ids, inverse
-        self.rows, self.pull = rows, pull
+        self.rows, self.pull, self.lag = rows, pull, lag
 
     def serves(self, input, step):
         return (step == self.step and input.shape == self.input.shape

@@ -225,6 +225,19 @@ def test_a_prefetch_between_forward_and_backward_serves_the_next_forward(client)
     torch.testing.assert_close(bag.rows(torch.arange(NUM)), twin.weight.detach())
 
 
+def test_a_stale_prefetch_lets_the_next_forward_go_before_the_last_push_arrived(client):
+    bag = sgd_bag(client)
+    bag.staleness = 1
+    output = bag(INPUT)
+    for step in range(1, 4):
+        bag.prefetch(INPUT)  # step + 1's rows as step - 1 left them
+        output.sum().backward()  # pushes step
+        output = bag(INPUT)  # step + 1 waits for the pushes before step's, not for step's
+        assert client.waits == [("bag", s) for s in range(1, step)]
+    bag.synchronize()
+    assert client.waits == [("bag", s) for s in range(1, 4)]
+
+
 def test_a_prefetch_of_other_ids_is_dropped_and_staleness_reads_older_steps(client):
     bag = sgd_bag(client)
     bag(INPUT).sum().backward()
