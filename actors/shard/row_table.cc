@@ -321,11 +321,11 @@ void RowTable::read(std::span<const uint64_t> ids, std::span<std::byte> out) con
   PSCHED_REQUIRE(out.size() == ids.size() * row_bytes, out.size(), ids.size());
   for (size_t k = 0; k < ids.size(); ++k) {
     std::span<std::byte> into = out.subspan(k * row_bytes, row_bytes);
-    auto found = index_.find(ids[k]);
-    if (found == index_.end())
+    const uint32_t slot = index_.find(ids[k]);
+    if (slot == RowIndex::kNone)
       initial_row(ids[k], into);
     else
-      std::memcpy(into.data(), block(found->second), row_bytes);
+      std::memcpy(into.data(), block(slot), row_bytes);
   }
 }
 
@@ -350,7 +350,7 @@ const std::byte* RowTable::block(uint32_t slot) const {
 
 uint32_t RowTable::new_slot(uint64_t id) {
   const auto slot = static_cast<uint32_t>(ids_.size());
-  index_.emplace(id, slot);
+  index_.insert(id, slot);
   ids_.push_back(id);
   if (slot / kRowsPerChunk == chunks_.size()) chunks_.emplace_back(kRowsPerChunk * block_bytes_);
   return slot;
@@ -363,9 +363,9 @@ void RowTable::keep_frozen(uint32_t slot) {
 }
 
 uint32_t RowTable::slot_of(uint64_t id) {
-  if (auto found = index_.find(id); found != index_.end()) {
-    capacity_.touched(found->second);
-    return found->second;
+  if (const uint32_t found = index_.find(id); found != RowIndex::kNone) {
+    capacity_.touched(found);
+    return found;
   }
   if (!capacity_.admit(id)) return RowCapacity::kNone;
   uint32_t slot = 0;
@@ -374,7 +374,7 @@ uint32_t RowTable::slot_of(uint64_t id) {
     keep_frozen(slot);
     index_.erase(ids_[slot]);
     ids_[slot] = id;
-    index_.emplace(id, slot);
+    index_.insert(id, slot);
     capacity_.touched(slot);
     capacity_.evicted();
   } else {
@@ -392,8 +392,7 @@ uint32_t RowTable::slot_of(uint64_t id) {
 }
 
 uint64_t RowTable::bytes_held() const {
-  const uint64_t index = index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
-  return chunks_.size() * kRowsPerChunk * block_bytes_ + index +
+  return chunks_.size() * kRowsPerChunk * block_bytes_ + index_.bytes_held() +
          ids_.capacity() * sizeof(uint64_t) + capacity_.bytes_held();
 }
 
@@ -408,11 +407,7 @@ uint64_t RowTable::growth_bytes(std::span<const uint64_t> ids) const {
   uint64_t bytes = (chunks_after - std::min<uint64_t>(chunks_after, chunks_.size())) *
                    kRowsPerChunk * block_bytes_;
   bytes += fresh * (sizeof(uint64_t) + (spec_.max_rows ? 2 * sizeof(uint32_t) : 0));
-  // The index doubles its slots past 7/8 full (abseil's flat_hash_map).
-  const uint64_t slot_bytes = sizeof(std::pair<uint64_t, uint32_t>) + 1;
-  uint64_t grown = std::max<uint64_t>(index_.capacity(), 16);
-  while (rows_after > grown / 8 * 7) grown = 2 * grown + 1;
-  return bytes + (grown - std::min(grown, uint64_t{index_.capacity()})) * slot_bytes;
+  return bytes + index_.bytes_holding(rows_after) - index_.bytes_held();
 }
 
 void RowTable::save_head(ByteWriter& out) const {
