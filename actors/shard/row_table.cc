@@ -268,33 +268,34 @@ void RowTable::update_all(std::span<const RowUpdate> updates, const optim::RowSt
 
 void RowTable::update_ahead(std::span<const RowUpdate> updates, const optim::RowStep& step) {
   const size_t n = updates.size();
-  std::array<uint32_t, 2 * kUpdateBlock> slots{};  // of rows k, at k % (2 * kUpdateBlock)
-  auto ask_index = [&](size_t begin) {
+  std::vector<uint32_t> slots(n);
+  for (size_t k = 0; k < std::min(n, kIndexAhead); ++k) index_.prefetch(updates[k].id);
+  for (size_t k = 0; k < n; ++k) {
+    if (k + kIndexAhead < n) index_.prefetch(updates[k + kIndexAhead].id);
+    slots[k] = slot_of(updates[k].id);
+  }
+  auto ask_rows = [&](size_t begin) {
     for (size_t k = begin; k < std::min(n, begin + kUpdateBlock); ++k)
-      index_.prefetch(updates[k].id);
+      if (slots[k] != RowCapacity::kNone) ask_row(slots[k], updates[k].gradient);
   };
-  auto find = [&](size_t begin) {
-    for (size_t k = begin; k < std::min(n, begin + kUpdateBlock); ++k) {
-      slots[k % slots.size()] = slot_of(updates[k].id);
-      if (slots[k % slots.size()] != RowCapacity::kNone) ask_row(slots[k % slots.size()]);
-    }
-  };
-  ask_index(0);
-  ask_index(kUpdateBlock);
-  find(0);
+  ask_rows(0);
   for (size_t begin = 0; begin < n; begin += kUpdateBlock) {
-    ask_index(begin + 2 * kUpdateBlock);
-    find(begin + kUpdateBlock);
+    ask_rows(begin + kUpdateBlock);
     const size_t rows = std::min(n - begin, kUpdateBlock);
-    update(updates.subspan(begin, rows), std::span(slots).subspan(begin % slots.size(), rows),
-           step);
+    update(updates.subspan(begin, rows), std::span(slots).subspan(begin, rows), step);
   }
 }
 
-void RowTable::ask_row(uint32_t slot) const {
+void RowTable::ask_row(uint32_t slot, const std::byte* gradient) const {
+  constexpr uintptr_t kLine = 64;
   const auto* row = reinterpret_cast<const char*>(block(slot));
-  const uintptr_t line = 64, first = reinterpret_cast<uintptr_t>(row) % line;
-  for (const char* at = row - first; at < row + block_bytes_; at += line) __builtin_prefetch(at, 1);
+  for (const char* at = row - reinterpret_cast<uintptr_t>(row) % kLine; at < row + block_bytes_;
+       at += kLine)
+    __builtin_prefetch(at, 1);
+  const auto* from = reinterpret_cast<const char*>(gradient);
+  for (const char* at = from - reinterpret_cast<uintptr_t>(from) % kLine;
+       at < from + spec_.row_bytes(); at += kLine)
+    __builtin_prefetch(at);
 }
 
 void RowTable::update(std::span<const RowUpdate> updates, std::span<const uint32_t> slots,

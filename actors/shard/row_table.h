@@ -185,15 +185,16 @@ class RowTable final : public HostedKind {
   // The updates in order, with the step's scalars (optim::row_step, once a step); a row not
   // admitted (slot_of) drops its update.
   void update_all(std::span<const RowUpdate> updates, const optim::RowStep& step);
-  // update_all where no slot_of can evict (the batch cannot reach max_rows), in blocks of
-  // kUpdateBlock rows: while a block updates, the next one's slots are found and their rows'
-  // memory asked for, and the index entries of the one after asked for. So the index's and
-  // the rows' cache misses of two blocks are in flight together, each asked for a block's
-  // updates before it is needed.
+  // update_all where no slot_of can evict (the batch cannot reach max_rows), in two passes, so
+  // that each waits on one kind of miss at a time, many in flight: first every update's slot,
+  // each index entry asked for kIndexAhead lookups before it is read; then the rows in blocks of
+  // kUpdateBlock, every cache line of a block's rows asked for while the block before updates.
   void update_ahead(std::span<const RowUpdate> updates, const optim::RowStep& step);
+  static constexpr size_t kIndexAhead = 32;
   static constexpr size_t kUpdateBlock = 16;
-  // Asks for the cache lines of the row in `slot` (value and state), to be written.
-  void ask_row(uint32_t slot) const;
+  // Asks for the cache lines of the row in `slot` (value and state), to be written, and of its
+  // `gradient` (a row of the dtype), to be read.
+  void ask_row(uint32_t slot, const std::byte* gradient) const;
   // One update each of `updates` (at most kUpdateBlock), the row of updates[k] in slots[k]
   // (RowCapacity::kNone: not admitted yet, its update dropped), each row kept first where a
   // checkpoint stream still needs it as it was (keep_frozen).
