@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// psched-row-index-bench: what a row table's id index (actors/shard/row_table.h) costs, the map
-// it uses against the others it could: bytes an id (the heap glibc reports before and after
-// the ids go in) and lookups a second of ids it holds, on one core.
+// psched-row-index-bench: what a row table's id index costs, the one it uses (RowIndex,
+// actors/shard/row_index.h) against the maps it could: bytes an id (the heap glibc reports
+// before and after the ids go in) and lookups a second of ids it holds, on one core.
 //   psched-row-index-bench [--ids N] [--lookups N]
-// abseil's flat_hash_map and std::unordered_map always; tsl::robin_map (at its default load
-// factor 0.5 and at 0.9) where its header is installed (Debian's robin-map-dev, which
+// RowIndex, abseil's flat_hash_map and std::unordered_map always; tsl::robin_map (at its default
+// load factor 0.5 and at 0.9) where its header is installed (Debian's robin-map-dev, which
 // scripts/setup does not install: the table does not use it). Keys are random ids below 10^12,
-// looked up in a random order; the figures the header cites are for 10 million ids.
+// looked up in a random order, one after another (no prefetch: what a row table's lookups cost
+// is psched-row-table-bench's to say); the figures row_index.h cites are for 10 million ids.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -22,6 +24,7 @@
 #define PSCHED_HAVE_ROBIN_MAP 1
 #endif
 
+#include "actors/shard/row_index.h"
 #include "bench/heap_clock.h"
 
 namespace {
@@ -54,6 +57,20 @@ void measure(const char* name, const std::vector<uint64_t>& ids,
   delete map;
 }
 
+// RowIndex behind the maps' emplace, find and end, for measure().
+struct RowIndexMap {
+  using Found = std::optional<std::pair<uint64_t, uint32_t>>;
+  psched::RowIndex index;
+  void emplace(uint64_t id, uint32_t slot) {  // as a map's: nothing when `id` is held
+    if (!index.contains(id)) index.insert(id, slot);
+  }
+  Found find(uint64_t id) const {
+    const uint32_t slot = index.find(id);
+    return slot == psched::RowIndex::kNone ? Found() : Found({id, slot});
+  }
+  Found end() const { return {}; }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,6 +83,7 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> ids(count), lookups(lookups_count);
   for (uint64_t& id : ids) id = random() % 1'000'000'000'000ull;
   for (uint64_t& id : lookups) id = ids[random() % count];
+  measure<RowIndexMap>("psched::RowIndex", ids, lookups, [] { return RowIndexMap(); });
   measure<absl::flat_hash_map<uint64_t, uint32_t>>("absl::flat_hash_map", ids, lookups, [] {
     return absl::flat_hash_map<uint64_t, uint32_t>();
   });

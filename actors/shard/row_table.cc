@@ -268,33 +268,34 @@ void RowTable::update_all(std::span<const RowUpdate> updates, const optim::RowSt
 
 void RowTable::update_ahead(std::span<const RowUpdate> updates, const optim::RowStep& step) {
   const size_t n = updates.size();
-  std::array<uint32_t, 2 * kUpdateBlock> slots{};  // of rows k, at k % (2 * kUpdateBlock)
-  auto ask_index = [&](size_t begin) {
+  std::vector<uint32_t> slots(n);
+  for (size_t k = 0; k < std::min(n, kIndexAhead); ++k) index_.prefetch(updates[k].id);
+  for (size_t k = 0; k < n; ++k) {
+    if (k + kIndexAhead < n) index_.prefetch(updates[k + kIndexAhead].id);
+    slots[k] = slot_of(updates[k].id);
+  }
+  auto ask_rows = [&](size_t begin) {
     for (size_t k = begin; k < std::min(n, begin + kUpdateBlock); ++k)
-      index_.prefetch(updates[k].id);
+      if (slots[k] != RowCapacity::kNone) ask_row(slots[k], updates[k].gradient);
   };
-  auto find = [&](size_t begin) {
-    for (size_t k = begin; k < std::min(n, begin + kUpdateBlock); ++k) {
-      slots[k % slots.size()] = slot_of(updates[k].id);
-      if (slots[k % slots.size()] != RowCapacity::kNone) ask_row(slots[k % slots.size()]);
-    }
-  };
-  ask_index(0);
-  ask_index(kUpdateBlock);
-  find(0);
+  ask_rows(0);
   for (size_t begin = 0; begin < n; begin += kUpdateBlock) {
-    ask_index(begin + 2 * kUpdateBlock);
-    find(begin + kUpdateBlock);
+    ask_rows(begin + kUpdateBlock);
     const size_t rows = std::min(n - begin, kUpdateBlock);
-    update(updates.subspan(begin, rows), std::span(slots).subspan(begin % slots.size(), rows),
-           step);
+    update(updates.subspan(begin, rows), std::span(slots).subspan(begin, rows), step);
   }
 }
 
-void RowTable::ask_row(uint32_t slot) const {
+void RowTable::ask_row(uint32_t slot, const std::byte* gradient) const {
+  constexpr uintptr_t kLine = 64;
   const auto* row = reinterpret_cast<const char*>(block(slot));
-  const uintptr_t line = 64, first = reinterpret_cast<uintptr_t>(row) % line;
-  for (const char* at = row - first; at < row + block_bytes_; at += line) __builtin_prefetch(at, 1);
+  for (const char* at = row - reinterpret_cast<uintptr_t>(row) % kLine; at < row + block_bytes_;
+       at += kLine)
+    __builtin_prefetch(at, 1);
+  const auto* from = reinterpret_cast<const char*>(gradient);
+  for (const char* at = from - reinterpret_cast<uintptr_t>(from) % kLine;
+       at < from + spec_.row_bytes(); at += kLine)
+    __builtin_prefetch(at);
 }
 
 void RowTable::update(std::span<const RowUpdate> updates, std::span<const uint32_t> slots,
@@ -321,11 +322,11 @@ void RowTable::read(std::span<const uint64_t> ids, std::span<std::byte> out) con
   PSCHED_REQUIRE(out.size() == ids.size() * row_bytes, out.size(), ids.size());
   for (size_t k = 0; k < ids.size(); ++k) {
     std::span<std::byte> into = out.subspan(k * row_bytes, row_bytes);
-    auto found = index_.find(ids[k]);
-    if (found == index_.end())
+    const uint32_t slot = index_.find(ids[k]);
+    if (slot == RowIndex::kNone)
       initial_row(ids[k], into);
     else
-      std::memcpy(into.data(), block(found->second), row_bytes);
+      std::memcpy(into.data(), block(slot), row_bytes);
   }
 }
 
@@ -350,7 +351,7 @@ const std::byte* RowTable::block(uint32_t slot) const {
 
 uint32_t RowTable::new_slot(uint64_t id) {
   const auto slot = static_cast<uint32_t>(ids_.size());
-  index_.emplace(id, slot);
+  index_.insert(id, slot);
   ids_.push_back(id);
   if (slot / kRowsPerChunk == chunks_.size()) chunks_.emplace_back(kRowsPerChunk * block_bytes_);
   return slot;
@@ -363,9 +364,9 @@ void RowTable::keep_frozen(uint32_t slot) {
 }
 
 uint32_t RowTable::slot_of(uint64_t id) {
-  if (auto found = index_.find(id); found != index_.end()) {
-    capacity_.touched(found->second);
-    return found->second;
+  if (const uint32_t found = index_.find(id); found != RowIndex::kNone) {
+    capacity_.touched(found);
+    return found;
   }
   if (!capacity_.admit(id)) return RowCapacity::kNone;
   uint32_t slot = 0;
@@ -374,7 +375,7 @@ uint32_t RowTable::slot_of(uint64_t id) {
     keep_frozen(slot);
     index_.erase(ids_[slot]);
     ids_[slot] = id;
-    index_.emplace(id, slot);
+    index_.insert(id, slot);
     capacity_.touched(slot);
     capacity_.evicted();
   } else {
@@ -392,8 +393,7 @@ uint32_t RowTable::slot_of(uint64_t id) {
 }
 
 uint64_t RowTable::bytes_held() const {
-  const uint64_t index = index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
-  return chunks_.size() * kRowsPerChunk * block_bytes_ + index +
+  return chunks_.size() * kRowsPerChunk * block_bytes_ + index_.bytes_held() +
          ids_.capacity() * sizeof(uint64_t) + capacity_.bytes_held();
 }
 
@@ -408,11 +408,7 @@ uint64_t RowTable::growth_bytes(std::span<const uint64_t> ids) const {
   uint64_t bytes = (chunks_after - std::min<uint64_t>(chunks_after, chunks_.size())) *
                    kRowsPerChunk * block_bytes_;
   bytes += fresh * (sizeof(uint64_t) + (spec_.max_rows ? 2 * sizeof(uint32_t) : 0));
-  // The index doubles its slots past 7/8 full (abseil's flat_hash_map).
-  const uint64_t slot_bytes = sizeof(std::pair<uint64_t, uint32_t>) + 1;
-  uint64_t grown = std::max<uint64_t>(index_.capacity(), 16);
-  while (rows_after > grown / 8 * 7) grown = 2 * grown + 1;
-  return bytes + (grown - std::min(grown, uint64_t{index_.capacity()})) * slot_bytes;
+  return bytes + index_.bytes_holding(rows_after) - index_.bytes_held();
 }
 
 void RowTable::save_head(ByteWriter& out) const {

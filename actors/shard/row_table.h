@@ -10,12 +10,14 @@
 // id alone, computed when it is read. So a pull of rows nobody trained costs no memory, and
 // every shard, whatever their number, gives a row the same first value.
 //
-// The index is abseil's flat_hash_map (Debian's libabsl-dev), chosen by measurement over
-// tsl::robin_map and std::unordered_map (`build/bench/psched-row-index-bench`, 10 million ids):
+// The index is RowIndex (actors/shard/row_index.h), an open-addressing table whose entry holds
+// an id and its slot together, so that finding a row waits on one cache line at random, not the
+// two of abseil's flat_hash_map (control byte, then slot), which it replaced for the update rate
+// at about the same memory (row_index.h gives both). abseil's map was chosen before over
+// tsl::robin_map and std::unordered_map (`build/bench/psched-row-index-bench`, 10 million ids:
 // 28.5 bytes an id against robin_map's 40.3 at load factor 0.9 and 80.5 at its default 0.5, and
-// unordered_map's 41.7; robin_map looks ids up faster (41-55 million a second against 23 on one
-// core of this machine), but 23 million is far more than a shard's rows per second can use,
-// while memory per row is the binding limit (a row of dim 16 in float32 is 64 bytes).
+// unordered_map's 41.7), memory per row being the binding limit (a row of dim 16 in float32 is
+// 64 bytes); RowIndex takes 26.8 there.
 //
 // When an update applies is not the table's to decide: its shard's StepMachine says (as for a
 // Variable), with a StepTrack of one unit, [0, 1): a worker pushes each step of the table once to
@@ -35,6 +37,7 @@
 
 #include "actors/shard/hosted_kind.h"
 #include "actors/shard/row_capacity.h"
+#include "actors/shard/row_index.h"
 #include "actors/shard/step_track.h"
 #include "actors/shard/table_spec.h"
 #include "common/aligned_buffer.h"
@@ -182,15 +185,16 @@ class RowTable final : public HostedKind {
   // The updates in order, with the step's scalars (optim::row_step, once a step); a row not
   // admitted (slot_of) drops its update.
   void update_all(std::span<const RowUpdate> updates, const optim::RowStep& step);
-  // update_all where no slot_of can evict (the batch cannot reach max_rows), in blocks of
-  // kUpdateBlock rows: while a block updates, the next one's slots are found and their rows'
-  // memory asked for, and the index entries of the one after asked for. So the index's and
-  // the rows' cache misses of two blocks are in flight together, each asked for a block's
-  // updates before it is needed.
+  // update_all where no slot_of can evict (the batch cannot reach max_rows), in two passes, so
+  // that each waits on one kind of miss at a time, many in flight: first every update's slot,
+  // each index entry asked for kIndexAhead lookups before it is read; then the rows in blocks of
+  // kUpdateBlock, every cache line of a block's rows asked for while the block before updates.
   void update_ahead(std::span<const RowUpdate> updates, const optim::RowStep& step);
+  static constexpr size_t kIndexAhead = 32;
   static constexpr size_t kUpdateBlock = 16;
-  // Asks for the cache lines of the row in `slot` (value and state), to be written.
-  void ask_row(uint32_t slot) const;
+  // Asks for the cache lines of the row in `slot` (value and state), to be written, and of its
+  // `gradient` (a row of the dtype), to be read.
+  void ask_row(uint32_t slot, const std::byte* gradient) const;
   // One update each of `updates` (at most kUpdateBlock), the row of updates[k] in slots[k]
   // (RowCapacity::kNone: not admitted yet, its update dropped), each row kept first where a
   // checkpoint stream still needs it as it was (keep_frozen).
@@ -214,9 +218,9 @@ class RowTable final : public HostedKind {
   uint64_t state_elements_;  // per row (optim::row_state_elements)
   uint64_t block_bytes_;     // per row: value and state
   std::vector<AlignedBuffer> chunks_;
-  absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot
-  std::vector<uint64_t> ids_;                      // slot -> id
-  RowCapacity capacity_;                           // max_rows, admit_after
+  RowIndex index_;             // id -> slot
+  std::vector<uint64_t> ids_;  // slot -> id
+  RowCapacity capacity_;       // max_rows, admit_after
   std::optional<Freeze> freeze_;
   StepSums gathered_;         // sync: of the step in progress
   uint64_t rows_pushed_ = 0;  // rows of accepted pushes (each worker's, each step)

@@ -214,6 +214,21 @@ TEST_CASE("memory held grows a chunk of rows at a time") {
   CHECK(table.bytes_held() < one_chunk + 1024);
 }
 
+TEST_CASE("growth_bytes counts the index's doubling past 3/4 full, as bytes_held then shows") {
+  RowTable table(spec_of(1 << 20, 4, optim::RowOptimizerKind::sgd));
+  std::vector<uint64_t> ids(12);
+  std::iota(ids.begin(), ids.end(), uint64_t{0});
+  table.apply(ids, bytes_of(std::vector<double>(12 * 4, 1.0)), 1);  // 12 rows: 16 entries full
+  const uint64_t entry = 16, id = sizeof(uint64_t);
+  CHECK(table.growth_bytes(std::vector<uint64_t>{3, 7}) == 0);  // stored already
+  // A 13th row: its id in the slot list, and the index from 16 entries to 32.
+  CHECK(table.growth_bytes(std::vector<uint64_t>{100}) == id + 16 * entry);
+  const uint64_t held = table.bytes_held();
+  table.apply(std::vector<uint64_t>{100}, bytes_of(std::vector<double>(4, 1.0)), 2);
+  CHECK(table.bytes_held() - held >= 16 * entry);
+  CHECK(table.growth_bytes(std::vector<uint64_t>{101}) == id);
+}
+
 namespace {
 
 // A table and a step track of its own, taking pushes as a shard's step machine and the table
