@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // psched: the operator's command line. `psched status [--config FILE]` asks every shard of a
-// deployment for its /status over HTTP and prints one line per shard; a shard that does not
+// deployment for its /status over HTTP and prints one line per shard, then a line per shard of
+// the job's placement (its slot map's epoch and the slots the shard owns); a shard that does not
 // answer is shown as down. Exits 0 when every shard answered, 1 otherwise.
 //   --http HOST:PORT  (repeatable) asks these operator views instead of the deployment's: a
 //                     container's health check asks its own shard (Containerfile)
@@ -127,6 +128,14 @@ std::vector<std::string> table_lines(size_t shard, const json& tables) {
   return lines;
 }
 
+// The job's placement as shard `shard` reports it: its slot map's epoch and the slots it owns.
+std::string placement_line(size_t shard, const json& p) {
+  return fmt::format("placement shard {}: job {}, slot map epoch {} on {} shard(s), {} of {} slots",
+                     shard, p.at("job").get<std::string>(), p.at("slot_map_epoch").get<uint64_t>(),
+                     p.at("shards").get<uint64_t>(), p.at("slots").get<uint64_t>(),
+                     p.at("slots_total").get<uint64_t>());
+}
+
 // The operator views to ask: `http` when given, else every shard's of `config_file`.
 std::vector<psched::ListenAddress> operator_views(const std::string& config_file,
                                                   const std::vector<std::string>& http) {
@@ -142,7 +151,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
   fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n",
              "shard", "state", "http", "workers", "members", "variables", "polls", "received",
              "sent", "wire/raw", "partitions", "errors");
-  std::vector<std::string> membership, tables;
+  std::vector<std::string> membership, tables, placement;
   bool all_up = true;
   for (size_t i = 0; i < views.size(); ++i) {
     std::string http = views[i].to_string();
@@ -157,6 +166,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
         m.is_null() ? "-"
                     : fmt::format("{}/{}", m.at("members").get<uint64_t>(), m.at("workers").size());
     if (!m.is_null()) membership.push_back(membership_line(i, m));
+    placement.push_back(placement_line(i, s->at("placement")));
     for (std::string& line : table_lines(i, s->at("tables"))) tables.push_back(std::move(line));
     fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", i,
                "up", http, s->at("connected_workers").get<uint64_t>(), members,
@@ -165,6 +175,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
                human_bytes(s->at("bytes_sent").get<uint64_t>()), wire_ratio(*s),
                s->at("partitions_applied").get<uint64_t>(), error_total(*s));
   }
+  for (const std::string& line : placement) fmt::print("{}\n", line);
   for (const std::string& line : membership) fmt::print("{}\n", line);
   for (const std::string& line : tables) fmt::print("{}\n", line);
   return all_up ? 0 : 1;

@@ -235,7 +235,7 @@ Step StepMachine::resume_step(WorkerId worker) const {
     Step next = track.applied_step(worker).next();
     from = from ? std::min(*from, next) : next;
   }
-  return from.value_or(Step(1));
+  return from.value_or(Step());
 }
 
 Step StepMachine::level_step(WorkerId worker) const {

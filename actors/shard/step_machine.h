@@ -129,7 +129,9 @@ class StepMachine {
   // start at 1), any other (a restarted process of a member, or one whose lease ended) leaves
   // and joins at a step no variable here has begun, so that it is not awaited in steps under
   // way. bounded: level with the slowest other member. async: the first step some variable here
-  // has not completed for it. Throws for a worker id not below the job's workers.
+  // has not completed for it, Step() when the shard hosts none (the job's placement may leave a
+  // shard without a dense variable: it has no say). Throws for a worker id not below the job's
+  // workers.
   Step join(WorkerId worker, Step at_least, Clock::time_point now);
   // A connection of `worker` opened or closed (its lease).
   void connected(WorkerId worker);
@@ -209,7 +211,7 @@ class StepMachine {
   // Removes the held polls `which` picks and returns them.
   std::vector<HeldPoll> take_held(const std::function<bool(const HeldPoll&)>& which);
 
-  // async: the first step some variable here has not completed for `worker`.
+  // async: the first step some variable here has not completed for `worker`; Step() for none.
   Step resume_step(WorkerId worker) const;
   // bounded: `worker`'s own next step, or level with the slowest other member (skipping the
   // steps it missed), so that it neither holds the others back nor falls behind the bound.
