@@ -7,6 +7,10 @@
 //                     container's health check asks its own shard (Containerfile)
 //   --wait SECONDS    asks again every second until every shard answers or the time is up
 //                     (prints the last round only): a pod that waits for the shards to serve
+// `psched reshard --from DIR... --to DIR --shards M [--split-bytes BYTES]` places a stopped
+// job's checkpoints, written by N shards, on M shards (actors/shard/reshard.h): the servers of
+// an M-shard deployment whose checkpoint directory is DIR then start from them. Exits 0 when the
+// new checkpoints are in place, 2 (nothing written) otherwise.
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -24,6 +28,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/shard/reshard.h"
 #include "common/error.h"
 #include "config/deployment.h"
 
@@ -193,6 +198,20 @@ bool all_answer(const std::vector<psched::ListenAddress>& views, double wait_sec
   }
 }
 
+int run_reshard(const psched::ReshardOptions& options) {
+  const psched::ReshardReport r = psched::reshard(options);
+  fmt::print(
+      "placed the job of {} shard(s) on {}: slot map epoch {}, {} of {} slots moved; {} dense "
+      "variable(s), {} table(s), {} row(s) ({} moved to another shard, {} of rows)\n",
+      r.from_shards, r.map.shards(), r.map.epoch(), r.slots_moved, psched::SlotMap::kSlots,
+      r.variables, r.tables, r.rows, r.rows_moved, human_bytes(r.row_bytes));
+  if (r.rows_evicted > 0)
+    fmt::print("{} row(s) over their table's max_rows on their new shard evicted\n",
+               r.rows_evicted);
+  for (const auto& file : r.written) fmt::print("wrote {}\n", file.string());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,7 +232,33 @@ int main(int argc, char** argv) {
       ->add_option("--wait", wait_seconds,
                    "ask again every second until every shard answers, at most this many seconds")
       ->check(CLI::NonNegativeNumber);
+  psched::ReshardOptions reshard_options;
+  std::vector<std::string> from;
+  std::string to;
+  CLI::App* reshard_command = app.add_subcommand(
+      "reshard", "place a stopped job's checkpoints on another number of shards");
+  reshard_command->add_option("--from", from, "directories holding the job's checkpoints")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  reshard_command->add_option("--to", to, "the new shards' checkpoint directory (must not exist)")
+      ->required();
+  reshard_command->add_option("--shards", reshard_options.shards, "the new number of shards")
+      ->required();
+  reshard_command
+      ->add_option("--split-bytes", reshard_options.split_bytes,
+                   "the new deployment's split_bytes: dense variables larger are split")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (reshard_command->parsed()) {
+    reshard_options.from.assign(from.begin(), from.end());
+    reshard_options.to = to;
+    try {
+      return run_reshard(reshard_options);
+    } catch (const psched::Error& e) {
+      fmt::print(stderr, "psched reshard: {}\n", e.what());
+      return 2;
+    }
+  }
   try {
     const auto views = operator_views(config, http);
     if (wait_seconds > 0) all_answer(views, wait_seconds);

@@ -495,6 +495,25 @@ void StepMachine::load(ByteReader& in) {
   }
 }
 
+void StepMachine::skip_saved(ByteReader& in, uint32_t workers) {
+  Membership(workers, workers).load(in);
+  for (int counter = 0; counter < 3; ++counter) in.get<uint64_t>();
+  const uint64_t records = in.get<uint64_t>();
+  if (records > kShortHandedKept)
+    fail(ErrorCode::corrupt_checkpoint, "{}: {} short-handed records, more than are kept",
+         in.what(), records);
+  for (uint64_t i = 0; i < records; ++i) {
+    in.text();
+    in.get<uint64_t>();
+    decode_range(in);
+    const uint64_t gave = in.get<uint64_t>();
+    if (gave > workers)
+      fail(ErrorCode::corrupt_checkpoint, "{}: a short-handed record of {} workers", in.what(),
+           gave);
+    for (uint64_t w = 0; w < gave; ++w) in.get<uint32_t>();
+  }
+}
+
 void StepMachine::load_track(VariableId id, ByteReader& in) {
   tracks_[id.value].load(in);
 }

@@ -154,6 +154,9 @@ class StepMachine {
   // progress (StepTrack::save, within its variable's record).
   void save(ByteWriter& out) const;
   void load(ByteReader& in);
+  // Reads past a record save() wrote for a job of `workers` workers (psched reshard, which
+  // copies it), checking it as load() does; its membership's record is the first bytes read.
+  static void skip_saved(ByteReader& in, uint32_t workers);
   void load_track(VariableId id, ByteReader& in);
   // An update log's records of the machine's own decisions, made again; `record` names the
   // record in errors (corrupt_checkpoint when it cannot have been written).
