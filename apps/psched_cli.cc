@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // psched: the operator's command line. `psched status [--config FILE]` asks every shard of a
-// deployment for its /status over HTTP and prints one line per shard; a shard that does not
+// deployment for its /status over HTTP and prints one line per shard, then a line per shard of
+// the job's placement (its slot map's epoch and the slots the shard owns); a shard that does not
 // answer is shown as down. Exits 0 when every shard answered, 1 otherwise.
 //   --http HOST:PORT  (repeatable) asks these operator views instead of the deployment's: a
 //                     container's health check asks its own shard (Containerfile)
 //   --wait SECONDS    asks again every second until every shard answers or the time is up
 //                     (prints the last round only): a pod that waits for the shards to serve
+// `psched reshard --from DIR... --to DIR --shards M [--split-bytes BYTES]` places a stopped
+// job's checkpoints, written by N shards, on M shards (actors/shard/reshard.h): the servers of
+// an M-shard deployment whose checkpoint directory is DIR then start from them. Exits 0 when the
+// new checkpoints are in place, 2 (nothing written) otherwise.
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -23,6 +28,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/shard/reshard.h"
 #include "common/error.h"
 #include "config/deployment.h"
 
@@ -127,6 +133,14 @@ std::vector<std::string> table_lines(size_t shard, const json& tables) {
   return lines;
 }
 
+// The job's placement as shard `shard` reports it: its slot map's epoch and the slots it owns.
+std::string placement_line(size_t shard, const json& p) {
+  return fmt::format("placement shard {}: job {}, slot map epoch {} on {} shard(s), {} of {} slots",
+                     shard, p.at("job").get<std::string>(), p.at("slot_map_epoch").get<uint64_t>(),
+                     p.at("shards").get<uint64_t>(), p.at("slots").get<uint64_t>(),
+                     p.at("slots_total").get<uint64_t>());
+}
+
 // The operator views to ask: `http` when given, else every shard's of `config_file`.
 std::vector<psched::ListenAddress> operator_views(const std::string& config_file,
                                                   const std::vector<std::string>& http) {
@@ -142,7 +156,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
   fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n",
              "shard", "state", "http", "workers", "members", "variables", "polls", "received",
              "sent", "wire/raw", "partitions", "errors");
-  std::vector<std::string> membership, tables;
+  std::vector<std::string> membership, tables, placement;
   bool all_up = true;
   for (size_t i = 0; i < views.size(); ++i) {
     std::string http = views[i].to_string();
@@ -157,6 +171,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
         m.is_null() ? "-"
                     : fmt::format("{}/{}", m.at("members").get<uint64_t>(), m.at("workers").size());
     if (!m.is_null()) membership.push_back(membership_line(i, m));
+    placement.push_back(placement_line(i, s->at("placement")));
     for (std::string& line : table_lines(i, s->at("tables"))) tables.push_back(std::move(line));
     fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", i,
                "up", http, s->at("connected_workers").get<uint64_t>(), members,
@@ -165,6 +180,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
                human_bytes(s->at("bytes_sent").get<uint64_t>()), wire_ratio(*s),
                s->at("partitions_applied").get<uint64_t>(), error_total(*s));
   }
+  for (const std::string& line : placement) fmt::print("{}\n", line);
   for (const std::string& line : membership) fmt::print("{}\n", line);
   for (const std::string& line : tables) fmt::print("{}\n", line);
   return all_up ? 0 : 1;
@@ -180,6 +196,20 @@ bool all_answer(const std::vector<psched::ListenAddress>& views, double wait_sec
     if (up || std::chrono::steady_clock::now() >= deadline) return up;
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+}
+
+int run_reshard(const psched::ReshardOptions& options) {
+  const psched::ReshardReport r = psched::reshard(options);
+  fmt::print(
+      "placed the job of {} shard(s) on {}: slot map epoch {}, {} of {} slots moved; {} dense "
+      "variable(s), {} table(s), {} row(s) ({} moved to another shard, {} of rows)\n",
+      r.from_shards, r.map.shards(), r.map.epoch(), r.slots_moved, psched::SlotMap::kSlots,
+      r.variables, r.tables, r.rows, r.rows_moved, human_bytes(r.row_bytes));
+  if (r.rows_evicted > 0)
+    fmt::print("{} row(s) over their table's max_rows on their new shard evicted\n",
+               r.rows_evicted);
+  for (const auto& file : r.written) fmt::print("wrote {}\n", file.string());
+  return 0;
 }
 
 }  // namespace
@@ -202,7 +232,33 @@ int main(int argc, char** argv) {
       ->add_option("--wait", wait_seconds,
                    "ask again every second until every shard answers, at most this many seconds")
       ->check(CLI::NonNegativeNumber);
+  psched::ReshardOptions reshard_options;
+  std::vector<std::string> from;
+  std::string to;
+  CLI::App* reshard_command = app.add_subcommand(
+      "reshard", "place a stopped job's checkpoints on another number of shards");
+  reshard_command->add_option("--from", from, "directories holding the job's checkpoints")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  reshard_command->add_option("--to", to, "the new shards' checkpoint directory (must not exist)")
+      ->required();
+  reshard_command->add_option("--shards", reshard_options.shards, "the new number of shards")
+      ->required();
+  reshard_command
+      ->add_option("--split-bytes", reshard_options.split_bytes,
+                   "the new deployment's split_bytes: dense variables larger are split")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (reshard_command->parsed()) {
+    reshard_options.from.assign(from.begin(), from.end());
+    reshard_options.to = to;
+    try {
+      return run_reshard(reshard_options);
+    } catch (const psched::Error& e) {
+      fmt::print(stderr, "psched reshard: {}\n", e.what());
+      return 2;
+    }
+  }
   try {
     const auto views = operator_views(config, http);
     if (wait_seconds > 0) all_answer(views, wait_seconds);

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/malloc_tuning.h"
+#include "common/placement.h"
 #include "config/deployment.h"
 #include "server/shard_monitor.h"
 #include "server/shard_threads.h"
@@ -31,7 +33,16 @@ struct Options {
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   bool accept_log_loss = false;
   std::string trace;  // where to write the shards' Chrome trace at the stop; empty: no trace
+  std::string job;    // the job's name (--job); empty: a random identity
 };
+
+// The job's identity for shards that start with no checkpoint: the name's stable hash, or a
+// random 64-bit number (never 0).
+uint64_t job_identity(const Options& options) {
+  if (!options.job.empty()) return psched::stable_hash(options.job) | 1;
+  std::random_device random;
+  return ((uint64_t{random()} << 32) | random()) | 1;
+}
 
 // Requests kept per shard in a trace (about 100 bytes each); later ones are counted only.
 constexpr size_t kTracedRequests = 1'000'000;
@@ -85,6 +96,7 @@ int serve(const Options& options) {
   psched::tune_malloc_for_large_messages();
   psched::DeploymentConfig config = psched::load_deployment(options.config);
   config.checkpoint.accept_log_loss = options.accept_log_loss;
+  config.checkpoint.job = job_identity(options);
   if (options.accept_log_loss)
     psched::log_warn(
         "psched-server: --accept-log-loss: a damaged or missing update log will lose the "
@@ -139,6 +151,10 @@ int main(int argc, char** argv) {
                  "at the stop, write a Chrome trace (Perfetto, chrome://tracing) of every "
                  "request the shards served over data streams to this file: receive, apply, "
                  "wait and answer per partition, on the machine's monotonic clock");
+  app.add_option("--job", options.job,
+                 "the job's name, kept in its checkpoints when it starts with none (default: a "
+                 "random identity); shards of one job started by separate processes need the "
+                 "same name, so `psched reshard` takes their checkpoints as one job's");
   CLI11_PARSE(app, argc, argv);
   // A file size limit (ulimit -f) then fails the write with EFBIG, which the update log
   // handles, instead of killing the server.

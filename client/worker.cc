@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -41,6 +42,15 @@ auto on_link(ShardLink& link, Call call) -> decltype(call()) {
   });
 }
 
+// Async mode: the smallest step any shard's variables have not completed, shards that host none
+// (Step()) aside; 1 when no shard hosts any.
+Step async_start(kj::ArrayPtr<const Step> steps) {
+  std::optional<Step> least;
+  for (Step s : steps)
+    if (s != Step()) least = std::min(least.value_or(s), s);
+  return least.value_or(Step(1));
+}
+
 }  // namespace
 
 Worker::Worker(ActorLoop& loop, std::vector<kj::Own<ShardLink>> links, WorkerOptions options)
@@ -70,6 +80,7 @@ kj::Promise<void> Worker::connect() {
       check_same_cluster({layouts.begin(), layouts.end()});
     });
     layout_ = layouts[0];
+    stepper_.set_map(layout_.slot_map);
     // Sync mode frees credit when a push is received, long before every worker's push is in
     // and the value comes back; async holds it to the value, which follows the push at once.
     // Bounded mode's values may wait for a straggler as sync's do.
@@ -101,7 +112,7 @@ kj::Promise<VariableHandle> Worker::register_variable(VariableSpec spec, std::sp
                     {},        value.data(),  compression};
   size_t bytes = element_bytes(spec.dtype);
   auto parts =
-      place_variable(spec.name, spec.elements(), bytes, links_.size(), layout_.split_bytes);
+      place_variable(spec.name, spec.elements(), bytes, layout_.slot_map, layout_.split_bytes);
   kj::Vector<kj::Promise<VariableId>> ids;
   for (const ShardPart& part : parts) {
     // TODO(scale): upload the initial value in message-sized pieces.
@@ -139,8 +150,8 @@ kj::Promise<Step> Worker::join(Step at_least) {
     answers.add(on_link(*link, [&link = *link, at_least] { return link.join(at_least); }));
   return kj::joinPromises(answers.releaseAsArray())
       .then([this](kj::Array<Step> steps) -> kj::Promise<Step> {
+        if (layout_.mode == Mode::async) return async_start(steps);
         auto [least, most] = std::minmax_element(steps.begin(), steps.end());
-        if (layout_.mode == Mode::async) return *least;
         if (*least == *most) return *most;
         return join(*most);  // a shard moved on: ask them all again from there
       });

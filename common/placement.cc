@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/placement.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 
 namespace psched {
@@ -14,20 +16,22 @@ uint64_t stable_hash(std::string_view text) {
   return h;
 }
 
+ElementRange split_range(uint64_t elements, uint32_t shards, uint32_t shard) {
+  const uint64_t base = elements / shards, extra = elements % shards;
+  const uint64_t begin = shard * base + std::min<uint64_t>(shard, extra);
+  return {begin, begin + base + (shard < extra ? 1 : 0)};
+}
+
 std::vector<ShardPart> place_variable(std::string_view name, uint64_t elements,
-                                      uint64_t element_bytes, uint32_t shard_count,
+                                      uint64_t element_bytes, const SlotMap& map,
                                       uint64_t split_bytes) {
-  PSCHED_REQUIRE(shard_count > 0, shard_count);
-  if (elements * element_bytes <= split_bytes || shard_count == 1 || elements < shard_count) {
-    return {{ShardId(static_cast<uint32_t>(stable_hash(name) % shard_count)), {0, elements}}};
-  }
+  PSCHED_REQUIRE(!map.empty(), map.shards());
+  const uint32_t shards = map.shards();
+  if (elements * element_bytes <= split_bytes || shards == 1 || elements < shards)
+    return {{ShardId(map.owner(name_slot(name))), {0, elements}}};
   std::vector<ShardPart> parts;
-  uint64_t base = elements / shard_count, extra = elements % shard_count, begin = 0;
-  for (uint32_t s = 0; s < shard_count; ++s) {
-    uint64_t size = base + (s < extra ? 1 : 0);
-    parts.push_back({ShardId(s), {begin, begin + size}});
-    begin += size;
-  }
+  for (uint32_t s = 0; s < shards; ++s)
+    parts.push_back({ShardId(s), split_range(elements, shards, s)});
   return parts;
 }
 

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Deterministic placement of variables on shards. Client and server compute it from the same
-// inputs (name, size, shard count, split threshold from the cluster layout), so they agree
-// without a coordinator and independent of registration order.
+// Placement of dense variables on shards, through the job's slot map (common/slot_map.h), which
+// the shards hand to workers with the cluster layout: a worker places a variable from its name,
+// its size, the map and the split threshold, independent of registration order.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
+#include "common/slot_map.h"
 #include "common/types.h"
 
 namespace psched {
@@ -29,12 +30,15 @@ struct ShardPart {
   bool operator==(const ShardPart&) const = default;
 };
 
-// Variables of at most `split_bytes` live whole on the shard picked by a stable hash of the name;
-// larger ones are cut into `shard_count` contiguous ranges of near-equal size (shard i holds
-// the i-th range). Returned parts are in element order and cover [0, elements).
+// Variables of at most `split_bytes` (and those with fewer elements than shards) live whole on
+// the shard that owns the slot of their name (name_slot); larger ones are cut into
+// `map.shards()` contiguous ranges of near-equal size (shard i holds the i-th range). Returned
+// parts are in element order and cover [0, elements). `map` is not empty.
 std::vector<ShardPart> place_variable(std::string_view name, uint64_t elements,
-                                      uint64_t element_bytes, uint32_t shard_count,
+                                      uint64_t element_bytes, const SlotMap& map,
                                       uint64_t split_bytes);
+// The near-equal cut of a split variable's `elements` over `shards`: shard i's range.
+ElementRange split_range(uint64_t elements, uint32_t shards, uint32_t shard);
 
 // 64-bit FNV-1a: stable across processes and builds (std::hash is not).
 uint64_t stable_hash(std::string_view text);

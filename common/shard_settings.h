@@ -31,6 +31,12 @@ struct ShardSettings {
   // would store rows beyond it is refused.
   uint64_t max_table_bytes = 0;
   std::vector<TableConfig> tables;  // the deployment's tables: section
+  // The deployment's shard count: a job that starts with no checkpoint places its rows and
+  // variables on them by SlotMap::even(shards); a checkpoint's map must be on as many.
+  uint32_t shards = 1;
+  // Who this job is, when it starts with no checkpoint (after that, the checkpoint's): kept in
+  // every checkpoint, so a set of checkpoints from two jobs is told apart (psched reshard).
+  uint64_t job = 0;
 
   // How the steps of the job's dense variables wait (`mode:`, `staleness:`).
   StepRule dense_rule() const { return {mode, steps.staleness}; }

@@ -82,6 +82,11 @@ struct CheckpointConfig {
   // Not a YAML key: psched-server --accept-log-loss sets it for one start. A damaged or missing
   // update log then loses the updates it held instead of stopping the start.
   bool accept_log_loss = false;
+  // Not a YAML key: who the job is when its shards start with no checkpoint (psched-server
+  // --job, else a random number drawn once per server process); kept in every checkpoint, so
+  // `psched reshard` refuses a set mixed from two jobs. Shards started by separate processes
+  // need the same --job.
+  uint64_t job = 0;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

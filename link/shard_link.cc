@@ -21,6 +21,10 @@ ClusterLayout from_wire(wire::ClusterLayout::Reader in) {
   layout.workers = in.getWorkers();
   layout.max_message_bytes = in.getMaxMessageBytes();
   layout.default_optimizer = psched::from_wire(in.getDefaultOptimizer());
+  layout.job = in.getJob();
+  std::vector<uint32_t> owners;
+  for (uint16_t owner : in.getSlotOwners()) owners.push_back(owner);
+  layout.slot_map = SlotMap(in.getSlotEpoch(), in.getShardAddresses().size(), std::move(owners));
   return layout;
 }
 

@@ -17,6 +17,13 @@ const char* first_difference(const ClusterLayout& a, const ClusterLayout& b) {
   return nullptr;
 }
 
+// What differs in the state the shards were restored with, or null.
+const char* state_difference(const ClusterLayout& a, const ClusterLayout& b) {
+  if (a.job != b.job) return "job";
+  if (!(a.slot_map == b.slot_map)) return "slot map";
+  return nullptr;
+}
+
 }  // namespace
 
 void check_same_cluster(const std::vector<ClusterLayout>& layouts) {
@@ -26,6 +33,12 @@ void check_same_cluster(const std::vector<ClusterLayout>& layouts) {
            "shard {} and shard 0 disagree on '{}': they were started from different "
            "deployment files",
            i, field);
+  for (size_t i = 1; i < layouts.size(); ++i)
+    if (const char* field = state_difference(layouts[0], layouts[i]))
+      fail(ErrorCode::bad_config,
+           "shard {} and shard 0 disagree on the {} (epochs {} and {}): they were restored from "
+           "checkpoints of different jobs or placements",
+           i, field, layouts[i].slot_map.epoch(), layouts[0].slot_map.epoch());
 }
 
 }  // namespace psched

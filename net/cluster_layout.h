@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/slot_map.h"
 #include "common/types.h"
 #include "config/deployment.h"
 
@@ -20,11 +21,14 @@ struct ClusterLayout {
   uint32_t workers = 1;
   uint64_t max_message_bytes = 0;
   optim::OptimizerSpec default_optimizer;
+  uint64_t job = 0;
+  SlotMap slot_map;  // where rows and variables live (common/slot_map.h)
 };
 
 // Throws Error(bad_config) unless every shard describes the same cluster as shard 0 (mode,
-// workers, split threshold, message limit, default optimizer, shard list): shards started from
-// different deployment files would place and aggregate variables differently.
+// workers, split threshold, message limit, default optimizer, shard list, job and slot map):
+// shards started from different deployment files, or restored from checkpoints of different
+// jobs or placements, would place and aggregate variables differently.
 void check_same_cluster(const std::vector<ClusterLayout>& layouts);
 
 }  // namespace psched

@@ -88,6 +88,9 @@ struct ClusterLayout {
   workers @4 :UInt32;
   maxMessageBytes @5 :UInt64;
   defaultOptimizer @6 :OptimizerSpec;
+  job @7 :UInt64;                     # the job's identity (actors/durability/shard_durability.h)
+  slotEpoch @8 :UInt64;               # the job's slot map (common/slot_map.h): its epoch
+  slotOwners @9 :List(UInt16);        # and each slot's shard, by slot
 }
 
 interface Shard {
@@ -156,8 +159,8 @@ interface Session {
   # job), any other (a restarted process, one whose lease ended) becomes a member from a step
   # that no variable of this shard has begun (sync), or level with the slowest member
   # (bounded). A worker asks every shard and, while their answers differ, asks again with the
-  # largest. Async mode: the first step some variable here has not completed for it (atLeast
-  # unused; a worker takes the smallest answer).
+  # largest. Async mode: the first step some variable here has not completed for it, 0 when the
+  # shard hosts none (atLeast unused; a worker takes the smallest answer other than 0).
 
   registerTable @7 (spec :TableSpec) -> (table :UInt32, created :Bool);
   # Registers an embedding table: this shard holds the rows whose ids the placement gives it (a

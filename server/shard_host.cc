@@ -48,7 +48,9 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.steps,
                            config.checkpoint.accept_log_loss,
                            config.limits.max_table_bytes,
-                           config.tables};
+                           config.tables,
+                           static_cast<uint32_t>(config.shards.size()),
+                           config.checkpoint.job};
     hosted->shard =
         std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});

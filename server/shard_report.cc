@@ -4,6 +4,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include "common/slot_map.h"
 #include "view/metrics.h"
 
 namespace psched {
@@ -256,6 +257,12 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   load_metrics(out, snapshot, shard);
   table_metrics(out, snapshot.stats, shard);
   tables_total_metrics(out, snapshot.stats, shard);
+  out.single("psched_shard_slots", MetricType::gauge,
+             "Hash slots of the job's slot map this shard owns (common/slot_map.h).", shard,
+             snapshot.stats.slots_owned);
+  out.single("psched_shard_slot_map_epoch", MetricType::gauge,
+             "Epoch of the job's slot map: 1 at the job's start, one more at each reshard.", shard,
+             snapshot.stats.slot_epoch);
   out.single("psched_process_uptime_seconds", MetricType::gauge,
              "Seconds since the server process started.", {}, snapshot.uptime_seconds);
   return out.text();
@@ -278,6 +285,15 @@ json membership_json(const ShardStats& s) {
           {"workers", workers}};
 }
 
+// The job and its slot map as this shard holds them (common/slot_map.h).
+json placement_json(const ShardStats& s) {
+  return {{"job", fmt::format("{:016x}", s.job)},
+          {"slot_map_epoch", s.slot_epoch},
+          {"shards", s.slot_shards},
+          {"slots", s.slots_owned},
+          {"slots_total", SlotMap::kSlots}};
+}
+
 json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& config) {
   const ShardStats& s = snapshot.stats;
   json variables = json::array();
@@ -286,6 +302,7 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
         {{"name", v.name}, {"begin", v.part.begin}, {"end", v.part.end}, {"step", v.step.value}});
   return {{"shard", snapshot.id.value},
           {"uptime_seconds", snapshot.uptime_seconds},
+          {"placement", placement_json(s)},
           {"config", config_json(config)},
           {"connected_workers", snapshot.connections},
           {"variables", s.variables},

@@ -151,6 +151,12 @@ void ShardService::put_layout(wire::ClusterLayout::Builder layout) const {
   layout.setWorkers(config.workers);
   layout.setMaxMessageBytes(config.limits.max_message_bytes);
   to_wire(config.optimizer, layout.initDefaultOptimizer());
+  layout.setJob(endpoint_.shard.job());
+  const SlotMap& map = endpoint_.shard.slot_map();
+  layout.setSlotEpoch(map.epoch());
+  auto owners = layout.initSlotOwners(SlotMap::kSlots);
+  for (uint32_t slot = 0; slot < SlotMap::kSlots; ++slot)
+    owners.set(slot, static_cast<uint16_t>(map.owner(slot)));
 }
 
 kj::Promise<void> ShardService::connect(ConnectContext context) {

@@ -242,7 +242,7 @@ def value(families, name, shard, **labels):
 # --- the tests ----------------------------------------------------------------------------
 
 def test_metrics(deployment):
-    received = partitions = refused = 0
+    received = partitions = refused = slots = wire_sent = 0
     for shard, port in enumerate(HTTP):
         code, kind, body = get(port, "/metrics")
         check(code == 200, f"/metrics answered {code}")
@@ -256,12 +256,16 @@ def test_metrics(deployment):
                        "psched_shard_wire_bytes_total"):
             check(family in families, f"/metrics has no {family}")
         received += value(families, "psched_shard_received_bytes_total", shard)
-        # Nothing is compressed here: every payload travels as its dtype carries it.
+        # Nothing is compressed here: every payload travels as its dtype carries it (the two
+        # variables may live on one shard: their names' slots place them).
         for direction in ("push", "pull"):
             raw, sent = (value(families, "psched_shard_wire_bytes_total", shard,
                                direction=direction, form=form) for form in ("raw", "sent"))
-            check(raw == sent > 0, f"shard {shard} {direction}: {sent} bytes sent of {raw} raw")
+            check(raw == sent, f"shard {shard} {direction}: {sent} bytes sent of {raw} raw")
+            wire_sent += sent
         partitions += value(families, "psched_shard_partitions_applied_total", shard)
+        slots += value(families, "psched_shard_slots", shard)
+        check(value(families, "psched_shard_slot_map_epoch", shard) == 1, "a new job's epoch")
         refused += value(families, "psched_shard_errors_total", shard, code="invalid_argument")
         check(value(families, "psched_shard_waiting_polls", shard) == 0, "polls still waiting")
         check(value(families, "psched_shard_apply_seconds_count", shard) ==
@@ -271,6 +275,8 @@ def test_metrics(deployment):
     check(received == WORKERS * STEPS * (FEATURES + 1) * 4, f"received {received} bytes")
     check(partitions == WORKERS * STEPS * 2, f"{partitions} partitions applied")
     check(refused >= 1, "the refused worker was not counted as an invalid_argument error")
+    check(slots == 4096, f"the shards own {slots} of the job's 4096 slots")
+    check(wire_sent > 0, "no bytes on the wire")
 
 
 def check_worker_view(port):
@@ -295,6 +301,9 @@ def test_status(deployment):
     for shard, port in enumerate(HTTP):
         s = status_of(port)
         check(s["shard"] == shard, f"shard {shard} says it is {s['shard']}")
+        p = s["placement"]
+        check(p["slot_map_epoch"] == 1 and p["shards"] == len(HTTP) and
+              p["slots"] in (4096 // len(HTTP), 4096 // len(HTTP) + 1), f"placement {p}")
         check(s["config"]["mode"] == "async" and s["config"]["workers"] == WORKERS,
               f"config summary {s['config']}")
         check([x["http"] for x in s["config"]["shards"]] == [f"127.0.0.1:{p}" for p in HTTP],
@@ -348,13 +357,16 @@ def test_status_cli(deployment):
     up = subprocess.run(cli, capture_output=True, text=True, timeout=60)
     check(up.returncode == 0, f"psched status failed:\n{up.stdout}{up.stderr}")
     rows = up.stdout.strip().split("\n")
-    check(len(rows) == 3 and all(" up " in r for r in rows[1:]), f"psched status:\n{up.stdout}")
+    check(len(rows) == 5 and all(" up " in r for r in rows[1:3]), f"psched status:\n{up.stdout}")
+    check(all(f"placement shard {i}: job " in rows[3 + i] and
+              "slot map epoch 1 on 2 shard(s), 2048 of 4096 slots" in rows[3 + i]
+              for i in range(2)), f"psched status placement:\n{up.stdout}")
     print(up.stdout)
     # One operator view, as a container's health check asks its own shard.
     one = [cli[0], "status", "--http", f"127.0.0.1:{HTTP[1]}", "--wait", "30"]
     mine = subprocess.run(one, capture_output=True, text=True, timeout=60)
     rows = mine.stdout.strip().split("\n")
-    check(mine.returncode == 0 and len(rows) == 2 and f" up     127.0.0.1:{HTTP[1]} " in rows[1],
+    check(mine.returncode == 0 and len(rows) == 3 and f" up     127.0.0.1:{HTTP[1]} " in rows[1],
           f"psched status --http:\n{mine.stdout}{mine.stderr}")
     deployment.stop()
     down = subprocess.run(cli, capture_output=True, text=True, timeout=60)
@@ -430,7 +442,10 @@ def test_trace(deployment):
     check(requests and all(k[1:3] == ("0", "poll") and k[5] == STEPS and n == 2
                            for k, n in again.items()),
           f"requests traced more than once: {again}")
-    for shard in shards:
+    # The shards that host a variable (the job's slot map may put both on one shard).
+    hosting = sorted({k[0] for k in requests})
+    check(hosting, "no request traced")
+    for shard in hosting:
         for worker in map(str, range(WORKERS)):
             last = STEPS + 2 if worker == "0" else STEPS
             for kind in ("push", "poll"):

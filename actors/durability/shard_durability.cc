@@ -24,8 +24,39 @@ constexpr uint8_t kLeaveRecord = 'L';     // a worker is no member any more
 
 }  // namespace
 
+void CheckpointHeader::encode(ByteWriter& out) const {
+  out.put(shard.value);
+  out.put(static_cast<uint8_t>(mode));
+  out.put(workers);
+  out.put(job);
+  map.encode(out);
+  out.put(generation);
+  out.put(written_at_ns);
+}
+
+CheckpointHeader CheckpointHeader::decode(ByteReader& in) {
+  CheckpointHeader h{.shard = ShardId(in.get<uint32_t>())};
+  const auto mode = in.get<uint8_t>();
+  if (mode > static_cast<uint8_t>(Mode::bounded))
+    fail(ErrorCode::corrupt_checkpoint, "{}: unknown mode {}", in.what(), mode);
+  h.mode = static_cast<Mode>(mode);
+  h.workers = in.get<uint32_t>();
+  h.job = in.get<uint64_t>();
+  h.map = SlotMap::decode(in);
+  if (h.shard.value >= h.map.shards())
+    fail(ErrorCode::corrupt_checkpoint, "{}: shard {} of a slot map on {} shards", in.what(),
+         h.shard.value, h.map.shards());
+  h.generation = in.get<uint64_t>();
+  h.written_at_ns = in.get<int64_t>();
+  return h;
+}
+
 ShardDurability::ShardDurability(ActorLoop& loop, const ShardSettings& settings, State& state)
-    : loop_(loop), settings_(settings), state_(state) {}
+    : loop_(loop),
+      settings_(settings),
+      state_(state),
+      job_(settings.job),
+      map_(SlotMap::even(settings.shards)) {}
 
 ShardDurability::~ShardDurability() {
   *alive_ = false;
@@ -151,11 +182,9 @@ void ShardDurability::replay(ByteReader& record) {
 
 std::vector<std::byte> ShardDurability::snapshot() {
   ByteWriter out;
-  out.put(settings_.id.value);
-  out.put(static_cast<uint8_t>(settings_.mode));
-  out.put(settings_.workers);
-  out.put(generation_);
-  out.put(wall_clock_ns());
+  CheckpointHeader{settings_.id, settings_.mode, settings_.workers, job_,
+                   map_,         generation_,    wall_clock_ns()}
+      .encode(out);
   state_.save_variables(out);
   return std::move(out.bytes());
 }
@@ -215,17 +244,21 @@ std::filesystem::path ShardDurability::checkpoint_now() {
 }
 
 void ShardDurability::load(ByteReader& in, ByteSource& rows) {
-  uint32_t shard = in.get<uint32_t>();
-  auto mode = static_cast<Mode>(in.get<uint8_t>());
-  uint32_t workers = in.get<uint32_t>();
-  if (shard != settings_.id.value || mode != settings_.mode || workers != settings_.workers)
+  CheckpointHeader h = CheckpointHeader::decode(in);
+  if (h.shard != settings_.id || h.mode != settings_.mode || h.workers != settings_.workers)
     fail(ErrorCode::bad_config,
          "{} holds shard {} in {} mode with {} workers; this deployment runs shard {} in {} mode "
          "with {} workers",
-         in.what(), shard, to_string(mode), workers, settings_.id.value, to_string(settings_.mode),
-         settings_.workers);
-  in.get<uint64_t>();  // generation, also in the file name
-  in.get<int64_t>();   // written at
+         in.what(), h.shard.value, to_string(h.mode), h.workers, settings_.id.value,
+         to_string(settings_.mode), settings_.workers);
+  if (h.map.shards() != settings_.shards)
+    fail(ErrorCode::bad_config,
+         "{} holds shard {} of a job on {} shards; this deployment has {}: place the job's "
+         "checkpoints on {} shards first (psched reshard --shards {})",
+         in.what(), h.shard.value, h.map.shards(), settings_.shards, settings_.shards,
+         settings_.shards);
+  job_ = h.job;
+  map_ = std::move(h.map);
   state_.load_variables(in, rows);
   if (!in.done())
     fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes after the last variable", in.what(),

@@ -30,6 +30,7 @@
 #include "common/byte_codec.h"
 #include "common/placement.h"
 #include "common/shard_settings.h"
+#include "common/slot_map.h"
 #include "common/types.h"
 
 namespace psched {
@@ -43,6 +44,22 @@ struct RestoreReport {
   std::vector<std::string> skipped;  // corrupt checkpoints and torn log records, with reasons
   std::string lost;  // with accept_log_loss: the damage gone past and the updates it lost
   std::filesystem::path written;  // the fresh checkpoint written after restoring
+};
+
+// What every checkpoint's payload starts with: whose state it is. The shard's variables follow
+// (State::save_variables).
+struct CheckpointHeader {
+  ShardId shard;
+  Mode mode = Mode::async;
+  uint32_t workers = 1;
+  uint64_t job = 0;  // ShardSettings::job, kept from the job's first start on
+  SlotMap map;       // the job's placement (common/slot_map.h); map.shards() is the job's
+  uint64_t generation = 0;
+  int64_t written_at_ns = 0;  // wall clock
+
+  void encode(ByteWriter& out) const;
+  // Throws Error(corrupt_checkpoint) naming `in` when it is no header.
+  static CheckpointHeader decode(ByteReader& in);
 };
 
 class ShardDurability {
@@ -112,6 +129,11 @@ class ShardDurability {
   // when restore() has not run. On the loop.
   void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> done);
 
+  // The job this shard serves and its slot map: the settings' (job, SlotMap::even(shards)) until
+  // restore() reads a checkpoint's. On the loop.
+  uint64_t job() const { return job_; }
+  const SlotMap& slot_map() const { return map_; }
+
  private:
   // Re-applies one logged record. On the loop.
   void replay(ByteReader& record);
@@ -141,6 +163,8 @@ class ShardDurability {
   State& state_;
   std::unique_ptr<ShardStore> store_;  // after restore()
   uint64_t generation_ = 0;            // of the newest checkpoint taken
+  uint64_t job_;
+  SlotMap map_;
   // Expires with this: a checkpoint's outcome, posted back from the writer thread, may reach
   // the loop after the shard went.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

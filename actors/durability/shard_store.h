@@ -51,9 +51,9 @@ class ShardStore {
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
-  // The format write_checkpoint writes and load_latest reads. Earlier formats (1 to 7) were
+  // The format write_checkpoint writes and load_latest reads. Earlier formats (1 to 8) were
   // written by development builds before any release and are refused, naming their format.
-  static constexpr uint32_t kCheckpointFormat = 8;
+  static constexpr uint32_t kCheckpointFormat = 9;
 
   struct Checkpoint {
     uint64_t generation = 0;

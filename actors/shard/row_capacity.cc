@@ -73,6 +73,18 @@ uint64_t RowCapacity::bytes_held() const {
   return (older_.capacity() + newer_.capacity()) * sizeof(uint32_t) + sketch_.capacity();
 }
 
+std::vector<uint32_t> RowCapacity::order() const {
+  std::vector<uint32_t> slots;
+  for (uint32_t slot = oldest_; slot != kNone; slot = newer_[slot]) slots.push_back(slot);
+  return slots;
+}
+
+void RowCapacity::merge_sketch(const RowCapacity& other) {
+  PSCHED_REQUIRE(other.sketch_.size() == sketch_.size(), other.sketch_.size(), sketch_.size());
+  for (size_t at = 0; at < sketch_.size(); ++at)
+    sketch_[at] = std::max(sketch_[at], other.sketch_[at]);
+}
+
 void RowCapacity::save(ByteWriter& out, uint64_t rows) const {
   out.put(evicted_);
   out.put(dropped_);

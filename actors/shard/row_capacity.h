@@ -53,6 +53,19 @@ class RowCapacity {
   uint64_t dropped() const { return dropped_; }  // updates of rows not admitted
   uint64_t bytes_held() const;
 
+  // psched reshard, which places the rows of old shards' tables anew on this one:
+  // The stored rows' slots, least recently updated first.
+  std::vector<uint32_t> order() const;
+  // Takes, counter by counter, the larger of this sketch's count and `other`'s (a table of the
+  // same spec): an id's updates were counted on the one shard that held it, so the larger count
+  // admits no id later than that shard would have (earlier, where counters are shared).
+  void merge_sketch(const RowCapacity& other);
+  // Adds evictions and dropped updates to the counts.
+  void count(uint64_t evicted, uint64_t dropped) {
+    evicted_ += evicted;
+    dropped_ += dropped;
+  }
+
   // The list (slots least recent first, `rows` of them), the sketch and the counts, and back:
   // load() rebuilds them for a table whose `rows` stored rows kept their slots.
   void save(ByteWriter& out, uint64_t rows) const;

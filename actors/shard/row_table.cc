@@ -412,9 +412,14 @@ uint64_t RowTable::growth_bytes(std::span<const uint64_t> ids) const {
 }
 
 void RowTable::save_head(ByteWriter& out) const {
-  encode_table_spec(out, spec_);
-  out.put<uint64_t>(ids_.size());
-  capacity_.save(out, ids_.size());
+  save_head(out, spec_, ids_.size(), capacity_);
+}
+
+void RowTable::save_head(ByteWriter& out, const TableSpec& spec, uint64_t rows,
+                         const RowCapacity& capacity) {
+  encode_table_spec(out, spec);
+  out.put<uint64_t>(rows);
+  capacity.save(out, rows);
 }
 
 uint64_t RowTable::freeze(uint64_t base, Emit emit) {

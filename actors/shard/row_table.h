@@ -142,6 +142,15 @@ class RowTable final : public HostedKind {
   // a checkpoint, as a Variable's sums are).
   void save_sums(ByteWriter& out) const override;
   void load_sums(ByteReader& in) override;
+  // The spec and row count save_head() wrote (and the capacity's state), checked; `rows` gets
+  // the count. Its rows are not read: restore() does, or psched reshard streams them.
+  static RowTable restore_head(ByteReader& in, uint64_t& rows);
+  // A head as save_head() writes it, for a table of `spec` whose `rows` rows stream after the
+  // payload and whose capacity is `capacity` (psched reshard, which places rows anew).
+  static void save_head(ByteWriter& out, const TableSpec& spec, uint64_t rows,
+                        const RowCapacity& capacity);
+  // Bytes of one row in a checkpoint's stream: its id, then its value and optimizer state.
+  uint64_t record_bytes() const { return sizeof(uint64_t) + block_bytes_; }
 
  private:
   // The value then the optimizer state of the row in `slot`.
@@ -153,9 +162,6 @@ class RowTable final : public HostedKind {
   uint32_t slot_of(uint64_t id);
   // A new slot for row `id` (not stored yet), its memory not filled in.
   uint32_t new_slot(uint64_t id);
-  // The spec and row count save_head() wrote (and the capacity's state), checked; `rows` gets
-  // the count.
-  static RowTable restore_head(ByteReader& in, uint64_t& rows);
   // Encodes frozen chunk `chunk` for the stream (its rows kept as they were where an update
   // came first) and marks it done.
   void save_frozen(uint32_t chunk);

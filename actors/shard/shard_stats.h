@@ -63,6 +63,12 @@ struct DeltaPullStats {
 
 // Counters a shard keeps; read with VariableShard::stats.
 struct ShardStats {
+  // The job and where its rows and variables live (common/slot_map.h): the slot map's epoch,
+  // its shard count and the slots this shard owns.
+  uint64_t job = 0;
+  uint64_t slot_epoch = 0;
+  uint32_t slot_shards = 0;
+  uint32_t slots_owned = 0;
   uint64_t variables = 0;       // dense variable parts hosted
   uint64_t tables = 0;          // embedding tables hosted (each shard holds rows of every one)
   uint64_t bytes_received = 0;  // gradient payload bytes accepted

@@ -235,7 +235,7 @@ Step StepMachine::resume_step(WorkerId worker) const {
     Step next = track.applied_step(worker).next();
     from = from ? std::min(*from, next) : next;
   }
-  return from.value_or(Step(1));
+  return from.value_or(Step());
 }
 
 Step StepMachine::level_step(WorkerId worker) const {
@@ -492,6 +492,25 @@ void StepMachine::load(ByteReader& in) {
            workers);
     for (uint64_t w = 0; w < workers; ++w) r.workers.push_back(in.get<uint32_t>());
     short_handed_.push_back(std::move(r));
+  }
+}
+
+void StepMachine::skip_saved(ByteReader& in, uint32_t workers) {
+  Membership(workers, workers).load(in);
+  for (int counter = 0; counter < 3; ++counter) in.get<uint64_t>();
+  const uint64_t records = in.get<uint64_t>();
+  if (records > kShortHandedKept)
+    fail(ErrorCode::corrupt_checkpoint, "{}: {} short-handed records, more than are kept",
+         in.what(), records);
+  for (uint64_t i = 0; i < records; ++i) {
+    in.text();
+    in.get<uint64_t>();
+    decode_range(in);
+    const uint64_t gave = in.get<uint64_t>();
+    if (gave > workers)
+      fail(ErrorCode::corrupt_checkpoint, "{}: a short-handed record of {} workers", in.what(),
+           gave);
+    for (uint64_t w = 0; w < gave; ++w) in.get<uint32_t>();
   }
 }
 

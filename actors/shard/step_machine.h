@@ -129,7 +129,9 @@ class StepMachine {
   // start at 1), any other (a restarted process of a member, or one whose lease ended) leaves
   // and joins at a step no variable here has begun, so that it is not awaited in steps under
   // way. bounded: level with the slowest other member. async: the first step some variable here
-  // has not completed for it. Throws for a worker id not below the job's workers.
+  // has not completed for it, Step() when the shard hosts none (the job's placement may leave a
+  // shard without a dense variable: it has no say). Throws for a worker id not below the job's
+  // workers.
   Step join(WorkerId worker, Step at_least, Clock::time_point now);
   // A connection of `worker` opened or closed (its lease).
   void connected(WorkerId worker);
@@ -152,6 +154,9 @@ class StepMachine {
   // progress (StepTrack::save, within its variable's record).
   void save(ByteWriter& out) const;
   void load(ByteReader& in);
+  // Reads past a record save() wrote for a job of `workers` workers (psched reshard, which
+  // copies it), checking it as load() does; its membership's record is the first bytes read.
+  static void skip_saved(ByteReader& in, uint32_t workers);
   void load_track(VariableId id, ByteReader& in);
   // An update log's records of the machine's own decisions, made again; `record` names the
   // record in errors (corrupt_checkpoint when it cannot have been written).
@@ -209,7 +214,7 @@ class StepMachine {
   // Removes the held polls `which` picks and returns them.
   std::vector<HeldPoll> take_held(const std::function<bool(const HeldPoll&)>& which);
 
-  // async: the first step some variable here has not completed for `worker`.
+  // async: the first step some variable here has not completed for `worker`; Step() for none.
   Step resume_step(WorkerId worker) const;
   // bounded: `worker`'s own next step, or level with the slowest other member (skipping the
   // steps it missed), so that it neither holds the others back nor falls behind the bound.

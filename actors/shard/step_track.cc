@@ -164,6 +164,12 @@ IntervalSet StepTrack::not_yet_applied(WorkerId worker, Step step, ElementRange 
   return pending;
 }
 
+bool StepTrack::between_steps() const {
+  return !step_in_progress() &&
+         std::all_of(progress_.begin(), progress_.end(),
+                     [](const auto& worker) { return worker.second.received.empty(); });
+}
+
 bool StepTrack::step_in_progress() const {
   return std::any_of(sync_.received.begin(), sync_.received.end(),
                      [](const IntervalSet& r) { return !r.empty(); });

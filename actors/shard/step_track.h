@@ -92,6 +92,9 @@ class StepTrack {
 
   // sync: whether some worker pushed part of the step after the last complete one.
   bool step_in_progress() const;
+  // Whether no step is part-way: nothing is received of a step not complete, by any worker (a
+  // checkpoint taken between steps, which psched reshard can place anew).
+  bool between_steps() const;
   // sync: the workers that have not pushed all of the step in progress, ascending.
   std::vector<uint32_t> missing_workers() const;
   // sync: completes the step in progress without the missing workers: every range not yet

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a worker registers for an embedding table: rows of `dim` elements with ids below
-// `num_embeddings`, their optimizer, and how a row starts. Every shard holds the rows whose ids
-// the table's placement gives it (common/placement.h), all of them in one RowTable
+// `num_embeddings`, their optimizer, and how a row starts. Every shard holds the rows whose slots
+// the job's slot map gives it (common/slot_map.h), all of them in one RowTable
 // (actors/shard/row_table.h).
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "common/dtype.h"
+#include "common/slot_map.h"
 #include "common/types.h"
 #include "optim/row_optimizer.h"
 
@@ -46,26 +47,16 @@ constexpr bool parse_row_init_kind(std::string_view name, RowInit::Kind& out) {
   return false;
 }
 
-// SplitMix64's step: a bijection of 64-bit words whose outputs for consecutive inputs look
-// independent (Steele, Lea, Flood 2014). What spreads a table's rows over shards (and their
-// first values over their elements, actors/shard/row_table.cc).
-constexpr uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // What places a table's rows: a 64-bit key of its name (FNV-1a), the same on every worker.
 constexpr uint64_t table_key(std::string_view name) {
   uint64_t h = 0xCBF29CE484222325ull;
   for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
   return h;
 }
-// The shard, of `shards`, that holds row `id` of the table whose key is `key`: a mix of both,
-// so that every table spreads over every shard, hot ids too.
-constexpr uint32_t row_shard(uint64_t key, uint64_t id, uint32_t shards) {
-  return static_cast<uint32_t>(mix64(key ^ mix64(id)) % shards);
+// The shard that holds row `id` of the table whose key is `key`: the owner, in the job's slot
+// map, of the row's slot (common/slot_map.h).
+inline uint32_t row_shard(uint64_t key, uint64_t id, const SlotMap& map) {
+  return map.owner(row_slot(key, id));
 }
 
 struct TableSpec {

@@ -90,6 +90,11 @@ class Variable final : public HostedKind {
   void write_state(int slot, ElementRange range, const std::byte* in);
 
   // What a checkpoint keeps of a variable, in two parts around its StepTrack's (HostedKind):
+  // The t of the latest update applied from whole gradients (the frozen variance's
+  // bookkeeping, kept with the sums), and setting it: psched reshard carries it to a part it
+  // cuts anew.
+  uint64_t last_whole_t() const { return last_whole_t_; }
+  void set_last_whole_t(uint64_t t) { last_whole_t_ = t; }
   // save_head writes spec, part, value and optimizer state; save_sums the step's sums and the
   // frozen variance's bookkeeping. restore reads what save_head wrote, load_sums the rest;
   // both throw Error(corrupt_checkpoint) when it is malformed.

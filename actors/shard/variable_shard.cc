@@ -202,6 +202,10 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
     ShardStats s = stats_;
     for (const auto& kind : hosted_) kind->report(s);
     s.table_bytes_limit = settings_.max_table_bytes;
+    s.job = job();
+    s.slot_epoch = slot_map().epoch();
+    s.slot_shards = slot_map().shards();
+    s.slots_owned = slot_map().slots_of(settings_.id.value);
     steps_.report(s);
     s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
     reply(std::move(s));

@@ -158,6 +158,11 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // with its path. Checkpoints are written in the order taken. Requires a prior restore().
   void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply);
 
+  // The job it serves and the job's slot map (common/slot_map.h): what workers place rows and
+  // variables by (ClusterLayout). Kept in its checkpoints. On the loop.
+  uint64_t job() const { return durability_.job(); }
+  const SlotMap& slot_map() const { return durability_.slot_map(); }
+
  private:
   using Clock = std::chrono::steady_clock;
 

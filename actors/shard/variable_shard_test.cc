@@ -300,3 +300,22 @@ TEST_CASE("a sync step past its timeout proceeds with the mean of the workers th
   for (uint32_t w = 0; w < 3; ++w) f.push(w, Step(2), {3, 3});
   CHECK(f.value() == std::vector<float>{-5, -5});
 }
+
+TEST_CASE(
+    "async: a worker resumes after its last step, and a shard that hosts nothing has no say") {
+  ShardFixture f;
+  auto join = [&f](uint32_t worker) {
+    std::optional<Result<Step>> from;
+    f.shard.join(WorkerId(worker), Step(1), [&](const Result<Step>& r) { from = r; });
+    f.drain();
+    REQUIRE(from);
+    return from->value();
+  };
+  CHECK(join(0) == Step());  // the slot map may give a shard no dense variable
+  const VariableId w = f.add("w", {0, 0});
+  CHECK(join(0) == Step(1));
+  CHECK(f.push(0, w, Step(1), {1, 1}).taken());
+  CHECK(f.push(0, w, Step(2), {1, 1}).taken());
+  CHECK(join(0) == Step(3));
+  CHECK(join(1) == Step(1));
+}

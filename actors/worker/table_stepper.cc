@@ -40,9 +40,14 @@ TableStepper::TableStepper(Scheduler& scheduler, uint32_t shards)
   PSCHED_REQUIRE(shards > 0, shards);
 }
 
+void TableStepper::set_map(SlotMap map) {
+  PSCHED_REQUIRE(map.shards() == shards_, map.shards(), shards_);
+  map_ = std::move(map);
+}
+
 void TableStepper::add(TableHandle handle, TableSpec spec, std::vector<VariableId> ids,
                        Compression compression) {
-  PSCHED_REQUIRE(ids.size() == shards_, ids.size(), shards_);
+  PSCHED_REQUIRE(ids.size() == shards_ && !map_.empty(), ids.size(), shards_, map_.shards());
   PSCHED_REQUIRE(carries_values(compression.push) && carries_values(compression.pull),
                  to_string(compression.push), to_string(compression.pull));
   Table table{.key = table_key(spec.name),
@@ -67,9 +72,9 @@ const TableSpec& TableStepper::spec(TableHandle handle) const {
 
 std::vector<std::vector<uint32_t>> TableStepper::by_shard(uint64_t key,
                                                           std::span<const uint64_t> ids,
-                                                          uint32_t shards) {
-  std::vector<std::vector<uint32_t>> out(shards);
-  for (uint32_t k = 0; k < ids.size(); ++k) out[row_shard(key, ids[k], shards)].push_back(k);
+                                                          const SlotMap& map) {
+  std::vector<std::vector<uint32_t>> out(map.shards());
+  for (uint32_t k = 0; k < ids.size(); ++k) out[row_shard(key, ids[k], map)].push_back(k);
   return out;
 }
 
@@ -86,7 +91,7 @@ void TableStepper::push(TableHandle handle, Step step, std::span<const uint64_t>
     fail(ErrorCode::shape_mismatch,
          "push of table '{}' rejected: {} bytes for {} rows of {} elements of {}", t.spec.name,
          gradients.size(), ids.size(), t.spec.dim, to_string(t.spec.dtype));
-  const auto rows = by_shard(t.key, ids, shards_);
+  const auto rows = by_shard(t.key, ids, map_);
   std::vector<PartitionTask> tasks;
   for (uint32_t shard = 0; shard < shards_; ++shard)
     tasks.push_back(push_task(t, shard, step, ids, gradients, rows[shard]));
@@ -133,7 +138,7 @@ void TableStepper::pull(TableHandle handle, Step after, std::span<const uint64_t
          "pull of table '{}' rejected: room of {} bytes for {} rows of {} elements of {}",
          t.spec.name, out.size(), ids.size(), t.spec.dim, to_string(t.spec.dtype));
   const Priority priority(t.spec.priority.value + (prefetch ? kPrefetchPriority : 0));
-  auto rows = by_shard(t.key, ids, shards_);
+  auto rows = by_shard(t.key, ids, map_);
   std::vector<PartitionTask> tasks;
   for (uint32_t shard = 0; shard < shards_; ++shard)
     if (!rows[shard].empty())

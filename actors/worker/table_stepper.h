@@ -49,8 +49,11 @@ class TableStepper {
   // registration gives, so the current step's pushes and pulls go first.
   static constexpr int64_t kPrefetchPriority = int64_t{1} << 40;
 
-  // `scheduler` outlives the stepper; its tables' rows live on `shards` shards.
+  // `scheduler` outlives the stepper; its tables' rows live on `shards` shards, where the job's
+  // slot map puts them (set_map, before the first table is added).
   TableStepper(Scheduler& scheduler, uint32_t shards);
+  // The job's slot map (common/slot_map.h), from the shards' cluster layout; on `shards` shards.
+  void set_map(SlotMap map);
 
   // A table registered on every shard: `ids` its id there, by shard. Its rows travel in
   // `compression`'s push and pull formats (none, bf16 or fp16; Compression::for_rows) when the
@@ -79,7 +82,7 @@ class TableStepper {
   // One shard's share of a call: the positions in the caller's ids (and rows) of the ids the
   // shard holds, in the caller's order. Exposed for tests.
   static std::vector<std::vector<uint32_t>> by_shard(uint64_t key, std::span<const uint64_t> ids,
-                                                     uint32_t shards);
+                                                     const SlotMap& map);
 
  private:
   // A call (push or pull) under way: its shard tasks left, its first failure, its caller.
@@ -134,6 +137,7 @@ class TableStepper {
 
   Scheduler& scheduler_;
   uint32_t shards_;
+  SlotMap map_;
   std::unordered_map<uint32_t, Table> tables_;  // by handle
   uint64_t next_call_ = 1;
   std::unordered_map<uint64_t, Call> calls_;    // by call id

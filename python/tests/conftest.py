@@ -35,9 +35,10 @@ def watchdog():
 class Server:
     """A psched-server process hosting every shard of a deployment written to `config`."""
 
-    def __init__(self, config, shards, http_ports):
+    def __init__(self, config, shards, http_ports, state=None):
         self.config = config
         self.shards = shards
+        self.state = state  # its checkpoint directory, when it has one
         self.http_ports = http_ports  # each shard's operator view (/metrics, /status)
         self.log = []
         self._start()
@@ -111,14 +112,16 @@ def start_server(tmp_path):
     hyper-parameters) make the deployment's optimizer: section. reconnect_seconds:
     how long its workers keep trying to reconnect (default: the deployment's 60 s).
     compression: the deployment's compression: section, as YAML text. checkpoint: the shards
-    keep checkpoints and update logs in a directory of the test's (Server.restart()). extra:
+    keep checkpoints and update logs in a directory of the test's (Server.restart()), or in
+    this directory when it is a path (Server.state). extra:
     more of the deployment, as YAML text (a tables: section, limits: ...)."""
     servers = []
 
     def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None,
               compression=None, checkpoint=False, extra="", optimizer_settings=None):
         config = tmp_path / f"deployment{len(servers)}.yaml"
-        state = tmp_path / f"state{len(servers)}"
+        state = (checkpoint if isinstance(checkpoint, pathlib.Path)
+                 else tmp_path / f"state{len(servers)}")
         ports = free_ports(2 * shards)
         settings = "".join(f", {key}: {value}" for key, value in (optimizer_settings or {}).items())
         listen = "".join(f"  - {{listen: 127.0.0.1:{port}, http: 127.0.0.1:{http}}}\n"
@@ -135,7 +138,7 @@ def start_server(tmp_path):
                           # ctest runs the suite over both data paths
                           (f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
                            if "PSCHED_TEST_DATA_PATH" in os.environ else ""))
-        servers.append(Server(config, shards, ports[shards:]))
+        servers.append(Server(config, shards, ports[shards:], state if checkpoint else None))
         return servers[-1]
 
     yield start

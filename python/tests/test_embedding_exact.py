@@ -5,9 +5,13 @@ the rows and parameters of one torch process trained on both workers' batches to
 tables with a padding_idx (sum and mean bags and Embedding, each on SGD, Adagrad and
 SparseAdam), a model built with torch's arguments alone (the deployment's optimizer), and a job
 in which worker 0 evaluates under model.eval() between steps; and a hybrid job (sync dense,
-bounded tables) whose dense part takes exactly the mean of the workers' gradients each step."""
+bounded tables) whose dense part takes exactly the mean of the workers' gradients each step; and a
+job stopped after step 15 on 2 shards, placed on 3 or 1 by `psched reshard` and resumed, ends
+bit-equal to the job run on 2 shards throughout."""
 import functools
 import json
+import pathlib
+import subprocess
 import urllib.request
 
 import numpy as np
@@ -17,7 +21,7 @@ import torch.nn.functional as F
 
 import psched
 import psched.torch
-from conftest import run_workers
+from conftest import SERVER, run_workers
 
 STEPS, BATCH, BAG = 30, 8, 4  # BATCH samples per worker and step, BAG ids per sample and table
 ROWS, DIM, DENSE = 1000, 8, 4
@@ -312,6 +316,46 @@ def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server, capa
     clean, restarted = states
     for name in clean:
         assert torch.equal(clean[name], restarted[name]), name
+
+
+@pytest.mark.parametrize("shards", [3, 1])
+def test_a_job_placed_on_another_number_of_shards_trains_the_same_rows(start_server, tmp_path,
+                                                                       shards):
+    """A sync job stopped after step 15 on 2 shards (SIGTERM: each shard checkpoints), placed
+    on 3 (or 1) by `psched reshard` and resumed to step 30 by new trainer processes ends with
+    every row and parameter bit-equal to the job run on 2 shards throughout."""
+    batches = make_batches()
+    workers, _, _ = train_with_psched(start_server(mode="sync", workers=2, shards=2), batches)
+    expected = trained_state(workers[0])
+    for worker in workers:
+        worker.client.close()
+    stop = STEPS // 2
+    first = start_server(mode="sync", workers=2, shards=2, checkpoint=True)
+    workers, _, _ = train_with_psched(first, batches[:stop])
+    for worker in workers:
+        worker.client.close()
+    first.stop()
+    placed = tmp_path / "placed"
+    subprocess.run([str(pathlib.Path(SERVER).with_name("psched")), "reshard", "--from",
+                    str(first.state), "--to", str(placed), "--shards", str(shards),
+                    "--split-bytes", "2048"], check=True)  # the deployments' split_bytes: 2KiB
+    second = start_server(mode="sync", workers=2, shards=shards, checkpoint=placed)
+    workers = [psched.torch.DistributedModel(psched_model(), "adam", config=second.config,
+                                             worker=rank, lr=DENSE_LR) for rank in range(2)]
+    assert [worker.start_step for worker in workers] == [stop + 1] * 2
+
+    def train(rank):
+        for batch in batches[stop:]:
+            step(workers[rank], half(batch, rank))
+        workers[rank].synchronize()
+
+    run_workers(workers, train)
+    actual = trained_state(workers[0])
+    for worker in workers:
+        worker.client.close()
+    assert sorted(actual) == sorted(expected)
+    for name in expected:
+        assert torch.equal(actual[name], expected[name]), name
 
 
 def shard_rows(client, table, ids):

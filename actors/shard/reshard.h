@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// reshard: a job's checkpoints written by N shards, placed anew on M (`psched reshard`,
+// apps/psched_cli.cc). The job's slot map (common/slot_map.h) is rebalanced to M shards (epoch
+// + 1, the fewest slots moved) and every shard's state goes where the new map puts it:
+//
+//   rows            each row, its value and optimizer state, to the owner of its slot, streamed a
+//                   chunk at a time from the old checkpoints' files into the new ones (two passes:
+//                   one counts each new shard's rows, one copies them), so a table larger than
+//                   the tool's memory is fine
+//   dense variables a whole one (up to split_bytes) to the owner of its name's slot; a split one
+//                   cut again over the M shards, each new range's values and optimizer state
+//                   copied from the old ranges it overlaps (held in memory, as a shard holds
+//                   them when it checkpoints)
+//   steps           each variable's and table's step record, and the job's membership, as the
+//                   old shards held them (they agree between steps; a set that does not is
+//                   refused)
+//   capacity        a table's admission sketch: each counter the largest of the old shards'
+//                   (an id was counted on the one shard that held it, so none is admitted later
+//                   than there); its eviction order: the old shards' orders merged by rank (the
+//                   order among one old shard's rows kept; they kept no common clock), the least
+//                   recent rows beyond max_rows on a new shard evicted; the job's eviction and
+//                   drop counts on new shard 0
+//
+// What it refuses, each with an Error naming the file or shard and what is wrong, writing
+// nothing: a set with a shard missing or with two checkpoints of one shard, checkpoints of two
+// jobs (their job identity, mode, workers or slot maps differ), shards whose memberships
+// differ, updates logged after a shard's checkpoint (start the servers once, which folds them
+// into a checkpoint, then reshard), a checkpoint taken inside a step (a step part-way on a
+// variable or table, or the parts of a variable at different steps), and a `to` that exists.
+// The new shards' files are written into `to`.reshard-partial and renamed to `to` once all are
+// whole, so a failure leaves nothing at `to`.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/slot_map.h"
+
+namespace psched {
+
+struct ReshardOptions {
+  std::vector<std::filesystem::path> from;  // directories holding the old shards' files
+  std::filesystem::path to;                 // the new shards' checkpoint directory (new)
+  uint32_t shards = 0;                      // M
+  // The deployment's split_bytes (the default's): which dense variables are split.
+  uint64_t split_bytes = 4 << 20;
+};
+
+struct ReshardReport {
+  uint32_t from_shards = 0;
+  SlotMap map;               // the new one
+  uint32_t slots_moved = 0;  // slots whose owner changed
+  uint64_t variables = 0;    // dense variables placed
+  uint64_t tables = 0;
+  uint64_t rows = 0;          // rows placed
+  uint64_t rows_moved = 0;    // of them, rows whose shard changed
+  uint64_t row_bytes = 0;     // bytes of rows read (ids, values and state)
+  uint64_t rows_evicted = 0;  // rows over a table's max_rows on a new shard, left out
+  std::vector<std::filesystem::path> written;  // the new checkpoints, shard 0 first
+};
+
+// Places the job whose checkpoints are in `options.from` on `options.shards` shards, writing
+// generation 1 of each new shard's checkpoint into `options.to`. Throws Error (bad_config for a
+// set that cannot be placed, corrupt_checkpoint for a damaged file, io_error when writing
+// fails) and leaves `options.to` absent then.
+ReshardReport reshard(const ReshardOptions& options);
+
+}  // namespace psched

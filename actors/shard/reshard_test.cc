@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: Apache-2.0
+// psched reshard (actors/shard/reshard.h) on the checkpoints of real VariableShards: a job on N
+// shards placed on M holds every row, value and optimizer state where the new slot map puts
+// them, bit for bit, and trains on; a set it cannot place is refused naming why, writing
+// nothing.
+#include "actors/shard/reshard.h"
+
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "actors/durability/temp_dir.h"
+#include "actors/runtime/test_loop.h"
+#include "actors/shard/shard_test_support.h"
+#include "actors/shard/variable_shard.h"
+#include "common/error.h"
+#include "common/placement.h"
+
+using namespace psched;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kRows = 200;
+constexpr uint64_t kSplitBytes = 64;  // "big" (40 floats) is split, "w" (3 floats) is not
+
+TableSpec table_spec(uint64_t max_rows = 0, uint32_t admit_after = 0) {
+  TableSpec spec{.name = "t", .num_embeddings = kRows, .dim = 2, .dtype = DType::float64};
+  spec.max_rows = max_rows;
+  spec.admit_after = admit_after;
+  spec.optimizer.kind = optim::RowOptimizerKind::adagrad;
+  spec.optimizer.lr = 0.5;
+  spec.init = {RowInit::Kind::uniform, -1, 1};
+  spec.seed = 7;
+  return spec;
+}
+
+VariableSpec dense_spec(std::string name, uint64_t elements) {
+  VariableSpec spec{.name = std::move(name), .shape = {elements}};
+  spec.optimizer.kind = optim::OptimizerKind::adam;
+  spec.optimizer.lr = 0.1;
+  return spec;
+}
+
+// One shard of a job, on the job's loop.
+struct Shard {
+  testing::TestLoop& io;
+  VariableShard shard;
+  std::vector<std::vector<uint64_t>> kept;  // ids borrowed by polls
+
+  Shard(testing::TestLoop& loop, uint32_t id, uint32_t shards, const fs::path& dir, uint64_t job)
+      : io(loop),
+        shard(io.actors,
+              ShardSettings{
+                  ShardId(id), Mode::async, 1, 64, dir, true, {}, false, 0, {}, shards, job}) {}
+
+  VariableId registered(const std::function<void(VariableShard::RegisterReply)>& call) {
+    std::optional<Result<VariableShard::Registration>> r;
+    call([&](const Result<VariableShard::Registration>& answer) { r = answer; });
+    io.drain();
+    REQUIRE(r);
+    if (!*r) throw r->error();
+    return (*r)->id;
+  }
+  VariableId table(const TableSpec& spec) {
+    return registered([&](auto reply) { shard.register_table(spec, reply); });
+  }
+  VariableId variable(const VariableSpec& spec, ElementRange part) {
+    std::vector<float> initial(part.size());
+    std::iota(initial.begin(), initial.end(), static_cast<float>(part.begin));
+    return registered([&](auto reply) {
+      shard.register_variable(spec, part, testing::bytes_of(initial), reply);
+    });
+  }
+  void push(const Push& push) {
+    testing::Receipted receipt;
+    shard.push(push, receipt.reply());
+    io.drain();
+    REQUIRE(receipt.taken());
+  }
+  std::vector<double> rows(VariableId table, std::vector<uint64_t> ids) {
+    kept.push_back(std::move(ids));
+    std::optional<std::vector<double>> value;
+    shard.poll({WorkerId(0), table, Step(), {}, PollTicket(kept.size()), true, kept.back()},
+               [&](const Result<FreshValue>& answer) {
+                 REQUIRE(answer);
+                 value.emplace(answer->bytes() / sizeof(double));
+                 answer->read_into(std::as_writable_bytes(std::span(*value)));
+               });
+    io.drain();
+    REQUIRE(value);
+    return *value;
+  }
+  std::vector<float> values(VariableId variable, ElementRange range) {
+    testing::Answered answer;
+    shard.pull(variable, range, answer.reply());
+    io.drain();
+    REQUIRE(answer.value);
+    return *answer.value;
+  }
+};
+
+// A job's shards on one loop, restored from (or started in) `dir`, placing by their slot map.
+struct Job {
+  testing::TestLoop io;
+  std::vector<std::unique_ptr<Shard>> shards;
+  SlotMap map;
+  TableSpec table = table_spec();
+
+  Job(uint32_t count, const fs::path& dir, uint64_t job = 1) {
+    for (uint32_t i = 0; i < count; ++i) {
+      shards.push_back(std::make_unique<Shard>(io, i, count, dir, job));
+      testing::restored(shards.back()->io, shards.back()->shard);
+    }
+    map = shards[0]->shard.slot_map();
+  }
+  uint32_t owner(uint64_t id) const { return row_shard(table_key("t"), id, map); }
+  std::vector<VariableId> tables() {
+    std::vector<VariableId> ids;
+    for (auto& s : shards) ids.push_back(s->table(table));
+    return ids;
+  }
+  // Every dense variable's parts: (shard, id, range).
+  std::vector<std::tuple<uint32_t, VariableId, ElementRange>> variables(const VariableSpec& spec) {
+    std::vector<std::tuple<uint32_t, VariableId, ElementRange>> out;
+    for (const ShardPart& p : place_variable(spec.name, spec.elements(), 4, map, kSplitBytes))
+      out.emplace_back(p.shard.value, shards[p.shard.value]->variable(spec, p.range), p.range);
+    return out;
+  }
+  // Worker 0's step `step`: a gradient for every row and every element.
+  void train(uint64_t step) {
+    const auto t = tables();
+    for (uint32_t s = 0; s < shards.size(); ++s) {
+      std::vector<uint64_t> ids;
+      std::vector<double> g;
+      for (uint64_t id = 0; id < kRows; id += 1 + id % 3)
+        if (owner(id) == s) {
+          ids.push_back(id);
+          g.push_back(0.01 * static_cast<double>(id) - 0.3 * static_cast<double>(step));
+          g.push_back(0.02 * static_cast<double>(step));
+        }
+      shards[s]->push({.worker = WorkerId(0),
+                       .variable = t[s],
+                       .step = Step(step),
+                       .dtype = DType::float64,
+                       .data = std::as_bytes(std::span(g)),
+                       .rows = true,
+                       .ids = ids});
+    }
+    for (const auto& spec : {dense_spec("w", 3), dense_spec("big", 40)})
+      for (auto [s, id, range] : variables(spec)) {
+        std::vector<float> g(range.size());
+        for (uint64_t e = range.begin; e < range.end; ++e)
+          g[e - range.begin] = 0.1f * static_cast<float>(e) - static_cast<float>(step);
+        shards[s]->push({WorkerId(0), id, Step(step), range, DType::float32, testing::bytes_of(g)});
+      }
+  }
+  void checkpoint() {
+    for (auto& s : shards) testing::checkpointed(s->io, s->shard);
+  }
+  // Every row of "t", then every element of each dense variable, from its owner.
+  std::vector<double> everything() {
+    std::vector<double> out;
+    const auto t = tables();
+    for (uint64_t id = 0; id < kRows; ++id)
+      for (double x : shards[owner(id)]->rows(t[owner(id)], {id})) out.push_back(x);
+    for (const auto& spec : {dense_spec("w", 3), dense_spec("big", 40)})
+      for (auto [s, id, range] : variables(spec))
+        for (float x : shards[s]->values(id, range)) out.push_back(x);
+    return out;
+  }
+};
+
+std::string refusal(const ReshardOptions& options) {
+  try {
+    reshard(options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no refusal)";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a job placed on more or fewer shards holds every row and value as before and trains on") {
+  for (uint32_t to : {3u, 1u, 4u}) {
+    CAPTURE(to);
+    testing::TempDir old_dir, new_dir;
+    std::vector<double> before, trained_on;
+    {
+      Job job(2, old_dir.path);
+      job.train(1);
+      job.train(2);
+      job.checkpoint();
+      before = job.everything();
+      job.train(3);
+      trained_on = job.everything();
+    }
+    // The checkpoint after step 2 again: step 3 went into the log, so take it from a copy.
+    testing::TempDir at_two;
+    {
+      Job job(2, at_two.path);
+      job.train(1);
+      job.train(2);
+      job.checkpoint();
+    }
+    fs::remove_all(new_dir.path);
+    const ReshardReport report = reshard(
+        {.from = {at_two.path}, .to = new_dir.path, .shards = to, .split_bytes = kSplitBytes});
+    CHECK(report.from_shards == 2);
+    CHECK(report.map.epoch() == 2);
+    CHECK(report.variables == 2);
+    CHECK(report.tables == 1);
+    CHECK(report.written.size() == to);
+    CHECK(report.rows > 0);
+    Job placed(to, new_dir.path, /*job=*/99);  // the checkpoint's job and map win
+    CHECK(placed.map == SlotMap::even(2).rebalanced(to));
+    CHECK(placed.shards[0]->shard.job() == 1);
+    CHECK(placed.everything() == before);
+    placed.train(3);  // the next step is taken: each part's steps came along
+    CHECK(placed.everything() == trained_on);
+  }
+}
+
+TEST_CASE("a set with a shard missing, from two jobs, or with logged updates is refused") {
+  testing::TempDir a, b, out;
+  fs::remove_all(out.path);
+  for (auto [dir, job_id] : {std::pair{a.path, 1}, std::pair{b.path, 2}}) {
+    Job job(2, dir, job_id);
+    job.train(1);
+    job.checkpoint();
+  }
+  const ReshardOptions options{.from = {a.path}, .to = out.path, .shards = 3};
+  SUBCASE("a shard missing") {
+    for (const auto& entry : fs::directory_iterator(a.path))
+      if (entry.path().filename().string().starts_with("shard-1.")) fs::remove(entry.path());
+    CHECK(refusal(options) ==
+          "reshard: the set is incomplete: the job ran on 2 shards and shard 1 has no checkpoint "
+          "in the directories given");
+  }
+  SUBCASE("two jobs") {
+    for (const auto& entry : fs::directory_iterator(a.path))
+      if (entry.path().filename().string().starts_with("shard-1.")) fs::remove(entry.path());
+    for (const auto& entry : fs::directory_iterator(b.path))
+      if (entry.path().filename().string().starts_with("shard-0.")) fs::remove(entry.path());
+    const std::string why = refusal({.from = {a.path, b.path}, .to = out.path, .shards = 3});
+    CHECK(why.find("are not of one job: job 0000000000000001") != std::string::npos);
+    CHECK(why.find("and job 0000000000000002") != std::string::npos);
+  }
+  SUBCASE("one shard twice") {
+    CHECK(refusal({.from = {a.path, b.path}, .to = out.path, .shards = 3})
+              .starts_with("reshard: shard 0 has checkpoints in both"));
+  }
+  SUBCASE("updates logged after the checkpoint") {
+    {
+      Job job(2, a.path, 1);
+      job.train(2);
+    }
+    CHECK(refusal(options).find("update(s) logged after checkpoint") != std::string::npos);
+  }
+  SUBCASE("a directory that exists") {
+    fs::create_directories(out.path);
+    CHECK(refusal(options) ==
+          fmt::format("reshard: {} exists; name a new directory for the new shards",
+                      out.path.string()));
+    fs::remove_all(out.path);
+  }
+  CHECK(!fs::exists(out.path));
+  fs::path partial = out.path;
+  CHECK(!fs::exists(partial += ".reshard-partial"));
+}
+
+TEST_CASE("a bounded table's rows go to their new shards within max_rows, the excess evicted") {
+  testing::TempDir old_dir, one, three;
+  uint64_t rows = 0;
+  {
+    Job job(2, old_dir.path);
+    job.table = table_spec(/*max_rows=*/30, /*admit_after=*/2);
+    for (uint64_t step = 1; step <= 3; ++step) job.train(step);
+    job.checkpoint();
+  }
+  for (const auto& target : {std::pair{one.path, 1u}, std::pair{three.path, 3u}}) {
+    const fs::path& dir = target.first;
+    const uint32_t to = target.second;
+    CAPTURE(to);
+    const ReshardReport report =
+        reshard({.from = {old_dir.path}, .to = dir, .shards = to, .split_bytes = kSplitBytes});
+    rows = report.rows;
+    CHECK(rows == 60);  // both old shards at max_rows
+    // One new shard keeps the 30 most recent of the 60; three hold them all (about 20 each).
+    CHECK(report.rows_evicted == (to == 1 ? 30 : 0));
+    Job placed(to, dir);  // the capacities load: each order lists its rows, within max_rows
+    placed.table = table_spec(30, 2);
+    placed.train(4);
+  }
+}
