@@ -8,7 +8,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -33,15 +32,19 @@ struct Options {
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   bool accept_log_loss = false;
   std::string trace;  // where to write the shards' Chrome trace at the stop; empty: no trace
-  std::string job;    // the job's name (--job); empty: a random identity
+  std::string job;    // the job's name (--job); empty: named by its shards' addresses
 };
 
-// The job's identity for shards that start with no checkpoint: the name's stable hash, or a
-// random 64-bit number (never 0).
-uint64_t job_identity(const Options& options) {
+// The job's identity for shards that start with no checkpoint (never 0): the stable hash of
+// --job, else of the deployment's shard addresses, so that the processes of one deployment (one
+// a shard, README) agree with no flag; two jobs that use the same addresses tell their
+// checkpoints apart by --job.
+uint64_t job_identity(const Options& options, const psched::DeploymentConfig& config) {
   if (!options.job.empty()) return psched::stable_hash(options.job) | 1;
-  std::random_device random;
-  return ((uint64_t{random()} << 32) | random()) | 1;
+  std::string addresses = "psched shards:";
+  for (const psched::ShardConfig& shard : config.shards)
+    addresses += " " + shard.listen.to_string();
+  return psched::stable_hash(addresses) | 1;
 }
 
 // Requests kept per shard in a trace (about 100 bytes each); later ones are counted only.
@@ -96,7 +99,7 @@ int serve(const Options& options) {
   psched::tune_malloc_for_large_messages();
   psched::DeploymentConfig config = psched::load_deployment(options.config);
   config.checkpoint.accept_log_loss = options.accept_log_loss;
-  config.checkpoint.job = job_identity(options);
+  config.checkpoint.job = job_identity(options, config);
   if (options.accept_log_loss)
     psched::log_warn(
         "psched-server: --accept-log-loss: a damaged or missing update log will lose the "
@@ -152,9 +155,10 @@ int main(int argc, char** argv) {
                  "request the shards served over data streams to this file: receive, apply, "
                  "wait and answer per partition, on the machine's monotonic clock");
   app.add_option("--job", options.job,
-                 "the job's name, kept in its checkpoints when it starts with none (default: a "
-                 "random identity); shards of one job started by separate processes need the "
-                 "same name, so `psched reshard` takes their checkpoints as one job's");
+                 "the job's name, kept in its checkpoints when it starts with none (default: "
+                 "named by the deployment's shard addresses); `psched reshard` takes only "
+                 "checkpoints of one job, so give jobs that reuse those addresses names of "
+                 "their own");
   CLI11_PARSE(app, argc, argv);
   // A file size limit (ulimit -f) then fails the write with EFBIG, which the update log
   // handles, instead of killing the server.

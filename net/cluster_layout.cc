@@ -37,7 +37,8 @@ void check_same_cluster(const std::vector<ClusterLayout>& layouts) {
     if (const char* field = state_difference(layouts[0], layouts[i]))
       fail(ErrorCode::bad_config,
            "shard {} and shard 0 disagree on the {} (epochs {} and {}): they were restored from "
-           "checkpoints of different jobs or placements",
+           "checkpoints of different jobs or placements, or started with different "
+           "`psched-server --job` names",
            i, field, layouts[i].slot_map.epoch(), layouts[0].slot_map.epoch());
 }
 

@@ -39,6 +39,34 @@ wait $server  # exits 0 after a clean stop; a hang is caught by ctest's timeout
 grep -q 'stopping' "$work/server.log"
 echo "server stopped cleanly"
 
+# One process per shard (README), no --job: both processes name the job alike (by the
+# deployment's shard addresses), so a trainer takes them as one job and trains.
+local_yaml "$source" "$work/split.yaml"
+if [ -n "${PSCHED_TEST_DATA_PATH:-}" ]; then echo "data_path: $PSCHED_TEST_DATA_PATH" >> "$work/split.yaml"; fi
+for s in 0 1; do
+  "$build/apps/psched-server" --config "$work/split.yaml" --shard $s 2>"$work/shard$s.log" &
+  shard_servers[s]=$!
+done
+trap 'kill -KILL $server "${shard_servers[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
+for s in 0 1; do
+  for _ in $(seq 1200); do
+    grep -q "listening on" "$work/shard$s.log" && break
+    kill -0 "${shard_servers[s]}" 2>/dev/null || { cat "$work/shard$s.log"; exit 1; }
+    sleep 0.05
+  done
+done
+for w in 0 1; do
+  "$build/apps/psched-example-trainer" --config "$work/split.yaml" --worker $w --steps 5 \
+      --print-every 5 > "$work/split$w.log" 2>&1 &
+  trainers[w]=$!
+done
+for w in 0 1; do
+  wait "${trainers[w]}" || { echo "worker $w on one process a shard:"; cat "$work/split$w.log"; exit 1; }
+done
+kill -TERM "${shard_servers[@]}"
+wait "${shard_servers[@]}"
+echo "one process a shard, no --job: trained"
+
 # A shard on a GPU this machine lacks is refused at start, naming the file, shard and device.
 sed -e '0,/^    http: /s/^    http: .*$/&\n    device: cuda:1000/' "$work/test.yaml" > "$work/gpu.yaml"
 status=0

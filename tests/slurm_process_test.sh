@@ -84,6 +84,7 @@ grep -E 'worker 1 joins the job' "$work/job.out"
 whole='^[0-9]+: worker [0-9]+( step +[0-9]+  loss [0-9.]+  accuracy [0-9.]+| joins the job at step [0-9]+|: [0-9]+ features, [0-9]+ samples, loss of the true model [0-9.]+)$'
 whole+='|^([0-9]+: )?psched\.sbatch: |^[0-9]+: [0-9-]+T[0-9:]+Z (debug|info|warn|error) '
 whole+='|^shard state  http |^[0-9]+ +(up|down) +[^ ]+:[0-9]+|^shard [0-9]+: members '
+whole+='|^placement shard [0-9]+: job [0-9a-f]{16}, slot map epoch [0-9]+ on [0-9]+ shard\(s\), [0-9]+ of [0-9]+ slots$'
 whole+='|^[0-9]+: slurmstepd-[^ ]+: error: \*\*\* STEP [0-9.]+ ON [^ ]+ CANCELLED AT [0-9T:-]+ \*\*\*$'
 if grep -vE "$whole" "$work/job.out"; then
   echo "the lines above are broken or unexpected"
