@@ -244,10 +244,10 @@ int main(int argc, char** argv) {
       ->required();
   reshard_command->add_option("--shards", reshard_options.shards, "the new number of shards")
       ->required();
-  reshard_command
-      ->add_option("--split-bytes", reshard_options.split_bytes,
-                   "the new deployment's split_bytes: dense variables larger are split")
-      ->capture_default_str();
+  reshard_command->add_option(
+      "--split-bytes", reshard_options.split_bytes,
+      "the new deployment's split_bytes, where it is not the job's: dense "
+      "variables larger are split (default: each split or whole as before)");
   CLI11_PARSE(app, argc, argv);
   if (reshard_command->parsed()) {
     reshard_options.from.assign(from.begin(), from.end());

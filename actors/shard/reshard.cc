@@ -24,6 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A deployment's split_bytes when its file gives none (config/deployment.h).
+constexpr uint64_t kDefaultSplitBytes = 4 << 20;
+
 // One kind an old shard hosted, read from its checkpoint: a dense variable's part whole, a
 // table's head (its rows stay in the file), and the records of its steps and sums as saved.
 struct OldKind {
@@ -285,13 +288,23 @@ struct NewShard {
   std::unique_ptr<ShardStore::CheckpointFile> file;
 };
 
-void place_dense(const Kinds& kinds, const ReshardOptions& options, const SlotMap& map,
-                 std::vector<NewShard>& out) {
+// The split_bytes that places a dense variable of `spec`, held in `parts` by `from_shards` old
+// shards, as the new deployment will (ReshardOptions::split_bytes).
+uint64_t split_bytes_for(const VariableSpec& spec, size_t parts, uint32_t from_shards,
+                         const ReshardOptions& options) {
+  if (options.split_bytes != 0) return options.split_bytes;
+  if (from_shards == 1) return kDefaultSplitBytes;
+  return parts > 1 ? spec.bytes() - 1 : spec.bytes();  // split again, or kept whole
+}
+
+void place_dense(const Kinds& kinds, const ReshardOptions& options, uint32_t from_shards,
+                 const SlotMap& map, std::vector<NewShard>& out) {
   for (const std::string& name : kinds.dense_names) {
     const auto& parts = kinds.dense.at(name);
     const VariableSpec& spec = parts[0]->variable->spec();
-    for (const ShardPart& part : place_variable(name, spec.elements(), element_bytes(spec.dtype),
-                                                map, options.split_bytes)) {
+    const uint64_t split_bytes = split_bytes_for(spec, parts.size(), from_shards, options);
+    for (const ShardPart& part :
+         place_variable(name, spec.elements(), element_bytes(spec.dtype), map, split_bytes)) {
       NewShard& shard = out[part.shard.value];
       shard.kinds.put(static_cast<uint8_t>(KindTag::variable));
       Variable made = cut(parts, part.range);
@@ -495,7 +508,7 @@ void write_job(const std::vector<OldShard>& shards, const ReshardOptions& option
                const fs::path& staging, ReshardReport& report) {
   const Kinds kinds = gather(shards);
   std::vector<NewShard> out(options.shards);
-  place_dense(kinds, options, report.map, out);
+  place_dense(kinds, options, static_cast<uint32_t>(shards.size()), report.map, out);
   RowPlan plan = count_rows(shards, kinds, report.map, report);
   for (size_t table = 0; table < kinds.table_names.size(); ++table) {
     const auto& heads = kinds.tables.at(kinds.table_names[table]);

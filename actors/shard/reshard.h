@@ -44,8 +44,10 @@ struct ReshardOptions {
   std::vector<std::filesystem::path> from;  // directories holding the old shards' files
   std::filesystem::path to;                 // the new shards' checkpoint directory (new)
   uint32_t shards = 0;                      // M
-  // The deployment's split_bytes (the default's): which dense variables are split.
-  uint64_t split_bytes = 4 << 20;
+  // The new deployment's split_bytes: which dense variables are split. 0: each variable split
+  // or whole as the old shards held it (what a deployment that keeps its split_bytes does; a
+  // job on one shard held all whole, so then the default split_bytes, 4 MiB, decides).
+  uint64_t split_bytes = 0;
 };
 
 struct ReshardReport {
