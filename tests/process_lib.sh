@@ -10,13 +10,21 @@ start_server() {
   local build=$1 config=$2 log=$3 line=${4:-listening on}
   "$build/apps/psched-server" --config "$config" 2>"$log" &
   server=$!
+  await_logged $server "$log" "$line" 2
+}
+
+# await_logged PID LOG LINE COUNT waits until LOG holds COUNT lines matching LINE (a grep
+# pattern) of the psched-server PID. Exits, printing the log, if the server dies first or has
+# not logged them after 60 s.
+await_logged() {
+  local pid=$1 log=$2 line=$3 count=$4
   for _ in $(seq 1200); do
-    [ "$(grep -c "$line" "$log")" -ge 2 ] && return
-    kill -0 $server 2>/dev/null || { cat "$log"; exit 1; }
+    [ "$(grep -c "$line" "$log")" -ge "$count" ] && return
+    kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
     sleep 0.05
   done
   cat "$log"
-  echo "psched-server did not log '$line' for both shards within 60 s"
+  echo "psched-server did not log '$line' $count time(s) within 60 s"
   exit 1
 }
 

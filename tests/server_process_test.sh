@@ -48,13 +48,7 @@ for s in 0 1; do
   shard_servers[s]=$!
 done
 trap 'kill -KILL $server "${shard_servers[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
-for s in 0 1; do
-  for _ in $(seq 1200); do
-    grep -q "listening on" "$work/shard$s.log" && break
-    kill -0 "${shard_servers[s]}" 2>/dev/null || { cat "$work/shard$s.log"; exit 1; }
-    sleep 0.05
-  done
-done
+for s in 0 1; do await_logged "${shard_servers[s]}" "$work/shard$s.log" "listening on" 1; done
 for w in 0 1; do
   "$build/apps/psched-example-trainer" --config "$work/split.yaml" --worker $w --steps 5 \
       --print-every 5 > "$work/split$w.log" 2>&1 &
