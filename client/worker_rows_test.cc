@@ -8,6 +8,7 @@
 // dense path's codec decodes them.
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -147,11 +148,21 @@ std::pair<WireBytes, WireBytes> wire_bytes(Cluster& cluster) {
   return {push, pull};
 }
 
-// Three steps of `gradient` (64 rows of dim 16) for 64 new ids each (12,288 bytes of float32 rows
-// in all) pushed into a zero table (SGD lr 1), then all 192 rows pulled: the rows as the shards
-// hold them.
-std::vector<float> push_three_batches(Cluster& cluster, Worker& worker, TableHandle table,
-                                      const std::vector<float>& gradient) {
+// What push_three_batches brings: the rows as the shards hold them, and the shards' wire bytes
+// of pushes and of answered pulls.
+struct ThreeBatches {
+  std::vector<float> rows;
+  WireBytes push, pull;
+};
+
+// One worker of an async cluster registers `spec` (a zero table, SGD lr 1) with `compression`,
+// pushes three steps of `gradient` (64 rows of dim 16) for 64 new ids each (12,288 bytes of
+// float32 rows in all), then pulls all 192 rows.
+ThreeBatches push_three_batches(const TableSpec& spec, const Compression& compression,
+                                const std::vector<float>& gradient) {
+  Cluster cluster(cluster_config(kShards, 1, Mode::async));
+  Worker& worker = cluster.add_worker(WorkerId(0), {});
+  const TableHandle table = cluster.run(worker.register_table(spec, compression));
   std::vector<uint64_t> all;
   for (uint64_t step = 1; step <= 3; ++step) {
     std::vector<uint64_t> ids(64);
@@ -159,9 +170,11 @@ std::vector<float> push_three_batches(Cluster& cluster, Worker& worker, TableHan
     cluster.run(worker.push_rows(table, Step(step), ids, std::as_bytes(std::span(gradient))));
     all.insert(all.end(), ids.begin(), ids.end());
   }
-  std::vector<float> out(all.size() * 16, -99);
-  cluster.run(worker.pull_rows(table, Step(3), all, std::as_writable_bytes(std::span(out))));
-  return out;
+  ThreeBatches got;
+  got.rows.assign(all.size() * 16, -99);
+  cluster.run(worker.pull_rows(table, Step(3), all, std::as_writable_bytes(std::span(got.rows))));
+  std::tie(got.push, got.pull) = wire_bytes(cluster);
+  return got;
 }
 
 }  // namespace
@@ -178,11 +191,7 @@ TEST_CASE("a table bf16 by the deployment sends half the bytes of a small batch,
   decode(WireFormat::bf16, DType::float32, narrowed, std::as_writable_bytes(std::span(applied)));
 
   SUBCASE("a table of min_bytes or more: every request narrowed") {
-    Cluster cluster(cluster_config(kShards, 1, Mode::async));
-    Worker& worker = cluster.add_worker(WorkerId(0), {});
-    const TableHandle table = cluster.run(worker.register_table(spec, rows));
-    const std::vector<float> got = push_three_batches(cluster, worker, table, gradient);
-    const auto [push, pull] = wire_bytes(cluster);
+    const auto [got, push, pull] = push_three_batches(spec, rows, gradient);
     CHECK(push.raw == 12'288);
     CHECK(push.sent == 6'144);
     CHECK(pull.raw == 12'288);
@@ -193,11 +202,7 @@ TEST_CASE("a table bf16 by the deployment sends half the bytes of a small batch,
   SUBCASE("a table under min_bytes: whole both ways") {
     spec.num_embeddings = 4000;  // 256,000 bytes of rows: one byte under min_bytes
     const Compression small = deployment_rows("{push: bf16, pull: bf16, min_bytes: 256001}");
-    Cluster cluster(cluster_config(kShards, 1, Mode::async));
-    Worker& worker = cluster.add_worker(WorkerId(0), {});
-    const TableHandle table = cluster.run(worker.register_table(spec, small));
-    const std::vector<float> got = push_three_batches(cluster, worker, table, gradient);
-    const auto [push, pull] = wire_bytes(cluster);
+    const auto [got, push, pull] = push_three_batches(spec, small, gradient);
     CHECK(push.sent == 12'288);
     CHECK(pull.sent == 12'288);
     for (size_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == -gradient[k % gradient.size()]);
