@@ -64,6 +64,16 @@ void check_init(const TableSpec& spec) {
          init.b);
 }
 
+// Asks for every cache line of `bytes` bytes at `from`, to be written (kWrite = 1) or read (0).
+template <int kWrite>
+void ask_lines(const std::byte* from, uint64_t bytes) {
+  constexpr uintptr_t kLine = 64;
+  const auto* begin = reinterpret_cast<const char*>(from);
+  for (const char* at = begin - reinterpret_cast<uintptr_t>(begin) % kLine; at < begin + bytes;
+       at += kLine)
+    __builtin_prefetch(at, kWrite);
+}
+
 }  // namespace
 
 void RowTable::check_spec(const TableSpec& spec) {
@@ -287,15 +297,8 @@ void RowTable::update_ahead(std::span<const RowUpdate> updates, const optim::Row
 }
 
 void RowTable::ask_row(uint32_t slot, const std::byte* gradient) const {
-  constexpr uintptr_t kLine = 64;
-  const auto* row = reinterpret_cast<const char*>(block(slot));
-  for (const char* at = row - reinterpret_cast<uintptr_t>(row) % kLine; at < row + block_bytes_;
-       at += kLine)
-    __builtin_prefetch(at, 1);
-  const auto* from = reinterpret_cast<const char*>(gradient);
-  for (const char* at = from - reinterpret_cast<uintptr_t>(from) % kLine;
-       at < from + spec_.row_bytes(); at += kLine)
-    __builtin_prefetch(at);
+  ask_lines<1>(block(slot), block_bytes_);
+  ask_lines<0>(gradient, spec_.row_bytes());
 }
 
 void RowTable::update(std::span<const RowUpdate> updates, std::span<const uint32_t> slots,
