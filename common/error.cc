@@ -26,6 +26,7 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, kErrorCodeCount> kN
     {ErrorCode::disconnected, "disconnected"},
     {ErrorCode::unimplemented, "unimplemented"},
     {ErrorCode::io_error, "io_error"},
+    {ErrorCode::read_only, "read_only"},
     {ErrorCode::internal, "internal"},
 }};
 

@@ -43,6 +43,7 @@ enum class ErrorCode {
   unimplemented,        ///< the peer does not support the request
   io_error,             ///< the server could not write its update log or checkpoint (disk full,
                         ///< I/O error); the request was refused and changed nothing
+  read_only,            ///< a push or a new registration sent to a shard that serves read-only
   internal,             ///< a bug on the server (a broken precondition); the message says where
 };
 // Number of ErrorCode values (they run from 0 to internal), for tables indexed by code.

@@ -37,6 +37,9 @@ struct ShardSettings {
   // Who this job is, when it starts with no checkpoint (after that, the checkpoint's): kept in
   // every checkpoint, so a set of checkpoints from two jobs is told apart (psched reshard).
   uint64_t job = 0;
+  // A serving shard's (psched-server --serve): the directory of the job's checkpoints it
+  // serves read-only (VariableShard::serve); empty: a shard that trains.
+  std::filesystem::path serve_directory;
 
   // How the steps of the job's dense variables wait (`mode:`, `staleness:`).
   StepRule dense_rule() const { return {mode, steps.staleness}; }

@@ -243,9 +243,10 @@ std::filesystem::path ShardDurability::checkpoint_now() {
   return file->finish();
 }
 
-void ShardDurability::load(ByteReader& in, ByteSource& rows) {
+CheckpointHeader ShardDurability::take_header(ByteReader& in, bool serving) {
   CheckpointHeader h = CheckpointHeader::decode(in);
-  if (h.shard != settings_.id || h.mode != settings_.mode || h.workers != settings_.workers)
+  if (h.shard != settings_.id ||
+      (!serving && (h.mode != settings_.mode || h.workers != settings_.workers)))
     fail(ErrorCode::bad_config,
          "{} holds shard {} in {} mode with {} workers; this deployment runs shard {} in {} mode "
          "with {} workers",
@@ -258,11 +259,61 @@ void ShardDurability::load(ByteReader& in, ByteSource& rows) {
          in.what(), h.shard.value, h.map.shards(), settings_.shards, settings_.shards,
          settings_.shards);
   job_ = h.job;
-  map_ = std::move(h.map);
+  map_ = h.map;
+  return h;
+}
+
+void ShardDurability::load(ByteReader& in, ByteSource& rows) {
+  take_header(in, false);
   state_.load_variables(in, rows);
   if (!in.done())
     fail(ErrorCode::corrupt_checkpoint, "{}: {} bytes after the last variable", in.what(),
          in.position());
+}
+
+namespace {
+
+// The newest valid checkpoint of shard settings.id in settings.serve_directory (a serving
+// shard's); throws Error(bad_config) naming the directory when it is missing or holds none.
+ShardStore::Checkpoint newest_served(const ShardSettings& settings) {
+  const std::filesystem::path& directory = settings.serve_directory;
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory, error))
+    fail(ErrorCode::bad_config, "shard {}: --serve {}: no such directory", settings.id.value,
+         directory.string());
+  const ShardStore store(directory, settings.id);
+  std::vector<std::string> skipped;
+  auto found = store.load_latest(skipped);
+  for (const std::string& reason : skipped)
+    log_warn("shard {}: serving: skipped {}", settings.id.value, reason);
+  if (!found)
+    fail(ErrorCode::bad_config, "shard {}: --serve {}: no valid checkpoint of shard {} there{}",
+         settings.id.value, directory.string(), settings.id.value,
+         skipped.empty() ? "" : fmt::format(" ({} damaged: {})", skipped.size(), skipped.front()));
+  return std::move(*found);
+}
+
+}  // namespace
+
+CheckpointHeader ShardDurability::served_header(const ShardSettings& settings) {
+  const ShardStore::Checkpoint found = newest_served(settings);
+  ByteReader in(found.payload, found.file.string());
+  return CheckpointHeader::decode(in);
+}
+
+std::optional<ServedVersion> ShardDurability::load_served(uint64_t newer_than) {
+  auto found = std::make_optional(newest_served(settings_));
+  if (found->generation <= newer_than) return std::nullopt;
+  ByteReader in(found->payload, found->file.string());
+  FileSource rows(found->file, found->rows_offset, found->rows_bytes);
+  const CheckpointHeader h = take_header(in, true);
+  state_.load_variables(in, rows);
+  if (!in.done() || !rows.done())
+    fail(ErrorCode::corrupt_checkpoint, "{}: bytes after the last variable", in.what());
+  return ServedVersion{.checkpoint = found->file,
+                       .generation = found->generation,
+                       .written_at_ns = h.written_at_ns,
+                       .loaded_at_ns = wall_clock_ns()};
 }
 
 // A checkpoint on its way: the file lives on the writer thread (opened by its first task);

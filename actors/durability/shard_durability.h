@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "actors/durability/shard_store.h"
 #include "actors/runtime/actor.h"
 #include "actors/shard/shard_request.h"
+#include "actors/shard/shard_stats.h"
 #include "actors/shard/table_spec.h"
 #include "actors/shard/variable_spec.h"
 #include "common/asio.h"
@@ -121,6 +123,19 @@ class ShardDurability {
   // saying in `report` what it did; when it throws, `report` holds what it found until then.
   // On the loop, once, before serving; report.variables and tables are the caller's to fill.
   void restore(RestoreReport& report);
+  // A serving shard's load (settings.serve_directory): loads this shard's newest valid
+  // checkpoint there into the state, which holds nothing yet, read-only: no update log is
+  // replayed, nothing is written, and the mode and worker count it was trained with do not
+  // matter. Returns nullopt, loading nothing, when that checkpoint's generation is not above
+  // `newer_than`. Throws Error(bad_config) naming the directory when it is missing or holds no
+  // valid checkpoint of this shard, or when the checkpoint's job is on another number of
+  // shards; Error(corrupt_checkpoint) naming the file when it cannot be read. Unlike the rest,
+  // callable off the loop while no other thread uses the state (a load beside the one served).
+  std::optional<ServedVersion> load_served(uint64_t newer_than);
+  // The header of the checkpoint load_served() would load now (for the job's mode and workers,
+  // which a serving shard takes: ShardHost). Throws as load_served().
+  static CheckpointHeader served_header(const ShardSettings& settings);
+
   // Takes a checkpoint of the state now and starts a new update log; the writer thread writes
   // the file, then `done` runs on the loop with its path (not if this is gone by then). The
   // tables' rows are encoded a chunk per turn of the loop, at most kChunksInFlight waiting for
@@ -140,6 +155,10 @@ class ShardDurability {
   void replay_push(ByteReader& record);
   // Decodes a checkpoint's payload into the state. On the loop.
   void load(ByteReader& in, ByteSource& rows);
+  // Reads the header of the checkpoint in `in`, checks that it is this shard's of a job on the
+  // deployment's shard count (and, unless `serving`, in its mode with its workers), and takes
+  // its job and map.
+  CheckpointHeader take_header(ByteReader& in, bool serving);
   // The state, encoded with this shard's header. On the loop.
   std::vector<std::byte> snapshot();
   // The next generation's snapshot, with its update log started. On the loop.

@@ -95,6 +95,33 @@ std::unique_ptr<Enrollment> enroll_table(TableSpec spec) {
   return std::make_unique<TableEnrollment>(std::move(spec));
 }
 
+void check_same_kind(const HostedKind& served, const HostedKind& next) {
+  const auto* variable = dynamic_cast<const Variable*>(&served);
+  const auto* next_variable = dynamic_cast<const Variable*>(&next);
+  const auto* table = dynamic_cast<const RowTable*>(&served);
+  const auto* next_table = dynamic_cast<const RowTable*>(&next);
+  if (variable != nullptr && next_variable != nullptr) {
+    if (!variable->spec().same_variable(next_variable->spec()) ||
+        variable->part() != next_variable->part())
+      fail(ErrorCode::spec_conflict,
+           "variable '{}' has another spec in the new version (shape, dtype, optimizer or shard "
+           "part differ)",
+           served.name());
+    return;
+  }
+  if (table != nullptr && next_table != nullptr) {
+    if (!table->spec().same_table(next_table->spec()))
+      fail(ErrorCode::spec_conflict,
+           "table '{}' has another spec in the new version (rows, dim, dtype, optimizer, init or "
+           "seed differ)",
+           served.name());
+    return;
+  }
+  fail(ErrorCode::spec_conflict, "'{}' is a {} served and a {} in the new version", served.name(),
+       table != nullptr ? "table" : "dense variable",
+       next_table != nullptr ? "table" : "dense variable");
+}
+
 std::unique_ptr<HostedKind> restore_kind(ByteReader& in, ByteSource& rows, ForkJoinPool* apply_pool,
                                          optim::ComputeDevice* device) {
   const auto tag = in.get<uint8_t>();

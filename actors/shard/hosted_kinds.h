@@ -45,6 +45,11 @@ std::unique_ptr<Enrollment> enroll_variable(VariableSpec spec, ElementRange part
 // An embedding table's rows on this shard (actors/shard/row_table.h).
 std::unique_ptr<Enrollment> enroll_table(TableSpec spec);
 
+// Throws Error(spec_conflict) naming the kind and what differs unless `next` is the same kind of
+// the same spec and part as `served` (its values and state may differ): what a serving shard's
+// newer version must be to take the place of `served` under the ids workers hold.
+void check_same_kind(const HostedKind& served, const HostedKind& next);
+
 // The kind whose checkpoint record starts in `in` (its KindTag, then what its save_head()
 // wrote), a table's rows read from `rows`. Throws Error(corrupt_checkpoint) naming `in` when the
 // record is malformed.

@@ -7,6 +7,8 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,15 @@ struct DeltaPullStats {
   uint64_t held_bytes = 0;
 };
 
+// What a serving shard serves (VariableShard::serve): one checkpoint of a job, read-only.
+struct ServedVersion {
+  std::filesystem::path checkpoint;
+  uint64_t generation = 0;    // the checkpoint's, in the job's sequence for this shard
+  int64_t written_at_ns = 0;  // when the job wrote it (wall clock)
+  int64_t loaded_at_ns = 0;   // when this shard began to serve it (wall clock)
+  uint64_t step = 0;          // the newest step any variable or table had complete in it
+};
+
 // Counters a shard keeps; read with VariableShard::stats.
 struct ShardStats {
   // The job and where its rows and variables live (common/slot_map.h): the slot map's epoch,
@@ -106,6 +117,11 @@ struct ShardStats {
   std::vector<RecentError> recent_errors;          // the newest kRecentErrors, oldest first
   std::vector<TableStats> table_stats;             // by registration
   uint64_t table_bytes_limit = 0;  // limits.max_table_bytes: all tables together (0: none)
+  // A serving shard's (VariableShard::serve): the version it serves, the versions it loaded
+  // (the first included) and the reloads it refused (serving the one it had).
+  std::optional<ServedVersion> served;
+  uint64_t versions_loaded = 0;
+  uint64_t reloads_refused = 0;
 };
 
 // One hosted variable part and its progress; read with VariableShard::variables.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "actors/shard/row_table.h"
+#include "common/check.h"
 #include "common/error.h"
 
 namespace psched {
@@ -27,6 +28,21 @@ VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPo
       steps_(loop, settings_, *this),
       durability_(loop, settings_, *this) {}
 
+VariableShard::~VariableShard() {
+  *alive_ = false;
+  if (loader_.joinable()) loader_.join();
+  if (releaser_.joinable()) releaser_.join();
+}
+
+void VariableShard::refuse_if_serving(const std::string& what) const {
+  if (served_)
+    fail(ErrorCode::read_only,
+         "{} refused: shard {} serves {} (generation {}, step {}) read-only (psched-server "
+         "--serve); train on the job's own shards",
+         what, settings_.id.value, served_->checkpoint.string(), served_->generation,
+         served_->step);
+}
+
 HostedKind& VariableShard::find(const char* what, VariableId id) {
   if (id.value >= hosted_.size())
     fail(ErrorCode::unknown_variable, "{} rejected: no variable or table with id {} on shard {}",
@@ -39,6 +55,7 @@ VariableShard::Registration VariableShard::enroll(Enrollment& enrollment) {
     enrollment.check_same(*hosted_[it->second.value]);
     return {it->second, false};
   }
+  refuse_if_serving(fmt::format("register of '{}', which it does not hold,", enrollment.name()));
   enrollment.check();
   if (hosted_.size() >= settings_.max_variables)
     fail(ErrorCode::invalid_argument,
@@ -94,6 +111,7 @@ void VariableShard::take_push(const Push& push, const Receipt& reply) {
   ElementRange units;
   Result<> checked = counted(attempt([&] {
     kind = &find("push", push.variable);
+    refuse_if_serving(fmt::format("push to '{}'", kind->name()));
     units = kind->check_push(push);
     check_stored_bytes(*kind, push);
   }));
@@ -141,6 +159,10 @@ void VariableShard::file_poll(const Poll& poll, const ValueReply& reply) {
   const auto now = Clock::now();
   Result<> filed = counted(attempt([&] {
     const ElementRange units = find("poll", poll.variable).check_poll("poll", poll);
+    if (served_) {  // no step comes: what it holds is the answer
+      stats_.poll_wait_seconds.observe(seconds_since(now));
+      return answer(poll.variable, poll, Step(served_->step), reply);
+    }
     steps_.poll(
         {poll.worker, poll.variable, poll.step, units, poll.ticket},
         [this, poll, reply, now](const Result<>& ready) {
@@ -162,34 +184,42 @@ void VariableShard::pull(VariableId variable, ElementRange range, ValueReply rep
     const Poll poll{kAllWorkers, variable, Step(), range, PollTicket()};
     Result<> found = counted(attempt([&] { find("pull", variable).check_poll("pull", poll); }));
     if (!found) return reply(found.error());
-    answer(variable, poll, steps_.track(variable).applied_step(kAllWorkers), reply);
+    answer(variable, poll,
+           served_ ? Step(served_->step) : steps_.track(variable).applied_step(kAllWorkers), reply);
   });
 }
 
 void VariableShard::answer(VariableId id, const Poll& poll, Step step, const ValueReply& reply) {
   HostedKind& kind = *hosted_[id.value];
-  FreshValue value(kind, poll, step);
+  FreshValue value(kind, poll, step, !served_);
   stats_.bytes_sent += value.bytes();
   kind.count_answer(poll);
   reply(value);
 }
 
 void VariableShard::connected(WorkerId worker) {
-  dispatch([this, worker] { steps_.connected(worker); });
+  dispatch([this, worker] {
+    if (!served_) steps_.connected(worker);  // serving: no step comes, none may complete
+  });
 }
 
 void VariableShard::disconnected(WorkerId worker) {
-  dispatch([this, worker] { steps_.disconnected(worker, Clock::now()); });
+  dispatch([this, worker] {
+    if (!served_) steps_.disconnected(worker, Clock::now());
+  });
 }
 
 void VariableShard::join(WorkerId worker, Step at_least, JoinReply reply) {
   dispatch([this, worker, at_least, reply = std::move(reply)] {
+    if (served_) return reply(at_least);  // no steps: every worker reads what is served
     reply(counted(attempt([&] { return steps_.join(worker, at_least, Clock::now()); })));
   });
 }
 
 void VariableShard::enforce_deadlines(Clock::time_point now) {
-  dispatch([this, now] { steps_.enforce(now); });
+  dispatch([this, now] {
+    if (!served_) steps_.enforce(now);
+  });
 }
 
 void VariableShard::short_handed(size_t limit,
@@ -206,6 +236,7 @@ void VariableShard::stats(std::function<void(ShardStats)> reply) {
     s.slot_epoch = slot_map().epoch();
     s.slot_shards = slot_map().shards();
     s.slots_owned = slot_map().slots_of(settings_.id.value);
+    s.served = served_;
     steps_.report(s);
     s.recent_errors.assign(recent_errors_.begin(), recent_errors_.end());
     reply(std::move(s));
@@ -285,6 +316,7 @@ void VariableShard::checkpoint(
     std::function<void(std::exception_ptr, std::filesystem::path)> reply) {
   dispatch([this, reply = std::move(reply)]() mutable {
     try {
+      refuse_if_serving("checkpoint");
       durability_.checkpoint([this, reply](std::exception_ptr error, std::filesystem::path file) {
         if (error) {
           count_error(to_error(error));
@@ -298,6 +330,108 @@ void VariableShard::checkpoint(
       reply(std::current_exception(), {});
     }
   });
+}
+
+std::optional<ServedVersion> VariableShard::load_version(uint64_t newer_than) {
+  std::optional<ServedVersion> version = durability_.load_served(newer_than);
+  if (!version) return version;
+  for (uint32_t i = 0; i < hosted_.size(); ++i)
+    version->step = std::max(version->step, steps_.track(VariableId(i)).latest_step().value);
+  return version;
+}
+
+void VariableShard::serve(std::function<void(std::exception_ptr, ServedVersion)> reply) {
+  dispatch([this, reply = std::move(reply)] {
+    try {
+      std::optional<ServedVersion> version = load_version(0);
+      PSCHED_REQUIRE(version.has_value());  // generations start at 1
+      served_ = std::move(version);
+      ++stats_.versions_loaded;
+    } catch (...) {
+      return reply(std::current_exception(), {});
+    }
+    reply(nullptr, *served_);
+  });
+}
+
+void VariableShard::reload(ReloadReply reply) {
+  dispatch([this, reply = std::move(reply)]() mutable {
+    Result<> started = attempt([&] {
+      if (!served_)
+        fail(ErrorCode::bad_config,
+             "reload refused: shard {} serves nothing (psched-server --serve)", settings_.id.value);
+      if (loading_)
+        fail(ErrorCode::overloaded, "reload refused: shard {} is loading a version already",
+             settings_.id.value);
+    });
+    if (!started) return reply(std::make_exception_ptr(started.error()), std::nullopt);
+    loading_ = true;
+    if (loader_.joinable()) loader_.join();  // the last load, which posted its outcome
+    // Built here (an actor is built on its loop's thread), loaded on the loader thread, which
+    // alone touches it until the outcome is posted back; destroyed back here.
+    auto next = std::make_shared<VariableShard>(loop(), settings_, apply_pool_, device_);
+    loader_ = std::thread([this, next = std::move(next), newer_than = served_->generation,
+                           alive = alive_, reply = std::move(reply)]() mutable {
+      std::exception_ptr error;
+      std::optional<ServedVersion> version;
+      try {
+        version = next->load_version(newer_than);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      loop().post([this, next = std::move(next), version = std::move(version), error, alive,
+                   reply = std::move(reply)]() mutable {
+        if (*alive) loaded(*next, std::move(version), error, reply);
+      });
+    });
+  });
+}
+
+void VariableShard::loaded(VariableShard& next, std::optional<ServedVersion> version,
+                           std::exception_ptr error, const ReloadReply& reply) {
+  loading_ = false;
+  if (!error && version) {
+    try {
+      take_version(next, *version);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) {
+    ++stats_.reloads_refused;
+    count_error(to_error(error));
+    version.reset();
+  }
+  reply(error, version);
+}
+
+void VariableShard::take_version(VariableShard& next, const ServedVersion& version) {
+  if (next.job() != job() || next.slot_map() != slot_map())
+    fail(ErrorCode::bad_config,
+         "reload of shard {} refused: {} is of job {:016x} on slot map epoch {}, and the shard "
+         "serves job {:016x} on epoch {}; start the serving shards on it instead",
+         settings_.id.value, version.checkpoint.string(), next.job(), next.slot_map().epoch(),
+         job(), slot_map().epoch());
+  std::vector<VariableId> in_next;  // by id served: its id in `next`
+  for (const auto& kind : hosted_) {
+    auto it = next.by_name_.find(kind->name());
+    if (it == next.by_name_.end())
+      fail(ErrorCode::bad_config, "reload of shard {} refused: {} holds no '{}', which it serves",
+           settings_.id.value, version.checkpoint.string(), kind->name());
+    check_same_kind(*kind, *next.hosted_[it->second.value]);
+    in_next.push_back(it->second);
+  }
+  std::vector<std::unique_ptr<HostedKind>> old(hosted_.size());
+  for (size_t id = 0; id < hosted_.size(); ++id) {
+    old[id] = std::move(hosted_[id]);
+    hosted_[id] = std::move(next.hosted_[in_next[id].value]);
+  }
+  for (auto& kind : next.hosted_)  // new in this version: after the ids served
+    if (kind) add(std::move(kind));
+  served_ = version;
+  ++stats_.versions_loaded;
+  if (releaser_.joinable()) releaser_.join();
+  releaser_ = std::thread([old = std::move(old)]() mutable { old.clear(); });
 }
 
 }  // namespace psched

@@ -26,6 +26,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -48,8 +49,10 @@ namespace psched {
 // passed to, on the shard's loop.
 class FreshValue {
  public:
-  FreshValue(const HostedKind& kind, const Poll& poll, Step step)
-      : kind_(kind), poll_(poll), step_(step) {}
+  // `borrow`: whether in_place() may hand out the kind's memory (not a serving shard's, whose
+  // versions are freed at a reload while an answer may still reference them).
+  FreshValue(const HostedKind& kind, const Poll& poll, Step step, bool borrow = true)
+      : kind_(kind), poll_(poll), step_(step), borrow_(borrow) {}
   // The step whose update the value reflects (at least).
   Step step() const { return step_; }
   Priority priority() const { return kind_.priority(); }
@@ -63,12 +66,15 @@ class FreshValue {
   // the value as of when its bytes leave, which includes at least step()'s update (a later
   // update may have landed in between). Empty where the kind keeps no such piece (rows):
   // read_into() then.
-  std::span<const std::byte> in_place() const { return kind_.view(poll_); }
+  std::span<const std::byte> in_place() const {
+    return borrow_ ? kind_.view(poll_) : std::span<const std::byte>();
+  }
 
  private:
   const HostedKind& kind_;
   Poll poll_;
   Step step_;
+  bool borrow_;
 };
 
 class VariableShard : public Actor, private ShardDurability::State, private StepMachine::Host {
@@ -91,6 +97,8 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // instead (a GPU); the apply pool is then unused.
   VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPool* apply_pool = nullptr,
                 optim::ComputeDevice* device = nullptr);
+  // On the loop; waits for a reload's load beside (serve()) to end.
+  ~VariableShard();
 
   // Registers this shard's `part` of a variable with `initial` (part.size() elements).
   // Idempotent for the same spec; a different spec for the name fails with spec_conflict.
@@ -158,6 +166,26 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // with its path. Checkpoints are written in the order taken. Requires a prior restore().
   void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply);
 
+  // A serving shard (settings.serve_directory; psched-server --serve): loads this shard's newest
+  // valid checkpoint in that directory read-only (ShardDurability::load_served: no log
+  // replayed, nothing written). From then on it answers polls and pulls at once with the values
+  // it holds, refuses every push with Error(read_only) naming the variable or table and the
+  // version served, and a registration of what it does not hold the same way (one of what it
+  // holds, with the same spec, is the usual no-op: inference clients register as trainers do).
+  // It never checkpoints. Call once instead of restore(), before serving; the reply has the
+  // version, or the refusal (bad_config, corrupt_checkpoint: naming the directory or file).
+  void serve(std::function<void(std::exception_ptr, ServedVersion)> reply);
+  // A serving shard: loads the newest checkpoint of the served directory beside the version it
+  // serves (on a thread of its own, while this one goes on answering), then takes it in one
+  // turn of the loop under the same ids (new variables and tables after them) and frees the
+  // old one off the loop. The reply has the new version; nullopt when there is no newer
+  // checkpoint (nothing changes). A version that cannot take the served one's place is refused
+  // (bad_config: another job or slot map, something served missing; spec_conflict: a spec
+  // changed), counted in reloads_refused, and the served one goes on; so is a reload asked for
+  // while one is under way (overloaded) and one of a shard that serves nothing (bad_config).
+  using ReloadReply = std::function<void(std::exception_ptr, std::optional<ServedVersion>)>;
+  void reload(ReloadReply reply);
+
   // The job it serves and the job's slot map (common/slot_map.h): what workers place rows and
   // variables by (ClusterLayout). Kept in its checkpoints. On the loop.
   uint64_t job() const { return durability_.job(); }
@@ -189,6 +217,19 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // refusal.
   void file_poll(const Poll& poll, const ValueReply& reply);
   void answer(VariableId id, const Poll& poll, Step step, const ValueReply& reply);
+  // Throws Error(read_only) naming `what` ("push to table 'emb'") when the shard serves.
+  void refuse_if_serving(const std::string& what) const;
+  // Loads the newest checkpoint of the served directory into this shard, which holds nothing,
+  // unless its generation is not above `newer_than`: the version, its step found. Off the loop
+  // while nothing else uses this shard (reload's load beside), or on it.
+  std::optional<ServedVersion> load_version(uint64_t newer_than);
+  // A reload's load beside is over (on the loop): `next` holds `version` (nullopt: none newer),
+  // or `error` says why not. Takes it, then replies.
+  void loaded(VariableShard& next, std::optional<ServedVersion> version, std::exception_ptr error,
+              const ReloadReply& reply);
+  // Takes `next`'s kinds (a version load_version loaded) in place of the served ones, all or
+  // nothing (reload says what is refused), and hands the old ones to a thread that frees them.
+  void take_version(VariableShard& next, const ServedVersion& version);
 
   // StepMachine::Host, called by steps_ on the loop.
   void apply_gathered(VariableId id, const StepUpdate& update) override;
@@ -229,6 +270,14 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors
   StepMachine steps_;
   ShardDurability durability_;
+  // A serving shard's (serve()): the version served, whether a reload's load is under way, the
+  // thread loading it beside and the one freeing the version it replaced; expires with the
+  // shard, for the load's outcome posted back to the loop.
+  std::optional<ServedVersion> served_;
+  bool loading_ = false;
+  std::thread loader_;
+  std::thread releaser_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace psched
