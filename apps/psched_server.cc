@@ -2,7 +2,9 @@
 // psched-server: hosts the shards a deployment file names (all, those given with --shard, or
 // the one an environment variable names with --shard-from), until SIGINT or SIGTERM. With
 // `checkpoint:` configured it restores each shard at start and checkpoints periodically and at
-// a clean stop.
+// a clean stop. With --serve DIR the shards serve a trained job's checkpoints in DIR read-only
+// instead (inference: pulls answered, pushes refused, nothing written), loading a newer one at
+// SIGHUP or every --reload-seconds.
 #include <pthread.h>
 
 #include <csignal>
@@ -33,6 +35,8 @@ struct Options {
   bool accept_log_loss = false;
   std::string trace;  // where to write the shards' Chrome trace at the stop; empty: no trace
   std::string job;    // the job's name (--job); empty: named by its shards' addresses
+  std::string serve;  // serve this checkpoint directory read-only (--serve); empty: train
+  double reload_seconds = 0;
 };
 
 // The job's identity for shards that start with no checkpoint (never 0): the stable hash of
@@ -60,13 +64,14 @@ void write_trace(psched::ShardThreads& host, const std::string& path) {
     psched::log_info("psched-server: trace written to {}", path);
 }
 
-// Blocks SIGINT and SIGTERM in this thread and every thread started after, so that only
-// wait_for_stop_signal() takes them.
-sigset_t block_stop_signals() {
+// Blocks SIGINT and SIGTERM (and, serving, SIGHUP) in this thread and every thread started
+// after, so that only serve()'s sigwait takes them.
+sigset_t block_signals(bool serving) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  if (serving) sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   return signals;
 }
@@ -100,12 +105,13 @@ int serve(const Options& options) {
   psched::DeploymentConfig config = psched::load_deployment(options.config);
   config.checkpoint.accept_log_loss = options.accept_log_loss;
   config.checkpoint.job = job_identity(options, config);
+  config.serve = {options.serve, options.reload_seconds};
   if (options.accept_log_loss)
     psched::log_warn(
         "psched-server: --accept-log-loss: a damaged or missing update log will lose the "
         "acknowledged updates it held instead of stopping the start");
   std::vector<psched::ShardId> shards = chosen_shards(options, config);
-  sigset_t stop_signals = block_stop_signals();
+  sigset_t signals = block_signals(!options.serve.empty());
   psched::ShardThreads host(config, shards, options.threads, options.apply_helpers);
   if (!options.trace.empty()) host.start_tracing(kTracedRequests);
   host.start();
@@ -116,12 +122,24 @@ int serve(const Options& options) {
     psched::log_info("shard {} dashboard on http://{}/ (also /metrics, /status)", shards[i].value,
                      config.shards[shards[i].value].http.to_string());
   }
-  psched::log_info("psched-server: {} shard(s) on {} thread(s), {} mode, {} worker(s), config {}",
-                   shards.size(), std::min<size_t>(shards.size(), std::max(1u, options.threads)),
-                   to_string(config.mode), config.workers, options.config);
+  if (options.serve.empty())
+    psched::log_info("psched-server: {} shard(s) on {} thread(s), {} mode, {} worker(s), config {}",
+                     shards.size(), std::min<size_t>(shards.size(), std::max(1u, options.threads)),
+                     to_string(config.mode), config.workers, options.config);
+  else
+    psched::log_info(
+        "psched-server: {} shard(s) serving {} read-only on {} thread(s), config {}; SIGHUP "
+        "loads a newer checkpoint{}",
+        shards.size(), options.serve,
+        std::min<size_t>(shards.size(), std::max(1u, options.threads)), options.config,
+        options.reload_seconds > 0 ? fmt::format(", as does every {} s", options.reload_seconds)
+                                   : "");
 
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  for (sigwait(&signals, &signal); signal == SIGHUP; sigwait(&signals, &signal)) {
+    psched::log_info("psched-server: SIGHUP: loading the newest checkpoint of {}", options.serve);
+    host.reload();
+  }
   psched::log_info("psched-server: signal {} received, stopping", signal);
   monitors.clear();  // before the shards go: a snapshot in flight then answers nobody
   if (!options.trace.empty()) write_trace(host, options.trace);
@@ -147,6 +165,14 @@ int main(int argc, char** argv) {
                  "event-loop threads serving the shards (default: cores; at most one per shard)");
   app.add_option("--apply-threads", options.apply_helpers,
                  "extra threads applying one large partition (default: cores - 1)");
+  auto* serve_option = app.add_option(
+      "--serve", options.serve,
+      "serve this job's checkpoint directory read-only to inference clients: pushes are "
+      "refused, nothing is written; SIGHUP loads a newer checkpoint beside and switches to it");
+  app.add_option("--reload-seconds", options.reload_seconds,
+                 "with --serve: look for a newer checkpoint this often (default 0: at SIGHUP only)")
+      ->needs(serve_option)
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--accept-log-loss", options.accept_log_loss,
                "start even when an update log is damaged or missing, losing the acknowledged "
                "updates from the damage on (logged); without it such a start is refused");

@@ -83,11 +83,18 @@ struct CheckpointConfig {
   // update log then loses the updates it held instead of stopping the start.
   bool accept_log_loss = false;
   // Not a YAML key: who the job is when its shards start with no checkpoint (psched-server
-  // --job, else a random number drawn once per server process); kept in every checkpoint, so
-  // `psched reshard` refuses a set mixed from two jobs. Shards started by separate processes
-  // need the same --job.
+  // --job, else the hash of the deployment's shard addresses); kept in every checkpoint, so
+  // `psched reshard` refuses a set mixed from two jobs.
   uint64_t job = 0;
   bool operator==(const CheckpointConfig&) const = default;
+};
+
+// Not YAML keys: psched-server --serve and --reload-seconds. Shards that serve a trained job's
+// checkpoints read-only to inference clients (VariableShard::serve) instead of training.
+struct ServeConfig {
+  std::filesystem::path directory;  // the job's checkpoint directory; empty: the shards train
+  double reload_seconds = 0;        // look for a newer checkpoint this often (0: at SIGHUP only)
+  bool operator==(const ServeConfig&) const = default;
 };
 
 // Worker side: what a client does when a shard connection breaks.
@@ -121,6 +128,7 @@ struct DeploymentConfig {
   SchedulerConfig scheduler;  // worker side
   LimitsConfig limits;
   CheckpointConfig checkpoint;
+  ServeConfig serve;
   StepConfig steps;
   ReconnectConfig reconnect;
   DataPathKind data_path = DataPathKind::stream;  // worker side

@@ -167,16 +167,16 @@ void DataPlane::pull(const Request& r) {
   } catch (const Error& e) {
     return refuse(r.id, e);
   }
-  endpoint_.shard.pull(
-      VariableId(r.variable), range,
-      [weak = weak_from_this(), id = r.id,
-       format = r.value_format](const Result<FreshValue>& value) {
-        auto plane = weak.lock();
-        if (!plane) return;
-        if (!value) return plane->queue_error(id, value.error());
-        plane->queue(Answer::fresh_value(id, value->priority(), value->step(), value->in_place(),
-                                         value->dtype(), format));
-      });
+  endpoint_.shard.pull(VariableId(r.variable), range,
+                       [weak = weak_from_this(), id = r.id,
+                        format = r.value_format](const Result<FreshValue>& value) {
+                         auto plane = weak.lock();
+                         if (!plane) return;
+                         if (!value) return plane->queue_error(id, value.error());
+                         Answer answer = plane->fresh_answer(id, *value, format);
+                         answer.applied_at_ns = 0;
+                         plane->queue(std::move(answer));
+                       });
 }
 
 void DataPlane::push_rows(const Request& r) {
@@ -241,12 +241,7 @@ VariableShard::ValueReply DataPlane::rows_reply(uint64_t id, WireFormat format,
         if (!plane) return;
         plane->polls_.erase(id);
         if (!rows) return plane->queue_error(id, rows.error());
-        auto value = plane->endpoint_.receive_buffers->take(rows->bytes());
-        rows->read_into(value->bytes());
-        Answer answer = Answer::fresh_value(id, rows->priority(), rows->step(), value->bytes(),
-                                            rows->dtype(), format, wall_clock_ns());
-        answer.narrowed = std::move(value);
-        plane->queue(std::move(answer));
+        plane->queue(plane->fresh_answer(id, *rows, format));
       };
 }
 
@@ -274,11 +269,24 @@ VariableShard::ValueReply DataPlane::value_reply(uint64_t id, const Poll& poll, 
   };
 }
 
+Answer DataPlane::fresh_answer(uint64_t id, const FreshValue& value, WireFormat format) const {
+  std::span<const std::byte> bytes = value.in_place();
+  std::shared_ptr<AlignedBuffer> copy;
+  if (bytes.empty() && value.bytes() > 0) {
+    copy = endpoint_.receive_buffers->take(value.bytes());
+    value.read_into(copy->bytes());
+    bytes = copy->bytes();
+  }
+  Answer answer = Answer::fresh_value(id, value.priority(), value.step(), bytes, value.dtype(),
+                                      format, wall_clock_ns());
+  answer.narrowed = std::move(copy);
+  return answer;
+}
+
 Answer DataPlane::value_answer(uint64_t id, const Poll& poll, WireFormat format,
                                const DeltaAsk& delta, const FreshValue& value,
                                ShardTrace::TimePoint filed_at) const {
-  Answer answer = Answer::fresh_value(id, value.priority(), value.step(), value.in_place(),
-                                      value.dtype(), format, wall_clock_ns());
+  Answer answer = fresh_answer(id, value, format);
   if (delta.count > 0) answer.delta = Answer::DeltaPoll{poll.variable, poll.range, delta};
   if (tracing())
     answer.traced = {ShardTrace::Kind::poll,

@@ -149,6 +149,10 @@ class DataPlane : public std::enable_shared_from_this<DataPlane>,
   // for one), or its refusal.
   VariableShard::ValueReply value_reply(uint64_t id, const Poll& poll, WireFormat format,
                                         const DeltaAsk& delta);
+  // The answer of `value`: its bytes where the shard keeps them (FreshValue::in_place), read as
+  // the answer leaves; or, where the shard lends none (rows, a serving shard's values), a copy
+  // the answer holds.
+  Answer fresh_answer(uint64_t id, const FreshValue& value, WireFormat format) const;
   Answer value_answer(uint64_t id, const Poll& poll, WireFormat format, const DeltaAsk& delta,
                       const FreshValue& value, ShardTrace::TimePoint filed_at) const;
   void queue(Answer answer);

@@ -26,6 +26,23 @@ std::unique_ptr<optim::ComputeDevice> open_device(const DeploymentConfig& config
   }
 }
 
+// What the shard now serves, logged.
+void log_served(ShardId id, const ServedVersion& version, const char* what) {
+  log_info("shard {}: {} {} (generation {}, step {}) read-only", id.value, what,
+           version.checkpoint.string(), version.generation, version.step);
+}
+
+// A serving shard's settings take the served job's mode and worker count, which its steps and
+// membership were recorded with; no step comes, so nothing times out and no lease ends.
+void served_job(ShardSettings& settings) {
+  const CheckpointHeader job = ShardDurability::served_header(settings);
+  settings.mode = job.mode;
+  settings.workers = job.workers;
+  settings.steps.timeout_seconds = 0;
+  settings.steps.lease_seconds = 0;
+  settings.steps.min_workers = 0;
+}
+
 }  // namespace
 
 ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>& shards,
@@ -50,7 +67,9 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
                            config.limits.max_table_bytes,
                            config.tables,
                            static_cast<uint32_t>(config.shards.size()),
-                           config.checkpoint.job};
+                           config.checkpoint.job,
+                           config.serve.directory};
+    if (!settings.serve_directory.empty()) served_job(settings);
     hosted->shard =
         std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
@@ -114,6 +133,15 @@ kj::Promise<void> ShardHost::shut_down() {
 }
 
 kj::Promise<void> ShardHost::restore() {
+  if (serving()) {
+    return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
+      shard.serve([fulfiller, id](std::exception_ptr error, ServedVersion version) {
+        if (error) return (*fulfiller)->reject(to_kj_exception(error));
+        log_served(id, version, "serving");
+        (*fulfiller)->fulfill();
+      });
+    });
+  }
   if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
   return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
     shard.restore([fulfiller, id](std::exception_ptr error, RestoreReport report) {
@@ -133,8 +161,30 @@ kj::Promise<void> ShardHost::restore() {
   });
 }
 
+kj::Promise<void> ShardHost::reload() {
+  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
+    shard.reload([fulfiller, id](std::exception_ptr error, std::optional<ServedVersion> version) {
+      if (error)
+        log_error("shard {}: {}; still serving the version it had", id.value,
+                  to_error(error).what());
+      else if (version)
+        log_served(id, *version, "now serving");
+      (*fulfiller)->fulfill();
+    });
+  });
+}
+
+kj::Promise<void> ShardHost::keep_reloading(kj::Timer& timer) {
+  const double interval = config_.serve.reload_seconds;
+  if (!serving() || interval <= 0) return kj::NEVER_DONE;
+  auto delay = static_cast<int64_t>(interval * 1e3) * kj::MILLISECONDS;
+  return timer.afterDelay(delay).then([this] { return reload(); }).then([this, &timer] {
+    return keep_reloading(timer);
+  });
+}
+
 kj::Promise<void> ShardHost::checkpoint() {
-  if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
+  if (config_.checkpoint.directory.empty() || serving()) return kj::READY_NOW;
   return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
     shard.checkpoint([fulfiller, id](std::exception_ptr error, std::filesystem::path file) {
       if (error) return (*fulfiller)->reject(to_kj_exception(error));
@@ -146,7 +196,7 @@ kj::Promise<void> ShardHost::checkpoint() {
 
 kj::Promise<void> ShardHost::keep_checkpointing(kj::Timer& timer) {
   double interval = config_.checkpoint.interval_seconds;
-  if (config_.checkpoint.directory.empty() || interval <= 0) return kj::NEVER_DONE;
+  if (config_.checkpoint.directory.empty() || serving() || interval <= 0) return kj::NEVER_DONE;
   auto delay = static_cast<int64_t>(interval * 1e3) * kj::MILLISECONDS;
   return timer.afterDelay(delay)
       .then([this] { return checkpoint(); })

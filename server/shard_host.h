@@ -23,11 +23,22 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
             ForkJoinPool* apply_pool = nullptr);
   ~ShardHost();
 
+  // Serving (config.serve, psched-server --serve): has every hosted shard load its checkpoint
+  // of the served directory read-only instead (VariableShard::serve), rejecting naming what
+  // cannot be served.
   // With a checkpoint directory configured: restores every hosted shard from its newest valid
   // checkpoint and update log (logging what it loaded and skipped). Call before listen().
   // Rejects naming the shard when a restore fails. Without a directory: resolves at once.
   kj::Promise<void> restore();
-  // Checkpoints every hosted shard now (when a directory is configured).
+  // Serving: has every hosted shard load the newest checkpoint of the served directory beside
+  // the version it serves and switch to it (VariableShard::reload), logging what each serves
+  // then or why it refused; resolves when all are done.
+  kj::Promise<void> reload();
+  // Serving with serve.reload_seconds: reload() that often until the promise is dropped.
+  // Otherwise never resolves.
+  kj::Promise<void> keep_reloading(kj::Timer& timer);
+  bool serving() const { return !config_.serve.directory.empty(); }
+  // Checkpoints every hosted shard now (when a directory is configured; never when serving).
   kj::Promise<void> checkpoint();
   // Checkpoints every checkpoint.interval_seconds until the promise is dropped (never resolves
   // when no directory or no interval is configured). A failed checkpoint is logged, and the

@@ -20,6 +20,7 @@ struct ShardThreads::Group {
   bool restored = false;
   kj::Promise<void> checkpointing = nullptr;
   kj::Promise<void> liveness = nullptr;
+  kj::Promise<void> reloading = nullptr;
 };
 
 ShardThreads::ShardThreads(const DeploymentConfig& config, std::vector<ShardId> shards,
@@ -60,6 +61,7 @@ void ShardThreads::start() {
       kj::Timer& timer = io.provider->getTimer();
       group.checkpointing = group.host->keep_checkpointing(timer).eagerlyEvaluate(nullptr);
       group.liveness = group.host->keep_enforcing_deadlines(timer).eagerlyEvaluate(nullptr);
+      group.reloading = group.host->keep_reloading(timer).eagerlyEvaluate(nullptr);
       return group.host->listen(io.provider->getNetwork(), timer);
     });
   }
@@ -76,6 +78,7 @@ void ShardThreads::stop() {
           .then([&group] {
             group.checkpointing = nullptr;
             group.liveness = nullptr;
+            group.reloading = nullptr;
             return group.restored ? group.host->checkpoint() : kj::Promise<void>(kj::READY_NOW);
           })
           .then([&group] { group.host.reset(); },
@@ -86,6 +89,11 @@ void ShardThreads::stop() {
     });
   }
   for (auto& group : groups_) group->thread.stop();
+}
+
+void ShardThreads::reload() {
+  for (auto& group : groups_)
+    group->thread.call([&group = *group](auto&) { return group.host->reload(); });
 }
 
 void ShardThreads::start_tracing(size_t capacity) {

@@ -28,14 +28,20 @@ class ShardThreads {
   ShardThreads(const ShardThreads&) = delete;
   ShardThreads& operator=(const ShardThreads&) = delete;
 
-  // Restores every shard from its checkpoint directory (when configured), binds every
-  // listener, and from then on serves, checkpoints periodically and enforces sync timeouts.
+  // Restores every shard from its checkpoint directory (when configured; serving shards load
+  // the served checkpoints instead, ShardHost::restore), binds every listener, and from then on
+  // serves, checkpoints periodically (serving: reloads) and enforces sync timeouts.
   // Throws the first failure (psched::Error naming the shard or the address).
   void start();
   // Fails waiting polls, lets their answers go out, writes the final checkpoints (when
   // configured, of the shards start() restored: a refused start writes none) and destroys the
   // shards on their threads, then joins. Idempotent.
   void stop();
+
+  // Serving shards (config.serve): each loads the newest checkpoint of the served directory
+  // beside what it serves and switches to it, or logs why not (ShardHost::reload). Returns
+  // once every shard is done. After start().
+  void reload();
 
   // Every shard traces its data streams' requests from now on, the first `capacity` each
   // (server/shard_trace.h).
