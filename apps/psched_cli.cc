@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // psched: the operator's command line. `psched status [--config FILE]` asks every shard of a
 // deployment for its /status over HTTP and prints one line per shard, then a line per shard of
-// the job's placement (its slot map's epoch and the slots the shard owns); a shard that does not
-// answer is shown as down. Exits 0 when every shard answered, 1 otherwise.
+// the job's placement (its slot map's epoch and the slots the shard owns) and, for a serving
+// shard (psched-server --serve), the version it serves and its lookups' latency; a shard that
+// does not answer is shown as down. Exits 0 when every shard answered, 1 otherwise.
 //   --http HOST:PORT  (repeatable) asks these operator views instead of the deployment's: a
 //                     container's health check asks its own shard (Containerfile)
 //   --wait SECONDS    asks again every second until every shard answers or the time is up
@@ -141,6 +142,34 @@ std::string placement_line(size_t shard, const json& p) {
                      p.at("slots_total").get<uint64_t>());
 }
 
+// The upper bound of the bucket of histogram `h` (histogram_json's) holding quantile `q`, as
+// "<= 30 us"; "-" when it holds nothing, "> 30 s" past its last bound.
+std::string quantile_bound(const json& h, double q) {
+  const auto count = h.at("count").get<uint64_t>();
+  if (count == 0) return "-";
+  for (const json& bucket : h.at("buckets"))
+    if (static_cast<double>(bucket.at(1).get<uint64_t>()) >= q * static_cast<double>(count)) {
+      const double bound = bucket.at(0).get<double>();
+      return bound < 1e-3 ? fmt::format("<= {:g} us", bound * 1e6)
+             : bound < 1  ? fmt::format("<= {:g} ms", bound * 1e3)
+                          : fmt::format("<= {:g} s", bound);
+    }
+  return fmt::format("> {:g} s", h.at("buckets").back().at(0).get<double>());
+}
+
+// A serving shard's version and lookups (`serving` and poll_wait_seconds of its /status).
+std::string serving_line(size_t shard, const json& status) {
+  const json& v = status.at("serving");
+  const json& wait = status.at("poll_wait_seconds");
+  return fmt::format(
+      "serving shard {}: {} (generation {}, step {}) read-only, {} version(s) loaded, {} "
+      "refused; {} lookups, p50 {}, p99 {} in the shard",
+      shard, v.at("checkpoint").get<std::string>(), v.at("generation").get<uint64_t>(),
+      v.at("step").get<uint64_t>(), v.at("versions_loaded").get<uint64_t>(),
+      v.at("reloads_refused").get<uint64_t>(), wait.at("count").get<uint64_t>(),
+      quantile_bound(wait, 0.5), quantile_bound(wait, 0.99));
+}
+
 // The operator views to ask: `http` when given, else every shard's of `config_file`.
 std::vector<psched::ListenAddress> operator_views(const std::string& config_file,
                                                   const std::vector<std::string>& http) {
@@ -156,7 +185,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
   fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n",
              "shard", "state", "http", "workers", "members", "variables", "polls", "received",
              "sent", "wire/raw", "partitions", "errors");
-  std::vector<std::string> membership, tables, placement;
+  std::vector<std::string> membership, tables, placement, serving;
   bool all_up = true;
   for (size_t i = 0; i < views.size(); ++i) {
     std::string http = views[i].to_string();
@@ -172,6 +201,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
                     : fmt::format("{}/{}", m.at("members").get<uint64_t>(), m.at("workers").size());
     if (!m.is_null()) membership.push_back(membership_line(i, m));
     placement.push_back(placement_line(i, s->at("placement")));
+    if (!s->value("serving", json()).is_null()) serving.push_back(serving_line(i, *s));
     for (std::string& line : table_lines(i, s->at("tables"))) tables.push_back(std::move(line));
     fmt::print("{:<5} {:<6} {:<21} {:>7} {:>7} {:>9} {:>7} {:>11} {:>11} {:>9} {:>11} {:>7}\n", i,
                "up", http, s->at("connected_workers").get<uint64_t>(), members,
@@ -181,6 +211,7 @@ int status(const std::vector<psched::ListenAddress>& views) {
                s->at("partitions_applied").get<uint64_t>(), error_total(*s));
   }
   for (const std::string& line : placement) fmt::print("{}\n", line);
+  for (const std::string& line : serving) fmt::print("{}\n", line);
   for (const std::string& line : membership) fmt::print("{}\n", line);
   for (const std::string& line : tables) fmt::print("{}\n", line);
   return all_up ? 0 : 1;

@@ -263,6 +263,19 @@ std::string shard_metrics_text(const ShardSnapshot& snapshot) {
   out.single("psched_shard_slot_map_epoch", MetricType::gauge,
              "Epoch of the job's slot map: 1 at the job's start, one more at each reshard.", shard,
              snapshot.stats.slot_epoch);
+  if (const auto& served = snapshot.stats.served) {
+    out.single("psched_shard_served_generation", MetricType::gauge,
+               "Generation of the job's checkpoint a serving shard serves (psched-server --serve).",
+               shard, served->generation);
+    out.single("psched_shard_served_step", MetricType::gauge,
+               "Newest step complete in the version a serving shard serves.", shard, served->step);
+    out.single("psched_shard_versions_loaded_total", MetricType::counter,
+               "Versions a serving shard loaded, its first included.", shard,
+               snapshot.stats.versions_loaded);
+    out.single("psched_shard_reloads_refused_total", MetricType::counter,
+               "Newer versions a serving shard refused, serving the one it had.", shard,
+               snapshot.stats.reloads_refused);
+  }
   out.single("psched_process_uptime_seconds", MetricType::gauge,
              "Seconds since the server process started.", {}, snapshot.uptime_seconds);
   return out.text();
@@ -294,6 +307,32 @@ json placement_json(const ShardStats& s) {
           {"slots_total", SlotMap::kSlots}};
 }
 
+// A serving shard's version (VariableShard::serve); null for a shard that trains.
+json serving_json(const ShardStats& s) {
+  if (!s.served) return nullptr;
+  const ServedVersion& v = *s.served;
+  return {{"checkpoint", v.checkpoint.string()},
+          {"generation", v.generation},
+          {"step", v.step},
+          {"written_at_ns", v.written_at_ns},
+          {"loaded_at_ns", v.loaded_at_ns},
+          {"versions_loaded", s.versions_loaded},
+          {"reloads_refused", s.reloads_refused}};
+}
+
+// Payload bytes both ways, as their dtype carries them and as they were sent.
+json wire_bytes_json(const ShardStats& s) {
+  return {{"push", {{"raw", s.push_wire.raw}, {"sent", s.push_wire.sent}}},
+          {"pull", {{"raw", s.pull_wire.raw}, {"sent", s.pull_wire.sent}}}};
+}
+
+json delta_pulls_json(const ShardStats& s) {
+  return {{"deltas", s.delta_pulls.deltas},
+          {"full", s.delta_pulls.full},
+          {"published", s.delta_pulls.published},
+          {"held_bytes", s.delta_pulls.held_bytes}};
+}
+
 json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& config) {
   const ShardStats& s = snapshot.stats;
   json variables = json::array();
@@ -303,6 +342,7 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
   return {{"shard", snapshot.id.value},
           {"uptime_seconds", snapshot.uptime_seconds},
           {"placement", placement_json(s)},
+          {"serving", serving_json(s)},
           {"config", config_json(config)},
           {"connected_workers", snapshot.connections},
           {"variables", s.variables},
@@ -313,14 +353,8 @@ json shard_status_json(const ShardSnapshot& snapshot, const DeploymentConfig& co
             {"limit", s.table_bytes_limit}}},
           {"bytes_received", s.bytes_received},
           {"bytes_sent", s.bytes_sent},
-          {"wire_bytes",
-           {{"push", {{"raw", s.push_wire.raw}, {"sent", s.push_wire.sent}}},
-            {"pull", {{"raw", s.pull_wire.raw}, {"sent", s.pull_wire.sent}}}}},
-          {"delta_pulls",
-           {{"deltas", s.delta_pulls.deltas},
-            {"full", s.delta_pulls.full},
-            {"published", s.delta_pulls.published},
-            {"held_bytes", s.delta_pulls.held_bytes}}},
+          {"wire_bytes", wire_bytes_json(s)},
+          {"delta_pulls", delta_pulls_json(s)},
           {"partitions_applied", s.partitions_applied},
           {"pushes_rejected", s.pushes_rejected},
           {"pushes_duplicate", s.pushes_duplicate},

@@ -35,8 +35,9 @@ def watchdog():
 class Server:
     """A psched-server process hosting every shard of a deployment written to `config`."""
 
-    def __init__(self, config, shards, http_ports, state=None):
+    def __init__(self, config, shards, http_ports, state=None, args=()):
         self.config = config
+        self.args = list(args)  # more of psched-server's command line
         self.shards = shards
         self.state = state  # its checkpoint directory, when it has one
         self.http_ports = http_ports  # each shard's operator view (/metrics, /status)
@@ -45,7 +46,7 @@ class Server:
 
     def _start(self):
         self.process = subprocess.Popen([SERVER, "--config", str(self.config), "--threads", "2",
-                                         "--apply-threads", "1"],
+                                         "--apply-threads", "1", *self.args],
                                         stderr=subprocess.PIPE, text=True)
         listening = threading.Event()
         threading.Thread(target=self._read_log, args=(self.shards, listening),
@@ -108,17 +109,18 @@ def run_workers(workers, train):
 def start_server(tmp_path):
     """start_server(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1,
     reconnect_seconds=None, compression=None, checkpoint=False, extra="",
-    optimizer_settings=None) -> Server. optimizer, lr and optimizer_settings (a dict of more
+    optimizer_settings=None, args=()) -> Server. optimizer, lr and optimizer_settings (a dict of more
     hyper-parameters) make the deployment's optimizer: section. reconnect_seconds:
     how long its workers keep trying to reconnect (default: the deployment's 60 s).
     compression: the deployment's compression: section, as YAML text. checkpoint: the shards
     keep checkpoints and update logs in a directory of the test's (Server.restart()), or in
     this directory when it is a path (Server.state). extra:
-    more of the deployment, as YAML text (a tables: section, limits: ...)."""
+    more of the deployment, as YAML text (a tables: section, limits: ...). args: more of
+    psched-server's command line (["--serve", DIR])."""
     servers = []
 
     def start(mode="async", workers=1, shards=2, optimizer="sgd", lr=0.1, reconnect_seconds=None,
-              compression=None, checkpoint=False, extra="", optimizer_settings=None):
+              compression=None, checkpoint=False, extra="", optimizer_settings=None, args=()):
         config = tmp_path / f"deployment{len(servers)}.yaml"
         state = (checkpoint if isinstance(checkpoint, pathlib.Path)
                  else tmp_path / f"state{len(servers)}")
@@ -138,7 +140,8 @@ def start_server(tmp_path):
                           # ctest runs the suite over both data paths
                           (f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
                            if "PSCHED_TEST_DATA_PATH" in os.environ else ""))
-        servers.append(Server(config, shards, ports[shards:], state if checkpoint else None))
+        servers.append(Server(config, shards, ports[shards:], state if checkpoint else None,
+                              args))
         return servers[-1]
 
     yield start
