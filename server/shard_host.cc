@@ -39,20 +39,8 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
            config.source.string(), id.value, config.shards.size());
     auto hosted = std::make_unique<Hosted>();
     hosted->device = open_device(config, id);
-    ShardSettings settings{id,
-                           config.mode,
-                           config.workers,
-                           config.limits.max_variables,
-                           config.checkpoint.directory,
-                           config.checkpoint.update_log,
-                           config.steps,
-                           config.checkpoint.accept_log_loss,
-                           config.limits.max_table_bytes,
-                           config.tables,
-                           static_cast<uint32_t>(config.shards.size()),
-                           config.checkpoint.job};
-    hosted->shard =
-        std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());
+    hosted->shard = std::make_unique<VariableShard>(loop, shard_settings(config, id), apply_pool,
+                                                    hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
     hosted->listener = std::make_unique<ShardListener>(*hosted->endpoint, tls_.get());
     hosted_.push_back(std::move(hosted));
