@@ -50,16 +50,23 @@ fi
 exec "$build/apps/psched-example-trainer" --steps 100 --print-every 99
 EOF
 chmod +x "$work/trainer.sh"
-job=$(PSCHED_SHARDS=2 PSCHED_PORT=$port PSCHED_BIN="$build/apps" PSCHED_START_TIMEOUT=20 \
-  PSCHED_TRAINER_RESTARTS=1 \
-  sbatch --parsable --nodes=1 --ntasks=2 --chdir="$work" --output="$work/job.out" \
-  "$source/deploy/slurm/psched.sbatch" "$work/psched.yaml" "$work/trainer.sh")
-echo "submitted job $job"
-state=$(wait_for_job "$job" 90)
-echo "---- sbatch output of job $job ($state) ----"
-cat "$work/job.out"
-echo "----"
-[ "$state" = COMPLETED ] || { echo "job $job ended $state, expected COMPLETED"; exit 1; }
+# Submits the script with TRAINER on the node, the variables NAME=VALUE added, its output in
+# OUTPUT; prints that output, and fails unless the job completed.
+run_job() {  # OUTPUT TRAINER NAME=VALUE...
+  local output=$1 trainer=$2 job state
+  shift 2
+  job=$(env "$@" PSCHED_BIN="$build/apps" PSCHED_START_TIMEOUT=20 \
+    sbatch --parsable --nodes=1 --ntasks=2 --chdir="$work" --output="$output" \
+    "$source/deploy/slurm/psched.sbatch" "$work/psched.yaml" "$trainer")
+  echo "submitted job $job"
+  state=$(wait_for_job "$job" 90)
+  echo "---- sbatch output of job $job ($state) ----"
+  cat "$output"
+  echo "----"
+  [ "$state" = COMPLETED ] || { echo "job $job ended $state, expected COMPLETED"; exit 1; }
+}
+run_job "$work/job.out" "$work/trainer.sh" PSCHED_SHARDS=2 PSCHED_PORT="$port" \
+  PSCHED_TRAINER_RESTARTS=1
 
 # Trainer lines carry srun's task label: "1: worker 1 step  100  loss 0.1917  accuracy 0.937".
 loss_at() {  # OUTPUT WORKER STEP
@@ -118,16 +125,8 @@ printf '#!/usr/bin/env bash\nexec %q --steps 150 --print-every 99\n' \
   "$build/apps/psched-example-trainer" >"$work/trainer2.sh"
 chmod +x "$work/trainer2.sh"
 port=$(python3 "$source/tests/free_ports.py" --at 0,1,2,1000,1001,1002)
-job=$(PSCHED_SHARDS=3 PSCHED_PORT=$port PSCHED_BIN="$build/apps" PSCHED_START_TIMEOUT=20 \
-  PSCHED_RESHARD_FROM="$work/psched-state.2-shards" \
-  sbatch --parsable --nodes=1 --ntasks=2 --chdir="$work" --output="$work/job2.out" \
-  "$source/deploy/slurm/psched.sbatch" "$work/psched.yaml" "$work/trainer2.sh")
-echo "submitted job $job, grown to 3 shards"
-state=$(wait_for_job "$job" 90)
-echo "---- sbatch output of job $job ($state) ----"
-cat "$work/job2.out"
-echo "----"
-[ "$state" = COMPLETED ] || { echo "job $job ended $state, expected COMPLETED"; exit 1; }
+run_job "$work/job2.out" "$work/trainer2.sh" PSCHED_SHARDS=3 PSCHED_PORT="$port" \
+  PSCHED_RESHARD_FROM="$work/psched-state.2-shards"
 grep -q 'psched.sbatch: reshard: placed the job of 2 shard(s) on 3: slot map epoch 2' \
   "$work/job2.out" || { echo "psched reshard did not place the job on 3 shards"; exit 1; }
 if [ "$(grep -c 'slot map epoch 2 on 3 shard(s)' "$work/job2.out")" -ne 3 ]; then
