@@ -58,11 +58,11 @@ struct Shard {
   VariableShard shard;
   std::vector<std::vector<uint64_t>> kept;  // ids borrowed by polls
 
-  Shard(testing::TestLoop& loop, uint32_t id, uint32_t shards, const fs::path& dir, uint64_t job)
+  Shard(testing::TestLoop& loop, uint32_t id, uint32_t shards, const fs::path& dir, uint64_t job,
+        Mode mode = Mode::async)
       : io(loop),
         shard(io.actors,
-              ShardSettings{
-                  ShardId(id), Mode::async, 1, 64, dir, true, {}, false, 0, {}, shards, job}) {}
+              ShardSettings{ShardId(id), mode, 1, 64, dir, true, {}, false, 0, {}, shards, job}) {}
 
   VariableId registered(const std::function<void(VariableShard::RegisterReply)>& call) {
     std::optional<Result<VariableShard::Registration>> r;
@@ -117,9 +117,9 @@ struct Job {
   SlotMap map;
   TableSpec table = table_spec();
 
-  Job(uint32_t count, const fs::path& dir, uint64_t job = 1) {
+  Job(uint32_t count, const fs::path& dir, uint64_t job = 1, Mode mode = Mode::async) {
     for (uint32_t i = 0; i < count; ++i) {
-      shards.push_back(std::make_unique<Shard>(io, i, count, dir, job));
+      shards.push_back(std::make_unique<Shard>(io, i, count, dir, job, mode));
       testing::restored(shards.back()->io, shards.back()->shard);
     }
     map = shards[0]->shard.slot_map();
@@ -350,6 +350,37 @@ TEST_CASE("a damaged log is refused naming the file, or gone past with accept_lo
   CHECK(contents(old_dir.path) == files);
   Job placed(3, out.path);
   CHECK(placed.everything() == checkpointed);
+}
+
+TEST_CASE("a worker that pushed only to shard 1 is a member that pushed on every new shard") {
+  testing::TempDir old_dir, out;
+  fs::remove_all(out.path);
+  std::string name = "v";  // a whole variable on shard 1 of 2: shard 0 never sees a push
+  while (place_variable(name, 3, 4, SlotMap::even(2), kSplitBytes)[0].shard.value != 1) name += "v";
+  {
+    Job job(2, old_dir.path, 1, Mode::sync);
+    const VariableId id = job.shards[1]->variable(dense_spec(name, 3), {0, 3});
+    for (uint64_t step = 1; step <= 2; ++step) {
+      std::vector<float> g{1, 2, 3};
+      job.shards[1]->push(
+          {WorkerId(0), id, Step(step), {0, 3}, DType::float32, testing::bytes_of(g)});
+    }
+    job.checkpoint();
+  }
+  reshard({.from = {old_dir.path}, .to = out.path, .shards = 3});
+  Job placed(3, out.path, 1, Mode::sync);
+  // A trainer process that starts again joins where the shards say, the latest step any names
+  // (client/worker.h): the job's next one, not its first.
+  Step from;
+  for (auto& shard : placed.shards) {
+    std::optional<Result<Step>> answer;
+    shard->shard.join(WorkerId(0), Step(1), [&](const Result<Step>& r) { answer = r; });
+    placed.io.drain();
+    REQUIRE(answer);
+    REQUIRE(*answer);
+    from = std::max(from, **answer);
+  }
+  CHECK(from == Step(3));
 }
 
 TEST_CASE("a set with a shard missing, from two jobs, or with logged updates is refused") {
