@@ -7,7 +7,8 @@ of the ConfigMap's deployment on 2 shards, each a psched-server with a checkpoin
 own (a pod's volume), trained 20 steps by 2 psched-example-trainers and SIGKILLed (its steps in
 the update logs alone), is placed on 3 by the script, and 3 shards of the deployment grown as
 README's "Growing a job" says start from it (slot map epoch 2 on 3 shards) and train on from
-step 21 (or 22, where the other worker pushed step 21 first). Exits 77 (skipped) where python3-kubernetes is missing.
+step 21 (or 22, where the other worker pushed step 21 first). Exits 77 (skipped) where
+python3-kubernetes is missing.
 Usage: kubernetes_manifest_test.py SOURCE_DIR BUILD_DIR"""
 import copy
 import importlib.util
