@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // reshard: a job's checkpoints and update logs written by N shards, placed anew on M (`psched
-// reshard`, apps/psched_cli.cc). The job's slot map (common/slot_map.h) is rebalanced to M shards
-// (epoch
-// + 1, the fewest slots moved) and every shard's state goes where the new map puts it:
+// reshard`, apps/psched_cli.cc). The job's slot map (common/slot_map.h) is rebalanced to M
+// shards (epoch + 1, the fewest slots moved) and every shard's state goes where the new map
+// puts it:
 //
 //   rows            each row, its value and optimizer state, to the owner of its slot, streamed a
 //                   chunk at a time from the old checkpoints' files into the new ones (two passes:
@@ -14,7 +14,8 @@
 //                   them when it checkpoints)
 //   steps           each variable's and table's step record, and the job's membership, as the
 //                   old shards held them (they agree between steps; a set that does not is
-//                   refused)
+//                   refused), except that a worker pushed since it joined where any old shard
+//                   saw it push (one holding nothing it pushes never does)
 //   capacity        a table's admission sketch: each counter the largest of the old shards'
 //                   (an id was counted on the one shard that held it, so none is admitted later
 //                   than there); its eviction order: the old shards' orders merged by rank (the
@@ -68,8 +69,10 @@ struct ReshardOptions {
   // which a shard's logged updates are replayed: its mode, workers and shard count must be the
   // checkpoints'; its step rules (staleness, table_mode, tables:, min_workers) decide how a
   // replayed push applies, as at the server's start. Its accept_log_loss goes on past a damaged
-  // or missing log, losing the updates it held (psched-server --accept-log-loss). Absent: a
-  // shard with updates logged after its checkpoint is refused.
+  // or missing log, losing the updates it held (psched-server --accept-log-loss). The replay
+  // runs on the CPU (a shard's device: is not opened). Absent: a shard that needs a replay
+  // (updates logged after its checkpoint, a log damaged or missing, a newer checkpoint
+  // corrupt) is refused.
   std::optional<ShardSettings> replay;
   std::string replay_source;  // names `replay` in messages ("--from-config deployment.yaml")
 };
