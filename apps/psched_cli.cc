@@ -8,14 +8,22 @@
 //                     container's health check asks its own shard (Containerfile)
 //   --wait SECONDS    asks again every second until every shard answers or the time is up
 //                     (prints the last round only): a pod that waits for the shards to serve
-// `psched reshard --from DIR... --to DIR --shards M [--split-bytes BYTES]` places a stopped
-// job's checkpoints, written by N shards, on M shards (actors/shard/reshard.h): the servers of
-// an M-shard deployment whose checkpoint directory is DIR then start from them. Exits 0 when the
-// new checkpoints are in place, 2 (nothing written) otherwise.
+// `psched reshard --from DIR... (--to DIR --shards M [--split-bytes BYTES] | --to-config FILE)
+// [--from-config FILE [--accept-log-loss]]` places a stopped job's checkpoints and update logs,
+// written by N shards, on M shards (actors/shard/reshard.h): the servers of an M-shard
+// deployment whose checkpoint directory is DIR then start from them. --to-config: that new
+// deployment's file, which gives DIR (its checkpoint.directory), M and split_bytes.
+// --from-config: the deployment file the job's servers ran with, needed when a shard has
+// updates logged after its checkpoint (its servers were killed, or stopped before they
+// checkpointed): reshard replays them under its settings as a start of those servers would,
+// and --accept-log-loss goes on past a damaged or missing log as psched-server's does. The old
+// shards' files are not changed. Exits 0 when the new checkpoints are in place, 2 (nothing
+// written) otherwise.
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -229,8 +237,74 @@ bool all_answer(const std::vector<psched::ListenAddress>& views, double wait_sec
   }
 }
 
-int run_reshard(const psched::ReshardOptions& options) {
-  const psched::ReshardReport r = psched::reshard(options);
+// What `psched reshard` was given.
+struct ReshardArgs {
+  std::vector<std::string> from;
+  std::string to, to_config, from_config;
+  std::optional<uint32_t> shards;
+  std::optional<uint64_t> split_bytes;
+  bool accept_log_loss = false;
+};
+
+// The options `args` make: --to and --shards, or the new deployment file's directory, shard
+// count and split_bytes; the replay settings from the old one.
+psched::ReshardOptions reshard_options(const ReshardArgs& args) {
+  using psched::ErrorCode;
+  psched::ReshardOptions options;
+  options.from.assign(args.from.begin(), args.from.end());
+  if (args.to.empty() == args.to_config.empty())
+    psched::fail(ErrorCode::bad_config,
+                 "reshard: give the new shards' checkpoint directory (--to DIR) or their "
+                 "deployment file (--to-config FILE), one of them");
+  options.to = args.to;
+  options.shards = args.shards.value_or(0);
+  options.split_bytes = args.split_bytes.value_or(0);
+  if (!args.to_config.empty()) {
+    const psched::DeploymentConfig next = psched::load_deployment(args.to_config);
+    if (next.checkpoint.directory.empty())
+      psched::fail(ErrorCode::bad_config,
+                   "reshard: --to-config {} has no checkpoint.directory for the new shards to "
+                   "start from",
+                   args.to_config);
+    const auto count = static_cast<uint32_t>(next.shards.size());
+    if (args.shards && *args.shards != count)
+      psched::fail(ErrorCode::bad_config,
+                   "reshard: --shards {}, but --to-config {} names {} shards", *args.shards,
+                   args.to_config, count);
+    if (args.split_bytes && *args.split_bytes != next.split_bytes)
+      psched::fail(ErrorCode::bad_config,
+                   "reshard: --split-bytes {}, but --to-config {} has split_bytes {}",
+                   *args.split_bytes, args.to_config, next.split_bytes);
+    options.to = next.checkpoint.directory;
+    options.shards = count;
+    options.split_bytes = next.split_bytes;
+  } else if (!args.shards) {
+    psched::fail(ErrorCode::bad_config,
+                 "reshard: give the new number of shards (--shards M) or the new deployment "
+                 "file (--to-config FILE)");
+  }
+  if (!args.from_config.empty()) {
+    psched::DeploymentConfig previous = psched::load_deployment(args.from_config);
+    previous.checkpoint.accept_log_loss = args.accept_log_loss;
+    options.replay = psched::shard_settings(previous, psched::ShardId(0));
+    options.replay_source = "--from-config " + args.from_config;
+  } else if (args.accept_log_loss) {
+    psched::fail(ErrorCode::bad_config,
+                 "reshard: --accept-log-loss without --from-config: the logs are replayed under "
+                 "the deployment file the job ran with");
+  }
+  return options;
+}
+
+int run_reshard(const ReshardArgs& args) {
+  const psched::ReshardReport r = psched::reshard(reshard_options(args));
+  for (const auto& replay : r.replayed) {
+    fmt::print("shard {}: restored from {} and its logs, {} logged update(s) replayed\n",
+               replay.shard, replay.checkpoint.string(), replay.updates);
+    for (const auto& dropped : replay.dropped) fmt::print("shard {}: {}\n", replay.shard, dropped);
+    if (!replay.lost.empty())
+      fmt::print("shard {}: LOST (--accept-log-loss): {}\n", replay.shard, replay.lost);
+  }
   fmt::print(
       "placed the job of {} shard(s) on {}: slot map epoch {}, {} of {} slots moved; {} dense "
       "variable(s), {} table(s), {} row(s) ({} moved to another shard, {} of rows)\n",
@@ -263,30 +337,43 @@ int main(int argc, char** argv) {
       ->add_option("--wait", wait_seconds,
                    "ask again every second until every shard answers, at most this many seconds")
       ->check(CLI::NonNegativeNumber);
-  psched::ReshardOptions reshard_options;
-  std::vector<std::string> from;
-  std::string to;
+  ReshardArgs reshard_args;
   CLI::App* reshard_command = app.add_subcommand(
-      "reshard", "place a stopped job's checkpoints on another number of shards");
-  reshard_command->add_option("--from", from, "directories holding the job's checkpoints")
+      "reshard", "place a stopped job's checkpoints and update logs on another number of shards");
+  reshard_command
+      ->add_option("--from", reshard_args.from,
+                   "directories holding the job's checkpoints and update logs")
       ->required()
       ->check(CLI::ExistingDirectory);
-  reshard_command->add_option("--to", to, "the new shards' checkpoint directory (must not exist)")
-      ->required();
-  reshard_command->add_option("--shards", reshard_options.shards, "the new number of shards")
-      ->required();
+  auto* to = reshard_command->add_option("--to", reshard_args.to,
+                                         "the new shards' checkpoint directory (must not exist)");
+  reshard_command->add_option("--shards", reshard_args.shards, "the new number of shards");
   reshard_command->add_option(
-      "--split-bytes", reshard_options.split_bytes,
+      "--split-bytes", reshard_args.split_bytes,
       "the new deployment's split_bytes, where it is not the job's: dense "
       "variables larger are split (default: each split or whole as before)");
+  reshard_command
+      ->add_option("--to-config", reshard_args.to_config,
+                   "the new deployment file, instead of --to: its checkpoint.directory, number "
+                   "of shards and split_bytes")
+      ->check(CLI::ExistingFile)
+      ->excludes(to);
+  reshard_command
+      ->add_option("--from-config", reshard_args.from_config,
+                   "the deployment file the job's servers ran with: updates logged after a "
+                   "shard's checkpoint are replayed under it")
+      ->check(CLI::ExistingFile);
+  reshard_command->add_flag("--accept-log-loss", reshard_args.accept_log_loss,
+                            "go on past a damaged or missing update log, losing the updates "
+                            "it held (as psched-server --accept-log-loss)");
   CLI11_PARSE(app, argc, argv);
   if (reshard_command->parsed()) {
-    reshard_options.from.assign(from.begin(), from.end());
-    reshard_options.to = to;
     try {
-      return run_reshard(reshard_options);
+      return run_reshard(reshard_args);
     } catch (const psched::Error& e) {
-      fmt::print(stderr, "psched reshard: {}\n", e.what());
+      // reshard()'s own messages begin "reshard: "; what it passes on from a file, not.
+      const std::string_view why = e.what();
+      fmt::print(stderr, "psched {}{}\n", why.starts_with("reshard: ") ? "" : "reshard: ", why);
       return 2;
     }
   }

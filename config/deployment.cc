@@ -601,4 +601,20 @@ DeploymentConfig load_deployment(const std::filesystem::path& file) {
   return parse_deployment(text, file);
 }
 
+ShardSettings shard_settings(const DeploymentConfig& config, ShardId id) {
+  return {id,
+          config.mode,
+          config.workers,
+          config.limits.max_variables,
+          config.checkpoint.directory,
+          config.checkpoint.update_log,
+          config.steps,
+          config.checkpoint.accept_log_loss,
+          config.limits.max_table_bytes,
+          config.tables,
+          static_cast<uint32_t>(config.shards.size()),
+          config.checkpoint.job,
+          config.serve.directory};
+}
+
 }  // namespace psched

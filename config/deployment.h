@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "common/policies.h"
+#include "common/shard_settings.h"
 #include "common/table_config.h"
+#include "common/types.h"
 #include "compression/wire_format.h"
 #include "config/config_file.h"
 #include "optim/device.h"
@@ -152,6 +154,11 @@ DeploymentConfig load_deployment(const std::filesystem::path& file);
 // The same from YAML text; `source` names it in messages.
 DeploymentConfig parse_deployment(const std::string& yaml_text,
                                   const std::filesystem::path& source);
+
+// What shard `id` of `config` is told at start (psched-server's shards; psched reshard, which
+// replays a shard's update log as its start would): the file's mode, workers, limits,
+// checkpoint and step settings, tables and shard count. `id` is below config.shards.size().
+ShardSettings shard_settings(const DeploymentConfig& config, ShardId id);
 
 // Every key a deployment file may hold, as a path: "mode", "scheduler.credit_bytes",
 // "shards[].listen", "optimizer.lr". docs/configuration.md documents each (config_test checks

@@ -56,19 +56,7 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
            config.source.string(), id.value, config.shards.size());
     auto hosted = std::make_unique<Hosted>();
     hosted->device = open_device(config, id);
-    ShardSettings settings{id,
-                           config.mode,
-                           config.workers,
-                           config.limits.max_variables,
-                           config.checkpoint.directory,
-                           config.checkpoint.update_log,
-                           config.steps,
-                           config.checkpoint.accept_log_loss,
-                           config.limits.max_table_bytes,
-                           config.tables,
-                           static_cast<uint32_t>(config.shards.size()),
-                           config.checkpoint.job,
-                           config.serve.directory};
+    ShardSettings settings = shard_settings(config, id);
     if (!settings.serve_directory.empty()) served_job(settings);
     hosted->shard =
         std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());

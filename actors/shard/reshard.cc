@@ -7,16 +7,23 @@
 #include <memory>
 #include <regex>
 #include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <kj/async.h>
 
 #include "actors/durability/file_io.h"
 #include "actors/durability/shard_durability.h"
 #include "actors/durability/shard_store.h"
 #include "actors/durability/update_log.h"
+#include "actors/runtime/actor.h"
 #include "actors/shard/row_table.h"
 #include "actors/shard/step_machine.h"
 #include "actors/shard/variable.h"
+#include "actors/shard/variable_shard.h"
 #include "common/error.h"
 #include "common/placement.h"
+#include "common/result.h"
 #include "common/wall_clock.h"
 
 namespace psched {
@@ -42,6 +49,9 @@ struct OldKind {
 
 struct OldShard {
   ShardStore::Checkpoint checkpoint;
+  // What messages call it: its checkpoint's file, or for one restored from its logs (whose
+  // file is a scratch one), the old checkpoint and logs it was restored from.
+  std::string name;
   CheckpointHeader header;
   std::vector<std::byte> machine;  // StepMachine::save's record
   std::vector<std::byte> members;  // its membership's, the record's first bytes
@@ -52,19 +62,129 @@ std::vector<std::byte> slice(std::span<const std::byte> bytes, uint64_t from, ui
   return {bytes.begin() + static_cast<ptrdiff_t>(from), bytes.begin() + static_cast<ptrdiff_t>(to)};
 }
 
-// Refuses updates logged after `found`: only a restore replays them.
-void check_no_logged_updates(const ShardStore& store, const ShardStore::Checkpoint& found) {
+// Why checkpoint `found` of `store`'s shard does not hold everything the shard acknowledged,
+// as a start of its server would find (ShardStore::replay): a newer checkpoint that is corrupt
+// (`skipped`), updates logged after it, a log damaged or missing. Empty when it holds it all (a
+// clean stop: its log follows it empty, or with only a torn record never acknowledged).
+std::string unreplayed(const ShardStore& store, const ShardStore::Checkpoint& found,
+                       const std::vector<std::string>& skipped) {
+  if (!skipped.empty())
+    return fmt::format("{}; a start of its server falls back to {} and the logs after it",
+                       skipped.front(), found.file.string());
   for (uint64_t g = found.generation; g <= store.newest_generation(); ++g) {
     const fs::path log = store.log_file(g);
-    if (!fs::exists(log)) continue;
-    const LogScan scan = scan_log(log, g, [](ByteReader&) {});
+    if (!fs::exists(log)) {
+      if (g > found.generation || found.log_follows)
+        return fmt::format("{} is missing, and checkpoint {} is followed by a log", log.string(),
+                           found.file.string());
+      continue;
+    }
+    const LogScan scan = scan_log(log, g, nullptr);
     if (scan.records > 0)
-      fail(ErrorCode::bad_config,
-           "{} holds {} update(s) logged after checkpoint {}: start the job's servers once on "
-           "their deployment (a start folds the log into a fresh checkpoint) and stop them, then "
-           "reshard",
-           log.string(), scan.records, found.file.string());
+      return fmt::format("{} holds {} update(s) logged after checkpoint {}", log.string(),
+                         scan.records, found.file.string());
+    if (!scan.problem.empty() && !scan.torn_tail)
+      return fmt::format("{}: {} at byte {}", log.string(), scan.problem, scan.bad_at);
   }
+  return {};
+}
+
+// Throws unless `settings` (ReshardOptions::replay) are of the job whose checkpoint `file`
+// begins with `header`: its mode, workers and shard count.
+void check_replay_settings(const ShardSettings& settings, const std::string& source,
+                           const CheckpointHeader& header, const fs::path& file) {
+  if (settings.mode == header.mode && settings.workers == header.workers &&
+      settings.shards == header.map.shards())
+    return;
+  fail(ErrorCode::bad_config,
+       "reshard: {} runs {} mode with {} workers on {} shards, and {} holds shard {} of a job in "
+       "{} mode with {} workers on {} shards: give the deployment file the job's servers ran "
+       "with",
+       source, to_string(settings.mode), settings.workers, settings.shards, file.string(),
+       header.shard.value, to_string(header.mode), header.workers, header.map.shards());
+}
+
+// `text` with the paths of the files in `scratch` named as the files of `dir` they copy.
+std::string as_original(std::string text, const fs::path& scratch, const fs::path& dir) {
+  const std::string from = scratch.string() + "/", to = dir.string() + "/";
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+// Shard `id`'s files of `dir` in `scratch` (made here): links to its checkpoints, or copies
+// where no link can be made, and copies of its logs (a restore cuts a torn record off the newest
+// log, and `dir` is not to change).
+void copy_shard_files(const fs::path& dir, ShardId id, const fs::path& scratch) {
+  const std::string prefix = fmt::format("shard-{}.", id.value);
+  try {
+    fs::create_directories(scratch);
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with(prefix)) continue;
+      std::error_code not_linked;
+      if (name.ends_with(".ckpt")) fs::create_hard_link(entry.path(), scratch / name, not_linked);
+      if ((name.ends_with(".ckpt") && not_linked) || name.ends_with(".log"))
+        fs::copy_file(entry.path(), scratch / name);
+    }
+  } catch (const fs::filesystem_error& e) {
+    fail(ErrorCode::io_error, "reshard: cannot copy shard {}'s files from {} into {}: {}", id.value,
+         dir.string(), scratch.string(), e.what());
+  }
+}
+
+// A VariableShard of `settings` restored (VariableShard::restore, what its server's start
+// does), on a loop of a thread of its own (the caller's may run one). Rethrows its failure.
+RestoreReport restore_on_a_loop(const ShardSettings& settings) {
+  std::exception_ptr error;
+  RestoreReport restored;
+  std::thread([&] {
+    try {
+      kj::EventLoop events;
+      kj::WaitScope scope(events);
+      ActorLoop loop;
+      VariableShard shard(loop, settings);
+      shard.restore([&](std::exception_ptr e, RestoreReport r) {
+        error = e;
+        restored = std::move(r);
+      });
+      scope.poll();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
+  return restored;
+}
+
+// Shard `id` of `dir` restored as its server's start restores it, under `settings`, from its
+// files copied into `scratch` (copy_shard_files). Returns the fresh checkpoint the restore
+// wrote there, and says in `replay` what it replayed. Throws what the restore throws (a damaged
+// log: Error(corrupt_checkpoint) naming the file of `dir` and the byte).
+ShardStore::Checkpoint restore_shard(const fs::path& dir, ShardId id, ShardSettings settings,
+                                     const fs::path& scratch, ReshardReplay& replay) {
+  copy_shard_files(dir, id, scratch);
+  settings.id = id;
+  settings.checkpoint_directory = scratch;
+  RestoreReport restored;
+  try {
+    restored = restore_on_a_loop(settings);
+  } catch (...) {
+    const Error e = caught();
+    fail(e.code(), "reshard: {}", as_original(e.what(), scratch, dir));
+  }
+  replay.shard = id.value;
+  replay.checkpoint = dir / restored.checkpoint.filename();
+  replay.updates = restored.replayed;
+  for (const std::string& dropped : restored.skipped)
+    replay.dropped.push_back("in a copy: " + as_original(dropped, scratch, dir));
+  replay.lost = as_original(restored.lost, scratch, dir);
+  std::vector<std::string> skipped;
+  std::optional<ShardStore::Checkpoint> fresh = ShardStore(scratch, id).load_latest(skipped);
+  if (!fresh || fresh->file != restored.written)
+    fail(ErrorCode::internal, "reshard: shard {}'s restored checkpoint {} does not read back",
+         id.value, restored.written.string());
+  return std::move(*fresh);
 }
 
 // The kind whose record starts at `in` (VariableShard::save_variables' layout), `payload` the
@@ -94,22 +214,24 @@ OldKind read_kind(ByteReader& in, std::span<const std::byte> payload,
   return kind;
 }
 
-// Shard `id`'s newest checkpoint in `dir`, read and checked (whole, no updates logged after it).
-OldShard read_shard(const fs::path& dir, ShardId id) {
+// Shard `id`'s newest valid checkpoint in `dir`, and in `why` what it does not hold
+// (unreplayed); throws when there is none.
+ShardStore::Checkpoint newest_checkpoint(const fs::path& dir, ShardId id, std::string& why) {
   ShardStore store(dir, id);
   std::vector<std::string> skipped;
   std::optional<ShardStore::Checkpoint> found = store.load_latest(skipped);
-  if (!skipped.empty())
-    fail(ErrorCode::bad_config,
-         "shard {} in {}: {}; a start of its server would fall back to an older checkpoint and "
-         "its logs: start the servers once, then reshard",
-         id.value, dir.string(), skipped.front());
   if (!found)
-    fail(ErrorCode::bad_config, "shard {} has no checkpoint in {}", id.value, dir.string());
-  check_no_logged_updates(store, *found);
-  OldShard old{.checkpoint = std::move(*found)};
+    fail(ErrorCode::bad_config, "reshard: shard {} has no valid checkpoint in {}{}", id.value,
+         dir.string(), skipped.empty() ? "" : ": " + skipped.front());
+  why = unreplayed(store, *found, skipped);
+  return std::move(*found);
+}
+
+// The shard whose checkpoint is `checkpoint`, read and checked; `name` names it in messages.
+OldShard parse_shard(ShardStore::Checkpoint checkpoint, std::string name, ShardId id) {
+  OldShard old{.checkpoint = std::move(checkpoint), .name = std::move(name)};
   const std::span<const std::byte> payload = old.checkpoint.payload;
-  ByteReader in(payload, old.checkpoint.file.string());
+  ByteReader in(payload, old.name);
   old.header = CheckpointHeader::decode(in);
   if (old.header.shard != id)
     fail(ErrorCode::corrupt_checkpoint, "{} holds shard {}", in.what(), old.header.shard.value);
@@ -129,6 +251,37 @@ OldShard read_shard(const fs::path& dir, ShardId id) {
   return old;
 }
 
+// Shard `id`'s newest checkpoint in `dir`, read and checked; first restored with its logs into
+// `restored`/shard-<id> (restore_shard) when it does not hold all the shard acknowledged,
+// which takes options.replay.
+OldShard read_shard(const fs::path& dir, ShardId id, const ReshardOptions& options,
+                    const fs::path& restored, ReshardReport& report) {
+  std::string why;
+  ShardStore::Checkpoint found = newest_checkpoint(dir, id, why);
+  if (options.replay) {
+    ByteReader in(found.payload, found.file.string());
+    check_replay_settings(*options.replay, options.replay_source, CheckpointHeader::decode(in),
+                          found.file);
+  }
+  if (why.empty()) {
+    std::string name = found.file.string();
+    return parse_shard(std::move(found), std::move(name), id);
+  }
+  if (!options.replay)
+    fail(ErrorCode::bad_config,
+         "reshard: shard {} in {}: {}: give the job's deployment file (psched reshard "
+         "--from-config FILE, the file its servers ran with), and reshard replays them as a "
+         "start of its server would",
+         id.value, dir.string(), why);
+  ReshardReplay& replay = report.replayed.emplace_back();
+  ShardStore::Checkpoint fresh =
+      restore_shard(dir, id, *options.replay, restored / fmt::format("shard-{}", id.value), replay);
+  return parse_shard(std::move(fresh),
+                     fmt::format("shard {} as restored from {} and its logs", id.value,
+                                 replay.checkpoint.string()),
+                     id);
+}
+
 // The shards whose checkpoints are in `dirs`, by id; throws naming a shard found twice.
 std::map<uint32_t, fs::path> find_shards(const std::vector<fs::path>& dirs) {
   static const std::regex kCheckpoint(R"(shard-(\d+)\.(\d+)\.ckpt)");
@@ -142,6 +295,11 @@ std::map<uint32_t, fs::path> find_shards(const std::vector<fs::path>& dirs) {
       const std::string name = entry.path().filename().string();
       if (std::regex_match(name, match, kCheckpoint)) here.insert(std::stoul(match[1].str()));
     }
+    if (here.empty())
+      fail(ErrorCode::bad_config,
+           "reshard: {} holds no shard checkpoint (no shard-<id>.<generation>.ckpt file): name "
+           "the job's checkpoint directory",
+           dir.string());
     for (uint32_t id : here)
       if (auto [at, fresh] = found.emplace(id, dir); !fresh)
         fail(ErrorCode::bad_config, "reshard: shard {} has checkpoints in both {} and {}", id,
@@ -150,8 +308,7 @@ std::map<uint32_t, fs::path> find_shards(const std::vector<fs::path>& dirs) {
   return found;
 }
 
-// Throws unless `shards` are one job's whole set: the same job, mode, workers, slot map and
-// membership, and every shard of the map present.
+// Throws unless `shards` are one job's: the same job, mode, workers and slot map.
 void check_one_job(const std::vector<OldShard>& shards) {
   const CheckpointHeader& first = shards[0].header;
   for (const OldShard& s : shards) {
@@ -161,23 +318,45 @@ void check_one_job(const std::vector<OldShard>& shards) {
       fail(ErrorCode::bad_config,
            "reshard: {} and {} are not of one job: job {:016x} in {} mode with {} workers on "
            "slot map epoch {}, and job {:016x} in {} mode with {} workers on epoch {}",
-           shards[0].checkpoint.file.string(), s.checkpoint.file.string(), first.job,
-           to_string(first.mode), first.workers, first.map.epoch(), h.job, to_string(h.mode),
-           h.workers, h.map.epoch());
-    if (s.members != shards[0].members)
-      fail(ErrorCode::bad_config,
-           "reshard: {} and {} hold different memberships (a worker joined or left between "
-           "their checkpoints): start the servers until they agree, then reshard",
-           shards[0].checkpoint.file.string(), s.checkpoint.file.string());
+           shards[0].name, s.name, first.job, to_string(first.mode), first.workers,
+           first.map.epoch(), h.job, to_string(h.mode), h.workers, h.map.epoch());
   }
 }
 
-std::vector<OldShard> read_set(const std::vector<fs::path>& dirs) {
-  const std::map<uint32_t, fs::path> found = find_shards(dirs);
-  if (found.empty())
-    fail(ErrorCode::bad_config, "reshard: no shard checkpoint in the directories given");
+// The new shards' step machine record: shard 0's, with the job's membership merged from every
+// shard's (Membership::save: the workers, then each one's step it joined from and whether it
+// pushed since). The steps must agree (else a worker joined or left between the checkpoints:
+// refused); a worker pushed since it joined where any shard saw it push (a shard holding
+// nothing of what it pushes never does), so a restarted trainer joins at the job's step.
+std::vector<std::byte> job_machine(const std::vector<OldShard>& shards) {
+  std::vector<std::byte> merged = shards[0].members;
+  for (const OldShard& s : shards) {
+    ByteReader in(s.members, s.name), first(shards[0].members, shards[0].name);
+    if (in.get<uint32_t>() != first.get<uint32_t>())
+      fail(ErrorCode::corrupt_checkpoint, "{}: a membership of another size", s.name);
+    for (size_t at = sizeof(uint32_t); !in.done(); at += sizeof(uint64_t) + 1) {
+      if (in.get<uint64_t>() != first.get<uint64_t>())
+        fail(ErrorCode::bad_config,
+             "reshard: {} and {} hold different memberships (a worker joined or left between "
+             "their checkpoints): start the servers until they agree, then reshard",
+             shards[0].name, s.name);
+      if (in.get<uint8_t>() != 0) merged[at + sizeof(uint64_t)] = std::byte{1};
+      first.get<uint8_t>();
+    }
+  }
+  std::vector<std::byte> machine = merged;
+  machine.insert(machine.end(), shards[0].machine.begin() + static_cast<ptrdiff_t>(merged.size()),
+                 shards[0].machine.end());
+  return machine;
+}
+
+std::vector<OldShard> read_set(const ReshardOptions& options, const fs::path& restored,
+                               ReshardReport& report) {
+  if (options.from.empty()) fail(ErrorCode::bad_config, "reshard: no directory to read (--from)");
+  const std::map<uint32_t, fs::path> found = find_shards(options.from);
   std::vector<OldShard> shards;
-  for (const auto& [id, dir] : found) shards.push_back(read_shard(dir, ShardId(id)));
+  for (const auto& [id, dir] : found)
+    shards.push_back(read_shard(dir, ShardId(id), options, restored, report));
   check_one_job(shards);
   const uint32_t n = shards[0].header.map.shards();
   for (uint32_t id = 0; id < n; ++id)
@@ -197,7 +376,7 @@ std::vector<OldShard> read_set(const std::vector<fs::path>& dirs) {
   fail(ErrorCode::bad_config,
        "reshard: {} was taken inside a step ('{}' holds a step begun and not complete): stop the "
        "trainers between steps, then the servers (SIGTERM checkpoints them), and reshard",
-       shard.checkpoint.file.string(), name);
+       shard.name, name);
 }
 
 // The job's kinds, gathered from its old shards: a dense variable's parts by name (in element
@@ -507,6 +686,7 @@ void copy_rows(const std::vector<OldShard>& shards, const Kinds& kinds, const Sl
 void write_job(const std::vector<OldShard>& shards, const ReshardOptions& options,
                const fs::path& staging, ReshardReport& report) {
   const Kinds kinds = gather(shards);
+  const std::vector<std::byte> machine = job_machine(shards);
   std::vector<NewShard> out(options.shards);
   place_dense(kinds, options, static_cast<uint32_t>(shards.size()), report.map, out);
   RowPlan plan = count_rows(shards, kinds, report.map, report);
@@ -521,7 +701,7 @@ void write_job(const std::vector<OldShard>& shards, const ReshardOptions& option
     ByteWriter payload;
     CheckpointHeader{ShardId(shard), old.mode, old.workers, old.job, report.map, 1, wall_clock_ns()}
         .encode(payload);
-    payload.raw(shards[0].machine);
+    payload.raw(machine);
     payload.put(out[shard].count);
     payload.raw(out[shard].kinds.bytes());
     out[shard].store = std::make_unique<ShardStore>(staging, ShardId(shard));
@@ -538,26 +718,30 @@ void write_job(const std::vector<OldShard>& shards, const ReshardOptions& option
 
 ReshardReport reshard(const ReshardOptions& options) {
   if (options.shards == 0 || options.shards > SlotMap::kSlots)
-    fail(ErrorCode::bad_config, "reshard: --shards {} (1 to {})", options.shards, SlotMap::kSlots);
+    fail(ErrorCode::bad_config, "reshard: --shards {}: a job runs on 1 to {} shards",
+         options.shards, SlotMap::kSlots);
   if (fs::exists(options.to))
     fail(ErrorCode::bad_config, "reshard: {} exists; name a new directory for the new shards",
          options.to.string());
-  const std::vector<OldShard> shards = read_set(options.from);
-  ReshardReport report{.from_shards = shards[0].header.map.shards()};
-  report.map = shards[0].header.map.rebalanced(options.shards);
-  report.slots_moved = shards[0].header.map.moved_to(report.map);
   fs::path staging = options.to;
   staging += ".reshard-partial";
   fs::remove_all(staging);  // an interrupted reshard's
   try {
+    ReshardReport report;
+    const fs::path restored = staging / "restored";  // old shards restored from their logs
+    const std::vector<OldShard> shards = read_set(options, restored, report);
+    report.from_shards = shards[0].header.map.shards();
+    report.map = shards[0].header.map.rebalanced(options.shards);
+    report.slots_moved = shards[0].header.map.moved_to(report.map);
     write_job(shards, options, staging, report);
+    fs::remove_all(restored);
     fs::rename(staging, options.to);
+    return report;
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(staging, ignored);
     throw;
   }
-  return report;
 }
 
 }  // namespace psched

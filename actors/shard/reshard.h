@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// reshard: a job's checkpoints written by N shards, placed anew on M (`psched reshard`,
-// apps/psched_cli.cc). The job's slot map (common/slot_map.h) is rebalanced to M shards (epoch
-// + 1, the fewest slots moved) and every shard's state goes where the new map puts it:
+// reshard: a job's checkpoints and update logs written by N shards, placed anew on M (`psched
+// reshard`, apps/psched_cli.cc). The job's slot map (common/slot_map.h) is rebalanced to M
+// shards (epoch + 1, the fewest slots moved) and every shard's state goes where the new map
+// puts it:
 //
 //   rows            each row, its value and optimizer state, to the owner of its slot, streamed a
 //                   chunk at a time from the old checkpoints' files into the new ones (two passes:
@@ -13,29 +14,44 @@
 //                   them when it checkpoints)
 //   steps           each variable's and table's step record, and the job's membership, as the
 //                   old shards held them (they agree between steps; a set that does not is
-//                   refused)
+//                   refused), except that a worker pushed since it joined where any old shard
+//                   saw it push (one holding nothing it pushes never does)
 //   capacity        a table's admission sketch: each counter the largest of the old shards'
 //                   (an id was counted on the one shard that held it, so none is admitted later
 //                   than there); its eviction order: the old shards' orders merged by rank (the
 //                   order among one old shard's rows kept; they kept no common clock), the least
 //                   recent rows beyond max_rows on a new shard evicted; the job's eviction and
 //                   drop counts on new shard 0
+//   logs            a shard whose newest checkpoint does not hold all it acknowledged (updates
+//                   logged after it: the shard was killed, or stopped before it could
+//                   checkpoint; a log damaged or missing; a newer checkpoint corrupt) is first
+//                   restored as its server's start restores it (VariableShard::restore: the
+//                   newest valid checkpoint, the logs after it replayed, a torn last record
+//                   dropped), under the job's deployment settings (ReshardOptions::replay),
+//                   into a fresh checkpoint in `to`.reshard-partial/restored/, which is then
+//                   placed as above. The old shards' files are not changed: the restore works
+//                   on links to their checkpoints and copies of their logs. It holds that one
+//                   shard in memory, as its server does; the placing still streams.
 //
 // What it refuses, each with an Error naming the file or shard and what is wrong, writing
-// nothing: a set with a shard missing or with two checkpoints of one shard, checkpoints of two
-// jobs (their job identity, mode, workers or slot maps differ), shards whose memberships
-// differ, updates logged after a shard's checkpoint (start the servers once, which folds them
-// into a checkpoint, then reshard), a checkpoint taken inside a step (a step part-way on a
-// variable or table, or the parts of a variable at different steps), and a `to` that exists.
-// The new shards' files are written into `to`.reshard-partial and renamed to `to` once all are
-// whole, so a failure leaves nothing at `to`.
+// nothing: a set with a shard missing or with two checkpoints of one shard, a directory that
+// holds no shard's checkpoint, checkpoints of two jobs (their job identity, mode, workers or
+// slot maps differ), shards whose memberships differ, updates logged after a shard's checkpoint
+// when no replay settings are given (or settings not of the job's deployment: another mode,
+// workers or shard count), a log damaged or missing (naming the file and the byte, as a start
+// of the server would, unless replay->accept_log_loss), a checkpoint taken inside a step (a
+// step part-way on a variable or table, or the parts of a variable at different steps), and a
+// `to` that exists. The new shards' files are written into `to`.reshard-partial and renamed to
+// `to` once all are whole, so a failure leaves nothing at `to`.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/shard_settings.h"
 #include "common/slot_map.h"
 
 namespace psched {
@@ -48,6 +64,26 @@ struct ReshardOptions {
   // or whole as the old shards held it (what a deployment that keeps its split_bytes does; a
   // job on one shard held all whole, so then the default split_bytes, 4 MiB, decides).
   uint64_t split_bytes = 0;
+  // The settings the job's servers ran with (config/deployment.h shard_settings of the old
+  // deployment file, any shard's: the id and checkpoint directory are set per shard), under
+  // which a shard's logged updates are replayed: its mode, workers and shard count must be the
+  // checkpoints'; its step rules (staleness, table_mode, tables:, min_workers) decide how a
+  // replayed push applies, as at the server's start. Its accept_log_loss goes on past a damaged
+  // or missing log, losing the updates it held (psched-server --accept-log-loss). The replay
+  // runs on the CPU (a shard's device: is not opened). Absent: a shard that needs a replay
+  // (updates logged after its checkpoint, a log damaged or missing, a newer checkpoint
+  // corrupt) is refused.
+  std::optional<ShardSettings> replay;
+  std::string replay_source;  // names `replay` in messages ("--from-config deployment.yaml")
+};
+
+// An old shard restored from its checkpoint and logs before it was placed.
+struct ReshardReplay {
+  uint32_t shard = 0;
+  std::filesystem::path checkpoint;  // the old checkpoint it started from
+  uint64_t updates = 0;              // logged updates replayed
+  std::vector<std::string> dropped;  // torn last records dropped (never acknowledged)
+  std::string lost;                  // with accept_log_loss: the damage gone past, what it lost
 };
 
 struct ReshardReport {
@@ -61,12 +97,13 @@ struct ReshardReport {
   uint64_t row_bytes = 0;     // bytes of rows read (ids, values and state)
   uint64_t rows_evicted = 0;  // rows over a table's max_rows on a new shard, left out
   std::vector<std::filesystem::path> written;  // the new checkpoints, shard 0 first
+  std::vector<ReshardReplay> replayed;         // the old shards restored from their logs
 };
 
-// Places the job whose checkpoints are in `options.from` on `options.shards` shards, writing
-// generation 1 of each new shard's checkpoint into `options.to`. Throws Error (bad_config for a
-// set that cannot be placed, corrupt_checkpoint for a damaged file, io_error when writing
-// fails) and leaves `options.to` absent then.
+// Places the job whose checkpoints and logs are in `options.from` on `options.shards` shards,
+// writing generation 1 of each new shard's checkpoint into `options.to`. Throws Error
+// (bad_config for a set that cannot be placed, corrupt_checkpoint for a damaged file or log,
+// io_error when writing fails) and leaves `options.to` absent then.
 ReshardReport reshard(const ReshardOptions& options);
 
 }  // namespace psched

@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Checks the manifests in this folder offline, without a cluster: every field against the
 Kubernetes API's typed models (Debian's python3-kubernetes), then that the files agree with
-each other (names, labels, ports, shards and workers). Prints one line per problem, naming the
-file, document and field; exits 1 if there is any.
+each other (names, labels, ports, shards and workers); and those of its grow/ folder (the Job
+that places a stopped job's checkpoints on more shards, and the new shards' volume claims)
+likewise, and against the deployment they grow. Prints one line per problem, naming the file,
+document and field; exits 1 if there is any.
 
     deploy/kubernetes/check.py [FOLDER]    # default: the folder this file is in
 """
@@ -15,7 +17,8 @@ import kubernetes.client
 import yaml
 
 MODELS = {("v1", "Service"): "V1Service", ("v1", "ConfigMap"): "V1ConfigMap",
-          ("apps/v1", "StatefulSet"): "V1StatefulSet", ("batch/v1", "Job"): "V1Job"}
+          ("apps/v1", "StatefulSet"): "V1StatefulSet", ("batch/v1", "Job"): "V1Job",
+          ("v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim"}
 PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "date": str,
               "datetime": str}
 
@@ -163,35 +166,110 @@ def check_agreement(documents, problems):
                         f"{job['spec'].get('completions')} completions")
 
 
-def load(folder):
-    """(where, document) for every document of every manifest in `folder`."""
+def env_number(container, name, where, problems):
+    """The container's environment variable `name` as a number, or None (a problem)."""
+    value = next((e.get("value") for e in container.get("env", []) if e.get("name") == name),
+                 None)
+    if value is None or not str(value).isdigit() or int(value) < 1:
+        problems.append(f"{where}: env {name} is {value!r}, expected a number of shards")
+        return None
+    return int(value)
+
+
+def check_reshard_volumes(pod, container, statefulset, shards, where, problems):
+    """/state/<i> is the claim of shard i's pod (<template>-<statefulset>-<i>) for i < shards;
+    the deployment file and its token are mounted where the shards mount them."""
+    claims = {v["name"]: v["persistentVolumeClaim"].get("claimName")
+              for v in pod.get("volumes", []) if "persistentVolumeClaim" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    template = statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+    for i in range(shards):
+        claim = f"{template}-{statefulset['metadata']['name']}-{i}"
+        if claims.get(mounts.get(f"/state/{i}")) != claim:
+            problems.append(f"{where}: /state/{i} mounts claim "
+                            f"{claims.get(mounts.get(f'/state/{i}'))!r}, expected {claim} "
+                            f"(shard {i}'s volume)")
+    shard_mounts = {m["mountPath"]: m["name"] for m in
+                    statefulset["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    for path in ("/etc/psched/deployment.yaml", "/etc/psched/auth"):
+        if path not in mounts:
+            problems.append(f"{where}: {path} is not mounted (the shards mount "
+                            f"{shard_mounts.get(path)!r} there)")
+
+
+def check_grow(documents, grow, problems):
+    """grow/ (`grow`) against the deployment it grows (`documents`): the reshard Job's
+    OLD_SHARDS is the ConfigMap's shard count, it mounts every shard volume, old and new, and a
+    claim of the StatefulSet's template spec is made for every new shard; it runs psched with a
+    shell (the trainer image) as the server image's user."""
+    configmap_at, configmap = one(documents, "ConfigMap", problems)
+    _, statefulset = one(documents, "StatefulSet", problems)
+    job_at, job = one(grow, "Job", problems)
+    if None in (configmap, statefulset, job):
+        return
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    old = env_number(container, "OLD_SHARDS", job_at, problems)
+    new = env_number(container, "NEW_SHARDS", job_at, problems)
+    if old is None or new is None:
+        return
+    shards = len(yaml.safe_load(configmap["data"]["deployment.yaml"]).get("shards", []))
+    if old != shards:
+        problems.append(f"{job_at}: OLD_SHARDS is {old} but {configmap_at}'s deployment.yaml has "
+                        f"{shards} shards (the job it grows)")
+    check_reshard_volumes(pod, container, statefulset, max(old, new), job_at, problems)
+    template = statefulset["spec"]["volumeClaimTemplates"][0]
+    made = {d["metadata"]["name"]: (where, d) for where, d in by_kind(grow,
+                                                                      "PersistentVolumeClaim")}
+    for i in range(old, new):
+        name = f"{template['metadata']['name']}-{statefulset['metadata']['name']}-{i}"
+        if name not in made:
+            problems.append(f"grow: no PersistentVolumeClaim {name} for new shard {i}")
+        elif made[name][1]["spec"] != template["spec"]:
+            problems.append(f"{made[name][0]}: spec differs from the StatefulSet's "
+                            "volumeClaimTemplates (the pod would not adopt it as it would its own)")
+    if image_name(container.get("image", "")) != TRAINER_IMAGE:
+        problems.append(f"{job_at}: container {container.get('name')!r} runs image "
+                        f"{container.get('image')!r}, expected {TRAINER_IMAGE} (psched and a "
+                        "shell, Containerfile)")
+    if pod.get("securityContext", {}).get("fsGroup") != SERVER_USER:
+        problems.append(f"{job_at}: needs securityContext.fsGroup {SERVER_USER}, the shards' "
+                        "user, to move and write their files")
+
+
+def load(folder, prefix=""):
+    """(where, document) for every document of every manifest in `folder`; `where` begins with
+    `prefix` ("grow/"), then the file's name."""
     documents = []
     for path in sorted(pathlib.Path(folder).glob("*.yaml")):
         for i, document in enumerate(yaml.safe_load_all(path.read_text())):
             if document is not None:
-                documents.append((f"{path.name}[{i}] {document.get('kind')}", document))
+                documents.append((f"{prefix}{path.name}[{i}] {document.get('kind')}", document))
     return documents
 
 
-def check(documents):
-    """The problems found, as lines."""
+def check(documents, grow=None):
+    """The problems found, as lines; `grow`: the documents of grow/, checked against them."""
     problems = []
-    check_schema(documents, problems)
+    check_schema(documents + (grow or []), problems)
     if not problems:
         check_agreement(documents, problems)
+    if not problems and grow is not None:
+        check_grow(documents, grow, problems)
     return problems
 
 
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent
     documents = load(folder)
-    problems = check(documents)
+    grow = load(pathlib.Path(folder) / "grow", "grow/")
+    problems = check(documents, grow)
     for problem in problems:
         print(problem)
     if problems:
         return 1
-    print(f"{len(documents)} manifests in {folder}: every field fits the Kubernetes API "
-          f"(python3-kubernetes {kubernetes.__version__}) and the files agree")
+    print(f"{len(documents) + len(grow)} manifests in {folder} and its grow/: every field fits "
+          f"the Kubernetes API (python3-kubernetes {kubernetes.__version__}) and the files agree")
     return 0
 
 

@@ -6,8 +6,9 @@ tables with a padding_idx (sum and mean bags and Embedding, each on SGD, Adagrad
 SparseAdam), a model built with torch's arguments alone (the deployment's optimizer), and a job
 in which worker 0 evaluates under model.eval() between steps; and a hybrid job (sync dense,
 bounded tables) whose dense part takes exactly the mean of the workers' gradients each step; and a
-job stopped after step 15 on 2 shards, placed on 3 or 1 by `psched reshard` and resumed, ends
-bit-equal to the job run on 2 shards throughout."""
+job stopped after step 15 on 2 shards (SIGTERM, or SIGKILL with its steps in the update logs),
+placed on 3 or 1 by `psched reshard` and resumed, ends bit-equal to the job run on 2 shards
+throughout."""
 import functools
 import json
 import pathlib
@@ -318,29 +319,44 @@ def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server, capa
         assert torch.equal(clean[name], restarted[name]), name
 
 
-@pytest.mark.parametrize("shards", [3, 1])
+@pytest.mark.parametrize("shards,stop_by", [(3, "sigterm"), (1, "sigterm"), (3, "sigkill")])
 def test_a_job_placed_on_another_number_of_shards_trains_the_same_rows(start_server, tmp_path,
-                                                                       shards):
-    """A sync job stopped after step 15 on 2 shards (SIGTERM: each shard checkpoints), placed
-    on 3 (or 1) by `psched reshard` and resumed to step 30 by new trainer processes ends with
-    every row and parameter bit-equal to the job run on 2 shards throughout."""
+                                                                       shards, stop_by):
+    """A sync job stopped after step 15 on 2 shards, placed on 3 (or 1) by `psched reshard` and
+    resumed to step 30 by new trainer processes ends with every row and parameter bit-equal to
+    the job run on 2 shards throughout. Stopped by SIGTERM, each shard checkpoints; by SIGKILL
+    (and checkpointing only at a clean stop), the 15 steps are in the shards' update logs alone,
+    and reshard replays them (--from-config, the deployment the shards ran with)."""
     batches = make_batches()
     workers, _, _ = train_with_psched(start_server(mode="sync", workers=2, shards=2), batches)
     expected = trained_state(workers[0])
     for worker in workers:
         worker.client.close()
     stop = STEPS // 2
-    first = start_server(mode="sync", workers=2, shards=2, checkpoint=True)
+    if stop_by == "sigterm":
+        first = start_server(mode="sync", workers=2, shards=2, checkpoint=True)
+        state = first.state
+    else:
+        state = tmp_path / "killed"
+        first = start_server(mode="sync", workers=2, shards=2,
+                             extra=f"checkpoint: {{directory: {state}, interval_seconds: 0}}\n")
     workers, _, _ = train_with_psched(first, batches[:stop])
     for worker in workers:
         worker.client.close()
-    first.stop()
+    replay = []
+    if stop_by == "sigterm":
+        first.stop()
+    else:
+        first.kill()
+        logged = [log.stat().st_size for log in state.glob("shard-*.log")]
+        assert len(logged) == 2 and min(logged) > 20, logged  # more than a log's header
+        replay = ["--from-config", str(first.config)]
     placed = tmp_path / "placed"
     # The deployments' split_bytes (2 KiB) is not the default: on 1 shard it is given, on 3 the
     # tool keeps each variable split or whole as the 2 shards held it.
     split = ["--split-bytes", "2048"] if shards == 1 else []
     subprocess.run([str(pathlib.Path(SERVER).with_name("psched")), "reshard", "--from",
-                    str(first.state), "--to", str(placed), "--shards", str(shards), *split],
+                    str(state), "--to", str(placed), "--shards", str(shards), *split, *replay],
                    check=True)
     second = start_server(mode="sync", workers=2, shards=shards, checkpoint=placed)
     workers = [psched.torch.DistributedModel(psched_model(), "adam", config=second.config,
