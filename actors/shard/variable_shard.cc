@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "actors/shard/variable_shard.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -9,9 +12,19 @@
 #include "actors/shard/row_table.h"
 #include "common/check.h"
 #include "common/error.h"
+#include "common/log.h"
 
 namespace psched {
 namespace {
+
+// The calling thread runs only on what the others leave (SCHED_IDLE): a version loaded or
+// freed beside the one served takes longer, not the answers' time. A refusal (a kernel
+// without it) leaves the thread as it was.
+void run_below_the_rest() {
+  sched_param param{};
+  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) != 0)
+    log_warn("a serving shard's load runs at the priority of its answers (no SCHED_IDLE)");
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -372,6 +385,7 @@ void VariableShard::reload(ReloadReply reply) {
     auto next = std::make_shared<VariableShard>(loop(), settings_, apply_pool_, device_);
     loader_ = std::thread([this, next = std::move(next), newer_than = served_->generation,
                            alive = alive_, reply = std::move(reply)]() mutable {
+      run_below_the_rest();
       std::exception_ptr error;
       std::optional<ServedVersion> version;
       try {
@@ -431,7 +445,10 @@ void VariableShard::take_version(VariableShard& next, const ServedVersion& versi
   served_ = version;
   ++stats_.versions_loaded;
   if (releaser_.joinable()) releaser_.join();
-  releaser_ = std::thread([old = std::move(old)]() mutable { old.clear(); });
+  releaser_ = std::thread([old = std::move(old)]() mutable {
+    run_below_the_rest();
+    old.clear();
+  });
 }
 
 }  // namespace psched
