@@ -8,7 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -175,5 +178,38 @@ struct Job {
     return out;
   }
 };
+
+// Removes shard `shard`'s checkpoints and logs from `dir`.
+inline void remove_shard_files(const fs::path& dir, uint32_t shard) {
+  const std::string prefix = "shard-" + std::to_string(shard) + ".";
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().starts_with(prefix)) fs::remove(entry.path());
+}
+
+// The settings a Job's shards run with (any shard's): what its logs are replayed under.
+inline ShardSettings job_settings(uint32_t shards) {
+  return {ShardId(0), Mode::async, 1, 64, {}, true, {}, false, 0, {}, shards, 1};
+}
+
+// Every file of `dir`, by name: its bytes.
+inline std::map<std::string, std::string> contents(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    files[entry.path().filename().string()].assign(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
+}
+
+// A job on 2 shards in `dir` that trained steps 1 to `steps` and checkpointed after step 2:
+// its later steps are in its update logs alone, as a SIGKILL leaves them.
+inline std::vector<double> killed_after(const fs::path& dir, uint64_t steps) {
+  Job job(2, dir);
+  for (uint64_t step = 1; step <= steps; ++step) {
+    job.train(step);
+    if (step == 2) job.checkpoint();
+  }
+  return job.everything();
+}
 
 }  // namespace psched::testing

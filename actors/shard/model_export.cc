@@ -264,11 +264,8 @@ ExportReport export_model(const ExportOptions& options) {
   if (fs::exists(options.to))
     fail(ErrorCode::bad_config, "export: {} exists; name a new folder for the export",
          options.to.string());
-  fs::path staging = options.to;
-  staging += ".partial";
-  fs::remove_all(staging);  // an interrupted export's
-  try {
-    ExportReport report;
+  ExportReport report;
+  write_directory(options.to, ".partial", [&](const fs::path& staging) {
     const CheckpointSetOptions set{.dirs = options.from,
                                    .tool = kTool,
                                    .replay = options.replay,
@@ -280,14 +277,9 @@ ExportReport export_model(const ExportOptions& options) {
     Folder folder{staging, report};
     write_folder(shards, options, folder);
     fs::remove_all(set.scratch);
-    fs::rename(staging, options.to);
-    sync_directory(fs::absolute(options.to).parent_path());
-    return report;
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(staging, ignored);
-    throw;
-  }
+  });
+  sync_directory(fs::absolute(options.to).parent_path());
+  return report;
 }
 
 }  // namespace psched

@@ -7,7 +7,6 @@
 
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,6 +52,23 @@ Npy read_npy(const fs::path& file) {
 json read_manifest(const fs::path& folder) {
   std::ifstream in(folder / "manifest.json");
   return json::parse(in);
+}
+
+// Table `table`'s ids in the export in `folder`, each one's exported value checked against
+// `everything` (Job::everything: the shards' rows of "t" first, two values a row).
+std::vector<uint64_t> exported_rows(const fs::path& folder, const json& table,
+                                    const std::vector<double>& everything) {
+  const std::vector<uint64_t> ids =
+      read_npy(folder / table["ids"].get<std::string>()).as<uint64_t>();
+  const std::vector<double> values =
+      read_npy(folder / table["values"].get<std::string>()).as<double>();
+  REQUIRE(values.size() == 2 * ids.size());
+  for (size_t k = 0; k < ids.size(); ++k) {
+    CAPTURE(ids[k]);
+    CHECK(values[2 * k] == everything[2 * ids[k]]);
+    CHECK(values[2 * k + 1] == everything[2 * ids[k] + 1]);
+  }
+  return ids;
 }
 
 std::string refusal(const ExportOptions& options) {
@@ -127,21 +143,13 @@ TEST_CASE("an export holds every dense value and stored row as the shards do, an
   CHECK(t["optimizer"]["lr"] == 0.5);
   CHECK(t["state"].is_null());
   CHECK(!fs::exists(out.path / "tables/t/state.npy"));
-  const std::vector<uint64_t> ids = read_npy(out.path / t["ids"].get<std::string>()).as<uint64_t>();
-  const std::vector<double> values =
-      read_npy(out.path / t["values"].get<std::string>()).as<double>();
+  const std::vector<uint64_t> ids = exported_rows(out.path, t, everything);
   std::set<uint64_t> trained;
   for (uint64_t id = 0; id < kRows; id += 1 + id % 3) trained.insert(id);
   CHECK(std::set<uint64_t>(ids.begin(), ids.end()) == trained);
   CHECK(ids.size() == trained.size());
   CHECK(t["rows"] == ids.size());
   CHECK(report.rows == ids.size());
-  REQUIRE(values.size() == 2 * ids.size());
-  for (size_t k = 0; k < ids.size(); ++k) {
-    CAPTURE(ids[k]);
-    CHECK(values[2 * k] == everything[2 * ids[k]]);
-    CHECK(values[2 * k + 1] == everything[2 * ids[k] + 1]);
-  }
   fs::path partial = out.path;
   CHECK(!fs::exists(partial += ".partial"));
 }
@@ -173,43 +181,22 @@ TEST_CASE("with optimizer state, each dense slot and each row's state are export
 TEST_CASE("a killed job's logged updates are replayed into the export, its files kept") {
   testing::TempDir state, out;
   fs::remove_all(out.path);
-  {  // steps 3 and 4 in the update logs alone, as a SIGKILL leaves them
-    Job job(2, state.path);
-    for (uint64_t step = 1; step <= 4; ++step) {
-      job.train(step);
-      if (step == 2) job.checkpoint();
-    }
-  }
-  std::map<std::string, uintmax_t> files;  // name: size
-  for (const auto& entry : fs::directory_iterator(state.path))
-    files[entry.path().filename().string()] = entry.file_size();
-  const ShardSettings settings{ShardId(0), Mode::async, 1, 64, {}, true, {}, false, 0, {}, 2, 1};
+  const std::vector<double> everything = killed_after(state.path, 4);
+  const auto files = contents(state.path);
   const ExportReport report =
-      export_model({.from = {state.path}, .to = out.path, .replay = settings});
+      export_model({.from = {state.path}, .to = out.path, .replay = job_settings(2)});
   REQUIRE(report.replayed.size() == 2);
   CHECK(report.replayed[0].updates > 0);
   CHECK(report.replayed[1].updates > 0);
   CHECK(report.step == 4);
-  for (const auto& entry : fs::directory_iterator(state.path))
-    CHECK(files[entry.path().filename().string()] == entry.file_size());
+  CHECK(contents(state.path) == files);
   CHECK(!fs::exists(out.path / "restored"));
   const json m = read_manifest(out.path);
   CHECK(m["step"] == 4);
   REQUIRE(m["replayed"].size() == 2);
   CHECK(m["replayed"][1]["updates"] == report.replayed[1].updates);
   CHECK(m["checkpoints"][0] == report.replayed[0].checkpoint.string());
-  Job job(2, state.path);  // restored, its logs replayed: what the shards acknowledged
-  const std::vector<double> everything = job.everything();
-  const json& t = m["tables"][0];
-  const std::vector<uint64_t> ids = read_npy(out.path / t["ids"].get<std::string>()).as<uint64_t>();
-  const std::vector<double> values =
-      read_npy(out.path / t["values"].get<std::string>()).as<double>();
-  REQUIRE(values.size() == 2 * ids.size());
-  for (size_t k = 0; k < ids.size(); ++k) {
-    CAPTURE(ids[k]);
-    CHECK(values[2 * k] == everything[2 * ids[k]]);
-    CHECK(values[2 * k + 1] == everything[2 * ids[k] + 1]);
-  }
+  CHECK(exported_rows(out.path, m["tables"][0], everything).size() == m["tables"][0]["rows"]);
 }
 
 TEST_CASE("an incomplete set, two jobs, logged updates or an existing folder are refused") {
@@ -219,17 +206,14 @@ TEST_CASE("an incomplete set, two jobs, logged updates or an existing folder are
   trained_job(b.path, 2);
   const ExportOptions options{.from = {a.path}, .to = out.path};
   SUBCASE("a shard missing") {
-    for (const auto& entry : fs::directory_iterator(a.path))
-      if (entry.path().filename().string().starts_with("shard-1.")) fs::remove(entry.path());
+    remove_shard_files(a.path, 1);
     CHECK(refusal(options) ==
           "export: the set is incomplete: the job ran on 2 shards and shard 1 has no checkpoint "
           "in the directories given");
   }
   SUBCASE("two jobs") {
-    for (const auto& entry : fs::directory_iterator(a.path))
-      if (entry.path().filename().string().starts_with("shard-1.")) fs::remove(entry.path());
-    for (const auto& entry : fs::directory_iterator(b.path))
-      if (entry.path().filename().string().starts_with("shard-0.")) fs::remove(entry.path());
+    remove_shard_files(a.path, 1);
+    remove_shard_files(b.path, 0);
     const std::string why = refusal({.from = {a.path, b.path}, .to = out.path});
     CHECK(why.starts_with("export: "));
     CHECK(why.find("are not of one job: job 0000000000000001") != std::string::npos);

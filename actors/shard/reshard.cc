@@ -274,11 +274,8 @@ ReshardReport reshard(const ReshardOptions& options) {
   if (fs::exists(options.to))
     fail(ErrorCode::bad_config, "reshard: {} exists; name a new directory for the new shards",
          options.to.string());
-  fs::path staging = options.to;
-  staging += ".reshard-partial";
-  fs::remove_all(staging);  // an interrupted reshard's
-  try {
-    ReshardReport report;
+  ReshardReport report;
+  write_directory(options.to, ".reshard-partial", [&](const fs::path& staging) {
     const CheckpointSetOptions set{.dirs = options.from,
                                    .tool = "reshard",
                                    .replay = options.replay,
@@ -290,13 +287,8 @@ ReshardReport reshard(const ReshardOptions& options) {
     report.slots_moved = shards[0].header.map.moved_to(report.map);
     write_job(shards, options, staging, report);
     fs::remove_all(set.scratch);
-    fs::rename(staging, options.to);
-    return report;
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(staging, ignored);
-    throw;
-  }
+  });
+  return report;
 }
 
 }  // namespace psched

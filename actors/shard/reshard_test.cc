@@ -38,36 +38,10 @@ std::string refusal(const ReshardOptions& options) {
   return "(no refusal)";
 }
 
-// The settings a Job's shards run with (any shard's): what its logs are replayed under.
-ShardSettings job_settings(uint32_t shards) {
-  return {ShardId(0), Mode::async, 1, 64, {}, true, {}, false, 0, {}, shards, 1};
-}
-
-// Every file of `dir`, by name: its bytes.
-std::map<std::string, std::string> contents(const fs::path& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    files[entry.path().filename().string()].assign(std::istreambuf_iterator<char>(in), {});
-  }
-  return files;
-}
-
 // The newest update log of shard `id` in `dir`.
 fs::path newest_log(const fs::path& dir, uint32_t id) {
   ShardStore store(dir, ShardId(id));
   return store.log_file(store.newest_generation());
-}
-
-// A job on 2 shards in `dir` that trained steps 1 to `steps` and checkpointed after step 2:
-// its later steps are in its update logs alone, as a SIGKILL leaves them.
-std::vector<double> killed_after(const fs::path& dir, uint64_t steps) {
-  Job job(2, dir);
-  for (uint64_t step = 1; step <= steps; ++step) {
-    job.train(step);
-    if (step == 2) job.checkpoint();
-  }
-  return job.everything();
 }
 
 }  // namespace
@@ -241,17 +215,14 @@ TEST_CASE("a set with a shard missing, from two jobs, or with logged updates is 
   }
   const ReshardOptions options{.from = {a.path}, .to = out.path, .shards = 3};
   SUBCASE("a shard missing") {
-    for (const auto& entry : fs::directory_iterator(a.path))
-      if (entry.path().filename().string().starts_with("shard-1.")) fs::remove(entry.path());
+    remove_shard_files(a.path, 1);
     CHECK(refusal(options) ==
           "reshard: the set is incomplete: the job ran on 2 shards and shard 1 has no checkpoint "
           "in the directories given");
   }
   SUBCASE("two jobs") {
-    for (const auto& entry : fs::directory_iterator(a.path))
-      if (entry.path().filename().string().starts_with("shard-1.")) fs::remove(entry.path());
-    for (const auto& entry : fs::directory_iterator(b.path))
-      if (entry.path().filename().string().starts_with("shard-0.")) fs::remove(entry.path());
+    remove_shard_files(a.path, 1);
+    remove_shard_files(b.path, 0);
     const std::string why = refusal({.from = {a.path, b.path}, .to = out.path, .shards = 3});
     CHECK(why.find("are not of one job: job 0000000000000001") != std::string::npos);
     CHECK(why.find("and job 0000000000000002") != std::string::npos);
