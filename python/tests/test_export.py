@@ -215,3 +215,50 @@ def test_a_distributed_model_refuses_load_state_dict_pickling_and_deepcopy(start
     loaded = torch.load(saved)
     assert loaded.bags[0].name == "table0"
     assert copy.deepcopy(fresh).bags[1].num_embeddings == ROWS
+
+
+class _PaddedModel(torch.nn.Module):
+    """An Embedding and a mean EmbeddingBag with padding ids, and a linear layer over both."""
+
+    def __init__(self):
+        super().__init__()
+        self.words = psched.torch.Embedding(50, 4, padding_idx=0, optimizer="sgd", lr=0.5,
+                                            init=("normal", 0.0, 1.0), seed=5)
+        self.bag = psched.torch.EmbeddingBag(30, 4, mode="mean", padding_idx=1,
+                                             optimizer="rowwise_adagrad", lr=0.5, seed=6)
+        self.out = torch.nn.Linear(8, 1)
+
+    def forward(self, words, ids, offsets):
+        return self.out(torch.cat([self.words(words).sum(1), self.bag(ids, offsets)], 1))
+
+
+def test_embeddings_and_mean_bags_with_padding_become_torchs_and_predict_the_same(start_server,
+                                                                                  tmp_path):
+    server = start_server(mode="sync", checkpoint=True, optimizer="sgd", lr=0.1)
+    torch.manual_seed(0)
+    model = psched.torch.DistributedModel(_PaddedModel(), config=server.config)
+    g = torch.Generator().manual_seed(3)
+
+    def batch():
+        words = torch.randint(0, 50, (16, 3), generator=g)
+        ids = torch.randint(0, 30, (80,), generator=g)
+        offsets = torch.arange(0, 80, 5)
+        return words, ids, offsets
+
+    for _ in range(3):
+        model(*batch()).square().mean().backward()
+    held_out = [batch() for _ in range(2)]
+    held_out[0][0][0] = 0  # the padding ids appear
+    held_out[0][1][:5] = 1
+    with torch.no_grad():
+        expected = [model(*b) for b in held_out]
+    model.client.close()
+    server.stop()
+    psched.torch.export(model, tmp_path / "model", [server.state])
+    local = psched.torch.to_local(_PaddedModel(), tmp_path / "model")
+    assert type(local.words) is torch.nn.Embedding and local.words.padding_idx == 0
+    assert type(local.bag) is torch.nn.EmbeddingBag and local.bag.mode == "mean"
+    assert local.bag.padding_idx == 1 and not local.words.weight[0].any()
+    with torch.no_grad():
+        for b, want in zip(held_out, expected):
+            assert torch.equal(local(*b), want)
