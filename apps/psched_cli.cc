@@ -26,6 +26,7 @@
 // first. Exits 0 when the folder is in place, 2 (nothing written) otherwise. From running shards
 // it cannot: a shard checkpoints on its interval or when stopped, never on request, so stop the
 // job's servers first (SIGTERM checkpoints them).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -353,7 +354,8 @@ int run_export(const ExportArgs& args) {
       "exported the job of {} shard(s) at step {}: {} dense variable(s), {} table(s), {} row(s); "
       "{} written in {:.2f} s ({}/s) to {}\n",
       r.shards, r.step, r.variables, r.tables, r.rows, human_bytes(r.bytes_written), seconds,
-      human_bytes(static_cast<uint64_t>(static_cast<double>(r.bytes_written) / seconds)),
+      human_bytes(
+          static_cast<uint64_t>(static_cast<double>(r.bytes_written) / std::max(seconds, 1e-6))),
       options.to.string());
   return 0;
 }

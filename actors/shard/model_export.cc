@@ -24,6 +24,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr std::string_view kTool = "export";
+// A table of at most this many rows has its ids written as int64, a larger one as uint64.
+constexpr uint64_t kIdsAsInt64 = uint64_t{1} << 63;
 // Elements of a dense variable's optimizer state copied out at a time.
 constexpr uint64_t kStateChunkBytes = 1 << 20;
 
@@ -146,7 +148,9 @@ json open_table(const std::vector<const SavedKind*>& heads, bool state, Folder& 
   const std::string base = "tables/" + file_name(spec.name) + "/";
   out.row_bytes = spec.row_bytes();
   out.state_bytes = state_elements * bytes;
-  out.ids = folder.open(base + "ids.npy", "<u8", {rows}, sizeof(uint64_t));
+  // int64, what torch.from_numpy takes (no uint64 tensors), wherever every id fits.
+  const bool signed_ids = spec.num_embeddings <= kIdsAsInt64;
+  out.ids = folder.open(base + "ids.npy", signed_ids ? "<i8" : "<u8", {rows}, sizeof(uint64_t));
   out.values = folder.open(base + "values.npy", npy_descr(spec.dtype), {rows, spec.dim}, bytes);
   if (state)
     out.state =
@@ -163,6 +167,7 @@ json open_table(const std::vector<const SavedKind*>& heads, bool state, Folder& 
           {"step", heads[0]->step.value},
           {"optimizer", row_optimizer_json(spec.optimizer)},
           {"ids", base + "ids.npy"},
+          {"ids_dtype", signed_ids ? "int64" : "uint64"},
           {"values", base + "values.npy"},
           {"state", state ? json(base + "state.npy") : json(nullptr)},
           {"state_elements", state_elements}};

@@ -5,7 +5,8 @@
 //
 //   manifest.json               what is where, and what the model is (below)
 //   dense/<name>.npy            each dense variable, whole, in its shape and dtype
-//   tables/<name>/ids.npy       each table's stored rows' ids: uint64, (rows,)
+//   tables/<name>/ids.npy       each table's stored rows' ids, (rows,): int64 (which
+//                               torch.from_numpy takes) unless num_embeddings > 2^63: uint64
 //   tables/<name>/values.npy    their values: (rows, dim), the table's dtype; row k is id ids[k]'s
 // and only with `with_optimizer_state`:
 //   dense/<name>.state<k>.npy   a dense variable's optimizer state slot k, in its shape
@@ -32,7 +33,7 @@
 // whether optimizer state is in; per dense variable its name, file, shape, dtype, step,
 // optimizer (kind and hyper-parameters) and state files; per table its name, num_embeddings,
 // dim, dtype, rows, init (kind, a, b), seed, max_rows, admit_after, step, row optimizer, and
-// its ids, values and state files with state_elements.
+// its ids (with ids_dtype), values and state files with state_elements.
 //
 // Streamed: every shard's checkpoint is read as `psched reshard` reads it (checkpoint_set.h):
 // the dense variables and table heads in memory, the rows from the files through a 1 MiB

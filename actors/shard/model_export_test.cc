@@ -142,6 +142,8 @@ TEST_CASE("an export holds every dense value and stored row as the shards do, an
   CHECK(t["optimizer"]["kind"] == "adagrad");
   CHECK(t["optimizer"]["lr"] == 0.5);
   CHECK(t["state"].is_null());
+  CHECK(t["ids_dtype"] == "int64");
+  CHECK(read_npy(out.path / "tables/t/ids.npy").header.starts_with("{'descr': '<i8'"));
   CHECK(!fs::exists(out.path / "tables/t/state.npy"));
   const std::vector<uint64_t> ids = exported_rows(out.path, t, everything);
   std::set<uint64_t> trained;

@@ -94,7 +94,9 @@ def test_an_export_is_numpy_files_and_a_manifest(start_server, tmp_path):
     ids = np.load(tmp_path / "plain" / table["ids"], mmap_mode="r")
     values = np.load(tmp_path / "plain" / table["values"], mmap_mode="r")
     state = np.load(tmp_path / "plain" / table["state"])
-    assert ids.dtype == np.uint64 and len(np.unique(ids)) == len(ids) == table["rows"] > 0
+    assert ids.dtype == np.int64 and table["ids_dtype"] == "int64"
+    assert torch.from_numpy(ids.copy()).dtype == torch.int64
+    assert len(np.unique(ids)) == len(ids) == table["rows"] > 0
     assert values.shape == (len(ids), DIM) and values.dtype == np.float32
     assert state.shape == (len(ids), DIM) and (state > 0).all()  # adagrad's sums, all trained
     dense = {entry["name"]: entry for entry in manifest["dense"]}
