@@ -26,7 +26,7 @@ using nlohmann::json;
 constexpr std::string_view kTool = "export";
 // A table of at most this many rows has its ids written as int64, a larger one as uint64.
 constexpr uint64_t kIdsAsInt64 = uint64_t{1} << 63;
-// Elements of a dense variable's optimizer state copied out at a time.
+// Bytes of a dense variable's optimizer state copied out at a time.
 constexpr uint64_t kStateChunkBytes = 1 << 20;
 
 // `name` as a file name: [A-Za-z0-9_.-] kept (a leading '.' not), every other byte %XX.
