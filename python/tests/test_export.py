@@ -8,7 +8,9 @@ to use instead."""
 import copy
 import io
 import json
+import os
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -264,3 +266,20 @@ def test_embeddings_and_mean_bags_with_padding_become_torchs_and_predict_the_sam
     with torch.no_grad():
         for b, want in zip(held_out, expected):
             assert torch.equal(local(*b), want)
+
+
+def test_the_command_line_refuses_with_exit_status_2_naming_what_is_wrong(tmp_path):
+    cli = pathlib.Path(os.environ.get("PSCHED_SERVER", "build/apps/psched-server")).with_name(
+        "psched")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "taken").mkdir()
+    for to, more, why in (
+            ("out", [], f"export: {tmp_path / 'empty'} holds no shard checkpoint"),
+            ("taken", [], "exists; name a new folder for the export"),
+            ("out", ["--accept-log-loss"], "export: --accept-log-loss without --from-config")):
+        run = subprocess.run([str(cli), "export", "--from", str(tmp_path / "empty"), "--to",
+                              str(tmp_path / to), *more], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        assert run.returncode == 2 and why in run.stderr and run.stderr.startswith(
+            "psched export: ") and "export: export:" not in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()
