@@ -19,6 +19,15 @@
 // and --accept-log-loss goes on past a damaged or missing log as psched-server's does. The old
 // shards' files are not changed. Exits 0 when the new checkpoints are in place, 2 (nothing
 // written) otherwise.
+// `psched export --from DIR... --to DIR [--with-optimizer-state] [--from-config FILE
+// [--accept-log-loss]]` writes a stopped job's trained model out of its checkpoints into a
+// folder of .npy files and a JSON manifest that numpy and torch read without psched
+// (actors/shard/model_export.h; psched.torch.to_local builds a plain torch module from it).
+// --from-config and --accept-log-loss as reshard's: a killed job's logged updates are replayed
+// first. Exits 0 when the folder is in place, 2 (nothing written) otherwise. From running shards
+// it cannot: a shard checkpoints on its interval or when stopped, never on request, so stop the
+// job's servers first (SIGTERM checkpoints them).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -37,6 +46,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/shard/model_export.h"
 #include "actors/shard/reshard.h"
 #include "common/error.h"
 #include "config/deployment.h"
@@ -237,6 +247,45 @@ bool all_answer(const std::vector<psched::ListenAddress>& views, double wait_sec
   }
 }
 
+// The settings a job's logged updates are replayed under (CheckpointSetOptions::replay): those
+// of `from_config`, the deployment file its servers ran with, with `accept_log_loss`; none when
+// no file is given. `tool` begins the messages.
+std::optional<psched::ShardSettings> replay_settings(std::string_view tool,
+                                                     const std::string& from_config,
+                                                     bool accept_log_loss) {
+  if (from_config.empty()) {
+    if (accept_log_loss)
+      psched::fail(psched::ErrorCode::bad_config,
+                   "{}: --accept-log-loss without --from-config: the logs are replayed under the "
+                   "deployment file the job ran with",
+                   tool);
+    return std::nullopt;
+  }
+  psched::DeploymentConfig previous = psched::load_deployment(from_config);
+  previous.checkpoint.accept_log_loss = accept_log_loss;
+  return psched::shard_settings(previous, psched::ShardId(0));
+}
+
+// --from-config and --accept-log-loss, for `command`, into `from_config` and `accept_log_loss`.
+void add_replay_options(CLI::App* command, std::string& from_config, bool& accept_log_loss) {
+  command
+      ->add_option("--from-config", from_config,
+                   "the deployment file the job's servers ran with: updates logged after a "
+                   "shard's checkpoint are replayed under it")
+      ->check(CLI::ExistingFile);
+  command->add_flag("--accept-log-loss", accept_log_loss,
+                    "go on past a damaged or missing update log, losing the updates it held (as "
+                    "psched-server --accept-log-loss)");
+}
+
+// A refusal of `psched <tool>` on stderr; exit status 2. The tool's own messages begin
+// "<tool>: "; what it passes on from a file, not.
+int refused(std::string_view tool, std::string_view why) {
+  const bool named = why.starts_with(tool) && why.substr(tool.size()).starts_with(": ");
+  fmt::print(stderr, "psched {}{}{}\n", named ? "" : tool, named ? "" : ": ", why);
+  return 2;
+}
+
 // What `psched reshard` was given.
 struct ReshardArgs {
   std::vector<std::string> from;
@@ -283,28 +332,25 @@ psched::ReshardOptions reshard_options(const ReshardArgs& args) {
                  "reshard: give the new number of shards (--shards M) or the new deployment "
                  "file (--to-config FILE)");
   }
-  if (!args.from_config.empty()) {
-    psched::DeploymentConfig previous = psched::load_deployment(args.from_config);
-    previous.checkpoint.accept_log_loss = args.accept_log_loss;
-    options.replay = psched::shard_settings(previous, psched::ShardId(0));
-    options.replay_source = "--from-config " + args.from_config;
-  } else if (args.accept_log_loss) {
-    psched::fail(ErrorCode::bad_config,
-                 "reshard: --accept-log-loss without --from-config: the logs are replayed under "
-                 "the deployment file the job ran with");
-  }
+  options.replay = replay_settings("reshard", args.from_config, args.accept_log_loss);
+  if (options.replay) options.replay_source = "--from-config " + args.from_config;
   return options;
 }
 
-int run_reshard(const ReshardArgs& args) {
-  const psched::ReshardReport r = psched::reshard(reshard_options(args));
-  for (const auto& replay : r.replayed) {
+// The lines that say which shards were restored from their logs, and what that dropped or lost.
+void print_replays(const std::vector<psched::ShardReplay>& replayed) {
+  for (const auto& replay : replayed) {
     fmt::print("shard {}: restored from {} and its logs, {} logged update(s) replayed\n",
                replay.shard, replay.checkpoint.string(), replay.updates);
     for (const auto& dropped : replay.dropped) fmt::print("shard {}: {}\n", replay.shard, dropped);
     if (!replay.lost.empty())
       fmt::print("shard {}: LOST (--accept-log-loss): {}\n", replay.shard, replay.lost);
   }
+}
+
+int run_reshard(const ReshardArgs& args) {
+  const psched::ReshardReport r = psched::reshard(reshard_options(args));
+  print_replays(r.replayed);
   fmt::print(
       "placed the job of {} shard(s) on {}: slot map epoch {}, {} of {} slots moved; {} dense "
       "variable(s), {} table(s), {} row(s) ({} moved to another shard, {} of rows)\n",
@@ -315,6 +361,48 @@ int run_reshard(const ReshardArgs& args) {
                r.rows_evicted);
   for (const auto& file : r.written) fmt::print("wrote {}\n", file.string());
   return 0;
+}
+
+// What `psched export` was given.
+struct ExportArgs {
+  std::vector<std::string> from;
+  std::string to, from_config;
+  bool with_optimizer_state = false, accept_log_loss = false;
+};
+
+int run_export(const ExportArgs& args) {
+  psched::ExportOptions options{.from = {args.from.begin(), args.from.end()},
+                                .to = args.to,
+                                .with_optimizer_state = args.with_optimizer_state};
+  options.replay = replay_settings("export", args.from_config, args.accept_log_loss);
+  if (options.replay) options.replay_source = "--from-config " + args.from_config;
+  const auto start = std::chrono::steady_clock::now();
+  const psched::ExportReport r = psched::export_model(options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  print_replays(r.replayed);
+  fmt::print(
+      "exported the job of {} shard(s) at step {}: {} dense variable(s), {} table(s), {} row(s); "
+      "{} written in {:.2f} s ({}/s) to {}\n",
+      r.shards, r.step, r.variables, r.tables, r.rows, human_bytes(r.bytes_written), seconds,
+      human_bytes(
+          static_cast<uint64_t>(static_cast<double>(r.bytes_written) / std::max(seconds, 1e-6))),
+      options.to.string());
+  return 0;
+}
+
+// `psched export`'s options into `args`.
+CLI::App* add_export(CLI::App& app, ExportArgs& args) {
+  CLI::App* command = app.add_subcommand(
+      "export", "write a stopped job's model out of its checkpoints: .npy files and a manifest");
+  command->add_option("--from", args.from, "directories holding the job's checkpoints and logs")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  command->add_option("--to", args.to, "the folder to write (must not exist)")->required();
+  command->add_flag("--with-optimizer-state", args.with_optimizer_state,
+                    "also each variable's and row's optimizer state");
+  add_replay_options(command, args.from_config, args.accept_log_loss);
+  return command;
 }
 
 }  // namespace
@@ -358,23 +446,24 @@ int main(int argc, char** argv) {
                    "of shards and split_bytes")
       ->check(CLI::ExistingFile)
       ->excludes(to);
-  reshard_command
-      ->add_option("--from-config", reshard_args.from_config,
-                   "the deployment file the job's servers ran with: updates logged after a "
-                   "shard's checkpoint are replayed under it")
-      ->check(CLI::ExistingFile);
-  reshard_command->add_flag("--accept-log-loss", reshard_args.accept_log_loss,
-                            "go on past a damaged or missing update log, losing the updates "
-                            "it held (as psched-server --accept-log-loss)");
+  add_replay_options(reshard_command, reshard_args.from_config, reshard_args.accept_log_loss);
+  ExportArgs export_args;
+  CLI::App* export_command = add_export(app, export_args);
   CLI11_PARSE(app, argc, argv);
+  if (export_command->parsed()) {
+    try {
+      return run_export(export_args);
+    } catch (const psched::Error& e) {
+      return refused("export", e.what());
+    } catch (const std::filesystem::filesystem_error& e) {
+      return refused("export", e.what());
+    }
+  }
   if (reshard_command->parsed()) {
     try {
       return run_reshard(reshard_args);
     } catch (const psched::Error& e) {
-      // reshard()'s own messages begin "reshard: "; what it passes on from a file, not.
-      const std::string_view why = e.what();
-      fmt::print(stderr, "psched {}{}\n", why.starts_with("reshard: ") ? "" : "reshard: ", why);
-      return 2;
+      return refused("reshard", e.what());
     }
   }
   try {

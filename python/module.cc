@@ -347,4 +347,5 @@ PYBIND11_MODULE(_core, m) {
   bind_deployment(m);
   bind_client_options(m);
   bind_client(m);
+  bind_export(m);
 }

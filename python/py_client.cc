@@ -118,6 +118,8 @@ optim::RowOptimizerSpec row_optimizer(const std::string& name,
   return spec;
 }
 
+}  // namespace
+
 RowInit row_init(const py::tuple& init) {
   const std::string kind = init.empty() ? "" : py::str(init[0]).cast<std::string>();
   RowInit out;
@@ -130,8 +132,6 @@ RowInit row_init(const py::tuple& init) {
        "init {} is none of ('zeros',), ('uniform', low, high), ('normal', mean, std)",
        py::repr(init).cast<std::string>());
 }
-
-}  // namespace
 
 PyClient::PyClient(ClientOptions options) {
   py::gil_scoped_release unlocked;

@@ -27,6 +27,13 @@ namespace psched::python {
 
 namespace py = pybind11;
 
+// A table's init from Python's tuple: ("zeros",), ("uniform", low, high) or ("normal", mean,
+// std); throws Error(invalid_argument) showing the tuple for any other.
+RowInit row_init(const py::tuple& init);
+
+// The module's functions of psched export (python/py_export.cc): initial_rows, export_model.
+void bind_export(py::module_& m);
+
 // A registered variable as Python sees it.
 struct PyVariable {
   std::string name;

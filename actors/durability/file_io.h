@@ -28,6 +28,25 @@ std::vector<std::byte> read_file(const std::filesystem::path& file);
 // `file` when they cannot be read (a short file, an I/O error).
 void read_at(int fd, const std::filesystem::path& file, uint64_t offset, std::span<std::byte> out);
 
+// Writes a directory as a whole: removes `to` + `suffix` (an interrupted run's), calls
+// `write(staging)` with that path, then renames it to `to`. When anything throws, removes the
+// staging directory and rethrows, so `to` appears whole or not at all (psched reshard, psched
+// export).
+template <typename Write>
+void write_directory(const std::filesystem::path& to, const char* suffix, const Write& write) {
+  std::filesystem::path staging = to;
+  staging += suffix;
+  std::filesystem::remove_all(staging);
+  try {
+    write(staging);
+    std::filesystem::rename(staging, to);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove_all(staging, ignored);
+    throw;
+  }
+}
+
 // `length` bytes of a file from `offset` on, read in order through a buffer of its own: what
 // restores a checkpoint's table rows without holding the file in memory.
 class FileSource final : public ByteSource {

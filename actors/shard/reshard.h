@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/shard/checkpoint_set.h"
 #include "common/shard_settings.h"
 #include "common/slot_map.h"
 
@@ -64,26 +65,12 @@ struct ReshardOptions {
   // or whole as the old shards held it (what a deployment that keeps its split_bytes does; a
   // job on one shard held all whole, so then the default split_bytes, 4 MiB, decides).
   uint64_t split_bytes = 0;
-  // The settings the job's servers ran with (config/deployment.h shard_settings of the old
-  // deployment file, any shard's: the id and checkpoint directory are set per shard), under
-  // which a shard's logged updates are replayed: its mode, workers and shard count must be the
-  // checkpoints'; its step rules (staleness, table_mode, tables:, min_workers) decide how a
-  // replayed push applies, as at the server's start. Its accept_log_loss goes on past a damaged
-  // or missing log, losing the updates it held (psched-server --accept-log-loss). The replay
-  // runs on the CPU (a shard's device: is not opened). Absent: a shard that needs a replay
-  // (updates logged after its checkpoint, a log damaged or missing, a newer checkpoint
+  // The settings the job's servers ran with, under which a shard's logged updates are replayed
+  // (CheckpointSetOptions::replay, actors/shard/checkpoint_set.h). Absent: a shard that needs a
+  // replay (updates logged after its checkpoint, a log damaged or missing, a newer checkpoint
   // corrupt) is refused.
   std::optional<ShardSettings> replay;
   std::string replay_source;  // names `replay` in messages ("--from-config deployment.yaml")
-};
-
-// An old shard restored from its checkpoint and logs before it was placed.
-struct ReshardReplay {
-  uint32_t shard = 0;
-  std::filesystem::path checkpoint;  // the old checkpoint it started from
-  uint64_t updates = 0;              // logged updates replayed
-  std::vector<std::string> dropped;  // torn last records dropped (never acknowledged)
-  std::string lost;                  // with accept_log_loss: the damage gone past, what it lost
 };
 
 struct ReshardReport {
@@ -97,7 +84,7 @@ struct ReshardReport {
   uint64_t row_bytes = 0;     // bytes of rows read (ids, values and state)
   uint64_t rows_evicted = 0;  // rows over a table's max_rows on a new shard, left out
   std::vector<std::filesystem::path> written;  // the new checkpoints, shard 0 first
-  std::vector<ReshardReplay> replayed;         // the old shards restored from their logs
+  std::vector<ShardReplay> replayed;           // the old shards restored from their logs
 };
 
 // Places the job whose checkpoints and logs are in `options.from` on `options.shards` shards,

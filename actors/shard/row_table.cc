@@ -5,7 +5,6 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <numbers>
 #include <numeric>
 #include <utility>
 
@@ -13,32 +12,13 @@
 #include <fmt/ranges.h>
 
 #include "actors/durability/state_codec.h"
+#include "actors/shard/row_init.h"
 #include "actors/shard/row_order.h"
 #include "common/check.h"
 #include "common/error.h"
 
 namespace psched {
 namespace {
-
-// A double on [0, 1) from the top 53 bits of `bits`.
-double unit(uint64_t bits) {
-  return double(bits >> 11) * 0x1.0p-53;
-}
-
-// Element `j` of the initial row whose stream is `key`, as a double.
-double initial_element(const RowInit& init, uint64_t key, uint64_t j) {
-  switch (init.kind) {
-    case RowInit::Kind::zeros:
-      return 0;
-    case RowInit::Kind::uniform:
-      return init.a + (init.b - init.a) * unit(mix64(key + j));
-    case RowInit::Kind::normal: {  // Box-Muller on two draws of the element's own
-      const double u1 = 1 - unit(mix64(key + 2 * j)), u2 = unit(mix64(key + 2 * j + 1));
-      return init.a + init.b * std::sqrt(-2 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
-    }
-  }
-  return 0;
-}
 
 template <typename T>
 std::span<T> as_span(std::byte* bytes, uint64_t n) {
@@ -334,14 +314,7 @@ void RowTable::read(std::span<const uint64_t> ids, std::span<std::byte> out) con
 }
 
 void RowTable::initial_row(uint64_t id, std::span<std::byte> out) const {
-  PSCHED_REQUIRE(out.size() == spec_.row_bytes(), out.size());
-  const uint64_t key = mix64(spec_.seed ^ mix64(id));
-  visit_dtype(spec_.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    auto row = as_span<T>(out.data(), spec_.dim);
-    for (uint32_t j = 0; j < spec_.dim; ++j)
-      row[j] = static_cast<T>(initial_element(spec_.init, key, j));
-  });
+  psched::initial_row(spec_, id, out);
 }
 
 std::byte* RowTable::block(uint32_t slot) {

@@ -11,6 +11,10 @@ or by hand, with a psched-server running on the deployment, once per worker:
     PYTHONPATH=build/python PSCHED_CONFIG=configs/sync.yaml RANK=0 WORLD_SIZE=2 \\
         /usr/bin/python3 python/examples/train_ctr.py
 
+and, once the shards have stopped and `psched export` wrote their model to a folder, that model
+evaluated in plain torch with no shard running (what scripts/example-ctr ends with):
+    PYTHONPATH=build/python /usr/bin/python3 python/examples/train_ctr.py --evaluate-export DIR
+
 or without psched, in one process with plain torch (torch.nn.EmbeddingBag(sparse=True) and
 torch.optim.Adagrad for the tables, torch.optim.Adam for the rest), the same run's reference:
     /usr/bin/python3 python/examples/train_ctr.py --local
@@ -57,13 +61,36 @@ def parse_args():
     parser.add_argument("--eval-every", type=int, default=32, help="steps between evaluations")
     parser.add_argument("--seed", type=int, default=0, help="data, teacher, weights, order")
     parser.add_argument("--check", action="store_true", help="fail unless the model learned")
+    parser.add_argument("--evaluate-export", metavar="FOLDER",
+                        help="evaluate the model `psched export` wrote to FOLDER with plain torch "
+                        "(psched.torch.to_local) on the held-out set, and stop; give the "
+                        "training's --tables, --rows, --dim, --ids-per-bag, --test and --seed")
     return parser.parse_args()
+
+
+def evaluate_export(args):
+    """The exported model, a plain torch module (psched.torch.to_local), on the held-out set."""
+    import psched.export
+    import psched.torch
+    folder = psched.export.load(args.evaluate_export)
+    model = psched.torch.to_local(
+        ClickModel(args.tables, args.dim, psched_bags(args.rows, args.dim, args.row_lr)), folder)
+    log = ClickLog(args.tables, args.rows, args.ids_per_bag, args.seed)
+    x_test, ids_test, y_test = log.sample(args.test, torch.Generator().manual_seed(
+        args.seed * 1000 + 2))
+    with torch.no_grad():
+        logloss, auc = logloss_and_auc(model(x_test, ids_test), y_test)
+    say(f"exported model, plain torch: step {folder.step:4d}  test logloss {logloss:.4f}  auc "
+        f"{auc:.4f}")
+    return 0
 
 
 def main():
     args = parse_args()
     torch.set_num_threads(1)  # small model; leave the cores to the other workers and shards
     torch.manual_seed(args.seed)
+    if args.evaluate_export:
+        return evaluate_export(args)
     if args.local:
         model = ClickModel(args.tables, args.dim, torch_bags(args.rows, args.dim))
         row_optimizer = torch.optim.Adagrad(model.bags.parameters(), lr=args.row_lr)

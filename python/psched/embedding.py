@@ -284,6 +284,55 @@ class _Rows(torch.nn.Module):
         while self._unwaited and self._unwaited[0] <= upto:
             self.client.wait_rows(self.table, self._unwaited.pop(0))
 
+    def get_extra_state(self):
+        """The table's entry in torch's state_dict ("<module>._extra_state"): it names the table
+        and its shape, for its rows are on the shards, not in the state dict (they leave
+        through `psched export` and psched.torch.to_local)."""
+        return {"psched_table": self.name, "num_embeddings": self.num_embeddings,
+                "embedding_dim": self.embedding_dim, "dtype": _DTYPES[self.dtype],
+                "rows": "on the shards (psched export writes them out)"}
+
+    def set_extra_state(self, state):
+        """load_state_dict of an entry get_extra_state() made: checks that it names a table of
+        this name, shape and dtype (psched.Error naming the difference); the rows stay as the
+        shards hold them."""
+        mine = self.get_extra_state()
+        if not isinstance(state, dict) or "psched_table" not in state:
+            raise psched.Error(f"table '{self.name}': its state dict entry is {state!r}, not a "
+                               "psched table's")
+        for key in ("num_embeddings", "embedding_dim", "dtype"):
+            if state.get(key) != mine[key]:
+                raise psched.Error(
+                    f"table '{self.name}': the state dict's table '{state['psched_table']}' has "
+                    f"{key} {state.get(key)!r} where this one has {mine[key]!r}")
+        if self.name is not None and state["psched_table"] != self.name:
+            raise psched.Error(f"table '{self.name}': the state dict names table "
+                               f"'{state['psched_table']}'")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        weight = state_dict.get(prefix + "weight")
+        if weight is not None:  # refused even with strict=False, which would drop it silently
+            raise psched.Error(
+                f"psched.torch.{type(self).__name__} '{self.name or prefix[:-1]}' cannot load "
+                f"'{prefix}weight' (a torch table's rows, shape {tuple(weight.shape)}): its rows "
+                "live on the shards, start from init= and seed= and change only by its row "
+                "optimizer; nothing sets them from a tensor. Keep a table given from outside in "
+                f"torch.nn.{type(self).__name__}; to bring a psched table's rows into torch, "
+                "use psched.torch.to_local(model, export)")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
+    def __reduce_ex__(self, protocol):
+        if self.client is not None:
+            raise psched.Error(
+                f"table '{self.name}' cannot be pickled or deep-copied (torch.save, "
+                "copy.deepcopy): it holds a live connection to the shards, which hold its rows. "
+                "Save the model's state_dict() (it names the table), or write the job's model "
+                "with `psched export` and make a plain torch module of it with "
+                "psched.torch.to_local(model, folder)")
+        return super().__reduce_ex__(protocol)
+
     def extra_repr(self):
         padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
         optimizer = self.optimizer or "the deployment's"

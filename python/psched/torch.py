@@ -51,23 +51,38 @@ worker may evaluate while the others train (psched/embedding.py has the rules).
 model.prefetch({table: next_input, ...}) between a step's forward and backward starts the pulls
 of the next step's rows, so they travel while this step computes (docs/embeddings.md).
 
+The trained model leaves psched (docs/embeddings.md, "Export and serve"): once the job's shards
+have stopped, `psched export` (or export(model, folder, checkpoint_dirs) from the trainer, which
+adds the module's buffers) writes it as .npy files and a JSON manifest, and to_local(model,
+folder) makes a plain torch.nn.Module of it, each psched table a torch.nn.EmbeddingBag or
+Embedding holding every row, predicting bit for bit what the distributed model predicts. A
+DistributedModel's state_dict() synchronizes first and names each table (its rows are on the
+shards); load_state_dict on it or its module, a torch table's weight loaded into a psched table,
+and torch.save or copy.deepcopy of a connected model are refused, saying what to use instead.
+
 Trace: `trace="trace-{worker}.json"` (default: $PSCHED_TRACE) writes a Chrome trace (Perfetto,
 chrome://tracing) at every synchronize(): each partition as in `psched-bench --trace`, with the
 parameter it belongs to (the newest 65536 partitions between two calls), and each wait of this
 process for a fresh value. Times are time.monotonic() in microseconds, so the files of several
 workers line up; "{worker}" in the name is replaced by the worker id.
 """
+import collections
+import copy
 import functools
 import json
 import os
+import shutil
 import time
 
+import numpy as np
 import torch
 
 import psched
+import psched.export
 from .embedding import Embedding, EmbeddingBag, _Rows
 
-__all__ = ["DistributedModel", "Embedding", "EmbeddingBag", "optimizer_settings"]
+__all__ = ["DistributedModel", "Embedding", "EmbeddingBag", "export", "optimizer_settings",
+           "to_local"]
 
 _WAIT_LANE = 10001  # the trace's lane of waits, below the partitions' lanes (0, 1, ...)
 
@@ -224,6 +239,7 @@ class DistributedModel(torch.nn.Module):
         for entry in self._parameters_by_id.values():
             entry.pushed = self.start_step - 1
             entry.parameter.register_hook(functools.partial(self._push, entry))
+        module._register_load_state_dict_pre_hook(self._refuse_load)
         self._waits = {}  # module -> the entries it registered, which it waits for
         self._observers = [hook for m in module.modules() for hook in (
             m.register_forward_pre_hook(self._register_own),
@@ -231,6 +247,40 @@ class DistributedModel(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
+
+    def state_dict(self, *args, **kwargs):
+        """torch's state_dict of the model (keys "module.<name>", as DistributedDataParallel's),
+        after synchronize(): every pushed step's update is in the parameters. Each embedding
+        table's entry ("<name>._extra_state") names the table and its shape; its rows are on the
+        shards (`psched export`, psched.torch.to_local). Use model.module.state_dict() for the
+        keys without "module." (a plain model's)."""
+        self.synchronize()
+        return super().state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Refused, as is the wrapped module's own load_state_dict: the shards hold the
+        parameters, so values loaded here would be overwritten by the next step's fresh values
+        (the shards never hear of them)."""
+        self._refuse_load()
+
+    def _refuse_load(self, *args):
+        raise psched.Error(
+            "load_state_dict on a DistributedModel or the module it wraps would be undone at its "
+            "next step: the shards "
+            "hold the parameters and every step's fresh values come from them. To start a job "
+            "from a state dict, load it into the module before wrapping it "
+            "(module.load_state_dict(...), then DistributedModel(module): a job that starts "
+            "with no checkpoint takes the registered values, the first registration of each "
+            "name winning); to resume a job, restart its shards from their checkpoints",
+            "invalid_argument")
+
+    def __reduce_ex__(self, protocol):
+        raise psched.Error(
+            "a DistributedModel cannot be pickled or deep-copied (torch.save(model), "
+            "copy.deepcopy): it holds a live connection to the shards and its tables' rows are "
+            "there. Save model.state_dict() (dense parameters; each table's entry names the "
+            "table), or write the job's model with `psched export` and make a plain torch "
+            "module of it with psched.torch.to_local(model, folder)", "invalid_argument")
 
     def prefetch(self, inputs):
         """Starts the pulls of the next step's rows of every table in `inputs`, a mapping from
@@ -310,3 +360,159 @@ class DistributedModel(torch.nn.Module):
                 self.client.wait(entry.variable, step)
                 if self._trace:
                     self._trace.waited(entry, step, begin, time.monotonic())
+
+
+def _is_psched_hook(hook):
+    """Whether `hook` is one DistributedModel registered (a method of it, or a partial of one,
+    or either wrapped by torch)."""
+    function = getattr(hook, "hook", hook)  # torch 2's _WrappedHook
+    function = function.func if isinstance(function, functools.partial) else function
+    return isinstance(getattr(function, "__self__", None), DistributedModel)
+
+
+def _local_table(table, name, folder):
+    """torch.nn.EmbeddingBag or torch.nn.Embedding holding every row of psched table `table`
+    (named `name`) from export folder `folder`, with the module's torch arguments. Refuses a
+    table the folder lacks or one of another shape or dtype."""
+    entry = folder.table_entry(name)
+    have = (table.num_embeddings, table.embedding_dim, psched.embedding._DTYPES[table.dtype])
+    found = (entry["num_embeddings"], entry["dim"], entry["dtype"])
+    if have != found:
+        raise psched.Error(
+            f"table '{name}' is {have[0]} x {have[1]} {have[2]} in the model but "
+            f"{found[0]} x {found[1]} {found[2]} in {folder.path}: the export is of another "
+            "model", "shape_mismatch")
+    weight = torch.empty(table.num_embeddings, table.embedding_dim, dtype=table.dtype)
+    folder.table(name, out=weight.numpy())
+    if table.padding_idx is not None:
+        weight[table.padding_idx] = 0  # psched's padding row reads as zeros, never stored
+    common = dict(padding_idx=table.padding_idx, sparse=table.sparse, _weight=weight)
+    if isinstance(table, EmbeddingBag):
+        return torch.nn.EmbeddingBag(table.num_embeddings, table.embedding_dim, mode=table.mode,
+                                     include_last_offset=table.include_last_offset, **common)
+    return torch.nn.Embedding(table.num_embeddings, table.embedding_dim, **common)
+
+
+def _load_dense(local, tables, folder):
+    """Every trainable parameter of `local` but the weights of `tables` (the module names of
+    the tables built from the folder) from the folder's dense variable of its name, and each
+    buffer or frozen parameter from the folder's buffers where a trainer added it; refuses a
+    parameter the folder lacks, a dense variable the model lacks, or another shape or dtype."""
+    trained = {name for name, p in local.named_parameters() if p.requires_grad}
+    trained -= {f"{name}.weight" if name else "weight" for name in tables}
+    extra = sorted(set(folder.dense_names()) - trained)
+    if extra:
+        raise psched.Error(f"{folder.path} holds dense variable(s) {', '.join(extra)} that the "
+                           "model has no trainable parameter of: the export is of another model",
+                           "unknown_variable")
+    buffers = set(folder.buffer_names())
+    with torch.no_grad():
+        for name, value in local.state_dict(keep_vars=True).items():
+            if name in trained:
+                source = folder.dense(name)
+            elif name in buffers:
+                source = folder.buffer(name)
+            else:
+                continue  # a table's weight (built from the folder), or state no one exported
+            _copy_into(value, source, name, folder)
+
+
+def _copy_into(tensor, array, name, folder):
+    """`array` (numpy, from the folder) into `tensor`, refusing another shape or dtype."""
+    dtype = torch.from_numpy(np.empty(0, array.dtype)).dtype
+    if tuple(tensor.shape) != array.shape or tensor.dtype != dtype:
+        raise psched.Error(f"'{name}' is {tuple(tensor.shape)} {tensor.dtype} in the model but "
+                           f"{array.shape} {array.dtype} in {folder.path}", "shape_mismatch")
+    tensor.copy_(torch.from_numpy(array.copy()))
+
+
+def to_local(model, folder):
+    """A plain torch.nn.Module computing what `model` computes, with no psched: a copy of
+    `model` (a DistributedModel's module, or a module holding psched tables, connected or not:
+    a freshly built one for inference will do) in which every psched.torch.EmbeddingBag and
+    Embedding is a torch.nn.EmbeddingBag and Embedding (same mode, padding_idx,
+    include_last_offset, sparse) holding every row of its table, and every trainable parameter
+    holds the shards' value, all from export folder `folder` (`psched export`,
+    psched.torch.export). A row the table never stored holds its initial value computed as the
+    shards compute it (same init, seed and function), so the module predicts bit for bit what
+    the distributed model predicts. Buffers and frozen parameters come from the folder where a
+    trainer added them (psched.torch.export), else from `model`.
+
+    A table is found in the folder under its psched name (its name=, else its module name), as
+    DistributedModel names it. Raises psched.Error, naming it, for a table or parameter the
+    folder lacks, one of another shape or dtype, or a dense variable the model does not have.
+    The tables are whole tensors in memory (num_embeddings x dim each)."""
+    if not isinstance(folder, psched.export.ExportFolder):
+        folder = psched.export.load(folder)
+    source = model.module if isinstance(model, DistributedModel) else model
+    memo, tables = {}, []
+    for name, table in source.named_modules():
+        if isinstance(table, _Rows):
+            memo[id(table)] = _local_table(table, table.name or name, folder)
+            tables.append(name)
+    for module in source.modules():  # the copy has none of DistributedModel's hooks
+        for hooks in (module._forward_pre_hooks, module._forward_hooks,
+                      module._load_state_dict_pre_hooks):
+            memo[id(hooks)] = collections.OrderedDict(
+                (key, hook) for key, hook in hooks.items() if not _is_psched_hook(hook))
+    local = copy.deepcopy(source, memo)
+    _load_dense(local, tables, folder)
+    return local
+
+
+def export(model, path, checkpoints, *, with_optimizer_state=False):
+    """Writes `model`'s job into the new folder `path`: the tables and the dense variables
+    from the job's checkpoints in `checkpoints` (a directory or a list of them: `psched
+    export`), and the module's own state the shards never held (buffers such as BatchNorm's
+    running statistics, frozen parameters) from this process's `model`. The job's shards
+    must have stopped (SIGTERM writes their last checkpoint): psched export reads checkpoints,
+    and a shard writes one on its interval or when it stops, never on request. Checks that the
+    export fits `model` (to_local's checks) before it is in place; returns the export's report
+    (a dict: shards, step, variables, tables, rows, bytes_written). Raises psched.Error naming
+    what is wrong, leaving nothing at `path`."""
+    path = os.fspath(path)
+    if os.path.exists(path):
+        raise psched.Error(f"export: {path} exists; name a new folder for the export",
+                           "bad_config")
+    if isinstance(checkpoints, (str, os.PathLike)):
+        checkpoints = [checkpoints]
+    staging = path + ".trainer-partial"
+    shutil.rmtree(staging, ignore_errors=True)  # an interrupted export's
+    report = psched._core.export_model([os.fspath(c) for c in checkpoints], staging,
+                                       with_optimizer_state)
+    try:
+        _add_module_state(model, staging)
+        to_local(model, staging)  # refuses an export of another model
+        os.rename(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return report
+
+
+def _add_module_state(model, folder):
+    """The module's state that no psched variable holds (buffers, frozen parameters) into
+    export folder `folder`: buffers/<name>.npy each, listed in the manifest's "buffers"."""
+    source = model.module if isinstance(model, DistributedModel) else model
+    trained = {name for name, p in source.named_parameters() if p.requires_grad}
+    manifest_path = os.path.join(folder, "manifest.json")
+    with open(manifest_path) as manifest_file:
+        manifest = json.load(manifest_file)
+    manifest["buffers"] = []
+    for name, value in source.state_dict().items():
+        if name in trained or not isinstance(value, torch.Tensor):
+            continue
+        file = f"buffers/{_file_name(name)}.npy"
+        os.makedirs(os.path.join(folder, "buffers"), exist_ok=True)
+        np.save(os.path.join(folder, file), value.detach().cpu().numpy())
+        manifest["buffers"].append({"name": name, "file": file, "shape": list(value.shape),
+                                    "dtype": str(value.dtype).replace("torch.", "")})
+    with open(manifest_path, "w") as manifest_file:
+        json.dump(manifest, manifest_file, indent=1)
+        manifest_file.write("\n")
+
+
+def _file_name(name):
+    """`name` as a file name, as psched export writes one (model_export.h)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "_-" or (c == "." and i > 0))
+                   else "".join(f"%{b:02X}" for b in c.encode()) for i, c in enumerate(name))

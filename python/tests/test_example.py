@@ -107,6 +107,26 @@ def test_the_click_models_torch_tables_start_from_the_rows_psched_gives(start_se
     assert np.array_equal(rows, psched_uniform_rows(5000, 8, -0.25, 0.5, seed=3, chunk=999))
 
 
+def test_the_click_models_export_evaluates_in_plain_torch_as_the_workers_last_did(start_server,
+                                                                                   tmp_path):
+    # scripts/example-ctr's end: the shards stopped, `psched export`, then train_ctr.py
+    # --evaluate-export prints the workers' last held-out logloss and AUC again, with no shard.
+    server = start_server(mode="sync", workers=2, checkpoint=True)
+    last = re.findall(r"step +(\d+) .*test logloss (\S+)  auc (\S+)",
+                      run_ctr(server, "--steps", "40")[0])[-1]
+    server.stop()
+    cli = pathlib.Path(os.environ.get("PSCHED_SERVER", "build/apps/psched-server")).with_name(
+        "psched")
+    subprocess.run([str(cli), "export", "--from", str(server.state), "--to",
+                    str(tmp_path / "model")], check=True)
+    evaluated = subprocess.run(
+        [sys.executable, str(CTR_EXAMPLE), "--evaluate-export", str(tmp_path / "model")],
+        env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")},
+        check=True, stdout=subprocess.PIPE, text=True).stdout
+    assert re.findall(r"exported model, plain torch: step +(\d+)  test logloss (\S+)  auc (\S+)",
+                      evaluated) == [last], (evaluated, last)
+
+
 def run_ctr(server, *arguments):
     """The click example with two workers on `server`; --check must pass. Their outputs."""
     workers = [subprocess.Popen([sys.executable, str(CTR_EXAMPLE), "--check", *arguments],

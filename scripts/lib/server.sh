@@ -20,3 +20,10 @@ start_server() {
   done
   cat "$server_log"
 }
+
+# stop_server: SIGTERMs the server start_server started and waits for it to end (with a
+# checkpoint: section, each shard's last checkpoint is written then).
+stop_server() {
+  kill -TERM "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+}
