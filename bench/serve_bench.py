@@ -33,7 +33,7 @@ import argparse
 import json
 import os
 import signal
-import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -97,7 +97,6 @@ def train(args, work, psched):
 
 def reshard(args, state, shards):
     placed = f"{state[:-2]}-{shards}"
-    import subprocess
     subprocess.run([os.path.join(args.build, "apps", "psched"), "reshard", "--from", state,
                     "--to", placed, "--shards", str(shards)], check=True,
                    stdout=subprocess.DEVNULL)
