@@ -304,6 +304,16 @@ class DistributedModel(torch.nn.Module):
         if self._trace:
             self._trace.write(self.client, self._parameters_by_id.values())
 
+    def refresh(self):
+        """Reads every registered dense parameter's current value on the shards into the module,
+        once this worker's pushes are applied. An inference client of serving shards
+        (psched-server --serve) calls it when they have loaded a newer version: its lookups read
+        the new rows at once, its dense parameters only from here."""
+        self._wait(self._parameters_by_id.values())
+        for entry in self._parameters_by_id.values():
+            if entry.variable is not None:
+                self.client.pull(entry.variable)
+
     def _register_own(self, module, inputs):
         # First forward, as `module` starts: its own parameters, in the order modules run.
         self._register(module, module.parameters(recurse=False))

@@ -121,13 +121,16 @@ def test_a_newer_checkpoint_is_loaded_at_sighup_while_lookups_go_on_and_none_fai
         stop.set()
         lookups.join()
     assert not failures, failures
-    # A client pulls dense parameters when it registers them, and rows at every lookup: the
-    # long-lived model reads the new version's rows, a new one predicts what the job did.
-    fresh = inference_model(serving)
-    for actual, wanted in zip(predictions(fresh, HELD_OUT), after):
+    # A client's lookups read the new version's rows at once; its dense parameters once it
+    # refreshes them, and then it predicts what the resumed job did.
+    ids = torch.arange(ROWS)
+    stale_dense = [p.detach().clone() for p in model.module.top.parameters()]
+    model.refresh()
+    assert not all(p.equal(q) for p, q in zip(model.module.top.parameters(), stale_dense))
+    for actual, wanted in zip(predictions(model, HELD_OUT), after):
         assert torch.equal(actual, wanted)
     assert not any(actual.equal(wanted) for actual, wanted in zip(after, before))
-    ids = torch.arange(ROWS)
+    fresh = inference_model(serving)
     for bag, new in zip(model.module.bags, fresh.module.bags):
         assert torch.equal(bag.rows(ids), new.rows(ids))
     model.client.close()
