@@ -55,7 +55,9 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
       fail(ErrorCode::bad_config, "{}: there is no shard {} (the file names {})",
            config.source.string(), id.value, config.shards.size());
     auto hosted = std::make_unique<Hosted>();
-    hosted->device = open_device(config, id);
+    // A serving shard applies no update: its values stay in host memory, where it loads each
+    // version beside the one served (a device is used on the shard's loop only).
+    if (config.serve.directory.empty()) hosted->device = open_device(config, id);
     ShardSettings settings = shard_settings(config, id);
     if (!settings.serve_directory.empty()) served_job(settings);
     hosted->shard =

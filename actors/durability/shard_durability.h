@@ -125,12 +125,14 @@ class ShardDurability {
   void restore(RestoreReport& report);
   // A serving shard's load (settings.serve_directory): loads this shard's newest valid
   // checkpoint there into the state, which holds nothing yet, read-only: no update log is
-  // replayed, nothing is written, and the mode and worker count it was trained with do not
-  // matter. Returns nullopt, loading nothing, when that checkpoint's generation is not above
-  // `newer_than`. Throws Error(bad_config) naming the directory when it is missing or holds no
-  // valid checkpoint of this shard, or when the checkpoint's job is on another number of
-  // shards; Error(corrupt_checkpoint) naming the file when it cannot be read. Unlike the rest,
-  // callable off the loop while no other thread uses the state (a load beside the one served).
+  // replayed and nothing is written. The mode and worker count the job was trained with must be
+  // the settings' (a serving shard takes them from the checkpoint it starts on: ShardHost; a
+  // later one of another is refused as its membership cannot be read). Returns nullopt, loading
+  // nothing, when that checkpoint's generation is not above `newer_than`. Throws
+  // Error(bad_config) naming the directory when it is missing or holds no valid checkpoint of
+  // this shard, or when the checkpoint's job is on another number of shards;
+  // Error(corrupt_checkpoint) naming the file when it cannot be read. Unlike the rest, callable
+  // off the loop while no other thread uses the state (a load beside the one served).
   std::optional<ServedVersion> load_served(uint64_t newer_than);
   // The header of the checkpoint load_served() would load now (for the job's mode and workers,
   // which a serving shard takes: ShardHost). Throws as load_served().

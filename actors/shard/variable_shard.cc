@@ -44,7 +44,6 @@ VariableShard::VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPo
 VariableShard::~VariableShard() {
   *alive_ = false;
   if (loader_.joinable()) loader_.join();
-  if (releaser_.joinable()) releaser_.join();
 }
 
 void VariableShard::refuse_if_serving(const std::string& what) const {
@@ -283,7 +282,9 @@ DeltaReply VariableShard::answer_delta(VariableId variable, ElementRange range,
                                        std::span<const std::byte> current, const DeltaAsk& ask,
                                        std::vector<std::byte>& body) {
   DeltaReply reply;
-  HostedKind* kind = variable.value < hosted_.size() ? hosted_[variable.value].get() : nullptr;
+  // A serving shard answers in full: its versions change under the copy an answer carries.
+  HostedKind* kind =
+      !served_ && variable.value < hosted_.size() ? hosted_[variable.value].get() : nullptr;
   if (ValueDeltas* deltas = kind ? kind->deltas() : nullptr)
     reply = deltas->answer(kind->dtype(), range, current, ask, body);
   ++(reply.delta ? stats_.delta_pulls.deltas : stats_.delta_pulls.full);
@@ -377,27 +378,39 @@ void VariableShard::reload(ReloadReply reply) {
         fail(ErrorCode::overloaded, "reload refused: shard {} is loading a version already",
              settings_.id.value);
     });
-    if (!started) return reply(std::make_exception_ptr(started.error()), std::nullopt);
-    loading_ = true;
-    if (loader_.joinable()) loader_.join();  // the last load, which posted its outcome
-    // Built here (an actor is built on its loop's thread), loaded on the loader thread, which
-    // alone touches it until the outcome is posted back; destroyed back here.
-    auto next = std::make_shared<VariableShard>(loop(), settings_, apply_pool_, device_);
-    loader_ = std::thread([this, next = std::move(next), newer_than = served_->generation,
-                           alive = alive_, reply = std::move(reply)]() mutable {
-      run_below_the_rest();
-      std::exception_ptr error;
-      std::optional<ServedVersion> version;
-      try {
-        version = next->load_version(newer_than);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      loop().post([this, next = std::move(next), version = std::move(version), error, alive,
-                   reply = std::move(reply)]() mutable {
-        if (*alive) loaded(*next, std::move(version), error, reply);
+    if (started && loader_.joinable()) loader_.join();  // the last load: it posted its outcome
+    if (started)
+      started = attempt([&] {
+        // Built here (an actor is built on its loop's thread), loaded on the loader thread,
+        // which alone touches it until the outcome is posted back; destroyed back here.
+        auto next = std::make_shared<VariableShard>(loop(), settings_, apply_pool_, device_);
+        loader_ = std::thread([this, next = std::move(next), newer_than = served_->generation,
+                               alive = alive_, reply]() mutable {
+          load_beside(std::move(next), newer_than, std::move(alive), std::move(reply));
+        });
       });
-    });
+    if (!started) {
+      ++stats_.reloads_refused;
+      count_error(started.error());
+      return reply(std::make_exception_ptr(started.error()), std::nullopt);
+    }
+    loading_ = true;
+  });
+}
+
+void VariableShard::load_beside(std::shared_ptr<VariableShard> next, uint64_t newer_than,
+                                std::shared_ptr<bool> alive, ReloadReply reply) {
+  run_below_the_rest();
+  std::exception_ptr error;
+  std::optional<ServedVersion> version;
+  try {
+    version = next->load_version(newer_than);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  loop().post([this, next = std::move(next), version = std::move(version), error,
+               alive = std::move(alive), reply = std::move(reply)]() mutable {
+    if (*alive) loaded(*next, std::move(version), error, reply);
   });
 }
 
@@ -415,6 +428,7 @@ void VariableShard::loaded(VariableShard& next, std::optional<ServedVersion> ver
     ++stats_.reloads_refused;
     count_error(to_error(error));
     version.reset();
+    release(std::move(next.hosted_));  // what was loaded, refused
   }
   reply(error, version);
 }
@@ -444,11 +458,16 @@ void VariableShard::take_version(VariableShard& next, const ServedVersion& versi
     if (kind) add(std::move(kind));
   served_ = version;
   ++stats_.versions_loaded;
-  if (releaser_.joinable()) releaser_.join();
-  releaser_ = std::thread([old = std::move(old)]() mutable {
+  release(std::move(old));
+}
+
+void VariableShard::release(std::vector<std::unique_ptr<HostedKind>> kinds) {
+  // Detached: the loop never waits for it (a release under load at SCHED_IDLE may take long),
+  // and what it frees refers to nothing else (a serving shard's kinds have no device).
+  std::thread([kinds = std::move(kinds)]() mutable {
     run_below_the_rest();
-    old.clear();
-  });
+    kinds.clear();
+  }).detach();
 }
 
 }  // namespace psched

@@ -97,7 +97,7 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // instead (a GPU); the apply pool is then unused.
   VariableShard(ActorLoop& loop, ShardSettings settings, ForkJoinPool* apply_pool = nullptr,
                 optim::ComputeDevice* device = nullptr);
-  // On the loop; waits for a reload's load beside (serve()) to end.
+  // On the loop; waits for a reload's load beside (reload()) to end.
   ~VariableShard();
 
   // Registers this shard's `part` of a variable with `initial` (part.size() elements).
@@ -181,8 +181,10 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // old one off the loop. The reply has the new version; nullopt when there is no newer
   // checkpoint (nothing changes). A version that cannot take the served one's place is refused
   // (bad_config: another job or slot map, something served missing; spec_conflict: a spec
-  // changed), counted in reloads_refused, and the served one goes on; so is a reload asked for
-  // while one is under way (overloaded) and one of a shard that serves nothing (bad_config).
+  // changed; corrupt_checkpoint: trained with another worker count), counted in
+  // reloads_refused, and the served one goes on; so is a reload asked for while one is under way
+  // (overloaded), one of a shard that serves nothing (bad_config) and one whose loader thread
+  // cannot start. Delta polls (pull: topk) of a serving shard are answered in full.
   using ReloadReply = std::function<void(std::exception_ptr, std::optional<ServedVersion>)>;
   void reload(ReloadReply reply);
 
@@ -223,6 +225,10 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // unless its generation is not above `newer_than`: the version, its step found. Off the loop
   // while nothing else uses this shard (reload's load beside), or on it.
   std::optional<ServedVersion> load_version(uint64_t newer_than);
+  // The loader thread's work: loads the version newer than `newer_than` into `next` (which
+  // nothing else touches meanwhile), at SCHED_IDLE, then posts the outcome to the loop.
+  void load_beside(std::shared_ptr<VariableShard> next, uint64_t newer_than,
+                   std::shared_ptr<bool> alive, ReloadReply reply);
   // A reload's load beside is over (on the loop): `next` holds `version` (nullopt: none newer),
   // or `error` says why not. Takes it, then replies.
   void loaded(VariableShard& next, std::optional<ServedVersion> version, std::exception_ptr error,
@@ -230,6 +236,8 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // Takes `next`'s kinds (a version load_version loaded) in place of the served ones, all or
   // nothing (reload says what is refused), and hands the old ones to a thread that frees them.
   void take_version(VariableShard& next, const ServedVersion& version);
+  // Frees `kinds` on a thread of its own (at SCHED_IDLE, detached), off the loop.
+  void release(std::vector<std::unique_ptr<HostedKind>> kinds);
 
   // StepMachine::Host, called by steps_ on the loop.
   void apply_gathered(VariableId id, const StepUpdate& update) override;
@@ -270,13 +278,12 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   std::deque<RecentError> recent_errors_;  // the newest kRecentErrors
   StepMachine steps_;
   ShardDurability durability_;
-  // A serving shard's (serve()): the version served, whether a reload's load is under way, the
-  // thread loading it beside and the one freeing the version it replaced; expires with the
-  // shard, for the load's outcome posted back to the loop.
+  // A serving shard's (serve()): the version served, whether a reload's load is under way and
+  // the thread loading it beside (joined when the next starts, or by the destructor); expires
+  // with the shard, for the load's outcome posted back to the loop.
   std::optional<ServedVersion> served_;
   bool loading_ = false;
   std::thread loader_;
-  std::thread releaser_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
