@@ -21,6 +21,7 @@ struct ShardThreads::Group {
   kj::Promise<void> checkpointing = nullptr;
   kj::Promise<void> liveness = nullptr;
   kj::Promise<void> reloading = nullptr;
+  kj::Promise<void> reloading_now = nullptr;  // reload()'s, the newest
 };
 
 ShardThreads::ShardThreads(const DeploymentConfig& config, std::vector<ShardId> shards,
@@ -79,6 +80,7 @@ void ShardThreads::stop() {
             group.checkpointing = nullptr;
             group.liveness = nullptr;
             group.reloading = nullptr;
+            group.reloading_now = nullptr;
             return group.restored ? group.host->checkpoint() : kj::Promise<void>(kj::READY_NOW);
           })
           .then([&group] { group.host.reset(); },
@@ -93,7 +95,9 @@ void ShardThreads::stop() {
 
 void ShardThreads::reload() {
   for (auto& group : groups_)
-    group->thread.call([&group = *group](auto&) { return group.host->reload(); });
+    group->thread.loop().post([&group = *group] {
+      if (group.host) group.reloading_now = group.host->reload().eagerlyEvaluate(nullptr);
+    });
 }
 
 void ShardThreads::start_tracing(size_t capacity) {

@@ -39,8 +39,8 @@ class ShardThreads {
   void stop();
 
   // Serving shards (config.serve): each loads the newest checkpoint of the served directory
-  // beside what it serves and switches to it, or logs why not (ShardHost::reload). Returns
-  // once every shard is done. After start().
+  // beside what it serves and switches to it, or logs why not (ShardHost::reload). Returns at
+  // once (the caller goes on taking signals while the shards load). After start().
   void reload();
 
   // Every shard traces its data streams' requests from now on, the first `capacity` each
