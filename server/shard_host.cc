@@ -34,13 +34,17 @@ void log_served(ShardId id, const ServedVersion& version, const char* what) {
 
 // A serving shard's settings take the served job's mode and worker count, which its steps and
 // membership were recorded with; no step comes, so nothing times out and no lease ends.
-void served_job(ShardSettings& settings) {
-  const CheckpointHeader job = ShardDurability::served_header(settings);
+// Returns that checkpoint, which the shard then serves first (its checksum checked once).
+ShardStore::Checkpoint served_job(ShardSettings& settings) {
+  ShardStore::Checkpoint newest = ShardDurability::newest_served(settings);
+  ByteReader in(newest.payload, newest.file.string());
+  const CheckpointHeader job = CheckpointHeader::decode(in);
   settings.mode = job.mode;
   settings.workers = job.workers;
   settings.steps.timeout_seconds = 0;
   settings.steps.lease_seconds = 0;
   settings.steps.min_workers = 0;
+  return newest;
 }
 
 }  // namespace
@@ -59,7 +63,7 @@ ShardHost::ShardHost(const DeploymentConfig& config, const std::vector<ShardId>&
     // version beside the one served (a device is used on the shard's loop only).
     if (config.serve.directory.empty()) hosted->device = open_device(config, id);
     ShardSettings settings = shard_settings(config, id);
-    if (!settings.serve_directory.empty()) served_job(settings);
+    if (!settings.serve_directory.empty()) hosted->first_served = served_job(settings);
     hosted->shard =
         std::make_unique<VariableShard>(loop, settings, apply_pool, hosted->device.get());
     hosted->endpoint = std::make_unique<ShardEndpoint>(ShardEndpoint{*hosted->shard, config, id});
@@ -110,31 +114,36 @@ kj::Promise<void> ShardHost::on_every_shard(Ask ask) {
   kj::Vector<kj::Promise<void>> done;
   for (auto& hosted : hosted_) {
     auto [promise, fulfiller] = reply_promise<void>();
-    ask(*hosted->shard, hosted->endpoint->id, fulfiller);
+    ask(*hosted, fulfiller);
     done.add(kj::mv(promise));
   }
   return kj::joinPromises(done.releaseAsArray());
 }
 
 kj::Promise<void> ShardHost::shut_down() {
-  return on_every_shard([](VariableShard& shard, ShardId, SharedFulfiller<void> fulfiller) {
-    shard.shut_down([fulfiller] { (*fulfiller)->fulfill(); });
+  return on_every_shard([](Hosted& hosted, SharedFulfiller<void> fulfiller) {
+    hosted.shard->shut_down([fulfiller] { (*fulfiller)->fulfill(); });
   });
 }
 
 kj::Promise<void> ShardHost::restore() {
   if (serving()) {
-    return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
-      shard.serve([fulfiller, id](std::exception_ptr error, ServedVersion version) {
-        if (error) return (*fulfiller)->reject(to_kj_exception(error));
-        log_served(id, version, "serving");
-        (*fulfiller)->fulfill();
-      });
+    return on_every_shard([](Hosted& hosted, SharedFulfiller<void> fulfiller) {
+      ShardStore::Checkpoint first = std::move(*hosted.first_served);
+      hosted.first_served.reset();
+      const ShardId id = hosted.endpoint->id;
+      hosted.shard->serve(std::move(first),
+                          [fulfiller, id](std::exception_ptr error, ServedVersion version) {
+                            if (error) return (*fulfiller)->reject(to_kj_exception(error));
+                            log_served(id, version, "serving");
+                            (*fulfiller)->fulfill();
+                          });
     });
   }
   if (config_.checkpoint.directory.empty()) return kj::READY_NOW;
-  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
-    shard.restore([fulfiller, id](std::exception_ptr error, RestoreReport report) {
+  return on_every_shard([](Hosted& hosted, SharedFulfiller<void> fulfiller) {
+    const ShardId id = hosted.endpoint->id;
+    hosted.shard->restore([fulfiller, id](std::exception_ptr error, RestoreReport report) {
       for (const std::string& skipped : report.skipped)
         log_warn("shard {}: skipped {}", id.value, skipped);
       if (error) return (*fulfiller)->reject(to_kj_exception(error));
@@ -152,15 +161,17 @@ kj::Promise<void> ShardHost::restore() {
 }
 
 kj::Promise<void> ShardHost::reload() {
-  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
-    shard.reload([fulfiller, id](std::exception_ptr error, std::optional<ServedVersion> version) {
-      if (error)
-        log_error("shard {}: {}; still serving the version it had", id.value,
-                  to_error(error).what());
-      else if (version)
-        log_served(id, *version, "now serving");
-      (*fulfiller)->fulfill();
-    });
+  return on_every_shard([](Hosted& hosted, SharedFulfiller<void> fulfiller) {
+    const ShardId id = hosted.endpoint->id;
+    hosted.shard->reload(
+        [fulfiller, id](std::exception_ptr error, std::optional<ServedVersion> version) {
+          if (error)
+            log_error("shard {}: {}; still serving the version it had", id.value,
+                      to_error(error).what());
+          else if (version)
+            log_served(id, *version, "now serving");
+          (*fulfiller)->fulfill();
+        });
   });
 }
 
@@ -175,8 +186,9 @@ kj::Promise<void> ShardHost::keep_reloading(kj::Timer& timer) {
 
 kj::Promise<void> ShardHost::checkpoint() {
   if (config_.checkpoint.directory.empty() || serving()) return kj::READY_NOW;
-  return on_every_shard([](VariableShard& shard, ShardId id, SharedFulfiller<void> fulfiller) {
-    shard.checkpoint([fulfiller, id](std::exception_ptr error, std::filesystem::path file) {
+  return on_every_shard([](Hosted& hosted, SharedFulfiller<void> fulfiller) {
+    const ShardId id = hosted.endpoint->id;
+    hosted.shard->checkpoint([fulfiller, id](std::exception_ptr error, std::filesystem::path file) {
       if (error) return (*fulfiller)->reject(to_kj_exception(error));
       log_info("shard {}: checkpoint {} written", id.value, file.string());
       (*fulfiller)->fulfill();

@@ -72,7 +72,7 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> shut_down();
 
  private:
-  // Calls ask(shard, id, fulfiller) for every hosted shard (a SharedFulfiller<void>,
+  // Calls ask(hosted, fulfiller) for every hosted shard (a SharedFulfiller<void>,
   // actors/runtime/actor.h); resolves when all fulfilled.
   template <typename Ask>
   kj::Promise<void> on_every_shard(Ask ask);
@@ -81,6 +81,9 @@ class ShardHost final : private kj::TaskSet::ErrorHandler {
   struct Hosted {
     std::unique_ptr<optim::ComputeDevice> device;  // null for cpu; outlives `shard`
     std::unique_ptr<VariableShard> shard;
+    // Serving: the checkpoint it serves first, read (and its checksum checked) once when the
+    // shard was made, for the job's mode and workers; until restore() hands it over.
+    std::optional<ShardStore::Checkpoint> first_served;
     std::unique_ptr<ShardTrace> trace;  // null when not tracing; outlives `endpoint`
     std::unique_ptr<ShardEndpoint> endpoint;
     std::unique_ptr<ShardListener> listener;

@@ -271,11 +271,7 @@ void ShardDurability::load(ByteReader& in, ByteSource& rows) {
          in.position());
 }
 
-namespace {
-
-// The newest valid checkpoint of shard settings.id in settings.serve_directory (a serving
-// shard's); throws Error(bad_config) naming the directory when it is missing or holds none.
-ShardStore::Checkpoint newest_served(const ShardSettings& settings) {
+ShardStore::Checkpoint ShardDurability::newest_served(const ShardSettings& settings) {
   const std::filesystem::path& directory = settings.serve_directory;
   std::error_code error;
   if (!std::filesystem::is_directory(directory, error))
@@ -293,25 +289,15 @@ ShardStore::Checkpoint newest_served(const ShardSettings& settings) {
   return std::move(*found);
 }
 
-}  // namespace
-
-CheckpointHeader ShardDurability::served_header(const ShardSettings& settings) {
-  const ShardStore::Checkpoint found = newest_served(settings);
+ServedVersion ShardDurability::load_served(const ShardStore::Checkpoint& found) {
   ByteReader in(found.payload, found.file.string());
-  return CheckpointHeader::decode(in);
-}
-
-std::optional<ServedVersion> ShardDurability::load_served(uint64_t newer_than) {
-  auto found = std::make_optional(newest_served(settings_));
-  if (found->generation <= newer_than) return std::nullopt;
-  ByteReader in(found->payload, found->file.string());
-  FileSource rows(found->file, found->rows_offset, found->rows_bytes);
+  FileSource rows(found.file, found.rows_offset, found.rows_bytes);
   const CheckpointHeader h = take_header(in, true);
   state_.load_variables(in, rows);
   if (!in.done() || !rows.done())
     fail(ErrorCode::corrupt_checkpoint, "{}: bytes after the last variable", in.what());
-  return ServedVersion{.checkpoint = found->file,
-                       .generation = found->generation,
+  return ServedVersion{.checkpoint = found.file,
+                       .generation = found.generation,
                        .written_at_ns = h.written_at_ns,
                        .loaded_at_ns = wall_clock_ns()};
 }

@@ -123,20 +123,18 @@ class ShardDurability {
   // saying in `report` what it did; when it throws, `report` holds what it found until then.
   // On the loop, once, before serving; report.variables and tables are the caller's to fill.
   void restore(RestoreReport& report);
-  // A serving shard's load (settings.serve_directory): loads this shard's newest valid
-  // checkpoint there into the state, which holds nothing yet, read-only: no update log is
-  // replayed and nothing is written. The mode and worker count the job was trained with must be
-  // the settings' (a serving shard takes them from the checkpoint it starts on: ShardHost; a
-  // later one of another is refused as its membership cannot be read). Returns nullopt, loading
-  // nothing, when that checkpoint's generation is not above `newer_than`. Throws
-  // Error(bad_config) naming the directory when it is missing or holds no valid checkpoint of
-  // this shard, or when the checkpoint's job is on another number of shards;
+  // The newest valid checkpoint of shard settings.id in settings.serve_directory (a serving
+  // shard's), checksum checked, rows left in the file. Throws Error(bad_config) naming the
+  // directory when it is missing or holds no valid checkpoint of this shard. Any thread.
+  static ShardStore::Checkpoint newest_served(const ShardSettings& settings);
+  // A serving shard's load: `found` (newest_served's) into the state, which holds nothing yet,
+  // read-only: no update log is replayed and nothing is written. The mode and worker count the
+  // job was trained with must be the settings' (a serving shard takes them from the checkpoint
+  // it starts on: ShardHost; a later one of another is refused as its membership cannot be
+  // read). Throws Error(bad_config) when the checkpoint's job is on another number of shards,
   // Error(corrupt_checkpoint) naming the file when it cannot be read. Unlike the rest, callable
   // off the loop while no other thread uses the state (a load beside the one served).
-  std::optional<ServedVersion> load_served(uint64_t newer_than);
-  // The header of the checkpoint load_served() would load now (for the job's mode and workers,
-  // which a serving shard takes: ShardHost). Throws as load_served().
-  static CheckpointHeader served_header(const ShardSettings& settings);
+  ServedVersion load_served(const ShardStore::Checkpoint& found);
 
   // Takes a checkpoint of the state now and starts a new update log; the writer thread writes
   // the file, then `done` runs on the loop with its path (not if this is gone by then). The

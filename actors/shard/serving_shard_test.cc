@@ -30,10 +30,11 @@ TableSpec table_spec() {
 struct Life {
   testing::TestLoop& io;
   VariableShard shard;
+  std::filesystem::path dir;
   std::vector<std::vector<uint64_t>> kept_ids;  // borrowed by pulls until they answer
 
   Life(testing::TestLoop& loop, const std::filesystem::path& dir, bool serving, uint64_t job = 5)
-      : io(loop), shard(loop.actors, settings(dir, serving, job)) {}
+      : io(loop), shard(loop.actors, settings(dir, serving, job)), dir(dir) {}
 
   static ShardSettings settings(const std::filesystem::path& dir, bool serving, uint64_t job) {
     ShardSettings s{.id = ShardId(0), .workers = 1};
@@ -48,10 +49,11 @@ struct Life {
   ServedVersion serve() {
     std::exception_ptr error;
     ServedVersion version;
-    shard.serve([&](std::exception_ptr e, ServedVersion v) {
-      error = e;
-      version = std::move(v);
-    });
+    shard.serve(ShardDurability::newest_served(settings(dir, true, 0)),
+                [&](std::exception_ptr e, ServedVersion v) {
+                  error = e;
+                  version = std::move(v);
+                });
     io.drain();
     if (error) std::rethrow_exception(error);
     return version;

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "actors/shard/row_table.h"
-#include "common/check.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -347,19 +346,23 @@ void VariableShard::checkpoint(
 }
 
 std::optional<ServedVersion> VariableShard::load_version(uint64_t newer_than) {
-  std::optional<ServedVersion> version = durability_.load_served(newer_than);
-  if (!version) return version;
+  const ShardStore::Checkpoint found = ShardDurability::newest_served(settings_);
+  if (found.generation <= newer_than) return std::nullopt;
+  return load_found(found);
+}
+
+ServedVersion VariableShard::load_found(const ShardStore::Checkpoint& found) {
+  ServedVersion version = durability_.load_served(found);
   for (uint32_t i = 0; i < hosted_.size(); ++i)
-    version->step = std::max(version->step, steps_.track(VariableId(i)).latest_step().value);
+    version.step = std::max(version.step, steps_.track(VariableId(i)).latest_step().value);
   return version;
 }
 
-void VariableShard::serve(std::function<void(std::exception_ptr, ServedVersion)> reply) {
-  dispatch([this, reply = std::move(reply)] {
+void VariableShard::serve(ShardStore::Checkpoint first,
+                          std::function<void(std::exception_ptr, ServedVersion)> reply) {
+  dispatch([this, first = std::move(first), reply = std::move(reply)] {
     try {
-      std::optional<ServedVersion> version = load_version(0);
-      PSCHED_REQUIRE(version.has_value());  // generations start at 1
-      served_ = std::move(version);
+      served_ = load_found(first);
       ++stats_.versions_loaded;
     } catch (...) {
       return reply(std::current_exception(), {});

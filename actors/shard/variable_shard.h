@@ -166,15 +166,18 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // with its path. Checkpoints are written in the order taken. Requires a prior restore().
   void checkpoint(std::function<void(std::exception_ptr, std::filesystem::path)> reply);
 
-  // A serving shard (settings.serve_directory; psched-server --serve): loads this shard's newest
-  // valid checkpoint in that directory read-only (ShardDurability::load_served: no log
-  // replayed, nothing written). From then on it answers polls and pulls at once with the values
-  // it holds, refuses every push with Error(read_only) naming the variable or table and the
-  // version served, and a registration of what it does not hold the same way (one of what it
-  // holds, with the same spec, is the usual no-op: inference clients register as trainers do).
-  // It never checkpoints. Call once instead of restore(), before serving; the reply has the
-  // version, or the refusal (bad_config, corrupt_checkpoint: naming the directory or file).
-  void serve(std::function<void(std::exception_ptr, ServedVersion)> reply);
+  // A serving shard (settings.serve_directory; psched-server --serve): loads `first`, this
+  // shard's newest valid checkpoint in that directory (ShardDurability::newest_served, which
+  // ShardHost reads once for the job's mode and workers), read-only
+  // (ShardDurability::load_served: no log replayed, nothing written). From then on it answers polls
+  // and pulls at once with the values it holds, refuses every push with Error(read_only) naming the
+  // variable or table and the version served, and a registration of what it does not hold the same
+  // way (one of what it holds, with the same spec, is the usual no-op: inference clients register
+  // as trainers do). It never checkpoints. Call once instead of restore(), before serving; the
+  // reply has the version, or the refusal (bad_config, corrupt_checkpoint: naming the directory or
+  // file).
+  void serve(ShardStore::Checkpoint first,
+             std::function<void(std::exception_ptr, ServedVersion)> reply);
   // A serving shard: loads the newest checkpoint of the served directory beside the version it
   // serves (on a thread of its own, while this one goes on answering), then takes it in one
   // turn of the loop under the same ids (new variables and tables after them) and frees the
@@ -225,6 +228,8 @@ class VariableShard : public Actor, private ShardDurability::State, private Step
   // unless its generation is not above `newer_than`: the version, its step found. Off the loop
   // while nothing else uses this shard (reload's load beside), or on it.
   std::optional<ServedVersion> load_version(uint64_t newer_than);
+  // Loads `found` into this shard, which holds nothing: the version, its step found.
+  ServedVersion load_found(const ShardStore::Checkpoint& found);
   // The loader thread's work: loads the version newer than `newer_than` into `next` (which
   // nothing else touches meanwhile), at SCHED_IDLE, then posts the outcome to the loop.
   void load_beside(std::shared_ptr<VariableShard> next, uint64_t newer_than,
