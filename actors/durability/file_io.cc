@@ -24,6 +24,12 @@ iovec io(const void* data, size_t size) {
 
 bool write_all(int fd, std::vector<iovec> parts) {
   size_t next = 0;
+  // Past empty parts, which writev() consumes without a byte (a 0 return): one left at the
+  // end would be waited for for ever.
+  auto skip_empty = [&] {
+    while (next < parts.size() && parts[next].iov_len == 0) ++next;
+  };
+  skip_empty();
   while (next < parts.size()) {
     ssize_t n = ::writev(fd, parts.data() + next, static_cast<int>(parts.size() - next));
     if (n < 0) {
@@ -37,6 +43,7 @@ bool write_all(int fd, std::vector<iovec> parts) {
       left -= used;
       if (parts[next].iov_len == 0) ++next;
     }
+    skip_empty();
   }
   return true;
 }
