@@ -27,6 +27,12 @@
 // first. Exits 0 when the folder is in place, 2 (nothing written) otherwise. From running shards
 // it cannot: a shard checkpoints on its interval or when stopped, never on request, so stop the
 // job's servers first (SIGTERM checkpoints them).
+// `psched import --from EXPORT (--to DIR --shards M [--split-bytes BYTES] | --to-config FILE)`
+// makes an export written with --with-optimizer-state the checkpoints of M shards, which start
+// the job again at the step after the export's, bit for bit as from its own checkpoints
+// (actors/shard/model_import.h): on any number of shards, on another machine, or from arrays
+// changed in numpy. --to, --shards, --split-bytes and --to-config as reshard's. Exits 0 when the
+// checkpoints are in place, 2 (nothing written) otherwise.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,6 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/shard/model_export.h"
+#include "actors/shard/model_import.h"
 #include "actors/shard/reshard.h"
 #include "common/error.h"
 #include "config/deployment.h"
@@ -295,16 +302,16 @@ struct ReshardArgs {
   bool accept_log_loss = false;
 };
 
-// The options `args` make: --to and --shards, or the new deployment file's directory, shard
-// count and split_bytes; the replay settings from the old one.
-psched::ReshardOptions reshard_options(const ReshardArgs& args) {
+// Where `tool` (reshard, import) places the job: --to and --shards, or the new deployment
+// file's checkpoint directory, shard count and split_bytes.
+psched::ReshardOptions placement(std::string_view tool, const ReshardArgs& args) {
   using psched::ErrorCode;
   psched::ReshardOptions options;
-  options.from.assign(args.from.begin(), args.from.end());
   if (args.to.empty() == args.to_config.empty())
     psched::fail(ErrorCode::bad_config,
-                 "reshard: give the new shards' checkpoint directory (--to DIR) or their "
-                 "deployment file (--to-config FILE), one of them");
+                 "{}: give the new shards' checkpoint directory (--to DIR) or their deployment "
+                 "file (--to-config FILE), one of them",
+                 tool);
   options.to = args.to;
   options.shards = args.shards.value_or(0);
   options.split_bytes = args.split_bytes.value_or(0);
@@ -312,26 +319,34 @@ psched::ReshardOptions reshard_options(const ReshardArgs& args) {
     const psched::DeploymentConfig next = psched::load_deployment(args.to_config);
     if (next.checkpoint.directory.empty())
       psched::fail(ErrorCode::bad_config,
-                   "reshard: --to-config {} has no checkpoint.directory for the new shards to "
-                   "start from",
-                   args.to_config);
+                   "{}: --to-config {} has no checkpoint.directory for the new shards to start "
+                   "from",
+                   tool, args.to_config);
     const auto count = static_cast<uint32_t>(next.shards.size());
     if (args.shards && *args.shards != count)
-      psched::fail(ErrorCode::bad_config,
-                   "reshard: --shards {}, but --to-config {} names {} shards", *args.shards,
-                   args.to_config, count);
+      psched::fail(ErrorCode::bad_config, "{}: --shards {}, but --to-config {} names {} shards",
+                   tool, *args.shards, args.to_config, count);
     if (args.split_bytes && *args.split_bytes != next.split_bytes)
       psched::fail(ErrorCode::bad_config,
-                   "reshard: --split-bytes {}, but --to-config {} has split_bytes {}",
+                   "{}: --split-bytes {}, but --to-config {} has split_bytes {}", tool,
                    *args.split_bytes, args.to_config, next.split_bytes);
     options.to = next.checkpoint.directory;
     options.shards = count;
     options.split_bytes = next.split_bytes;
   } else if (!args.shards) {
     psched::fail(ErrorCode::bad_config,
-                 "reshard: give the new number of shards (--shards M) or the new deployment "
-                 "file (--to-config FILE)");
+                 "{}: give the new number of shards (--shards M) or the new deployment file "
+                 "(--to-config FILE)",
+                 tool);
   }
+  return options;
+}
+
+// The options `args` make: placement()'s, the old shards' directories, and the replay settings
+// from the old deployment file.
+psched::ReshardOptions reshard_options(const ReshardArgs& args) {
+  psched::ReshardOptions options = placement("reshard", args);
+  options.from.assign(args.from.begin(), args.from.end());
   options.replay = replay_settings("reshard", args.from_config, args.accept_log_loss);
   if (options.replay) options.replay_source = "--from-config " + args.from_config;
   return options;
@@ -348,9 +363,8 @@ void print_replays(const std::vector<psched::ShardReplay>& replayed) {
   }
 }
 
-int run_reshard(const ReshardArgs& args) {
-  const psched::ReshardReport r = psched::reshard(reshard_options(args));
-  print_replays(r.replayed);
+// What a placement did: the map, what moved, the files written.
+void print_placement(const psched::ReshardReport& r) {
   fmt::print(
       "placed the job of {} shard(s) on {}: slot map epoch {}, {} of {} slots moved; {} dense "
       "variable(s), {} table(s), {} row(s) ({} moved to another shard, {} of rows)\n",
@@ -360,6 +374,24 @@ int run_reshard(const ReshardArgs& args) {
     fmt::print("{} row(s) over their table's max_rows on their new shard evicted\n",
                r.rows_evicted);
   for (const auto& file : r.written) fmt::print("wrote {}\n", file.string());
+}
+
+int run_reshard(const ReshardArgs& args) {
+  const psched::ReshardReport r = psched::reshard(reshard_options(args));
+  print_replays(r.replayed);
+  print_placement(r);
+  return 0;
+}
+
+int run_import(const ReshardArgs& args) {
+  const psched::ReshardOptions where = placement("import", args);
+  const psched::ImportReport r = psched::import_model({.from = args.from.at(0),
+                                                       .to = where.to,
+                                                       .shards = where.shards,
+                                                       .split_bytes = where.split_bytes});
+  fmt::print("imported the job exported at step {} from {}: {} row(s) read\n", r.step,
+             args.from.at(0), r.rows);
+  print_placement(r.placed);
   return 0;
 }
 
@@ -389,6 +421,22 @@ int run_export(const ExportArgs& args) {
           static_cast<uint64_t>(static_cast<double>(r.bytes_written) / std::max(seconds, 1e-6))),
       options.to.string());
   return 0;
+}
+
+// Where reshard and import place the job: --to and --shards [--split-bytes], or --to-config.
+void add_placement_options(CLI::App* command, ReshardArgs& args) {
+  auto* to =
+      command->add_option("--to", args.to, "the new shards' checkpoint directory (must not exist)");
+  command->add_option("--shards", args.shards, "the new number of shards");
+  command->add_option("--split-bytes", args.split_bytes,
+                      "the new deployment's split_bytes, where it is not the job's: dense "
+                      "variables larger are split (default: each split or whole as before)");
+  command
+      ->add_option("--to-config", args.to_config,
+                   "the new deployment file, instead of --to: its checkpoint.directory, number "
+                   "of shards and split_bytes")
+      ->check(CLI::ExistingFile)
+      ->excludes(to);
 }
 
 // `psched export`'s options into `args`.
@@ -433,22 +481,20 @@ int main(int argc, char** argv) {
                    "directories holding the job's checkpoints and update logs")
       ->required()
       ->check(CLI::ExistingDirectory);
-  auto* to = reshard_command->add_option("--to", reshard_args.to,
-                                         "the new shards' checkpoint directory (must not exist)");
-  reshard_command->add_option("--shards", reshard_args.shards, "the new number of shards");
-  reshard_command->add_option(
-      "--split-bytes", reshard_args.split_bytes,
-      "the new deployment's split_bytes, where it is not the job's: dense "
-      "variables larger are split (default: each split or whole as before)");
-  reshard_command
-      ->add_option("--to-config", reshard_args.to_config,
-                   "the new deployment file, instead of --to: its checkpoint.directory, number "
-                   "of shards and split_bytes")
-      ->check(CLI::ExistingFile)
-      ->excludes(to);
+  add_placement_options(reshard_command, reshard_args);
   add_replay_options(reshard_command, reshard_args.from_config, reshard_args.accept_log_loss);
   ExportArgs export_args;
   CLI::App* export_command = add_export(app, export_args);
+  ReshardArgs import_args;
+  CLI::App* import_command = app.add_subcommand(
+      "import",
+      "make a job's export (with its optimizer state) the checkpoints of any number "
+      "of shards, which start the job again where it stopped");
+  import_command->add_option("--from", import_args.from, "the export folder")
+      ->required()
+      ->expected(1)
+      ->check(CLI::ExistingDirectory);
+  add_placement_options(import_command, import_args);
   CLI11_PARSE(app, argc, argv);
   if (export_command->parsed()) {
     try {
@@ -464,6 +510,15 @@ int main(int argc, char** argv) {
       return run_reshard(reshard_args);
     } catch (const psched::Error& e) {
       return refused("reshard", e.what());
+    }
+  }
+  if (import_command->parsed()) {
+    try {
+      return run_import(import_args);
+    } catch (const psched::Error& e) {
+      return refused("import", e.what());
+    } catch (const std::filesystem::filesystem_error& e) {
+      return refused("import", e.what());
     }
   }
   try {

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""`psched reshard`'s command line refusing what it cannot act on: each case exits 2 with one
+"""`psched reshard`'s and `psched import`'s command lines refusing what they cannot act on: each case exits 2 with one
 line on stderr naming what is wrong, and writes nothing (neither the new directory nor its
 partial one). What reshard() itself refuses in a checkpoint set is actors/shard/reshard_test.cc's;
 these are the arguments: no destination, no shard count, --shards 0, a folder of no checkpoint,
 a --to-config without a checkpoint directory or of another shard count or split_bytes, and
---accept-log-loss with nothing to replay under.
+--accept-log-loss with nothing to replay under; for import the same placement arguments and a
+folder that is no export (what import_model() refuses in an export is
+actors/shard/model_import_test.cc's).
 Usage: reshard_cli_test.py BUILD_DIR
 Standard library only."""
 import pathlib
@@ -64,6 +66,28 @@ def main():
                   f"{what}: exit {result.returncode}, stderr {result.stderr!r}; expected exit 2, "
                   f"{expected!r}")
             check(not new.exists() and not (folder / "new.reshard-partial").exists(),
+                  f"{what}: wrote {new}")
+            print(f"refused {what}: {result.stderr.strip()}")
+        # psched import: the same placement arguments, and a folder that is no export.
+        cases = [
+            ([], "import: give the new shards' checkpoint directory (--to DIR) or their "
+                 "deployment file (--to-config FILE), one of them"),
+            (["--to", new], "import: give the new number of shards (--shards M) or the new "
+                            "deployment file (--to-config FILE)"),
+            (["--to", new, "--shards", "0"], "import: --shards 0: a job runs on 1 to 4096 shards"),
+            (["--to", new, "--shards", "3"],
+             f"import: {empty} has no manifest.json: name a folder psched export wrote"),
+            (["--to-config", grown, "--shards", "3"],
+             f"import: --shards 3, but --to-config {grown} names 2 shards"),
+        ]
+        for arguments, expected in cases:
+            result = subprocess.run([psched, "import", "--from", empty, *arguments],
+                                    capture_output=True, text=True, timeout=30)
+            what = "import " + (" ".join(str(a) for a in arguments) or "(no destination)")
+            check(result.returncode == 2 and result.stderr == f"psched {expected}\n",
+                  f"{what}: exit {result.returncode}, stderr {result.stderr!r}; expected exit 2, "
+                  f"{expected!r}")
+            check(not new.exists() and not (folder / "new.import-partial").exists(),
                   f"{what}: wrote {new}")
             print(f"refused {what}: {result.stderr.strip()}")
     return 0

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // NpyFile: a numpy .npy file (format version 1.0) written as a stream, for `psched export`
-// (actors/shard/model_export.h). The shape is known before the first element (a checkpoint's
-// table heads count its rows), so the header is written first and the elements follow in C
-// order, a piece at a time, never held whole; finish() checks that they add up to the shape.
-// numpy.load reads the file, and with mmap_mode="r" maps it without reading it.
+// (actors/shard/model_export.h); NpyReader reads one back as a stream, for `psched import`. The
+// shape is known before the first element (a checkpoint's table heads count its rows), so the
+// header is written first and the elements follow in C order, a piece at a time, never held whole;
+// finish() checks that they add up to the shape. numpy.load reads the file, and with mmap_mode="r"
+// maps it without reading it.
 //
 // The header is padded to a multiple of 64 bytes, as numpy writes it, so the data starts aligned
 // for a memory map. Little-endian machines only (the dtype strings say '<').
@@ -12,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +23,8 @@
 #include "common/dtype.h"
 
 namespace psched {
+
+class FileSource;
 
 class NpyFile {
  public:
@@ -53,6 +58,38 @@ class NpyFile {
   int fd_ = -1;
   uint64_t data_bytes_;
   uint64_t written_ = 0;
+};
+
+// A .npy file read as a stream (`psched import`, actors/shard/model_import.h): the header parsed
+// when it is opened, the elements read in C order a piece at a time through FileSource's buffer.
+// Reads version 1.0, 2.0 and 3.0 headers as numpy writes them; little-endian, C order only.
+class NpyReader {
+ public:
+  // Opens `file` and reads its header. Throws Error(bad_config) naming the file when it is
+  // missing, no .npy file, in Fortran order, or shorter than its header says.
+  explicit NpyReader(std::filesystem::path file);
+  ~NpyReader();
+  NpyReader(const NpyReader&) = delete;
+  NpyReader& operator=(const NpyReader&) = delete;
+
+  // Throws Error(bad_config) naming the file, `what` it holds ("table 't' values") and both
+  // sides unless its descr is one of `descrs` and its shape is `shape`.
+  void expect(std::string_view what, std::initializer_list<std::string_view> descrs,
+              const std::vector<uint64_t>& shape) const;
+  // The next out.size() bytes of elements. Throws Error(bad_config) naming the file when it has
+  // fewer left.
+  void read(std::span<std::byte> out);
+
+  const std::string& descr() const { return descr_; }
+  const std::vector<uint64_t>& shape() const { return shape_; }
+  const std::filesystem::path& file() const { return file_; }
+
+ private:
+  std::filesystem::path file_;
+  std::string descr_;
+  std::vector<uint64_t> shape_;
+  uint64_t data_at_ = 0, data_bytes_ = 0, read_ = 0;
+  std::unique_ptr<FileSource> source_;
 };
 
 // numpy's dtype string of `dtype`: "<f4" for float32, "<f8" for float64.

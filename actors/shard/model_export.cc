@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/durability/npy_file.h"
+#include "actors/durability/state_codec.h"
 #include "actors/shard/checkpoint_set.h"
 #include "common/error.h"
 
@@ -93,7 +94,7 @@ json export_dense(const std::vector<const SavedKind*>& parts, bool state, Folder
   for (const SavedKind* p : parts) value->write(p->variable->view(p->variable->part()));
   folder.finish(*value);
   for (int slot = 0; state && slot < optim::state_slots(spec.optimizer); ++slot) {
-    const std::string file = fmt::format("{}.state{}.npy", base, slot);
+    const std::string file = fmt::format("dense_state/{}.{}.npy", file_name(spec.name), slot);
     auto out = folder.open(file, npy_descr(spec.dtype), spec.shape, bytes);
     std::vector<std::byte> buffer(std::min<uint64_t>(kStateChunkBytes, spec.bytes()));
     for (const SavedKind* p : parts)
@@ -196,6 +197,47 @@ json export_tables(const std::vector<SavedShard>& shards, const SavedKinds& kind
   return entries;
 }
 
+// resume.bin (model_import.h has the layout): what `psched import` makes the job's shards of
+// again besides the arrays.
+void write_resume(const std::vector<SavedShard>& shards, const SavedKinds& kinds, Folder& folder) {
+  ByteWriter out;
+  out.text(kResumeMagic);
+  out.put<uint32_t>(kResumeVersion);
+  shards[0].header.encode(out);
+  out.blob(job_machine(shards, kTool));
+  out.put<uint64_t>(kinds.dense_names.size());
+  for (const std::string& name : kinds.dense_names) {
+    const auto& parts = kinds.dense.at(name);
+    encode(out, parts[0]->variable->spec());
+    out.put<uint32_t>(static_cast<uint32_t>(parts.size()));
+    for (const SavedKind* p : parts) {
+      uint32_t shard = 0;
+      while (p < shards[shard].kinds.data() ||
+             p >= shards[shard].kinds.data() + shards[shard].kinds.size())
+        ++shard;
+      out.put<uint32_t>(shard);
+      encode(out, p->variable->part());
+      out.blob(p->track);
+      out.blob(p->sums);
+    }
+  }
+  out.put<uint64_t>(kinds.table_names.size());
+  for (const std::string& name : kinds.table_names)
+    for (const SavedKind* head : kinds.tables.at(name)) {  // shard 0's first
+      ByteWriter saved;
+      RowTable::save_head(saved, head->table->spec(), head->rows, head->table->capacity());
+      out.blob(saved.bytes());
+      out.blob(head->track);
+      out.blob(head->sums);
+    }
+  const fs::path file = folder.root / kResumeFile;
+  std::ofstream stream(file, std::ios::binary);
+  stream.write(reinterpret_cast<const char*>(out.bytes().data()),
+               static_cast<std::streamsize>(out.bytes().size()));
+  if (!stream.flush()) fail(ErrorCode::io_error, "writing {} failed", file.string());
+  folder.report.bytes_written += out.bytes().size();
+}
+
 // The manifest's job, placement and sources: each shard's checkpoint file, the one it was
 // restored from for a shard whose logs were replayed (its fresh checkpoint was a scratch file).
 json manifest_head(const std::vector<SavedShard>& shards, const std::vector<ShardReplay>& replayed,
@@ -256,6 +298,10 @@ void write_folder(const std::vector<SavedShard>& shards, const ExportOptions& op
   manifest["step"] = step;
   manifest["dense"] = std::move(dense);
   manifest["tables"] = export_tables(shards, kinds, options.with_optimizer_state, folder);
+  if (options.with_optimizer_state) {
+    write_resume(shards, kinds, folder);
+    manifest["resume"] = kResumeFile;
+  }
   write_manifest(manifest, folder);
   sync_directory(folder.root);
   folder.report.step = step;

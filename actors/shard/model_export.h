@@ -9,10 +9,16 @@
 //                               torch.from_numpy takes) unless num_embeddings > 2^63: uint64
 //   tables/<name>/values.npy    their values: (rows, dim), the table's dtype; row k is id ids[k]'s
 // and only with `with_optimizer_state`:
-//   dense/<name>.state<k>.npy   a dense variable's optimizer state slot k, in its shape
-//                               (optim/optimizer.h's slot order: momentum_buffer; exp_avg, ...)
+//   dense_state/<name>.<k>.npy  a dense variable's optimizer state slot k, in its shape
+//                               (optim/optimizer.h's slot order: momentum_buffer; exp_avg, ...);
+//                               a directory of their own, so no variable's name makes another's
+//                               file name
 //   tables/<name>/state.npy     the rows' optimizer state: (rows, state_elements), row k of
 //                               ids[k] (optim/row_optimizer.h's order: adagrad's sums, ...)
+//   resume.bin                  what `psched import` makes the job's shards of again besides
+//                               the arrays (actors/shard/model_import.h): psched's own records
+//                               of the job's placement, membership and steps, and each
+//                               variable's and table's spec, parts, step records and capacity
 // <name> is the variable's or table's name with every byte but [A-Za-z0-9_.-] (and a leading
 // '.') written %XX; the manifest gives each file's path, relative to the folder.
 //
@@ -33,7 +39,8 @@
 // whether optimizer state is in; per dense variable its name, file, shape, dtype, step,
 // optimizer (kind and hyper-parameters) and state files; per table its name, num_embeddings,
 // dim, dtype, rows, init (kind, a, b), seed, max_rows, admit_after, step, row optimizer, and
-// its ids (with ids_dtype), values and state files with state_elements.
+// its ids (with ids_dtype), values and state files with state_elements; with optimizer state,
+// "resume": the resume.bin file.
 //
 // Streamed: every shard's checkpoint is read as `psched reshard` reads it (checkpoint_set.h):
 // the dense variables and table heads in memory, the rows from the files through a 1 MiB
@@ -55,6 +62,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/shard/checkpoint_set.h"
@@ -64,6 +72,10 @@ namespace psched {
 
 // The manifest's "version": what a reader of this layout checks.
 inline constexpr uint32_t kExportVersion = 1;
+// resume.bin: its name in the folder (the manifest's "resume"), first text and version.
+inline constexpr std::string_view kResumeFile = "resume.bin";
+inline constexpr std::string_view kResumeMagic = "psched-resume";
+inline constexpr uint32_t kResumeVersion = 1;
 
 struct ExportOptions {
   std::vector<std::filesystem::path> from;  // directories holding the job's checkpoints

@@ -7,8 +7,8 @@ SparseAdam), a model built with torch's arguments alone (the deployment's optimi
 in which worker 0 evaluates under model.eval() between steps; and a hybrid job (sync dense,
 bounded tables) whose dense part takes exactly the mean of the workers' gradients each step; and a
 job stopped after step 15 on 2 shards (SIGTERM, or SIGKILL with its steps in the update logs),
-placed on 3 or 1 by `psched reshard` and resumed, ends bit-equal to the job run on 2 shards
-throughout."""
+placed on 3 or 1 by `psched reshard` (or exported with its optimizer state and placed by
+`psched import`) and resumed, ends bit-equal to the job run on 2 shards throughout."""
 import functools
 import json
 import pathlib
@@ -319,14 +319,18 @@ def test_a_server_killed_mid_run_and_restarted_changes_no_row(start_server, capa
         assert torch.equal(clean[name], restarted[name]), name
 
 
-@pytest.mark.parametrize("shards,stop_by", [(3, "sigterm"), (1, "sigterm"), (3, "sigkill")])
+@pytest.mark.parametrize("shards,stop_by,via", [(3, "sigterm", "reshard"), (1, "sigterm", "reshard"),
+                                               (3, "sigkill", "reshard"), (3, "sigterm", "export"),
+                                               (1, "sigkill", "export")])
 def test_a_job_placed_on_another_number_of_shards_trains_the_same_rows(start_server, tmp_path,
-                                                                       shards, stop_by):
+                                                                       shards, stop_by, via):
     """A sync job stopped after step 15 on 2 shards, placed on 3 (or 1) by `psched reshard` and
     resumed to step 30 by new trainer processes ends with every row and parameter bit-equal to
     the job run on 2 shards throughout. Stopped by SIGTERM, each shard checkpoints; by SIGKILL
     (and checkpointing only at a clean stop), the 15 steps are in the shards' update logs alone,
-    and reshard replays them (--from-config, the deployment the shards ran with)."""
+    and reshard replays them (--from-config, the deployment the shards ran with). via "export":
+    the job's model is exported with its optimizer state instead (psched.torch.export from a
+    trainer, or `psched export` replaying the logs) and `psched import` places the export."""
     batches = make_batches()
     workers, _, _ = train_with_psched(start_server(mode="sync", workers=2, shards=2), batches)
     expected = trained_state(workers[0])
@@ -355,9 +359,19 @@ def test_a_job_placed_on_another_number_of_shards_trains_the_same_rows(start_ser
     # The deployments' split_bytes (2 KiB) is not the default: on 1 shard it is given, on 3 the
     # tool keeps each variable split or whole as the 2 shards held it.
     split = ["--split-bytes", "2048"] if shards == 1 else []
-    subprocess.run([str(pathlib.Path(SERVER).with_name("psched")), "reshard", "--from",
-                    str(state), "--to", str(placed), "--shards", str(shards), *split, *replay],
-                   check=True)
+    tool = str(pathlib.Path(SERVER).with_name("psched"))
+    if via == "reshard":
+        subprocess.run([tool, "reshard", "--from", str(state), "--to", str(placed), "--shards",
+                        str(shards), *split, *replay], check=True)
+    else:
+        export = tmp_path / "export"
+        if stop_by == "sigterm":
+            psched.torch.export(psched_model(), export, state, with_optimizer_state=True)
+        else:
+            subprocess.run([tool, "export", "--from", str(state), "--to", str(export),
+                            "--with-optimizer-state", *replay], check=True)
+        subprocess.run([tool, "import", "--from", str(export), "--to", str(placed), "--shards",
+                        str(shards), *split], check=True)
     second = start_server(mode="sync", workers=2, shards=shards, checkpoint=placed)
     workers = [psched.torch.DistributedModel(psched_model(), "adam", config=second.config,
                                              worker=rank, lr=DENSE_LR) for rank in range(2)]
