@@ -282,6 +282,12 @@ ShardStore::Checkpoint ShardDurability::newest_served(const ShardSettings& setti
   auto found = store.load_latest(skipped);
   for (const std::string& reason : skipped)
     log_warn("shard {}: serving: skipped {}", settings.id.value, reason);
+  if (!found && std::filesystem::exists(directory / "manifest.json"))
+    fail(ErrorCode::bad_config,
+         "shard {}: --serve {}: an export folder, not checkpoints; make it the checkpoints of "
+         "this deployment's shards first (psched import --from {} --to-config DEPLOYMENT.yaml, "
+         "from an export written with --with-optimizer-state), then serve their directory",
+         settings.id.value, directory.string(), directory.string());
   if (!found)
     fail(ErrorCode::bad_config, "shard {}: --serve {}: no valid checkpoint of shard {} there{}",
          settings.id.value, directory.string(), settings.id.value,

@@ -2,6 +2,7 @@
 // Serving shards (VariableShard::serve, ::reload): a trained job's checkpoints answered
 // read-only, a newer one loaded beside and switched to under the same ids, and what a version
 // that cannot take the served one's place is refused for.
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -283,7 +284,9 @@ TEST_CASE("a version that cannot take the served one's place is refused, and it 
   CHECK(*serving.poll(w, 3, 0).value == trained.w);
 }
 
-TEST_CASE("a serving shard refuses to start on a directory with no checkpoint of its own") {
+TEST_CASE(
+    "a serving shard refuses to start on a directory with no checkpoint of its own, naming an "
+    "export") {
   testing::TestLoop io;
   testing::TempDir dir;
   Life serving(io, dir.path / "missing", true);
@@ -291,4 +294,11 @@ TEST_CASE("a serving shard refuses to start on a directory with no checkpoint of
   std::filesystem::create_directories(dir.path);
   Life empty(io, dir.path, true);
   CHECK_THROWS_WITH_AS(empty.serve(), doctest::Contains("no valid checkpoint of shard 0"), Error);
+  std::ofstream(dir.path / "manifest.json") << "{}";  // an export folder
+  Life exported(io, dir.path, true);
+  CHECK_THROWS_WITH_AS(exported.serve(),
+                       doctest::Contains("an export folder, not checkpoints; make it the "
+                                         "checkpoints of this deployment's shards first (psched "
+                                         "import --from"),
+                       Error);
 }
