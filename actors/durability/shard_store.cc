@@ -138,7 +138,10 @@ std::vector<uint64_t> ShardStore::generations(const std::string& suffix) const {
     std::string name = entry.path().filename().string();
     if (!name.starts_with(prefix) || !name.ends_with(suffix)) continue;
     std::string number = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (number.empty() || !std::all_of(number.begin(), number.end(), ::isdigit)) continue;
+    // 19 digits at most: a longer number is no generation of ours (and would overflow).
+    if (number.empty() || number.size() > 19 ||
+        !std::all_of(number.begin(), number.end(), ::isdigit))
+      continue;
     out.push_back(std::stoull(number));
   }
   std::sort(out.begin(), out.end());
