@@ -53,12 +53,15 @@ of the next step's rows, so they travel while this step computes (docs/embedding
 
 The trained model leaves psched (docs/embeddings.md, "Export and serve"): once the job's shards
 have stopped, `psched export` (or export(model, folder, checkpoint_dirs) from the trainer, which
-adds the module's buffers) writes it as .npy files and a JSON manifest, and to_local(model,
+adds the module's state no shard holds) writes it as .npy files and a JSON manifest, and
+to_local(model,
 folder) makes a plain torch.nn.Module of it, each psched table a torch.nn.EmbeddingBag or
 Embedding holding every row, predicting bit for bit what the distributed model predicts. A
 DistributedModel's state_dict() synchronizes first and names each table (its rows are on the
 shards); load_state_dict on it or its module, a torch table's weight loaded into a psched table,
 and torch.save or copy.deepcopy of a connected model are refused, saying what to use instead.
+The module's float buffers (BatchNorm's running statistics) are averaged over the workers each
+training step unless DistributedModel(..., buffers="local").
 
 Trace: `trace="trace-{worker}.json"` (default: $PSCHED_TRACE) writes a Chrome trace (Perfetto,
 chrome://tracing) at every synchronize(): each partition as in `psched-bench --trace`, with the
@@ -139,6 +142,26 @@ class _Parameter:
                            "DistributedModel wrapped it; psched trains the memory it wrapped")
 
 
+class _Buffer:
+    """One buffer averaged over the workers (BatchNorm's running statistics, ...): its variable,
+    whose memory is the buffer's own, its value before the training forward that changes it,
+    the change pushed, and the step of its push not yet waited for (0: none)."""
+
+    def __init__(self, name, buffer):
+        self.name = name
+        self.memory = buffer
+        self.before = torch.empty_like(buffer)
+        self.change = torch.empty_like(buffer)
+        self.variable = None
+        self.pushed = 0
+        self.in_flight = 0
+
+
+# What the shards apply to a buffer's pushed change (before - after): value - mean of the
+# workers' changes, the mean of their new values in sync mode.
+_BUFFER_OPTIMIZER = psched.Optimizer("sgd", lr=1.0)
+
+
 class _Trace:
     """The Chrome trace file that synchronize() writes (the module docstring)."""
 
@@ -191,10 +214,20 @@ class DistributedModel(torch.nn.Module):
     and the training loop skips the steps done (python/examples/train_digits.py).
     embedding_staleness: how many steps more than the mode allows a prefetched row may lag
     (prefetch(); default 0: the rows the next forward would pull).
+    buffers: "average" (the default) keeps every float buffer of the module (BatchNorm's
+    running_mean and running_var, ...) the same on every worker, as DistributedDataParallel's
+    broadcast_buffers does, but from every worker's batches: each is a psched variable whose
+    update is the mean of the workers' changes in a training forward (model.train(), grad
+    enabled: one step of it, as of a table), so in sync mode it becomes the mean of the values
+    each worker computed; in async and bounded modes each worker's change is applied as it
+    comes. The module's next forward waits for it. "local": each worker keeps its own, as a
+    module alone does. Integer buffers (num_batches_tracked) stay local: every worker counts the
+    same steps.
     """
 
     def __init__(self, module, optimizer=None, *, config=None, worker=None, client=None,
-                 trace=None, compression=None, embedding_staleness=None, **settings):
+                 trace=None, compression=None, embedding_staleness=None, buffers="average",
+                 **settings):
         super().__init__()
         self.module = module
         if optimizer is None:
@@ -207,8 +240,12 @@ class DistributedModel(torch.nn.Module):
             optimizer = optimizer_settings(optimizer, **settings)
         elif settings:
             raise psched.Error(f"settings {sorted(settings)} given beside a psched.Optimizer")
+        if buffers not in ("average", "local"):
+            raise psched.Error(f"buffers={buffers!r}: \"average\" (the workers' buffers kept "
+                               "the same) or \"local\" (each worker's own)")
         self._optimizer = optimizer
         self._compression = compression
+        self._buffers = _averaged_buffers(module) if buffers == "average" else {}
         self._parameters_by_id = {}
         for name, parameter in module.named_parameters():
             if not parameter.requires_grad:
@@ -239,7 +276,13 @@ class DistributedModel(torch.nn.Module):
         for entry in self._parameters_by_id.values():
             entry.pushed = self.start_step - 1
             entry.parameter.register_hook(functools.partial(self._push, entry))
-        module._register_load_state_dict_pre_hook(self._refuse_load)
+        for owner, entries in self._buffers.items():
+            for entry in entries:
+                entry.pushed = self.start_step - 1
+            owner.register_forward_pre_hook(functools.partial(self._buffers_before, entries))
+            owner.register_forward_hook(functools.partial(self._buffers_after, entries))
+        for part in module.modules():  # model.module.sub.load_state_dict(...) too
+            part._register_load_state_dict_pre_hook(self._refuse_load)
         self._waits = {}  # module -> the entries it registered, which it waits for
         self._observers = [hook for m in module.modules() for hook in (
             m.register_forward_pre_hook(self._register_own),
@@ -271,7 +314,9 @@ class DistributedModel(torch.nn.Module):
             "from a state dict, load it into the module before wrapping it "
             "(module.load_state_dict(...), then DistributedModel(module): a job that starts "
             "with no checkpoint takes the registered values, the first registration of each "
-            "name winning); to resume a job, restart its shards from their checkpoints",
+            "name winning); to resume a job, restart its shards from their checkpoints, or from "
+            "its export with optimizer state on any number of shards (psched.torch.export(..., "
+            "with_optimizer_state=True), then `psched import`)",
             "invalid_argument")
 
     def __reduce_ex__(self, protocol):
@@ -299,6 +344,7 @@ class DistributedModel(torch.nn.Module):
         """Waits until every pushed gradient's update is in the parameters, and until the shards
         have received every embedding table's last push; writes the trace."""
         self._wait(self._parameters_by_id.values())
+        self._wait(self._buffer_entries())
         for table in self._tables:
             table.synchronize()
         if self._trace:
@@ -310,7 +356,8 @@ class DistributedModel(torch.nn.Module):
         (psched-server --serve) calls it when they have loaded a newer version: its lookups read
         the new rows at once, its dense parameters only from here."""
         self._wait(self._parameters_by_id.values())
-        for entry in self._parameters_by_id.values():
+        self._wait(self._buffer_entries())
+        for entry in [*self._parameters_by_id.values(), *self._buffer_entries()]:
             if entry.variable is not None:
                 self.client.pull(entry.variable)
 
@@ -343,6 +390,34 @@ class DistributedModel(torch.nn.Module):
             self.client.pull(entry.variable, after=self.start_step - 1)
             self._waits.setdefault(module, []).append(entry)
 
+    def _buffer_entries(self):
+        return [entry for entries in self._buffers.values() for entry in entries]
+
+    def _buffers_before(self, entries, module, inputs):
+        # Every forward of a module with averaged buffers, as it starts: registered at its
+        # first (the shards' value adopted), the last step's mean in the memory, and the value
+        # a training forward starts from kept.
+        for entry in entries:
+            if entry.variable is None:
+                entry.variable = self.client.register(entry.name, entry.memory,
+                                                      optimizer=_BUFFER_OPTIMIZER,
+                                                      compression=psched.Compression())
+                self.client.pull(entry.variable, after=self.start_step - 1)
+        self._wait(entries)
+        if module.training and torch.is_grad_enabled():
+            for entry in entries:
+                entry.before.copy_(entry.memory)
+
+    def _buffers_after(self, entries, module, inputs, output):
+        # As a training forward of the module ends: its change of each buffer pushed.
+        if not (module.training and torch.is_grad_enabled()):
+            return
+        for entry in entries:
+            torch.sub(entry.before, entry.memory, out=entry.change)
+            entry.pushed += 1
+            self.client.push(entry.variable, entry.pushed, entry.change)
+            entry.in_flight = entry.pushed
+
     def _push(self, entry, grad):
         # The client reads entry.gradient until the push's wait returns, so the previous push
         # is waited for (if no forward has) before the buffer is overwritten; autograd may
@@ -370,6 +445,27 @@ class DistributedModel(torch.nn.Module):
                 self.client.wait(entry.variable, step)
                 if self._trace:
                     self._trace.waited(entry, step, begin, time.monotonic())
+
+
+def _averaged_buffers(module):
+    """By module, its own float buffers as _Buffers named as in module.state_dict(); refuses
+    one psched cannot keep in its own memory."""
+    out = {}
+    for prefix, owner in module.named_modules():
+        entries = []
+        for name, buffer in owner.named_buffers(recurse=False):
+            if buffer is None or not buffer.is_floating_point():
+                continue
+            full = f"{prefix}.{name}" if prefix else name
+            why = _unsupported(buffer)
+            if why:
+                raise psched.Error(f"buffer '{full}' is {why}; psched.torch averages contiguous "
+                                   "float32 or float64 CPU buffers (buffers=\"local\" keeps "
+                                   "each worker's own)")
+            entries.append(_Buffer(full, buffer))
+        if entries:
+            out[owner] = entries
+    return out
 
 
 def _is_psched_hook(hook):
@@ -405,20 +501,23 @@ def _local_table(table, name, folder):
 
 def _load_dense(local, tables, folder):
     """Every trainable parameter of `local` but the weights of `tables` (the module names of
-    the tables built from the folder) from the folder's dense variable of its name, and each
-    buffer or frozen parameter from the folder's buffers where a trainer added it; refuses a
-    parameter the folder lacks, a dense variable the model lacks, or another shape or dtype."""
+    the tables built from the folder) from the folder's dense variable of its name, each buffer
+    the workers averaged from its dense variable too, and each other buffer or frozen parameter
+    from the folder's buffers where a trainer added it; refuses a parameter the folder lacks, a
+    dense variable the model lacks, or another shape or dtype."""
     trained = {name for name, p in local.named_parameters() if p.requires_grad}
     trained -= {f"{name}.weight" if name else "weight" for name in tables}
-    extra = sorted(set(folder.dense_names()) - trained)
+    averaged = {name for name, b in local.named_buffers() if b.is_floating_point()}
+    averaged &= set(folder.dense_names())
+    extra = sorted(set(folder.dense_names()) - trained - averaged)
     if extra:
         raise psched.Error(f"{folder.path} holds dense variable(s) {', '.join(extra)} that the "
-                           "model has no trainable parameter of: the export is of another model",
-                           "unknown_variable")
+                           "model has no trainable parameter or buffer of: the export is of "
+                           "another model", "unknown_variable")
     buffers = set(folder.buffer_names())
     with torch.no_grad():
         for name, value in local.state_dict(keep_vars=True).items():
-            if name in trained:
+            if name in trained or name in averaged:
                 source = folder.dense(name)
             elif name in buffers:
                 source = folder.buffer(name)
@@ -473,13 +572,17 @@ def to_local(model, folder):
 def export(model, path, checkpoints, *, with_optimizer_state=False):
     """Writes `model`'s job into the new folder `path`: the tables and the dense variables
     from the job's checkpoints in `checkpoints` (a directory or a list of them: `psched
-    export`), and the module's own state the shards never held (buffers such as BatchNorm's
-    running statistics, frozen parameters) from this process's `model`. The job's shards
+    export`; with them the buffers the workers averaged), and the module's own state the shards
+    never held (frozen parameters, integer buffers, a model's buffers="local") from this
+    process's `model`. The job's shards
     must have stopped (SIGTERM writes their last checkpoint): psched export reads checkpoints,
     and a shard writes one on its interval or when it stops, never on request. Checks that the
     export fits `model` (to_local's checks) before it is in place; returns the export's report
     (a dict: shards, step, variables, tables, rows, bytes_written). Raises psched.Error naming
-    what is wrong, leaving nothing at `path`."""
+    what is wrong, leaving nothing at `path`. With with_optimizer_state the export also holds
+    what the job resumes from: `psched import --from path` makes it the checkpoints of any
+    number of shards, from which the job goes on bit for bit (averaged buffers included; state
+    no shard held is the export's buffers/)."""
     path = os.fspath(path)
     if os.path.exists(path):
         raise psched.Error(f"export: {path} exists; name a new folder for the export",

@@ -205,6 +205,8 @@ def test_a_distributed_model_refuses_load_state_dict_pickling_and_deepcopy(start
     for target in (model, model.module):
         with pytest.raises(psched.Error, match="would be undone at its next step"):
             target.load_state_dict(model.module.state_dict())
+    with pytest.raises(psched.Error, match="would be undone at its next step"):
+        model.module.bottom.load_state_dict(model.module.bottom.state_dict())  # a part of it
     for copy_it in (lambda m: torch.save(m, io.BytesIO()), copy.deepcopy):
         with pytest.raises(psched.Error, match="cannot be pickled or deep-copied"):
             copy_it(model)

@@ -200,6 +200,63 @@ def test_two_sync_workers_equal_one_process_on_the_concatenated_batch(start_serv
         worker.client.close()
 
 
+def batch_norm_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 4)).double()
+
+
+@pytest.mark.parametrize("buffers", ["average", "local"])
+def test_batch_norms_running_statistics_are_the_mean_of_the_workers_each_step(start_server,
+                                                                              buffers):
+    """Two sync workers, each its own half of every batch: with buffers="average" (the default)
+    both end every step with BatchNorm's running_mean and running_var at the mean of what each
+    computed from its half, the statistics of the whole batch's halves as DDP's broadcast of
+    worker 0's never are; with buffers="local" each keeps its own, as without psched."""
+    server = start_server(mode="sync", workers=2)
+    batches = make_batches(8, 2 * BATCH, torch.float64)
+    halves = [[(x[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH])
+               for x, y in batches] for rank in range(2)]
+    workers = [psched.torch.DistributedModel(batch_norm_model(), "sgd", lr=0.1, buffers=buffers,
+                                             config=server.config, worker=rank)
+               for rank in range(2)]
+    run_workers(workers, lambda rank: train_with_psched(workers[rank], halves[rank]))
+    # BatchNorm's own update, from each half's statistics (its input is the batch itself).
+    momentum = 0.1
+    local = [(torch.zeros(16, dtype=torch.float64), torch.ones(16, dtype=torch.float64))
+             for _ in range(2)]
+    mean, var = local[0][0].clone(), local[0][1].clone()
+    for step in range(len(batches)):
+        new = [((1 - momentum) * m + momentum * halves[r][step][0].mean(0),
+                (1 - momentum) * v + momentum * halves[r][step][0].var(0, unbiased=True))
+               for r, (m, v) in enumerate(local)]
+        if buffers == "average":
+            mean = sum((1 - momentum) * mean + momentum * h[step][0].mean(0) for h in halves) / 2
+            var = sum((1 - momentum) * var + momentum * h[step][0].var(0) for h in halves) / 2
+            local = [(mean, var)] * 2
+        else:
+            local = new
+    for rank, worker in enumerate(workers):
+        norm = worker.module[0]
+        expected_mean, expected_var = local[rank]
+        torch.testing.assert_close(norm.running_mean, expected_mean, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(norm.running_var, expected_var, rtol=1e-12, atol=1e-14)
+        assert int(norm.num_batches_tracked) == len(batches)
+    differ = not torch.equal(workers[0].module[0].running_mean, workers[1].module[0].running_mean)
+    assert differ == (buffers == "local")
+    for worker in workers:
+        worker.client.close()
+
+
+def test_a_buffer_psched_cannot_average_in_place_is_refused_naming_local():
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(4))
+    model[0].running_mean = model[0].running_mean.half()
+    with pytest.raises(psched.Error, match=r"buffer '0.running_mean' is torch.float16.*"
+                                           r"buffers=\"local\""):
+        psched.torch.DistributedModel(model, "sgd", lr=0.1)
+    with pytest.raises(psched.Error, match=r"buffers='shared': \"average\""):
+        psched.torch.DistributedModel(make_model(), "sgd", lr=0.1, buffers="shared")
+
+
 def test_settings_beside_a_psched_optimizer_are_refused():
     with pytest.raises(psched.Error, match="lr"):
         psched.torch.DistributedModel(make_model(), psched.Optimizer("sgd", lr=0.1), lr=0.1)
