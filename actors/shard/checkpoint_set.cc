@@ -253,8 +253,8 @@ SavedShard read_shard(const fs::path& dir, ShardId id, const CheckpointSetOption
 // The shards whose checkpoints are in `dirs`, by id; throws naming a directory that is none or
 // holds no shard's checkpoint, and a shard found twice.
 std::map<uint32_t, fs::path> find_shards(const std::vector<fs::path>& dirs, std::string_view tool) {
-  // At most 9 digits of shard id and 19 of generation: what std::stoul and a uint64_t hold; a
-  // longer name is no shard's checkpoint.
+  // At most 9 digits of shard id (a uint32_t holds them) and 19 of generation (a uint64_t's,
+  // as ShardStore reads it): a longer name is no shard's checkpoint.
   static const std::regex kCheckpoint(R"(shard-(\d{1,9})\.(\d{1,19})\.ckpt)");
   std::map<uint32_t, fs::path> found;
   for (const fs::path& dir : dirs) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,15 @@ std::string file_name(const std::string& name) {
     out += kept ? std::string(1, static_cast<char>(c)) : fmt::format("%{:02X}", c);
   }
   return out;
+}
+
+// fsync of `file`, written through a stream, so that it is on disk before the folder is renamed
+// into place (as the .npy files are when NpyFile::finish() returns).
+void sync_file(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!synced) fail(ErrorCode::io_error, "syncing {} failed", file.string());
 }
 
 json optimizer_json(const optim::OptimizerSpec& spec) {
@@ -205,17 +215,16 @@ void write_resume(const std::vector<SavedShard>& shards, const SavedKinds& kinds
   out.put<uint32_t>(kResumeVersion);
   shards[0].header.encode(out);
   out.blob(job_machine(shards, kTool));
+  std::map<const SavedKind*, uint32_t> shard_of;
+  for (uint32_t s = 0; s < shards.size(); ++s)
+    for (const SavedKind& kind : shards[s].kinds) shard_of[&kind] = s;
   out.put<uint64_t>(kinds.dense_names.size());
   for (const std::string& name : kinds.dense_names) {
     const auto& parts = kinds.dense.at(name);
     encode(out, parts[0]->variable->spec());
     out.put<uint32_t>(static_cast<uint32_t>(parts.size()));
     for (const SavedKind* p : parts) {
-      uint32_t shard = 0;
-      while (p < shards[shard].kinds.data() ||
-             p >= shards[shard].kinds.data() + shards[shard].kinds.size())
-        ++shard;
-      out.put<uint32_t>(shard);
+      out.put<uint32_t>(shard_of.at(p));
       encode(out, p->variable->part());
       out.blob(p->track);
       out.blob(p->sums);
@@ -231,10 +240,13 @@ void write_resume(const std::vector<SavedShard>& shards, const SavedKinds& kinds
       out.blob(head->sums);
     }
   const fs::path file = folder.root / kResumeFile;
-  std::ofstream stream(file, std::ios::binary);
-  stream.write(reinterpret_cast<const char*>(out.bytes().data()),
-               static_cast<std::streamsize>(out.bytes().size()));
-  if (!stream.flush()) fail(ErrorCode::io_error, "writing {} failed", file.string());
+  {
+    std::ofstream stream(file, std::ios::binary);
+    stream.write(reinterpret_cast<const char*>(out.bytes().data()),
+                 static_cast<std::streamsize>(out.bytes().size()));
+    if (!stream.flush()) fail(ErrorCode::io_error, "writing {} failed", file.string());
+  }
+  sync_file(file);
   folder.report.bytes_written += out.bytes().size();
 }
 
@@ -271,6 +283,7 @@ void write_manifest(const json& manifest, Folder& folder) {
     out << text;
     if (!out.flush()) fail(ErrorCode::io_error, "writing {} failed", file.string());
   }
+  sync_file(file);
   folder.report.bytes_written += text.size();
 }
 

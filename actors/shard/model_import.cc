@@ -117,7 +117,7 @@ json read_manifest(const fs::path& folder) {
     fail(ErrorCode::bad_config, "import: {} is no psched-export manifest", file.string());
   if (m.value("version", 0u) != kExportVersion)
     fail(ErrorCode::bad_config, "import: {} is version {}; this psched reads version {}",
-         file.string(), m["version"].dump(), kExportVersion);
+         file.string(), m.at("version").dump(), kExportVersion);
   if (!m.value("optimizer_state", false) || !m.contains("resume"))
     fail(ErrorCode::bad_config,
          "import: {} was exported without its optimizer state, and with it the step records "
@@ -131,7 +131,7 @@ json read_manifest(const fs::path& folder) {
 void check_entry(const json& entry, const std::string& name, const std::vector<uint64_t>& shape,
                  DType dtype, const fs::path& folder) {
   if (entry.value("name", "") != name || entry.value("dtype", "") != to_string(dtype) ||
-      (!shape.empty() && entry["shape"] != json(shape)))
+      (!shape.empty() && entry.at("shape") != json(shape)))
     fail(ErrorCode::bad_config,
          "import: {}: the manifest's entry {} is not resume.bin's '{}' ({} of shape ({})): the "
          "two are of different models",
@@ -140,24 +140,25 @@ void check_entry(const json& entry, const std::string& name, const std::vector<u
 
 // The manifest's and resume.bin's models: the same variables and tables in the same order.
 void check_model(const json& m, const Resume& r, const fs::path& folder) {
-  if (m["dense"].size() != r.dense.size() || m["tables"].size() != r.tables.size())
+  if (m.at("dense").size() != r.dense.size() || m.at("tables").size() != r.tables.size())
     fail(ErrorCode::bad_config,
          "import: {}: the manifest lists {} dense variable(s) and {} table(s), resume.bin {} and "
          "{}: the two are of different models",
-         folder.string(), m["dense"].size(), m["tables"].size(), r.dense.size(), r.tables.size());
+         folder.string(), m.at("dense").size(), m.at("tables").size(), r.dense.size(),
+         r.tables.size());
   for (size_t d = 0; d < r.dense.size(); ++d)
-    check_entry(m["dense"][d], r.dense[d].spec.name, r.dense[d].spec.shape, r.dense[d].spec.dtype,
-                folder);
+    check_entry(m.at("dense").at(d), r.dense[d].spec.name, r.dense[d].spec.shape,
+                r.dense[d].spec.dtype, folder);
   for (size_t t = 0; t < r.tables.size(); ++t) {
     const TableSpec& spec = r.tables[t][0].spec;
     uint64_t rows = 0;
     for (const Resume::Head& h : r.tables[t]) rows += h.rows;
-    check_entry(m["tables"][t], spec.name, {}, spec.dtype, folder);
-    if (m["tables"][t].value("rows", uint64_t{0}) != rows ||
-        m["tables"][t].value("dim", 0u) != spec.dim)
+    check_entry(m.at("tables").at(t), spec.name, {}, spec.dtype, folder);
+    if (m.at("tables").at(t).value("rows", uint64_t{0}) != rows ||
+        m.at("tables").at(t).value("dim", 0u) != spec.dim)
       fail(ErrorCode::bad_config,
            "import: {}: table '{}' has {} rows of dim {} in resume.bin, the manifest says {}",
-           folder.string(), spec.name, rows, spec.dim, m["tables"][t].dump());
+           folder.string(), spec.name, rows, spec.dim, m.at("tables").at(t).dump());
   }
 }
 
@@ -189,13 +190,13 @@ std::vector<Variable> dense_parts(const Resume::Dense& d, const json& entry,
     open_array(folder, file, what, {npy_descr(spec.dtype)}, spec.shape)->read(out);
     return out;
   };
-  const Bytes value = whole(entry["file"], fmt::format("variable '{}'", spec.name));
+  const Bytes value = whole(entry.at("file"), fmt::format("variable '{}'", spec.name));
   const int slots = optim::state_slots(spec.optimizer);
-  if (!entry["state"].is_array() || entry["state"].size() != static_cast<size_t>(slots))
+  if (!entry.at("state").is_array() || entry.at("state").size() != static_cast<size_t>(slots))
     fail(ErrorCode::bad_config,
          "import: {}: variable '{}' has {} optimizer state file(s), its "
          "optimizer {}",
-         folder.string(), spec.name, entry["state"].size(), slots);
+         folder.string(), spec.name, entry.at("state").size(), slots);
   std::vector<Variable> parts;
   for (const Resume::Part& p : d.parts)
     parts.emplace_back(spec, p.range,
@@ -203,7 +204,7 @@ std::vector<Variable> dense_parts(const Resume::Dense& d, const json& entry,
                        nullptr, nullptr);
   for (int slot = 0; slot < slots; ++slot) {
     const Bytes state =
-        whole(entry["state"][slot], fmt::format("variable '{}' state {}", spec.name, slot));
+        whole(entry.at("state").at(slot), fmt::format("variable '{}' state {}", spec.name, slot));
     for (size_t k = 0; k < parts.size(); ++k)
       parts[k].write_state(slot, d.parts[k].range, state.data() + d.parts[k].range.begin * bytes);
   }
@@ -216,9 +217,10 @@ struct TableArrays {
   uint64_t row_bytes = 0, state_bytes = 0;
   std::unique_ptr<NpyReader> ids, values, state;
 
-  // The next `rows` rows as records (id, value, state) into `file` from `offset`; returns the
-  // offset after them.
-  uint64_t copy(uint64_t rows, ShardStore::CheckpointFile& file, uint64_t offset) {
+  // The next `rows` rows, shard `shard`'s of the job placed by `map`, as records (id, value,
+  // state) into `file` from `offset`; returns the offset after them.
+  uint64_t copy(uint64_t rows, uint32_t shard, const SlotMap& map, ShardStore::CheckpointFile& file,
+                uint64_t offset) {
     const uint64_t record = sizeof(uint64_t) + row_bytes + state_bytes;
     Bytes id_chunk, value_chunk, state_chunk, records;
     for (uint64_t done = 0; done < rows;) {
@@ -233,7 +235,7 @@ struct TableArrays {
       for (uint64_t k = 0; k < n; ++k) {
         std::byte* out = records.data() + k * record;
         std::memcpy(out, id_chunk.data() + k * sizeof(uint64_t), sizeof(uint64_t));
-        check_id(saved_row_id(std::span(out, sizeof(uint64_t))));
+        check_id(saved_row_id(std::span(out, sizeof(uint64_t))), shard, map);
         std::memcpy(out + sizeof(uint64_t), value_chunk.data() + k * row_bytes, row_bytes);
         std::memcpy(out + sizeof(uint64_t) + row_bytes, state_chunk.data() + k * state_bytes,
                     state_bytes);
@@ -244,10 +246,19 @@ struct TableArrays {
     }
     return offset;
   }
-  void check_id(uint64_t id) const {
+  // An id past the table, or one not of the shard whose rows these are (the arrays' rows
+  // reordered, an id changed: a row, or its place in a bounded table's eviction order, would
+  // land on the wrong shard).
+  void check_id(uint64_t id, uint32_t shard, const SlotMap& map) const {
     if (id >= spec->num_embeddings)
       fail(ErrorCode::bad_config, "import: {}: id {} of table '{}', which has {} rows",
            ids->file().string(), id, spec->name, spec->num_embeddings);
+    if (const uint32_t owner = row_shard(table_key(spec->name), id, map); owner != shard)
+      fail(ErrorCode::bad_config,
+           "import: {}: id {} is among shard {}'s rows of table '{}', but the job's slot map "
+           "gives it to shard {}: the rows were reordered or an id changed (values may change "
+           "in numpy; ids and their order may not)",
+           ids->file().string(), id, shard, spec->name, owner);
   }
 };
 
@@ -261,10 +272,10 @@ TableArrays table_arrays(const std::vector<Resume::Head>& heads, const json& ent
   TableArrays t{.spec = &spec,
                 .row_bytes = spec.row_bytes(),
                 .state_bytes = state_elements * element_bytes(spec.dtype)};
-  t.ids = open_array(folder, entry["ids"], what + " ids", {"<i8", "<u8"}, {rows});
-  t.values = open_array(folder, entry["values"], what + " values", {npy_descr(spec.dtype)},
+  t.ids = open_array(folder, entry.at("ids"), what + " ids", {"<i8", "<u8"}, {rows});
+  t.values = open_array(folder, entry.at("values"), what + " values", {npy_descr(spec.dtype)},
                         {rows, spec.dim});
-  t.state = open_array(folder, entry["state"], what + " state", {npy_descr(spec.dtype)},
+  t.state = open_array(folder, entry.at("state"), what + " state", {npy_descr(spec.dtype)},
                        {rows, state_elements});
   return t;
 }
@@ -307,7 +318,7 @@ fs::path write_shard(uint32_t shard, const Resume& r,
   auto file = store.open_checkpoint(1, payload.bytes(), rows_bytes);
   uint64_t offset = 0;
   for (size_t t = 0; t < r.tables.size(); ++t)
-    offset = tables[t].copy(r.tables[t][shard].rows, *file, offset);
+    offset = tables[t].copy(r.tables[t][shard].rows, shard, r.header.map, *file, offset);
   return file->finish();
 }
 
@@ -315,11 +326,11 @@ fs::path write_shard(uint32_t shard, const Resume& r,
 uint64_t write_job(const fs::path& folder, const json& m, const Resume& r, const fs::path& dir) {
   std::vector<std::vector<Variable>> parts;
   for (size_t d = 0; d < r.dense.size(); ++d)
-    parts.push_back(dense_parts(r.dense[d], m["dense"][d], folder));
+    parts.push_back(dense_parts(r.dense[d], m.at("dense").at(d), folder));
   std::vector<TableArrays> tables;
   uint64_t rows = 0;
   for (size_t t = 0; t < r.tables.size(); ++t) {
-    tables.push_back(table_arrays(r.tables[t], m["tables"][t], folder));
+    tables.push_back(table_arrays(r.tables[t], m.at("tables").at(t), folder));
     for (const Resume::Head& h : r.tables[t]) rows += h.rows;
   }
   fs::create_directories(dir);
@@ -351,27 +362,30 @@ ImportReport import_model(const ImportOptions& options) {
     fail(ErrorCode::bad_config, "import: {} exists; name a new directory for the new shards",
          options.to.string());
   const fs::path& from = options.from;
+  // "new/" names "new": the staging directory goes beside it, not inside.
+  const fs::path to = options.to.has_filename() ? options.to : options.to.parent_path();
   const json m = from_manifest(from, [&] { return read_manifest(from); });
   const Resume r = from_manifest(from, [&] {
-    Resume read = read_resume(from / m["resume"].get<std::string>());
+    Resume read = read_resume(from / m.at("resume").get<std::string>());
     check_model(m, read, from);
     return read;
   });
   ImportReport report{.step = from_manifest(from, [&] { return m.value("step", uint64_t{0}); })};
-  fs::path staging = options.to;
+  fs::path staging = to;
   staging += ".import-partial";
-  fs::remove_all(staging);  // an interrupted import's
+  std::error_code ignored;           // a failure to clean up must not hide what happened
+  fs::remove_all(staging, ignored);  // an interrupted import's
   try {
     report.rows = from_manifest(from, [&] { return write_job(from, m, r, staging / "job"); });
     report.placed = reshard({.from = {staging / "job"},
-                             .to = options.to,
+                             .to = to,
                              .shards = options.shards,
                              .split_bytes = options.split_bytes});
   } catch (...) {
-    fs::remove_all(staging);
+    fs::remove_all(staging, ignored);
     throw;
   }
-  fs::remove_all(staging);
+  fs::remove_all(staging, ignored);
   return report;
 }
 

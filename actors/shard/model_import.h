@@ -23,16 +23,25 @@
 // wrote them shard by shard) streamed a chunk of RowTable::kRowsPerChunk rows at a time, the
 // rest from resume.bin. It then places those on M shards into `to` exactly as `psched reshard`
 // places a job's checkpoints (reshard.h: rows to their slots' owners, dense variables whole or
-// cut again, capacity merged, steps and membership kept) and removes the staging directory. So
-// it holds the dense part and a chunk of rows, whatever the tables' size.
+// cut again, capacity merged, steps and membership kept; written under `to`.reshard-partial
+// until whole) and removes the staging directory. It holds the dense part (each variable's
+// arrays and parts: two to three times its size), resume.bin (a bounded table's eviction order
+// is a number a row), a chunk of rows, and a 1 MiB read buffer for each of a table's arrays,
+// whatever the tables' size; reshard then reads the staged checkpoints as it reads any.
 //
 // The specs (optimizers, init, capacity bounds) and the row counts come from resume.bin; the
-// manifest and the arrays are checked against them. What it refuses, each with an Error naming
-// the file and what is wrong, leaving nothing at `to`: a folder without a psched-export
-// manifest of this version, an export without optimizer state (no resume.bin), a resume.bin
-// that is damaged, of another version or of another model than the manifest (names, shapes,
-// row counts), an array missing or of another dtype or shape, a row id at or past its table's
-// num_embeddings, and what reshard refuses (a shard count out of range, a `to` that exists).
+// manifest and the arrays are checked against them. Values and optimizer state may be changed
+// in numpy; ids and their order may not: each shard's rows must be the ones its slots give it,
+// in the order it held them (a bounded table's eviction order names rows by their place). What
+// it refuses, each with an Error naming the file and what is wrong, leaving nothing at `to`:
+// bad_config for a folder without a psched-export manifest of this version or whose entries are
+// not what export writes, an export without optimizer state (no resume.bin), a resume.bin of
+// another version or of another model than the manifest (names, shapes, row counts), an array
+// missing, no .npy file, or of another dtype or shape, a row id at or past its table's
+// num_embeddings or among another shard's rows, and what reshard refuses (a shard count out of
+// range, a `to` that exists); corrupt_checkpoint for a resume.bin cut short or damaged. An id
+// given twice within one shard's rows is refused by that shard's start (the checkpoint "holds
+// row N twice"). io_error when writing fails.
 #pragma once
 
 #include <cstdint>
@@ -58,9 +67,8 @@ struct ImportReport {
 };
 
 // Writes the checkpoints of `options.shards` shards that start the job exported in
-// `options.from` into `options.to` (the whole above). Throws Error: bad_config for an export
-// that cannot be imported or a `to` that exists, io_error when writing fails; `options.to` is
-// absent then.
+// `options.from` into `options.to` (the whole above). Throws Error (the refusals above);
+// `options.to` is absent then.
 ImportReport import_model(const ImportOptions& options);
 
 }  // namespace psched

@@ -6,6 +6,7 @@
 // nothing. The same from torch, through psched.torch.export: python/tests/test_embedding_exact.py.
 #include "actors/shard/model_import.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -157,6 +158,26 @@ TEST_CASE("an export without optimizer state, damaged or of another model is ref
                                       (folder.path / "tables/t/values.npy").string(),
                                       t["rows"].get<uint64_t>())));
   }
+  SUBCASE("a table's values of another dtype") {
+    NpyFile wrong(folder.path / t["values"].get<std::string>(), "<f4",
+                  {t["rows"].get<uint64_t>(), 2}, 4);
+    CHECK(refusal(options).find("is '<f4' of shape") != std::string::npos);
+  }
+  SUBCASE("rows reordered across the shards") {
+    const fs::path ids = folder.path / t["ids"].get<std::string>();
+    std::vector<int64_t> all(t["rows"].get<size_t>());
+    {
+      NpyReader reader(ids);
+      reader.read(std::as_writable_bytes(std::span(all)));
+    }
+    std::reverse(all.begin(), all.end());  // shard 1's rows first
+    NpyFile rewritten(ids, "<i8", {all.size()}, 8);
+    rewritten.write(std::as_bytes(std::span(all)));
+    rewritten.finish();
+    const std::string why = refusal(options);
+    CHECK(why.find("is among shard 0's rows of table 't', but the job's slot map gives it to "
+                   "shard 1") != std::string::npos);
+  }
   SUBCASE("a state file missing") {
     fs::remove(folder.path / t["state"].get<std::string>());
     CHECK(refusal(options).ends_with("(table 't' state) is missing: the export is not whole"));
@@ -166,6 +187,13 @@ TEST_CASE("an export without optimizer state, damaged or of another model is ref
     set_element(ids, "<i8", {t["rows"].get<uint64_t>()}, 1, static_cast<int64_t>(kRows));
     CHECK(refusal(options) == fmt::format("import: {}: id {} of table 't', which has {} rows",
                                           ids.string(), kRows, kRows));
+  }
+  SUBCASE("a manifest entry missing") {
+    json other = m;
+    other["tables"][0].erase("ids");
+    rewrite_manifest(folder.path, other);
+    CHECK(refusal(options).find("the manifest does not read as psched export writes it") !=
+          std::string::npos);
   }
   SUBCASE("a manifest of another model") {
     json other = m;
