@@ -54,9 +54,9 @@ of the next step's rows, so they travel while this step computes (docs/embedding
 The trained model leaves psched (docs/embeddings.md, "Export and serve"): once the job's shards
 have stopped, `psched export` (or export(model, folder, checkpoint_dirs) from the trainer, which
 adds the module's state no shard holds) writes it as .npy files and a JSON manifest, and
-to_local(model,
-folder) makes a plain torch.nn.Module of it, each psched table a torch.nn.EmbeddingBag or
-Embedding holding every row, predicting bit for bit what the distributed model predicts. A
+to_local(model, folder) makes a plain torch.nn.Module of it, each psched table a
+torch.nn.EmbeddingBag or Embedding holding every row, predicting bit for bit what the
+distributed model predicts. A
 DistributedModel's state_dict() synchronizes first and names each table (its rows are on the
 shards); load_state_dict on it or its module, a torch table's weight loaded into a psched table,
 and torch.save or copy.deepcopy of a connected model are refused, saying what to use instead.
@@ -147,8 +147,9 @@ class _Buffer:
     whose memory is the buffer's own, its value before the training forward that changes it,
     the change pushed, and the step of its push not yet waited for (0: none)."""
 
-    def __init__(self, name, buffer):
-        self.name = name
+    def __init__(self, name, own_name, buffer):
+        self.name = name  # in the model's state_dict
+        self.own_name = own_name  # in its module
         self.memory = buffer
         self.before = torch.empty_like(buffer)
         self.change = torch.empty_like(buffer)
@@ -214,15 +215,16 @@ class DistributedModel(torch.nn.Module):
     and the training loop skips the steps done (python/examples/train_digits.py).
     embedding_staleness: how many steps more than the mode allows a prefetched row may lag
     (prefetch(); default 0: the rows the next forward would pull).
-    buffers: "average" (the default) keeps every float buffer of the module (BatchNorm's
-    running_mean and running_var, ...) the same on every worker, as DistributedDataParallel's
-    broadcast_buffers does, but from every worker's batches: each is a psched variable whose
-    update is the mean of the workers' changes in a training forward (model.train(), grad
-    enabled: one step of it, as of a table), so in sync mode it becomes the mean of the values
-    each worker computed; in async and bounded modes each worker's change is applied as it
-    comes. The module's next forward waits for it. "local": each worker keeps its own, as a
-    module alone does. Integer buffers (num_batches_tracked) stay local: every worker counts the
-    same steps.
+    buffers: "average" (the default) keeps every persistent float buffer of the module
+    (BatchNorm's running_mean and running_var, ...) as DistributedDataParallel's
+    broadcast_buffers keeps them the same on every worker, but from every worker's batches: each
+    is a psched variable whose update is the mean of the workers' changes in a forward of its
+    module in training mode (module.training, whatever the grad mode, as BatchNorm updates them:
+    one step of it, so in sync mode every worker runs as many), so in sync mode every worker
+    holds the mean of the values each computed; in async and bounded modes each worker's change
+    is applied as it comes and a worker holds the value after its own last step. The module's
+    next forward waits for it. "local": each worker keeps its own, as a module alone does.
+    Integer buffers (num_batches_tracked) and non-persistent ones stay each worker's.
     """
 
     def __init__(self, module, optimizer=None, *, config=None, worker=None, client=None,
@@ -348,7 +350,8 @@ class DistributedModel(torch.nn.Module):
         for table in self._tables:
             table.synchronize()
         if self._trace:
-            self._trace.write(self.client, self._parameters_by_id.values())
+            self._trace.write(self.client,
+                              [*self._parameters_by_id.values(), *self._buffer_entries()])
 
     def refresh(self):
         """Reads every registered dense parameter's current value on the shards into the module,
@@ -374,7 +377,8 @@ class DistributedModel(torch.nn.Module):
                     entry.check(module)
             for hook in self._observers:
                 hook.remove()
-            module.register_forward_pre_hook(self._check)  # first: before any wait
+            # Before every wait but the averaged buffers' of the model's own (registered first).
+            module.register_forward_pre_hook(self._check)
             for waiter, entries in self._waits.items():
                 waiter.register_forward_pre_hook(functools.partial(self._wait_hook, entries))
 
@@ -403,14 +407,19 @@ class DistributedModel(torch.nn.Module):
                                                       optimizer=_BUFFER_OPTIMIZER,
                                                       compression=psched.Compression())
                 self.client.pull(entry.variable, after=self.start_step - 1)
+        for entry in entries:
+            if getattr(module, entry.own_name, None) is not entry.memory:
+                raise psched.Error(f"buffer '{entry.name}' was replaced after DistributedModel "
+                                   "wrapped it (module.to(), .double(), an assignment); psched "
+                                   "averages the memory it wrapped")
         self._wait(entries)
-        if module.training and torch.is_grad_enabled():
+        if module.training:
             for entry in entries:
                 entry.before.copy_(entry.memory)
 
     def _buffers_after(self, entries, module, inputs, output):
-        # As a training forward of the module ends: its change of each buffer pushed.
-        if not (module.training and torch.is_grad_enabled()):
+        # As a forward of the module in training mode ends: its change of each buffer pushed.
+        if not module.training:
             return
         for entry in entries:
             torch.sub(entry.before, entry.memory, out=entry.change)
@@ -454,7 +463,8 @@ def _averaged_buffers(module):
     for prefix, owner in module.named_modules():
         entries = []
         for name, buffer in owner.named_buffers(recurse=False):
-            if buffer is None or not buffer.is_floating_point():
+            if (buffer is None or not buffer.is_floating_point()
+                    or name in owner._non_persistent_buffers_set):
                 continue
             full = f"{prefix}.{name}" if prefix else name
             why = _unsupported(buffer)
@@ -462,7 +472,7 @@ def _averaged_buffers(module):
                 raise psched.Error(f"buffer '{full}' is {why}; psched.torch averages contiguous "
                                    "float32 or float64 CPU buffers (buffers=\"local\" keeps "
                                    "each worker's own)")
-            entries.append(_Buffer(full, buffer))
+            entries.append(_Buffer(full, name, buffer))
         if entries:
             out[owner] = entries
     return out
@@ -604,16 +614,18 @@ def export(model, path, checkpoints, *, with_optimizer_state=False):
 
 
 def _add_module_state(model, folder):
-    """The module's state that no psched variable holds (buffers, frozen parameters) into
-    export folder `folder`: buffers/<name>.npy each, listed in the manifest's "buffers"."""
+    """The module's state that no psched variable holds (frozen parameters, integer buffers,
+    the buffers of a model with buffers="local") into export folder
+    `folder`: buffers/<name>.npy each, listed in the manifest's "buffers"."""
     source = model.module if isinstance(model, DistributedModel) else model
     trained = {name for name, p in source.named_parameters() if p.requires_grad}
     manifest_path = os.path.join(folder, "manifest.json")
     with open(manifest_path) as manifest_file:
         manifest = json.load(manifest_file)
     manifest["buffers"] = []
+    held = trained | {entry["name"] for entry in manifest["dense"]}  # averaged buffers too
     for name, value in source.state_dict().items():
-        if name in trained or not isinstance(value, torch.Tensor):
+        if name in held or not isinstance(value, torch.Tensor):
             continue
         file = f"buffers/{_file_name(name)}.npy"
         os.makedirs(os.path.join(folder, "buffers"), exist_ok=True)

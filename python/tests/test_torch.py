@@ -205,13 +205,23 @@ def batch_norm_model():
     return torch.nn.Sequential(torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 4)).double()
 
 
-@pytest.mark.parametrize("buffers", ["average", "local"])
+def recalibrate(model, batches):
+    """Forwards in training mode under no_grad, as torch.optim.swa_utils.update_bn runs them."""
+    with torch.no_grad():
+        for x, _ in batches:
+            model(x)
+    model.synchronize()
+
+
+@pytest.mark.parametrize("buffers,run", [("average", "train"), ("local", "train"),
+                                         ("average", "no_grad")])
 def test_batch_norms_running_statistics_are_the_mean_of_the_workers_each_step(start_server,
-                                                                              buffers):
+                                                                              buffers, run):
     """Two sync workers, each its own half of every batch: with buffers="average" (the default)
     both end every step with BatchNorm's running_mean and running_var at the mean of what each
     computed from its half, the statistics of the whole batch's halves as DDP's broadcast of
-    worker 0's never are; with buffers="local" each keeps its own, as without psched."""
+    worker 0's never are; with buffers="local" each keeps its own, as without psched. Forwards
+    in training mode under no_grad (BatchNorm recalibration) are steps of the buffers too."""
     server = start_server(mode="sync", workers=2)
     batches = make_batches(8, 2 * BATCH, torch.float64)
     halves = [[(x[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH])
@@ -219,7 +229,8 @@ def test_batch_norms_running_statistics_are_the_mean_of_the_workers_each_step(st
     workers = [psched.torch.DistributedModel(batch_norm_model(), "sgd", lr=0.1, buffers=buffers,
                                              config=server.config, worker=rank)
                for rank in range(2)]
-    run_workers(workers, lambda rank: train_with_psched(workers[rank], halves[rank]))
+    train = train_with_psched if run == "train" else recalibrate
+    run_workers(workers, lambda rank: train(workers[rank], halves[rank]))
     # BatchNorm's own update, from each half's statistics (its input is the batch itself).
     momentum = 0.1
     local = [(torch.zeros(16, dtype=torch.float64), torch.ones(16, dtype=torch.float64))
@@ -245,6 +256,18 @@ def test_batch_norms_running_statistics_are_the_mean_of_the_workers_each_step(st
     assert differ == (buffers == "local")
     for worker in workers:
         worker.client.close()
+
+
+def test_a_buffer_replaced_after_wrapping_is_refused_at_the_next_forward(start_server):
+    model = psched.torch.DistributedModel(batch_norm_model(), "sgd", lr=0.1,
+                                          config=start_server().config)
+    x, y = make_batches(1, BATCH, torch.float64)[0]
+    F.cross_entropy(model(x), y).backward()
+    model.module[0].running_mean = model.module[0].running_mean.clone()
+    with pytest.raises(psched.Error, match=r"buffer '0.running_mean' was replaced after "
+                                           r"DistributedModel wrapped it"):
+        model(x)
+    model.client.close()
 
 
 def test_a_buffer_psched_cannot_average_in_place_is_refused_naming_local():
