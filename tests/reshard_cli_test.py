@@ -25,6 +25,21 @@ shards:
 {more}"""
 
 
+def refused(psched, tool, source, new, cases):
+    """`psched TOOL --from SOURCE ARGUMENTS...` for each case: exit 2, one line on stderr that is
+    the case's, and neither `new` nor its partial directory written."""
+    for arguments, expected in cases:
+        result = subprocess.run([psched, tool, "--from", source, *arguments],
+                                capture_output=True, text=True, timeout=30)
+        what = f"{tool} " + (" ".join(str(a) for a in arguments) or "(no destination)")
+        check(result.returncode == 2 and result.stderr == f"psched {expected}\n",
+              f"{what}: exit {result.returncode}, stderr {result.stderr!r}; expected exit 2, "
+              f"{expected!r}")
+        partial = new.with_name(f"{new.name}.{tool}-partial")
+        check(not new.exists() and not partial.exists(), f"{what}: wrote {new}")
+        print(f"refused {what}: {result.stderr.strip()}")
+
+
 def main():
     psched = pathlib.Path(sys.argv[1]) / "apps" / "psched"
     with tempfile.TemporaryDirectory() as folder:
@@ -58,16 +73,7 @@ def main():
              "reshard: --accept-log-loss without --from-config: the logs are replayed under the "
              "deployment file the job ran with"),
         ]
-        for arguments, expected in cases:
-            result = subprocess.run([psched, "reshard", "--from", empty, *arguments],
-                                    capture_output=True, text=True, timeout=30)
-            what = " ".join(str(a) for a in arguments) or "(no destination)"
-            check(result.returncode == 2 and result.stderr == f"psched {expected}\n",
-                  f"{what}: exit {result.returncode}, stderr {result.stderr!r}; expected exit 2, "
-                  f"{expected!r}")
-            check(not new.exists() and not (folder / "new.reshard-partial").exists(),
-                  f"{what}: wrote {new}")
-            print(f"refused {what}: {result.stderr.strip()}")
+        refused(psched, "reshard", empty, new, cases)
         # psched import: the same placement arguments, and a folder that is no export.
         cases = [
             ([], "import: give the new shards' checkpoint directory (--to DIR) or their "
@@ -80,16 +86,7 @@ def main():
             (["--to-config", grown, "--shards", "3"],
              f"import: --shards 3, but --to-config {grown} names 2 shards"),
         ]
-        for arguments, expected in cases:
-            result = subprocess.run([psched, "import", "--from", empty, *arguments],
-                                    capture_output=True, text=True, timeout=30)
-            what = "import " + (" ".join(str(a) for a in arguments) or "(no destination)")
-            check(result.returncode == 2 and result.stderr == f"psched {expected}\n",
-                  f"{what}: exit {result.returncode}, stderr {result.stderr!r}; expected exit 2, "
-                  f"{expected!r}")
-            check(not new.exists() and not (folder / "new.import-partial").exists(),
-                  f"{what}: wrote {new}")
-            print(f"refused {what}: {result.stderr.strip()}")
+        refused(psched, "import", empty, new, cases)
     return 0
 
 
