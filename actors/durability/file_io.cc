@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -46,6 +47,22 @@ bool write_all(int fd, std::vector<iovec> parts) {
     skip_empty();
   }
   return true;
+}
+
+void rename_to_new(const std::filesystem::path& from, const std::filesystem::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
+  if (errno == EINVAL || errno == ENOSYS) {  // a file system without RENAME_NOREPLACE
+    if (!std::filesystem::exists(to)) {
+      std::filesystem::rename(from, to);
+      return;
+    }
+    errno = EEXIST;
+  }
+  if (errno == EEXIST || errno == ENOTEMPTY)
+    fail(ErrorCode::bad_config, "{} exists (made while it was written); nothing of it replaced",
+         to.string());
+  fail(ErrorCode::io_error, "renaming {} to {} failed: {}", from.string(), to.string(),
+       std::strerror(errno));
 }
 
 std::vector<std::byte> read_file(const std::filesystem::path& file) {

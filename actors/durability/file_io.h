@@ -28,18 +28,24 @@ std::vector<std::byte> read_file(const std::filesystem::path& file);
 // `file` when they cannot be read (a short file, an I/O error).
 void read_at(int fd, const std::filesystem::path& file, uint64_t offset, std::span<std::byte> out);
 
-// Writes a directory as a whole: removes `to` + `suffix` (an interrupted run's), calls
-// `write(staging)` with that path, then renames it to `to`. When anything throws, removes the
-// staging directory and rethrows, so `to` appears whole or not at all (psched reshard, psched
-// export).
+// Renames `from` to `to`, which must not exist: Error(bad_config) naming `to` when it does
+// (made meanwhile: nothing of it is replaced, where rename() would replace an empty directory),
+// Error(io_error) when the rename fails otherwise.
+void rename_to_new(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// Writes a directory as a whole: removes `to` + `suffix` (an interrupted run's; beside `to`, also
+// when `to` ends in a separator), calls `write(staging)` with that path, then renames it to `to`
+// (rename_to_new). When anything throws, removes the staging directory and rethrows, so `to`
+// appears whole or not at all (psched reshard, psched export).
 template <typename Write>
 void write_directory(const std::filesystem::path& to, const char* suffix, const Write& write) {
-  std::filesystem::path staging = to;
+  const std::filesystem::path target = to.has_filename() ? to : to.parent_path();
+  std::filesystem::path staging = target;
   staging += suffix;
   std::filesystem::remove_all(staging);
   try {
     write(staging);
-    std::filesystem::rename(staging, to);
+    rename_to_new(staging, target);
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove_all(staging, ignored);

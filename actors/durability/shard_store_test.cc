@@ -15,6 +15,7 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/durability/file_io.h"
 #include "actors/durability/temp_dir.h"
 #include "actors/runtime/test_loop.h"
 #include "actors/shard/shard_test_support.h"
@@ -552,4 +553,26 @@ TEST_CASE("a torn record in a log that is not the newest is damage") {
   std::filesystem::resize_file(previous, std::filesystem::file_size(previous) - 3);
   ShardLife again(dir.path);
   CHECK_THROWS_WITH_AS(again.restore(), doctest::Contains("cut short"), Error);
+}
+
+TEST_CASE("a directory written whole appears beside its name, and never over one made meanwhile") {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const auto to = dir.path / "out";
+  write_directory(to / "", ".partial", [&](const std::filesystem::path& staging) {
+    CHECK(staging == std::filesystem::path(to.string() + ".partial"));  // beside, not inside
+    std::filesystem::create_directories(staging);
+    std::ofstream(staging / "a") << "a";
+  });
+  CHECK(std::filesystem::exists(to / "a"));
+  const auto late = dir.path / "late";
+  CHECK_THROWS_WITH_AS(
+      write_directory(late, ".partial",
+                      [&](const std::filesystem::path& staging) {
+                        std::filesystem::create_directories(staging);
+                        std::filesystem::create_directories(late);  // another run's, meanwhile
+                      }),
+      doctest::Contains("late exists (made while it was written); nothing of it replaced"), Error);
+  CHECK(std::filesystem::is_empty(late));
+  CHECK(!std::filesystem::exists(dir.path / "late.partial"));
 }
