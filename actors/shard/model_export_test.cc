@@ -96,6 +96,9 @@ TEST_CASE("an export holds every dense value and stored row as the shards do, an
   trained_job(state.path);
   Job job(2, state.path);  // restored: what the shards hold
   const std::vector<double> everything = job.everything();
+  // Names too long for a shard id or generation are no checkpoints (std::stoul threw on them).
+  std::ofstream(state.path / "shard-9999999999999999999999999.1.ckpt") << "x";
+  std::ofstream(state.path / "shard-0.999999999999999999999.ckpt") << "x";
 
   const ExportReport report = export_model({.from = {state.path}, .to = out.path});
   const json m = read_manifest(out.path);
