@@ -403,9 +403,7 @@ class DistributedModel(torch.nn.Module):
         # a training forward starts from kept.
         for entry in entries:
             if entry.variable is None:
-                entry.variable = self.client.register(entry.name, entry.memory,
-                                                      optimizer=_BUFFER_OPTIMIZER,
-                                                      compression=psched.Compression())
+                entry.variable = self._register_buffer(entry)
                 self.client.pull(entry.variable, after=self.start_step - 1)
         for entry in entries:
             if getattr(module, entry.own_name, None) is not entry.memory:
@@ -416,6 +414,18 @@ class DistributedModel(torch.nn.Module):
         if module.training:
             for entry in entries:
                 entry.before.copy_(entry.memory)
+
+    def _register_buffer(self, entry):
+        try:
+            return self.client.register(entry.name, entry.memory, optimizer=_BUFFER_OPTIMIZER,
+                                        compression=psched.Compression())
+        except psched.Error as error:
+            if error.code != "read_only":
+                raise
+            raise psched.Error(
+                f"{error}; buffer '{entry.name}' is not among the served job's variables: a job "
+                "trained with buffers=\"local\" (or before psched averaged buffers) is served "
+                "with DistributedModel(..., buffers=\"local\")", error.code) from error
 
     def _buffers_after(self, entries, module, inputs, output):
         # As a forward of the module in training mode ends: its change of each buffer pushed.

@@ -135,3 +135,40 @@ def test_a_newer_checkpoint_is_loaded_at_sighup_while_lookups_go_on_and_none_fai
         assert torch.equal(bag.rows(ids), new.rows(ids))
     model.client.close()
     fresh.client.close()
+
+
+def test_a_model_averaging_buffers_the_served_job_kept_local_is_told_to_keep_them_local(
+        start_server):
+    """Serving shards hold the variables the job had: a model whose BatchNorm buffers are
+    averaged (the default) against a job trained with buffers="local" is refused at its first
+    forward naming buffers="local", and one made so predicts what the trained model did."""
+    from test_torch import batch_norm_model, make_batches as plain_batches
+    trained = start_server(checkpoint=True)
+    model = psched.torch.DistributedModel(batch_norm_model(), "sgd", lr=0.1, buffers="local",
+                                          config=trained.config)
+    x, y = plain_batches(1, 32, torch.float64)[0]
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    model.synchronize()
+    model.eval()
+    with torch.no_grad():
+        expected = model(x)
+    model.client.close()
+    trained.stop()
+
+    serving = start_server(args=["--serve", str(trained.state)])
+    averaged = psched.torch.DistributedModel(batch_norm_model(), "sgd", lr=0.1,
+                                             config=serving.config).eval()
+    with pytest.raises(psched.Error, match=r"buffer '0.running_mean' is not among the served "
+                                           r"job's variables.*buffers=\"local\"") as refused:
+        with torch.no_grad():
+            averaged(x)
+    assert refused.value.code == "read_only"
+    averaged.client.close()
+    local = psched.torch.DistributedModel(batch_norm_model(), "sgd", lr=0.1, buffers="local",
+                                          config=serving.config).eval()
+    with torch.no_grad():
+        # The dense parameters are the trained ones; the running statistics this process's own.
+        for name in ("running_mean", "running_var"):
+            getattr(local.module[0], name).copy_(getattr(model.module[0], name))
+        assert torch.equal(local(x), expected)
+    local.client.close()
