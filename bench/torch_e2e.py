@@ -328,7 +328,8 @@ def run_mode(args, network, model, mode, *, steps, warmup, float64=False, save=F
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"torch_e2e-{model}-{mode}-"))
     spec = {"model": model, "mode": mode, "batch": args.batch, "lr": args.lr,
             "momentum": args.momentum, "seed": args.seed, "steps": steps, "warmup": warmup,
-            "float64": float64, "save": save, "init_method": network.ddp_init_method()}
+            "float64": float64, "save": save, "init_method": network.ddp_init_method(),
+            "buffers": args.buffers}
     server = ShardServer(args, network, mode, workdir) if is_psched(mode) else None
     wire = None
     try:
@@ -549,6 +550,9 @@ def parse_args(argv):
     parser.add_argument("--partition-bytes", default="256KiB", help="the priority mode's")
     parser.add_argument("--credit-bytes", default="2MiB", help="the priority mode's")
     parser.add_argument("--batch", type=int, default=16, help="samples per worker and step")
+    parser.add_argument("--buffers", choices=("average", "local"), default="average",
+                        help="psched.torch's buffers= (BatchNorm's statistics averaged over the "
+                             "workers each step, or each worker's own)")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=1)

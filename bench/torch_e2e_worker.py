@@ -97,7 +97,8 @@ def train(spec):
         model = psched.torch.DistributedModel(model, "sgd", lr=spec["lr"],
                                               momentum=spec["momentum"],
                                               config=spec["config"], worker=rank,
-                                              trace=spec.get("trace"))
+                                              trace=spec.get("trace"),
+                                              buffers=spec.get("buffers", "average"))
         optimizer = None
         module = model.module
     else:
