@@ -116,7 +116,18 @@ kj::Promise<ClusterLayout> ShardLink::open_connection() {
     auto attempt = kj::refcounted<Connection>(kj::mv(stream), max_message_bytes_, policy_.timer);
     Connection& fresh = *attempt;
     return present(fresh)
-        .then([this, &fresh](ClusterLayout layout) {
+        .then([this, &fresh](ClusterLayout layout) -> kj::Promise<ClusterLayout> {
+          // A reconnection must reach the shard the variables were placed by, before anything
+          // is registered again there.
+          KJ_IF_MAYBE (first, layout_) {
+            if (std::string why = shard_change(*first, layout); !why.empty())
+              return error(ErrorCode::bad_config,
+                           "shard {} cannot be used again: {}; restart the worker to take the "
+                           "job's placement anew",
+                           address_, why);
+          } else {
+            layout_ = layout;
+          }
           return register_again(fresh)
               .then([this, &fresh]() -> kj::Promise<void> {
                 if (!data_stream_) return kj::READY_NOW;

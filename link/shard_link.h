@@ -79,7 +79,9 @@ class ShardLink {
   // Reconnects after connection `failed_epoch` was lost; resolves at once when that already
   // happened. Concurrent callers share one attempt. Rejects with [disconnected] naming the
   // shard when it stays unreachable for the policy's timeout, or with the shard's error when
-  // it refuses the worker (a wrong token, a variable it no longer knows).
+  // it refuses the worker (a wrong token, a variable it no longer knows), and with
+  // [bad_config] when the shard that answers is not the one the first connection reached
+  // (another shard index, job, slot map or deployment: net/cluster_layout.h shard_change).
   // `why`: what the call failed with, for the log.
   kj::Promise<void> recover(uint64_t failed_epoch, std::string_view why = {});
   const std::string& address() const { return address_; }
@@ -145,6 +147,7 @@ class ShardLink {
   std::vector<Registered> registered_;
   std::vector<std::pair<TableSpec, VariableId>> tables_;  // registered through this link
   uint64_t epoch_ = 0;
+  kj::Maybe<ClusterLayout> layout_;     // the first connection's: what a reconnection must match
   bool attempt_reached_shard_ = false;  // the last open_connection() opened its stream
   bool recovering_now_ = false;
   kj::Maybe<kj::ForkedPromise<void>> recovering_;

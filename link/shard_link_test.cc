@@ -174,3 +174,34 @@ TEST_CASE("a cut link recovers with its table, and a resent push of rows applies
   f.cluster.run(f.link.data_path()->pull_rows(pull));
   CHECK(out == std::vector<float>{-1, -1});  // zeros at first, one update of lr 1
 }
+
+TEST_CASE(
+    "a reconnection that reaches another shard at the address is refused, nothing registered") {
+  DeploymentConfig config = cluster_config(2, 1, Mode::async);
+  Cluster cluster{config};
+  auto plan = std::make_shared<CutPlan>();
+  ShardLink& link = cluster.open_reconnecting_link(0, plan, /*later=*/1);
+  cluster.run(link.connect(WorkerId(0), ""));
+  const std::vector<float> initial(kElements, 2.f);
+  VariableSpec spec{"w", {kElements}, DType::float32, Priority(0), {}};
+  const VariableId id = cluster.run(
+      link.register_part(spec, true, {0, kElements}, std::as_bytes(std::span(initial))));
+  const uint64_t epoch = link.epoch();
+  plan->bytes_left = 0;
+  const std::vector<float> grad(kElements, 1.f);
+  CHECK_THROWS(cluster.run(
+      push(link, id, Step(1), {0, kElements}, DType::float32, std::as_bytes(std::span(grad)))));
+  try {
+    cluster.run(link.recover(epoch));
+    FAIL("a reconnection to shard 1 was taken for shard 0");
+  } catch (const kj::Exception& e) {
+    const Error error = from_kj_exception(e);
+    CHECK(error.code() == ErrorCode::bad_config);
+    const std::string what = error.what();
+    CAPTURE(what);
+    CHECK(what.find("cannot be used again: it came back as shard 1 of job") != std::string::npos);
+    CHECK(what.find("not shard 0 of job") != std::string::npos);
+    CHECK(what.ends_with("restart the worker to take the job's placement anew"));
+  }
+  CHECK(link.epoch() == epoch);  // the connection to shard 1 never became the link's
+}

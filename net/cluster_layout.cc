@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "net/cluster_layout.h"
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 
 namespace psched {
@@ -40,6 +42,22 @@ void check_same_cluster(const std::vector<ClusterLayout>& layouts) {
            "checkpoints of different jobs or placements, or started with different "
            "`psched-server --job` names",
            i, field, layouts[i].slot_map.epoch(), layouts[0].slot_map.epoch());
+}
+
+std::string shard_change(const ClusterLayout& before, const ClusterLayout& after) {
+  auto describe = [](const ClusterLayout& l) {
+    return fmt::format("shard {} of job {:016x} (slot map epoch {} on {} shards)",
+                       l.shard_index.value, l.job, l.slot_map.epoch(), l.slot_map.shards());
+  };
+  if (before.shard_index != after.shard_index || state_difference(before, after))
+    return fmt::format(
+        "it came back as {}, not {} that this worker places its variables and "
+        "rows by",
+        describe(after), describe(before));
+  if (const char* field = first_difference(before, after))
+    return fmt::format("it came back with another '{}': restarted from another deployment file",
+                       field);
+  return {};
 }
 
 }  // namespace psched

@@ -31,4 +31,10 @@ struct ClusterLayout {
 // jobs or placements, would place and aggregate variables differently.
 void check_same_cluster(const std::vector<ClusterLayout>& layouts);
 
+// Why the shard that answered a reconnection is not the one that answered the first connection
+// (`before`): another shard index, job, slot map or deployment (a server restarted from another
+// job's checkpoints, or on another placement, at the same address); empty when it is the same.
+// A worker must not register again there: it routes rows and places variables by `before`.
+std::string shard_change(const ClusterLayout& before, const ClusterLayout& after);
+
 }  // namespace psched

@@ -105,8 +105,14 @@ ShardLink& Cluster::open_link(uint32_t shard, uint64_t max_message_bytes) {
   return *raw_links_.back();
 }
 
-ShardLink& Cluster::open_reconnecting_link(uint32_t shard, std::shared_ptr<CutPlan> plan) {
-  StreamOpener open = [this, shard, plan] { return open_stream(shard, plan); };
+ShardLink& Cluster::open_reconnecting_link(uint32_t shard, std::shared_ptr<CutPlan> plan,
+                                           std::optional<uint32_t> later) {
+  auto connections = std::make_shared<uint64_t>(0);
+  StreamOpener open = [this, shard, plan, later, connections] {
+    // A link opens its data stream beside each connection: the second pair of opens on.
+    const bool first = (*connections)++ < (data_path_ == DataPathKind::stream ? 2u : 1u);
+    return open_stream(first ? shard : later.value_or(shard), plan);
+  };
   raw_links_.push_back(kj::heap<ShardLink>(
       config_.shards[shard].listen.to_string(), open, config_.limits.max_message_bytes,
       ReconnectPolicy{.timer = &timer_}, data_path_ == DataPathKind::stream));

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,11 @@ class Cluster {
   // message limit is the deployment's unless `max_message_bytes` is given.
   ShardLink& open_link(uint32_t shard, uint64_t max_message_bytes = 0);
   // Opens a link to shard `shard` that reconnects over a new pipe when its connection breaks,
-  // cut as `plan` says, with a data stream as data_path() says (for tests of link/).
-  ShardLink& open_reconnecting_link(uint32_t shard, std::shared_ptr<CutPlan> plan);
+  // cut as `plan` says, with a data stream as data_path() says (for tests of link/). With
+  // `later`, every connection after the first reaches that shard instead (another server at
+  // the same address).
+  ShardLink& open_reconnecting_link(uint32_t shard, std::shared_ptr<CutPlan> plan,
+                                    std::optional<uint32_t> later = {});
   // Opens a data stream for a connected link from open_link (link/data_channel.h).
   kj::Promise<void> open_data_stream(ShardLink& link, uint32_t shard);
   // Closes a link from open_link, as a worker's process dying would.
