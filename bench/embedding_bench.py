@@ -657,12 +657,16 @@ def parse_args(argv):
     parser.add_argument("--build", default=str(ROOT / "build"), help="psched's build folder")
     parser.add_argument("--credit-bytes", default="2MiB",
                         help="the workers' scheduler.credit_bytes (bytes in flight, both ways)")
+    parser.add_argument("--shards", type=int, default=e2e.SHARDS,
+                        help="psched shards, all in one psched-server process (more shards than "
+                             "processes: what over-partitioning a job would cost a step)")
     parser.add_argument("--json", help="write the results here (default: stdout)")
     args = parser.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",")]
     if args.repeats is None:
         args.repeats = len(args.seeds)
     e2e.WORKERS = args.workers  # torch_e2e's Network and deployment_yaml read it at each call
+    e2e.SHARDS = args.shards  # and this
     args.server = str(pathlib.Path(args.build) / "apps" / "psched-server")
     args.python_path = str(pathlib.Path(args.build) / "python")
     # What torch_e2e's ShardServer and deployment_yaml read: today's priority scheduler (its
