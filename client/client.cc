@@ -13,7 +13,9 @@
 #include "client/worker.h"
 #include "common/completion.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/malloc_tuning.h"
+#include "config/deployment.h"
 #include "link/shard_connector.h"
 #include "link/stream_wrapper.h"
 #include "net/wire_convert.h"
@@ -39,6 +41,7 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   options.reconnect_timeout_seconds = config.reconnect.timeout_seconds;
   options.data_stream = config.data_path == DataPathKind::stream;
   options.compression = config.compression;
+  options.deployment_file = config.source;
   return options;
 }
 
@@ -49,6 +52,9 @@ struct Client::Impl {
 
   // On the loop thread: opens the links, connects the worker; resolves with the layout.
   kj::Promise<ClusterLayout> start(kj::AsyncIoContext& io);
+  // On the loop thread, as a link to shard `i` opens a stream: its address in the deployment
+  // file now (ClientOptions::deployment_file), else the one it had.
+  std::string shard_address(size_t i);
   // The answer `ask(reply)` gives on the loop thread, where `ask` runs; blocks the caller.
   template <typename T, typename Ask>
   T ask_loop(Ask ask);
@@ -79,6 +85,7 @@ struct Client::Impl {
   // Built, used and destroyed on the loop thread (the connector outlives the links):
   std::unique_ptr<ShardConnector> connector;
   std::unique_ptr<Worker> worker;
+  std::vector<ShardLink*> named;  // the worker's links, by shard: shard_address() renames them
   ClusterLayout layout;
   Step start_step{1};
 
@@ -126,14 +133,37 @@ kj::Promise<ClusterLayout> Client::Impl::start(kj::AsyncIoContext& io) {
   ReconnectPolicy policy{.timer = &io.provider->getTimer()};
   policy.timeout = static_cast<int64_t>(options.reconnect_timeout_seconds * 1e3) * kj::MILLISECONDS;
   std::vector<kj::Own<ShardLink>> links;
-  for (const std::string& address : options.shards) {
-    StreamOpener open = [this, address, wrap] { return connector->open(address, wrap); };
+  for (size_t i = 0; i < options.shards.size(); ++i) {
+    const std::string& address = options.shards[i];
+    StreamOpener open = [this, i, wrap] { return connector->open(shard_address(i), wrap); };
     links.push_back(kj::heap<ShardLink>(address, std::move(open), options.max_message_bytes, policy,
                                         options.data_stream, plain_sockets));
+    named.push_back(links.back().get());
   }
   WorkerOptions worker_options{options.worker, options.token, options.scheduler};
   worker = std::make_unique<Worker>(thread.loop(), kj::mv(links), worker_options);
   return worker->connect().then([this] { return worker->layout(); });
+}
+
+std::string Client::Impl::shard_address(size_t i) {
+  std::string& known = options.shards[i];
+  if (options.deployment_file.empty()) return known;
+  try {
+    const DeploymentConfig now = load_deployment(options.deployment_file);
+    if (i < now.shards.size()) {
+      std::string address = now.shards[i].listen.to_string();
+      if (address != known) {
+        log_info("worker {}: shard {} is now at {} ({}), no longer at {}", options.worker.value, i,
+                 address, options.deployment_file.string(), known);
+        known = address;
+        named[i]->set_address(address);
+      }
+    }
+  } catch (const Error& e) {
+    log_warn("worker {}: shard {} stays at {}: {} cannot be read again: {}", options.worker.value,
+             i, known, options.deployment_file.string(), e.what());
+  }
+  return known;
 }
 
 template <typename T, typename Ask>

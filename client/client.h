@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -80,8 +81,13 @@ struct ClientOptions {
   // part (start_step(); a restarted worker rejoins a running job there). false: a client that
   // only reads (an evaluator), which must not take a trainer's place in a sync job.
   bool join = true;
+  // The deployment file `shards` came from (from_config sets it): each reconnection reads shard
+  // i's address from it again, so a shard restarted at another address (on another node, the
+  // file edited to say so) is followed without restarting the trainer; the shard that answers
+  // there must be the same one (net/cluster_layout.h shard_change). Empty: `shards`, always.
+  std::filesystem::path deployment_file;
 
-  // Shards, token, TLS, scheduler, limits, data path and compression from a deployment file.
+  // Shards, token, TLS, scheduler, limits, data path, compression and the deployment file.
   static ClientOptions from_config(const DeploymentConfig& config, WorkerId worker);
 };
 

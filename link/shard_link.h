@@ -85,6 +85,9 @@ class ShardLink {
   // `why`: what the call failed with, for the log.
   kj::Promise<void> recover(uint64_t failed_epoch, std::string_view why = {});
   const std::string& address() const { return address_; }
+  // The address messages name from now on: the link's opener reached the shard at another one
+  // (a shard restarted elsewhere, client/client.h ClientOptions::deployment_file).
+  void set_address(std::string address) { address_ = std::move(address); }
   // Registers `part` of the variable; `initial` holds part.size() elements and is only read
   // while the call is built. Resolves with the shard's id for it.
   kj::Promise<VariableId> register_part(const VariableSpec& spec, bool use_server_optimizer,

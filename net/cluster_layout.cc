@@ -8,14 +8,18 @@
 namespace psched {
 namespace {
 
-// The first field in which `b` differs from `a`, or null.
-const char* first_difference(const ClusterLayout& a, const ClusterLayout& b) {
+// The first field in which `b` differs from `a`, or null; the shards' addresses only when
+// `addresses` (a shard restarted elsewhere changes its own).
+const char* first_difference(const ClusterLayout& a, const ClusterLayout& b,
+                             bool addresses = true) {
   if (a.mode != b.mode) return "mode";
   if (a.workers != b.workers) return "workers";
   if (a.split_bytes != b.split_bytes) return "split_bytes";
   if (a.max_message_bytes != b.max_message_bytes) return "limits.max_message_bytes";
   if (!(a.default_optimizer == b.default_optimizer)) return "optimizer";
-  if (a.shard_addresses != b.shard_addresses) return "shards";
+  if (a.shard_addresses.size() != b.shard_addresses.size() ||
+      (addresses && a.shard_addresses != b.shard_addresses))
+    return "shards";
   return nullptr;
 }
 
@@ -54,7 +58,7 @@ std::string shard_change(const ClusterLayout& before, const ClusterLayout& after
         "it came back as {}, not {} that this worker places its variables and "
         "rows by",
         describe(after), describe(before));
-  if (const char* field = first_difference(before, after))
+  if (const char* field = first_difference(before, after, /*addresses=*/false))
     return fmt::format("it came back with another '{}': restarted from another deployment file",
                        field);
   return {};

@@ -34,6 +34,7 @@ void check_same_cluster(const std::vector<ClusterLayout>& layouts);
 // Why the shard that answered a reconnection is not the one that answered the first connection
 // (`before`): another shard index, job, slot map or deployment (a server restarted from another
 // job's checkpoints, or on another placement, at the same address); empty when it is the same.
+// The shards' addresses may differ: a shard restarted on another node lists its new one.
 // A worker must not register again there: it routes rows and places variables by `before`.
 std::string shard_change(const ClusterLayout& before, const ClusterLayout& after);
 

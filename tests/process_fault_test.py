@@ -10,8 +10,11 @@
            count the resent ones as duplicates, and the parameters equal the run without cuts.
   deadworker  a sync trainer is killed; with sync.on_timeout: fail the other one stops with a
            [sync_timeout] error naming it; with proceed it trains to the end.
+  move     as kill, but the server comes back at other ports (another node), the deployment
+           files edited to say so: the running trainers read their file again as they
+           reconnect, follow the shards there, and end bit-equal to the run without it.
 
-Usage: process_fault_test.py kill|soak|deadworker BUILD_DIR SOURCE_DIR
+Usage: process_fault_test.py kill|soak|deadworker|move BUILD_DIR SOURCE_DIR
 Standard library only.
 """
 import os
@@ -30,8 +33,9 @@ import urllib.request
 from free_ports import free_ports
 from process_checks import check, fail, wait_until
 
-PORTS = free_ports(6)
-LISTEN, HTTP, PROXY = PORTS[:2], PORTS[2:4], PORTS[4:]  # the proxy forwards PROXY to LISTEN
+PORTS = free_ports(8)
+LISTEN, HTTP, PROXY = PORTS[:2], PORTS[2:4], PORTS[4:6]  # the proxy forwards PROXY to LISTEN
+MOVED = PORTS[6:]  # where test_move's shards come back
 STEPS = 400
 FEATURES = 64
 
@@ -152,9 +156,11 @@ def run_clean(build, name):
         job.cleanup()
 
 
-def test_kill(build):
-    reference = run_clean(build, "kill")
-    job = Job(build, "kill", "checkpoint: {directory: state, interval_seconds: 0.2}\n")
+def test_kill(build, move=False):
+    name = "move" if move else "kill"
+    reference = run_clean(build, name)
+    extra = "checkpoint: {directory: state, interval_seconds: 0.2}\n"
+    job = Job(build, name, extra)
     try:
         job.start_server()
         for w in (0, 1):
@@ -163,18 +169,32 @@ def test_kill(build):
         job.server.send_signal(signal.SIGKILL)
         job.server.wait()
         killed_at = job.step_reached(0)
+        if move:  # both files edited, as an operator moving the shards to another node would
+            job.write("server.yaml", config_text(extra, MOVED))
+            job.write("trainer.yaml", config_text(extra, MOVED))
         job.start_server()
         job.wait_trainers()
         for w in (0, 1):
             check(job.trainers[w].returncode == 0,
                   f"trainer {w} did not survive the restart:\n" + job.trainer_log(w))
             check("reconnected" in job.trainer_log(w), f"trainer {w} never reconnected")
+            if move:  # every shard it had to reconnect to (those holding its variables)
+                lost = [shard for shard, port in enumerate(LISTEN)
+                        if f"connection to shard 127.0.0.1:{port} lost" in job.trainer_log(w)]
+                check(lost, f"trainer {w} lost no shard:\n" + job.trainer_log(w))
+                for shard in lost:
+                    check(f"shard {shard} is now at 127.0.0.1:{MOVED[shard]}" in
+                          job.trainer_log(w) and
+                          f"reconnected to shard 127.0.0.1:{MOVED[shard]}" in job.trainer_log(w),
+                          f"trainer {w} did not follow shard {shard} to port {MOVED[shard]}:\n" +
+                          job.trainer_log(w))
         log = open(job.server_log).read()
         check("restored 2 variable part(s)" in log or "restored 1 variable part(s)" in log,
               "the restarted server did not say what it restored:\n" + log)
         check(job.params(0) == reference,
               "parameters after a SIGKILL and restart differ from the run without it")
-        print(f"kill: server killed near step {killed_at}; "
+        print(f"{name}: server killed near step {killed_at}"
+              f"{', back at ports ' + str(MOVED) if move else ''}; "
               f"{re.findall(r'restored .*', log)}; final parameters equal the reference")
         job.server.send_signal(signal.SIGTERM)
         job.server.wait(timeout=30)
@@ -332,7 +352,8 @@ def test_dead_worker(build):
 
 def main():
     test, build, _source = sys.argv[1:4]
-    {"kill": test_kill, "soak": test_soak, "deadworker": test_dead_worker}[test](build)
+    {"kill": test_kill, "soak": test_soak, "deadworker": test_dead_worker,
+     "move": lambda b: test_kill(b, move=True)}[test](build)
 
 
 if __name__ == "__main__":
