@@ -2,6 +2,7 @@
 #include "client/client.h"
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -41,7 +42,7 @@ ClientOptions ClientOptions::from_config(const DeploymentConfig& config, WorkerI
   options.reconnect_timeout_seconds = config.reconnect.timeout_seconds;
   options.data_stream = config.data_path == DataPathKind::stream;
   options.compression = config.compression;
-  options.deployment_file = config.source;
+  options.deployment_file = config.file;
   return options;
 }
 
@@ -86,6 +87,12 @@ struct Client::Impl {
   std::unique_ptr<ShardConnector> connector;
   std::unique_ptr<Worker> worker;
   std::vector<ShardLink*> named;  // the worker's links, by shard: shard_address() renames them
+  // The deployment file as shard_address() read it: the addresses it gave at first, and now,
+  // and when it last changed (re-read only then).
+  bool file_read = false;
+  std::vector<std::string> file_said, file_now;
+  std::filesystem::file_time_type file_changed;
+  uintmax_t file_size = 0;
   ClusterLayout layout;
   Step start_step{1};
 
@@ -149,17 +156,29 @@ std::string Client::Impl::shard_address(size_t i) {
   std::string& known = options.shards[i];
   if (options.deployment_file.empty()) return known;
   try {
-    const DeploymentConfig now = load_deployment(options.deployment_file);
-    if (i < now.shards.size()) {
-      std::string address = now.shards[i].listen.to_string();
-      if (address != known) {
-        log_info("worker {}: shard {} is now at {} ({}), no longer at {}", options.worker.value, i,
-                 address, options.deployment_file.string(), known);
-        known = address;
-        named[i]->set_address(address);
-      }
+    // Parsed again only when the file changed (an outage retries every few hundred ms).
+    const auto& file = options.deployment_file;
+    const auto changed = std::filesystem::last_write_time(file);
+    const auto size = std::filesystem::file_size(file);
+    if (!file_read || changed != file_changed || size != file_size) {
+      const DeploymentConfig now = load_deployment(file);
+      std::vector<std::string> addresses;
+      for (const ShardConfig& shard : now.shards) addresses.push_back(shard.listen.to_string());
+      if (!file_read) file_said = addresses;  // at start: `shards` (perhaps another) stays
+      file_now = std::move(addresses);
+      file_read = true;
+      file_changed = changed;
+      file_size = size;
     }
-  } catch (const Error& e) {
+    // Followed when the file's own entry changed since it was first read, so that a caller's
+    // `shards` (a proxy's) stays until the shard moves.
+    if (i < file_now.size() && i < file_said.size() && file_now[i] != file_said[i]) {
+      log_info("worker {}: shard {} is now at {} ({}), no longer at {}", options.worker.value, i,
+               file_now[i], file.string(), known);
+      known = file_said[i] = file_now[i];
+      named[i]->set_address(known);
+    }
+  } catch (const std::exception& e) {
     log_warn("worker {}: shard {} stays at {}: {} cannot be read again: {}", options.worker.value,
              i, known, options.deployment_file.string(), e.what());
   }

@@ -81,10 +81,13 @@ struct ClientOptions {
   // part (start_step(); a restarted worker rejoins a running job there). false: a client that
   // only reads (an evaluator), which must not take a trainer's place in a sync job.
   bool join = true;
-  // The deployment file `shards` came from (from_config sets it): each reconnection reads shard
-  // i's address from it again, so a shard restarted at another address (on another node, the
-  // file edited to say so) is followed without restarting the trainer; the shard that answers
-  // there must be the same one (net/cluster_layout.h shard_change). Empty: `shards`, always.
+  // The deployment file `shards` came from (from_config sets it for a file load_deployment
+  // read; absolute): as a link opens a stream (connects, or reconnects) it reads the file again
+  // when the file changed, and when shard i's entry differs from what the file said at first, it
+  // goes there: a shard restarted at another address (on another node, the file edited to say
+  // so; replace it whole, write then rename) is followed without restarting the trainer. The
+  // shard that answers must be the same one (net/cluster_layout.h shard_change). Only the
+  // addresses are taken; TLS and auth stay as at start. Empty: `shards`, always.
   std::filesystem::path deployment_file;
 
   // Shards, token, TLS, scheduler, limits, data path, compression and the deployment file.

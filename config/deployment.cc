@@ -598,7 +598,9 @@ DeploymentConfig load_deployment(const std::filesystem::path& file) {
          in ? "it is a directory" : std::strerror(errno));
   }
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_deployment(text, file);
+  DeploymentConfig config = parse_deployment(text, file);
+  config.file = std::filesystem::absolute(file);
+  return config;
 }
 
 ShardSettings shard_settings(const DeploymentConfig& config, ShardId id) {

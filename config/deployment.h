@@ -118,6 +118,9 @@ struct TlsConfig {
 
 struct DeploymentConfig {
   std::filesystem::path source;  // file it was loaded from (for messages)
+  // load_deployment's file, absolute; empty for a config parsed from text or built in code.
+  // What a client reads again to follow a shard to a new address (ClientOptions).
+  std::filesystem::path file;
   Mode mode = Mode::async;
   uint32_t workers = 1;    // workers in the job; sync mode aggregates this many
   std::string auth_token;  // empty: no auth; from `auth: {token: ..}` or `auth: {token_file: ..}`

@@ -125,8 +125,6 @@ kj::Promise<ClusterLayout> ShardLink::open_connection() {
                            "shard {} cannot be used again: {}; restart the worker to take the "
                            "job's placement anew",
                            address_, why);
-          } else {
-            layout_ = layout;
           }
           return register_again(fresh)
               .then([this, &fresh]() -> kj::Promise<void> {
@@ -136,6 +134,7 @@ kj::Promise<ClusterLayout> ShardLink::open_connection() {
               .then([layout = kj::mv(layout)]() mutable { return kj::mv(layout); });
         })
         .then([this, &fresh](ClusterLayout layout) {
+          if (layout_ == nullptr) layout_ = layout;  // the first connection that became the link's
           connection_ = kj::addRef(fresh);
           return layout;
         })

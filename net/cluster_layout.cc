@@ -34,7 +34,7 @@ const char* state_difference(const ClusterLayout& a, const ClusterLayout& b) {
 
 void check_same_cluster(const std::vector<ClusterLayout>& layouts) {
   for (size_t i = 1; i < layouts.size(); ++i)
-    if (const char* field = first_difference(layouts[0], layouts[i]))
+    if (const char* field = first_difference(layouts[0], layouts[i], /*addresses=*/false))
       fail(ErrorCode::bad_config,
            "shard {} and shard 0 disagree on '{}': they were started from different "
            "deployment files",

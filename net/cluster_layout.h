@@ -26,7 +26,8 @@ struct ClusterLayout {
 };
 
 // Throws Error(bad_config) unless every shard describes the same cluster as shard 0 (mode,
-// workers, split threshold, message limit, default optimizer, shard list, job and slot map):
+// workers, split threshold, message limit, default optimizer, number of shards, job and slot
+// map; not their addresses, which a shard restarted elsewhere lists anew):
 // shards started from different deployment files, or restored from checkpoints of different
 // jobs or placements, would place and aggregate variables differently.
 void check_same_cluster(const std::vector<ClusterLayout>& layouts);

@@ -234,6 +234,11 @@ void bind_client_options(py::module_& m) {
       .def_readwrite("compression", &ClientOptions::compression,
                      "every variable's default psched.Compression")
       .def_property(
+          "deployment_file", [](const ClientOptions& o) { return o.deployment_file.string(); },
+          [](ClientOptions& o, const std::string& f) { o.deployment_file = f; },
+          "the deployment file a reconnecting link reads shard addresses from again (a shard "
+          "restarted elsewhere); '' never")
+      .def_property(
           "worker", [](const ClientOptions& o) { return o.worker.value; },
           [](ClientOptions& o, uint32_t w) { o.worker = WorkerId(w); })
       .def_property(

@@ -10,9 +10,10 @@
            count the resent ones as duplicates, and the parameters equal the run without cuts.
   deadworker  a sync trainer is killed; with sync.on_timeout: fail the other one stops with a
            [sync_timeout] error naming it; with proceed it trains to the end.
-  move     as kill, but the server comes back at other ports (another node), the deployment
-           files edited to say so: the running trainers read their file again as they
-           reconnect, follow the shards there, and end bit-equal to the run without it.
+  move     each shard in a process of its own; shard 0's is killed and comes back at another
+           port (another node), the deployment files edited to say so, shard 1's left running:
+           the trainers read their file again as they reconnect, follow shard 0 there, end
+           bit-equal to the run without it, and a trainer started afterwards connects.
 
 Usage: process_fault_test.py kill|soak|deadworker|move BUILD_DIR SOURCE_DIR
 Standard library only.
@@ -156,11 +157,9 @@ def run_clean(build, name):
         job.cleanup()
 
 
-def test_kill(build, move=False):
-    name = "move" if move else "kill"
-    reference = run_clean(build, name)
-    extra = "checkpoint: {directory: state, interval_seconds: 0.2}\n"
-    job = Job(build, name, extra)
+def test_kill(build):
+    reference = run_clean(build, "kill")
+    job = Job(build, "kill", "checkpoint: {directory: state, interval_seconds: 0.2}\n")
     try:
         job.start_server()
         for w in (0, 1):
@@ -169,32 +168,18 @@ def test_kill(build, move=False):
         job.server.send_signal(signal.SIGKILL)
         job.server.wait()
         killed_at = job.step_reached(0)
-        if move:  # both files edited, as an operator moving the shards to another node would
-            job.write("server.yaml", config_text(extra, MOVED))
-            job.write("trainer.yaml", config_text(extra, MOVED))
         job.start_server()
         job.wait_trainers()
         for w in (0, 1):
             check(job.trainers[w].returncode == 0,
                   f"trainer {w} did not survive the restart:\n" + job.trainer_log(w))
             check("reconnected" in job.trainer_log(w), f"trainer {w} never reconnected")
-            if move:  # every shard it had to reconnect to (those holding its variables)
-                lost = [shard for shard, port in enumerate(LISTEN)
-                        if f"connection to shard 127.0.0.1:{port} lost" in job.trainer_log(w)]
-                check(lost, f"trainer {w} lost no shard:\n" + job.trainer_log(w))
-                for shard in lost:
-                    check(f"shard {shard} is now at 127.0.0.1:{MOVED[shard]}" in
-                          job.trainer_log(w) and
-                          f"reconnected to shard 127.0.0.1:{MOVED[shard]}" in job.trainer_log(w),
-                          f"trainer {w} did not follow shard {shard} to port {MOVED[shard]}:\n" +
-                          job.trainer_log(w))
         log = open(job.server_log).read()
         check("restored 2 variable part(s)" in log or "restored 1 variable part(s)" in log,
               "the restarted server did not say what it restored:\n" + log)
         check(job.params(0) == reference,
               "parameters after a SIGKILL and restart differ from the run without it")
-        print(f"{name}: server killed near step {killed_at}"
-              f"{', back at ports ' + str(MOVED) if move else ''}; "
+        print(f"kill: server killed near step {killed_at}; "
               f"{re.findall(r'restored .*', log)}; final parameters equal the reference")
         job.server.send_signal(signal.SIGTERM)
         job.server.wait(timeout=30)
@@ -202,6 +187,67 @@ def test_kill(build, move=False):
         job.dump_logs()
         raise
     finally:
+        job.cleanup()
+
+
+def test_move(build):
+    """Each shard in a process of its own; the one holding the variables (shard 0) SIGKILLed
+    and started on another port from the same folder, both deployment files edited, shard 1's
+    process left running with the old list: the trainers follow shard 0 and end bit-equal to
+    the run without the move, and a trainer started afterwards connects to the two processes,
+    whose shard lists now differ."""
+    reference = run_clean(build, "move")
+    extra = "checkpoint: {directory: state, interval_seconds: 0.2}\n"
+    job = Job(build, "move", extra)
+    server = os.path.join(job.build, "apps", "psched-server")
+    log = open(job.server_log, "a")
+
+    def start(shard):
+        process = subprocess.Popen([server, "--config", job.config, "--shard", str(shard)],
+                                   stderr=log)
+        wait_until(lambda: open(job.server_log).read().count("listening on") >= started[0] + 1,
+                   f"shard {shard} to listen")
+        started[0] += 1
+        return process
+
+    started = [0]
+    shards = [start(0), start(1)]
+    try:
+        for w in (0, 1):
+            job.start_trainer(w)
+        wait_until(lambda: job.step_reached(0) >= 100, "trainer 0 to reach step 100")
+        shards[0].send_signal(signal.SIGKILL)
+        shards[0].wait()
+        moved_at = job.step_reached(0)
+        moved = [MOVED[0], LISTEN[1]]  # an operator moving shard 0 to another node
+        job.write("server.yaml", config_text(extra, moved))
+        job.write("trainer.yaml", config_text(extra, moved))
+        shards[0] = start(0)
+        job.wait_trainers()
+        for w in (0, 1):
+            text = job.trainer_log(w)
+            check(job.trainers[w].returncode == 0,
+                  f"trainer {w} did not survive the move:\n" + text)
+            check(f"shard 0 is now at 127.0.0.1:{MOVED[0]}" in text and
+                  f"reconnected to shard 127.0.0.1:{MOVED[0]}" in text,
+                  f"trainer {w} did not follow shard 0 to port {MOVED[0]}:\n" + text)
+        check(job.params(0) == reference,
+              "parameters after the move differ from the run without it")
+        job.start_trainer(0)  # a restarted trainer: joins after the last step, and stops
+        job.wait_trainers()
+        check(job.trainers[0].returncode == 0,
+              "a trainer started after the move was refused:\n" + job.trainer_log(0))
+        print(f"move: shard 0 moved near step {moved_at} to port {MOVED[0]}; the trainers "
+              "followed it, their parameters equal the reference, and a trainer started "
+              "afterwards connected")
+    except Exception:
+        job.dump_logs()
+        raise
+    finally:
+        for process in shards:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
         job.cleanup()
 
 
@@ -353,7 +399,7 @@ def test_dead_worker(build):
 def main():
     test, build, _source = sys.argv[1:4]
     {"kill": test_kill, "soak": test_soak, "deadworker": test_dead_worker,
-     "move": lambda b: test_kill(b, move=True)}[test](build)
+     "move": test_move}[test](build)
 
 
 if __name__ == "__main__":
