@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/client.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -89,10 +93,14 @@ struct Client::Impl {
   std::vector<ShardLink*> named;  // the worker's links, by shard: shard_address() renames them
   // The deployment file as shard_address() read it: the addresses it gave at first, and now,
   // and when it last changed (re-read only then).
+  struct FileVersion {
+    uint64_t device, inode;
+    int64_t size, seconds, nanoseconds;
+    bool operator==(const FileVersion&) const = default;
+  };
   bool file_read = false;
   std::vector<std::string> file_said, file_now;
-  std::filesystem::file_time_type file_changed;
-  uintmax_t file_size = 0;
+  FileVersion file_version{};
   ClusterLayout layout;
   Step start_step{1};
 
@@ -158,17 +166,21 @@ std::string Client::Impl::shard_address(size_t i) {
   try {
     // Parsed again only when the file changed (an outage retries every few hundred ms).
     const auto& file = options.deployment_file;
-    const auto changed = std::filesystem::last_write_time(file);
-    const auto size = std::filesystem::file_size(file);
-    if (!file_read || changed != file_changed || size != file_size) {
+    struct stat status {};
+    if (::stat(file.c_str(), &status) != 0)
+      fail(ErrorCode::bad_config, "{}: {}", file.string(), std::strerror(errno));
+    // A file replaced whole (written, then renamed over it) is a new inode, whatever its
+    // modification time's resolution.
+    const FileVersion version{status.st_dev, status.st_ino, status.st_size, status.st_mtim.tv_sec,
+                              status.st_mtim.tv_nsec};
+    if (!file_read || !(version == file_version)) {
       const DeploymentConfig now = load_deployment(file);
       std::vector<std::string> addresses;
       for (const ShardConfig& shard : now.shards) addresses.push_back(shard.listen.to_string());
       if (!file_read) file_said = addresses;  // at start: `shards` (perhaps another) stays
       file_now = std::move(addresses);
       file_read = true;
-      file_changed = changed;
-      file_size = size;
+      file_version = version;
     }
     // Followed when the file's own entry changed since it was first read, so that a caller's
     // `shards` (a proxy's) stays until the shard moves.

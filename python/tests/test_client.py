@@ -2,6 +2,8 @@
 """psched's Python client over real psched-server processes: zero-copy memory, the push/wait
 cycle, and errors as Python exceptions."""
 import json
+import os
+import re
 import time
 
 import numpy as np
@@ -267,3 +269,28 @@ def test_a_client_that_does_not_join_leaves_the_membership_alone(start_server):
         trainer.push("w", 2, np.ones(10))  # still a member: its step 2 is applied
         trainer.wait("w", 2)
         np.testing.assert_array_equal(w, np.full(10, -2.0))
+
+
+def test_a_client_follows_a_shard_restarted_at_another_port(start_server):
+    """The server restarted on "another node" (another port, same checkpoint directory), the
+    deployment file replaced to say so: a connected client's next push reconnects there and its
+    update is applied once (docs/reliability.md)."""
+    server = start_server(shards=1, checkpoint=True)
+    client = psched.connect(server.config)
+    w = np.zeros(4, np.float32)
+    variable = client.register("w", w)
+    client.push(variable, 1, np.ones(4, np.float32))
+    client.wait(variable, 1)
+    server.kill()
+    old = re.search(r"listen: 127\.0\.0\.1:(\d+)", server.config.read_text()).group(1)
+    new = free_ports(1)[0]
+    edited = server.config.with_suffix(".new")
+    edited.write_text(server.config.read_text().replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}"))
+    os.replace(edited, server.config)  # whole, as docs/reliability.md asks
+    server._start()
+    client.push(variable, 2, np.ones(4, np.float32))
+    client.wait(variable, 2)
+    np.testing.assert_array_equal(w, np.full(4, -0.2, np.float32))  # sgd, lr 0.1: two steps
+    client.close()
+    options = psched.ClientOptions.from_config(psched.load_deployment(str(server.config)), 0)
+    assert options.deployment_file == str(server.config.resolve())
