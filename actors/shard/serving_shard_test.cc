@@ -61,17 +61,8 @@ struct Life {
   }
   // reload(), waited for (the load runs on a thread of its own).
   std::optional<ServedVersion> reload() {
-    std::exception_ptr error;
-    std::optional<ServedVersion> version;
-    auto done = kj::newPromiseAndFulfiller<void>();
-    shard.reload([&](std::exception_ptr e, std::optional<ServedVersion> v) {
-      error = e;
-      version = std::move(v);
-      done.fulfiller->fulfill();
-    });
-    io.wait(kj::mv(done.promise));
-    if (error) std::rethrow_exception(error);
-    return version;
+    return testing::waited<std::optional<ServedVersion>>(io,
+                                                         [&](auto reply) { shard.reload(reply); });
   }
 
   Result<VariableShard::Registration> add_variable(const std::string& name,

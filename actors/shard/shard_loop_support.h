@@ -6,6 +6,8 @@
 
 #include <exception>
 #include <filesystem>
+#include <optional>
+#include <utility>
 
 #include "actors/runtime/test_loop.h"
 #include "actors/shard/variable_shard.h"
@@ -25,19 +27,27 @@ inline RestoreReport restored(TestLoop& io, VariableShard& shard) {
   return report;
 }
 
+// What `call(reply)` answers, `reply` taking (std::exception_ptr, T) and called perhaps from
+// another thread (a file written, a version loaded beside): waited for on `io`, its failure
+// rethrown.
+template <typename T, typename Call>
+T waited(TestLoop& io, const Call& call) {
+  std::exception_ptr error;
+  std::optional<T> value;
+  auto done = kj::newPromiseAndFulfiller<void>();
+  call([&](std::exception_ptr e, T v) {
+    error = e;
+    value.emplace(std::move(v));
+    done.fulfiller->fulfill();
+  });
+  io.wait(kj::mv(done.promise));
+  if (error) std::rethrow_exception(error);
+  return std::move(*value);
+}
+
 // `shard`'s checkpoint(), waited for (the file is written on another thread); its path.
 inline std::filesystem::path checkpointed(TestLoop& io, VariableShard& shard) {
-  std::exception_ptr error;
-  std::filesystem::path file;
-  auto written = kj::newPromiseAndFulfiller<void>();
-  shard.checkpoint([&](std::exception_ptr e, std::filesystem::path f) {
-    error = e;
-    file = std::move(f);
-    written.fulfiller->fulfill();
-  });
-  io.wait(kj::mv(written.promise));
-  if (error) std::rethrow_exception(error);
-  return file;
+  return waited<std::filesystem::path>(io, [&](auto reply) { shard.checkpoint(reply); });
 }
 
 }  // namespace psched::testing
