@@ -5,18 +5,27 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
 #include "common/log.h"
 
 namespace psched {
 
-// One loop thread and what lives on it. `host` and the timers' promises are built, used and
-// dropped on that thread only.
+// One loop thread; its slots' hosts live on it.
 struct ShardThreads::Group {
-  std::vector<ShardId> shards;
   LoopThread thread{"psched-shard"};
+  size_t shards = 0;  // slots placed here
+};
+
+// One hosted shard. `host` and the timers' promises are built, used and dropped on the
+// group's thread only.
+struct ShardThreads::Slot {
+  ShardId id;
+  std::shared_ptr<const DeploymentConfig> config;  // the host refers to it
+  Group* group = nullptr;
+  std::optional<ShardLock> claim;  // training with a checkpoint directory
   std::unique_ptr<ShardHost> host;
-  // The host's shards were restored (start()): only then do they hold state a final checkpoint
-  // may write. A start refused for a damaged log or an unusable directory writes none.
+  // The shard was restored (start()): only then does it hold state a final checkpoint may
+  // write. A start refused for a damaged log or an unusable directory writes none.
   bool restored = false;
   kj::Promise<void> checkpointing = nullptr;
   kj::Promise<void> liveness = nullptr;
@@ -24,24 +33,46 @@ struct ShardThreads::Group {
   kj::Promise<void> reloading_now = nullptr;  // reload()'s, the newest
 };
 
+namespace {
+
+// Claims `id` for this process unless it serves read-only or keeps no checkpoint. False when
+// another process holds it (`holder` says who).
+bool claim(const DeploymentConfig& config, ShardId id, std::optional<ShardLock>& claim,
+           std::string* holder) {
+  if (config.checkpoint.directory.empty() || !config.serve.directory.empty()) return true;
+  claim = ShardLock::try_take(config.checkpoint.directory, id, holder);
+  return claim.has_value();
+}
+
+}  // namespace
+
+ShardThreads::ShardThreads(unsigned threads, unsigned apply_helpers) : apply_pool_(apply_helpers) {
+  for (size_t g = 0; g < std::max(1u, threads); ++g) groups_.push_back(std::make_unique<Group>());
+}
+
 ShardThreads::ShardThreads(const DeploymentConfig& config, std::vector<ShardId> shards,
                            unsigned threads, unsigned apply_helpers)
-    : config_(config), apply_pool_(apply_helpers) {
+    : config_(std::make_shared<const DeploymentConfig>(config)), apply_pool_(apply_helpers) {
   if (shards.empty())
-    for (uint32_t i = 0; i < config_.shards.size(); ++i) shards.push_back(ShardId(i));
+    for (uint32_t i = 0; i < config_->shards.size(); ++i) shards.push_back(ShardId(i));
   size_t count = std::clamp<size_t>(threads, 1, std::max<size_t>(1, shards.size()));
   for (size_t g = 0; g < count; ++g) groups_.push_back(std::make_unique<Group>());
-  for (size_t i = 0; i < shards.size(); ++i) {
-    Group& group = *groups_[i % count];
-    placed_.push_back({&group, group.shards.size()});
-    group.shards.push_back(shards[i]);
-  }
   try {
-    for (auto& group : groups_)
-      group->thread.call([&group = *group, this](kj::AsyncIoContext&) {
-        group.host =
-            std::make_unique<ShardHost>(config_, group.shards, group.thread.loop(), &apply_pool_);
-      });
+    for (ShardId id : shards) {
+      auto slot = std::make_unique<Slot>();
+      slot->id = id;
+      slot->config = config_;
+      std::string holder;
+      if (id.value < config_->shards.size() && !claim(*config_, id, slot->claim, &holder))
+        fail(ErrorCode::bad_config,
+             "shard {} is hosted by another process ({}, holding {}): stop it first, or give "
+             "each process its own shards",
+             id.value, holder, (config_->checkpoint.directory / "shard-N.lock").string());
+      slot->group = &least_loaded();
+      slot->group->shards++;
+      make_host(*slot);
+      slots_.push_back(std::move(slot));
+    }
   } catch (...) {
     stop();
     throw;
@@ -52,78 +83,130 @@ ShardThreads::~ShardThreads() {
   stop();
 }
 
+ShardThreads::Group& ShardThreads::least_loaded() {
+  return **std::ranges::min_element(groups_, {}, [](const auto& g) { return g->shards; });
+}
+
+void ShardThreads::make_host(Slot& slot) {
+  slot.group->thread.call([&slot, this](kj::AsyncIoContext&) {
+    slot.host = std::make_unique<ShardHost>(*slot.config, std::vector<ShardId>{slot.id},
+                                            slot.group->thread.loop(), &apply_pool_);
+  });
+}
+
+void ShardThreads::start_slot(Slot& slot) {
+  slot.group->thread.call(
+      [&slot](auto&) { return slot.host->restore().then([&slot] { slot.restored = true; }); });
+  slot.group->thread.call([&slot](kj::AsyncIoContext& io) {
+    kj::Timer& timer = io.provider->getTimer();
+    slot.checkpointing = slot.host->keep_checkpointing(timer).eagerlyEvaluate(nullptr);
+    slot.liveness = slot.host->keep_enforcing_deadlines(timer).eagerlyEvaluate(nullptr);
+    slot.reloading = slot.host->keep_reloading(timer).eagerlyEvaluate(nullptr);
+    return slot.host->listen(io.provider->getNetwork(), timer);
+  });
+}
+
 void ShardThreads::start() {
-  for (auto& group : groups_)
-    group->thread.call([&group = *group](auto&) {
-      return group.host->restore().then([&group] { group.restored = true; });
-    });
-  for (auto& group : groups_) {
-    group->thread.call([&group = *group](kj::AsyncIoContext& io) {
-      kj::Timer& timer = io.provider->getTimer();
-      group.checkpointing = group.host->keep_checkpointing(timer).eagerlyEvaluate(nullptr);
-      group.liveness = group.host->keep_enforcing_deadlines(timer).eagerlyEvaluate(nullptr);
-      group.reloading = group.host->keep_reloading(timer).eagerlyEvaluate(nullptr);
-      return group.host->listen(io.provider->getNetwork(), timer);
-    });
-  }
+  for (auto& slot : slots_) start_slot(*slot);
+}
+
+void ShardThreads::stop_slot(Slot& slot, bool final_checkpoint) {
+  slot.group->thread.call([&slot, final_checkpoint](kj::AsyncIoContext&) -> kj::Promise<void> {
+    if (!slot.host) return kj::READY_NOW;
+    return slot.host->shut_down()
+        .then([] { return kj::evalLast([] {}); })  // the abandoned polls' answers go out
+        .then([&slot, final_checkpoint] {
+          slot.checkpointing = nullptr;
+          slot.liveness = nullptr;
+          slot.reloading = nullptr;
+          slot.reloading_now = nullptr;
+          return final_checkpoint && slot.restored ? slot.host->checkpoint()
+                                                   : kj::Promise<void>(kj::READY_NOW);
+        })
+        .then([&slot] { slot.host.reset(); },
+              [&slot](kj::Exception&& e) {
+                log_error("shard {}: final checkpoint failed: {}", slot.id.value,
+                          e.getDescription().cStr());
+                slot.host.reset();
+              });
+  });
+  slot.claim.reset();  // after the shard is gone: nothing of it writes any more
 }
 
 void ShardThreads::stop() {
   if (stopped_) return;
   stopped_ = true;
-  for (auto& group : groups_) {
-    group->thread.call([&group = *group](kj::AsyncIoContext&) -> kj::Promise<void> {
-      if (!group.host) return kj::READY_NOW;
-      return group.host->shut_down()
-          .then([] { return kj::evalLast([] {}); })  // the abandoned polls' answers go out
-          .then([&group] {
-            group.checkpointing = nullptr;
-            group.liveness = nullptr;
-            group.reloading = nullptr;
-            group.reloading_now = nullptr;
-            return group.restored ? group.host->checkpoint() : kj::Promise<void>(kj::READY_NOW);
-          })
-          .then([&group] { group.host.reset(); },
-                [&group](kj::Exception&& e) {
-                  log_error("final checkpoint failed: {}", e.getDescription().cStr());
-                  group.host.reset();
-                });
-    });
-  }
+  for (auto& slot : slots_) stop_slot(*slot, /*final_checkpoint=*/true);
   for (auto& group : groups_) group->thread.stop();
 }
 
+bool ShardThreads::host(ShardId id, std::shared_ptr<const DeploymentConfig> config,
+                        std::string* holder) {
+  PSCHED_REQUIRE(!stopped_ && std::ranges::count(hosted(), id) == 0);
+  PSCHED_REQUIRE(id.value < config->shards.size());
+  auto slot = std::make_unique<Slot>();
+  slot->id = id;
+  slot->config = std::move(config);
+  if (!claim(*slot->config, id, slot->claim, holder)) return false;
+  slot->group = &least_loaded();
+  try {
+    make_host(*slot);
+    start_slot(*slot);
+  } catch (...) {
+    stop_slot(*slot, /*final_checkpoint=*/false);
+    throw;
+  }
+  slot->group->shards++;
+  slots_.push_back(std::move(slot));
+  return true;
+}
+
+void ShardThreads::release(ShardId id) {
+  auto found = std::ranges::find(slots_, id, [](const auto& slot) { return slot->id; });
+  PSCHED_REQUIRE(found != slots_.end());
+  stop_slot(**found, /*final_checkpoint=*/false);
+  (*found)->group->shards--;
+  slots_.erase(found);
+}
+
 void ShardThreads::reload() {
-  for (auto& group : groups_)
-    group->thread.loop().post([&group = *group] {
-      if (group.host) group.reloading_now = group.host->reload().eagerlyEvaluate(nullptr);
+  for (auto& slot : slots_)
+    slot->group->thread.loop().post([&slot = *slot] {
+      if (slot.host) slot.reloading_now = slot.host->reload().eagerlyEvaluate(nullptr);
     });
 }
 
 void ShardThreads::start_tracing(size_t capacity) {
-  for (auto& group : groups_)
-    group->thread.call([&group = *group, capacity](auto&) { group.host->start_tracing(capacity); });
+  for (auto& slot : slots_)
+    slot->group->thread.call(
+        [&slot = *slot, capacity](auto&) { slot.host->start_tracing(capacity); });
 }
 
 nlohmann::json ShardThreads::trace() {
   PSCHED_REQUIRE(!stopped_);
   nlohmann::json events = nlohmann::json::array();
-  for (const Placed& placed : placed_) {
-    ShardId id = placed.group->shards[placed.index];
-    placed.group->thread.call([&](auto&) {
-      if (const ShardTrace* trace = placed.group->host->trace(placed.index))
-        trace->append_events(events, static_cast<int>(id.value), fmt::format("shard {}", id.value));
+  for (auto& slot : slots_) {
+    slot->group->thread.call([&](auto&) {
+      if (const ShardTrace* trace = slot->host->trace(0))
+        trace->append_events(events, static_cast<int>(slot->id.value),
+                             fmt::format("shard {}", slot->id.value));
     });
   }
   return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
 }
 
+std::vector<ShardId> ShardThreads::hosted() const {
+  std::vector<ShardId> out;
+  for (const auto& slot : slots_) out.push_back(slot->id);
+  return out;
+}
+
 VariableShard& ShardThreads::shard(size_t i) {
-  return placed_.at(i).group->host->shard(placed_[i].index);
+  return slots_.at(i)->host->shard(0);
 }
 
 const ShardListener& ShardThreads::listener(size_t i) {
-  return placed_.at(i).group->host->listener(placed_[i].index);
+  return slots_.at(i)->host->listener(0);
 }
 
 }  // namespace psched

@@ -1,16 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // ShardThreads: the shards one process serves, spread over event-loop threads: one loop per
-// shard, or shards grouped round-robin when there are more shards than threads. Each thread
-// owns a ShardHost (its shards' listeners, connections and actors) and its timers, so a push
-// is read, applied and answered on one thread (actors/runtime/actor.h). psched-server and the
+// shard, or shards grouped round-robin when there are more shards than threads. Each shard
+// has its own ShardHost (listener, connections, actor) and timers on its thread, so a push is
+// read, applied and answered on one thread (actors/runtime/actor.h). psched-server and the
 // benchmarks serve shards with it.
+//
+// A training shard with a checkpoint directory is claimed (actors/durability/shard_lock.h)
+// for as long as it is hosted, so no two processes serve one shard. Shards may also be hosted
+// and released while the others serve (host(), release()): how psched-server --server follows
+// its deployment file as shards move between server processes (server/server_follower.h).
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "actors/durability/shard_lock.h"
 #include "actors/runtime/loop_thread.h"
 #include "common/fork_join_pool.h"
 #include "server/shard_host.h"
@@ -20,10 +28,13 @@ namespace psched {
 class ShardThreads {
  public:
   // Hosts `shards` of `config` (copied; empty: every shard) on at most `threads` loop threads
-  // (at least one). Large partitions are applied with `apply_helpers` threads, shared by all
-  // shards, besides the shard's own. Throws Error(bad_config) naming what cannot be used.
+  // (at least one), claiming each. Large partitions are applied with `apply_helpers` threads,
+  // shared by all shards, besides the shard's own. Throws Error(bad_config) naming what cannot
+  // be used, or the shard another process holds and who that is.
   ShardThreads(const DeploymentConfig& config, std::vector<ShardId> shards, unsigned threads,
                unsigned apply_helpers);
+  // Hosts nothing yet: shards come with host().
+  ShardThreads(unsigned threads, unsigned apply_helpers);
   ~ShardThreads();  // stop()
   ShardThreads(const ShardThreads&) = delete;
   ShardThreads& operator=(const ShardThreads&) = delete;
@@ -34,9 +45,20 @@ class ShardThreads {
   // Throws the first failure (psched::Error naming the shard or the address).
   void start();
   // Fails waiting polls, lets their answers go out, writes the final checkpoints (when
-  // configured, of the shards start() restored: a refused start writes none) and destroys the
-  // shards on their threads, then joins. Idempotent.
+  // configured, of the shards that were restored: a refused start writes none) and destroys
+  // the shards on their threads, then joins. Idempotent.
   void stop();
+
+  // Hosts shard `id` as `config` says now (kept while the shard is hosted), on the thread with
+  // the fewest shards, started as start() starts the others: claimed, restored, its listener
+  // bound. False, hosting nothing, while another process holds the shard (`holder`, when given,
+  // says who). Throws the failure to restore or to bind, hosting nothing. `id` is not hosted.
+  bool host(ShardId id, std::shared_ptr<const DeploymentConfig> config,
+            std::string* holder = nullptr);
+  // Stops serving shard `id`: closes its listener and its connections, fails its waiting polls
+  // and destroys it, then releases its claim. No final checkpoint is written: its update log
+  // holds every acknowledged update, and whoever hosts it next restores from them.
+  void release(ShardId id);
 
   // Serving shards (config.serve): each loads the newest checkpoint of the served directory
   // beside what it serves and switches to it, or logs why not (ShardHost::reload). Returns at
@@ -50,23 +72,27 @@ class ShardThreads {
   // Before stop().
   nlohmann::json trace();
 
-  // The hosted shards, in the order given to the constructor. Use the shard from another
+  // The hosted shards: the constructor's in its order, then host()'s. Use a shard from another
   // thread only through its methods, which hop onto its loop.
-  size_t size() const { return placed_.size(); }
+  std::vector<ShardId> hosted() const;
+  size_t size() const { return slots_.size(); }
+  // The i-th of hosted().
   VariableShard& shard(size_t i);
   const ShardListener& listener(size_t i);
 
  private:
   struct Group;
-  struct Placed {
-    Group* group;
-    size_t index;  // in the group's host
-  };
+  struct Slot;
 
-  const DeploymentConfig config_;  // the hosts refer to it
+  Group& least_loaded();
+  void make_host(Slot& slot);
+  void start_slot(Slot& slot);
+  void stop_slot(Slot& slot, bool final_checkpoint);
+
+  std::shared_ptr<const DeploymentConfig> config_;  // the constructor's; null without one
   ForkJoinPool apply_pool_;
   std::vector<std::unique_ptr<Group>> groups_;
-  std::vector<Placed> placed_;
+  std::vector<std::unique_ptr<Slot>> slots_;
   bool stopped_ = false;
 };
 
