@@ -1,11 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/client.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -93,11 +89,6 @@ struct Client::Impl {
   std::vector<ShardLink*> named;  // the worker's links, by shard: shard_address() renames them
   // The deployment file as shard_address() read it: the addresses it gave at first, and now,
   // and when it last changed (re-read only then).
-  struct FileVersion {
-    uint64_t device, inode;
-    int64_t size, seconds, nanoseconds;
-    bool operator==(const FileVersion&) const = default;
-  };
   bool file_read = false;
   std::vector<std::string> file_said, file_now;
   FileVersion file_version{};
@@ -166,13 +157,7 @@ std::string Client::Impl::shard_address(size_t i) {
   try {
     // Parsed again only when the file changed (an outage retries every few hundred ms).
     const auto& file = options.deployment_file;
-    struct stat status {};
-    if (::stat(file.c_str(), &status) != 0)
-      fail(ErrorCode::bad_config, "{}: {}", file.string(), std::strerror(errno));
-    // A file replaced whole (written, then renamed over it) is a new inode, whatever its
-    // modification time's resolution.
-    const FileVersion version{status.st_dev, status.st_ino, status.st_size, status.st_mtim.tv_sec,
-                              status.st_mtim.tv_nsec};
+    const FileVersion version = psched::file_version(file);
     if (!file_read || !(version == file_version)) {
       const DeploymentConfig now = load_deployment(file);
       std::vector<std::string> addresses;

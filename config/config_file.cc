@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "config/config_file.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -34,6 +36,14 @@ void warn_if_shared(const ConfigFile& file) {
   if (ec || (mode & (perms::group_read | perms::others_read)) == perms::none) return;
   log_warn("{}: '{}' holds a secret but others may read it (expected chmod 600)", file.origin,
            file.path.string());
+}
+
+FileVersion file_version(const std::filesystem::path& file) {
+  struct stat status {};
+  if (::stat(file.c_str(), &status) != 0)
+    fail(ErrorCode::bad_config, "{}: {}", file.string(), std::strerror(errno));
+  return {static_cast<uint64_t>(status.st_dev), static_cast<uint64_t>(status.st_ino),
+          status.st_size, status.st_mtim.tv_sec, status.st_mtim.tv_nsec};
 }
 
 }  // namespace psched

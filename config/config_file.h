@@ -3,6 +3,7 @@
 // the YAML names it, so that whoever reads it later fails with a message pointing at the YAML.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -22,5 +23,16 @@ std::string read_config_file(const ConfigFile& file);
 [[noreturn]] void fail_config_file(const ConfigFile& file, std::string_view what);
 // Logs a warning when the file's group or others may read it (it holds a secret).
 void warn_if_shared(const ConfigFile& file);
+
+// A file's version as stat(2) tells it, to read a file again only when it changed: a file
+// replaced whole (written, then renamed over it) is a new inode whatever the resolution of its
+// modification time; one edited in place has a new size or modification time.
+struct FileVersion {
+  uint64_t device = 0, inode = 0;
+  int64_t size = 0, seconds = 0, nanoseconds = 0;
+  bool operator==(const FileVersion&) const = default;
+};
+// `file`'s version now. Throws Error(bad_config) naming the file when it cannot be stat'ed.
+FileVersion file_version(const std::filesystem::path& file);
 
 }  // namespace psched

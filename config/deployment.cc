@@ -28,10 +28,10 @@ using config::ConfigMap;
 using config::ConfigNode;
 using optim::OptimizerSpec;
 
-constexpr std::array<std::string_view, 17> kTopKeys = {
-    "mode",      "workers",     "auth",      "shards",     "tls",       "split_bytes",
-    "optimizer", "scheduler",   "limits",    "checkpoint", "sync",      "reconnect",
-    "data_path", "compression", "staleness", "tables",     "table_mode"};
+constexpr std::array<std::string_view, 18> kTopKeys = {
+    "mode",        "workers",   "auth",        "shards",    "servers",    "tls",
+    "split_bytes", "optimizer", "scheduler",   "limits",    "checkpoint", "sync",
+    "reconnect",   "data_path", "compression", "staleness", "tables",     "table_mode"};
 constexpr std::array<std::string_view, 8> kTableKeys = {
     "name", "dim", "optimizer", "init", "max_rows", "admit_after", "mode", "staleness"};
 constexpr std::array<std::string_view, 2> kTableModeKeys = {"mode", "staleness"};
@@ -65,7 +65,8 @@ constexpr std::array<std::string_view, 1> kReconnectKeys = {"timeout_seconds"};
 constexpr std::array<std::string_view, 2> kAuthKeys = {"token", "token_file"};
 constexpr std::array<std::string_view, 4> kTlsKeys = {"cert_file", "key_file", "ca_file",
                                                       "server_name"};
-constexpr std::array<std::string_view, 3> kShardKeys = {"listen", "http", "device"};
+constexpr std::array<std::string_view, 4> kShardKeys = {"listen", "http", "device", "server"};
+constexpr std::array<std::string_view, 2> kServerKeys = {"name", "control"};
 // The default HTTP port is the shard's listen port plus this.
 constexpr unsigned kHttpPortOffset = 1000;
 constexpr std::array<std::string_view, 4> kSchedulerKeys = {"policy", "partition_bytes",
@@ -181,6 +182,7 @@ ShardConfig parse_shard(const ConfigNode& node) {
   ConfigMap shard(node, kShardKeys);
   ShardConfig out{.listen = parse_listen(shard.require("listen", "host:port")), .http = {}};
   if (auto device = shard.find("device")) out.device = read_device(*device);
+  if (auto server = shard.find("server")) out.server = read_string(*server);
   if (auto http = shard.find("http")) {
     out.http = parse_listen(*http);
   } else if (out.listen.port + kHttpPortOffset > 65535) {
@@ -224,6 +226,60 @@ std::vector<ShardConfig> parse_shards(const ConfigNode& node) {
     check_addresses_unique(shard, shards);
   }
   return shards;
+}
+
+// A server's name: letters, digits, '.', '_', '-' (it names files and appears in commands).
+std::string read_server_name(const ConfigNode& node) {
+  std::string name = read_string(node);
+  const bool plain = !name.empty() && std::ranges::all_of(name, [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+  if (!plain)
+    node.fail(
+        fmt::format("'{}' is not a server name (expected letters, digits, '.', '_', '-')", name));
+  return name;
+}
+
+std::vector<ServerConfig> parse_servers(const ConfigNode& node) {
+  if (node.is_null()) return {};
+  if (!node.yaml().IsSequence() || node.yaml().size() == 0)
+    node.fail("expected a list of servers, each with name: and control: host:port");
+  std::vector<ServerConfig> servers;
+  for (const YAML::Node& item : node.yaml()) {
+    ConfigNode entry(item, fmt::format("{}[{}]", node.path(), servers.size()), item.Mark(),
+                     node.file());
+    ConfigMap server(entry, kServerKeys);
+    ServerConfig out{.name = read_server_name(server.require("name", "a server's name")),
+                     .control = parse_listen(server.require("control", "host:port"))};
+    for (const ServerConfig& other : servers)
+      if (other.name == out.name || other.control == out.control)
+        entry.fail(fmt::format("{} is also another server's (expected one per server)",
+                               other.name == out.name ? out.name : out.control.to_string()));
+    servers.push_back(std::move(out));
+  }
+  return servers;
+}
+
+// With `servers:`, every shard names one of them and no control address is a shard's; without,
+// no shard names a server.
+void check_servers(const ConfigMap& top, const DeploymentConfig& config) {
+  ConfigNode shards = top.find_or_null("shards");
+  for (size_t i = 0; i < config.shards.size(); ++i) {
+    const ShardConfig& shard = config.shards[i];
+    ConfigNode entry(shards.yaml()[i], fmt::format("shards[{}]", i), shards.yaml()[i].Mark(),
+                     shards.file());
+    if (config.servers.empty()) {
+      if (!shard.server.empty()) entry.fail("server: needs a servers: list naming the servers");
+      continue;
+    }
+    if (shard.server.empty()) entry.fail("no server: (with servers:, every shard names one)");
+    if (!find_server(config, shard.server))
+      entry.fail(fmt::format("server '{}' is not in servers:", shard.server));
+    for (const ServerConfig& server : config.servers)
+      if (server.control == shard.listen || server.control == shard.http)
+        entry.fail(fmt::format("address {} is also server {}'s control address",
+                               server.control.to_string(), server.name));
+  }
 }
 
 optim::OptimizerKind read_optimizer_kind(const ConfigNode& node) {
@@ -478,6 +534,8 @@ DeploymentConfig parse_sections(const ConfigNode& root, const std::filesystem::p
   config.tls = parse_tls(top.find_or_null("tls"), source.parent_path());
   config.shards =
       parse_shards(top.require("shards", "a list of shards, each with listen: host:port"));
+  config.servers = parse_servers(top.find_or_null("servers"));
+  check_servers(top, config);
   if (auto f = top.find("split_bytes")) config.split_bytes = read_byte_size(*f, 0);
   config.optimizer = parse_optimizer(top.find_or_null("optimizer"));
   config.scheduler = parse_scheduler(top.find_or_null("scheduler"));
@@ -533,6 +591,18 @@ std::string ListenAddress::to_string() const {
   return fmt::format("{}:{}", host, port);
 }
 
+std::vector<ShardId> shards_of_server(const DeploymentConfig& config, std::string_view name) {
+  std::vector<ShardId> out;
+  for (uint32_t i = 0; i < config.shards.size(); ++i)
+    if (config.shards[i].server == name) out.push_back(ShardId(i));
+  return out;
+}
+
+const ServerConfig* find_server(const DeploymentConfig& config, std::string_view name) {
+  auto found = std::ranges::find(config.servers, name, &ServerConfig::name);
+  return found == config.servers.end() ? nullptr : &*found;
+}
+
 ListenAddress parse_listen_address(const std::string& text) {
   auto [host, port_text] = split_host_port(text);
   if (host.empty()) bad_listen_address(text, "no host");
@@ -568,6 +638,7 @@ std::vector<std::string> deployment_keys() {
     if (top == "auth") return list(kAuthKeys);
     if (top == "tls") return list(kTlsKeys);
     if (top == "shards") return list(kShardKeys);
+    if (top == "servers") return list(kServerKeys);
     if (top == "optimizer") return optimizer_keys();
     if (top == "scheduler") return list(kSchedulerKeys);
     if (top == "limits") return list(kLimitsKeys);
@@ -583,8 +654,9 @@ std::vector<std::string> deployment_keys() {
   for (std::string_view top : kTopKeys) {
     std::vector<std::string_view> inner = inner_keys(top);
     if (inner.empty()) keys.emplace_back(top);
-    std::string prefix =
-        top == "shards" || top == "tables" ? fmt::format("{}[].", top) : fmt::format("{}.", top);
+    std::string prefix = top == "shards" || top == "servers" || top == "tables"
+                             ? fmt::format("{}[].", top)
+                             : fmt::format("{}.", top);
     for (std::string_view name : inner) keys.push_back(prefix + std::string(name));
   }
   return keys;

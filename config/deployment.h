@@ -35,7 +35,19 @@ struct ShardConfig {
   // Where the shard keeps its variables and optimizer state and applies updates: `cpu` (the
   // default) or `cuda:N`, GPU N (docs/gpu.md). Checked when the server starts, not here.
   optim::DeviceSpec device = {};
+  // With `servers:`: the name of the server process that hosts the shard (psched-server
+  // --server NAME). Moving a shard to another server is this field and the shard's addresses
+  // edited (`psched shards add|remove`); the servers and the trainers follow the file.
+  std::string server;
   bool operator==(const ShardConfig&) const = default;
+};
+
+// A server process of a deployment whose shards move between servers (`servers:`): it hosts
+// the shards the file assigns it, and answers `GET /server` at `control` with what it hosts.
+struct ServerConfig {
+  std::string name;  // letters, digits, '.', '_', '-'
+  ListenAddress control;
+  bool operator==(const ServerConfig&) const = default;
 };
 
 struct SchedulerConfig {
@@ -126,7 +138,10 @@ struct DeploymentConfig {
   std::string auth_token;  // empty: no auth; from `auth: {token: ..}` or `auth: {token_file: ..}`
   std::optional<TlsConfig> tls;     // absent: plain TCP
   std::vector<ShardConfig> shards;  // at least one
-  uint64_t split_bytes = 4 << 20;   // variables larger than this are split across all shards
+  // Empty: each psched-server hosts the shards its --shard flags name, for ever. Otherwise
+  // every shard names its server, and shards move between servers as the file is edited.
+  std::vector<ServerConfig> servers;
+  uint64_t split_bytes = 4 << 20;  // variables larger than this are split across all shards
   // Server default for registrations that name none; a hyper-parameter the file leaves out
   // takes torch.optim's default for the kind (optim::torch_defaults: adam's lr 1e-3, ...).
   optim::OptimizerSpec optimizer;
@@ -167,6 +182,11 @@ ShardSettings shard_settings(const DeploymentConfig& config, ShardId id);
 // "shards[].listen", "optimizer.lr". docs/configuration.md documents each (config_test checks
 // that both name the same keys, and the defaults the document gives).
 std::vector<std::string> deployment_keys();
+
+// The indices of the shards `config` assigns to server `name` (shards[].server), in order.
+std::vector<ShardId> shards_of_server(const DeploymentConfig& config, std::string_view name);
+// The server named `name`, or null.
+const ServerConfig* find_server(const DeploymentConfig& config, std::string_view name);
 
 // Parses "127.0.0.1:7000", "localhost:7000", "[::1]:7000"; throws Error(bad_config) otherwise.
 ListenAddress parse_listen_address(const std::string& text);

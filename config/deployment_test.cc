@@ -352,7 +352,8 @@ TEST_CASE("an unknown key is named with its path, its line and the keys allowed 
             .starts_with("configs/x.yaml:3: optimizer.learning_rate: unknown key (expected one of: "
                          "kind, lr, "));
   CHECK(error_of("shards:\n  - listen: 127.0.0.1:7000\n    port: 1\n") ==
-        "configs/x.yaml:3: shards[0].port: unknown key (expected one of: listen, http, device)");
+        "configs/x.yaml:3: shards[0].port: unknown key (expected one of: listen, http, device, "
+        "server)");
 }
 
 TEST_CASE("a repeated key is an error naming both lines") {
