@@ -33,9 +33,20 @@
 // (actors/shard/model_import.h): on any number of shards, on another machine, or from arrays
 // changed in numpy. --to, --shards, --split-bytes and --to-config as reshard's. Exits 0 when the
 // checkpoints are in place, 2 (nothing written) otherwise.
+// `psched shards add --config FILE --server NAME --control HOST:PORT [--wait S]` and
+// `psched shards remove --config FILE --server NAME [--wait S]` move whole shards of a running
+// job between its server processes (`servers:`, config/shard_servers.h): add gives server NAME,
+// already started with psched-server --server NAME and answering GET /server at HOST:PORT, its
+// share of the shards; remove gives NAME's shards to the others. Both rewrite FILE, which the
+// servers and the trainers follow, and wait for the moved shards to be hosted. Exits 0 when they
+// are, 1 when --wait ran out first (the file is written: the servers go on), 2 when refused
+// (nothing written).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +68,7 @@
 #include "actors/shard/reshard.h"
 #include "common/error.h"
 #include "config/deployment.h"
+#include "config/shard_servers.h"
 
 namespace {
 
@@ -67,12 +79,12 @@ using nlohmann::json;
 
 constexpr std::chrono::seconds kTimeout{3};
 
-// GET http://address/status parsed, or nothing when the shard does not answer in time.
-std::optional<json> fetch_status(const psched::ListenAddress& address) {
+// GET http://address/target parsed, or nothing when nobody answers in time.
+std::optional<json> fetch_json(const psched::ListenAddress& address, const char* target) {
   boost::asio::io_context io;
   beast::tcp_stream stream(io);
   std::optional<json> status;
-  http::request<http::empty_body> request(http::verb::get, "/status", 11);
+  http::request<http::empty_body> request(http::verb::get, target, 11);
   request.set(http::field::host, address.to_string());
   http::response<http::string_body> response;
   beast::flat_buffer buffer;
@@ -94,6 +106,11 @@ std::optional<json> fetch_status(const psched::ListenAddress& address) {
   });
   io.run();
   return status;
+}
+
+// A shard's /status, or nothing when it does not answer in time.
+std::optional<json> fetch_status(const psched::ListenAddress& address) {
+  return fetch_json(address, "/status");
 }
 
 std::string human_bytes(uint64_t n) {
@@ -240,6 +257,29 @@ int status(const std::vector<psched::ListenAddress>& views) {
   for (const std::string& line : membership) fmt::print("{}\n", line);
   for (const std::string& line : tables) fmt::print("{}\n", line);
   return all_up ? 0 : 1;
+}
+
+// "server c (10.0.0.3:9500): hosts 1 0; waits for 3 (its previous server has not let it go
+// yet (pid 4242 on node-1))", a line per server of a job whose shards move (servers:), from
+// each server's GET /server; false when one does not answer.
+bool print_servers(const psched::DeploymentConfig& config) {
+  bool all_up = true;
+  for (const psched::ServerConfig& server : config.servers) {
+    std::optional<json> answer = fetch_json(server.control, "/server");
+    std::string what = "down";
+    if (answer) {
+      std::vector<std::string> waits;
+      for (const json& w : answer->at("waiting"))
+        waits.push_back(fmt::format("{} ({})", w.at("shard").get<uint32_t>(),
+                                    w.at("reason").get<std::string>()));
+      what =
+          fmt::format("hosts {}{}", fmt::join(answer->at("hosted"), " "),
+                      waits.empty() ? "" : fmt::format("; waits for {}", fmt::join(waits, ", ")));
+    }
+    all_up = all_up && answer;
+    fmt::print("server {} ({}): {}\n", server.name, server.control.to_string(), what);
+  }
+  return all_up;
 }
 
 // Every view answers within `wait_seconds`: the rounds before the last one print nothing.
@@ -439,6 +479,129 @@ void add_placement_options(CLI::App* command, ReshardArgs& args) {
       ->excludes(to);
 }
 
+// What `psched shards add|remove` was given.
+struct ShardsArgs {
+  std::string config, server, control;
+  double wait_seconds = 120;
+};
+
+// The servers answering GET /server at their control address as `name`: refuses naming the
+// first that does not (nothing is written then).
+void require_answering(const psched::DeploymentConfig& config,
+                       const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const psched::ServerConfig& server = *psched::find_server(config, name);
+    std::optional<json> answer = fetch_json(server.control, "/server");
+    if (!answer || answer->value("server", "") != name)
+      psched::fail(psched::ErrorCode::bad_config,
+                   "shards: server {} does not answer at {} ({}); start it there first: "
+                   "psched-server --config {} --server {}",
+                   name, server.control.to_string(),
+                   answer ? fmt::format("server {} answers there", answer->value("server", "?"))
+                          : "nothing answers",
+                   config.source.string(), name);
+  }
+}
+
+// Replaces `file` whole with `text` (written beside it, then renamed over it: readers see the
+// old file or the new one, never a part), keeping its permissions.
+void replace_file(const std::filesystem::path& file, const std::string& text) {
+  std::filesystem::path next = file;
+  next += ".psched-new";
+  {
+    std::ofstream out(next, std::ios::trunc);
+    out << text;
+    if (!out.flush())
+      psched::fail(psched::ErrorCode::io_error, "shards: cannot write {}", next.string());
+  }
+  std::filesystem::permissions(next, std::filesystem::status(file).permissions());
+  std::filesystem::rename(next, file);
+}
+
+// Waits until every moved shard is hosted where it moved, printing each as it lands. False,
+// naming what still waits and why, when `seconds` pass first.
+bool wait_for_moves(const psched::DeploymentConfig& after, std::vector<psched::ShardMove> moves,
+                    double seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(seconds);
+  std::map<std::string, json> last;
+  while (!moves.empty()) {
+    std::erase_if(moves, [&](const psched::ShardMove& move) {
+      std::optional<json> answer =
+          fetch_json(psched::find_server(after, move.to)->control, "/server");
+      if (answer) last[move.to] = *answer;
+      const auto held =
+          answer ? answer->at("hosted").get<std::vector<uint32_t>>() : std::vector<uint32_t>{};
+      const bool hosted = std::ranges::count(held, move.shard.value) > 0;
+      if (hosted)
+        fmt::print("shard {}: hosted by server {} after {:.1f} s\n", move.shard.value, move.to,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      return hosted;
+    });
+    if (moves.empty()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      for (const psched::ShardMove& move : moves)
+        fmt::print(stderr, "psched shards: shard {} not hosted by server {} yet: {}\n",
+                   move.shard.value, move.to,
+                   last.contains(move.to) ? last[move.to].at("waiting").dump() : "no answer");
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return true;
+}
+
+// `psched shards add` (`adding`) or `remove`: plans the moves, checks the servers that take
+// shards answer, writes the file, and waits for the shards to land. 0 when they did, 1 when the
+// wait ran out (the file is written: the servers go on), 2 when refused (nothing written).
+int run_shards(const ShardsArgs& args, bool adding) {
+  const psched::DeploymentConfig before = psched::load_deployment(args.config);
+  std::vector<psched::ShardMove> moves;
+  const psched::DeploymentConfig after =
+      adding ? psched::with_server_added(
+                   before, {args.server, psched::parse_listen_address(args.control)}, moves)
+             : psched::with_server_removed(before, args.server, moves);
+  std::vector<std::string> takers;
+  for (const psched::ShardMove& move : moves)
+    if (std::ranges::find(takers, move.to) == takers.end()) takers.push_back(move.to);
+  require_answering(after, takers);
+  std::ifstream in(args.config);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string written = psched::rewrite_placement(text, after);
+  psched::parse_deployment(written, args.config);  // what the servers will read is valid
+  replace_file(args.config, written);
+  for (const psched::ShardMove& move : moves)
+    fmt::print("shard {}: server {} -> {} ({})\n", move.shard.value, move.from, move.to,
+               after.shards[move.shard.value].listen.to_string());
+  fmt::print("{} written: {} shard(s) move\n", args.config, moves.size());
+  return wait_for_moves(after, moves, args.wait_seconds) ? 0 : 1;
+}
+
+// `psched shards add` and `psched shards remove`, into `args`; `add` and `remove` are set.
+CLI::App* add_shards(CLI::App& app, ShardsArgs& args, CLI::App*& add, CLI::App*& remove) {
+  CLI::App* command = app.add_subcommand(
+      "shards", "move whole shards between the server processes of a running job (servers:)");
+  command->require_subcommand(1);
+  add = command->add_subcommand(
+      "add", "give a new server (already running with --server NAME) its share of the shards");
+  remove = command->add_subcommand(
+      "remove", "give a server's shards to the others, which then host them; it may stop then");
+  for (CLI::App* sub : {add, remove}) {
+    sub->add_option("--config", args.config, "the deployment file the servers and trainers follow")
+        ->required()
+        ->check(CLI::ExistingFile);
+    sub->add_option("--server", args.server, "the server's name")->required();
+    sub->add_option("--wait", args.wait_seconds,
+                    "wait this many seconds at most for the moved shards to be hosted")
+        ->capture_default_str();
+  }
+  add->add_option("--control", args.control,
+                  "HOST:PORT where the new server answers GET /server; its shards listen on "
+                  "that host, on their ports")
+      ->required();
+  return command;
+}
+
 // `psched export`'s options into `args`.
 CLI::App* add_export(CLI::App& app, ExportArgs& args) {
   CLI::App* command = app.add_subcommand(
@@ -495,7 +658,17 @@ int main(int argc, char** argv) {
       ->expected(1)
       ->check(CLI::ExistingDirectory);
   add_placement_options(import_command, import_args);
+  ShardsArgs shards_args;
+  CLI::App *shards_add = nullptr, *shards_remove = nullptr;
+  add_shards(app, shards_args, shards_add, shards_remove);
   CLI11_PARSE(app, argc, argv);
+  if (shards_add->parsed() || shards_remove->parsed()) {
+    try {
+      return run_shards(shards_args, shards_add->parsed());
+    } catch (const psched::Error& e) {
+      return refused("shards", e.what());
+    }
+  }
   if (export_command->parsed()) {
     try {
       return run_export(export_args);
@@ -524,7 +697,9 @@ int main(int argc, char** argv) {
   try {
     const auto views = operator_views(config, http);
     if (wait_seconds > 0) all_answer(views, wait_seconds);
-    return status(views);
+    const int shards_up = status(views);
+    const bool servers_up = !http.empty() || print_servers(psched::load_deployment(config));
+    return shards_up == 0 && servers_up ? 0 : 1;
   } catch (const psched::Error& e) {
     fmt::print(stderr, "psched status: {}\n", e.what());
     return 2;

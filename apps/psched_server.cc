@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // psched-server: hosts the shards a deployment file names (all, those given with --shard, or
 // the one an environment variable names with --shard-from), until SIGINT or SIGTERM. With
+// --server NAME it hosts the shards the file gives server NAME and follows the file as shards
+// move between servers (server/server_follower.h). With
 // `checkpoint:` configured it restores each shard at start and checkpoints periodically and at
 // a clean stop. With --serve DIR the shards serve a trained job's checkpoints in DIR read-only
 // instead (inference: pulls answered, pushes refused, nothing written), loading a newer one at
@@ -21,6 +23,7 @@
 #include "common/malloc_tuning.h"
 #include "common/placement.h"
 #include "config/deployment.h"
+#include "server/server_follower.h"
 #include "server/shard_monitor.h"
 #include "server/shard_threads.h"
 
@@ -33,9 +36,11 @@ struct Options {
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   unsigned apply_helpers = std::max(1u, std::thread::hardware_concurrency()) - 1;
   bool accept_log_loss = false;
-  std::string trace;  // where to write the shards' Chrome trace at the stop; empty: no trace
-  std::string job;    // the job's name (--job); empty: named by its shards' addresses
-  std::string serve;  // serve this checkpoint directory read-only (--serve); empty: train
+  std::string trace;    // where to write the shards' Chrome trace at the stop; empty: no trace
+  std::string job;      // the job's name (--job); empty: named by its shards' addresses
+  std::string serve;    // serve this checkpoint directory read-only (--serve); empty: train
+  std::string server;   // follow the file as server NAME (--server); empty: host the shards given
+  std::string control;  // --control: where a --server answers GET /server; empty: the file's
   double reload_seconds = 0;
 };
 
@@ -100,9 +105,40 @@ std::vector<psched::ShardId> chosen_shards(const Options& options,
   return shards;
 }
 
+// How often a --server process looks at its deployment file.
+constexpr timespec kFollowEvery{0, 200'000'000};
+
+// psched-server --server NAME: hosts what the file gives NAME, following it, until a signal.
+int follow(const Options& options) {
+  auto adjust = [&options](psched::DeploymentConfig& config) {
+    config.checkpoint.accept_log_loss = options.accept_log_loss;
+    config.checkpoint.job = job_identity(options, config);
+  };
+  sigset_t signals = block_signals(false);
+  psched::ShardThreads host(options.threads, options.apply_helpers);
+  std::optional<psched::ListenAddress> control;
+  if (!options.control.empty()) control = psched::parse_listen_address(options.control);
+  auto follower = std::make_unique<psched::ServerFollower>(
+      options.server, std::filesystem::absolute(options.config), control, adjust, host);
+  int signal = -1;
+  while (signal < 0) {
+    follower->poll();
+    signal = sigtimedwait(&signals, nullptr, &kFollowEvery);
+  }
+  psched::log_info("psched-server: signal {} received, stopping", signal);
+  follower.reset();  // its monitors before the shards go
+  host.stop();
+  return 0;
+}
+
 int serve(const Options& options) {
   psched::tune_malloc_for_large_messages();
+  if (!options.server.empty()) return follow(options);
   psched::DeploymentConfig config = psched::load_deployment(options.config);
+  if (!config.servers.empty())
+    psched::fail(psched::ErrorCode::bad_config,
+                 "{} names servers: start each with --server NAME (its shards follow the file)",
+                 options.config);
   config.checkpoint.accept_log_loss = options.accept_log_loss;
   config.checkpoint.job = job_identity(options, config);
   config.serve = {options.serve, options.reload_seconds};
@@ -165,6 +201,16 @@ int main(int argc, char** argv) {
                  "event-loop threads serving the shards (default: cores; at most one per shard)");
   app.add_option("--apply-threads", options.apply_helpers,
                  "extra threads applying one large partition (default: cores - 1)");
+  auto* server =
+      app.add_option("--server", options.server,
+                     "host the shards the file's servers: list gives this server, and follow the "
+                     "file as shards move between servers (psched shards add|remove)")
+          ->excludes(shard)
+          ->excludes("--shard-from");
+  app.add_option("--control", options.control,
+                 "with --server: HOST:PORT to answer GET /server on, for a server the file does "
+                 "not name yet (psched shards add then gives it shards; default: the file's)")
+      ->needs(server);
   auto* serve_option = app.add_option(
       "--serve", options.serve,
       "serve this job's checkpoint directory read-only to inference clients: pushes are "
@@ -173,6 +219,7 @@ int main(int argc, char** argv) {
                  "with --serve: look for a newer checkpoint this often (default 0: at SIGHUP only)")
       ->needs(serve_option)
       ->check(CLI::NonNegativeNumber);
+  serve_option->excludes("--server");
   app.add_flag("--accept-log-loss", options.accept_log_loss,
                "start even when an update log is damaged or missing, losing the acknowledged "
                "updates from the damage on (logged); without it such a start is refused");
