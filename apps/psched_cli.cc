@@ -41,6 +41,8 @@
 // servers and the trainers follow, and wait for the moved shards to be hosted. Exits 0 when they
 // are, 1 when --wait ran out first (the file is written: the servers go on), 2 when refused
 // (nothing written).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -507,15 +509,21 @@ void require_answering(const psched::DeploymentConfig& config,
 // old file or the new one, never a part), keeping its permissions.
 void replace_file(const std::filesystem::path& file, const std::string& text) {
   std::filesystem::path next = file;
-  next += ".psched-new";
-  {
-    std::ofstream out(next, std::ios::trunc);
-    out << text;
-    if (!out.flush())
-      psched::fail(psched::ErrorCode::io_error, "shards: cannot write {}", next.string());
+  next += fmt::format(".psched-new-{}", ::getpid());
+  try {
+    {
+      std::ofstream out(next, std::ios::trunc);
+      out << text;
+      if (!out.flush())
+        psched::fail(psched::ErrorCode::io_error, "shards: cannot write {}", next.string());
+    }
+    std::filesystem::permissions(next, std::filesystem::status(file).permissions());
+    std::filesystem::rename(next, file);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(next, ignored);
+    throw;
   }
-  std::filesystem::permissions(next, std::filesystem::status(file).permissions());
-  std::filesystem::rename(next, file);
 }
 
 // Waits until every moved shard is hosted where it moved, printing each as it lands. False,
@@ -541,12 +549,13 @@ bool wait_for_moves(const psched::DeploymentConfig& after, std::vector<psched::S
     if (moves.empty()) return true;
     if (std::chrono::steady_clock::now() >= deadline) {
       for (const psched::ShardMove& move : moves)
-        fmt::print(stderr, "psched shards: shard {} not hosted by server {} yet: {}\n",
-                   move.shard.value, move.to,
-                   last.contains(move.to) ? last[move.to].at("waiting").dump() : "no answer");
+        fmt::print(
+            stderr, "psched shards: shard {} not hosted by server {} yet: {}\n", move.shard.value,
+            move.to,
+            last.contains(move.to) ? last[move.to].value("waiting", json()).dump() : "no answer");
       return false;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return true;
 }
@@ -665,7 +674,7 @@ int main(int argc, char** argv) {
   if (shards_add->parsed() || shards_remove->parsed()) {
     try {
       return run_shards(shards_args, shards_add->parsed());
-    } catch (const psched::Error& e) {
+    } catch (const std::exception& e) {  // psched::Error, a file system's, YAML's
       return refused("shards", e.what());
     }
   }

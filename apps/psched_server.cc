@@ -50,6 +50,15 @@ struct Options {
 // checkpoints apart by --job.
 uint64_t job_identity(const Options& options, const psched::DeploymentConfig& config) {
   if (!options.job.empty()) return psched::stable_hash(options.job) | 1;
+  // Shards that move between servers change addresses: such a job is named by its number of
+  // shards and its checkpoint directory's name, which every server sees whenever it starts.
+  if (!config.servers.empty()) {
+    std::filesystem::path directory = config.checkpoint.directory.lexically_normal();
+    if (!directory.has_filename()) directory = directory.parent_path();  // "state/"
+    return psched::stable_hash(fmt::format("psched job of {} shards in {}", config.shards.size(),
+                                           directory.filename().string())) |
+           1;
+  }
   std::string addresses = "psched shards:";
   for (const psched::ShardConfig& shard : config.shards)
     addresses += " " + shard.listen.to_string();
@@ -106,7 +115,7 @@ std::vector<psched::ShardId> chosen_shards(const Options& options,
 }
 
 // How often a --server process looks at its deployment file.
-constexpr timespec kFollowEvery{0, 200'000'000};
+constexpr timespec kFollowEvery{0, 50'000'000};
 
 // psched-server --server NAME: hosts what the file gives NAME, following it, until a signal.
 int follow(const Options& options) {
@@ -135,7 +144,7 @@ int serve(const Options& options) {
   psched::tune_malloc_for_large_messages();
   if (!options.server.empty()) return follow(options);
   psched::DeploymentConfig config = psched::load_deployment(options.config);
-  if (!config.servers.empty())
+  if (!config.servers.empty() && options.serve.empty())
     psched::fail(psched::ErrorCode::bad_config,
                  "{} names servers: start each with --server NAME (its shards follow the file)",
                  options.config);
@@ -227,6 +236,7 @@ int main(int argc, char** argv) {
                  "at the stop, write a Chrome trace (Perfetto, chrome://tracing) of every "
                  "request the shards served over data streams to this file: receive, apply, "
                  "wait and answer per partition, on the machine's monotonic clock");
+  server->excludes("--trace");
   app.add_option("--job", options.job,
                  "the job's name, kept in its checkpoints when it starts with none (default: "
                  "named by the deployment's shard addresses); `psched reshard` takes only "

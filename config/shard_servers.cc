@@ -21,14 +21,39 @@ std::map<std::string, std::vector<ShardId>> by_server(const DeploymentConfig& co
   return out;
 }
 
-// Shard `id` moved to `to`: its ports kept, its hosts the server's.
+bool is_loopback(const std::string& host) {
+  return host.starts_with("127.") || host == "localhost" || host == "::1";
+}
+
+// `address` on `host`: its port kept unless another shard or a server uses it there; then the
+// port after the highest used there.
+ListenAddress rehomed(const DeploymentConfig& config, ShardId id, ListenAddress address,
+                      const std::string& host) {
+  address.host = host;
+  std::vector<uint16_t> used;
+  for (uint32_t i = 0; i < config.shards.size(); ++i)
+    for (const ListenAddress& other : {config.shards[i].listen, config.shards[i].http})
+      if (i != id.value && other.host == host) used.push_back(other.port);
+  for (const ServerConfig& server : config.servers)
+    if (server.control.host == host) used.push_back(server.control.port);
+  if (std::ranges::count(used, address.port) > 0)
+    address.port = static_cast<uint16_t>(std::ranges::max(used) + 1);
+  return address;
+}
+
+// Shard `id` moved to `to`: on the server's host (its control address's), its ports kept
+// where they are free there. An operator view on loopback stays on loopback.
 void move_shard(DeploymentConfig& config, ShardId id, const ServerConfig& to,
                 std::vector<ShardMove>& moves) {
-  ShardConfig& shard = config.shards[id.value];
-  moves.push_back({id, shard.server, to.name});
-  shard.server = to.name;
-  shard.listen.host = to.control.host;
-  shard.http.host = to.control.host;
+  moves.push_back({id, config.shards[id.value].server, to.name});
+  config.shards[id.value].server = to.name;
+  config.shards[id.value].listen =
+      rehomed(config, id, config.shards[id.value].listen, to.control.host);
+  const ListenAddress http = config.shards[id.value].http;
+  ListenAddress moved =
+      rehomed(config, id, http, is_loopback(http.host) ? http.host : to.control.host);
+  if (moved == config.shards[id.value].listen) moved.port++;  // both were past every used port
+  config.shards[id.value].http = moved;
 }
 
 void require_servers(const DeploymentConfig& config) {

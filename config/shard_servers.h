@@ -22,10 +22,11 @@ struct ShardMove {
 
 // The placement after `added` joins: shards move to it from the servers holding the most, one
 // at a time, until no server holds two more than another: the fewest moves that balance the
-// servers. A moved shard keeps its listen and http ports on the new server's host (its
-// control address's). Throws Error(bad_config) naming what is wrong: a file without servers:,
-// a name or control address already in use, or a job with too few shards to give it one.
-// `moves` receives what moves.
+// servers. A moved shard listens on the new server's host (its control address's), on its
+// port unless another shard or server uses that port there (then the port after the highest
+// used there); its operator view stays on loopback when it was there. Throws Error(bad_config)
+// naming what is wrong: a file without servers:, a name or control address already in use, or a job
+// with too few shards to give it one. `moves` receives what moves.
 DeploymentConfig with_server_added(const DeploymentConfig& config, const ServerConfig& added,
                                    std::vector<ShardMove>& moves);
 // The placement after server `name` leaves: each of its shards goes to the server holding the

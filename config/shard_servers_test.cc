@@ -86,6 +86,23 @@ TEST_CASE("a server that leaves gives each of its shards to the server holding t
   for (const ShardMove& move : moves) CHECK(move.from == "b");
 }
 
+TEST_CASE("a shard moved to a host where its port is taken takes the next free one") {
+  const std::string yaml =
+      "servers:\n  - {name: a, control: 10.0.0.1:9500}\n  - {name: b, control: 10.0.0.2:9500}\n"
+      "shards:\n"
+      "  - {listen: 10.0.0.1:7000, http: 10.0.0.1:8000, server: a}\n"
+      "  - {listen: 10.0.0.2:7000, http: 10.0.0.2:8000, server: b}\n"
+      "  - {listen: 10.0.0.2:7001, http: 127.0.0.1:8001, server: b}\n";
+  const DeploymentConfig before = parse_deployment(yaml, "x.yaml");
+  std::vector<ShardMove> moves;
+  const DeploymentConfig after = with_server_removed(before, "a", moves);
+  REQUIRE(moves.size() == 1);
+  CHECK(after.shards[0].listen.to_string() == "10.0.0.2:9501");  // past b's control port
+  CHECK(after.shards[0].http.to_string() == "10.0.0.2:9502");
+  const DeploymentConfig read = parse_deployment(rewrite_placement(yaml, after), "x.yaml");
+  CHECK(read.shards == after.shards);
+}
+
 TEST_CASE("what cannot be moved is refused naming why") {
   const DeploymentConfig two = parse_deployment(job_yaml(2, {"a", "b"}), "x.yaml");
   std::vector<ShardMove> moves;

@@ -99,6 +99,7 @@ void ServerFollower::reread() {
       log_warn("server {}: {} names it no more: it hosts none of the shards", name_,
                file_.string());
     config_ = std::move(next);
+    for (auto& [shard, waiting] : waiting_) waiting.retry_at = {};  // the change may mend it
     log_info("server {}: {} changed; shards here: {}", name_, file_.string(),
              fmt::join(indices(shards_of_server(*config_, name_)), " "));
   } catch (const std::exception& e) {
@@ -122,21 +123,30 @@ void ServerFollower::release_unwanted() {
 
 void ServerFollower::host_wanted() {
   const auto now = std::chrono::steady_clock::now();
+  std::vector<ShardId> due;
   for (ShardId id : shards_of_server(*config_, name_)) {
-    if (hosted_.contains(id.value)) continue;
     auto waiting = waiting_.find(id.value);
-    if (waiting != waiting_.end() && now < waiting->second.retry_at) continue;
-    std::string holder;
+    if (!hosted_.contains(id.value) &&
+        (waiting == waiting_.end() || now >= waiting->second.retry_at))
+      due.push_back(id);
+  }
+  if (due.empty()) return;
+  const std::vector<ShardThreads::Hosting> outcomes = threads_.host(due, config_);
+  for (size_t i = 0; i < due.size(); ++i) {
+    const ShardId id = due[i];
     std::string reason;
-    try {
-      if (threads_.host(id, config_, &holder)) {
+    switch (outcomes[i].outcome) {
+      case ShardThreads::Hosting::Outcome::hosted:
         record_hosted(id);
         continue;
-      }
-      reason = fmt::format("its previous server has not let it go yet ({})", holder);
-    } catch (const std::exception& e) {
-      reason = fmt::format("{} (trying again in {} s)", e.what(), kRetryAfterFailure.count());
-      waiting_[id.value].retry_at = now + kRetryAfterFailure;
+      case ShardThreads::Hosting::Outcome::held:
+        reason = fmt::format("its previous server has not let it go yet ({})", outcomes[i].why);
+        break;
+      case ShardThreads::Hosting::Outcome::failed:
+        reason =
+            fmt::format("{} (trying again in {} s)", outcomes[i].why, kRetryAfterFailure.count());
+        waiting_[id.value].retry_at = now + kRetryAfterFailure;
+        break;
     }
     if (waiting_[id.value].reason != reason)
       log_info("server {}: shard {} waits: {}", name_, id.value, reason);

@@ -49,7 +49,7 @@ class ServerFollower {
 
   // Reads the file again when it changed, releases what it no longer gives this server and
   // hosts what it gives, each as soon as it can. Logs what it does and why it waits; throws
-  // nothing. Call it every few hundred milliseconds.
+  // nothing. psched-server calls it every 50 ms.
   void poll();
 
   // What GET /server answers: {"server", "pid", "file", "hosted": [shard...], "waiting":

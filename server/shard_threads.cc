@@ -2,6 +2,7 @@
 #include "server/shard_threads.h"
 
 #include <algorithm>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -94,9 +95,12 @@ void ShardThreads::make_host(Slot& slot) {
   });
 }
 
-void ShardThreads::start_slot(Slot& slot) {
+void ShardThreads::restore_slot(Slot& slot) {
   slot.group->thread.call(
       [&slot](auto&) { return slot.host->restore().then([&slot] { slot.restored = true; }); });
+}
+
+void ShardThreads::serve_slot(Slot& slot) {
   slot.group->thread.call([&slot](kj::AsyncIoContext& io) {
     kj::Timer& timer = io.provider->getTimer();
     slot.checkpointing = slot.host->keep_checkpointing(timer).eagerlyEvaluate(nullptr);
@@ -107,28 +111,48 @@ void ShardThreads::start_slot(Slot& slot) {
 }
 
 void ShardThreads::start() {
-  for (auto& slot : slots_) start_slot(*slot);
+  // Every shard restored before any listens: a start refused for one shard's files leaves
+  // the others untouched by workers, and writes no final checkpoint of theirs.
+  for (auto& slot : slots_) restore_slot(*slot);
+  for (auto& slot : slots_) serve_slot(*slot);
 }
+
+namespace {
+
+// Runs work(item) for every item at once, each on a thread of its own (each blocks on its
+// shard's loop while the loops run side by side), and returns when all have.
+template <typename Items, typename Work>
+void side_by_side(Items& items, const Work& work) {
+  std::vector<std::thread> threads;
+  for (auto& item : items) threads.emplace_back([&work, &item] { work(item); });
+  for (std::thread& thread : threads) thread.join();
+}
+
+}  // namespace
 
 void ShardThreads::stop_slot(Slot& slot, bool final_checkpoint) {
   slot.group->thread.call([&slot, final_checkpoint](kj::AsyncIoContext&) -> kj::Promise<void> {
     if (!slot.host) return kj::READY_NOW;
+    auto drop_timers = [&slot] {  // on the loop, before the host they use goes
+      slot.checkpointing = nullptr;
+      slot.liveness = nullptr;
+      slot.reloading = nullptr;
+      slot.reloading_now = nullptr;
+    };
     return slot.host->shut_down()
         .then([] { return kj::evalLast([] {}); })  // the abandoned polls' answers go out
-        .then([&slot, final_checkpoint] {
-          slot.checkpointing = nullptr;
-          slot.liveness = nullptr;
-          slot.reloading = nullptr;
-          slot.reloading_now = nullptr;
+        .then([&slot, final_checkpoint, drop_timers] {
+          drop_timers();
           return final_checkpoint && slot.restored ? slot.host->checkpoint()
                                                    : kj::Promise<void>(kj::READY_NOW);
         })
-        .then([&slot] { slot.host.reset(); },
-              [&slot](kj::Exception&& e) {
-                log_error("shard {}: final checkpoint failed: {}", slot.id.value,
-                          e.getDescription().cStr());
-                slot.host.reset();
-              });
+        .catch_([&slot](kj::Exception&& e) {
+          log_error("shard {}: stopping: {}", slot.id.value, e.getDescription().cStr());
+        })
+        .then([&slot, drop_timers] {
+          drop_timers();
+          slot.host.reset();
+        });
   });
   slot.claim.reset();  // after the shard is gone: nothing of it writes any more
 }
@@ -136,29 +160,51 @@ void ShardThreads::stop_slot(Slot& slot, bool final_checkpoint) {
 void ShardThreads::stop() {
   if (stopped_) return;
   stopped_ = true;
-  for (auto& slot : slots_) stop_slot(*slot, /*final_checkpoint=*/true);
+  side_by_side(slots_, [this](auto& slot) { stop_slot(*slot, /*final_checkpoint=*/true); });
   for (auto& group : groups_) group->thread.stop();
 }
 
-bool ShardThreads::host(ShardId id, std::shared_ptr<const DeploymentConfig> config,
-                        std::string* holder) {
-  PSCHED_REQUIRE(!stopped_ && std::ranges::count(hosted(), id) == 0);
-  PSCHED_REQUIRE(id.value < config->shards.size());
-  auto slot = std::make_unique<Slot>();
-  slot->id = id;
-  slot->config = std::move(config);
-  if (!claim(*slot->config, id, slot->claim, holder)) return false;
-  slot->group = &least_loaded();
-  try {
-    make_host(*slot);
-    start_slot(*slot);
-  } catch (...) {
-    stop_slot(*slot, /*final_checkpoint=*/false);
-    throw;
+std::vector<ShardThreads::Hosting> ShardThreads::host(
+    const std::vector<ShardId>& ids, std::shared_ptr<const DeploymentConfig> config) {
+  PSCHED_REQUIRE(!stopped_);
+  std::vector<Hosting> out(ids.size(), {Hosting::Outcome::hosted, {}});
+  std::vector<std::unique_ptr<Slot>> slots(ids.size());
+  std::vector<std::thread> starting;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    PSCHED_REQUIRE(std::ranges::count(hosted(), ids[i]) == 0);
+    PSCHED_REQUIRE(ids[i].value < config->shards.size());
+    auto slot = std::make_unique<Slot>();
+    slot->id = ids[i];
+    slot->config = config;
+    if (!claim(*config, ids[i], slot->claim, &out[i].why)) {
+      out[i].outcome = Hosting::Outcome::held;
+      continue;
+    }
+    slot->group = &least_loaded();
+    slot->group->shards++;
+    slots[i] = std::move(slot);
+    // Each restore blocks its caller, not the loops: they run side by side on their threads.
+    starting.emplace_back([this, &slot = *slots[i], &result = out[i]] {
+      try {
+        make_host(slot);
+        restore_slot(slot);
+        serve_slot(slot);
+      } catch (const std::exception& e) {
+        result = {Hosting::Outcome::failed, e.what()};
+      }
+    });
   }
-  slot->group->shards++;
-  slots_.push_back(std::move(slot));
-  return true;
+  for (std::thread& thread : starting) thread.join();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!slots[i]) continue;
+    if (out[i].outcome == Hosting::Outcome::hosted) {
+      slots_.push_back(std::move(slots[i]));
+      continue;
+    }
+    stop_slot(*slots[i], /*final_checkpoint=*/false);
+    slots[i]->group->shards--;
+  }
+  return out;
 }
 
 void ShardThreads::release(ShardId id) {

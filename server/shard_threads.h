@@ -49,12 +49,18 @@ class ShardThreads {
   // the shards on their threads, then joins. Idempotent.
   void stop();
 
-  // Hosts shard `id` as `config` says now (kept while the shard is hosted), on the thread with
-  // the fewest shards, started as start() starts the others: claimed, restored, its listener
-  // bound. False, hosting nothing, while another process holds the shard (`holder`, when given,
-  // says who). Throws the failure to restore or to bind, hosting nothing. `id` is not hosted.
-  bool host(ShardId id, std::shared_ptr<const DeploymentConfig> config,
-            std::string* holder = nullptr);
+  // What host() did with one shard.
+  struct Hosting {
+    enum class Outcome { hosted, held, failed } outcome;
+    std::string why;  // held: who holds it ("pid 4242 on node-1"); failed: the error
+  };
+  // Hosts `ids` as `config` says now (kept while each is hosted), each on the thread with the
+  // fewest shards then, started as start() starts the others (claimed, restored, its listener
+  // bound), the restores side by side. A shard another process holds is not hosted (held), nor
+  // one whose restore or bind fails (failed, the shard left as it was). None of `ids` is
+  // hosted already. Returns an outcome per id, in order.
+  std::vector<Hosting> host(const std::vector<ShardId>& ids,
+                            std::shared_ptr<const DeploymentConfig> config);
   // Stops serving shard `id`: closes its listener and its connections, fails its waiting polls
   // and destroys it, then releases its claim. No final checkpoint is written: its update log
   // holds every acknowledged update, and whoever hosts it next restores from them.
@@ -86,7 +92,8 @@ class ShardThreads {
 
   Group& least_loaded();
   void make_host(Slot& slot);
-  void start_slot(Slot& slot);
+  void restore_slot(Slot& slot);
+  void serve_slot(Slot& slot);
   void stop_slot(Slot& slot, bool final_checkpoint);
 
   std::shared_ptr<const DeploymentConfig> config_;  // the constructor's; null without one
