@@ -39,7 +39,9 @@ struct ReconnectPolicy {
   kj::Timer* timer = nullptr;                        // paces the retries
   kj::Duration timeout = 60 * kj::SECONDS;           // give up after trying this long
   kj::Duration first_delay = 50 * kj::MILLISECONDS;  // doubling up to max_delay between tries
-  kj::Duration max_delay = 2 * kj::SECONDS;
+  // Short: a shard that restarts, or moves to another server (docs/reliability.md), is back
+  // within a second or two; a longer delay would be that much more time lost each time.
+  kj::Duration max_delay = 250 * kj::MILLISECONDS;
 };
 
 class ShardLink {
