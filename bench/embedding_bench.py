@@ -205,7 +205,7 @@ def run_worker(spec):
     batches = [log.sample(share, torch.Generator().manual_seed(
         spec["seed"] * 100003 + step * spec["workers"] + rank)) for step in range(steps)]
     model, optimizers = build_model(spec)
-    starts, losses, window = [], [], {}
+    starts, walls, losses, window = [], [], [], {}
 
     def cpu_seconds():
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -219,6 +219,7 @@ def run_worker(spec):
         if step == warmup:
             window["start"] = (time.time(), cpu_seconds(), socket_counters())
         starts.append(time.perf_counter())
+        walls.append(time.time())
         model.zero_grad(set_to_none=True)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), labels)
         following = dict(zip(model.module.bags, batches[step + 1][1])) if (
@@ -246,6 +247,7 @@ def run_worker(spec):
     start = window["start"]
     sent, received = traffic(start[2], end[2])
     result = {"rank": rank, "step_s": [b - a for a, b in zip(starts, starts[1:])],
+              "step_start_wall": walls,
               "loss": losses, "window_wall": [start[0], end[0]], "cpu_s": end[1] - start[1],
               "sent": sent, "received": received,
               "peak_rss": peak_rss, "test_logloss": test_logloss, "test_auc": test_auc,
