@@ -46,6 +46,8 @@ def config_text(placement):
             "checkpoint: {directory: state, interval_seconds: 0.5}\nservers:\n")
     for name in used:
         text += f"  - {{name: {name}, control: '{hosts[name]}:{CONTROL['abc'.index(name)]}'}}\n"
+    if "PSCHED_TEST_DATA_PATH" in os.environ:  # ctest runs it over both data paths
+        text += f"data_path: {os.environ['PSCHED_TEST_DATA_PATH']}\n"
     text += "shards:\n"
     for shard, (server, host) in enumerate(placement):
         text += (f"  - {{listen: '{host}:{LISTEN[shard]}', http: '{host}:{LISTEN[shard] + 1000}', "
