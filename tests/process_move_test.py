@@ -30,7 +30,7 @@ import urllib.request
 from free_ports import free_ports
 from process_checks import check, fail, wait_until
 
-STEPS = 600
+STEPS = 1500
 LISTEN = free_ports(4)
 CONTROL = free_ports(3)
 SPARE = free_ports(1)[0]  # nothing answers here
