@@ -306,6 +306,9 @@ Answer DataPlane::value_answer(uint64_t id, const Poll& poll, WireFormat format,
 void DataPlane::cancel(uint64_t id) {
   auto it = polls_.find(id);
   if (it == polls_.end()) return;
+  // A call dropped after its shard went (the RPC system lets go of a connection's calls after
+  // the host that served them, when a shard moves to another server): nothing to withdraw.
+  if (alive_.expired()) return;
   endpoint_.shard.withdraw_poll(it->second);
   polls_.erase(it);
 }
