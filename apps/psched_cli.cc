@@ -101,7 +101,7 @@ std::optional<json> fetch_json(const psched::ListenAddress& address, const char*
         http::async_read(stream, buffer, response, [&](auto ec, auto) {
           if (ec || response.result() != http::status::ok) return;
           status = json::parse(response.body(), nullptr, /*allow_exceptions=*/false);
-          if (status->is_discarded()) status.reset();
+          if (!status->is_object()) status.reset();  // not JSON, or not a document of ours
         });
       });
     });
@@ -274,9 +274,9 @@ bool print_servers(const psched::DeploymentConfig& config) {
       for (const json& w : answer->at("waiting"))
         waits.push_back(fmt::format("{} ({})", w.at("shard").get<uint32_t>(),
                                     w.at("reason").get<std::string>()));
-      what =
-          fmt::format("hosts {}{}", fmt::join(answer->at("hosted"), " "),
-                      waits.empty() ? "" : fmt::format("; waits for {}", fmt::join(waits, ", ")));
+      what = fmt::format(
+          "hosts {}{}", fmt::join(answer->at("hosted").get<std::vector<uint32_t>>(), " "),
+          waits.empty() ? "" : fmt::format("; waits for {}", fmt::join(waits, ", ")));
     }
     all_up = all_up && answer;
     fmt::print("server {} ({}): {}\n", server.name, server.control.to_string(), what);
@@ -538,8 +538,8 @@ bool wait_for_moves(const psched::DeploymentConfig& after, std::vector<psched::S
       std::optional<json> answer =
           fetch_json(psched::find_server(after, move.to)->control, "/server");
       if (answer) last[move.to] = *answer;
-      const auto held =
-          answer ? answer->at("hosted").get<std::vector<uint32_t>>() : std::vector<uint32_t>{};
+      const auto held = answer ? answer->value("hosted", json::array()).get<std::vector<uint32_t>>()
+                               : std::vector<uint32_t>{};
       const bool hosted = std::ranges::count(held, move.shard.value) > 0;
       if (hosted)
         fmt::print("shard {}: hosted by server {} after {:.1f} s\n", move.shard.value, move.to,

@@ -11,8 +11,9 @@ file with servers:, psched-server --server NAME, psched shards add|remove):
   trainers follow the shards to their new addresses and end bit-equal to the run on a and b
   throughout; a and b's shards never were served by two processes at once.
 
-Also refused, naming why, with the file unchanged: `shards add` of a server that does not
-answer; a second psched-server started for a shard another process hosts.
+`psched status` then prints what each server hosts. Also refused, naming why, with the file
+unchanged: `shards add` of a server that does not answer; a second psched-server started for a
+shard another process hosts.
 
 Usage: process_move_test.py BUILD_DIR
 Standard library only.
@@ -174,6 +175,13 @@ def moves(job):
     check(removed.returncode in (0, 1) and "shard 0: server a -> c" in removed.stdout,
           "shards remove: " + removed.stdout + removed.stderr)
     wait_until(lambda: job.hosted("c") == [1, 0], "server c to host shard 0")
+    status = subprocess.run([os.path.join(job.build, "apps", "psched"), "status", "--config",
+                             job.config], capture_output=True, text=True, timeout=60)
+    check(status.returncode == 0 and
+          f"server c ({NEW_HOST}:{CONTROL[2]}): hosts 1 0" in status.stdout and
+          f"server b (127.0.0.1:{CONTROL[1]}): hosts 2 3" in status.stdout and
+          "server a" not in status.stdout,
+          f"psched status: {status.returncode}\n{status.stdout}{status.stderr}")
     print(f"move: shard 1 to server c near step {added_at} (c SIGKILLed and restarted), "
           f"shard 0 to c near step {job.step(0)} (a SIGKILLed)")
 
