@@ -45,6 +45,15 @@ bool claim(const DeploymentConfig& config, ShardId id, std::optional<ShardLock>&
   return claim.has_value();
 }
 
+// Runs work(item) for every item at once, each on a thread of its own (each blocks on its
+// shard's loop while the loops run side by side), and returns when all have.
+template <typename Items, typename Work>
+void side_by_side(Items& items, const Work& work) {
+  std::vector<std::thread> threads;
+  for (auto& item : items) threads.emplace_back([&work, &item] { work(item); });
+  for (std::thread& thread : threads) thread.join();
+}
+
 }  // namespace
 
 ShardThreads::ShardThreads(unsigned threads, unsigned apply_helpers) : apply_pool_(apply_helpers) {
@@ -53,24 +62,21 @@ ShardThreads::ShardThreads(unsigned threads, unsigned apply_helpers) : apply_poo
 
 ShardThreads::ShardThreads(const DeploymentConfig& config, std::vector<ShardId> shards,
                            unsigned threads, unsigned apply_helpers)
-    : config_(std::make_shared<const DeploymentConfig>(config)), apply_pool_(apply_helpers) {
+    : apply_pool_(apply_helpers) {
+  auto shared = std::make_shared<const DeploymentConfig>(config);
   if (shards.empty())
-    for (uint32_t i = 0; i < config_->shards.size(); ++i) shards.push_back(ShardId(i));
+    for (uint32_t i = 0; i < shared->shards.size(); ++i) shards.push_back(ShardId(i));
   size_t count = std::clamp<size_t>(threads, 1, std::max<size_t>(1, shards.size()));
   for (size_t g = 0; g < count; ++g) groups_.push_back(std::make_unique<Group>());
   try {
     for (ShardId id : shards) {
-      auto slot = std::make_unique<Slot>();
-      slot->id = id;
-      slot->config = config_;
       std::string holder;
-      if (id.value < config_->shards.size() && !claim(*config_, id, slot->claim, &holder))
+      std::unique_ptr<Slot> slot = claimed(id, shared, &holder);
+      if (!slot)
         fail(ErrorCode::bad_config,
              "shard {} is hosted by another process ({}, holding {}): stop it first, or give "
              "each process its own shards",
-             id.value, holder, (config_->checkpoint.directory / "shard-N.lock").string());
-      slot->group = &least_loaded();
-      slot->group->shards++;
+             id.value, holder, ShardLock::file_of(shared->checkpoint.directory, id).string());
       make_host(*slot);
       slots_.push_back(std::move(slot));
     }
@@ -84,8 +90,17 @@ ShardThreads::~ShardThreads() {
   stop();
 }
 
-ShardThreads::Group& ShardThreads::least_loaded() {
-  return **std::ranges::min_element(groups_, {}, [](const auto& g) { return g->shards; });
+std::unique_ptr<ShardThreads::Slot> ShardThreads::claimed(
+    ShardId id, std::shared_ptr<const DeploymentConfig> config, std::string* holder) {
+  auto slot = std::make_unique<Slot>();
+  slot->id = id;
+  slot->config = std::move(config);
+  // A shard the file does not name is refused by its ShardHost, naming the file.
+  if (id.value < slot->config->shards.size() && !claim(*slot->config, id, slot->claim, holder))
+    return nullptr;
+  slot->group = &**std::ranges::min_element(groups_, {}, [](const auto& g) { return g->shards; });
+  slot->group->shards++;
+  return slot;
 }
 
 void ShardThreads::make_host(Slot& slot) {
@@ -116,19 +131,6 @@ void ShardThreads::start() {
   for (auto& slot : slots_) restore_slot(*slot);
   for (auto& slot : slots_) serve_slot(*slot);
 }
-
-namespace {
-
-// Runs work(item) for every item at once, each on a thread of its own (each blocks on its
-// shard's loop while the loops run side by side), and returns when all have.
-template <typename Items, typename Work>
-void side_by_side(Items& items, const Work& work) {
-  std::vector<std::thread> threads;
-  for (auto& item : items) threads.emplace_back([&work, &item] { work(item); });
-  for (std::thread& thread : threads) thread.join();
-}
-
-}  // namespace
 
 void ShardThreads::stop_slot(Slot& slot, bool final_checkpoint) {
   slot.group->thread.call([&slot, final_checkpoint](kj::AsyncIoContext&) -> kj::Promise<void> {
@@ -168,41 +170,32 @@ std::vector<ShardThreads::Hosting> ShardThreads::host(
     const std::vector<ShardId>& ids, std::shared_ptr<const DeploymentConfig> config) {
   PSCHED_REQUIRE(!stopped_);
   std::vector<Hosting> out(ids.size(), {Hosting::Outcome::hosted, {}});
-  std::vector<std::unique_ptr<Slot>> slots(ids.size());
-  std::vector<std::thread> starting;
+  std::vector<std::pair<std::unique_ptr<Slot>, Hosting*>> starting;
   for (size_t i = 0; i < ids.size(); ++i) {
     PSCHED_REQUIRE(std::ranges::count(hosted(), ids[i]) == 0);
     PSCHED_REQUIRE(ids[i].value < config->shards.size());
-    auto slot = std::make_unique<Slot>();
-    slot->id = ids[i];
-    slot->config = config;
-    if (!claim(*config, ids[i], slot->claim, &out[i].why)) {
+    if (auto slot = claimed(ids[i], config, &out[i].why))
+      starting.emplace_back(std::move(slot), &out[i]);
+    else
       out[i].outcome = Hosting::Outcome::held;
-      continue;
-    }
-    slot->group = &least_loaded();
-    slot->group->shards++;
-    slots[i] = std::move(slot);
-    // Each restore blocks its caller, not the loops: they run side by side on their threads.
-    starting.emplace_back([this, &slot = *slots[i], &result = out[i]] {
-      try {
-        make_host(slot);
-        restore_slot(slot);
-        serve_slot(slot);
-      } catch (const std::exception& e) {
-        result = {Hosting::Outcome::failed, e.what()};
-      }
-    });
   }
-  for (std::thread& thread : starting) thread.join();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!slots[i]) continue;
-    if (out[i].outcome == Hosting::Outcome::hosted) {
-      slots_.push_back(std::move(slots[i]));
+  // Each restore blocks its caller, not the loops: they run side by side on their threads.
+  side_by_side(starting, [this](auto& start) {
+    try {
+      make_host(*start.first);
+      restore_slot(*start.first);
+      serve_slot(*start.first);
+    } catch (const std::exception& e) {
+      *start.second = {Hosting::Outcome::failed, e.what()};
+    }
+  });
+  for (auto& [slot, result] : starting) {
+    if (result->outcome == Hosting::Outcome::hosted) {
+      slots_.push_back(std::move(slot));
       continue;
     }
-    stop_slot(*slots[i], /*final_checkpoint=*/false);
-    slots[i]->group->shards--;
+    stop_slot(*slot, /*final_checkpoint=*/false);
+    slot->group->shards--;
   }
   return out;
 }

@@ -90,13 +90,15 @@ class ShardThreads {
   struct Group;
   struct Slot;
 
-  Group& least_loaded();
+  // A slot for `id`, claimed and placed on the thread with the fewest shards; null when another
+  // process holds the shard (`holder` then says who).
+  std::unique_ptr<Slot> claimed(ShardId id, std::shared_ptr<const DeploymentConfig> config,
+                                std::string* holder);
   void make_host(Slot& slot);
   void restore_slot(Slot& slot);
   void serve_slot(Slot& slot);
   void stop_slot(Slot& slot, bool final_checkpoint);
 
-  std::shared_ptr<const DeploymentConfig> config_;  // the constructor's; null without one
   ForkJoinPool apply_pool_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::vector<std::unique_ptr<Slot>> slots_;

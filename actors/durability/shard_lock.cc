@@ -42,7 +42,7 @@ std::optional<ShardLock> ShardLock::try_take(const std::filesystem::path& direct
   if (error)  // as ShardStore says it
     fail(ErrorCode::bad_config, "checkpoint directory {} cannot be created: {}", directory.string(),
          error.message());
-  std::filesystem::path file = directory / fmt::format("shard-{}.lock", shard.value);
+  std::filesystem::path file = file_of(directory, shard);
   const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
     fail(ErrorCode::bad_config, "{} cannot be opened: {}", file.string(), std::strerror(errno));
@@ -59,6 +59,10 @@ std::optional<ShardLock> ShardLock::try_take(const std::filesystem::path& direct
   [[maybe_unused]] const bool named =
       ::ftruncate(fd, 0) == 0 && ::pwrite(fd, line.data(), line.size(), 0) == ssize_t(line.size());
   return ShardLock(fd, std::move(file));
+}
+
+std::filesystem::path ShardLock::file_of(const std::filesystem::path& directory, ShardId shard) {
+  return directory / fmt::format("shard-{}.lock", shard.value);
 }
 
 ShardLock::ShardLock(ShardLock&& other) noexcept

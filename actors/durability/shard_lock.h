@@ -25,6 +25,8 @@ class ShardLock {
   // cannot be opened.
   static std::optional<ShardLock> try_take(const std::filesystem::path& directory, ShardId shard,
                                            std::string* holder = nullptr);
+  // The file that holds shard `shard`'s claim in `directory`.
+  static std::filesystem::path file_of(const std::filesystem::path& directory, ShardId shard);
   ShardLock(ShardLock&& other) noexcept;
   ShardLock& operator=(ShardLock&& other) noexcept;
   ShardLock(const ShardLock&) = delete;
