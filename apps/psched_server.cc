@@ -239,7 +239,8 @@ int main(int argc, char** argv) {
   server->excludes("--trace");
   app.add_option("--job", options.job,
                  "the job's name, kept in its checkpoints when it starts with none (default: "
-                 "named by the deployment's shard addresses); `psched reshard` takes only "
+                 "named by the deployment's shard addresses; with servers:, by its number of "
+                 "shards and its checkpoint directory's name); `psched reshard` takes only "
                  "checkpoints of one job, so give jobs that reuse those addresses names of "
                  "their own");
   CLI11_PARSE(app, argc, argv);
