@@ -18,13 +18,14 @@ not disk time: what an export right after the job stopped sees.
                         [--json bench/results/export_bench.json]
 """
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+
+from results_file import write_json  # the script's folder is on sys.path
 
 
 def folder_bytes(folder):
@@ -99,9 +100,7 @@ def main(argv):
         result = {"rows": args.rows, "dim": args.dim, "rounds": rounds,
                   "command": "bench/export_bench.py " + " ".join(argv)}
         if args.json:
-            with open(args.json, "w") as out:
-                json.dump(result, out, indent=1)
-                out.write("\n")
+            write_json(args.json, result)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

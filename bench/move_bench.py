@@ -47,6 +47,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))
 from free_ports import free_ports  # noqa: E402
 from reshard_bench import create_rate, loopback_rate  # noqa: E402
+from results_file import write_json  # noqa: E402
 from torch_e2e import PYTHON, process_cpu_seconds  # noqa: E402
 
 
@@ -295,11 +296,10 @@ def main(argv):
               "runs": runs, "summary": summarize(runs)}
     for entry in result["summary"]:
         log(json.dumps(entry))
-    text = json.dumps(result, indent=1)
     if args.json:
-        pathlib.Path(args.json).write_text(text + "\n")
+        write_json(args.json, result)
     else:
-        print(text)
+        print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

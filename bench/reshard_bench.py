@@ -19,7 +19,6 @@ and its wall and CPU seconds (user + system). This is the stopped job's move (do
   bench/reshard_bench.py [--build build] [--rows 10000000] [--json bench/results/reshard_bench.json]
 """
 import argparse
-import json
 import os
 import re
 import resource
@@ -30,6 +29,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from results_file import write_json  # the script's folder is on sys.path
 
 PLACED = re.compile(r"placed the job of (\d+) shard\(s\) on (\d+): slot map epoch (\d+), (\d+) of "
                     r"(\d+) slots moved; .* (\d+) row\(s\) \((\d+) moved to another shard")
@@ -127,9 +128,7 @@ def main(argv):
                   "loopback_bytes_per_s": tcp, "create_rows_per_s": create, "moves": moves,
                   "command": "bench/reshard_bench.py " + " ".join(argv)}
         if args.json:
-            with open(args.json, "w") as out:
-                json.dump(result, out, indent=1)
-                out.write("\n")
+            write_json(args.json, result)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

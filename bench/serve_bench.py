@@ -30,7 +30,6 @@ process's memory (no network, one thread): the rows a second the machine gives w
                        [--json bench/results/serve_bench.json]
 """
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -44,6 +43,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from free_ports import free_ports  # noqa: E402
+from results_file import write_json  # noqa: E402
 from server_process import start_server  # noqa: E402
 
 CHUNK = 65536  # ids per push while the job trains
@@ -325,8 +325,7 @@ def main(argv):
                   f"({r['during']['p99_ms'] / r['before']['p99_ms']:.2f}x); failed "
                   f"{r['all']['failed']} of {r['all']['requests']}")
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump(result, out, indent=1)
+        write_json(args.json, result)
     return 0
 
 
